@@ -1,0 +1,1 @@
+"""Adapters wrapping EC2, Kubernetes and DynamoDB behind small typing.Protocol ports."""

@@ -1,0 +1,1 @@
+"""The `joiner` command line."""

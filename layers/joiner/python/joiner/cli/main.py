@@ -1,0 +1,46 @@
+"""`joiner` command-line entry point.
+
+Each subcommand lives in its own module under :mod:`joiner.cli` exposing
+``register(subparsers)``; modules are imported lazily so ``joiner plan`` does not pay
+for boto3 or the Kubernetes client.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+#: subcommand -> module under joiner.cli that implements it
+COMMANDS: dict[str, str] = {
+    "plan": "plan",
+}
+
+
+class UsageError(Exception):
+    """Bad input: printed as one line, exit status 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="joiner", description="Serverless node autoscaler for Amazon EKS")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module_name in sorted(set(COMMANDS.values())):
+        module = importlib.import_module(f"joiner.cli.{module_name}")
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args) or 0)
+    except UsageError as error:
+        print(f"joiner {args.command}: {error}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

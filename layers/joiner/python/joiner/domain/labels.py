@@ -1,0 +1,86 @@
+"""Well-known label keys, Joiner's own keys and the Karpenter aliases we accept."""
+
+from __future__ import annotations
+
+__all__ = [
+    "ARCH", "OS", "INSTANCE_TYPE", "ZONE", "REGION", "HOSTNAME", "CAPACITY_TYPE", "NODEPOOL",
+    "NODECLAIM", "INSTANCE_FAMILY", "INSTANCE_CATEGORY", "INSTANCE_GENERATION", "INSTANCE_SIZE",
+    "INSTANCE_CPU", "INSTANCE_MEMORY", "INSTANCE_GPU_COUNT", "INSTANCE_GPU_NAME", "INSTANCE_HYPERVISOR",
+    "CAPACITY_TYPE_SPOT", "CAPACITY_TYPE_ON_DEMAND", "WELL_KNOWN_LABELS", "KARPENTER_ALIASES",
+    "DO_NOT_DISRUPT", "KARPENTER_DO_NOT_DISRUPT", "DISRUPTED_TAINT_KEY", "INITIALIZED", "REGISTERED",
+    "MANAGED_BY_TAG", "normalize_label_key", "normalize_labels",
+]
+
+ARCH = "kubernetes.io/arch"
+OS = "kubernetes.io/os"
+HOSTNAME = "kubernetes.io/hostname"
+INSTANCE_TYPE = "node.kubernetes.io/instance-type"
+ZONE = "topology.kubernetes.io/zone"
+REGION = "topology.kubernetes.io/region"
+CAPACITY_TYPE = "joiner.dev/capacity-type"
+NODEPOOL = "joiner.dev/nodepool"
+NODECLAIM = "joiner.dev/nodeclaim"
+REGISTERED = "joiner.dev/registered"
+INITIALIZED = "joiner.dev/initialized"
+INSTANCE_FAMILY = "joiner.dev/instance-family"
+INSTANCE_CATEGORY = "joiner.dev/instance-category"
+INSTANCE_GENERATION = "joiner.dev/instance-generation"
+INSTANCE_SIZE = "joiner.dev/instance-size"
+INSTANCE_CPU = "joiner.dev/instance-cpu"
+INSTANCE_MEMORY = "joiner.dev/instance-memory"
+INSTANCE_GPU_COUNT = "joiner.dev/instance-gpu-count"
+INSTANCE_GPU_NAME = "joiner.dev/instance-gpu-name"
+INSTANCE_HYPERVISOR = "joiner.dev/instance-hypervisor"
+
+CAPACITY_TYPE_SPOT = "spot"
+CAPACITY_TYPE_ON_DEMAND = "on-demand"
+
+DO_NOT_DISRUPT = "joiner.dev/do-not-disrupt"
+KARPENTER_DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
+DISRUPTED_TAINT_KEY = "joiner.dev/disrupted"
+MANAGED_BY_TAG = "joiner.dev/managed-by"
+
+#: Legacy or Karpenter keys accepted in pod and NodePool requirements, mapped to ours.
+KARPENTER_ALIASES: dict[str, str] = {
+    "karpenter.sh/capacity-type": CAPACITY_TYPE,
+    "karpenter.sh/nodepool": NODEPOOL,
+    "karpenter.k8s.aws/instance-family": INSTANCE_FAMILY,
+    "karpenter.k8s.aws/instance-category": INSTANCE_CATEGORY,
+    "karpenter.k8s.aws/instance-generation": INSTANCE_GENERATION,
+    "karpenter.k8s.aws/instance-size": INSTANCE_SIZE,
+    "karpenter.k8s.aws/instance-cpu": INSTANCE_CPU,
+    "karpenter.k8s.aws/instance-memory": INSTANCE_MEMORY,
+    "karpenter.k8s.aws/instance-gpu-count": INSTANCE_GPU_COUNT,
+    "karpenter.k8s.aws/instance-gpu-name": INSTANCE_GPU_NAME,
+    "karpenter.k8s.aws/instance-hypervisor": INSTANCE_HYPERVISOR,
+    "beta.kubernetes.io/arch": ARCH,
+    "beta.kubernetes.io/os": OS,
+    "beta.kubernetes.io/instance-type": INSTANCE_TYPE,
+    "failure-domain.beta.kubernetes.io/zone": ZONE,
+    "failure-domain.beta.kubernetes.io/region": REGION,
+}
+
+#: Labels every launched node gets from its instance type and offering. Pod requirements
+#: on these keys are allowed even when a NodePool does not mention them.
+WELL_KNOWN_LABELS: frozenset[str] = frozenset(
+    {
+        ARCH, OS, INSTANCE_TYPE, ZONE, REGION, HOSTNAME, CAPACITY_TYPE, NODEPOOL,
+        INSTANCE_FAMILY, INSTANCE_CATEGORY, INSTANCE_GENERATION, INSTANCE_SIZE, INSTANCE_CPU,
+        INSTANCE_MEMORY, INSTANCE_GPU_COUNT, INSTANCE_GPU_NAME, INSTANCE_HYPERVISOR,
+    }
+)
+
+
+def normalize_label_key(key: str) -> str:
+    """Map a Karpenter or deprecated key to Joiner's; other keys pass through."""
+    return KARPENTER_ALIASES.get(key, key)
+
+
+def normalize_labels(labels: dict[str, str]) -> dict[str, str]:
+    """Add Joiner keys for any aliased keys present (existing Joiner keys win)."""
+    result = dict(labels)
+    for key, value in labels.items():
+        alias = KARPENTER_ALIASES.get(key)
+        if alias is not None and alias not in result:
+            result[alias] = value
+    return result

@@ -1,0 +1,478 @@
+"""The domain model: frozen dataclasses for pods, nodes, NodePools, NodeClasses, instance
+types and plans. Parsing from Kubernetes objects lives in :mod:`joiner.domain.snapshot`.
+
+Collections inside frozen dataclasses are tuples or read-only mappings; label and
+annotation mappings are plain dicts by convention and must not be mutated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Literal
+
+from joiner.domain import labels as wk
+from joiner.domain.requirements import Requirements
+from joiner.domain.resources import EMPTY, Resources
+
+__all__ = [
+    "Taint", "Toleration", "LabelSelector", "PodAffinityTerm", "TopologySpreadConstraint",
+    "PreferredNodeTerm", "HostPort", "Pod", "Node", "DaemonSet", "PodDisruptionBudget",
+    "Budget", "Disruption", "NodePool", "SelectorTerm", "KubeletConfig", "NodeClass",
+    "Offering", "InstanceType", "NodeClaimPlan", "ExistingNodePlan", "UnschedulablePod", "Plan",
+    "InFlightClaim", "OfferingKey", "CRITICAL_PRIORITY_CLASSES",
+]
+
+TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+CRITICAL_PRIORITY_CLASSES = frozenset({"system-cluster-critical", "system-node-critical"})
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Taint:
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"
+
+    def to_dict(self) -> dict[str, str]:
+        out = {"key": self.key, "effect": self.effect}
+        if self.value:
+            out["value"] = self.value
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+    toleration_seconds: int | None = None
+
+    def tolerates(self, taint: Taint) -> bool:
+        """Kubernetes toleration matching: empty key with Exists tolerates everything."""
+        if self.effect and self.effect != taint.effect:
+            return False
+        if not self.key:
+            return self.operator == "Exists"
+        if self.key != taint.key:
+            return False
+        if self.operator == "Exists":
+            return True
+        return self.value == taint.value
+
+
+def tolerates_all(tolerations: tuple[Toleration, ...], taints: tuple[Taint, ...], *, ignore_prefer: bool = True) -> Taint | None:
+    """The first taint (NoSchedule/NoExecute; PreferNoSchedule unless ignored) not tolerated, or None."""
+    for taint in taints:
+        if ignore_prefer and taint.effect == "PreferNoSchedule":
+            continue
+        if not any(t.tolerates(taint) for t in tolerations):
+            return taint
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class LabelSelector:
+    """A Kubernetes label selector. ``match_expressions`` reuse the requirements algebra
+    (In, NotIn, Exists, DoesNotExist) without key normalisation concerns for pod labels."""
+
+    match_labels: tuple[tuple[str, str], ...] = ()
+    match_expressions: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        for key, value in self.match_labels:
+            if labels.get(key) != value:
+                return False
+        for key, operator, values in self.match_expressions:
+            present = key in labels
+            if operator == "In":
+                if not present or labels[key] not in values:
+                    return False
+            elif operator == "NotIn":
+                if present and labels[key] in values:
+                    return False
+            elif operator == "Exists":
+                if not present:
+                    return False
+            elif operator == "DoesNotExist":
+                if present:
+                    return False
+            else:
+                return False
+        return True
+
+    def is_empty(self) -> bool:
+        return not self.match_labels and not self.match_expressions
+
+
+@dataclass(frozen=True, slots=True)
+class PodAffinityTerm:
+    """A pod (anti-)affinity term. ``weight`` is None for required terms.
+
+    ``namespaces`` empty and ``namespace_selector`` None mean the pod's own namespace; an
+    empty (non-None) namespace selector means all namespaces.
+    """
+
+    topology_key: str
+    label_selector: LabelSelector | None
+    namespaces: frozenset[str] = frozenset()
+    namespace_selector: LabelSelector | None = None
+    weight: int | None = None
+    match_label_keys: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TopologySpreadConstraint:
+    max_skew: int
+    topology_key: str
+    when_unsatisfiable: str = "DoNotSchedule"
+    label_selector: LabelSelector | None = None
+    min_domains: int | None = None
+    match_label_keys: tuple[str, ...] = ()
+    node_affinity_policy: str = "Honor"
+    node_taints_policy: str = "Ignore"
+
+
+@dataclass(frozen=True, slots=True)
+class PreferredNodeTerm:
+    weight: int
+    requirements: Requirements
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class HostPort:
+    port: int
+    protocol: str = "TCP"
+    host_ip: str = "0.0.0.0"
+
+    def conflicts(self, other: HostPort) -> bool:
+        if self.port != other.port or self.protocol != other.protocol:
+            return False
+        wildcard = ("0.0.0.0", "::", "")
+        return self.host_ip in wildcard or other.host_ip in wildcard or self.host_ip == other.host_ip
+
+
+@dataclass(frozen=True, slots=True)
+class Pod:
+    """A pod as the scheduler sees it. ``requests`` already holds the effective request:
+    max(containers + sidecars, largest init step) + RuntimeClass overhead + one ``pods``."""
+
+    namespace: str
+    name: str
+    uid: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    requests: Resources = EMPTY
+    node_selector: Requirements = Requirements()
+    required_node_affinity: tuple[Requirements, ...] = ()
+    preferred_node_affinity: tuple[PreferredNodeTerm, ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
+    pod_affinity: tuple[PodAffinityTerm, ...] = ()
+    pod_anti_affinity: tuple[PodAffinityTerm, ...] = ()
+    topology_spread: tuple[TopologySpreadConstraint, ...] = ()
+    host_ports: tuple[HostPort, ...] = ()
+    priority: int = 0
+    priority_class_name: str = ""
+    node_name: str | None = None
+    owner_kind: str | None = None
+    owner_name: str | None = None
+    phase: str = "Pending"
+    created: datetime | None = None
+    deleting: bool = False
+    termination_grace_seconds: int = 30
+    unschedulable_since: datetime | None = None
+    scheduling_gated: bool = False
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def is_daemonset_pod(self) -> bool:
+        return self.owner_kind == "DaemonSet"
+
+    @property
+    def is_mirror(self) -> bool:
+        return "kubernetes.io/config.mirror" in self.annotations
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
+
+    @property
+    def is_critical(self) -> bool:
+        return self.priority_class_name in CRITICAL_PRIORITY_CLASSES
+
+    @property
+    def do_not_disrupt(self) -> bool:
+        return self.annotations.get(wk.DO_NOT_DISRUPT) == "true" or self.annotations.get(wk.KARPENTER_DO_NOT_DISRUPT) == "true"
+
+    @property
+    def deletion_cost(self) -> int:
+        try:
+            return int(self.annotations.get("controller.kubernetes.io/pod-deletion-cost", "0"))
+        except ValueError:
+            return 0
+
+    @property
+    def is_pending(self) -> bool:
+        """Needs a node: unbound, not terminal, not DaemonSet-owned, not being deleted, not gated."""
+        return (
+            self.node_name is None
+            and not self.is_terminal
+            and not self.is_daemonset_pod
+            and not self.deleting
+            and not self.scheduling_gated
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    allocatable: Resources = EMPTY
+    capacity: Resources = EMPTY
+    provider_id: str = ""
+    unschedulable: bool = False
+    ready: bool = False
+    created: datetime | None = None
+    deleting: bool = False
+
+    @property
+    def instance_id(self) -> str | None:
+        """``i-...`` from ``aws:///<zone>/<instance-id>``."""
+        if not self.provider_id.startswith("aws://"):
+            return None
+        tail = self.provider_id.rsplit("/", 1)[-1]
+        return tail if tail.startswith("i-") else None
+
+    @property
+    def node_pool(self) -> str | None:
+        return self.labels.get(wk.NODEPOOL)
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonSet:
+    namespace: str
+    name: str
+    pod: Pod  # the pod template as a Pod (requests, selectors, tolerations)
+
+
+@dataclass(frozen=True, slots=True)
+class PodDisruptionBudget:
+    namespace: str
+    name: str
+    selector: LabelSelector
+    disruptions_allowed: int | None = None  # status.disruptionsAllowed when known
+    min_available: str | None = None
+    max_unavailable: str | None = None
+
+    def selects(self, pod: Pod) -> bool:
+        return pod.namespace == self.namespace and self.selector.matches(pod.labels)
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """A disruption budget: ``nodes`` is ``"N"`` or ``"P%"``; ``schedule``/``duration`` bound
+    when it is active; ``reasons`` empty means all reasons."""
+
+    nodes: str = "10%"
+    schedule: str | None = None
+    duration: timedelta | None = None
+    reasons: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Disruption:
+    consolidation_policy: str = "WhenEmptyOrUnderutilized"
+    consolidate_after: timedelta | None = timedelta(0)  # None = Never
+    budgets: tuple[Budget, ...] = (Budget(),)
+    min_savings_per_hour: float = 0.0
+    min_savings_percent: float = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class NodePool:
+    name: str
+    requirements: Requirements = Requirements()
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    startup_taints: tuple[Taint, ...] = ()
+    node_class: str = "default"
+    limits: Resources | None = None  # None: unlimited; a resource absent from limits is unlimited
+    weight: int = 0
+    expire_after: timedelta | None = timedelta(days=30)  # None = Never
+    termination_grace_period: timedelta | None = None
+    disruption: Disruption = Disruption()
+    rebalance: str = "replace"  # "replace" or "ignore"
+
+    def template_requirements(self) -> Requirements:
+        """Requirements plus template labels and the nodepool label, as a launch would carry."""
+        extra = dict(self.labels)
+        extra[wk.NODEPOOL] = self.name
+        return self.requirements.intersect(Requirements.from_labels(extra))
+
+
+@dataclass(frozen=True, slots=True)
+class SelectorTerm:
+    tags: tuple[tuple[str, str], ...] = ()
+    id: str | None = None
+    name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class KubeletConfig:
+    max_pods: int | None = None
+    pods_per_core: int | None = None
+    system_reserved: Resources = EMPTY
+    kube_reserved: Resources | None = None  # None: EKS formulas
+    eviction_hard: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeClass:
+    name: str
+    subnet_selector_terms: tuple[SelectorTerm, ...] = ()
+    security_group_selector_terms: tuple[SelectorTerm, ...] = ()
+    ami_family: str = "AL2023"
+    ami_selector_terms: tuple[SelectorTerm, ...] = ()  # empty: EKS-optimised AL2023 from SSM
+    role: str | None = None
+    instance_profile: str | None = None
+    kubelet: KubeletConfig = KubeletConfig()
+    block_device_mappings: tuple[Mapping[str, object], ...] = ()
+    tags: Mapping[str, str] = field(default_factory=dict)
+    metadata_options: Mapping[str, object] = field(default_factory=dict)
+    user_data: str | None = None
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class OfferingKey:
+    instance_type: str
+    zone: str
+    capacity_type: str
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Offering:
+    zone: str
+    capacity_type: str
+    price: float
+    available: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceType:
+    """An instance type as a NodeClass's kubelet settings make it: ``allocatable`` is
+    ``capacity - overhead`` (kube/system reserved and eviction threshold)."""
+
+    name: str
+    capacity: Resources
+    overhead: Resources
+    requirements: Requirements  # arch, os, instance-type, family, category, ... as single values
+    offerings: tuple[Offering, ...]
+
+    @property
+    def allocatable(self) -> Resources:
+        return self.capacity - self.overhead
+
+    def cheapest_offering(self, requirements: Requirements | None = None, unavailable: frozenset[OfferingKey] = frozenset()) -> Offering | None:
+        """Cheapest available offering whose zone and capacity type the requirements allow.
+
+        Ties break on (price, capacity type, zone) so the choice is deterministic.
+        """
+        best: Offering | None = None
+        for offering in self.offerings:
+            if not offering.available:
+                continue
+            if unavailable and OfferingKey(self.name, offering.zone, offering.capacity_type) in unavailable:
+                continue
+            if requirements is not None:
+                if wk.ZONE in requirements and not requirements[wk.ZONE].has(offering.zone):
+                    continue
+                if wk.CAPACITY_TYPE in requirements and not requirements[wk.CAPACITY_TYPE].has(offering.capacity_type):
+                    continue
+            if best is None or (offering.price, offering.capacity_type, offering.zone) < (best.price, best.capacity_type, best.zone):
+                best = offering
+        return best
+
+
+@dataclass(frozen=True, slots=True)
+class InFlightClaim:
+    """Capacity launched or being launched but not yet a Node: counts against limits and
+    can take pending pods in the next plan."""
+
+    name: str
+    node_pool: str
+    instance_type: str
+    zone: str
+    capacity_type: str
+    allocatable: Resources
+    capacity: Resources
+    requirements: Requirements
+    pods: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class NodeClaimPlan:
+    """One node to launch: the pods it carries and every instance type that fits them,
+    ordered by cheapest available offering."""
+
+    node_pool: str
+    instance_types: tuple[str, ...]
+    zones: tuple[str, ...]
+    capacity_types: tuple[str, ...]
+    pods: tuple[str, ...]
+    price: float
+    requirements: Requirements
+    requests: Resources  # pods' requests plus DaemonSet overhead
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "nodePool": self.node_pool,
+            "instanceTypes": list(self.instance_types),
+            "zones": list(self.zones),
+            "capacityTypes": list(self.capacity_types),
+            "pods": list(self.pods),
+            "price": round(self.price, 6),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ExistingNodePlan:
+    name: str
+    pods: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, object]:
+        return {"name": self.name, "pods": list(self.pods)}
+
+
+@dataclass(frozen=True, slots=True)
+class UnschedulablePod:
+    pod: str
+    reason: str
+
+    def to_dict(self) -> dict[str, object]:
+        return {"pod": self.pod, "reason": self.reason}
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    node_claims: tuple[NodeClaimPlan, ...]
+    existing_nodes: tuple[ExistingNodePlan, ...]
+    unschedulable: tuple[UnschedulablePod, ...]
+
+    @property
+    def cost_per_hour(self) -> float:
+        return sum(claim.price for claim in self.node_claims)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "nodeClaims": [c.to_dict() for c in self.node_claims],
+            "existingNodes": [n.to_dict() for n in self.existing_nodes],
+            "unschedulable": [u.to_dict() for u in self.unschedulable],
+            "costPerHour": round(self.cost_per_hour, 6),
+        }
