@@ -1,0 +1,271 @@
+"""Ports: the small ``typing.Protocol`` interfaces services use to reach the world.
+
+Adapters in :mod:`joiner.adapters` implement them against EC2/SSM/EKS/STS (boto3),
+DynamoDB (boto3) and the Kubernetes API (official client, raw JSON). Unit tests use
+in-memory fakes (``tests/support/fakes.py``). Kubernetes objects cross this boundary as
+plain JSON dicts; :mod:`joiner.domain.snapshot` turns them into domain objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+from joiner.domain.model import NodeClass, OfferingKey, SelectorTerm
+from joiner.domain.resources import Resources
+
+JsonDict = dict[str, Any]
+
+
+class Clock(Protocol):
+    def now(self) -> datetime:
+        """Timezone-aware UTC now."""
+        ...
+
+
+# ---------------------------------------------------------------- Kubernetes
+
+
+@dataclass(frozen=True, slots=True)
+class EvictionOutcome:
+    """Result of one Eviction API call: ``evicted``, ``blocked`` (429: a PDB disallows it
+    now), ``gone`` (404: the pod no longer exists)."""
+
+    status: str
+    message: str = ""
+
+
+class KubernetesError(Exception):
+    """A Kubernetes API call failed after bounded retries."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class KubernetesPort(Protocol):
+    def list_pods(self, *, field_selector: str | None = None, label_selector: str | None = None) -> list[JsonDict]: ...
+    def list_pending_pods(self) -> list[JsonDict]:
+        """Unbound pods with PodScheduled=False/Unschedulable, not DaemonSet-owned."""
+        ...
+    def list_pods_on_node(self, node_name: str) -> list[JsonDict]: ...
+    def list_nodes(self) -> list[JsonDict]: ...
+    def get_node(self, name: str) -> JsonDict | None: ...
+    def list_daemonsets(self) -> list[JsonDict]: ...
+    def list_pdbs(self) -> list[JsonDict]: ...
+    def list_node_pools(self) -> list[JsonDict]: ...
+    def list_node_classes(self) -> list[JsonDict]: ...
+    def list_runtime_classes(self) -> list[JsonDict]: ...
+    def patch_node(self, name: str, patch: JsonDict) -> JsonDict:
+        """Strategic-merge-free JSON merge patch of a Node (labels, annotations, spec.taints, spec.unschedulable)."""
+        ...
+    def delete_node(self, name: str) -> None: ...
+    def evict_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> EvictionOutcome: ...
+    def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None: ...
+    def create_event(self, involved: JsonDict, reason: str, message: str, event_type: str = "Normal") -> None:
+        """Record a core/v1 Event; ``involved`` is an object (its kind, name, namespace, uid are used)."""
+        ...
+    def patch_node_pool_status(self, name: str, status: JsonDict) -> None: ...
+
+
+# ---------------------------------------------------------------- EC2
+
+
+@dataclass(frozen=True, slots=True)
+class Subnet:
+    id: str
+    zone: str
+    available_ips: int = 0
+    tags: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterInfo:
+    name: str
+    endpoint: str
+    certificate_authority: str  # base64 PEM, as DescribeCluster returns it
+    version: str  # e.g. "1.31"
+    service_cidr: str = "172.20.0.0/16"
+    cluster_dns: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchTemplateRef:
+    id: str
+    name: str
+    version: str = "$Latest"
+
+
+@dataclass(frozen=True, slots=True)
+class FleetOverride:
+    instance_type: str
+    subnet_id: str
+    zone: str
+    priority: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FleetRequest:
+    """One EC2 Fleet ``instant`` request for one node claim."""
+
+    client_token: str
+    launch_template: LaunchTemplateRef
+    capacity_type: str  # "spot" | "on-demand"
+    overrides: tuple[FleetOverride, ...]
+    tags: Mapping[str, str]
+    target_capacity: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchedInstance:
+    instance_id: str
+    instance_type: str
+    zone: str
+    capacity_type: str
+    subnet_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class FleetError:
+    """One error from CreateFleet: ``code`` such as InsufficientInstanceCapacity."""
+
+    code: str
+    message: str
+    instance_type: str | None = None
+    zone: str | None = None
+    subnet_id: str | None = None
+    capacity_type: str | None = None
+
+    @property
+    def is_capacity_error(self) -> bool:
+        return self.code in CAPACITY_ERROR_CODES
+
+
+CAPACITY_ERROR_CODES = frozenset(
+    {
+        "InsufficientInstanceCapacity",
+        "InsufficientCapacity",
+        "UnfulfillableCapacity",
+        "MaxSpotInstanceCountExceeded",
+        "InsufficientFreeAddressesInSubnet",
+        "SpotMaxPriceTooLow",
+        "VcpuLimitExceeded",
+        "Unsupported",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class FleetResult:
+    instances: tuple[LaunchedInstance, ...]
+    errors: tuple[FleetError, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceRecord:
+    instance_id: str
+    instance_type: str
+    zone: str
+    state: str
+    launch_time: datetime | None
+    tags: Mapping[str, str] = field(default_factory=dict)
+    capacity_type: str = "on-demand"
+
+
+class Ec2Error(Exception):
+    """An EC2 call failed after botocore's retries (throttling included)."""
+
+    def __init__(self, message: str, code: str = "") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class Ec2Port(Protocol):
+    def resolve_subnets(self, terms: Sequence[SelectorTerm]) -> list[Subnet]: ...
+    def resolve_security_groups(self, terms: Sequence[SelectorTerm]) -> list[str]: ...
+    def resolve_ami(self, node_class: NodeClass, kubernetes_version: str, arch: str) -> str: ...
+    def ensure_launch_template(self, node_class: NodeClass, arch: str, cluster: ClusterInfo, security_groups: Sequence[str], ami_id: str) -> LaunchTemplateRef:
+        """Create (or reuse when inputs are unchanged) the launch template for this NodeClass and architecture."""
+        ...
+    def create_fleet(self, request: FleetRequest) -> FleetResult: ...
+    def terminate_instances(self, instance_ids: Sequence[str]) -> None: ...
+    def describe_instances(self, instance_ids: Sequence[str]) -> list[InstanceRecord]: ...
+    def list_cluster_instances(self, cluster_name: str) -> list[InstanceRecord]:
+        """Non-terminated instances tagged for this cluster by Joiner."""
+        ...
+    def describe_cluster(self, cluster_name: str) -> ClusterInfo: ...
+
+
+# ---------------------------------------------------------------- State (DynamoDB)
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRecord:
+    """A node claim's durable state. ``state`` is one of: ``reserved`` (limit reserved,
+    not launched), ``launched``, ``registered`` (Node exists), ``initialized`` (Ready,
+    startup taints gone), ``terminating``, ``closed``."""
+
+    claim_id: str
+    node_pool: str
+    state: str
+    created_at: datetime
+    instance_id: str | None = None
+    instance_type: str | None = None
+    zone: str | None = None
+    capacity_type: str | None = None
+    price: float | None = None
+    pods: tuple[str, ...] = ()
+    node_name: str | None = None
+    reserved: Resources = Resources()
+    launched_at: datetime | None = None
+    registered_at: datetime | None = None
+    initialized_at: datetime | None = None
+    closed_at: datetime | None = None
+    reason: str = ""
+
+
+class StatePort(Protocol):
+    def put_claim(self, claim: ClaimRecord) -> bool:
+        """Create the claim; False when one with this id already exists (idempotent retry)."""
+        ...
+    def update_claim(self, claim_id: str, **fields: Any) -> ClaimRecord: ...
+    def get_claim(self, claim_id: str) -> ClaimRecord | None: ...
+    def claim_by_instance(self, instance_id: str) -> ClaimRecord | None: ...
+    def claims_by_node_pool(self, node_pool: str) -> list[ClaimRecord]: ...
+    def open_claims(self) -> list[ClaimRecord]:
+        """Claims not closed."""
+        ...
+
+    def reserve_capacity(self, node_pool: str, claim_id: str, amount: Resources, limits: Resources | None, in_use: Resources) -> bool:
+        """Atomically add ``amount`` to the pool's reserved total unless ``in_use`` (what
+        running nodes not yet counted use) + reserved + amount would exceed ``limits``.
+        Idempotent per claim id. False when the limit would be exceeded."""
+        ...
+    def release_capacity(self, node_pool: str, claim_id: str) -> None:
+        """Return a claim's reservation (no-op if already released)."""
+        ...
+    def reserved_capacity(self, node_pool: str) -> Resources: ...
+
+    def acquire_lease(self, name: str, owner: str, now: datetime, ttl_seconds: int) -> bool:
+        """Take or renew a lease with a conditional write; False when another owner holds an unexpired one."""
+        ...
+    def release_lease(self, name: str, owner: str) -> None: ...
+
+    def mark_unavailable(self, key: OfferingKey, until: datetime, reason: str) -> None: ...
+    def unavailable_offerings(self, now: datetime) -> frozenset[OfferingKey]: ...
+
+    def put_item(self, kind: str, item_id: str, data: JsonDict, *, expires_at: datetime | None = None, if_absent: bool = False) -> bool:
+        """Generic durable record (termination state, disruption commands...). False when
+        ``if_absent`` and it exists."""
+        ...
+    def get_item(self, kind: str, item_id: str) -> JsonDict | None: ...
+    def delete_item(self, kind: str, item_id: str) -> None: ...
+    def list_items(self, kind: str) -> list[JsonDict]: ...
+
+
+class QueuePort(Protocol):
+    def send(self, body: JsonDict, delay_seconds: int = 0, dedup_id: str | None = None) -> None:
+        """Send a message (delay 0-900 s) to the work queue for continuations."""
+        ...
