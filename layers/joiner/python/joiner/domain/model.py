@@ -303,7 +303,7 @@ class NodePool:
     taints: tuple[Taint, ...] = ()
     startup_taints: tuple[Taint, ...] = ()
     node_class: str = "default"
-    limits: Resources | None = None  # None: unlimited; a resource absent from limits is unlimited
+    limits: Resources | None = None  # None: unlimited; a resource absent from limits is unlimited; an explicit 0 is kept (Resources.keeping_zeros)
     weight: int = 0
     expire_after: timedelta | None = timedelta(days=30)  # None = Never
     termination_grace_period: timedelta | None = None
@@ -319,9 +319,15 @@ class NodePool:
 
 @dataclass(frozen=True, slots=True)
 class SelectorTerm:
+    """One subnet/security-group/AMI selector term; terms OR, fields within a term AND.
+
+    ``alias`` (``al2023@latest``) and ``owner`` are used by AMI terms only."""
+
     tags: tuple[tuple[str, str], ...] = ()
     id: str | None = None
     name: str | None = None
+    alias: str | None = None
+    owner: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -339,7 +345,7 @@ class NodeClass:
     subnet_selector_terms: tuple[SelectorTerm, ...] = ()
     security_group_selector_terms: tuple[SelectorTerm, ...] = ()
     ami_family: str = "AL2023"
-    ami_selector_terms: tuple[SelectorTerm, ...] = ()  # empty: EKS-optimised AL2023 from SSM
+    ami_selector_terms: tuple[SelectorTerm, ...] = ()  # empty: EKS-optimised AL2023 from SSM (the parser writes alias al2023@latest)
     role: str | None = None
     instance_profile: str | None = None
     kubelet: KubeletConfig = KubeletConfig()

@@ -56,6 +56,9 @@ class Requirement:
                 raise RequirementError(f"requirement {key}: operator In needs at least one value")
             return cls(key, False, frozenset(values), None, None, min_values)
         if operator == "NotIn":
+            if not values:
+                # Kubernetes rejects it; read as a complement it would silently mean Exists.
+                raise RequirementError(f"requirement {key}: operator NotIn needs at least one value")
             return cls(key, True, frozenset(values), None, None, min_values)
         if operator == "Exists":
             if values:

@@ -52,6 +52,18 @@ class Resources(Mapping[str, int]):
         return cls(parsed)
 
     @classmethod
+    def keeping_zeros(cls, items: Mapping[str, int]) -> Resources:
+        """A vector that keeps explicit zero entries.
+
+        For NodePool limits, where ``cpu: 0`` (launch nothing with CPU) differs from an
+        absent limit (unlimited). Such a vector is not equal to one without the zeros;
+        arithmetic on it returns ordinary (zero-dropping) vectors.
+        """
+        made = cls()
+        made._items = {str(name): int(value) for name, value in items.items()}
+        return made
+
+    @classmethod
     def of(cls, **milli: int) -> Resources:
         """Convenience constructor in milli-units; ``ephemeral_storage`` style names map dashes."""
         return cls({name.replace("_", "-"): value for name, value in milli.items()})

@@ -1,0 +1,110 @@
+"""Plan cost against Karpenter's first-fit-decreasing and the LP lower bound.
+
+Realistic workload mixes on the bundled us-east-1 catalog (on-demand offerings, EKS
+allocatable for the default kubelet settings), with the usual EKS DaemonSets:
+
+- ``web``: front ends, APIs, workers and caches (600 pods);
+- ``batch``: CPU-bound jobs (1000 pods);
+- ``memory``: memory-heavy services (400 pods);
+- ``gpu``: GPU inference plus CPU sidecar services on a GPU NodePool (200 pods);
+- ``mixed``: web and memory-heavy together (500 pods).
+
+``python -m bench.cost`` prints one JSON object per workload:
+``{"bench":"cost","workload":W,"pods":N,"cost":C,"ffd_cost":F,"lp_bound":L,"ratio":C/L}``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from joiner.domain import labels as wk
+from joiner.domain.catalog import load_bundled_catalog
+from joiner.domain.model import DaemonSet, NodePool, Pod, Toleration
+from joiner.domain.requirements import Requirement, Requirements
+from joiner.domain.resources import Resources
+from joiner.domain.scheduling import SchedulingProblem
+from joiner.domain.scheduling.lp_bound import lp_lower_bound
+from joiner.domain.scheduling.solver import solve_with_baseline
+
+__all__ = ["WORKLOADS", "workload_problem", "main"]
+
+MI = 2**20 * 1000
+GI = 2**30 * 1000
+
+#: name -> (pool kind, [(count, cpu milli, memory milli-bytes, gpus)])
+WORKLOADS: dict[str, tuple[str, list[tuple[int, int, int, int]]]] = {
+    "web": ("general", [(200, 250, 512 * MI, 0), (200, 500, 1 * GI, 0), (100, 1000, 2 * GI, 0), (50, 2000, 8 * GI, 0), (50, 100, 128 * MI, 0)]),
+    "batch": ("general", [(400, 2000, 2 * GI, 0), (200, 4000, 4 * GI, 0), (400, 1000, 1 * GI, 0)]),
+    "memory": ("general", [(200, 500, 8 * GI, 0), (100, 1000, 16 * GI, 0), (50, 2000, 32 * GI, 0), (50, 250, 4 * GI, 0)]),
+    "gpu": ("gpu", [(100, 4000, 16 * GI, 1), (40, 8000, 32 * GI, 1), (60, 500, 1 * GI, 0)]),
+    "mixed": ("general", [(150, 250, 512 * MI, 0), (100, 500, 1 * GI, 0), (100, 1000, 2 * GI, 0), (100, 500, 8 * GI, 0), (50, 1000, 16 * GI, 0)]),
+}
+
+GPU_TOLERATION = Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")
+
+
+def _daemonsets() -> tuple[DaemonSet, ...]:
+    specs = [("aws-node", 25, 64 * MI), ("kube-proxy", 100, 64 * MI), ("ebs-csi-node", 30, 96 * MI), ("node-exporter", 50, 64 * MI)]
+    result = []
+    for name, cpu, memory in specs:
+        template = Pod("kube-system", name, requests=Resources({"cpu": cpu, "memory": memory, "pods": 1000}), tolerations=(Toleration(operator="Exists"),), owner_kind="DaemonSet", owner_name=name)
+        result.append(DaemonSet("kube-system", name, template))
+    return tuple(result)
+
+
+def _pool(kind: str) -> NodePool:
+    base = [Requirement.create(wk.CAPACITY_TYPE, "In", ["on-demand"]), Requirement.create(wk.ARCH, "In", ["amd64"])]
+    if kind == "gpu":
+        base.append(Requirement.create(wk.INSTANCE_GPU_COUNT, "Exists"))
+        return NodePool("gpu", Requirements(base))
+    base.append(Requirement.create(wk.INSTANCE_CATEGORY, "In", ["c", "m", "r"]))
+    base.append(Requirement.create(wk.INSTANCE_GENERATION, "Gt", ["4"]))
+    return NodePool("default", Requirements(base))
+
+
+def workload_problem(name: str, catalog=None) -> SchedulingProblem:  # type: ignore[no-untyped-def]
+    kind, groups = WORKLOADS[name]
+    catalog = catalog or load_bundled_catalog()
+    pool = _pool(kind)
+    pods = []
+    for group, (count, cpu, memory, gpus) in enumerate(groups):
+        for i in range(count):
+            requests = {"cpu": cpu, "memory": memory, "pods": 1000}
+            if gpus:
+                requests["nvidia.com/gpu"] = gpus * 1000
+            tolerations = (GPU_TOLERATION,) if kind == "gpu" else ()
+            pods.append(Pod(name, f"{name}-{group}-{i:04d}", uid=f"{name}-{group}-{i}", labels={"app": f"{name}-{group}"}, requests=Resources(requests), tolerations=tolerations))
+    return SchedulingProblem(
+        pending=tuple(pods),
+        daemonsets=_daemonsets(),
+        node_pools=(pool,),
+        instance_types={pool.name: catalog.instance_types()},
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    names = (argv if argv is not None else sys.argv[1:]) or list(WORKLOADS)
+    catalog = load_bundled_catalog()
+    for name in names:
+        problem = workload_problem(name, catalog)
+        start = time.perf_counter()
+        plan, baseline = solve_with_baseline(problem)
+        seconds = time.perf_counter() - start
+        if baseline is None:
+            from joiner.domain.scheduling import ffd_plan
+
+            baseline = ffd_plan(problem)
+        bound = lp_lower_bound(problem)
+        cost = plan.cost_per_hour
+        print(json.dumps({
+            "bench": "cost", "workload": name, "pods": len(problem.pending), "cost": round(cost, 4), "ffd_cost": round(baseline.cost_per_hour, 4),
+            "lp_bound": round(bound, 4), "ratio": round(cost / bound, 4) if bound > 0 else None,
+            "nodes": len(plan.node_claims), "ffd_nodes": len(baseline.node_claims), "unschedulable": len(plan.unschedulable), "seconds": round(seconds, 3),
+        }), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,75 @@
+"""``joiner plan SNAPSHOT [--catalog FILE] [-o json|table]``: the nodes Joiner would launch.
+
+The contract other tools rely on: ``-o json`` prints exactly one JSON object
+(``nodeClaims``, ``existingNodes``, ``unschedulable``, ``costPerHour``); malformed input
+exits with status 2 and one line naming the object and field.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from joiner.cli.main import UsageError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = subparsers.add_parser("plan", help="print the node claims Joiner would launch for a cluster snapshot")
+    parser.add_argument("snapshot", help="YAML with Pods, Nodes, DaemonSets, PDBs, RuntimeClasses, NodePools and NodeClasses ('-' for stdin)")
+    parser.add_argument("--catalog", help="instance catalog file (YAML/JSON); default: the bundled us-east-1 catalog (on-demand prices)")
+    parser.add_argument("-o", "--output", choices=("json", "table"), default="table")
+    parser.set_defaults(handler=run)
+
+
+def _read(path: str, what: str) -> str:
+    try:
+        return sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise UsageError(f"cannot read {what} {path!r}: {getattr(error, 'strerror', None) or error}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    from joiner.domain.catalog import CatalogError, load_bundled_catalog, load_catalog_file
+    from joiner.domain.planning import plan_snapshot
+    from joiner.domain.snapshot import SnapshotError, load_snapshot_yaml
+
+    text = _read(args.snapshot, "snapshot")
+    try:
+        snapshot = load_snapshot_yaml(text)
+    except SnapshotError as error:
+        raise UsageError(str(error)) from None
+    try:
+        catalog = load_catalog_file(_read(args.catalog, "catalog")) if args.catalog else load_bundled_catalog()
+    except CatalogError as error:
+        raise UsageError(f"catalog {args.catalog}: {error}") from None
+    plan = plan_snapshot(snapshot, catalog)
+    if args.output == "json":
+        json.dump(plan.to_dict(), sys.stdout, separators=(",", ":"))
+        sys.stdout.write("\n")
+        return 0
+    sys.stdout.write(render_table(plan))
+    return 0
+
+
+def render_table(plan) -> str:  # type: ignore[no-untyped-def]
+    """Human-readable plan: one row per claim, then existing placements and unschedulable pods."""
+    lines = []
+    if plan.node_claims:
+        lines.append(f"{'NODEPOOL':<16} {'INSTANCE TYPE':<16} {'PRICE/H':>9} {'PODS':>5}  {'ZONES':<30} {'CAPACITY':<18} ALTERNATIVES")
+        for claim in plan.node_claims:
+            alternatives = ", ".join(claim.instance_types[1:4]) + (" ..." if len(claim.instance_types) > 4 else "")
+            lines.append(
+                f"{claim.node_pool:<16} {claim.instance_types[0]:<16} {claim.price:>9.4f} {len(claim.pods):>5}  "
+                f"{','.join(claim.zones):<30} {','.join(claim.capacity_types):<18} {alternatives}"
+            )
+    else:
+        lines.append("no new nodes needed")
+    for node in plan.existing_nodes:
+        if node.pods:
+            lines.append(f"existing node {node.name}: {len(node.pods)} pod(s)")
+    for item in plan.unschedulable:
+        lines.append(f"unschedulable {item.pod}: {item.reason}")
+    lines.append(f"new nodes: {len(plan.node_claims)}, cost per hour: ${plan.cost_per_hour:.4f}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,723 @@
+"""The instance catalog: raw EC2 instance type facts and offerings, turned into
+:class:`~joiner.domain.model.InstanceType` values as a NodeClass's kubelet settings make them.
+
+Two kinds of entries:
+
+* :class:`InstanceTypeInfo` — raw ``DescribeInstanceTypes`` facts (the bundled offline
+  catalog, later the live EC2 API). Capacity and overhead come from the EKS formulas that
+  Karpenter's AWS provider and the AL2023 ``nodeadm`` bootstrap use (see :func:`eks_capacity`
+  and :func:`eks_overhead`).
+* :class:`DeclaredInstanceType` — an entry of a catalog file giving capacity as the kubelet
+  reports it, and optionally the overhead (then used verbatim).
+
+Offerings (zone x capacity type x price) are held per type. Offline there are no spot
+prices, so the bundled catalog has on-demand offerings only until
+:meth:`Catalog.with_spot_prices` overlays real ones.
+
+See docs/catalog.md for the data sources, the file format and the formulas.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import os
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources as importlib_resources
+from pathlib import Path
+from typing import Any
+
+from joiner.domain import labels as wk
+from joiner.domain.model import InstanceType, KubeletConfig, Offering
+from joiner.domain.quantity import QuantityError, parse_quantity
+from joiner.domain.requirements import Requirement, Requirements
+from joiner.domain.resources import (
+    AMD_GPU, CPU, EFA, EPHEMERAL_STORAGE, MEMORY, NEURON, NVIDIA_GPU, PODS, Resources,
+)
+
+__all__ = [
+    "CatalogError", "InstanceTypeInfo", "DeclaredInstanceType", "Catalog",
+    "load_bundled_catalog", "load_catalog_file", "parse_catalog", "catalog_from_bundled_document",
+    "eni_limited_pods", "max_pods", "kube_reserved_cpu_milli", "kube_reserved_memory_mib",
+    "vm_memory_capacity_mib", "eviction_signal_bytes", "eks_capacity", "eks_overhead",
+    "NEURON_CORE", "VM_MEMORY_OVERHEAD_PERCENT", "DEFAULT_ROOT_VOLUME_BYTES", "DEFAULT_MAX_PODS",
+    "BUNDLED_REGIONS",
+]
+
+NEURON_CORE = "aws.amazon.com/neuroncore"
+
+#: Karpenter's default ``vmMemoryOverheadPercent``: memory the hypervisor and firmware keep.
+VM_MEMORY_OVERHEAD_PERCENT = 0.075
+#: Graviton instances reserve 64 MiB of CMA memory the OS cannot use (Karpenter subtracts it).
+GRAVITON_CMA_MIB = 64
+#: The AL2023 default root volume (``/dev/xvda``, 20Gi gp3) backs ephemeral storage.
+DEFAULT_ROOT_VOLUME_BYTES = 20 * 2**30
+#: The kubelet's own default when a catalog file entry gives no ``pods`` capacity.
+DEFAULT_MAX_PODS = 110
+#: Default hard eviction thresholds of the EKS AL2023 kubelet configuration.
+DEFAULT_EVICTION_MEMORY_BYTES = 100 * 2**20
+DEFAULT_EVICTION_NODEFS_PERCENT = 10.0
+#: kube-reserved ephemeral storage nodeadm always sets.
+KUBE_RESERVED_EPHEMERAL_BYTES = 2**30
+
+MEMORY_AVAILABLE = "memory.available"
+NODEFS_AVAILABLE = "nodefs.available"
+CAPACITY_TYPES = (wk.CAPACITY_TYPE_ON_DEMAND, wk.CAPACITY_TYPE_SPOT)
+BUNDLED_REGIONS = ("us-east-1",)
+_BUNDLED_FORMAT = 1
+_MIB = 2**20
+_INSTANCE_TYPE_SCHEME = re.compile(r"^([a-z]+)(-[0-9]+tb)?([0-9]+).*\.")
+#: Attribute labels a node gets only when its type has the attribute: absent ones are
+#: ``DoesNotExist`` requirements so a pod asking for, say, a GPU name never matches c5.large.
+_ATTRIBUTE_KEYS = (
+    wk.INSTANCE_FAMILY, wk.INSTANCE_CATEGORY, wk.INSTANCE_GENERATION, wk.INSTANCE_SIZE,
+    wk.INSTANCE_CPU, wk.INSTANCE_MEMORY, wk.INSTANCE_GPU_COUNT, wk.INSTANCE_GPU_NAME,
+    wk.INSTANCE_HYPERVISOR,
+)
+_MEMO_SIZE = 32
+
+
+class CatalogError(ValueError):
+    """A malformed catalog file, entry or kubelet setting; the message names the field."""
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceTypeInfo:
+    """Raw facts about one EC2 instance type in one region (from ``DescribeInstanceTypes``
+    and ``DescribeInstanceTypeOfferings``, plus the on-demand price when known).
+
+    ``max_enis`` counts the interfaces of the default network card only: the VPC CNI uses
+    no other card, so that is what bounds ENI-limited pod density.
+    """
+
+    name: str
+    vcpus: int
+    memory_mib: int
+    architectures: tuple[str, ...]  # Kubernetes names: amd64, arm64 (first is the node's)
+    max_enis: int
+    ipv4_per_eni: int
+    hypervisor: str = ""  # nitro | xen | "" (bare metal)
+    bare_metal: bool = False
+    cpu_manufacturer: str = ""
+    gpu_count: int = 0
+    gpu_name: str = ""
+    gpu_manufacturer: str = ""
+    gpu_memory_mib: int = 0  # per GPU
+    gpu_kinds: int = 0  # distinct GPU models (labels only describe single-model types)
+    neuron_count: int = 0  # Inferentia/Trainium devices (aws.amazon.com/neuron)
+    neuron_cores: int = 0  # aws.amazon.com/neuroncore
+    neuron_name: str = ""
+    efa_count: int = 0  # vpc.amazonaws.com/efa
+    usage_classes: tuple[str, ...] = CAPACITY_TYPES
+    zones: tuple[str, ...] = ()
+    on_demand_price: float | None = None
+
+    @property
+    def architecture(self) -> str:
+        return self.architectures[0] if self.architectures else ""
+
+
+@dataclass(frozen=True, slots=True)
+class DeclaredInstanceType:
+    """An instance type a catalog file declares by its kubelet-reported capacity.
+
+    With ``overhead`` None the EKS formulas derive it (and a NodeClass's ``maxPods`` and
+    ``podsPerCore`` cap ``pods``); otherwise ``capacity - overhead`` is the allocatable
+    whatever the kubelet settings.
+    """
+
+    name: str
+    capacity: Resources
+    overhead: Resources | None = None
+    labels: tuple[tuple[str, str], ...] = ()
+
+
+# ---------------------------------------------------------------------------------------
+# EKS formulas (Karpenter pkg/providers/instancetype/types.go, AL2023 nodeadm)
+# ---------------------------------------------------------------------------------------
+
+
+def eni_limited_pods(max_enis: int, ipv4_per_eni: int, reserved_enis: int = 0) -> int:
+    """VPC CNI pod density: ``ENIs x (IPv4 addresses per ENI - 1) + 2`` (eni-max-pods.txt)."""
+    usable = max(max_enis - reserved_enis, 0)
+    if usable == 0:
+        return 0
+    return usable * (ipv4_per_eni - 1) + 2
+
+
+def max_pods(vcpus: int, eni_pods: int, kubelet: KubeletConfig = KubeletConfig()) -> int:
+    """The kubelet ``maxPods``: the NodeClass's value, else ENI-limited; ``podsPerCore``
+    (when positive) caps it at ``podsPerCore x vCPUs``."""
+    count = kubelet.max_pods if kubelet.max_pods is not None else eni_pods
+    if kubelet.pods_per_core:
+        count = min(kubelet.pods_per_core * vcpus, count)
+    return count
+
+
+def kube_reserved_cpu_milli(cpu_milli: int) -> int:
+    """kube-reserved CPU: 6% of the first core, 1% of the second, 0.5% of cores 3-4 and
+    0.25% of the rest, each band truncated to whole millicores (as Karpenter computes it)."""
+    total = 0
+    for start, end, fraction in ((0, 1000, 0.06), (1000, 2000, 0.01), (2000, 4000, 0.005), (4000, 1 << 31, 0.0025)):
+        if cpu_milli >= start:
+            span = float(end - start) if cpu_milli >= end else float(cpu_milli - start)
+            total += int(span * fraction)
+    return total
+
+
+def kube_reserved_memory_mib(pods: int) -> int:
+    """kube-reserved memory: ``11 MiB x pods + 255 MiB``."""
+    return 11 * pods + 255
+
+
+def vm_memory_capacity_mib(memory_mib: int, architecture: str = "amd64", overhead_percent: float = VM_MEMORY_OVERHEAD_PERCENT) -> int:
+    """Memory the node reports: the advertised size less Graviton's 64 MiB CMA reserve and
+    the VM overhead (``ceil(MiB x percent)``, float arithmetic in Karpenter's order)."""
+    size = memory_mib - (GRAVITON_CMA_MIB if architecture == "arm64" else 0)
+    overhead = math.ceil(float(size * _MIB) * overhead_percent / 1024 / 1024)
+    return size - overhead
+
+
+def eviction_signal_bytes(capacity_bytes: int, value: str, *, where: str = "evictionHard") -> int:
+    """A hard eviction threshold in bytes: a quantity, or a percentage of capacity
+    (``100%`` disables the threshold, as the kubelet treats it)."""
+    text = str(value).strip()
+    if text.endswith("%"):
+        try:
+            percent = float(text[:-1])
+        except ValueError:
+            raise CatalogError(f"{where}: invalid percentage {value!r}") from None
+        if not 0 <= percent <= 100:
+            raise CatalogError(f"{where}: percentage {value!r} is outside 0%..100%")
+        if percent == 100:
+            percent = 0.0
+        return math.ceil(float(capacity_bytes) / 100 * percent)
+    try:
+        amount = parse_quantity(text)
+    except QuantityError as error:
+        raise CatalogError(f"{where}: {error}") from None
+    if amount < 0:
+        raise CatalogError(f"{where}: {value!r} must not be negative")
+    return math.ceil(amount)
+
+
+def _bytes(milli: int) -> int:
+    return milli // 1000
+
+
+def eks_capacity(info: InstanceTypeInfo, kubelet: KubeletConfig = KubeletConfig(), root_volume_bytes: int = DEFAULT_ROOT_VOLUME_BYTES) -> Resources:
+    """Node capacity for an EKS AL2023 node of this type (milli-units)."""
+    pods = max_pods(info.vcpus, eni_limited_pods(info.max_enis, info.ipv4_per_eni), kubelet)
+    capacity = {
+        CPU: info.vcpus * 1000,
+        MEMORY: vm_memory_capacity_mib(info.memory_mib, info.architecture) * _MIB * 1000,
+        EPHEMERAL_STORAGE: root_volume_bytes * 1000,
+        PODS: pods * 1000,
+    }
+    if info.gpu_count:
+        manufacturer = info.gpu_manufacturer.upper()
+        if manufacturer == "NVIDIA":
+            capacity[NVIDIA_GPU] = info.gpu_count * 1000
+        elif manufacturer == "AMD":
+            capacity[AMD_GPU] = info.gpu_count * 1000
+    if info.neuron_count:
+        capacity[NEURON] = info.neuron_count * 1000
+    if info.neuron_cores:
+        capacity[NEURON_CORE] = info.neuron_cores * 1000
+    if info.efa_count:
+        capacity[EFA] = info.efa_count * 1000
+    return Resources(capacity)
+
+
+def eks_overhead(cpu_milli: int, memory_bytes: int, storage_bytes: int, reserved_pods: int, kubelet: KubeletConfig = KubeletConfig()) -> Resources:
+    """kube-reserved + system-reserved + hard eviction thresholds (milli-units).
+
+    ``reserved_pods`` sizes the kube-reserved memory. On AL2023 nodeadm computes it from the
+    ENI-limited pod count before a NodeClass's ``maxPods`` is merged in, so callers pass the
+    ENI-limited count, not the effective ``maxPods`` (Karpenter's ``UsesENILimitedMemoryOverhead``).
+    A NodeClass's ``kubeReserved`` replaces the formula per resource; ``evictionHard``
+    ``memory.available``/``nodefs.available`` replace the 100Mi / 10% defaults.
+    """
+    overhead: dict[str, int] = {
+        CPU: kube_reserved_cpu_milli(cpu_milli),
+        MEMORY: kube_reserved_memory_mib(reserved_pods) * _MIB * 1000,
+        EPHEMERAL_STORAGE: KUBE_RESERVED_EPHEMERAL_BYTES * 1000,
+    }
+    if kubelet.kube_reserved is not None:
+        overhead.update(kubelet.kube_reserved.items())
+    for name, value in kubelet.system_reserved.items():
+        overhead[name] = overhead.get(name, 0) + value
+    eviction = kubelet.eviction_hard or {}
+    memory_threshold = (
+        eviction_signal_bytes(memory_bytes, eviction[MEMORY_AVAILABLE], where=f"kubelet.evictionHard.{MEMORY_AVAILABLE}")
+        if MEMORY_AVAILABLE in eviction else DEFAULT_EVICTION_MEMORY_BYTES
+    )
+    storage_threshold = (
+        eviction_signal_bytes(storage_bytes, eviction[NODEFS_AVAILABLE], where=f"kubelet.evictionHard.{NODEFS_AVAILABLE}")
+        if NODEFS_AVAILABLE in eviction else math.ceil(float(storage_bytes) / 100 * DEFAULT_EVICTION_NODEFS_PERCENT)
+    )
+    overhead[MEMORY] = overhead.get(MEMORY, 0) + memory_threshold * 1000
+    overhead[EPHEMERAL_STORAGE] = overhead.get(EPHEMERAL_STORAGE, 0) + storage_threshold * 1000
+    return Resources(overhead)
+
+
+# ---------------------------------------------------------------------------------------
+# Labels and requirements
+# ---------------------------------------------------------------------------------------
+
+
+def _name_labels(name: str) -> dict[str, str]:
+    """Family/size from ``<family>.<size>``; category/generation from Karpenter's scheme."""
+    out: dict[str, str] = {}
+    match = _INSTANCE_TYPE_SCHEME.match(name)
+    if match:
+        out[wk.INSTANCE_CATEGORY] = match.group(1)
+        out[wk.INSTANCE_GENERATION] = match.group(3)
+    parts = name.split(".")
+    if len(parts) == 2:
+        out[wk.INSTANCE_FAMILY] = parts[0]
+        out[wk.INSTANCE_SIZE] = parts[1]
+    return out
+
+
+def _info_labels(info: InstanceTypeInfo) -> dict[str, str]:
+    out = {
+        wk.INSTANCE_TYPE: info.name,
+        wk.ARCH: info.architecture,
+        wk.OS: "linux",
+        wk.INSTANCE_CPU: str(info.vcpus),
+        wk.INSTANCE_MEMORY: str(info.memory_mib),
+        wk.INSTANCE_HYPERVISOR: info.hypervisor,
+    }
+    out.update(_name_labels(info.name))
+    if info.gpu_count and info.gpu_kinds <= 1:
+        out[wk.INSTANCE_GPU_COUNT] = str(info.gpu_count)
+        out[wk.INSTANCE_GPU_NAME] = info.gpu_name.lower().replace(" ", "-")
+    return out
+
+
+def _declared_labels(declared: DeclaredInstanceType) -> dict[str, str]:
+    out = {wk.INSTANCE_TYPE: declared.name, wk.ARCH: "amd64", wk.OS: "linux"}
+    out.update(_name_labels(declared.name))
+    cpu = declared.capacity[CPU]
+    if cpu and cpu % 1000 == 0:
+        out[wk.INSTANCE_CPU] = str(cpu // 1000)
+    gpus = declared.capacity[NVIDIA_GPU] + declared.capacity[AMD_GPU]
+    if gpus and gpus % 1000 == 0:
+        out[wk.INSTANCE_GPU_COUNT] = str(gpus // 1000)
+    out.update((wk.normalize_label_key(key), value) for key, value in declared.labels)
+    return out
+
+
+@lru_cache(maxsize=8192)
+def _single(key: str, value: str) -> Requirement:
+    return Requirement(key, False, frozenset((value,)))
+
+
+def _requirements(labels: Mapping[str, str], offerings: tuple[Offering, ...], region: str | None) -> Requirements:
+    items = [_single(key, value) for key, value in labels.items()]
+    items.extend(Requirement(key, False, frozenset()) for key in _ATTRIBUTE_KEYS if key not in labels)
+    available = [o for o in offerings if o.available]
+    items.append(Requirement(wk.ZONE, False, frozenset(o.zone for o in available)))
+    items.append(Requirement(wk.CAPACITY_TYPE, False, frozenset(o.capacity_type for o in available)))
+    if region and wk.REGION not in labels:
+        items.append(_single(wk.REGION, region))
+    return Requirements(items)
+
+
+# ---------------------------------------------------------------------------------------
+# The catalog
+# ---------------------------------------------------------------------------------------
+
+
+def _kubelet_key(kubelet: KubeletConfig) -> tuple[Any, ...]:
+    """A hashable canonical form (``KubeletConfig`` holds a dict, so it is not hashable)."""
+    eviction = tuple(sorted((str(k), str(v)) for k, v in (kubelet.eviction_hard or {}).items()))
+    return (kubelet.max_pods, kubelet.pods_per_core, kubelet.system_reserved, kubelet.kube_reserved, eviction)
+
+
+def _check_price(price: object, where: str) -> float:
+    if isinstance(price, bool) or not isinstance(price, (int, float)) or not math.isfinite(price) or price < 0:
+        raise CatalogError(f"{where}: expected a non-negative number, got {price!r}")
+    return float(price)
+
+
+class Catalog:
+    """Instance types and their offerings for one region.
+
+    Immutable: :meth:`with_spot_prices` returns a new catalog. :meth:`instance_types` is
+    memoised per kubelet configuration (and root volume size), so equal NodeClass kubelet
+    settings share one tuple of :class:`InstanceType`.
+    """
+
+    def __init__(
+        self,
+        infos: Iterable[InstanceTypeInfo] = (),
+        offerings: Mapping[str, Iterable[Offering]] | None = None,
+        *,
+        declared: Iterable[DeclaredInstanceType] = (),
+        region: str | None = None,
+    ) -> None:
+        """``offerings`` maps a type name to its offerings; types it leaves out get one
+        on-demand offering per zone of their info at the on-demand price (none if unpriced)."""
+        entries: dict[str, InstanceTypeInfo | DeclaredInstanceType] = {}
+        for entry in (*infos, *declared):
+            if entry.name in entries:
+                raise CatalogError(f"instance type {entry.name!r} is defined twice")
+            entries[entry.name] = entry
+        given = dict(offerings or {})
+        unknown = sorted(set(given) - set(entries))
+        if unknown:
+            raise CatalogError(f"offerings given for unknown instance type(s): {', '.join(unknown)}")
+        self._entries = {name: entries[name] for name in sorted(entries)}
+        self._offerings: dict[str, tuple[Offering, ...]] = {}
+        for name, entry in self._entries.items():
+            if name in given:
+                self._offerings[name] = tuple(sorted(given[name]))
+            elif isinstance(entry, InstanceTypeInfo) and entry.on_demand_price is not None and wk.CAPACITY_TYPE_ON_DEMAND in entry.usage_classes:
+                self._offerings[name] = tuple(Offering(zone, wk.CAPACITY_TYPE_ON_DEMAND, entry.on_demand_price) for zone in sorted(entry.zones))
+            else:
+                self._offerings[name] = ()
+        self.region = region
+        self._requirements: dict[str, Requirements] | None = None
+        self._memo: OrderedDict[tuple[Any, ...], tuple[InstanceType, ...]] = OrderedDict()
+        self._by_name: dict[tuple[Any, ...], dict[str, InstanceType]] = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def __repr__(self) -> str:
+        return f"Catalog(region={self.region!r}, instance_types={len(self._entries)})"
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Instance type names, sorted."""
+        return tuple(self._entries)
+
+    @property
+    def infos(self) -> tuple[InstanceTypeInfo, ...]:
+        """Raw facts of the EC2-described entries, sorted by name."""
+        return tuple(e for e in self._entries.values() if isinstance(e, InstanceTypeInfo))
+
+    @property
+    def declared(self) -> tuple[DeclaredInstanceType, ...]:
+        return tuple(e for e in self._entries.values() if isinstance(e, DeclaredInstanceType))
+
+    def info(self, name: str) -> InstanceTypeInfo | None:
+        entry = self._entries.get(name)
+        return entry if isinstance(entry, InstanceTypeInfo) else None
+
+    def offerings(self, name: str) -> tuple[Offering, ...]:
+        """Offerings of one type sorted by (zone, capacity type); empty for unknown names."""
+        return self._offerings.get(name, ())
+
+    def _all_requirements(self) -> dict[str, Requirements]:
+        if self._requirements is None:
+            built = {}
+            for name, entry in self._entries.items():
+                labels = _info_labels(entry) if isinstance(entry, InstanceTypeInfo) else _declared_labels(entry)
+                built[name] = _requirements(labels, self._offerings[name], self.region)
+            self._requirements = built
+        return self._requirements
+
+    def instance_types(self, kubelet: KubeletConfig = KubeletConfig(), *, root_volume_bytes: int = DEFAULT_ROOT_VOLUME_BYTES) -> tuple[InstanceType, ...]:
+        """Every type as a node with these kubelet settings would be, sorted by name.
+
+        Types whose allocatable CPU, memory or pods is not positive (e.g. a large
+        ``systemReserved`` on a nano) can host nothing and are left out. Raises
+        :class:`CatalogError` for a malformed eviction threshold.
+        """
+        key = (_kubelet_key(kubelet), root_volume_bytes)
+        with self._lock:
+            cached = self._memo.get(key)
+            if cached is not None:
+                self._memo.move_to_end(key)
+                return cached
+            built = self._build(kubelet, root_volume_bytes)
+            self._memo[key] = built
+            self._by_name[key] = {it.name: it for it in built}
+            while len(self._memo) > _MEMO_SIZE:
+                evicted, _ = self._memo.popitem(last=False)
+                self._by_name.pop(evicted, None)
+            return built
+
+    def instance_type(self, name: str, kubelet: KubeletConfig = KubeletConfig(), *, root_volume_bytes: int = DEFAULT_ROOT_VOLUME_BYTES) -> InstanceType | None:
+        """One type from the memoised :meth:`instance_types` (None if unknown or unusable)."""
+        self.instance_types(kubelet, root_volume_bytes=root_volume_bytes)
+        with self._lock:
+            by_name = self._by_name.get((_kubelet_key(kubelet), root_volume_bytes))
+        if by_name is None:  # evicted by a concurrent caller in between: rebuild once
+            return {it.name: it for it in self._build(kubelet, root_volume_bytes)}.get(name)
+        return by_name.get(name)
+
+    def _build(self, kubelet: KubeletConfig, root_volume_bytes: int) -> tuple[InstanceType, ...]:
+        if root_volume_bytes <= 0:
+            raise CatalogError(f"root volume size must be positive, got {root_volume_bytes}")
+        requirements = self._all_requirements()
+        result = []
+        for name, entry in self._entries.items():
+            if isinstance(entry, InstanceTypeInfo):
+                capacity = eks_capacity(entry, kubelet, root_volume_bytes)
+                overhead = eks_overhead(
+                    capacity[CPU], _bytes(capacity[MEMORY]), root_volume_bytes,
+                    eni_limited_pods(entry.max_enis, entry.ipv4_per_eni), kubelet,
+                )
+            elif entry.overhead is not None:
+                capacity, overhead = entry.capacity, entry.overhead
+            else:
+                capacity, overhead = _declared_capacity_and_overhead(entry.capacity, kubelet, root_volume_bytes)
+            allocatable = capacity - overhead
+            if allocatable[CPU] <= 0 or allocatable[MEMORY] <= 0 or allocatable[PODS] <= 0:
+                continue
+            result.append(InstanceType(name, capacity, overhead, requirements[name], self._offerings[name]))
+        return tuple(result)
+
+    def with_spot_prices(self, prices: Mapping[tuple[str, str], float]) -> Catalog:
+        """A catalog with spot offerings for the given ``(instance type, zone)`` prices.
+
+        A given price replaces any spot offering already held for that pair; other
+        offerings are kept. Pairs for unknown types, for types EC2 does not offer as spot,
+        or for zones the type is not offered in are ignored (spot price history covers
+        more than a catalog).
+        """
+        offerings = {name: list(items) for name, items in self._offerings.items()}
+        for (name, zone), price in sorted(prices.items()):
+            entry = self._entries.get(name)
+            if entry is None:
+                continue
+            if isinstance(entry, InstanceTypeInfo) and (wk.CAPACITY_TYPE_SPOT not in entry.usage_classes or zone not in entry.zones):
+                continue
+            value = _check_price(price, f"spot price for {name} in {zone}")
+            kept = [o for o in offerings[name] if not (o.capacity_type == wk.CAPACITY_TYPE_SPOT and o.zone == zone)]
+            kept.append(Offering(zone, wk.CAPACITY_TYPE_SPOT, value))
+            offerings[name] = kept
+        return Catalog(self.infos, offerings, declared=self.declared, region=self.region)
+
+
+def _declared_capacity_and_overhead(capacity: Resources, kubelet: KubeletConfig, root_volume_bytes: int) -> tuple[Resources, Resources]:
+    """EKS formulas for a declared entry: its ``pods`` plays the ENI-limited count."""
+    values = dict(capacity.items())
+    values.setdefault(EPHEMERAL_STORAGE, root_volume_bytes * 1000)
+    base_pods = values.get(PODS, DEFAULT_MAX_PODS * 1000) // 1000
+    values[PODS] = max_pods(values[CPU] // 1000, base_pods, kubelet) * 1000
+    overhead = eks_overhead(values[CPU], _bytes(values[MEMORY]), _bytes(values[EPHEMERAL_STORAGE]), base_pods, kubelet)
+    return Resources(values), overhead
+
+
+# ---------------------------------------------------------------------------------------
+# Loading
+# ---------------------------------------------------------------------------------------
+
+_INFO_FIELDS = {
+    "name": "name", "vcpus": "vcpus", "memoryMiB": "memory_mib", "architectures": "architectures",
+    "maxENIs": "max_enis", "ipv4PerENI": "ipv4_per_eni", "hypervisor": "hypervisor",
+    "bareMetal": "bare_metal", "cpuManufacturer": "cpu_manufacturer", "gpuCount": "gpu_count",
+    "gpuName": "gpu_name", "gpuManufacturer": "gpu_manufacturer", "gpuMemoryMiB": "gpu_memory_mib",
+    "gpuKinds": "gpu_kinds", "neuronCount": "neuron_count", "neuronCores": "neuron_cores",
+    "neuronName": "neuron_name", "efaCount": "efa_count", "usageClasses": "usage_classes",
+    "zones": "zones", "onDemandPrice": "on_demand_price",
+}
+_TUPLE_FIELDS = frozenset({"architectures", "usage_classes", "zones"})
+
+
+def _info_from_bundled(raw: Mapping[str, Any]) -> InstanceTypeInfo:
+    kwargs = {}
+    for key, value in raw.items():
+        attribute = _INFO_FIELDS.get(key)
+        if attribute is None:
+            raise CatalogError(f"bundled catalog entry {raw.get('name')!r}: unknown field {key!r}")
+        kwargs[attribute] = tuple(value) if attribute in _TUPLE_FIELDS else value
+    return InstanceTypeInfo(**kwargs)
+
+
+_BUNDLED: dict[str, Catalog] = {}
+_BUNDLED_LOCK = threading.Lock()
+
+
+def load_bundled_catalog(region: str = "us-east-1") -> Catalog:
+    """The offline catalog shipped in ``joiner/data`` (on-demand offerings only).
+
+    Cached per region for the life of the process, so a warm Lambda reuses both the
+    catalog and its memoised instance types.
+    """
+    with _BUNDLED_LOCK:
+        catalog = _BUNDLED.get(region)
+        if catalog is None:
+            catalog = _BUNDLED[region] = _read_bundled(region)
+        return catalog
+
+
+def _read_bundled(region: str) -> Catalog:
+    resource = importlib_resources.files("joiner").joinpath("data", f"catalog-{region}.json.gz")
+    try:
+        payload = resource.read_bytes()
+    except (FileNotFoundError, OSError):
+        raise CatalogError(f"no bundled catalog for region {region!r} (bundled: {', '.join(BUNDLED_REGIONS)})") from None
+    return catalog_from_bundled_document(json.loads(gzip.decompress(payload)))
+
+
+def catalog_from_bundled_document(document: Mapping[str, Any]) -> Catalog:
+    """A catalog from the bundled format ``scripts/build_catalog.py`` writes (raw facts)."""
+    if document.get("format") != _BUNDLED_FORMAT:
+        raise CatalogError(f"bundled catalog: unsupported format {document.get('format')!r} (expected {_BUNDLED_FORMAT})")
+    infos = [_info_from_bundled(raw) for raw in document["instanceTypes"]]
+    return Catalog(infos, region=document.get("region"))
+
+
+def load_catalog_file(path_or_text: str | os.PathLike[str]) -> Catalog:
+    """A catalog from a YAML or JSON catalog file, given as a path or as its text.
+
+    A ``str`` is read as a path when it names an existing file and has no newline;
+    otherwise it is the document itself. See docs/catalog.md for the format.
+    """
+    if isinstance(path_or_text, os.PathLike):
+        text = _read(Path(path_or_text))
+    elif isinstance(path_or_text, str):
+        candidate = path_or_text.strip()
+        if candidate and "\n" not in candidate and not candidate.startswith(("{", "[")) and Path(candidate).is_file():
+            text = _read(Path(candidate))
+        else:
+            text = path_or_text
+    else:
+        raise CatalogError(f"expected a path or the catalog text, got {type(path_or_text).__name__}")
+    return parse_catalog(_parse_text(text))
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise CatalogError(f"cannot read catalog file {str(path)!r}: {getattr(error, 'strerror', None) or error}") from None
+
+
+def _parse_text(text: str) -> Any:
+    stripped = text.lstrip()
+    if stripped.startswith("{"):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as error:
+            raise CatalogError(f"not valid JSON: {error}") from None
+    import yaml  # only catalog files need YAML: keep it off the Lambda cold-start path
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise CatalogError(f"not valid YAML: {' '.join(str(error).split())}") from None
+
+
+_TOP_LEVEL_KEYS = frozenset({"instanceTypes", "region"})
+_ENTRY_KEYS = frozenset({"name", "capacity", "overhead", "labels", "offerings"})
+_OFFERING_KEYS = frozenset({"zone", "capacityType", "price", "available"})
+
+
+def _unknown(mapping: Mapping[str, Any], allowed: frozenset[str], where: str) -> None:
+    extra = sorted(str(k) for k in mapping if k not in allowed)
+    if extra:
+        raise CatalogError(f"{where}: unknown field {extra[0]!r} (expected {', '.join(sorted(allowed))})")
+
+
+def _resources(value: Any, where: str) -> Resources:
+    if not isinstance(value, Mapping):
+        raise CatalogError(f"{where}: expected a mapping of resource name to quantity")
+    try:
+        parsed = Resources.parse(value, where=where)
+    except QuantityError as error:
+        raise CatalogError(str(error)) from None
+    negative = sorted(name for name, amount in parsed.items() if amount < 0)
+    if negative:
+        raise CatalogError(f"{where}.{negative[0]}: must not be negative")
+    return parsed
+
+
+def parse_catalog(document: Any) -> Catalog:
+    """A catalog from an already-parsed catalog file document."""
+    if not isinstance(document, Mapping):
+        raise CatalogError("expected a mapping with an 'instanceTypes' list")
+    _unknown(document, _TOP_LEVEL_KEYS, "catalog")
+    region = document.get("region")
+    if region is not None and (not isinstance(region, str) or not region):
+        raise CatalogError(f"region: expected a non-empty string, got {region!r}")
+    entries = document.get("instanceTypes")
+    if not isinstance(entries, list) or not entries:
+        raise CatalogError("instanceTypes: expected a non-empty list")
+    declared: list[DeclaredInstanceType] = []
+    offerings: dict[str, list[Offering]] = {}
+    for index, raw in enumerate(entries):
+        where = f"instanceTypes[{index}]"
+        if not isinstance(raw, Mapping):
+            raise CatalogError(f"{where}: expected a mapping")
+        name = raw.get("name")
+        if not isinstance(name, str) or not name.strip():
+            raise CatalogError(f"{where}.name: expected a non-empty string, got {name!r}")
+        where = f"{where} ({name})"
+        _unknown(raw, _ENTRY_KEYS, where)
+        if name in offerings:
+            raise CatalogError(f"{where}.name: instance type {name!r} is defined twice")
+        if "capacity" not in raw:
+            raise CatalogError(f"{where}.capacity: required")
+        capacity = _resources(raw["capacity"], f"{where}.capacity")
+        for required in (CPU, MEMORY):
+            if capacity[required] <= 0:
+                raise CatalogError(f"{where}.capacity.{required}: required and must be positive")
+        if PODS not in capacity:
+            capacity = capacity + {PODS: DEFAULT_MAX_PODS * 1000}
+        overhead = None
+        if raw.get("overhead") is not None:
+            overhead = _resources(raw["overhead"], f"{where}.overhead")
+            bad = sorted(n for n, v in (capacity - overhead).items() if v < 0)
+            if bad:
+                raise CatalogError(f"{where}.overhead.{bad[0]}: exceeds capacity.{bad[0]}")
+        labels = raw.get("labels") or {}
+        if not isinstance(labels, Mapping):
+            raise CatalogError(f"{where}.labels: expected a mapping of label key to value")
+        label_pairs = []
+        for key, value in labels.items():
+            if not isinstance(key, str) or not key:
+                raise CatalogError(f"{where}.labels: keys must be non-empty strings, got {key!r}")
+            if isinstance(value, bool):
+                value = "true" if value else "false"
+            if not isinstance(value, (str, int)):
+                raise CatalogError(f"{where}.labels.{key}: expected a string, got {value!r}")
+            label_pairs.append((key, str(value)))
+        offerings[name] = _parse_offerings(raw.get("offerings"), f"{where}.offerings")
+        declared.append(DeclaredInstanceType(name, capacity, overhead, tuple(sorted(label_pairs))))
+    return Catalog(declared=declared, offerings=offerings, region=region)
+
+
+def _parse_offerings(raw: Any, where: str) -> list[Offering]:
+    if not isinstance(raw, list) or not raw:
+        raise CatalogError(f"{where}: expected a non-empty list of {{zone, capacityType, price}}")
+    result: list[Offering] = []
+    seen: set[tuple[str, str]] = set()
+    for index, item in enumerate(raw):
+        at = f"{where}[{index}]"
+        if not isinstance(item, Mapping):
+            raise CatalogError(f"{at}: expected a mapping")
+        _unknown(item, _OFFERING_KEYS, at)
+        zone = item.get("zone")
+        if not isinstance(zone, str) or not zone:
+            raise CatalogError(f"{at}.zone: expected a non-empty string, got {zone!r}")
+        capacity_type = item.get("capacityType")
+        if capacity_type not in CAPACITY_TYPES:
+            raise CatalogError(f"{at}.capacityType: expected one of {', '.join(CAPACITY_TYPES)}, got {capacity_type!r}")
+        if "price" not in item:
+            raise CatalogError(f"{at}.price: required")
+        price = _check_price(item["price"], f"{at}.price")
+        available = item.get("available", True)
+        if not isinstance(available, bool):
+            raise CatalogError(f"{at}.available: expected true or false, got {available!r}")
+        if (zone, capacity_type) in seen:
+            raise CatalogError(f"{at}: duplicate offering for {zone} {capacity_type}")
+        seen.add((zone, capacity_type))
+        result.append(Offering(zone, capacity_type, price, available))
+    return result

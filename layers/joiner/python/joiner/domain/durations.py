@@ -1,0 +1,118 @@
+"""Go-style durations (``30s``, ``5m``, ``720h``, ``1h30m``, ``1.5h``, ``300ms``) and ``Never``.
+
+NodePool fields such as ``expireAfter`` and ``consolidateAfter`` use Go's
+``time.ParseDuration`` syntax, as Karpenter's do. We accept the same units (``ns``,
+``us``/``µs``, ``ms``, ``s``, ``m``, ``h``), decimal fractions and concatenated parts,
+but no sign: configuration durations are never negative. ``Never`` means "no
+duration" and parses to ``None``. Values are exact down to the microsecond (the
+resolution of :class:`datetime.timedelta`); finer parts round to the nearest
+microsecond.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from fractions import Fraction
+
+__all__ = ["DurationError", "parse_duration", "format_duration", "NEVER"]
+
+NEVER = "Never"
+
+_UNIT_MICROSECONDS: dict[str, Fraction] = {
+    "ns": Fraction(1, 1000),
+    "us": Fraction(1),
+    "µs": Fraction(1),  # U+00B5 micro sign
+    "μs": Fraction(1),  # U+03BC Greek mu
+    "ms": Fraction(1000),
+    "s": Fraction(10**6),
+    "m": Fraction(60 * 10**6),
+    "h": Fraction(3600 * 10**6),
+}
+_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+_MAX = timedelta.max
+
+
+class DurationError(ValueError):
+    """A duration string that is not a non-negative Go duration or ``Never``."""
+
+
+def parse_duration(value: object) -> timedelta | None:
+    """Parse a Go-style duration; ``"Never"`` gives ``None``.
+
+    ``0`` (integer or string) is accepted, as Go accepts ``"0"``; any other number
+    needs a unit. Raises :class:`DurationError` naming the value and what was expected.
+    """
+    if isinstance(value, bool):
+        raise DurationError(f"invalid duration {value!r}: expected a string such as 30s, 5m, 720h or Never")
+    if isinstance(value, int):
+        if value == 0:
+            return timedelta(0)
+        raise DurationError(f"invalid duration {value!r}: missing unit (write {value}s, {value}m or {value}h)")
+    if not isinstance(value, str):
+        raise DurationError(f"invalid duration {value!r}: expected a string such as 30s, 5m, 720h or Never")
+    text = value.strip()
+    if text == NEVER:
+        return None
+    if text == "0":
+        return timedelta(0)
+    if not text:
+        raise DurationError("invalid duration '': expected a string such as 30s, 5m, 720h or Never")
+    if text[0] in "+-":
+        raise DurationError(f"invalid duration {value!r}: durations must not be signed")
+    total = Fraction(0)
+    position = 0
+    while position < len(text):
+        match = _PART.match(text, position)
+        if match is None:
+            raise DurationError(_explain(value, text[position:]))
+        total += Fraction(match.group(1)) * _UNIT_MICROSECONDS[match.group(2)]
+        position = match.end()
+    microseconds = round(total)
+    if microseconds > _MAX // timedelta(microseconds=1):
+        raise DurationError(f"invalid duration {value!r}: too large")
+    return timedelta(microseconds=microseconds)
+
+
+def _explain(value: str, rest: str) -> str:
+    hint = "expected <number><unit> parts with units ns, us, ms, s, m, h (e.g. 1h30m) or Never"
+    if re.fullmatch(r"\d+(?:\.\d+)?", rest):
+        hint = "missing unit after the last number (units: ns, us, ms, s, m, h)"
+    elif re.match(r"\d+(?:\.\d+)?d", rest):
+        hint = "Go durations have no day unit; write hours (30 days = 720h)"
+    elif rest.lower() == "never":
+        hint = "write Never with a capital N"
+    return f"invalid duration {value!r}: {hint}"
+
+
+def format_duration(duration: timedelta | None) -> str:
+    """Render as a compact Go-style duration that :func:`parse_duration` reads back.
+
+    ``None`` is ``Never``; zero is ``0s``; otherwise hours, minutes and seconds with zero
+    parts dropped (``1h30m``, ``720h``, ``1m0.5s``, ``300ms``, ``250us``).
+    """
+    if duration is None:
+        return NEVER
+    if duration < timedelta(0):
+        return "-" + format_duration(-duration)
+    total = duration // timedelta(microseconds=1)
+    if total == 0:
+        return "0s"
+    hours, rest = divmod(total, 3600 * 10**6)
+    minutes, rest = divmod(rest, 60 * 10**6)
+    seconds, micro = divmod(rest, 10**6)
+    out = ""
+    if hours:
+        out += f"{hours}h"
+    if minutes:
+        out += f"{minutes}m"
+    if micro == 0:
+        if seconds:
+            out += f"{seconds}s"
+    elif seconds or out:
+        out += f"{seconds}.{micro:06d}".rstrip("0") + "s"
+    elif micro % 1000 == 0:
+        out += f"{micro // 1000}ms"
+    else:
+        out += f"{micro}us"
+    return out

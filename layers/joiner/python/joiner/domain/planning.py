@@ -1,0 +1,67 @@
+"""Glue between a cluster snapshot, the instance catalog and the scheduling core.
+
+Used by ``joiner plan``, the scanner's provisioning round, interruption replacement and
+disruption simulation, so they all plan the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from joiner.domain.catalog import Catalog
+from joiner.domain.model import InFlightClaim, InstanceType, KubeletConfig, NodeClass, NodePool, OfferingKey, Plan, Pod
+from joiner.domain.scheduling import SchedulingProblem, solve
+from joiner.domain.snapshot import Snapshot
+
+__all__ = ["instance_types_by_pool", "build_problem", "plan_snapshot"]
+
+
+def instance_types_by_pool(node_pools: Iterable[NodePool], node_classes: Iterable[NodeClass], catalog: Catalog) -> dict[str, tuple[InstanceType, ...]]:
+    """Instance types per NodePool, built with its NodeClass's kubelet settings.
+
+    A NodePool whose NodeClass is missing gets no instance types: it cannot launch, and
+    the plan says so for every pod that only it could host.
+    """
+    classes = {node_class.name: node_class for node_class in node_classes}
+    result: dict[str, tuple[InstanceType, ...]] = {}
+    for pool in sorted(node_pools, key=lambda p: p.name):
+        node_class = classes.get(pool.node_class)
+        result[pool.name] = catalog.instance_types(node_class.kubelet) if node_class is not None else ()
+    return result
+
+
+def build_problem(
+    snapshot: Snapshot,
+    catalog: Catalog,
+    *,
+    pending: Iterable[Pod] | None = None,
+    in_flight: Iterable[InFlightClaim] = (),
+    unavailable: frozenset[OfferingKey] = frozenset(),
+    exclude_nodes: frozenset[str] = frozenset(),
+) -> SchedulingProblem:
+    """A scheduling problem for the snapshot's pending pods (or ``pending``).
+
+    ``exclude_nodes`` removes nodes (and the pods bound to them) from the existing
+    capacity: used to re-plan an interrupted node's pods or to simulate consolidation.
+    """
+    nodes = tuple(sorted((n for n in snapshot.nodes if n.name not in exclude_nodes and not n.deleting), key=lambda n: n.name))
+    bound = tuple(sorted((p for p in snapshot.bound_pods if p.node_name not in exclude_nodes), key=lambda p: p.key))
+    pods = tuple(sorted(snapshot.pending_pods if pending is None else pending, key=lambda p: p.key))
+    return SchedulingProblem(
+        pending=pods,
+        nodes=nodes,
+        bound_pods=bound,
+        daemonsets=tuple(sorted(snapshot.daemonsets, key=lambda d: (d.namespace, d.name))),
+        node_pools=tuple(sorted(snapshot.node_pools, key=lambda p: p.name)),
+        instance_types=instance_types_by_pool(snapshot.node_pools, snapshot.node_classes, catalog),
+        in_flight=tuple(sorted(in_flight, key=lambda c: c.name)),
+        unavailable=unavailable,
+    )
+
+
+def plan_snapshot(snapshot: Snapshot, catalog: Catalog) -> Plan:
+    """Plan launches for every pending pod of a snapshot."""
+    return solve(build_problem(snapshot, catalog))
+
+
+DEFAULT_KUBELET = KubeletConfig()

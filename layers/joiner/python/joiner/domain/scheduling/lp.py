@@ -1,0 +1,349 @@
+"""A small exact-enough simplex for the covering LP the cost packer needs.
+
+``min sum_j c_j x_j  s.t.  sum_j a_rj x_j >= d_r,  x >= 0`` with non-negative data has
+few rows (one per requested resource: cpu, memory, pods, maybe GPUs) and many columns
+(instance types), so a revised simplex with an explicit ``rows x rows`` basis inverse is
+cheap in pure Python: each iteration prices every column once. The duals (the price the
+optimum implicitly pays per unit of each resource) guide bin selection in
+:mod:`joiner.domain.scheduling.packer`. No third-party dependency: this runs in Lambda.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from operator import mul
+
+__all__ = ["CoveringSolution", "solve_covering_lp", "maximize_packing", "IncrementalCoveringLP"]
+
+_EPS = 1e-9
+_BLAND_AFTER = 60
+
+
+@dataclass(frozen=True)
+class CoveringSolution:
+    objective: float
+    x: dict[int, float]  # column index -> value (non-zero only)
+    duals: tuple[float, ...]  # per row, in the caller's units (0 for rows with no demand)
+
+
+def solve_covering_lp(costs: Sequence[float], columns: Sequence[Sequence[float]], demand: Sequence[float], max_iterations: int = 2000) -> CoveringSolution | None:
+    """Solve the covering LP; None when infeasible (a demanded row no column covers).
+
+    ``columns[j][r]`` is column ``j``'s amount of row ``r``. Rows are scaled by their
+    demand so the arithmetic stays well conditioned whatever the units.
+    """
+    rows = [r for r, value in enumerate(demand) if value > 0]
+    m = len(rows)
+    if m == 0:
+        return CoveringSolution(0.0, {}, tuple(0.0 for _ in demand))
+    n = len(costs)
+    scaled = [tuple(columns[j][r] / demand[r] for r in rows) for j in range(n)]
+    for k in range(m):
+        if not any(col[k] > 0 for col in scaled):
+            return None
+    # Variables: 0..n-1 structural, n..n+m-1 surplus (-e_k), n+m..n+2m-1 artificial (+e_k).
+    basis = [n + m + k for k in range(m)]
+    binv = [[1.0 if i == k else 0.0 for k in range(m)] for i in range(m)]
+    xb = [1.0] * m
+
+    def column(j: int) -> list[float]:
+        if j < n:
+            return list(scaled[j])
+        if j < n + m:
+            return [-1.0 if k == j - n else 0.0 for k in range(m)]
+        return [1.0 if k == j - n - m else 0.0 for k in range(m)]
+
+    def run(phase: int) -> bool:
+        def cost(j: int) -> float:
+            if j < n:
+                return costs[j] if phase == 2 else 0.0
+            if j < n + m:
+                return 0.0
+            return 1.0 if phase == 1 else 0.0
+
+        for iteration in range(max_iterations):
+            cb = [cost(j) for j in basis]
+            y = [sum(cb[i] * binv[i][k] for i in range(m)) for k in range(m)]
+            in_basis = set(basis)
+            bland = iteration >= _BLAND_AFTER
+            entering = -1
+            best = -_EPS
+            if phase == 2:
+                for j in range(n):
+                    reduced = costs[j] - sum(map(mul, y, scaled[j]))
+                    if reduced < best and j not in in_basis:
+                        entering, best = j, reduced
+                        if bland:
+                            break
+            else:
+                for j in range(n):
+                    reduced = -sum(map(mul, y, scaled[j]))
+                    if reduced < best and j not in in_basis:
+                        entering, best = j, reduced
+                        if bland:
+                            break
+            if entering < 0 or not bland:
+                for k in range(m):
+                    j = n + k
+                    if y[k] < best and j not in in_basis:
+                        entering, best = j, y[k]
+                        if bland:
+                            break
+                if phase == 1 and (entering < 0 or not bland):
+                    for k in range(m):
+                        j = n + m + k
+                        reduced = 1.0 - y[k]
+                        if reduced < best and j not in in_basis:
+                            entering, best = j, reduced
+            if entering < 0:
+                return True
+            col = column(entering)
+            u = [sum(binv[i][k] * col[k] for k in range(m)) for i in range(m)]
+            leave = -1
+            ratio = 0.0
+            for i in range(m):
+                if u[i] > _EPS:
+                    r = xb[i] / u[i]
+                    if leave < 0 or r < ratio - _EPS or (abs(r - ratio) <= _EPS and basis[i] < basis[leave]):
+                        leave, ratio = i, r
+            if leave < 0:
+                return False  # unbounded: impossible with non-negative costs
+            _pivot(binv, xb, u, leave)
+            basis[leave] = entering
+        return True
+
+    if not run(1):
+        return None
+    if sum(xb[i] for i in range(m) if basis[i] >= n + m) > 1e-7:
+        return None
+    for i in range(m):
+        if basis[i] >= n + m:
+            for j in range(n + m):
+                if j in basis:
+                    continue
+                col = column(j)
+                u = [sum(binv[r][k] * col[k] for k in range(m)) for r in range(m)]
+                if abs(u[i]) > 1e-7:
+                    _pivot(binv, xb, u, i)
+                    basis[i] = j
+                    break
+    if not run(2):
+        return None
+    cb = [costs[j] if j < n else 0.0 for j in basis]
+    y = [sum(cb[i] * binv[i][k] for i in range(m)) for k in range(m)]
+    duals = [0.0] * len(demand)
+    for k, r in enumerate(rows):
+        duals[r] = max(0.0, y[k]) / demand[r]
+    x = {basis[i]: xb[i] for i in range(m) if basis[i] < n and xb[i] > _EPS}
+    objective = sum(costs[j] * value for j, value in x.items())
+    return CoveringSolution(objective, x, tuple(duals))
+
+
+def _pivot(binv: list[list[float]], xb: list[float], u: list[float], row: int) -> None:
+    m = len(xb)
+    pivot = u[row]
+    prow = [value / pivot for value in binv[row]]
+    px = xb[row] / pivot
+    binv[row] = prow
+    xb[row] = px
+    for i in range(m):
+        if i != row and u[i] != 0.0:
+            factor = u[i]
+            bi = binv[i]
+            binv[i] = [bi[k] - factor * prow[k] for k in range(m)]
+            xb[i] -= factor * px
+            if xb[i] < 0 and xb[i] > -1e-12:
+                xb[i] = 0.0
+
+
+def maximize_packing(values: Sequence[float], sizes: Sequence[Sequence[float]], capacity: Sequence[float], upper: Sequence[float], max_iterations: int = 500) -> list[float]:
+    """Fractional multi-dimensional knapsack: ``max sum v_i n_i  s.t.  sum_i s_id n_i <= c_d,
+    0 <= n_i <= u_i`` with non-negative data, by a dense tableau simplex (the slack basis
+    is feasible, so no phase 1). Returns the optimal ``n``."""
+    g = len(values)
+    dims = [d for d in range(len(capacity)) if any(sizes[i][d] > 0 for i in range(g))]
+    rows: list[list[float]] = []
+    rhs: list[float] = []
+    for d in dims:
+        scale = capacity[d] if capacity[d] > 0 else 1.0
+        rows.append([sizes[i][d] / scale for i in range(g)])
+        rhs.append(capacity[d] / scale)
+    for i in range(g):
+        row = [0.0] * g
+        row[i] = 1.0
+        rows.append(row)
+        rhs.append(float(upper[i]))
+    m = len(rows)
+    # Tableau columns: g structural, m slack.
+    tableau = [row + [1.0 if k == r else 0.0 for k in range(m)] for r, row in enumerate(rows)]
+    basis = [g + r for r in range(m)]
+    objective = [-float(v) for v in values] + [0.0] * m
+    width = g + m
+    for iteration in range(max_iterations):
+        entering = -1
+        best = -1e-12
+        for j in range(width):
+            if objective[j] < best:
+                entering, best = j, objective[j]
+                if iteration >= _BLAND_AFTER:
+                    break
+        if entering < 0:
+            break
+        leave = -1
+        ratio = 0.0
+        for r in range(m):
+            a = tableau[r][entering]
+            if a > 1e-12:
+                q = rhs[r] / a
+                if leave < 0 or q < ratio - 1e-12 or (abs(q - ratio) <= 1e-12 and basis[r] < basis[leave]):
+                    leave, ratio = r, q
+        if leave < 0:
+            break
+        pivot_row = tableau[leave]
+        p = pivot_row[entering]
+        pivot_row = [a / p for a in pivot_row]
+        tableau[leave] = pivot_row
+        rhs[leave] /= p
+        for r in range(m):
+            if r != leave:
+                a = tableau[r][entering]
+                if a != 0.0:
+                    row = tableau[r]
+                    tableau[r] = [x - a * y for x, y in zip(row, pivot_row)]
+                    rhs[r] -= a * rhs[leave]
+                    if rhs[r] < 0 and rhs[r] > -1e-12:
+                        rhs[r] = 0.0
+        a = objective[entering]
+        objective = [x - a * y for x, y in zip(objective, pivot_row)]
+        basis[leave] = entering
+    solution = [0.0] * g
+    for r, j in enumerate(basis):
+        if j < g:
+            solution[j] = max(0.0, min(float(upper[j]), rhs[r]))
+    return solution
+
+
+class IncrementalCoveringLP:
+    """``min c.x  s.t.  A x >= d, x >= 0`` (non-negative data) where columns arrive over
+    time, as in column generation: the basis is kept between :meth:`solve` calls, so
+    re-optimising after adding a few columns takes a few pivots. Columns are sparse
+    ``{row: value}`` mappings."""
+
+    def __init__(self, demand: Sequence[float]) -> None:
+        self.demand = [float(d) for d in demand]
+        self.m = len(self.demand)
+        self.costs: list[float] = []
+        self.columns: list[list[tuple[int, float]]] = []
+        # Basis entries: ("a", row) artificial, ("s", row) surplus, ("x", j) structural.
+        self.basis: list[tuple[str, int]] = [("a", r) for r in range(self.m)]
+        self.binv = [[1.0 if i == k else 0.0 for k in range(self.m)] for i in range(self.m)]
+        self.xb = list(self.demand)
+        self.phase = 1 if any(d > 0 for d in self.demand) else 2
+        if self.phase == 2:
+            self.basis = [("s", r) for r in range(self.m)]
+            self.binv = [[-1.0 if i == k else 0.0 for k in range(self.m)] for i in range(self.m)]
+            self.xb = [0.0] * self.m
+        self.feasible = True
+
+    def add_column(self, cost: float, column: dict[int, float]) -> int:
+        self.costs.append(float(cost))
+        self.columns.append(sorted((r, float(v)) for r, v in column.items() if v))
+        return len(self.costs) - 1
+
+    def _dense(self, entry: tuple[str, int]) -> list[float]:
+        kind, index = entry
+        col = [0.0] * self.m
+        if kind == "x":
+            for r, v in self.columns[index]:
+                col[r] = v
+        elif kind == "s":
+            col[index] = -1.0
+        else:
+            col[index] = 1.0
+        return col
+
+    def _cost(self, entry: tuple[str, int]) -> float:
+        kind, index = entry
+        if self.phase == 1:
+            return 1.0 if kind == "a" else 0.0
+        return self.costs[index] if kind == "x" else 0.0
+
+    def _duals(self) -> list[float]:
+        y = [0.0] * self.m
+        for i, entry in enumerate(self.basis):
+            c = self._cost(entry)
+            if c:
+                row = self.binv[i]
+                y = [a + c * b for a, b in zip(y, row)]
+        return y
+
+    def _iterate(self, max_iterations: int) -> bool:
+        m = self.m
+        for iteration in range(max_iterations):
+            y = self._duals()
+            in_basis = set(self.basis)
+            entering: tuple[str, int] | None = None
+            best = -_EPS
+            phase1 = self.phase == 1
+            bland = iteration >= _BLAND_AFTER
+            for j, col in enumerate(self.columns):
+                reduced = (0.0 if phase1 else self.costs[j])
+                for r, v in col:
+                    reduced -= y[r] * v
+                if reduced < best and ("x", j) not in in_basis:
+                    entering, best = ("x", j), reduced
+                    if bland:
+                        break
+            if entering is None or not bland:
+                for r in range(m):
+                    if y[r] < best and ("s", r) not in in_basis:
+                        entering, best = ("s", r), y[r]
+                        if bland:
+                            break
+            if entering is None:
+                return True
+            col = self._dense(entering)
+            u = [sum(b * c for b, c in zip(row, col) if c) for row in self.binv]
+            leave = -1
+            ratio = 0.0
+            for i in range(m):
+                if u[i] > _EPS:
+                    q = self.xb[i] / u[i]
+                    if leave < 0 or q < ratio - _EPS:
+                        leave, ratio = i, q
+            if leave < 0:
+                return False
+            _pivot(self.binv, self.xb, u, leave)
+            self.basis[leave] = entering
+        return True
+
+    def solve(self, max_iterations: int = 5000) -> CoveringSolution | None:
+        if not self.feasible:
+            return None
+        if self.phase == 1:
+            self._iterate(max_iterations)
+            if sum(self.xb[i] for i, (kind, _) in enumerate(self.basis) if kind == "a") > 1e-7:
+                # Not coverable yet; stay in phase 1 so new columns can fix it.
+                return None
+            for i, entry in enumerate(self.basis):
+                if entry[0] != "a":
+                    continue
+                in_basis = set(self.basis)
+                candidates = [("s", r) for r in range(self.m)] + [("x", j) for j in range(len(self.columns))]
+                for candidate in candidates:
+                    if candidate in in_basis:
+                        continue
+                    col = self._dense(candidate)
+                    u = [sum(b * c for b, c in zip(row, col) if c) for row in self.binv]
+                    if abs(u[i]) > 1e-7:
+                        _pivot(self.binv, self.xb, u, i)
+                        self.basis[i] = candidate
+                        break
+            self.phase = 2
+        if not self._iterate(max_iterations):
+            return None
+        y = self._duals()
+        x = {index: self.xb[i] for i, (kind, index) in enumerate(self.basis) if kind == "x" and self.xb[i] > _EPS}
+        objective = sum(self.costs[j] * value for j, value in x.items())
+        return CoveringSolution(objective, x, tuple(max(0.0, v) for v in y))

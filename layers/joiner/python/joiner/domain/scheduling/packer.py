@@ -1,0 +1,585 @@
+"""Cost-optimised packing of interchangeable pods into instance types.
+
+Input: item groups (a pod size and how many pods have it) and the instance types one
+claim shape allows (capacity after DaemonSet overhead, hourly price, capacity counted
+against NodePool limits). Several strategies run and the cheapest result wins:
+
+* **Efficiency greedy.** Solve the covering LP ``min sum price_t x_t s.t. sum capacity_t
+  x_t >= demand`` (:mod:`lp`); its duals price each resource at what the cheapest
+  fractional fleet pays for it. Fill one bin of each promising type (biggest value first;
+  aligned with the free capacity; and the fractional-knapsack optimum rounded down) and
+  open the bin with the best packed value per dollar, repeating identical bins while the
+  items allow. Types are tried by their best possible value per dollar, so the search
+  stops once no type can beat the best fill.
+* **Pattern dive** (Gilmore-Gomory column generation). The LP over *patterns* (a type and
+  how many items of each group it holds) is solved with knapsack pricing; whole copies of
+  the patterns it uses are opened, else one copy of its most used pattern, and the LP is
+  solved again on what is left. Unlike the aggregate LP, patterns keep every pod whole, so
+  this finds the right mix of instance shapes (e.g. compute-optimised nodes for CPU-bound
+  pods next to memory-optimised ones for caches).
+* **Fixed type first-fit.** First-fit-decreasing into bins of one type (each type of the
+  LP's optimum, and the largest type, which is Karpenter's behaviour).
+
+Every result is then improved: shrink each bin to the cheapest type holding its items,
+merge pairs of bins whose union fits a type cheaper than both, and empty bins into the
+free room of others. Pure Python and deterministic; work is bounded (candidate types per
+step, LP solves per packing) so large inputs stay fast.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from joiner.domain.scheduling.lp import IncrementalCoveringLP, maximize_packing, solve_covering_lp
+
+__all__ = ["PackType", "Bin", "pack"]
+
+#: Bins considered by each merge pass (the cheapest ones).
+_MERGE_WINDOW = 40
+#: Types whose fills the greedy evaluates per bin (best upper bound first).
+_GREEDY_CANDIDATES = 24
+#: Above this many item groups the fractional-knapsack fill is skipped in the greedy.
+_LP_FILL_MAX_ITEMS = 20
+#: Column generation limits: pricing iterations per solve, new columns per iteration,
+#: solve-and-round rounds, item groups, pricing types, and total LP solves.
+_CG_ITERATIONS = 25
+_CG_REFINE = 4
+_CG_ROUNDS = 20
+_CG_MAX_ITEMS = 40
+_CG_MAX_PRICING_TYPES = 40
+_CG_BUDGET = 120
+
+
+@dataclass(frozen=True, slots=True)
+class PackType:
+    capacity: tuple[int, ...]
+    price: float
+    limit: tuple[int, ...] = ()  # capacity counted against the pool's limits
+
+
+@dataclass(slots=True)
+class Bin:
+    type_index: int
+    counts: dict[int, int] = field(default_factory=dict)
+    used: list[int] = field(default_factory=list)
+
+
+def _fits(capacity: Sequence[int], used: Sequence[int]) -> bool:
+    for c, u in zip(capacity, used):
+        if u > c:
+            return False
+    return True
+
+
+def _max_count(capacity: Sequence[int], used: Sequence[int], size: Sequence[int], limit: int) -> int:
+    most = limit
+    for c, u, s in zip(capacity, used, size):
+        if s:
+            q = (c - u) // s
+            if q < most:
+                most = q
+                if most <= 0:
+                    return 0
+        elif u > c:
+            return 0
+    return most
+
+
+class _Packer:
+    def __init__(self, sizes: Sequence[tuple[int, ...]], counts: Sequence[int], types: Sequence[PackType], budget: Sequence[int] | None, blend: bool = False) -> None:
+        self.blend = blend
+        self.sizes = [tuple(s) for s in sizes]
+        self.remaining = list(counts)
+        self.types = list(types)
+        self.budget = list(budget) if budget is not None else None
+        self.ndims = len(self.sizes[0]) if self.sizes else 0
+        self.bins: list[Bin] = []
+        self.usable = [t for t in range(len(self.types)) if any(_fits(self.types[t].capacity, s) for s in self.sizes)]
+        self.by_price = sorted(self.usable, key=lambda t: (self.types[t].price, t))
+        self.lp_columns = self._per_dollar_frontier()
+        self.cg_budget = _CG_BUDGET
+
+    # ---------------------------------------------------------------- helpers
+
+    def _per_dollar_frontier(self) -> list[int]:
+        """Usable types no other type beats on every dimension per dollar: the only
+        columns an aggregate-LP optimum needs."""
+        scored = []
+        for t in self.usable:
+            pt = self.types[t]
+            if pt.price > 0:
+                scored.append((tuple(c / pt.price for c in pt.capacity), pt.price, t))
+        scored.sort(reverse=True)
+        kept: list[tuple[tuple[float, ...], int]] = []
+        for vector, _, t in scored:
+            if not any(all(a >= b for a, b in zip(other, vector)) for other, _ in kept):
+                kept.append((vector, t))
+        return sorted(t for _, t in kept)
+
+    def _affordable(self, candidates: list[int] | None = None) -> list[int]:
+        pool = self.usable if candidates is None else candidates
+        if self.budget is None:
+            return pool
+        return [t for t in pool if _fits(self.budget, self.types[t].limit)]
+
+    def _demand(self, counts: Sequence[int]) -> list[float]:
+        demand = [0.0] * self.ndims
+        for size, count in zip(self.sizes, counts):
+            if count:
+                for i, s in enumerate(size):
+                    demand[i] += s * count
+        return demand
+
+    def _aggregate_lp(self):  # type: ignore[no-untyped-def]
+        columns = self._affordable(self.lp_columns) or self._affordable()
+        solution = solve_covering_lp([self.types[t].price for t in columns], [self.types[t].capacity for t in columns], self._demand(self.remaining)) if columns else None
+        return columns, solution
+
+    def _duals(self) -> list[float]:
+        """Resource prices: the aggregate LP's duals blended with the LP fleet's price
+        split by utilisation. Duals alone are often degenerate (a resource the optimum
+        has in surplus is worth nothing, so fills would waste it freely); the blend keeps
+        every resource the fleet pays for valued, and still prices the fleet exactly."""
+        columns, solution = self._aggregate_lp()
+        demand = self._demand(self.remaining)
+        if solution is None:
+            return [1.0 / max(1.0, d) if d else 0.0 for d in demand]
+        if not self.blend:
+            return list(solution.duals)
+        fleet = [0.0] * self.ndims
+        for j, x in solution.x.items():
+            for d, c in enumerate(self.types[columns[j]].capacity):
+                fleet[d] += x * c
+        utilisation = [demand[d] / fleet[d] if fleet[d] > 0 else 0.0 for d in range(self.ndims)]
+        total = sum(utilisation)
+        if total <= 0:
+            return list(solution.duals)
+        split = [solution.objective * u / total / fleet[d] if fleet[d] > 0 else 0.0 for d, u in enumerate(utilisation)]
+        return [(a + b) / 2 for a, b in zip(solution.duals, split)]
+
+    def _copies(self, t: int, fill: dict[int, int]) -> int:
+        copies = min(self.remaining[i] // n for i, n in fill.items())
+        if self.budget is not None:
+            for b, c in zip(self.budget, self.types[t].limit):
+                if c > 0:
+                    copies = min(copies, b // c)
+        return max(1, copies)
+
+    def _add_bin(self, t: int, fill: dict[int, int]) -> None:
+        used = [0] * self.ndims
+        for i, n in fill.items():
+            self.remaining[i] -= n
+            size = self.sizes[i]
+            for d in range(self.ndims):
+                used[d] += n * size[d]
+        if self.budget is not None:
+            for d, c in enumerate(self.types[t].limit):
+                self.budget[d] -= c
+        self.bins.append(Bin(t, fill, used))
+
+    def cost(self) -> float:
+        return sum(self.types[b.type_index].price for b in self.bins)
+
+    def key(self) -> tuple[int, float, int]:
+        return (sum(self.remaining), round(self.cost(), 9), len(self.bins))
+
+    # ---------------------------------------------------------------- fills
+
+    def _fill_by_value(self, t: int, order: list[int]) -> dict[int, int]:
+        capacity = self.types[t].capacity
+        used = [0] * self.ndims
+        fill: dict[int, int] = {}
+        for i in order:
+            available = self.remaining[i]
+            if not available:
+                continue
+            n = _max_count(capacity, used, self.sizes[i], available)
+            if n > 0:
+                fill[i] = n
+                size = self.sizes[i]
+                for d in range(self.ndims):
+                    used[d] += n * size[d]
+        return fill
+
+    def _fill_aligned(self, t: int, active: list[int]) -> dict[int, int]:
+        """Greedy by alignment of an item's size with the bin's free capacity (the
+        dot-product heuristic for vector packing), in geometric chunks."""
+        capacity = self.types[t].capacity
+        scale = [1.0 / c if c > 0 else 0.0 for c in capacity]
+        used = [0] * self.ndims
+        left = {i: self.remaining[i] for i in active}
+        fill: dict[int, int] = {}
+        while True:
+            best = -1
+            best_score = 0.0
+            best_fit = 0
+            free = [(c - u) * k for c, u, k in zip(capacity, used, scale)]
+            for i, available in left.items():
+                if not available:
+                    continue
+                size = self.sizes[i]
+                n = _max_count(capacity, used, size, available)
+                if n <= 0:
+                    continue
+                score = 0.0
+                for d in range(self.ndims):
+                    score += size[d] * scale[d] * free[d]
+                if best < 0 or score > best_score:
+                    best, best_score, best_fit = i, score, n
+            if best < 0:
+                return fill
+            n = best_fit if best_fit <= 2 else (best_fit + 1) // 2
+            fill[best] = fill.get(best, 0) + n
+            left[best] -= n
+            size = self.sizes[best]
+            for d in range(self.ndims):
+                used[d] += n * size[d]
+
+    def _knapsack(self, t: int, prices: Sequence[float], counts: Sequence[int], order: Sequence[int]) -> dict[int, int]:
+        """The fractional-knapsack optimum for one bin of ``t`` at item ``prices``,
+        rounded down, then completed greedily in ``order``."""
+        active = [i for i in order if counts[i] and prices[i] > 0]
+        capacity = self.types[t].capacity
+        used = [0] * self.ndims
+        fill: dict[int, int] = {}
+        if active:
+            fractional = maximize_packing([prices[i] for i in active], [self.sizes[i] for i in active], capacity, [counts[i] for i in active])
+            for i, amount in zip(active, fractional):
+                n = _max_count(capacity, used, self.sizes[i], int(amount + 1e-9))
+                if n > 0:
+                    fill[i] = n
+                    size = self.sizes[i]
+                    for d in range(self.ndims):
+                        used[d] += n * size[d]
+        for i in order:
+            available = counts[i] - fill.get(i, 0)
+            if available <= 0:
+                continue
+            n = _max_count(capacity, used, self.sizes[i], available)
+            if n > 0:
+                fill[i] = fill.get(i, 0) + n
+                size = self.sizes[i]
+                for d in range(self.ndims):
+                    used[d] += n * size[d]
+        return fill
+
+    # ---------------------------------------------------------------- strategies
+
+    def _open_best_bin(self) -> bool:
+        duals = self._duals()
+        active = [i for i, c in enumerate(self.remaining) if c]
+        values = [sum(l * s for l, s in zip(duals, size)) for size in self.sizes]
+        order = sorted(active, key=lambda i: (-values[i], tuple(-s for s in self.sizes[i]), i))
+        ranked = []
+        for t in self._affordable():
+            pt = self.types[t]
+            upper = sum(l * c for l, c in zip(duals, pt.capacity)) / pt.price if pt.price > 0 else float("inf")
+            ranked.append((-upper, -pt.price, t))
+        ranked.sort()
+        best: tuple[float, float, int] | None = None
+        best_fill: dict[int, int] = {}
+        for negative_upper, negative_price, t in ranked[:_GREEDY_CANDIDATES]:
+            if best is not None and -negative_upper < -best[0] - 1e-12:
+                break
+            price = -negative_price
+            fills = [self._fill_by_value(t, order), self._fill_aligned(t, active)]
+            if 1 < len(active) <= _LP_FILL_MAX_ITEMS:
+                fills.append(self._knapsack(t, values, self.remaining, order))
+            for fill in fills:
+                if not fill:
+                    continue
+                value = sum(values[i] * n for i, n in fill.items())
+                efficiency = value / price if price > 0 else float("inf")
+                key = (-round(efficiency, 12), -price, t)
+                if best is None or key < best:
+                    best, best_fill = key, fill
+        if best is None:
+            return False
+        t = best[2]
+        for _ in range(self._copies(t, best_fill)):
+            self._add_bin(t, dict(best_fill))
+        return True
+
+    def run_greedy(self) -> None:
+        while any(self.remaining):
+            if not self._open_best_bin():
+                break
+        self.improve()
+
+    def run_fixed(self, t: int) -> None:
+        """First-fit-decreasing into bins of type ``t`` (items that do not fit ``t`` get
+        the cheapest type that holds them)."""
+        capacity = self.types[t].capacity
+        scale = [1.0 / c if c > 0 else 0.0 for c in capacity]
+        order = sorted(range(len(self.sizes)), key=lambda i: (-max(s * k for s, k in zip(self.sizes[i], scale)), i))
+        open_bins: list[Bin] = []
+        for i in order:
+            size = self.sizes[i]
+            for b in open_bins:
+                if not self.remaining[i]:
+                    break
+                n = _max_count(self.types[b.type_index].capacity, b.used, size, self.remaining[i])
+                if n > 0:
+                    b.counts[i] = b.counts.get(i, 0) + n
+                    for d in range(self.ndims):
+                        b.used[d] += n * size[d]
+                    self.remaining[i] -= n
+            while self.remaining[i]:
+                home = t if _fits(capacity, size) else -1
+                if home >= 0 and self.budget is not None and not _fits(self.budget, self.types[home].limit):
+                    home = -1
+                if home < 0:
+                    home = next((u for u in self.by_price if _fits(self.types[u].capacity, size) and (self.budget is None or _fits(self.budget, self.types[u].limit))), -1)
+                if home < 0:
+                    break
+                n = _max_count(self.types[home].capacity, [0] * self.ndims, size, self.remaining[i])
+                self._add_bin(home, {i: n})
+                open_bins.append(self.bins[-1])
+        self.improve()
+
+    def _greedy_pattern(self, t: int, prices: Sequence[float], counts: Sequence[int]) -> dict[int, int]:
+        capacity = self.types[t].capacity
+        scale = [1.0 / c if c > 0 else 0.0 for c in capacity]
+        ranked = []
+        for i, count in enumerate(counts):
+            if count and prices[i] > 0:
+                footprint = sum(x * k for x, k in zip(self.sizes[i], scale)) or 1e-12
+                ranked.append((-prices[i] / footprint, i))
+        ranked.sort()
+        used = [0] * self.ndims
+        pattern: dict[int, int] = {}
+        for _, i in ranked:
+            n = _max_count(capacity, used, self.sizes[i], counts[i])
+            if n > 0:
+                pattern[i] = n
+                for d in range(self.ndims):
+                    used[d] += n * self.sizes[i][d]
+        return pattern
+
+    def _column_generation(self, counts: list[int], pool: list[tuple[int, dict[int, int]]]) -> list[tuple[float, int, dict[int, int]]]:
+        """The pattern LP over (type, item counts) columns, priced by a knapsack per
+        type, warm-started from ``pool`` (patterns are capped to ``counts``; new ones are
+        appended). Returns (fractional copies, type, pattern) at the optimum found."""
+        groups = [i for i, c in enumerate(counts) if c]
+        affordable = self._affordable()
+        affordable_set = set(affordable)
+        master = IncrementalCoveringLP([float(c) for c in counts])
+        patterns: list[tuple[int, dict[int, int]]] = []
+        seen: set[tuple[int, tuple[tuple[int, int], ...]]] = set()
+
+        def add(t: int, pattern: dict[int, int]) -> bool:
+            pattern = {i: min(n, counts[i]) for i, n in pattern.items() if counts[i] and n}
+            if not pattern:
+                return False
+            key = (t, tuple(sorted(pattern.items())))
+            if key in seen:
+                return False
+            seen.add(key)
+            patterns.append((t, pattern))
+            master.add_column(self.types[t].price, {i: float(n) for i, n in pattern.items()})
+            return True
+
+        for t, pattern in pool:
+            if t in affordable_set:
+                add(t, pattern)
+        for i in groups:
+            cheapest = next((t for t in self.by_price if t in affordable_set and _fits(self.types[t].capacity, self.sizes[i])), -1)
+            if cheapest >= 0:
+                add(cheapest, {i: _max_count(self.types[cheapest].capacity, [0] * self.ndims, self.sizes[i], counts[i])})
+        pricing = sorted(set(self.lp_columns) & affordable_set)
+        if len(pricing) > _CG_MAX_PRICING_TYPES:
+            pricing = pricing[:: max(1, len(pricing) // _CG_MAX_PRICING_TYPES)][:_CG_MAX_PRICING_TYPES]
+        if not pool:
+            unit = [1.0] * len(counts)
+            for t in pricing:
+                add(t, self._greedy_pattern(t, unit, counts))
+        pricing = sorted(set(pricing) | {t for t, _ in patterns})
+        order = sorted(groups, key=lambda i: (tuple(-s for s in self.sizes[i]), i))
+        solution = None
+        for _ in range(_CG_ITERATIONS):
+            if self.cg_budget <= 0:
+                break
+            self.cg_budget -= 1
+            solution = master.solve()
+            if solution is None:
+                return []
+            prices = solution.duals
+            scored = []
+            for t in pricing:
+                pattern = self._knapsack(t, prices, counts, order)
+                value = sum(prices[i] * n for i, n in pattern.items())
+                scored.append((self.types[t].price - value, t, pattern))
+            scored.sort(key=lambda row: (row[0], row[1]))
+            added = 0
+            for reduced, t, pattern in scored[:_CG_REFINE]:
+                if reduced < -1e-9 * max(1.0, self.types[t].price) and add(t, pattern):
+                    added += 1
+            if not added:
+                break
+        pool[:] = patterns
+        if solution is None:
+            return []
+        return sorted(((y, patterns[j][0], patterns[j][1]) for j, y in solution.x.items()), key=lambda row: (-row[0], row[1], sorted(row[2].items())))
+
+    def run_patterns(self) -> None:
+        """Dive: solve the pattern LP, open every whole copy it uses, or else one copy of
+        its most used pattern; repeat on what is left; the greedy finishes the tail."""
+        pool: list[tuple[int, dict[int, int]]] = []
+        for _ in range(_CG_ROUNDS):
+            if not any(self.remaining) or self.cg_budget <= 0:
+                break
+            columns = self._column_generation(list(self.remaining), pool)
+            if not columns:
+                break
+            opened = False
+            for y, t, pattern in columns:
+                copies = int(y + 1e-9)
+                if copies <= 0:
+                    continue
+                copies = min(copies, self._copies(t, pattern))
+                for _ in range(copies):
+                    self._add_bin(t, dict(pattern))
+                    opened = True
+            if not opened:
+                y, t, pattern = columns[0]
+                pattern = {i: min(n, self.remaining[i]) for i, n in pattern.items() if self.remaining[i]}
+                if not pattern or (self.budget is not None and not _fits(self.budget, self.types[t].limit)):
+                    break
+                self._add_bin(t, pattern)
+        self.run_greedy()
+
+    # ---------------------------------------------------------------- improvement
+
+    def _cheapest_type(self, used: Sequence[int], allowance: Sequence[int] | None) -> int:
+        for t in self.by_price:
+            pt = self.types[t]
+            if _fits(pt.capacity, used) and (allowance is None or _fits(allowance, pt.limit)):
+                return t
+        return -1
+
+    def _allowance(self, *bins: Bin) -> list[int] | None:
+        if self.budget is None:
+            return None
+        allowance = list(self.budget)
+        for b in bins:
+            for d, c in enumerate(self.types[b.type_index].limit):
+                allowance[d] += c
+        return allowance
+
+    def _retype(self, b: Bin, t: int) -> None:
+        if self.budget is not None:
+            for d, (old, new) in enumerate(zip(self.types[b.type_index].limit, self.types[t].limit)):
+                self.budget[d] += old - new
+        b.type_index = t
+
+    def _shrink(self) -> None:
+        for b in self.bins:
+            t = self._cheapest_type(b.used, self._allowance(b))
+            if t >= 0 and self.types[t].price < self.types[b.type_index].price:
+                self._retype(b, t)
+
+    def _merge(self) -> None:
+        changed = True
+        while changed:
+            changed = False
+            order = sorted(range(len(self.bins)), key=lambda k: (self.types[self.bins[k].type_index].price, k))[:_MERGE_WINDOW]
+            for x, a in enumerate(order):
+                for b in order[x + 1:]:
+                    first, second = self.bins[a], self.bins[b]
+                    used = [u + v for u, v in zip(first.used, second.used)]
+                    t = self._cheapest_type(used, self._allowance(first, second))
+                    if t < 0:
+                        continue
+                    if self.types[t].price < self.types[first.type_index].price + self.types[second.type_index].price - 1e-12:
+                        for i, n in second.counts.items():
+                            first.counts[i] = first.counts.get(i, 0) + n
+                        first.used = used
+                        self._retype(first, t)
+                        if self.budget is not None:
+                            for d, c in enumerate(self.types[second.type_index].limit):
+                                self.budget[d] += c
+                        del self.bins[b]
+                        changed = True
+                        break
+                if changed:
+                    break
+
+    def _empty_into_slack(self) -> None:
+        """Move every item of a bin into other bins' free room (their types unchanged)."""
+        order = sorted(range(len(self.bins)), key=lambda k: (self.types[self.bins[k].type_index].price, k))
+        removed: set[int] = set()
+        for k in order:
+            victim = self.bins[k]
+            others = [j for j in range(len(self.bins)) if j != k and j not in removed]
+            plan: list[tuple[int, int, int]] = []
+            room = {j: [c - u for c, u in zip(self.types[self.bins[j].type_index].capacity, self.bins[j].used)] for j in others}
+            ok = True
+            for i, n in sorted(victim.counts.items()):
+                size = self.sizes[i]
+                left = n
+                for j in others:
+                    if not left:
+                        break
+                    free = room[j]
+                    fit = _max_count(free, [0] * self.ndims, size, left)
+                    if fit > 0:
+                        plan.append((j, i, fit))
+                        for d in range(self.ndims):
+                            free[d] -= fit * size[d]
+                        left -= fit
+                if left:
+                    ok = False
+                    break
+            if not ok:
+                continue
+            for j, i, fit in plan:
+                target = self.bins[j]
+                target.counts[i] = target.counts.get(i, 0) + fit
+                size = self.sizes[i]
+                for d in range(self.ndims):
+                    target.used[d] += fit * size[d]
+            if self.budget is not None:
+                for d, c in enumerate(self.types[victim.type_index].limit):
+                    self.budget[d] += c
+            victim.counts = {}
+            victim.used = [0] * self.ndims
+            removed.add(k)
+        if removed:
+            self.bins = [b for k, b in enumerate(self.bins) if k not in removed]
+
+    def improve(self) -> None:
+        self._shrink()
+        self._merge()
+        self._empty_into_slack()
+        self._shrink()
+
+
+def pack(sizes: Sequence[tuple[int, ...]], counts: Sequence[int], types: Sequence[PackType], budget: Sequence[int] | None = None) -> tuple[list[Bin], list[int]]:
+    """Pack ``counts[i]`` items of ``sizes[i]`` into bins of ``types``; returns the bins
+    (type index, item counts, used vector) and the counts that could not be placed
+    (nothing fits, or the ``budget`` against each type's ``limit`` ran out)."""
+    if not sizes or not types:
+        return [], list(counts)
+    results = []
+    for blend in (False, True):
+        greedy = _Packer(sizes, counts, types, budget, blend)
+        greedy.run_greedy()
+        results.append(greedy)
+    if len(sizes) <= _CG_MAX_ITEMS:
+        patterns = _Packer(sizes, counts, types, budget)
+        patterns.run_patterns()
+        results.append(patterns)
+    probe = _Packer(sizes, counts, types, budget)
+    columns, solution = probe._aggregate_lp()
+    fixed = sorted({columns[j] for j in solution.x}) if solution is not None else []
+    if probe.usable:
+        largest = max(probe._affordable() or probe.usable, key=lambda t: (types[t].capacity, -types[t].price, -t))
+        if largest not in fixed:
+            fixed.append(largest)
+    for t in fixed:
+        candidate = _Packer(sizes, counts, types, budget)
+        candidate.run_fixed(t)
+        results.append(candidate)
+    best = min(results, key=_Packer.key)
+    return best.bins, best.remaining

@@ -1,0 +1,48 @@
+"""The scheduling problem: what the scheduling core is asked to place."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from joiner.domain.model import DaemonSet, InFlightClaim, InstanceType, Node, NodePool, OfferingKey, Pod
+from joiner.domain.resources import Resources
+
+__all__ = ["SchedulingProblem"]
+
+
+@dataclass(frozen=True)
+class SchedulingProblem:
+    """Pods to place and everything that constrains where they can go.
+
+    ``instance_types`` holds, per NodePool name, the instance types as that pool's
+    NodeClass kubelet settings make them. ``in_flight`` are launches that are not Nodes
+    yet: their capacity takes pods and counts against limits. ``unavailable`` offerings
+    (recent capacity errors) are never chosen. ``pool_usage``, when non-empty, replaces
+    the usage computed from Nodes labelled ``joiner.dev/nodepool`` plus in-flight claims.
+    """
+
+    pending: tuple[Pod, ...]
+    nodes: tuple[Node, ...] = ()
+    bound_pods: tuple[Pod, ...] = ()
+    daemonsets: tuple[DaemonSet, ...] = ()
+    node_pools: tuple[NodePool, ...] = ()
+    instance_types: Mapping[str, tuple[InstanceType, ...]] = field(default_factory=dict)
+    in_flight: tuple[InFlightClaim, ...] = ()
+    unavailable: frozenset[OfferingKey] = frozenset()
+    pool_usage: Mapping[str, Resources] = field(default_factory=dict)
+
+    def canonical(self) -> SchedulingProblem:
+        """The same problem with every collection in a total order, so any input order
+        plans identically."""
+        return SchedulingProblem(
+            pending=tuple(sorted(self.pending, key=lambda p: (p.namespace, p.name, p.uid))),
+            nodes=tuple(sorted(self.nodes, key=lambda n: n.name)),
+            bound_pods=tuple(sorted(self.bound_pods, key=lambda p: (p.namespace, p.name, p.uid))),
+            daemonsets=tuple(sorted(self.daemonsets, key=lambda d: (d.namespace, d.name))),
+            node_pools=tuple(sorted(self.node_pools, key=lambda p: (-p.weight, p.name))),
+            instance_types={name: tuple(sorted(types, key=lambda t: t.name)) for name, types in sorted(self.instance_types.items())},
+            in_flight=tuple(sorted(self.in_flight, key=lambda c: c.name)),
+            unavailable=self.unavailable,
+            pool_usage=dict(sorted(self.pool_usage.items())),
+        )

@@ -1,0 +1,280 @@
+"""``solve``: plan which nodes to launch for pending pods, as cheaply as possible.
+
+Pods that topology terms involve (affinity, anti-affinity, spreads, host ports, or being
+selected by someone else's term) go through the constraint-aware greedy of
+:mod:`engine` exactly as Karpenter would place them. Pods nothing constrains except
+their own node requirements are *free*: they first take room on existing nodes and
+in-flight claims, then room left on the greedy's claims without raising their price, and
+the rest is packed by the cost optimiser of :mod:`packer`. The first-fit-decreasing
+baseline (:mod:`ffd`) is computed on the same input whenever free pods exist, and the
+better plan wins (fewer unschedulable pods, then lower price, then fewer nodes), so
+``solve`` never does worse than Karpenter's packing.
+"""
+
+from __future__ import annotations
+
+from joiner.domain import labels as wk
+from joiner.domain.model import ExistingNodePlan, NodeClaimPlan, Plan, UnschedulablePod
+from joiner.domain.requirements import Requirement
+from joiner.domain.resources import EMPTY, Resources
+from joiner.domain.scheduling.context import Context
+from joiner.domain.scheduling.engine import Engine, Entry, Target
+from joiner.domain.scheduling.packer import PackType, pack
+from joiner.domain.scheduling.problem import SchedulingProblem
+from joiner.domain.scheduling.shapes import PoolType, Shape
+
+__all__ = ["solve", "solve_with_baseline", "run_engine", "build_plan"]
+
+#: Packed claims (cheapest first) the absorb step tries to empty into other claims.
+_ABSORB_VICTIMS = 20
+
+
+def solve(problem: SchedulingProblem) -> Plan:
+    """The cheapest plan found for ``problem`` (never worse than first-fit-decreasing)."""
+    return solve_with_baseline(problem)[0]
+
+
+def solve_with_baseline(problem: SchedulingProblem) -> tuple[Plan, Plan | None]:
+    """The chosen plan and the first-fit-decreasing plan when it was computed."""
+    ctx = Context(problem)
+    optimized, used_packer = run_engine(ctx, optimize=True)
+    if not used_packer:
+        return optimized, None
+    baseline, _ = run_engine(ctx, optimize=False)
+    if _plan_key(baseline) < _plan_key(optimized):
+        return baseline, baseline
+    return optimized, baseline
+
+
+def _plan_key(plan: Plan) -> tuple[int, float, int]:
+    return (len(plan.unschedulable), round(plan.cost_per_hour, 9), len(plan.node_claims))
+
+
+def run_engine(ctx: Context, optimize: bool) -> tuple[Plan, bool]:
+    engine = Engine(ctx, optimize)
+    entries = engine.build_entries()
+    engine.place_in_flight_pods(entries)
+    engine.run_queue(entries)
+    used_packer = bool(engine.deferred)
+    if engine.deferred:
+        leftovers = _place_free(engine, engine.deferred)
+        engine.deferred = []
+        engine.optimize = False
+        if leftovers:
+            engine.run_queue(leftovers)
+    return build_plan(engine), used_packer
+
+
+def _place_free(engine: Engine, entries: list[Entry]) -> list[Entry]:
+    """Free pods: ride along on planned claims at no extra price, then cost-pack."""
+    claims = [t for t in engine.targets[engine.n_fixed:] if t.pods]
+    for entry in entries:
+        for target in claims:
+            if not entry.pods:
+                break
+            while entry.pods:
+                price = engine.claim_price(target)
+                if not engine.try_target(entry.variant, target, len(entry.pods), entry, max_price=price):
+                    break
+    classes: dict[tuple[int, int], tuple[Shape, list[Entry]]] = {}
+    leftovers: list[Entry] = []
+    ctx = engine.ctx
+    for entry in entries:
+        if not entry.pods:
+            continue
+        chosen = None
+        for pool in ctx.pools:
+            check = ctx.pool_check(pool, entry.variant)
+            if isinstance(check, str):
+                continue
+            if not any(_dominates(cap, entry.variant.size) for cap in check.typeset.frontier):
+                continue
+            chosen = check
+            break
+        if chosen is not None and chosen.min_values:
+            chosen = None  # the packer does not track minValues: first-fit handles these pods
+        if chosen is None:
+            leftovers.append(entry)
+            continue
+        classes.setdefault((chosen.pool.index, chosen.sid), (chosen, []))[1].append(entry)
+    first_new = len(engine.targets)
+    variant_of = {pod.key: entry.variant for entry in entries for pod in entry.pods}
+    for shape, members in classes.values():
+        leftovers.extend(_pack_class(engine, shape, members))
+    _absorb(engine, engine.targets[first_new:], variant_of)
+    return leftovers
+
+
+def _absorb(engine: Engine, packed: list[Target], variant_of: dict) -> None:  # type: ignore[type-arg]
+    """Empty the cheapest packed claims into room other claims (any pool the pods may
+    use) already pay for; classes are packed separately, so this merges across them."""
+    victims = sorted((t for t in packed if t.pods), key=lambda t: (engine.claim_price(t), t.idx))[:_ABSORB_VICTIMS]
+    for victim in victims:
+        others = [t for t in engine.targets[engine.n_fixed:] if t.pods and t is not victim]
+        if not others:
+            return
+        saved = [(t, t.shape, list(t.used), len(t.pods), t.new_pods, t.reservation) for t in others]
+        reserved = {index: list(values) for index, values in engine.reserved.items()}
+        by_variant: dict[int, tuple] = {}  # type: ignore[type-arg]
+        for pod in victim.pods:
+            variant = variant_of[pod.key]
+            by_variant.setdefault(id(variant), (variant, []))[1].append(pod)
+        moved_all = True
+        for variant, pods in by_variant.values():
+            entry = Entry(-1, variant.spec, variant, list(pods))
+            for target in others:
+                while entry.pods:
+                    if not engine.try_target(variant, target, len(entry.pods), entry, max_price=engine.claim_price(target)):
+                        break
+                if not entry.pods:
+                    break
+            if entry.pods:
+                moved_all = False
+                break
+        if moved_all:
+            pool = victim.pool
+            if pool is not None and pool.limited and victim.reservation is not None:
+                reserved[pool.index] = [r - v for r, v in zip(engine.reserved[pool.index], victim.reservation)]
+                engine.reserved[pool.index] = reserved[pool.index]
+            victim.pods = []
+            victim.new_pods = 0
+            continue
+        for target, shape, used, count, new_pods, reservation in saved:
+            target.shape = shape
+            target.used = used
+            del target.pods[count:]
+            target.new_pods = new_pods
+            target.reservation = reservation
+        engine.reserved = reserved
+
+
+def _dominates(capacity: tuple[int, ...], need: tuple[int, ...]) -> bool:
+    return all(c >= n for c, n in zip(capacity, need))
+
+
+def _pack_class(engine: Engine, shape: Shape, members: list[Entry]) -> list[Entry]:
+    pool = shape.pool
+    ts = shape.typeset
+    types = [PackType(pt.effective, price, pt.limit_capacity) for pt, price in zip(ts.types, ts.prices)]
+    budget = None
+    if pool.limited:
+        reserved = engine.reserved[pool.index]
+        budget = [rem - res for rem, res in zip(pool.remaining, reserved)]
+    by_size: dict[tuple[int, ...], list[Entry]] = {}
+    for entry in members:
+        by_size.setdefault(entry.variant.size, []).append(entry)
+    sizes = list(by_size)
+    bins, _ = pack(sizes, [sum(len(e.pods) for e in by_size[size]) for size in sizes], types, budget)
+    for packed in bins:
+        target = engine.new_claim_target(pool)
+        target.shape = shape
+        pt = ts.types[packed.type_index]
+        for index in sorted(packed.counts):
+            count = packed.counts[index]
+            size = sizes[index]
+            target.used = [u + count * s for u, s in zip(target.used, size)]
+            target.new_pods += count
+            for entry in by_size[size]:
+                if not count:
+                    break
+                take = min(count, len(entry.pods))
+                target.pods.extend(entry.pods[:take])
+                del entry.pods[:take]
+                count -= take
+        if pool.limited:
+            target.reservation = pt.limit_capacity
+            reserved = engine.reserved[pool.index]
+            for i, c in enumerate(pt.limit_capacity):
+                reserved[i] += c
+        engine._add_target(target)
+        engine.claims_opened += 1
+    return [e for e in members if e.pods]
+
+
+# ------------------------------------------------------------------------ plan
+
+
+def build_plan(engine: Engine) -> Plan:
+    ctx = engine.ctx
+    claims = engine.claims()
+    listed: dict[int, list[PoolType]] = {}
+    for pool in ctx.pools:
+        members = [t for t in claims if t.pool is pool]
+        if not members:
+            continue
+        if not pool.limited:
+            for target in members:
+                listed[id(target)] = _fitting(target)
+            continue
+        slack = [rem - res for rem, res in zip(pool.remaining, engine.reserved[pool.index])]
+        for target in members:
+            base = target.reservation or (0,) * len(pool.limited)
+            allowed = [pt for pt in _fitting(target) if all(c <= b + s for c, b, s in zip(pt.limit_capacity, base, slack))]
+            if allowed:
+                top = [max(pt.limit_capacity[i] for pt in allowed) for i in range(len(pool.limited))]
+                slack = [s - max(0, t - b) for s, t, b in zip(slack, top, base)]
+            listed[id(target)] = allowed
+    node_claims = []
+    for target in claims:
+        types = listed.get(id(target)) or []
+        if not types:
+            continue
+        node_claims.append(_claim_plan(target, types))
+    existing = [
+        ExistingNodePlan(t.name, tuple(sorted(p.key for p in t.pods)))
+        for t in engine.targets[: engine.n_fixed]
+        if t.new_pods
+    ]
+    existing.sort(key=lambda e: e.name)
+    unschedulable = []
+    for entry in engine.unschedulable:
+        reason = _reason(entry, engine)
+        unschedulable.extend(UnschedulablePod(pod.key, reason) for pod in entry.pods)
+    for target in claims:
+        if not listed.get(id(target)):
+            unschedulable.extend(UnschedulablePod(pod.key, "limit reached") for pod in target.pods)
+    unschedulable.sort(key=lambda u: u.pod)
+    return Plan(tuple(node_claims), tuple(existing), tuple(unschedulable))
+
+
+def _fitting(target: Target) -> list[PoolType]:
+    ts = target.shape.typeset  # type: ignore[union-attr]
+    used = target.used
+    return [pt for pt in ts.types if all(c >= u for c, u in zip(pt.effective, used))]
+
+
+def _claim_plan(target: Target, types: list[PoolType]) -> NodeClaimPlan:
+    shape = target.shape
+    assert shape is not None
+    ts = shape.typeset
+    price_of = {pt.name: price for pt, price in zip(ts.types, ts.prices)}
+    zones: set[str] = set()
+    capacity_types: set[str] = set()
+    for pt in types:
+        for zone, ct, _ in shape.offerings_of(pt):
+            zones.add(zone)
+            capacity_types.add(ct)
+    names = tuple(pt.name for pt in types)
+    requirements = shape.requirements.add(Requirement(wk.INSTANCE_TYPE, False, frozenset(names)))
+    requests: Resources = EMPTY
+    for pod in target.pods:
+        requests = requests + pod.requests
+    requests = requests + types[0].daemon_overhead
+    return NodeClaimPlan(
+        node_pool=shape.pool.name,
+        instance_types=names,
+        zones=tuple(sorted(zones)),
+        capacity_types=tuple(sorted(capacity_types)),
+        pods=tuple(sorted(p.key for p in target.pods)),
+        price=price_of[names[0]],
+        requirements=requirements,
+        requests=requests,
+    )
+
+
+def _reason(entry: Entry, engine: Engine) -> str:
+    if not engine.ctx.pools:
+        return "no nodepools"
+    if not entry.reasons:
+        return "no nodepool can launch a node for it"
+    return "; ".join(f'nodepool "{pool}": {reason}' for pool, reason in entry.reasons)

@@ -1,0 +1,1228 @@
+"""Kubernetes objects (raw API JSON or YAML) to the domain model.
+
+Two entry points: :func:`parse_objects` / :func:`load_snapshot_yaml` turn a whole cluster
+dump into a :class:`Snapshot`, and the per-kind parsers (:func:`parse_pod`,
+:func:`parse_node`, ...) let adapters convert objects they list from the API.
+
+Everything here is strict in the way the API server is: a malformed field raises
+:class:`SnapshotError` naming the object (``Pod default/web-1``) and the field path
+(``spec.containers[0].resources.requests.cpu``), never a bare ``KeyError`` or
+``TypeError``, and nothing is silently dropped. Kinds we do not model (ConfigMaps,
+Services...) are skipped, so a ``kubectl get -A -o yaml`` dump can be fed directly.
+
+Karpenter's ``karpenter.sh/v1`` NodePool and ``karpenter.k8s.aws/v1`` EC2NodeClass are
+accepted as well: their shape is the one Joiner's CRDs copy, and Karpenter label keys are
+mapped to Joiner's through :mod:`joiner.domain.labels`.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from types import MappingProxyType
+from typing import Any, NoReturn
+
+import yaml
+
+from joiner.domain import labels as wk
+from joiner.domain.durations import DurationError, parse_duration
+from joiner.domain.model import (
+    Budget,
+    DaemonSet,
+    Disruption,
+    HostPort,
+    KubeletConfig,
+    LabelSelector,
+    Node,
+    NodeClass,
+    NodePool,
+    Pod,
+    PodAffinityTerm,
+    PodDisruptionBudget,
+    PreferredNodeTerm,
+    SelectorTerm,
+    Taint,
+    Toleration,
+    TopologySpreadConstraint,
+)
+from joiner.domain.quantity import QuantityError, parse_milli
+from joiner.domain.requirements import Requirement, RequirementError, Requirements
+from joiner.domain.resources import EMPTY, PODS, Resources
+
+__all__ = [
+    "SnapshotError",
+    "Snapshot",
+    "parse_objects",
+    "load_snapshot_yaml",
+    "parse_pod",
+    "parse_node",
+    "parse_daemonset",
+    "parse_pdb",
+    "parse_runtime_class",
+    "parse_node_pool",
+    "parse_node_class",
+    "effective_requests",
+    "MATCH_NOTHING",
+    "DEFAULT_METADATA_OPTIONS",
+    "DAEMONSET_DEFAULT_TOLERATIONS",
+]
+
+JOINER_V1 = "joiner.dev/v1"
+KARPENTER_V1 = "karpenter.sh/v1"
+KARPENTER_AWS_V1 = "karpenter.k8s.aws/v1"
+
+#: A selector no label set satisfies: how a ``null`` PDB selector (policy/v1: "selects no
+#: pods") is represented, since an empty :class:`LabelSelector` selects everything.
+MATCH_NOTHING = LabelSelector(match_expressions=(("", "In", ()),))
+
+#: IMDS settings a NodeClass gets unless it says otherwise: IMDSv2 only, and a hop limit
+#: of 1 so pods on the pod network cannot reach the node role's credentials.
+DEFAULT_METADATA_OPTIONS: Mapping[str, object] = MappingProxyType(
+    {"httpEndpoint": "enabled", "httpProtocolIPv6": "disabled", "httpPutResponseHopLimit": 1, "httpTokens": "required"}
+)
+
+#: Tolerations the DaemonSet controller adds to every DaemonSet pod
+#: (``AddOrUpdateDaemonPodTolerations``); ``network-unavailable`` only with hostNetwork.
+DAEMONSET_DEFAULT_TOLERATIONS: tuple[Toleration, ...] = (
+    Toleration("node.kubernetes.io/not-ready", "Exists", "", "NoExecute"),
+    Toleration("node.kubernetes.io/unreachable", "Exists", "", "NoExecute"),
+    Toleration("node.kubernetes.io/disk-pressure", "Exists", "", "NoSchedule"),
+    Toleration("node.kubernetes.io/memory-pressure", "Exists", "", "NoSchedule"),
+    Toleration("node.kubernetes.io/pid-pressure", "Exists", "", "NoSchedule"),
+    Toleration("node.kubernetes.io/unschedulable", "Exists", "", "NoSchedule"),
+)
+_HOST_NETWORK_TOLERATION = Toleration("node.kubernetes.io/network-unavailable", "Exists", "", "NoSchedule")
+
+_TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+_SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+_POD_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
+_CONSOLIDATION_POLICIES = ("WhenEmptyOrUnderutilized", "WhenEmpty")
+_BUDGET_REASONS = ("Drifted", "Empty", "Expired", "Underutilized")
+_REBALANCE = ("replace", "ignore")
+_BUDGET_NODES = re.compile(r"^((100|[0-9]{1,2})%|[0-9]+)$")
+_CRON_MACROS = ("@annually", "@yearly", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
+_PERCENT = re.compile(r"^[0-9]+%$")
+_POD_LEVEL_RESOURCES = ("cpu", "memory")
+#: AMI alias family -> amiFamily (Windows AMIs are not supported).
+_AMI_FAMILIES = {"al2": "AL2", "al2023": "AL2023", "bottlerocket": "Bottlerocket"}
+_AMI_FAMILY_NAMES = (*sorted(_AMI_FAMILIES.values()), "Custom")
+_AMI_ALIAS = re.compile(r"^(al2023|al2|bottlerocket)@(latest|v[0-9][0-9.]*)$")
+_RESERVABLE = ("cpu", "memory", "ephemeral-storage", "pid")
+_DEVICE_NAME = re.compile(r"^/dev/[a-z0-9]+$")
+_EVICTION_SIGNALS = ("imagefs.available", "imagefs.inodesFree", "memory.available", "nodefs.available", "nodefs.inodesFree", "pid.available")
+#: Labels a NodePool may not set or require: Joiner sets them per node.
+_RESTRICTED_POOL_LABELS = frozenset({wk.NODEPOOL, wk.NODECLAIM, wk.HOSTNAME, wk.REGISTERED, wk.INITIALIZED})
+_NODE_CLASS_REFS = {("joiner.dev", "NodeClass"), ("karpenter.k8s.aws", "EC2NodeClass")}
+
+
+class SnapshotError(ValueError):
+    """A Kubernetes object Joiner cannot use, naming the object and the field.
+
+    ``str(error)`` reads ``Pod default/web-1: spec.containers[0].resources.requests.cpu:
+    invalid quantity 'abc': ...``; the parts are also available as attributes.
+    """
+
+    def __init__(self, object_ref: str, field: str, problem: str) -> None:
+        self.object_ref = object_ref
+        self.field = field
+        self.problem = problem
+        super().__init__(f"{object_ref}: {field}: {problem}" if field else f"{object_ref}: {problem}")
+
+
+# ---------------------------------------------------------------- field reading
+
+
+def _describe(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"boolean {str(value).lower()}"
+    if isinstance(value, (int, float)):
+        return f"number {value!r}"
+    if isinstance(value, str):
+        return f"string {value!r}"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    return f"a {type(value).__name__}"
+
+
+class _Fields:
+    """Reads one object's fields; every failure names the object and the field path."""
+
+    __slots__ = ("ref",)
+
+    def __init__(self, ref: str) -> None:
+        self.ref = ref
+
+    def fail(self, path: str, problem: str) -> NoReturn:
+        raise SnapshotError(self.ref, path, problem)
+
+    def mapping(self, value: object, path: str, *, required: bool = False) -> Mapping[str, Any]:
+        if value is None:
+            if required:
+                self.fail(path, "required")
+            return {}
+        if not isinstance(value, Mapping):
+            self.fail(path, f"expected a mapping, got {_describe(value)}")
+        for key in value:
+            if not isinstance(key, str):
+                self.fail(path, f"keys must be strings, got {_describe(key)}")
+        return value
+
+    def sequence(self, value: object, path: str) -> list[Any]:
+        if value is None:
+            return []
+        if not isinstance(value, (list, tuple)):
+            self.fail(path, f"expected a list, got {_describe(value)}")
+        return list(value)
+
+    def items(self, value: object, path: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
+        """``(path[i], mapping)`` for each element of a list of mappings."""
+        for index, item in enumerate(self.sequence(value, path)):
+            item_path = f"{path}[{index}]"
+            yield item_path, self.mapping(item, item_path, required=True)
+
+    def string(self, value: object, path: str, *, default: str | None = None, required: bool = False, allowed: Iterable[str] = ()) -> Any:
+        if value is None:
+            if required:
+                self.fail(path, "required")
+            return default
+        if not isinstance(value, str):
+            hint = " (quote it)" if isinstance(value, (bool, int, float)) else ""
+            self.fail(path, f"expected a string, got {_describe(value)}{hint}")
+        if required and not value:
+            self.fail(path, "must not be empty")
+        allowed = tuple(allowed)
+        if allowed and value not in allowed:
+            self.fail(path, f"{value!r} is not one of {', '.join(allowed)}")
+        return value
+
+    def integer(self, value: object, path: str, *, default: int | None = None, minimum: int | None = None, maximum: int | None = None) -> Any:
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.fail(path, f"expected an integer, got {_describe(value)}")
+        if minimum is not None and value < minimum:
+            self.fail(path, f"must be at least {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            self.fail(path, f"must be at most {maximum}, got {value}")
+        return value
+
+    def number(self, value: object, path: str, *, default: float, minimum: float, maximum: float | None = None) -> float:
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            self.fail(path, f"expected a number, got {_describe(value)}")
+        if value < minimum or (maximum is not None and value > maximum):
+            bounds = f"between {minimum:g} and {maximum:g}" if maximum is not None else f"at least {minimum:g}"
+            self.fail(path, f"must be {bounds}, got {value:g}")
+        return float(value)
+
+    def boolean(self, value: object, path: str, *, default: bool = False) -> bool:
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            self.fail(path, f"expected true or false, got {_describe(value)}")
+        return value
+
+    def string_map(self, value: object, path: str) -> dict[str, str]:
+        mapping = self.mapping(value, path)
+        return {key: self.string(item, f"{path}.{key}", default="") for key, item in mapping.items()}
+
+    def string_list(self, value: object, path: str) -> list[str]:
+        return [self.string(item, f"{path}[{i}]", required=True) for i, item in enumerate(self.sequence(value, path))]
+
+    def resources(self, value: object, path: str, *, keep_zeros: bool = False) -> Resources:
+        """Non-negative quantities in milli-units (``Resources.parse`` rules, with our paths)."""
+        mapping = self.mapping(value, path)
+        parsed: dict[str, int] = {}
+        for name, quantity in mapping.items():
+            try:
+                milli = parse_milli(quantity)
+            except QuantityError as error:
+                self.fail(f"{path}.{name}", str(error))
+            if milli < 0:
+                self.fail(f"{path}.{name}", f"must not be negative, got {quantity!r}")
+            parsed[name] = milli
+        if keep_zeros:
+            return Resources.keeping_zeros(parsed)
+        return Resources(parsed) if parsed else EMPTY
+
+    def timestamp(self, value: object, path: str) -> datetime | None:
+        if value is None:
+            return None
+        if isinstance(value, datetime):
+            moment = value
+        elif isinstance(value, str):
+            try:
+                moment = datetime.fromisoformat(value)
+            except ValueError:
+                self.fail(path, f"invalid timestamp {value!r}: expected RFC 3339 such as 2024-05-01T12:00:00Z")
+        else:
+            self.fail(path, f"expected an RFC 3339 timestamp string, got {_describe(value)}")
+        return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
+
+    def duration(self, value: object, path: str, *, default: timedelta | None, allow_never: bool = True) -> timedelta | None:
+        if value is None:
+            return default
+        try:
+            parsed = parse_duration(value)
+        except DurationError as error:
+            self.fail(path, str(error))
+        if parsed is None and not allow_never:
+            self.fail(path, "Never is not allowed here")
+        return parsed
+
+    def requirements(self, value: object, path: str, *, node_pool: bool = False) -> Requirements:
+        """``NodeSelectorRequirement`` lists; ``minValues`` is read only for NodePools."""
+        parsed: list[Requirement] = []
+        for item_path, item in self.items(value, path):
+            key = self.string(item.get("key"), f"{item_path}.key", required=True)
+            operator = self.string(item.get("operator"), f"{item_path}.operator", required=True)
+            values = self.string_list(item.get("values"), f"{item_path}.values")
+            min_values = item.get("minValues") if node_pool else None
+            if min_values is not None:
+                self.integer(min_values, f"{item_path}.minValues", minimum=1, maximum=50)
+                if operator == "In" and len(values) < min_values:
+                    self.fail(f"{item_path}.minValues", f"{min_values} is more than the {len(values)} values listed")
+            try:
+                requirement = Requirement.create(key, operator, values, min_values)
+            except RequirementError as error:
+                self.fail(item_path, str(error))
+            if node_pool and requirement.key in _RESTRICTED_POOL_LABELS:
+                self.fail(f"{item_path}.key", f"{key} is set by Joiner on each node and cannot be required by a NodePool")
+            parsed.append(requirement)
+        return Requirements(parsed)
+
+    def label_selector(self, value: object, path: str) -> LabelSelector | None:
+        """A ``metav1.LabelSelector``; ``None`` for a null selector (its meaning depends on the field)."""
+        if value is None:
+            return None
+        mapping = self.mapping(value, path)
+        match_labels = self.string_map(mapping.get("matchLabels"), f"{path}.matchLabels")
+        expressions = []
+        for item_path, item in self.items(mapping.get("matchExpressions"), f"{path}.matchExpressions"):
+            key = self.string(item.get("key"), f"{item_path}.key", required=True)
+            operator = self.string(item.get("operator"), f"{item_path}.operator", required=True, allowed=_SELECTOR_OPERATORS)
+            values = self.string_list(item.get("values"), f"{item_path}.values")
+            if operator in ("In", "NotIn") and not values:
+                self.fail(f"{item_path}.values", f"operator {operator} needs at least one value")
+            if operator in ("Exists", "DoesNotExist") and values:
+                self.fail(f"{item_path}.values", f"operator {operator} takes no values")
+            expressions.append((key, operator, tuple(sorted(set(values)))))
+        return _selector(match_labels.items(), expressions)
+
+    def taints(self, value: object, path: str) -> tuple[Taint, ...]:
+        taints = []
+        for item_path, item in self.items(value, path):
+            taints.append(
+                Taint(
+                    key=self.string(item.get("key"), f"{item_path}.key", required=True),
+                    value=self.string(item.get("value"), f"{item_path}.value", default=""),
+                    effect=self.string(item.get("effect"), f"{item_path}.effect", required=True, allowed=_TAINT_EFFECTS),
+                )
+            )
+        return tuple(taints)
+
+    def tolerations(self, value: object, path: str) -> tuple[Toleration, ...]:
+        tolerations = []
+        for item_path, item in self.items(value, path):
+            key = self.string(item.get("key"), f"{item_path}.key", default="")
+            operator = self.string(item.get("operator"), f"{item_path}.operator", default="Equal", allowed=("Equal", "Exists"))
+            value_ = self.string(item.get("value"), f"{item_path}.value", default="")
+            if not key and operator != "Exists":
+                self.fail(f"{item_path}.operator", "must be Exists when key is empty")
+            if operator == "Exists" and value_:
+                self.fail(f"{item_path}.value", "must be empty when operator is Exists")
+            effect = self.string(item.get("effect"), f"{item_path}.effect", default="")
+            if effect and effect not in _TAINT_EFFECTS:
+                self.fail(f"{item_path}.effect", f"{effect!r} is not one of {', '.join(_TAINT_EFFECTS)} (or empty for all)")
+            seconds = self.integer(item.get("tolerationSeconds"), f"{item_path}.tolerationSeconds")
+            tolerations.append(Toleration(key, operator, value_, effect, seconds))
+        return tuple(tolerations)
+
+
+def _selector(match_labels: Iterable[tuple[str, str]], expressions: Iterable[tuple[str, str, tuple[str, ...]]]) -> LabelSelector:
+    return LabelSelector(tuple(sorted(set(match_labels))), tuple(sorted(set(expressions))))
+
+
+def _metadata(fields: _Fields, obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return fields.mapping(obj.get("metadata"), "metadata", required=True)
+
+
+def _ref(kind: str, obj: object, *, namespaced: bool, origin: str = "") -> str:
+    """``Kind namespace/name`` for messages, falling back to the origin when unnamed."""
+    metadata = obj.get("metadata") if isinstance(obj, Mapping) else None
+    name = metadata.get("name") if isinstance(metadata, Mapping) else None
+    if not isinstance(name, str) or not name:
+        return f"{kind} ({origin})" if origin else f"{kind} (unnamed)"
+    if namespaced:
+        namespace = metadata.get("namespace")  # type: ignore[union-attr]
+        return f"{kind} {namespace if isinstance(namespace, str) and namespace else 'default'}/{name}"
+    return f"{kind} {name}"
+
+
+def _name(fields: _Fields, metadata: Mapping[str, Any]) -> str:
+    return fields.string(metadata.get("name"), "metadata.name", required=True)
+
+
+def _object(obj: object, kind: str, origin: str) -> Mapping[str, Any]:
+    if not isinstance(obj, Mapping):
+        raise SnapshotError(f"{kind} ({origin})" if origin else kind, "", f"expected a mapping, got {_describe(obj)}")
+    return obj
+
+
+# ---------------------------------------------------------------- pods
+
+
+def effective_requests(
+    containers: Iterable[Resources],
+    init_containers: Iterable[tuple[Resources, bool]] = (),
+    overhead: Resources = EMPTY,
+    pod_level: Resources | None = None,
+) -> Resources:
+    """A pod's scheduling request, by Kubernetes' rules (and Karpenter's ``Ceiling``).
+
+    ``init_containers`` are ``(requests, restartable)`` in declaration order; restartable
+    ones are sidecars and run alongside the app containers. Each ordinary init container
+    runs with the sidecars declared before it, so its step is its request plus theirs.
+    The result is the per-resource max of (app containers + sidecars) and the largest
+    step; pod-level requests (``spec.resources``) replace the aggregate for the resources
+    they name; then RuntimeClass overhead and one ``pods`` slot are added.
+    """
+    total = EMPTY
+    for requests in containers:
+        total = total + requests
+    sidecars = EMPTY
+    largest_step = EMPTY
+    for requests, restartable in init_containers:
+        if restartable:
+            sidecars = sidecars + requests
+            total = total + requests
+            largest_step = largest_step.maximum(sidecars)
+        else:
+            largest_step = largest_step.maximum(requests + sidecars)
+    result = total.maximum(largest_step)
+    if pod_level:
+        merged = dict(result)
+        merged.update(pod_level)
+        result = Resources(merged)
+    return result + overhead + Resources({PODS: 1000})
+
+
+def _container_requests(fields: _Fields, container: Mapping[str, Any], path: str) -> Resources:
+    """Requests with Kubernetes defaulting: a resource with a limit and no request requests its limit."""
+    resources = fields.mapping(container.get("resources"), f"{path}.resources")
+    requests_raw = fields.mapping(resources.get("requests"), f"{path}.resources.requests")
+    requests = fields.resources(requests_raw, f"{path}.resources.requests")
+    limits = fields.resources(resources.get("limits"), f"{path}.resources.limits")
+    defaulted = {name: value for name, value in limits.items() if name not in requests_raw}
+    return requests + defaulted if defaulted else requests
+
+
+def _host_ports(fields: _Fields, container: Mapping[str, Any], path: str, host_network: bool) -> list[HostPort]:
+    ports = []
+    for item_path, item in fields.items(container.get("ports"), f"{path}.ports"):
+        container_port = fields.integer(item.get("containerPort"), f"{item_path}.containerPort", minimum=1, maximum=65535)
+        host_port = fields.integer(item.get("hostPort"), f"{item_path}.hostPort", minimum=0, maximum=65535)
+        if host_port is None and host_network:
+            host_port = container_port  # API defaulting: with hostNetwork the host port is the container port
+        if not host_port:
+            continue
+        protocol = fields.string(item.get("protocol"), f"{item_path}.protocol", default="TCP", allowed=("TCP", "UDP", "SCTP"))
+        host_ip = fields.string(item.get("hostIP"), f"{item_path}.hostIP", default="") or "0.0.0.0"
+        ports.append(HostPort(host_port, protocol, host_ip))
+    return ports
+
+
+def _node_selector_term(fields: _Fields, term: Mapping[str, Any], path: str) -> Requirements:
+    requirements = fields.requirements(term.get("matchExpressions"), f"{path}.matchExpressions")
+    by_name = []
+    for item_path, item in fields.items(term.get("matchFields"), f"{path}.matchFields"):
+        key = fields.string(item.get("key"), f"{item_path}.key", required=True)
+        if key != "metadata.name":
+            fields.fail(f"{item_path}.key", f"only metadata.name is supported in matchFields, got {key!r}")
+        operator = fields.string(item.get("operator"), f"{item_path}.operator", required=True, allowed=("In", "NotIn"))
+        values = fields.string_list(item.get("values"), f"{item_path}.values")
+        try:
+            by_name.append(Requirement.create(wk.HOSTNAME, operator, values))
+        except RequirementError as error:
+            fields.fail(item_path, str(error))
+    return requirements.add(*by_name) if by_name else requirements
+
+
+def _node_affinity(fields: _Fields, value: object, path: str) -> tuple[tuple[Requirements, ...], tuple[PreferredNodeTerm, ...]]:
+    affinity = fields.mapping(value, path)
+    required_terms: list[Requirements] = []
+    required_value = affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+    if required_value is not None:
+        required_path = f"{path}.requiredDuringSchedulingIgnoredDuringExecution"
+        required = fields.mapping(required_value, required_path)
+        terms_path = f"{required_path}.nodeSelectorTerms"
+        terms = [_node_selector_term(fields, term, term_path) for term_path, term in fields.items(required.get("nodeSelectorTerms"), terms_path)]
+        if not terms:
+            fields.fail(terms_path, "needs at least one term")
+        # An empty term matches no node; terms are ORed, so it only matters when all are empty.
+        required_terms = [term for term in terms if term]
+        if not required_terms:
+            fields.fail(terms_path, "every term is empty, and an empty term matches no node: this pod can never schedule")
+    preferred = []
+    preferred_path = f"{path}.preferredDuringSchedulingIgnoredDuringExecution"
+    for item_path, item in fields.items(affinity.get("preferredDuringSchedulingIgnoredDuringExecution"), preferred_path):
+        weight = fields.integer(item.get("weight"), f"{item_path}.weight", minimum=1, maximum=100)
+        if weight is None:
+            fields.fail(f"{item_path}.weight", "required")
+        term = _node_selector_term(fields, fields.mapping(item.get("preference"), f"{item_path}.preference", required=True), f"{item_path}.preference")
+        preferred.append(PreferredNodeTerm(weight, term))
+    return tuple(required_terms), tuple(preferred)
+
+
+def _affinity_term(fields: _Fields, term: Mapping[str, Any], path: str, pod_labels: Mapping[str, str], weight: int | None) -> PodAffinityTerm:
+    selector = fields.label_selector(term.get("labelSelector"), f"{path}.labelSelector")
+    match_keys = fields.string_list(term.get("matchLabelKeys"), f"{path}.matchLabelKeys")
+    mismatch_keys = fields.string_list(term.get("mismatchLabelKeys"), f"{path}.mismatchLabelKeys")
+    if selector is not None and (match_keys or mismatch_keys):
+        # As the API server does at admission: keys the pod carries become In / NotIn its value.
+        extra = [(key, "In", (pod_labels[key],)) for key in match_keys if key in pod_labels]
+        extra += [(key, "NotIn", (pod_labels[key],)) for key in mismatch_keys if key in pod_labels]
+        selector = _selector(selector.match_labels, (*selector.match_expressions, *extra))
+    return PodAffinityTerm(
+        topology_key=fields.string(term.get("topologyKey"), f"{path}.topologyKey", required=True),
+        label_selector=selector,
+        namespaces=frozenset(fields.string_list(term.get("namespaces"), f"{path}.namespaces")),
+        namespace_selector=fields.label_selector(term.get("namespaceSelector"), f"{path}.namespaceSelector"),
+        weight=weight,
+        match_label_keys=tuple(match_keys),
+    )
+
+
+def _pod_affinity(fields: _Fields, value: object, path: str, pod_labels: Mapping[str, str]) -> tuple[PodAffinityTerm, ...]:
+    affinity = fields.mapping(value, path)
+    terms = []
+    required_path = f"{path}.requiredDuringSchedulingIgnoredDuringExecution"
+    for item_path, item in fields.items(affinity.get("requiredDuringSchedulingIgnoredDuringExecution"), required_path):
+        terms.append(_affinity_term(fields, item, item_path, pod_labels, None))
+    preferred_path = f"{path}.preferredDuringSchedulingIgnoredDuringExecution"
+    for item_path, item in fields.items(affinity.get("preferredDuringSchedulingIgnoredDuringExecution"), preferred_path):
+        weight = fields.integer(item.get("weight"), f"{item_path}.weight", minimum=1, maximum=100)
+        if weight is None:
+            fields.fail(f"{item_path}.weight", "required")
+        term = fields.mapping(item.get("podAffinityTerm"), f"{item_path}.podAffinityTerm", required=True)
+        terms.append(_affinity_term(fields, term, f"{item_path}.podAffinityTerm", pod_labels, weight))
+    return tuple(terms)
+
+
+def _topology_spread(fields: _Fields, value: object, path: str, pod_labels: Mapping[str, str]) -> tuple[TopologySpreadConstraint, ...]:
+    constraints = []
+    for item_path, item in fields.items(value, path):
+        max_skew = fields.integer(item.get("maxSkew"), f"{item_path}.maxSkew", minimum=1)
+        if max_skew is None:
+            fields.fail(f"{item_path}.maxSkew", "required")
+        when = fields.string(item.get("whenUnsatisfiable"), f"{item_path}.whenUnsatisfiable", default="DoNotSchedule", allowed=("DoNotSchedule", "ScheduleAnyway"))
+        min_domains = fields.integer(item.get("minDomains"), f"{item_path}.minDomains", minimum=1)
+        if min_domains is not None and when != "DoNotSchedule":
+            fields.fail(f"{item_path}.minDomains", "only allowed with whenUnsatisfiable: DoNotSchedule")
+        selector = fields.label_selector(item.get("labelSelector"), f"{item_path}.labelSelector")
+        match_keys = fields.string_list(item.get("matchLabelKeys"), f"{item_path}.matchLabelKeys")
+        if selector is not None and match_keys:
+            # kube-scheduler ANDs key=value for each listed key the pod carries; a null selector stays null.
+            extra = [(key, pod_labels[key]) for key in match_keys if key in pod_labels]
+            selector = _selector((*selector.match_labels, *extra), selector.match_expressions)
+        constraints.append(
+            TopologySpreadConstraint(
+                max_skew=max_skew,
+                topology_key=fields.string(item.get("topologyKey"), f"{item_path}.topologyKey", required=True),
+                when_unsatisfiable=when,
+                label_selector=selector,
+                min_domains=min_domains,
+                match_label_keys=tuple(match_keys),
+                node_affinity_policy=fields.string(item.get("nodeAffinityPolicy"), f"{item_path}.nodeAffinityPolicy", default="Honor", allowed=("Honor", "Ignore")),
+                node_taints_policy=fields.string(item.get("nodeTaintsPolicy"), f"{item_path}.nodeTaintsPolicy", default="Ignore", allowed=("Honor", "Ignore")),
+            )
+        )
+    return tuple(constraints)
+
+
+def _owner(fields: _Fields, metadata: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """The controller owner reference, or the first owner when none is marked controller."""
+    owners = list(fields.items(metadata.get("ownerReferences"), "metadata.ownerReferences"))
+    if not owners:
+        return None, None
+    chosen_path, chosen = next(((p, o) for p, o in owners if o.get("controller") is True), owners[0])
+    return (
+        fields.string(chosen.get("kind"), f"{chosen_path}.kind", required=True),
+        fields.string(chosen.get("name"), f"{chosen_path}.name", required=True),
+    )
+
+
+def _unschedulable_since(fields: _Fields, status: Mapping[str, Any]) -> datetime | None:
+    for item_path, condition in fields.items(status.get("conditions"), "status.conditions"):
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False" and condition.get("reason") == "Unschedulable":
+            return fields.timestamp(condition.get("lastTransitionTime"), f"{item_path}.lastTransitionTime")
+    return None
+
+
+def _pod(
+    fields: _Fields,
+    *,
+    namespace: str,
+    name: str,
+    metadata: Mapping[str, Any],
+    spec: Mapping[str, Any],
+    status: Mapping[str, Any],
+    runtime_classes: Mapping[str, Resources] | None,
+    spec_path: str,
+    meta_path: str,
+    owner: tuple[str | None, str | None],
+) -> Pod:
+    pod_labels = fields.string_map(metadata.get("labels"), f"{meta_path}.labels")
+    host_network = fields.boolean(spec.get("hostNetwork"), f"{spec_path}.hostNetwork")
+
+    containers_path = f"{spec_path}.containers"
+    containers = list(fields.items(spec.get("containers"), containers_path))
+    if not containers:
+        fields.fail(containers_path, "a pod needs at least one container")
+    app_requests = [_container_requests(fields, c, p) for p, c in containers]
+    ports = [port for p, c in containers for port in _host_ports(fields, c, p, host_network)]
+
+    init_requests: list[tuple[Resources, bool]] = []
+    for item_path, container in fields.items(spec.get("initContainers"), f"{spec_path}.initContainers"):
+        restart = fields.string(container.get("restartPolicy"), f"{item_path}.restartPolicy", default="", allowed=("Always",))
+        sidecar = restart == "Always"
+        init_requests.append((_container_requests(fields, container, item_path), sidecar))
+        if sidecar:
+            ports += _host_ports(fields, container, item_path, host_network)
+
+    overhead = EMPTY
+    runtime_class = fields.string(spec.get("runtimeClassName"), f"{spec_path}.runtimeClassName")
+    if spec.get("overhead") is not None:
+        overhead = fields.resources(spec.get("overhead"), f"{spec_path}.overhead")
+    elif runtime_class and runtime_classes and runtime_class in runtime_classes:
+        overhead = runtime_classes[runtime_class]
+
+    pod_level = None
+    pod_resources = fields.mapping(spec.get("resources"), f"{spec_path}.resources")
+    if pod_resources:
+        pod_level_raw = fields.mapping(pod_resources.get("requests"), f"{spec_path}.resources.requests")
+        requests = fields.resources(pod_level_raw, f"{spec_path}.resources.requests")
+        limits = fields.resources(pod_resources.get("limits"), f"{spec_path}.resources.limits")
+        merged = {n: v for n, v in limits.items() if n not in pod_level_raw}
+        merged.update(requests)
+        pod_level = Resources({n: v for n, v in merged.items() if n in _POD_LEVEL_RESOURCES or n.startswith("hugepages-")})
+
+    affinity = fields.mapping(spec.get("affinity"), f"{spec_path}.affinity")
+    required_nodes, preferred_nodes = _node_affinity(fields, affinity.get("nodeAffinity"), f"{spec_path}.affinity.nodeAffinity")
+    node_selector = fields.string_map(spec.get("nodeSelector"), f"{spec_path}.nodeSelector")
+    tolerations = fields.tolerations(spec.get("tolerations"), f"{spec_path}.tolerations")
+    owner_kind, _ = owner
+    if owner_kind == "DaemonSet":
+        extra = [t for t in DAEMONSET_DEFAULT_TOLERATIONS + ((_HOST_NETWORK_TOLERATION,) if host_network else ()) if t not in tolerations]
+        tolerations = tolerations + tuple(extra)
+
+    node_name = fields.string(spec.get("nodeName"), f"{spec_path}.nodeName") or None
+    return Pod(
+        namespace=namespace,
+        name=name,
+        uid=fields.string(metadata.get("uid"), f"{meta_path}.uid", default=""),
+        labels=pod_labels,
+        annotations=fields.string_map(metadata.get("annotations"), f"{meta_path}.annotations"),
+        requests=effective_requests(app_requests, init_requests, overhead, pod_level),
+        node_selector=Requirements.from_labels(node_selector),
+        required_node_affinity=required_nodes,
+        preferred_node_affinity=preferred_nodes,
+        tolerations=tolerations,
+        pod_affinity=_pod_affinity(fields, affinity.get("podAffinity"), f"{spec_path}.affinity.podAffinity", pod_labels),
+        pod_anti_affinity=_pod_affinity(fields, affinity.get("podAntiAffinity"), f"{spec_path}.affinity.podAntiAffinity", pod_labels),
+        topology_spread=_topology_spread(fields, spec.get("topologySpreadConstraints"), f"{spec_path}.topologySpreadConstraints", pod_labels),
+        host_ports=tuple(sorted(set(ports))),
+        priority=fields.integer(spec.get("priority"), f"{spec_path}.priority", default=0),
+        priority_class_name=fields.string(spec.get("priorityClassName"), f"{spec_path}.priorityClassName", default=""),
+        node_name=node_name,
+        owner_kind=owner[0],
+        owner_name=owner[1],
+        phase=fields.string(status.get("phase"), "status.phase", default="Pending", allowed=_POD_PHASES),
+        created=fields.timestamp(metadata.get("creationTimestamp"), f"{meta_path}.creationTimestamp"),
+        deleting=fields.timestamp(metadata.get("deletionTimestamp"), f"{meta_path}.deletionTimestamp") is not None,
+        termination_grace_seconds=fields.integer(spec.get("terminationGracePeriodSeconds"), f"{spec_path}.terminationGracePeriodSeconds", default=30, minimum=0),
+        unschedulable_since=_unschedulable_since(fields, status),
+        scheduling_gated=bool(fields.sequence(spec.get("schedulingGates"), f"{spec_path}.schedulingGates")),
+    )
+
+
+def parse_pod(obj: Mapping[str, Any], runtime_classes: Mapping[str, Resources] | None = None, *, origin: str = "") -> Pod:
+    """A v1 Pod. ``runtime_classes`` (name -> ``overhead.podFixed``) supplies overhead for
+    pods naming a RuntimeClass but lacking ``spec.overhead`` (the admission controller
+    normally copies it in; hand-written snapshots often do not)."""
+    obj = _object(obj, "Pod", origin)
+    fields = _Fields(_ref("Pod", obj, namespaced=True, origin=origin))
+    metadata = _metadata(fields, obj)
+    name = _name(fields, metadata)
+    namespace = fields.string(metadata.get("namespace"), "metadata.namespace", default="") or "default"
+    return _pod(
+        fields,
+        namespace=namespace,
+        name=name,
+        metadata=metadata,
+        spec=fields.mapping(obj.get("spec"), "spec", required=True),
+        status=fields.mapping(obj.get("status"), "status"),
+        runtime_classes=runtime_classes,
+        spec_path="spec",
+        meta_path="metadata",
+        owner=_owner(fields, metadata),
+    )
+
+
+# ---------------------------------------------------------------- nodes, DaemonSets, PDBs, RuntimeClasses
+
+
+def parse_node(obj: Mapping[str, Any], *, origin: str = "") -> Node:
+    """A v1 Node; Karpenter label keys gain their Joiner equivalents."""
+    obj = _object(obj, "Node", origin)
+    fields = _Fields(_ref("Node", obj, namespaced=False, origin=origin))
+    metadata = _metadata(fields, obj)
+    spec = fields.mapping(obj.get("spec"), "spec")
+    status = fields.mapping(obj.get("status"), "status")
+    ready = False
+    for item_path, condition in fields.items(status.get("conditions"), "status.conditions"):
+        if condition.get("type") == "Ready":
+            ready = fields.string(condition.get("status"), f"{item_path}.status", default="Unknown") == "True"
+    return Node(
+        name=_name(fields, metadata),
+        labels=wk.normalize_labels(fields.string_map(metadata.get("labels"), "metadata.labels")),
+        annotations=fields.string_map(metadata.get("annotations"), "metadata.annotations"),
+        taints=fields.taints(spec.get("taints"), "spec.taints"),
+        allocatable=fields.resources(status.get("allocatable"), "status.allocatable"),
+        capacity=fields.resources(status.get("capacity"), "status.capacity"),
+        provider_id=fields.string(spec.get("providerID"), "spec.providerID", default=""),
+        unschedulable=fields.boolean(spec.get("unschedulable"), "spec.unschedulable"),
+        ready=ready,
+        created=fields.timestamp(metadata.get("creationTimestamp"), "metadata.creationTimestamp"),
+        deleting=fields.timestamp(metadata.get("deletionTimestamp"), "metadata.deletionTimestamp") is not None,
+    )
+
+
+def parse_daemonset(obj: Mapping[str, Any], runtime_classes: Mapping[str, Resources] | None = None, *, origin: str = "") -> DaemonSet:
+    """An apps/v1 DaemonSet; its pod template becomes a Pod owned by the DaemonSet (with
+    the tolerations the DaemonSet controller adds), used for per-node overhead."""
+    obj = _object(obj, "DaemonSet", origin)
+    fields = _Fields(_ref("DaemonSet", obj, namespaced=True, origin=origin))
+    metadata = _metadata(fields, obj)
+    name = _name(fields, metadata)
+    namespace = fields.string(metadata.get("namespace"), "metadata.namespace", default="") or "default"
+    spec = fields.mapping(obj.get("spec"), "spec", required=True)
+    template = fields.mapping(spec.get("template"), "spec.template", required=True)
+    pod = _pod(
+        fields,
+        namespace=namespace,
+        name=name,
+        metadata=fields.mapping(template.get("metadata"), "spec.template.metadata"),
+        spec=fields.mapping(template.get("spec"), "spec.template.spec", required=True),
+        status={},
+        runtime_classes=runtime_classes,
+        spec_path="spec.template.spec",
+        meta_path="spec.template.metadata",
+        owner=("DaemonSet", name),
+    )
+    return DaemonSet(namespace, name, pod)
+
+
+def _int_or_percent(fields: _Fields, value: object, path: str) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(fields.integer(value, path, minimum=0))
+    if isinstance(value, str) and _PERCENT.match(value):
+        if int(value[:-1]) > 100:
+            fields.fail(path, f"percentage must be at most 100%, got {value!r}")
+        return value
+    fields.fail(path, f"expected a non-negative integer or a percentage such as '50%', got {_describe(value)}")
+
+
+def parse_pdb(obj: Mapping[str, Any], *, origin: str = "") -> PodDisruptionBudget:
+    """A policy/v1 PodDisruptionBudget. A null selector selects no pods (policy/v1), an
+    empty one every pod of the namespace."""
+    obj = _object(obj, "PodDisruptionBudget", origin)
+    fields = _Fields(_ref("PodDisruptionBudget", obj, namespaced=True, origin=origin))
+    metadata = _metadata(fields, obj)
+    spec = fields.mapping(obj.get("spec"), "spec")
+    status = fields.mapping(obj.get("status"), "status")
+    min_available = _int_or_percent(fields, spec.get("minAvailable"), "spec.minAvailable")
+    max_unavailable = _int_or_percent(fields, spec.get("maxUnavailable"), "spec.maxUnavailable")
+    if min_available is not None and max_unavailable is not None:
+        fields.fail("spec", "minAvailable and maxUnavailable cannot both be set")
+    selector = fields.label_selector(spec.get("selector"), "spec.selector")
+    return PodDisruptionBudget(
+        namespace=fields.string(metadata.get("namespace"), "metadata.namespace", default="") or "default",
+        name=_name(fields, metadata),
+        selector=MATCH_NOTHING if selector is None else selector,
+        disruptions_allowed=fields.integer(status.get("disruptionsAllowed"), "status.disruptionsAllowed", minimum=0),
+        min_available=min_available,
+        max_unavailable=max_unavailable,
+    )
+
+
+def parse_runtime_class(obj: Mapping[str, Any], *, origin: str = "") -> tuple[str, Resources]:
+    """A node.k8s.io/v1 RuntimeClass as ``(name, overhead.podFixed)``."""
+    obj = _object(obj, "RuntimeClass", origin)
+    fields = _Fields(_ref("RuntimeClass", obj, namespaced=False, origin=origin))
+    name = _name(fields, _metadata(fields, obj))
+    overhead = fields.mapping(obj.get("overhead"), "overhead")
+    return name, fields.resources(overhead.get("podFixed"), "overhead.podFixed")
+
+
+# ---------------------------------------------------------------- NodePools
+
+
+def _budget(fields: _Fields, item: Mapping[str, Any], path: str) -> Budget:
+    nodes_value = item.get("nodes", "10%")
+    if isinstance(nodes_value, int) and not isinstance(nodes_value, bool) and nodes_value >= 0:
+        nodes_value = str(nodes_value)
+    nodes = fields.string(nodes_value, f"{path}.nodes", required=True)
+    if not _BUDGET_NODES.match(nodes):
+        fields.fail(f"{path}.nodes", f"expected a node count such as '5' or a percentage from '0%' to '100%', got {nodes!r}")
+    schedule = fields.string(item.get("schedule"), f"{path}.schedule")
+    duration = fields.duration(item.get("duration"), f"{path}.duration", default=None, allow_never=False)
+    if schedule is not None:
+        if not (schedule in _CRON_MACROS or len(schedule.split()) == 5):
+            fields.fail(f"{path}.schedule", f"expected a 5-field cron expression or one of {', '.join(_CRON_MACROS)}, got {schedule!r}")
+        if duration is None or duration <= timedelta(0):
+            fields.fail(f"{path}.duration", "a positive duration is required with a schedule")
+    elif item.get("duration") is not None:
+        fields.fail(f"{path}.schedule", "required when duration is set")
+    reasons = [fields.string(r, f"{path}.reasons[{i}]", required=True, allowed=_BUDGET_REASONS) for i, r in enumerate(fields.sequence(item.get("reasons"), f"{path}.reasons"))]
+    return Budget(nodes=nodes, schedule=schedule, duration=duration, reasons=tuple(sorted(set(reasons))))
+
+
+def _disruption(fields: _Fields, value: object, path: str) -> Disruption:
+    disruption = fields.mapping(value, path)
+    budgets_value = disruption.get("budgets")
+    if budgets_value is None:
+        budgets: tuple[Budget, ...] = (Budget(),)
+    else:
+        budgets = tuple(_budget(fields, item, item_path) for item_path, item in fields.items(budgets_value, f"{path}.budgets"))
+    min_savings = fields.mapping(disruption.get("minSavings"), f"{path}.minSavings")
+    return Disruption(
+        consolidation_policy=fields.string(disruption.get("consolidationPolicy"), f"{path}.consolidationPolicy", default="WhenEmptyOrUnderutilized", allowed=_CONSOLIDATION_POLICIES),
+        consolidate_after=fields.duration(disruption.get("consolidateAfter"), f"{path}.consolidateAfter", default=timedelta(0)),
+        budgets=budgets,
+        min_savings_per_hour=fields.number(min_savings.get("perHour"), f"{path}.minSavings.perHour", default=0.0, minimum=0.0),
+        min_savings_percent=fields.number(min_savings.get("percent"), f"{path}.minSavings.percent", default=10.0, minimum=0.0, maximum=100.0),
+    )
+
+
+def parse_node_pool(obj: Mapping[str, Any], *, origin: str = "") -> NodePool:
+    """A ``joiner.dev/v1`` or ``karpenter.sh/v1`` NodePool, with the brief's defaults:
+    expireAfter 720h, consolidateAfter 0s, WhenEmptyOrUnderutilized, budgets ``[10%]``,
+    minSavings 10 %, rebalance ``replace``, weight 0, no limits, NodeClass ``default``."""
+    obj = _object(obj, "NodePool", origin)
+    fields = _Fields(_ref("NodePool", obj, namespaced=False, origin=origin))
+    name = _name(fields, _metadata(fields, obj))
+    spec = fields.mapping(obj.get("spec"), "spec")
+    template = fields.mapping(spec.get("template"), "spec.template")
+    template_metadata = fields.mapping(template.get("metadata"), "spec.template.metadata")
+    template_spec = fields.mapping(template.get("spec"), "spec.template.spec")
+
+    labels = fields.string_map(template_metadata.get("labels"), "spec.template.metadata.labels")
+    for key in sorted(labels):
+        if wk.normalize_label_key(key) in _RESTRICTED_POOL_LABELS:
+            fields.fail(f"spec.template.metadata.labels.{key}", f"{key} is set by Joiner on each node and cannot be set by a NodePool")
+
+    node_class = "default"
+    ref_value = template_spec.get("nodeClassRef")
+    if ref_value is not None:
+        ref = fields.mapping(ref_value, "spec.template.spec.nodeClassRef")
+        node_class = fields.string(ref.get("name"), "spec.template.spec.nodeClassRef.name", required=True)
+        group = fields.string(ref.get("group"), "spec.template.spec.nodeClassRef.group")
+        kind = fields.string(ref.get("kind"), "spec.template.spec.nodeClassRef.kind")
+        if (group is not None or kind is not None) and (group, kind) not in _NODE_CLASS_REFS:
+            expected = " or ".join(f"{g}/{k}" for g, k in sorted(_NODE_CLASS_REFS))
+            fields.fail("spec.template.spec.nodeClassRef", f"must reference {expected}, got {group}/{kind}")
+
+    limits_value = spec.get("limits")
+    limits = None if limits_value is None else fields.resources(limits_value, "spec.limits", keep_zeros=True)
+    interruption = fields.mapping(spec.get("interruption"), "spec.interruption")
+    return NodePool(
+        name=name,
+        requirements=fields.requirements(template_spec.get("requirements"), "spec.template.spec.requirements", node_pool=True),
+        labels=labels,
+        annotations=fields.string_map(template_metadata.get("annotations"), "spec.template.metadata.annotations"),
+        taints=fields.taints(template_spec.get("taints"), "spec.template.spec.taints"),
+        startup_taints=fields.taints(template_spec.get("startupTaints"), "spec.template.spec.startupTaints"),
+        node_class=node_class,
+        limits=limits,
+        weight=fields.integer(spec.get("weight"), "spec.weight", default=0, minimum=1, maximum=100),
+        expire_after=fields.duration(template_spec.get("expireAfter"), "spec.template.spec.expireAfter", default=timedelta(hours=720)),
+        termination_grace_period=fields.duration(template_spec.get("terminationGracePeriod"), "spec.template.spec.terminationGracePeriod", default=None, allow_never=False),
+        disruption=_disruption(fields, spec.get("disruption"), "spec.disruption"),
+        rebalance=fields.string(interruption.get("rebalance"), "spec.interruption.rebalance", default="replace", allowed=_REBALANCE),
+    )
+
+
+# ---------------------------------------------------------------- NodeClasses
+
+
+def _selector_terms(fields: _Fields, value: object, path: str, allowed_keys: tuple[str, ...], id_prefix: str) -> tuple[SelectorTerm, ...]:
+    id_pattern = re.compile(rf"^{id_prefix}-[0-9a-z]+$")
+    terms = []
+    for item_path, item in fields.items(value, path):
+        unknown = sorted(set(item) - set(allowed_keys))
+        if unknown:
+            fields.fail(f"{item_path}.{unknown[0]}", f"not supported (a term may use {', '.join(allowed_keys)})")
+        present = [key for key in allowed_keys if item.get(key) is not None]
+        if not present:
+            fields.fail(item_path, f"a term needs one of {', '.join(allowed_keys)}")
+        for exclusive in ("id", "alias"):
+            if exclusive in present and len(present) > 1:
+                fields.fail(f"{item_path}.{exclusive}", f"{exclusive} cannot be combined with {', '.join(k for k in present if k != exclusive)}")
+        if present == ["owner"]:
+            fields.fail(f"{item_path}.owner", "owner needs name or tags in the same term")
+        tags = fields.string_map(item.get("tags"), f"{item_path}.tags")
+        if "tags" in present and not tags:
+            fields.fail(f"{item_path}.tags", "must not be empty")
+        for key, tag_value in tags.items():
+            if not key or not tag_value:
+                fields.fail(f"{item_path}.tags", "tag keys and values must not be empty (use '*' to match any value)")
+        term_id = item.get("id")
+        if isinstance(term_id, str) and not id_pattern.match(term_id):
+            fields.fail(f"{item_path}.id", f"expected an id such as {id_prefix}-0123abcd, got {term_id!r}")
+        terms.append(
+            SelectorTerm(
+                tags=tuple(sorted(tags.items())),
+                id=fields.string(item.get("id"), f"{item_path}.id", required="id" in present) or None,
+                name=fields.string(item.get("name"), f"{item_path}.name", required="name" in present) or None,
+                alias=fields.string(item.get("alias"), f"{item_path}.alias", required="alias" in present) or None,
+                owner=fields.string(item.get("owner"), f"{item_path}.owner", required="owner" in present) or None,
+            )
+        )
+    return tuple(terms)
+
+
+def _ami(fields: _Fields, spec: Mapping[str, Any]) -> tuple[str, tuple[SelectorTerm, ...]]:
+    """amiFamily and amiSelectorTerms; an alias implies its family, no terms mean ``<family>@latest``."""
+    family = fields.string(spec.get("amiFamily"), "spec.amiFamily", allowed=_AMI_FAMILY_NAMES)
+    terms = _selector_terms(fields, spec.get("amiSelectorTerms"), "spec.amiSelectorTerms", ("alias", "id", "name", "owner", "tags"), "ami")
+    aliases = [(i, term.alias) for i, term in enumerate(terms) if term.alias is not None]
+    if aliases:
+        index, alias = aliases[0]
+        path = f"spec.amiSelectorTerms[{index}].alias"
+        if len(terms) > 1:
+            fields.fail(path, "an alias term must be the only AMI selector term")
+        if not _AMI_ALIAS.match(alias):
+            fields.fail(path, f"expected <family>@<version> with family one of {', '.join(sorted(_AMI_FAMILIES))} and version latest or v<digits> (e.g. al2023@latest), got {alias!r}")
+        implied = _AMI_FAMILIES[alias.partition("@")[0]]
+        if family is not None and family != implied:
+            fields.fail("spec.amiFamily", f"{family} contradicts alias {alias!r} (which implies {implied})")
+        return implied, terms
+    family = family or "AL2023"
+    if terms:
+        return family, terms
+    if family == "Custom":
+        fields.fail("spec.amiSelectorTerms", "required when amiFamily is Custom")
+    alias_family = next(key for key, value in _AMI_FAMILIES.items() if value == family)
+    return family, (SelectorTerm(alias=f"{alias_family}@latest"),)
+
+
+def _kubelet(fields: _Fields, value: object, path: str) -> KubeletConfig:
+    kubelet = fields.mapping(value, path)
+    eviction_hard = fields.string_map(kubelet.get("evictionHard"), f"{path}.evictionHard")
+    for signal, threshold in eviction_hard.items():
+        signal_path = f"{path}.evictionHard.{signal}"
+        if signal not in _EVICTION_SIGNALS:
+            fields.fail(signal_path, f"unknown eviction signal (expected one of {', '.join(_EVICTION_SIGNALS)})")
+        if threshold.endswith("%"):
+            try:
+                percent = float(threshold[:-1])
+            except ValueError:
+                percent = -1.0
+            if not 0 <= percent <= 100:
+                fields.fail(signal_path, f"invalid percentage {threshold!r}")
+        else:
+            try:
+                if parse_milli(threshold) < 0:
+                    fields.fail(signal_path, f"must not be negative, got {threshold!r}")
+            except QuantityError as error:
+                fields.fail(signal_path, str(error))
+    kube_reserved = kubelet.get("kubeReserved")
+    for field_name in ("systemReserved", "kubeReserved"):
+        for resource in sorted(fields.mapping(kubelet.get(field_name), f"{path}.{field_name}")):
+            if resource not in _RESERVABLE:
+                fields.fail(f"{path}.{field_name}.{resource}", f"cannot be reserved (expected one of {', '.join(_RESERVABLE)})")
+    pods_per_core = fields.integer(kubelet.get("podsPerCore"), f"{path}.podsPerCore", minimum=0)
+    return KubeletConfig(
+        max_pods=fields.integer(kubelet.get("maxPods"), f"{path}.maxPods", minimum=1),
+        pods_per_core=pods_per_core or None,  # the kubelet reads 0 as "no per-core limit"
+        system_reserved=fields.resources(kubelet.get("systemReserved"), f"{path}.systemReserved"),
+        # An explicit 0 replaces the EKS formula for that resource, so zeros are kept.
+        kube_reserved=None if kube_reserved is None else fields.resources(kube_reserved, f"{path}.kubeReserved", keep_zeros=True),
+        eviction_hard=eviction_hard,
+    )
+
+
+def _block_device_mappings(fields: _Fields, value: object, path: str) -> tuple[Mapping[str, object], ...]:
+    mappings = []
+    root_volumes = 0
+    for item_path, item in fields.items(value, path):
+        device_name = fields.string(item.get("deviceName"), f"{item_path}.deviceName", required=True)
+        if not _DEVICE_NAME.match(device_name):
+            fields.fail(f"{item_path}.deviceName", f"expected a device such as /dev/xvda, got {device_name!r}")
+        ebs = fields.mapping(item.get("ebs"), f"{item_path}.ebs")
+        if ebs.get("volumeSize") is not None:
+            try:
+                size = parse_milli(ebs["volumeSize"])
+            except QuantityError as error:
+                fields.fail(f"{item_path}.ebs.volumeSize", str(error))
+            if size <= 0:
+                fields.fail(f"{item_path}.ebs.volumeSize", f"must be positive, got {ebs['volumeSize']!r}")
+        for flag in ("encrypted", "deleteOnTermination"):
+            fields.boolean(ebs.get(flag), f"{item_path}.ebs.{flag}")
+        if fields.boolean(item.get("rootVolume"), f"{item_path}.rootVolume"):
+            root_volumes += 1
+            if root_volumes > 1:
+                fields.fail(f"{item_path}.rootVolume", "at most one block device mapping can be the root volume")
+        mappings.append(copy.deepcopy(dict(item)))
+    return tuple(mappings)
+
+
+def _metadata_options(fields: _Fields, value: object, path: str) -> Mapping[str, object]:
+    given = fields.mapping(value, path)
+    unknown = sorted(set(given) - set(DEFAULT_METADATA_OPTIONS))
+    if unknown:
+        fields.fail(f"{path}.{unknown[0]}", f"unknown option (expected {', '.join(DEFAULT_METADATA_OPTIONS)})")
+    options = dict(DEFAULT_METADATA_OPTIONS)
+    options["httpEndpoint"] = fields.string(given.get("httpEndpoint"), f"{path}.httpEndpoint", default="enabled", allowed=("enabled", "disabled"))
+    options["httpProtocolIPv6"] = fields.string(given.get("httpProtocolIPv6"), f"{path}.httpProtocolIPv6", default="disabled", allowed=("enabled", "disabled"))
+    options["httpPutResponseHopLimit"] = fields.integer(given.get("httpPutResponseHopLimit"), f"{path}.httpPutResponseHopLimit", default=1, minimum=1, maximum=64)
+    options["httpTokens"] = fields.string(given.get("httpTokens"), f"{path}.httpTokens", default="required", allowed=("required", "optional"))
+    return options
+
+
+def _restricted_tag(key: str) -> bool:
+    return (
+        key.startswith("kubernetes.io/cluster/")
+        or key in ("joiner.dev/cluster", wk.NODEPOOL, wk.NODECLAIM, wk.MANAGED_BY_TAG, "eks:eks-cluster-name")
+        or key in ("karpenter.sh/nodepool", "karpenter.sh/nodeclaim", "karpenter.k8s.aws/ec2nodeclass")
+    )
+
+
+def parse_node_class(obj: Mapping[str, Any], *, origin: str = "") -> NodeClass:
+    """A ``joiner.dev/v1`` NodeClass or ``karpenter.k8s.aws/v1`` EC2NodeClass.
+
+    Defaults: amiFamily AL2023 with ``alias: al2023@latest``; metadataOptions IMDSv2
+    only (``httpTokens: required``) with hop limit 1. ``role`` and ``instanceProfile``
+    are exclusive; with neither, the deployment's node role (JOINER_NODE_ROLE) is used.
+    EC2NodeClass fields Joiner does not model (detailedMonitoring,
+    associatePublicIPAddress, instanceStorePolicy, ...) are ignored.
+    """
+    kind = obj.get("kind") if isinstance(obj, Mapping) and isinstance(obj.get("kind"), str) else "NodeClass"
+    obj = _object(obj, kind, origin)
+    fields = _Fields(_ref(kind, obj, namespaced=False, origin=origin))
+    name = _name(fields, _metadata(fields, obj))
+    spec = fields.mapping(obj.get("spec"), "spec")
+    family, ami_terms = _ami(fields, spec)
+    role = fields.string(spec.get("role"), "spec.role") or None
+    instance_profile = fields.string(spec.get("instanceProfile"), "spec.instanceProfile") or None
+    if role and instance_profile:
+        fields.fail("spec.instanceProfile", "set either role or instanceProfile, not both")
+    tags = fields.string_map(spec.get("tags"), "spec.tags")
+    for key in sorted(tags):
+        if not key:
+            fields.fail("spec.tags", "tag keys must not be empty")
+        if _restricted_tag(key):
+            fields.fail(f"spec.tags.{key}", "this tag is set by Joiner and cannot be overridden")
+    return NodeClass(
+        name=name,
+        subnet_selector_terms=_selector_terms(fields, spec.get("subnetSelectorTerms"), "spec.subnetSelectorTerms", ("id", "tags"), "subnet"),
+        security_group_selector_terms=_selector_terms(fields, spec.get("securityGroupSelectorTerms"), "spec.securityGroupSelectorTerms", ("id", "name", "tags"), "sg"),
+        ami_family=family,
+        ami_selector_terms=ami_terms,
+        role=role,
+        instance_profile=instance_profile,
+        kubelet=_kubelet(fields, spec.get("kubelet"), "spec.kubelet"),
+        block_device_mappings=_block_device_mappings(fields, spec.get("blockDeviceMappings"), "spec.blockDeviceMappings"),
+        tags=tags,
+        metadata_options=_metadata_options(fields, spec.get("metadataOptions"), "spec.metadataOptions"),
+        user_data=fields.string(spec.get("userData"), "spec.userData") or None,
+    )
+
+
+# ---------------------------------------------------------------- snapshots
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A cluster's scheduling-relevant state, each collection sorted by name."""
+
+    pods: tuple[Pod, ...] = ()
+    nodes: tuple[Node, ...] = ()
+    daemonsets: tuple[DaemonSet, ...] = ()
+    pdbs: tuple[PodDisruptionBudget, ...] = ()
+    node_pools: tuple[NodePool, ...] = ()
+    node_classes: tuple[NodeClass, ...] = ()
+    runtime_classes: Mapping[str, Resources] = field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def pending_pods(self) -> tuple[Pod, ...]:
+        """Pods that need a node (:attr:`Pod.is_pending`)."""
+        return tuple(pod for pod in self.pods if pod.is_pending)
+
+    @property
+    def bound_pods(self) -> tuple[Pod, ...]:
+        """Pods bound to a node and not finished (they occupy its capacity)."""
+        return tuple(pod for pod in self.pods if pod.node_name is not None and not pod.is_terminal)
+
+
+#: (apiVersion, kind) -> the collection it lands in.
+_KINDS: dict[tuple[str, str], str] = {
+    ("v1", "Pod"): "Pod",
+    ("v1", "Node"): "Node",
+    ("apps/v1", "DaemonSet"): "DaemonSet",
+    ("policy/v1", "PodDisruptionBudget"): "PodDisruptionBudget",
+    ("node.k8s.io/v1", "RuntimeClass"): "RuntimeClass",
+    (JOINER_V1, "NodePool"): "NodePool",
+    (KARPENTER_V1, "NodePool"): "NodePool",
+    (JOINER_V1, "NodeClass"): "NodeClass",
+    (KARPENTER_AWS_V1, "EC2NodeClass"): "NodeClass",
+}
+_MODELLED_KINDS = {kind: sorted(api for api, k in _KINDS if k == kind) for _, kind in _KINDS}
+_NAMESPACED = {"Pod", "DaemonSet", "PodDisruptionBudget"}
+
+
+def _flatten(obj: object, origin: str) -> Iterator[tuple[Mapping[str, Any], str]]:
+    """Objects with their origin, expanding ``List`` and ``<Kind>List`` (items inherit the kind)."""
+    if not isinstance(obj, Mapping):
+        raise SnapshotError(origin, "", f"expected a Kubernetes object (a mapping with apiVersion and kind), got {_describe(obj)}")
+    kind = obj.get("kind")
+    if not isinstance(kind, str) or not kind:
+        metadata = obj.get("metadata")
+        name = metadata.get("name") if isinstance(metadata, Mapping) else None
+        ref = f"{origin} ({name})" if isinstance(name, str) and name else origin
+        raise SnapshotError(ref, "kind", "required (every object needs apiVersion and kind)")
+    if kind.endswith("List") and "items" in obj:
+        fields = _Fields(f"{kind} ({origin})")
+        item_kind = kind[: -len("List")]
+        api_version = obj.get("apiVersion")
+        for index, item in enumerate(fields.sequence(obj.get("items"), "items")):
+            item_origin = f"{origin} items[{index}]"
+            if item_kind and isinstance(item, Mapping) and "kind" not in item:
+                item = {**item, "kind": item_kind, **({"apiVersion": api_version} if "apiVersion" not in item else {})}
+            yield from _flatten(item, item_origin)
+        return
+    yield obj, origin
+
+
+def _collect(entries: Iterable[tuple[object, str]]) -> Snapshot:
+    objects = [flat for obj, origin in entries for flat in _flatten(obj, origin)]
+    typed: list[tuple[str, Mapping[str, Any], str]] = []
+    for obj, origin in objects:
+        kind = obj["kind"]
+        api_version = obj.get("apiVersion")
+        target = _KINDS.get((api_version, kind))  # type: ignore[arg-type]
+        if target is None:
+            if kind in _MODELLED_KINDS:
+                ref = _ref(kind, obj, namespaced=kind in _NAMESPACED, origin=origin)
+                raise SnapshotError(ref, "apiVersion", f"{api_version!r} is not supported (expected {' or '.join(_MODELLED_KINDS[kind])})")
+            continue  # ConfigMaps, Services, ...: not scheduling inputs
+        typed.append((target, obj, origin))
+
+    seen: dict[tuple[str, str], str] = {}
+    runtime_classes: dict[str, Resources] = {}
+    for target, obj, origin in typed:
+        if target == "RuntimeClass":
+            name, overhead = parse_runtime_class(obj, origin=origin)
+            _unique(seen, target, name, f"RuntimeClass {name}")
+            runtime_classes[name] = overhead
+
+    pods, nodes, daemonsets, pdbs, pools, classes = [], [], [], [], [], []
+    for target, obj, origin in typed:
+        if target == "Pod":
+            pod = parse_pod(obj, runtime_classes, origin=origin)
+            _unique(seen, target, pod.key, f"Pod {pod.key}")
+            pods.append(pod)
+        elif target == "Node":
+            node = parse_node(obj, origin=origin)
+            _unique(seen, target, node.name, f"Node {node.name}")
+            nodes.append(node)
+        elif target == "DaemonSet":
+            daemonset = parse_daemonset(obj, runtime_classes, origin=origin)
+            _unique(seen, target, f"{daemonset.namespace}/{daemonset.name}", f"DaemonSet {daemonset.namespace}/{daemonset.name}")
+            daemonsets.append(daemonset)
+        elif target == "PodDisruptionBudget":
+            pdb = parse_pdb(obj, origin=origin)
+            _unique(seen, target, f"{pdb.namespace}/{pdb.name}", f"PodDisruptionBudget {pdb.namespace}/{pdb.name}")
+            pdbs.append(pdb)
+        elif target == "NodePool":
+            pool = parse_node_pool(obj, origin=origin)
+            _unique(seen, target, pool.name, f"NodePool {pool.name}")
+            pools.append(pool)
+        elif target == "NodeClass":
+            node_class = parse_node_class(obj, origin=origin)
+            _unique(seen, target, node_class.name, f"{obj['kind']} {node_class.name}")
+            classes.append(node_class)
+    return Snapshot(
+        pods=tuple(sorted(pods, key=lambda p: (p.namespace, p.name))),
+        nodes=tuple(sorted(nodes, key=lambda n: n.name)),
+        daemonsets=tuple(sorted(daemonsets, key=lambda d: (d.namespace, d.name))),
+        pdbs=tuple(sorted(pdbs, key=lambda p: (p.namespace, p.name))),
+        node_pools=tuple(sorted(pools, key=lambda p: p.name)),
+        node_classes=tuple(sorted(classes, key=lambda c: c.name)),
+        runtime_classes=MappingProxyType(dict(sorted(runtime_classes.items()))),
+    )
+
+
+def _unique(seen: dict[tuple[str, str], str], kind: str, key: str, ref: str) -> None:
+    if (kind, key) in seen:
+        raise SnapshotError(ref, "metadata.name", f"appears twice (also at {seen[(kind, key)]})")
+    seen[(kind, key)] = ref
+
+
+def parse_objects(objects: Iterable[Mapping[str, Any]]) -> Snapshot:
+    """A snapshot from Kubernetes objects (dicts as the API returns them).
+
+    ``List`` / ``PodList``-style objects are expanded; kinds Joiner does not model are
+    skipped; RuntimeClasses are read before pods whatever the order; a name repeated
+    within a kind is an error.
+    """
+    return _collect((obj, f"object {index + 1}") for index, obj in enumerate(objects))
+
+
+class _SnapshotLoader(yaml.SafeLoader):
+    """Safe YAML as kubectl reads it: timestamps stay strings, duplicate keys are errors."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:  # type: ignore[override]
+        seen: set[object] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # ``<<: *anchor`` merges; explicit keys may override merged ones
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            if isinstance(key, (str, int, float, bool)) or key is None:
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+_SnapshotLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+def load_snapshot_yaml(text: str) -> Snapshot:
+    """A snapshot from multi-document YAML (``---`` separated objects, ``kind: List``
+    documents, empty documents skipped). Syntax errors name the line and column."""
+    try:
+        documents = list(yaml.load_all(text, Loader=_SnapshotLoader))
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "YAML"
+        problem = error.problem or error.context or "invalid YAML"
+        raise SnapshotError("snapshot", where, problem) from None
+    except yaml.YAMLError as error:
+        raise SnapshotError("snapshot", "", f"invalid YAML: {error}") from None
+    return _collect((document, f"document {index + 1}") for index, document in enumerate(documents) if document is not None)

@@ -1,0 +1,163 @@
+"""Generate the bundled offline instance catalog ``joiner/data/catalog-<region>.json.gz``.
+
+Inputs (read only here, never by the package at run time):
+
+* moto's bundled copy of real EC2 ``DescribeInstanceTypes`` records and the per-zone
+  ``DescribeInstanceTypeOfferings`` for the region (``moto/ec2/resources/``);
+* a JSON file of on-demand Linux shared-tenancy prices,
+  ``{"prices": {"<region>": {"<type>": <USD per hour>}}, "generated_at": ..., "source": ...}``.
+
+Usage (from the repository root)::
+
+    .venv/bin/python scripts/build_catalog.py --prices /work/shared/data/ec2-on-demand-prices.json
+
+Types without an on-demand price, without a zone offering in the region, or without a
+Kubernetes architecture (amd64/arm64) are skipped. The output is deterministic: types sorted
+by name, keys sorted, gzip timestamp zero, so regenerating from the same inputs yields the
+same bytes. See docs/catalog.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_OUTPUT_DIR = REPO / "layers" / "joiner" / "python" / "joiner" / "data"
+FORMAT_VERSION = 1
+KUBE_ARCHITECTURES = {"x86_64": "amd64", "arm64": "arm64"}
+CAPACITY_TYPES = ("on-demand", "spot")
+
+
+def moto_resources() -> Path:
+    import moto.ec2  # dev dependency: only this script needs it
+
+    return Path(moto.ec2.__file__).resolve().parent / "resources"
+
+
+def load_gzip_json(path: Path) -> Any:
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def convert(record: dict[str, Any], zones: list[str], price: float) -> dict[str, Any] | None:
+    """One ``DescribeInstanceTypes`` record as the catalog's compact entry, or None to skip."""
+    processor = record.get("ProcessorInfo") or {}
+    architectures: list[str] = []
+    for arch in processor.get("SupportedArchitectures") or []:
+        mapped = KUBE_ARCHITECTURES.get(arch)
+        if mapped and mapped not in architectures:
+            architectures.append(mapped)
+    if not architectures:
+        return None
+    network = record["NetworkInfo"]
+    cards = network.get("NetworkCards") or []
+    default_card = network.get("DefaultNetworkCardIndex", 0)
+    # The VPC CNI only uses the default network card, so its interfaces bound max pods.
+    enis = next((c["MaximumNetworkInterfaces"] for c in cards if c.get("NetworkCardIndex") == default_card), network["MaximumNetworkInterfaces"])
+    entry: dict[str, Any] = {
+        "name": record["InstanceType"],
+        "vcpus": record["VCpuInfo"]["DefaultVCpus"],
+        "memoryMiB": record["MemoryInfo"]["SizeInMiB"],
+        "architectures": architectures,
+        "cpuManufacturer": processor.get("Manufacturer", ""),
+        "maxENIs": enis,
+        "ipv4PerENI": network["Ipv4AddressesPerInterface"],
+        "hypervisor": record.get("Hypervisor", ""),
+        "bareMetal": bool(record.get("BareMetal")),
+        "usageClasses": [c for c in CAPACITY_TYPES if c in (record.get("SupportedUsageClasses") or [])],
+        "zones": sorted(zones),
+        "onDemandPrice": price,
+    }
+    gpus = (record.get("GpuInfo") or {}).get("Gpus") or []
+    if gpus:
+        entry["gpuCount"] = sum(g.get("Count", 0) for g in gpus)
+        entry["gpuManufacturer"] = gpus[0].get("Manufacturer", "")
+        entry["gpuName"] = gpus[0].get("Name", "")
+        entry["gpuMemoryMiB"] = (gpus[0].get("MemoryInfo") or {}).get("SizeInMiB", 0)
+        if len(gpus) > 1:
+            entry["gpuKinds"] = len(gpus)
+    neuron_devices = (record.get("NeuronInfo") or {}).get("NeuronDevices") or []
+    if neuron_devices:
+        entry["neuronCount"] = sum(d.get("Count", 0) for d in neuron_devices)
+        entry["neuronCores"] = sum(d.get("Count", 0) * (d.get("CoreInfo") or {}).get("Count", 0) for d in neuron_devices)
+        entry["neuronName"] = neuron_devices[0].get("Name", "")
+    else:
+        accelerators = (record.get("InferenceAcceleratorInfo") or {}).get("Accelerators") or []
+        aws_accelerators = [a for a in accelerators if a.get("Manufacturer") == "AWS"]
+        if aws_accelerators:
+            entry["neuronCount"] = sum(a.get("Count", 0) for a in aws_accelerators)
+            entry["neuronName"] = aws_accelerators[0].get("Name", "")
+    efa = (network.get("EfaInfo") or {}).get("MaximumEfaInterfaces") or 0
+    if network.get("EfaSupported") and efa:
+        entry["efaCount"] = efa
+    return entry
+
+
+def build(region: str, resources: Path, prices_path: Path) -> tuple[dict[str, Any], dict[str, int]]:
+    records = load_gzip_json(resources / "instance_types.json.gz")
+    offerings = load_gzip_json(resources / "instance_type_offerings" / "availability-zone" / f"{region}.json.gz")
+    prices_doc = json.loads(prices_path.read_text(encoding="utf-8"))
+    prices = prices_doc["prices"][region]
+    zones: dict[str, list[str]] = defaultdict(list)
+    for offering in offerings:
+        zones[offering["InstanceType"]].append(offering["Location"])
+    skipped = {"no price": 0, "not offered in region": 0, "no kubernetes architecture": 0}
+    entries = []
+    for name in sorted(records):
+        if name not in prices:
+            skipped["no price"] += 1
+            continue
+        if not zones.get(name):
+            skipped["not offered in region"] += 1
+            continue
+        entry = convert(records[name], zones[name], float(prices[name]))
+        if entry is None:
+            skipped["no kubernetes architecture"] += 1
+            continue
+        entries.append(entry)
+    import moto
+
+    document = {
+        "format": FORMAT_VERSION,
+        "region": region,
+        "sources": {
+            "instanceTypes": f"moto {moto.__version__} ec2/resources/instance_types.json.gz (EC2 DescribeInstanceTypes)",
+            "offerings": f"moto {moto.__version__} ec2/resources/instance_type_offerings/availability-zone/{region}.json.gz",
+            "onDemandPrices": f"{prices_doc.get('source', prices_path.name)} ({prices_doc.get('currency', 'USD')} {prices_doc.get('unit', 'per instance-hour')}, generated {prices_doc.get('generated_at', 'unknown')})",
+        },
+        "instanceTypes": entries,
+    }
+    return document, skipped
+
+
+def write(document: dict[str, Any], output: Path) -> int:
+    payload = json.dumps(document, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with open(output, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=9, mtime=0) as handle:
+        handle.write(payload)
+    return output.stat().st_size
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--prices", required=True, type=Path, help="on-demand price JSON ({'prices': {region: {type: price}}})")
+    parser.add_argument("--region", default="us-east-1")
+    parser.add_argument("--moto-resources", type=Path, default=None, help="moto ec2/resources directory (default: the installed moto's)")
+    parser.add_argument("--output", type=Path, default=None, help="output file (default: joiner/data/catalog-<region>.json.gz)")
+    args = parser.parse_args(argv)
+    output = args.output or DEFAULT_OUTPUT_DIR / f"catalog-{args.region}.json.gz"
+    document, skipped = build(args.region, args.moto_resources or moto_resources(), args.prices)
+    size = write(document, output)
+    summary = {"output": str(output), "bytes": size, "instanceTypes": len(document["instanceTypes"]), "skipped": skipped}
+    sys.stdout.write(json.dumps(summary) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
