@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
-from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
 __all__ = ["logger", "tracer", "metrics", "MetricUnit", "handler_entry", "count"]
 
@@ -37,7 +37,6 @@ def count(name: str, value: float = 1, unit: str = MetricUnit.Count, **dimension
     if not dimensions:
         metrics.add_metric(name=name, unit=unit, value=value)
         return
-    single = metrics.single_metric(name=name, unit=unit, value=value, namespace=NAMESPACE)
-    with single as metric:
+    with single_metric(name=name, unit=unit, value=value, namespace=NAMESPACE) as metric:
         for key, dim in sorted(dimensions.items()):
             metric.add_dimension(name=key, value=str(dim))

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
-from joiner.domain.model import NodeClass, OfferingKey, SelectorTerm
+from joiner.domain.model import NodeClass, OfferingKey, SelectorTerm, Taint
 from joiner.domain.resources import Resources
 
 JsonDict = dict[str, Any]
@@ -186,8 +186,20 @@ class Ec2Port(Protocol):
     def resolve_subnets(self, terms: Sequence[SelectorTerm]) -> list[Subnet]: ...
     def resolve_security_groups(self, terms: Sequence[SelectorTerm]) -> list[str]: ...
     def resolve_ami(self, node_class: NodeClass, kubernetes_version: str, arch: str) -> str: ...
-    def ensure_launch_template(self, node_class: NodeClass, arch: str, cluster: ClusterInfo, security_groups: Sequence[str], ami_id: str) -> LaunchTemplateRef:
-        """Create (or reuse when inputs are unchanged) the launch template for this NodeClass and architecture."""
+    def ensure_launch_template(
+        self,
+        node_class: NodeClass,
+        arch: str,
+        cluster: ClusterInfo,
+        security_groups: Sequence[str],
+        ami_id: str,
+        *,
+        labels: Mapping[str, str] | None = None,
+        taints: Sequence[Taint] = (),
+    ) -> LaunchTemplateRef:
+        """Create (or reuse when inputs are unchanged) the launch template for this NodeClass and
+        architecture. ``labels``/``taints`` go into the kubelet's start flags (user data), so the
+        template is also per distinct label/taint set (see docs/aws.md)."""
         ...
     def create_fleet(self, request: FleetRequest) -> FleetResult: ...
     def terminate_instances(self, instance_ids: Sequence[str]) -> None: ...

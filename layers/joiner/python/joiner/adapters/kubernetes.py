@@ -1,0 +1,427 @@
+"""The Kubernetes API adapter: :class:`KubernetesClient` implements :class:`joiner.ports.KubernetesPort`.
+
+It uses the official client's HTTP layer only (``ApiClient.call_api``: urllib3 connection
+pooling, TLS, proxies) and moves raw JSON: no generated models are touched, so a cold start
+pays for importing the ``kubernetes`` package and nothing more.
+
+Failure handling: 429, 500, 502, 503, 504, timeouts and connection errors are retried with
+exponential backoff and full jitter (``Retry-After`` honoured, capped), at most
+``max_attempts`` attempts in all, then :class:`joiner.ports.KubernetesError` names the method,
+path, status and the server's message. The Eviction API's 429 is an answer (a
+PodDisruptionBudget disallows it now), never retried here. A 401 makes the token provider
+sign a fresh token once.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import logging
+import random as _random
+import time
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from joiner.ports import Clock, EvictionOutcome, JsonDict, KubernetesError
+from joiner.settings import Settings
+
+__all__ = ["KubernetesClient", "is_pending_pod", "MERGE_PATCH", "NODE_POOLS_PATH", "NODE_CLASSES_PATH"]
+
+log = logging.getLogger(__name__)
+
+MERGE_PATCH = "application/merge-patch+json"
+NODE_POOLS_PATH = "/apis/joiner.dev/v1/nodepools"
+NODE_CLASSES_PATH = "/apis/joiner.dev/v1/nodeclasses"
+RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
+EVENT_COMPONENT = "joiner"
+_EVENT_MESSAGE_LIMIT = 1024
+
+
+def _owned_by(pod: Mapping[str, Any], api_version: str, kind: str) -> bool:
+    owners = (pod.get("metadata") or {}).get("ownerReferences") or []
+    return any(o.get("apiVersion") == api_version and o.get("kind") == kind for o in owners)
+
+
+def is_pending_pod(pod: Mapping[str, Any]) -> bool:
+    """Karpenter's "provisionable" test: the scheduler marked it PodScheduled=False/Unschedulable,
+    it is not bound, not nominated to a node (preempting), not DaemonSet- or Node-owned (mirror
+    pods), not terminal and not terminating."""
+    spec, status, meta = pod.get("spec") or {}, pod.get("status") or {}, pod.get("metadata") or {}
+    if spec.get("nodeName") or status.get("nominatedNodeName") or meta.get("deletionTimestamp"):
+        return False
+    if status.get("phase") in ("Succeeded", "Failed"):
+        return False
+    if _owned_by(pod, "apps/v1", "DaemonSet") or _owned_by(pod, "v1", "Node"):
+        return False
+    return any(
+        c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
+        for c in status.get("conditions") or []
+    )
+
+
+class _SystemClock:
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+
+class KubernetesClient:
+    """:class:`joiner.ports.KubernetesPort` over the official client's HTTP layer.
+
+    ``authorization`` returns the ``Authorization`` header value per request (tokens that
+    expire are refreshed by it); ``invalidate`` is called once on a 401. ``sleep`` and
+    ``random`` are injectable so tests run retries without waiting.
+    """
+
+    def __init__(
+        self,
+        host: str,
+        *,
+        token: str | None = None,
+        authorization: Callable[[], str | None] | None = None,
+        invalidate: Callable[[], None] | None = None,
+        ca_file: str | None = None,
+        ca_data: str | None = None,
+        insecure: bool = False,
+        configuration: Any = None,
+        max_attempts: int = 4,
+        backoff_base: float = 0.25,
+        backoff_cap: float = 8.0,
+        max_retry_after: float = 10.0,
+        timeout: tuple[float, float] = (5.0, 30.0),
+        page_size: int = 500,
+        clock: Clock | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        random: Callable[[], float] = _random.random,
+    ) -> None:
+        from kubernetes.client.api_client import ApiClient
+        from kubernetes.client.configuration import Configuration
+
+        if not host:
+            raise ValueError("KubernetesClient: host is required")
+        if max_attempts < 1:
+            raise ValueError("KubernetesClient: max_attempts must be at least 1")
+        if page_size < 1:
+            raise ValueError("KubernetesClient: page_size must be at least 1")
+        if token is not None and authorization is not None:
+            raise ValueError("KubernetesClient: give token or authorization, not both")
+        if configuration is None:
+            configuration = Configuration(host=host.rstrip("/"))
+            configuration.verify_ssl = not insecure
+            configuration.ssl_ca_cert = ca_file or None
+            configuration.ca_cert_data = ca_data or None
+        # Our retry loop owns retries; urllib3's own would multiply the attempts.
+        configuration.retries = False
+        self._host = configuration.host.rstrip("/")
+        self._api = ApiClient(configuration)
+        self._api.user_agent = "joiner/0.1"
+        if token is not None:
+            static = f"Bearer {token}"
+            authorization = lambda: static  # noqa: E731
+        self._authorization = authorization or (lambda: None)
+        self._invalidate = invalidate
+        self._max_attempts = max_attempts
+        self._backoff_base = backoff_base
+        self._backoff_cap = backoff_cap
+        self._max_retry_after = max_retry_after
+        self._timeout = timeout
+        self._page_size = page_size
+        self._clock = clock or _SystemClock()
+        self._sleep = sleep
+        self._random = random
+
+    # ------------------------------------------------ construction
+
+    @classmethod
+    def from_settings(cls, settings: Settings, eks_client: Any = None, sts_client: Any = None, *,
+                      clock: Clock | None = None, **options: Any) -> KubernetesClient:
+        """Local runs: ``JOINER_KUBERNETES_HOST`` (+ ``_TOKEN``, ``_CA_FILE``, ``_INSECURE``).
+        In AWS: endpoint and CA from ``eks:DescribeCluster``, bearer tokens signed with STS
+        (refreshed every 10 minutes). boto3 clients are created here when not given."""
+        if settings.kubernetes_host:
+            return cls(settings.kubernetes_host, token=settings.kubernetes_token or None,
+                       ca_file=settings.kubernetes_ca_file or None, insecure=settings.kubernetes_insecure,
+                       clock=clock, **options)
+        from joiner.adapters.eks_auth import EksTokenProvider
+
+        if eks_client is None or sts_client is None:
+            import boto3
+
+            endpoint = settings.aws_endpoint_url or None
+            eks_client = eks_client or boto3.client("eks", region_name=settings.region, endpoint_url=endpoint)
+            sts_client = sts_client or boto3.client("sts", region_name=settings.region, endpoint_url=endpoint)
+        try:
+            cluster = eks_client.describe_cluster(name=settings.cluster_name)["cluster"]
+            endpoint_url = cluster["endpoint"]
+            ca_data = base64.b64decode(cluster["certificateAuthority"]["data"]).decode()
+        except KeyError as missing:
+            raise KubernetesError(f"eks:DescribeCluster {settings.cluster_name}: the answer has no {missing}") from None
+        provider = EksTokenProvider(settings.cluster_name, sts_client, clock=clock)
+        return cls(endpoint_url, authorization=provider.authorization, invalidate=provider.invalidate,
+                   ca_data=ca_data, clock=clock, **options)
+
+    @classmethod
+    def from_kubeconfig(cls, path: str, context: str | None = None, **options: Any) -> KubernetesClient:
+        """A kubeconfig file (tokens, client certificates and exec plugins as the official loader
+        supports them); for local runs against a real cluster."""
+        from kubernetes.client.configuration import Configuration
+        from kubernetes.config.kube_config import load_kube_config
+
+        configuration = Configuration()
+        load_kube_config(config_file=path, context=context, client_configuration=configuration, persist_config=False)
+
+        def authorization() -> str | None:  # refreshes expiring exec/OIDC credentials through the loader's hook
+            return (configuration.auth_settings().get("BearerToken") or {}).get("value")
+
+        return cls(configuration.host, configuration=configuration, authorization=authorization, **options)
+
+    def close(self) -> None:
+        self._api.close()
+
+    # ------------------------------------------------ HTTP with retries
+
+    def _request(self, method: str, path: str, *, query: Mapping[str, Any] | None = None, body: Any = None,
+                 content_type: str = "application/json", accept: Iterable[int] = (),
+                 retry_too_many: bool = True) -> tuple[int, Any]:
+        """One API call with bounded retries. Returns (status, parsed JSON or None) for 2xx and
+        for statuses in ``accept``; raises :class:`KubernetesError` otherwise."""
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+
+        accepted = frozenset(accept)
+        url = self._host + path + (f"?{urlencode(query)}" if query else "")
+        refreshed_token = False
+        attempt = 0
+        while True:
+            attempt += 1
+            headers = {"Accept": "application/json"}
+            if body is not None:
+                headers["Content-Type"] = content_type
+            authorization = self._authorization()
+            if authorization:
+                headers["Authorization"] = authorization
+            try:
+                response = self._api.call_api(method, url, header_params=headers, body=body, _request_timeout=self._timeout)
+                status = response.status
+                raw = response.read()
+                retry_after = response.headers.get("Retry-After")
+            except (HTTPError, OSError) as error:
+                failure = f"{type(error).__name__}: {error}"
+                if attempt >= self._max_attempts:
+                    raise KubernetesError(f"Kubernetes {method} {path} failed after {attempt} attempts: {failure}") from error
+                log.warning("kubernetes %s %s attempt %d failed: %s", method, path, attempt, failure)
+                self._backoff(attempt, None)
+                continue
+            except ApiException as error:  # TLS problems surface as status 0; retrying will not fix them
+                raise KubernetesError(f"Kubernetes {method} {path} failed: {error.reason}", status=error.status or None) from error
+
+            if 200 <= status < 300 or status in accepted:
+                return status, _parse(raw)
+            if status == 401 and self._invalidate is not None and not refreshed_token:
+                refreshed_token = True
+                self._invalidate()
+                attempt -= 1
+                continue
+            retryable = status in RETRYABLE_STATUSES and (status != 429 or retry_too_many)
+            if retryable and attempt < self._max_attempts:
+                log.warning("kubernetes %s %s attempt %d answered %d", method, path, attempt, status)
+                self._backoff(attempt, _seconds(retry_after))
+                continue
+            tries = f" after {attempt} attempts" if retryable else ""
+            raise KubernetesError(f"Kubernetes {method} {path} failed{tries}: HTTP {status}: {_excerpt(raw)}", status=status)
+
+    def _backoff(self, attempt: int, retry_after: float | None) -> None:
+        delay = self._random() * min(self._backoff_cap, self._backoff_base * 2 ** (attempt - 1))
+        if retry_after is not None:
+            delay = max(delay, min(retry_after, self._max_retry_after))
+        self._sleep(delay)
+
+    def _list(self, path: str, kind: str, api_version: str, **query: str | None) -> list[JsonDict]:
+        """All items, a page of ``page_size`` at a time. A continuation that expired (410) restarts
+        the listing once from the beginning."""
+        params = {key: value for key, value in query.items() if value}
+        for _ in range(2):
+            items: list[JsonDict] = []
+            token: str | None = None
+            try:
+                while True:
+                    page_query = dict(params, limit=str(self._page_size))
+                    if token:
+                        page_query["continue"] = token
+                    _, page = self._request("GET", path, query=page_query)
+                    for item in page.get("items") or []:
+                        item.setdefault("apiVersion", api_version)
+                        item.setdefault("kind", kind)
+                        items.append(item)
+                    token = (page.get("metadata") or {}).get("continue")
+                    if not token:
+                        return items
+            except KubernetesError as error:
+                if error.status != 410 or token is None:
+                    raise
+                log.warning("kubernetes list %s: continuation expired, listing again", path)
+        raise KubernetesError(f"Kubernetes GET {path}: continuation expired twice")
+
+    # ------------------------------------------------ reads
+
+    def list_pods(self, *, field_selector: str | None = None, label_selector: str | None = None) -> list[JsonDict]:
+        return self._list("/api/v1/pods", "Pod", "v1", fieldSelector=field_selector, labelSelector=label_selector)
+
+    def list_pending_pods(self) -> list[JsonDict]:
+        return [pod for pod in self.list_pods(field_selector="spec.nodeName=") if is_pending_pod(pod)]
+
+    def list_pods_on_node(self, node_name: str) -> list[JsonDict]:
+        if not node_name:
+            raise ValueError("list_pods_on_node: node_name is required")
+        return self.list_pods(field_selector=f"spec.nodeName={node_name}")
+
+    def list_nodes(self) -> list[JsonDict]:
+        return self._list("/api/v1/nodes", "Node", "v1")
+
+    def get_node(self, name: str) -> JsonDict | None:
+        status, node = self._request("GET", f"/api/v1/nodes/{_segment(name)}", accept={404})
+        if status == 404:
+            return None
+        node.setdefault("apiVersion", "v1")
+        node.setdefault("kind", "Node")
+        return node
+
+    def list_daemonsets(self) -> list[JsonDict]:
+        return self._list("/apis/apps/v1/daemonsets", "DaemonSet", "apps/v1")
+
+    def list_pdbs(self) -> list[JsonDict]:
+        return self._list("/apis/policy/v1/poddisruptionbudgets", "PodDisruptionBudget", "policy/v1")
+
+    def list_node_pools(self) -> list[JsonDict]:
+        return self._list(NODE_POOLS_PATH, "NodePool", "joiner.dev/v1")
+
+    def list_node_classes(self) -> list[JsonDict]:
+        return self._list(NODE_CLASSES_PATH, "NodeClass", "joiner.dev/v1")
+
+    def list_runtime_classes(self) -> list[JsonDict]:
+        return self._list("/apis/node.k8s.io/v1/runtimeclasses", "RuntimeClass", "node.k8s.io/v1")
+
+    # ------------------------------------------------ writes
+
+    def patch_node(self, name: str, patch: JsonDict) -> JsonDict:
+        """JSON merge patch (labels, annotations, spec.taints as a whole list, spec.unschedulable);
+        a ``metadata.resourceVersion`` in the patch makes it conditional (409 -> KubernetesError)."""
+        _, node = self._request("PATCH", f"/api/v1/nodes/{_segment(name)}", body=patch, content_type=MERGE_PATCH)
+        node.setdefault("apiVersion", "v1")
+        node.setdefault("kind", "Node")
+        return node
+
+    def delete_node(self, name: str) -> None:
+        """Idempotent: a node already gone is fine."""
+        self._request("DELETE", f"/api/v1/nodes/{_segment(name)}", accept={404})
+
+    def evict_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> EvictionOutcome:
+        eviction: JsonDict = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
+        if grace_seconds is not None:
+            eviction["deleteOptions"] = {"gracePeriodSeconds": grace_seconds}
+        status, answer = self._request(
+            "POST", f"/api/v1/namespaces/{_segment(namespace)}/pods/{_segment(name)}/eviction",
+            body=eviction, accept={404, 429}, retry_too_many=False,
+        )
+        if status == 429:
+            return EvictionOutcome("blocked", _status_message(answer))
+        if status == 404:
+            return EvictionOutcome("gone", _status_message(answer))
+        return EvictionOutcome("evicted")
+
+    def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
+        """Idempotent: a pod already gone is fine."""
+        options: JsonDict = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if grace_seconds is not None:
+            options["gracePeriodSeconds"] = grace_seconds
+        self._request("DELETE", f"/api/v1/namespaces/{_segment(namespace)}/pods/{_segment(name)}", body=options, accept={404})
+
+    def create_event(self, involved: JsonDict, reason: str, message: str, event_type: str = "Normal") -> None:
+        """A core/v1 Event named ``<object>.<hash of object, reason, type, message>``: the same
+        event again is not duplicated, its ``lastTimestamp`` moves instead. Events of
+        cluster-scoped objects go to the ``default`` namespace, as kubectl expects."""
+        meta = involved.get("metadata") or {}
+        name = meta.get("name")
+        if not name:
+            raise ValueError(f"create_event: the involved {involved.get('kind') or 'object'} has no metadata.name")
+        if event_type not in ("Normal", "Warning"):
+            raise ValueError(f"create_event: event_type must be Normal or Warning, got {event_type!r}")
+        namespace = meta.get("namespace") or "default"
+        identity = json.dumps([involved.get("kind"), meta.get("namespace") or "", name, meta.get("uid") or "", reason, event_type, message])
+        event_name = f"{name[:200].rstrip('.-')}.{hashlib.sha256(identity.encode()).hexdigest()[:16]}"
+        now = self._clock.now().astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        reference = {key: value for key, value in {
+            "apiVersion": involved.get("apiVersion"), "kind": involved.get("kind"), "name": name,
+            "namespace": meta.get("namespace"), "uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion"),
+        }.items() if value}
+        event = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": event_name, "namespace": namespace},
+            "involvedObject": reference,
+            "reason": reason,
+            "message": message[:_EVENT_MESSAGE_LIMIT],
+            "type": event_type,
+            "source": {"component": EVENT_COMPONENT},
+            "reportingComponent": EVENT_COMPONENT,
+            "reportingInstance": EVENT_COMPONENT,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        events_path = f"/api/v1/namespaces/{_segment(namespace)}/events"
+        status, _ = self._request("POST", events_path, body=event, accept={409})
+        if status == 409:
+            self._request("PATCH", f"{events_path}/{_segment(event_name)}", body={"lastTimestamp": now},
+                          content_type=MERGE_PATCH, accept={404})
+
+    def patch_node_pool_status(self, name: str, status: JsonDict) -> None:
+        """Merge patch on the status subresource; a NodePool deleted meanwhile is skipped."""
+        code, _ = self._request("PATCH", f"{NODE_POOLS_PATH}/{_segment(name)}/status", body={"status": status},
+                                content_type=MERGE_PATCH, accept={404})
+        if code == 404:
+            log.info("kubernetes: NodePool %s is gone; status not written", name)
+
+
+def _segment(value: str) -> str:
+    if not value:
+        raise ValueError("a Kubernetes object name or namespace must not be empty")
+    return quote(value, safe="")
+
+
+def _parse(raw: bytes | None) -> Any:
+    if not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return None
+
+
+def _seconds(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None  # HTTP-date form; the API server sends seconds
+    return seconds if seconds >= 0 else None
+
+
+def _status_message(answer: Any) -> str:
+    if not isinstance(answer, Mapping):
+        return ""
+    parts = [answer.get("message") or ""]
+    parts += [cause.get("message", "") for cause in (answer.get("details") or {}).get("causes") or []]
+    return " ".join(part for part in parts if part)
+
+
+def _excerpt(raw: bytes | None, limit: int = 300) -> str:
+    parsed = _parse(raw)
+    if isinstance(parsed, Mapping) and parsed.get("kind") == "Status":
+        text = f"{parsed.get('reason', '')}: {_status_message(parsed)}"
+    else:
+        text = (raw or b"").decode("utf-8", "replace")
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,616 @@
+"""DynamoDB state: node claims, NodePool limit reservations, leases, unavailable offerings and
+generic records, in one table (design and access patterns: docs/aws.md).
+
+Implements :class:`joiner.ports.StatePort` over a boto3 DynamoDB ``Table`` resource. Every write
+that must not be lost or doubled under retries and concurrency is a conditional write; nothing is
+read-modify-written without a condition that detects a concurrent change.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import fields as dataclass_fields
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any, TypeVar
+
+from boto3.dynamodb.conditions import Attr, Key
+from boto3.dynamodb.types import TypeDeserializer
+from botocore.exceptions import BotoCoreError, ClientError
+
+from joiner.domain.model import OfferingKey
+from joiner.domain.resources import Resources
+from joiner.ports import ClaimRecord, Clock, JsonDict
+
+__all__ = ["StateAdapter", "StateError", "ClaimNotFound", "CLOSED_CLAIM_RETENTION", "RESERVED_KINDS"]
+
+T = TypeVar("T")
+
+#: Closed claims stay readable this long (explanations, debugging), then DynamoDB TTL removes them.
+CLOSED_CLAIM_RETENTION = timedelta(days=1)
+CLAIM, POOL, LEASE, UNAVAILABLE = "CLAIM", "POOL", "LEASE", "UNAVAILABLE"
+RESERVED_KINDS = frozenset({CLAIM, POOL, LEASE, UNAVAILABLE})
+BY_INSTANCE = "byInstance"
+BY_NODE_POOL = "byNodePool"
+_KIND = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
+_DESERIALIZER = TypeDeserializer()
+
+# ClaimRecord field -> item attribute. claim_id is the key and never updated.
+_CLAIM_ATTRIBUTES = {
+    "claim_id": "claimId",
+    "node_pool": "nodePool",
+    "state": "state",
+    "created_at": "createdAt",
+    "instance_id": "instanceId",
+    "instance_type": "instanceType",
+    "zone": "zone",
+    "capacity_type": "capacityType",
+    "price": "price",
+    "pods": "pods",
+    "node_name": "nodeName",
+    "reserved": "reserved",
+    "launched_at": "launchedAt",
+    "registered_at": "registeredAt",
+    "initialized_at": "initializedAt",
+    "closed_at": "closedAt",
+    "reason": "reason",
+}
+_REQUIRED_CLAIM_FIELDS = ("node_pool", "state", "created_at")
+_DATETIME_FIELDS = frozenset({"created_at", "launched_at", "registered_at", "initialized_at", "closed_at"})
+assert set(_CLAIM_ATTRIBUTES) == {f.name for f in dataclass_fields(ClaimRecord)}
+
+
+class StateError(Exception):
+    """A DynamoDB call failed after botocore's retries, or the table holds something unexpected."""
+
+    def __init__(self, message: str, code: str = "") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class ClaimNotFound(StateError, LookupError):
+    """``update_claim`` on a claim id that does not exist."""
+
+    def __init__(self, claim_id: str) -> None:
+        super().__init__(f"node claim {claim_id} does not exist", code="ClaimNotFound")
+        self.claim_id = claim_id
+
+
+def _epoch_ceil(moment: datetime) -> int:
+    return math.ceil(moment.timestamp())
+
+
+def _epoch_floor(moment: datetime) -> int:
+    return math.floor(moment.timestamp())
+
+
+def _aware(moment: datetime, where: str) -> datetime:
+    if moment.tzinfo is None:
+        raise StateError(f"{where}: datetime must be timezone-aware")
+    return moment
+
+
+def _resources_to_item(resources: Mapping[str, int]) -> dict[str, int]:
+    return {name: int(value) for name, value in sorted(resources.items())}
+
+
+def _resources_from_item(raw: Mapping[str, Any] | None) -> Resources:
+    return Resources({name: int(value) for name, value in (raw or {}).items()})
+
+
+class StateAdapter:
+    """:class:`joiner.ports.StatePort` over one DynamoDB table (``pk``/``sk`` keys, GSIs
+    ``byInstance`` and ``byNodePool``, TTL attribute ``expiresAt``)."""
+
+    def __init__(self, table: Any, clock: Clock, *, closed_retention: timedelta = CLOSED_CLAIM_RETENTION) -> None:
+        self._table = table
+        self._clock = clock
+        self._closed_retention = closed_retention
+
+    # ------------------------------------------------------------ plumbing
+
+    def _call(self, operation: str, function: Callable[..., T], **kwargs: Any) -> T:
+        try:
+            return function(**kwargs)
+        except ClientError as error:
+            info = error.response.get("Error", {})
+            code = str(info.get("Code", "Unknown"))
+            if code == "ConditionalCheckFailedException":
+                raise
+            raise StateError(f"DynamoDB {operation} failed: {code}: {info.get('Message', '')}", code=code) from error
+        except BotoCoreError as error:
+            raise StateError(f"DynamoDB {operation} failed: {error}", code=type(error).__name__) from error
+
+    @staticmethod
+    def _is_conditional_failure(error: ClientError) -> bool:
+        return error.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException"
+
+    @staticmethod
+    def _old_item(error: ClientError) -> dict[str, Any] | None:
+        """The item as it was when the condition failed (ReturnValuesOnConditionCheckFailure)."""
+        raw = error.response.get("Item")
+        if not raw:
+            return None
+        return {name: _DESERIALIZER.deserialize(value) for name, value in raw.items()}
+
+    def _get(self, pk: str, sk: str) -> dict[str, Any] | None:
+        response = self._call("GetItem", self._table.get_item, Key={"pk": pk, "sk": sk}, ConsistentRead=True)
+        return response.get("Item")
+
+    def _query(self, **kwargs: Any) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = []
+        while True:
+            response = self._call("Query", self._table.query, **kwargs)
+            items.extend(response.get("Items", []))
+            start = response.get("LastEvaluatedKey")
+            if not start:
+                return items
+            kwargs["ExclusiveStartKey"] = start
+
+    def _scan(self, **kwargs: Any) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = []
+        while True:
+            response = self._call("Scan", self._table.scan, **kwargs)
+            items.extend(response.get("Items", []))
+            start = response.get("LastEvaluatedKey")
+            if not start:
+                return items
+            kwargs["ExclusiveStartKey"] = start
+
+    def _expired(self, item: Mapping[str, Any], now: datetime | None = None) -> bool:
+        """TTL deletion is lazy (up to days late): an item past ``expiresAt`` is treated as gone."""
+        expires = item.get("expiresAt")
+        if expires is None:
+            return False
+        return int(expires) <= _epoch_floor(now or self._clock.now())
+
+    # ------------------------------------------------------------ claims
+
+    @staticmethod
+    def _claim_key(claim_id: str) -> dict[str, str]:
+        if not claim_id:
+            raise StateError("claim id is empty")
+        return {"pk": f"{CLAIM}#{claim_id}", "sk": CLAIM}
+
+    @staticmethod
+    def _encode_claim_value(name: str, value: Any) -> Any:
+        if name in _DATETIME_FIELDS:
+            if not isinstance(value, datetime):
+                raise StateError(f"claim field {name} must be a datetime, got {type(value).__name__}")
+            return _aware(value, f"claim field {name}").astimezone(UTC).isoformat()
+        if name == "reserved":
+            if not isinstance(value, Mapping):
+                raise StateError("claim field reserved must be a Resources mapping")
+            return _resources_to_item(value)
+        if name == "pods":
+            if isinstance(value, str) or not isinstance(value, Iterable):
+                raise StateError("claim field pods must be a sequence of pod keys")
+            return [str(pod) for pod in value]
+        if name == "price":
+            return Decimal(repr(float(value)))
+        if not isinstance(value, str):
+            raise StateError(f"claim field {name} must be a string, got {type(value).__name__}")
+        return value
+
+    def _claim_expiry(self, closed_at: datetime | None) -> int:
+        return _epoch_ceil((closed_at or self._clock.now()) + self._closed_retention)
+
+    def _claim_item(self, claim: ClaimRecord) -> dict[str, Any]:
+        item: dict[str, Any] = dict(self._claim_key(claim.claim_id))
+        for name, attribute in _CLAIM_ATTRIBUTES.items():
+            value = getattr(claim, name)
+            if value is None or (name in ("instance_id", "node_name", "instance_type", "zone", "capacity_type") and value == ""):
+                continue
+            if name == "reason" and value == "":
+                continue
+            if name == "pods" and not value:
+                continue
+            if name == "reserved" and not value:
+                continue
+            item[attribute] = self._encode_claim_value(name, value)
+        if claim.state == "closed":
+            item["expiresAt"] = self._claim_expiry(claim.closed_at)
+        return item
+
+    @staticmethod
+    def _claim_from_item(item: Mapping[str, Any]) -> ClaimRecord:
+        def when(attribute: str) -> datetime | None:
+            raw = item.get(attribute)
+            return datetime.fromisoformat(raw) if raw else None
+
+        price = item.get("price")
+        return ClaimRecord(
+            claim_id=str(item["claimId"]),
+            node_pool=str(item["nodePool"]),
+            state=str(item["state"]),
+            created_at=when("createdAt") or datetime.fromtimestamp(0, UTC),
+            instance_id=item.get("instanceId"),
+            instance_type=item.get("instanceType"),
+            zone=item.get("zone"),
+            capacity_type=item.get("capacityType"),
+            price=float(price) if price is not None else None,
+            pods=tuple(item.get("pods", ())),
+            node_name=item.get("nodeName"),
+            reserved=_resources_from_item(item.get("reserved")),
+            launched_at=when("launchedAt"),
+            registered_at=when("registeredAt"),
+            initialized_at=when("initializedAt"),
+            closed_at=when("closedAt"),
+            reason=str(item.get("reason", "")),
+        )
+
+    def put_claim(self, claim: ClaimRecord) -> bool:
+        """Create the claim; False (nothing written) when the id already exists."""
+        item = self._claim_item(claim)
+        try:
+            self._call("PutItem", self._table.put_item, Item=item, ConditionExpression=Attr("pk").not_exists())
+        except ClientError as error:
+            if self._is_conditional_failure(error):
+                return False
+            raise
+        return True
+
+    def update_claim(self, claim_id: str, **fields: Any) -> ClaimRecord:
+        """Set the given ClaimRecord fields (``None`` or ``""`` removes an optional one) and
+        return the updated claim. Closing a claim (``state="closed"``) schedules its deletion
+        after the retention period. Raises :class:`ClaimNotFound` for an unknown id."""
+        unknown = sorted(set(fields) - set(_CLAIM_ATTRIBUTES))
+        if unknown or "claim_id" in fields:
+            raise StateError(f"update_claim({claim_id}): unknown or immutable field(s) {unknown or ['claim_id']}")
+        if not fields:
+            claim = self.get_claim(claim_id)
+            if claim is None:
+                raise ClaimNotFound(claim_id)
+            return claim
+        sets: list[str] = []
+        removes: list[str] = []
+        names: dict[str, str] = {}
+        values: dict[str, Any] = {}
+        for index, (name, value) in enumerate(sorted(fields.items())):
+            placeholder = f"#f{index}"
+            names[placeholder] = _CLAIM_ATTRIBUTES[name]
+            empty = value is None or value == "" or (name in ("pods", "reserved") and not value)
+            if empty:
+                if name in _REQUIRED_CLAIM_FIELDS:
+                    raise StateError(f"update_claim({claim_id}): field {name} cannot be removed")
+                removes.append(placeholder)
+            else:
+                sets.append(f"{placeholder} = :v{index}")
+                values[f":v{index}"] = self._encode_claim_value(name, value)
+        if fields.get("state") == "closed":
+            names["#exp"] = "expiresAt"
+            sets.append("#exp = :expires")
+            values[":expires"] = self._claim_expiry(fields.get("closed_at"))
+        elif "state" in fields:
+            names["#exp"] = "expiresAt"
+            removes.append("#exp")
+        expression = ""
+        if sets:
+            expression += "SET " + ", ".join(sets)
+        if removes:
+            expression += (" " if expression else "") + "REMOVE " + ", ".join(removes)
+        kwargs: dict[str, Any] = {
+            "Key": self._claim_key(claim_id),
+            "UpdateExpression": expression,
+            "ConditionExpression": "attribute_exists(pk)",
+            "ExpressionAttributeNames": names,
+            "ReturnValues": "ALL_NEW",
+        }
+        if values:
+            kwargs["ExpressionAttributeValues"] = values
+        try:
+            response = self._call("UpdateItem", self._table.update_item, **kwargs)
+        except ClientError as error:
+            if self._is_conditional_failure(error):
+                raise ClaimNotFound(claim_id) from None
+            raise
+        return self._claim_from_item(response["Attributes"])
+
+    def get_claim(self, claim_id: str) -> ClaimRecord | None:
+        key = self._claim_key(claim_id)
+        item = self._get(key["pk"], key["sk"])
+        return self._claim_from_item(item) if item else None
+
+    def claim_by_instance(self, instance_id: str) -> ClaimRecord | None:
+        """The claim that launched ``instance_id`` (GSI ``byInstance``; eventually consistent, so
+        a claim updated milliseconds ago may not be found yet). Open claims win over closed."""
+        items = self._query(IndexName=BY_INSTANCE, KeyConditionExpression=Key("instanceId").eq(instance_id))
+        claims = [self._claim_from_item(item) for item in items if item.get("sk") == CLAIM]
+        if not claims:
+            return None
+        return max(claims, key=lambda c: (c.state != "closed", c.created_at, c.claim_id))
+
+    def claims_by_node_pool(self, node_pool: str) -> list[ClaimRecord]:
+        """Claims of a NodePool, open and recently closed (GSI ``byNodePool``), by (created, id)."""
+        items = self._query(
+            IndexName=BY_NODE_POOL,
+            KeyConditionExpression=Key("nodePool").eq(node_pool) & Key("sk").eq(CLAIM),
+        )
+        claims = [self._claim_from_item(item) for item in items]
+        return sorted(claims, key=lambda c: (c.created_at, c.claim_id))
+
+    def open_claims(self) -> list[ClaimRecord]:
+        """Claims not closed, by (created, id): a strongly consistent filtered Scan (the table
+        stays small: closed claims expire after the retention period)."""
+        items = self._scan(
+            FilterExpression=Attr("sk").eq(CLAIM) & Attr("state").ne("closed"),
+            ConsistentRead=True,
+        )
+        claims = [self._claim_from_item(item) for item in items]
+        return sorted(claims, key=lambda c: (c.created_at, c.claim_id))
+
+    # ------------------------------------------------------------ limit reservations
+
+    @staticmethod
+    def _pool_key(node_pool: str) -> dict[str, str]:
+        if not node_pool:
+            raise StateError("node pool name is empty")
+        return {"pk": f"{POOL}#{node_pool}", "sk": POOL}
+
+    def _init_pool(self, node_pool: str) -> None:
+        try:
+            self._call(
+                "PutItem",
+                self._table.put_item,
+                Item={**self._pool_key(node_pool), "nodePoolName": node_pool, "reserved": {}, "claims": {}},
+                ConditionExpression=Attr("pk").not_exists(),
+            )
+        except ClientError as error:
+            if not self._is_conditional_failure(error):
+                raise
+
+    def _pool_claims(self, node_pool: str) -> dict[str, Any]:
+        key = self._pool_key(node_pool)
+        item = self._get(key["pk"], key["sk"]) or {}
+        return dict(item.get("claims") or {})
+
+    def reserve_capacity(self, node_pool: str, claim_id: str, amount: Resources, limits: Resources | None, in_use: Resources) -> bool:
+        """Add ``amount`` to the pool's reserved totals unless, for some limited resource,
+        ``in_use + reserved + amount`` would exceed the limit. Idempotent per claim id.
+
+        One conditional UpdateItem on the ``POOL#<name>`` item: per limited resource the
+        condition is ``reserved[r] <= limit[r] - in_use[r] - amount[r]``, plus
+        ``attribute_not_exists(claims.<id>)``. DynamoDB evaluates the condition and applies the
+        update atomically, so overlapping callers can never together pass the limit; a failed
+        condition is authoritative for the state it saw (the old item comes back with the
+        failure), so the only retry is the first-use case where the pool item did not exist yet.
+        """
+        if not claim_id:
+            raise StateError("reserve_capacity: claim id is empty")
+        if amount.any_negative():
+            raise StateError(f"reserve_capacity({node_pool}, {claim_id}): amount must not be negative: {amount}")
+        headroom: dict[str, int] = {}
+        for resource, limit in (limits or {}).items():
+            need = amount.get(resource, 0)
+            if need <= 0:
+                continue
+            headroom[resource] = int(limit) - in_use.get(resource, 0) - need
+        if any(room < 0 for room in headroom.values()):
+            # Cannot fit whatever is reserved; only an earlier reservation by this claim counts.
+            return claim_id in self._pool_claims(node_pool)
+
+        names: dict[str, str] = {"#claims": "claims", "#reserved": "reserved", "#cid": claim_id}
+        values: dict[str, Any] = {":amount": _resources_to_item(amount), ":zero": 0}
+        sets = ["#claims.#cid = :amount"]
+        conditions = ["attribute_not_exists(#claims.#cid)"]
+        for index, resource in enumerate(sorted(amount)):
+            names[f"#r{index}"] = resource
+            values[f":a{index}"] = int(amount[resource])
+            sets.append(f"#reserved.#r{index} = if_not_exists(#reserved.#r{index}, :zero) + :a{index}")
+            if resource in headroom:
+                values[f":max{index}"] = headroom[resource]
+                conditions.append(f"(attribute_not_exists(#reserved.#r{index}) OR #reserved.#r{index} <= :max{index})")
+        kwargs = {
+            "Key": self._pool_key(node_pool),
+            "UpdateExpression": "SET " + ", ".join(sets),
+            "ConditionExpression": "attribute_exists(pk) AND " + " AND ".join(conditions),
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": values,
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
+        for _ in range(2):
+            try:
+                self._call("UpdateItem", self._table.update_item, **kwargs)
+                return True
+            except ClientError as error:
+                if not self._is_conditional_failure(error):
+                    raise
+                old = self._old_item(error)
+                if old is None:  # first reservation for this pool: create the item, try once more
+                    self._init_pool(node_pool)
+                    continue
+                return claim_id in (old.get("claims") or {})
+        raise StateError(f"reserve_capacity({node_pool}, {claim_id}): pool item could not be initialised", code="PoolInitFailed")
+
+    def release_capacity(self, node_pool: str, claim_id: str) -> None:
+        """Return a claim's reservation; a no-op when it is not (or no longer) reserved.
+
+        The update is conditional on the claim's recorded amounts being the ones read, so a
+        concurrent release (or a release and re-reserve in between) is never subtracted twice.
+        """
+        for _ in range(3):
+            held = self._pool_claims(node_pool).get(claim_id)
+            if held is None:
+                return
+            amounts = {name: int(value) for name, value in dict(held).items()}
+            names: dict[str, str] = {"#claims": "claims", "#reserved": "reserved", "#cid": claim_id}
+            values: dict[str, Any] = {}
+            sets: list[str] = []
+            conditions = ["attribute_exists(#claims.#cid)"]
+            for index, resource in enumerate(sorted(amounts)):
+                names[f"#r{index}"] = resource
+                values[f":a{index}"] = amounts[resource]
+                sets.append(f"#reserved.#r{index} = #reserved.#r{index} - :a{index}")
+                conditions.append(f"#claims.#cid.#r{index} = :a{index}")
+            expression = "REMOVE #claims.#cid"
+            if sets:
+                expression = "SET " + ", ".join(sets) + " " + expression
+            kwargs: dict[str, Any] = {
+                "Key": self._pool_key(node_pool),
+                "UpdateExpression": expression,
+                "ConditionExpression": " AND ".join(conditions),
+                "ExpressionAttributeNames": names,
+            }
+            if values:
+                kwargs["ExpressionAttributeValues"] = values
+            try:
+                self._call("UpdateItem", self._table.update_item, **kwargs)
+                return
+            except ClientError as error:
+                if not self._is_conditional_failure(error):
+                    raise
+                # Changed under us: re-read; gone means a concurrent release already did it.
+        raise StateError(f"release_capacity({node_pool}, {claim_id}): the reservation kept changing", code="ConcurrentChange")
+
+    def reserved_capacity(self, node_pool: str) -> Resources:
+        key = self._pool_key(node_pool)
+        item = self._get(key["pk"], key["sk"]) or {}
+        return _resources_from_item(item.get("reserved"))
+
+    # ------------------------------------------------------------ leases
+
+    @staticmethod
+    def _lease_key(name: str) -> dict[str, str]:
+        if not name:
+            raise StateError("lease name is empty")
+        return {"pk": f"{LEASE}#{name}", "sk": LEASE}
+
+    def acquire_lease(self, name: str, owner: str, now: datetime, ttl_seconds: int) -> bool:
+        """Take or renew ``name`` until ``now + ttl``; False while another owner holds it.
+
+        One conditional PutItem: absent, expired (``expiresAt <= now``, whole seconds rounded so a
+        lease never ends early) or already ours. The item's TTL cleans up abandoned leases.
+        """
+        if not owner:
+            raise StateError("acquire_lease: owner is empty")
+        if ttl_seconds <= 0:
+            raise StateError(f"acquire_lease({name}): ttl_seconds must be positive")
+        now = _aware(now, "acquire_lease now")
+        item = {
+            **self._lease_key(name),
+            "owner": owner,
+            "acquiredAt": now.astimezone(UTC).isoformat(),
+            "expiresAt": _epoch_ceil(now + timedelta(seconds=ttl_seconds)),
+        }
+        condition = Attr("pk").not_exists() | Attr("expiresAt").lte(_epoch_floor(now)) | Attr("owner").eq(owner)
+        try:
+            self._call("PutItem", self._table.put_item, Item=item, ConditionExpression=condition)
+        except ClientError as error:
+            if self._is_conditional_failure(error):
+                return False
+            raise
+        return True
+
+    def release_lease(self, name: str, owner: str) -> None:
+        """Give up the lease if ``owner`` holds it (otherwise nothing happens)."""
+        try:
+            self._call("DeleteItem", self._table.delete_item, Key=self._lease_key(name), ConditionExpression=Attr("owner").eq(owner))
+        except ClientError as error:
+            if not self._is_conditional_failure(error):
+                raise
+
+    # ------------------------------------------------------------ unavailable offerings
+
+    def mark_unavailable(self, key: OfferingKey, until: datetime, reason: str) -> None:
+        """Record an offering as out of capacity until ``until``; an existing later expiry is kept."""
+        until = _aware(until, "mark_unavailable until")
+        expires = _epoch_ceil(until)
+        item = {
+            "pk": f"{UNAVAILABLE}#{key.instance_type}#{key.zone}#{key.capacity_type}",
+            "sk": UNAVAILABLE,
+            "nodePool": f"#{UNAVAILABLE}",  # overloads GSI byNodePool: list all with one Query
+            "instanceType": key.instance_type,
+            "zone": key.zone,
+            "capacityType": key.capacity_type,
+            "reason": reason,
+            "expiresAt": expires,
+        }
+        try:
+            self._call(
+                "PutItem",
+                self._table.put_item,
+                Item=item,
+                ConditionExpression=Attr("pk").not_exists() | Attr("expiresAt").lt(expires),
+            )
+        except ClientError as error:
+            if not self._is_conditional_failure(error):
+                raise
+
+    def unavailable_offerings(self, now: datetime) -> frozenset[OfferingKey]:
+        """Offerings marked unavailable and not yet expired at ``now`` (expired items that TTL
+        has not deleted yet are filtered out)."""
+        items = self._query(IndexName=BY_NODE_POOL, KeyConditionExpression=Key("nodePool").eq(f"#{UNAVAILABLE}"))
+        return frozenset(
+            OfferingKey(str(item["instanceType"]), str(item["zone"]), str(item["capacityType"]))
+            for item in items
+            if not self._expired(item, now)
+        )
+
+    # ------------------------------------------------------------ generic items
+
+    @staticmethod
+    def _generic_kind(kind: str) -> str:
+        if not isinstance(kind, str) or not _KIND.match(kind):
+            raise StateError(f"item kind {kind!r} must be a letter followed by letters, digits, '_' or '-'")
+        upper = kind.upper()
+        if upper in RESERVED_KINDS:
+            raise StateError(f"item kind {kind!r} is reserved for the adapter's own records")
+        return upper
+
+    def _generic_key(self, kind: str, item_id: str) -> dict[str, str]:
+        upper = self._generic_kind(kind)
+        if not item_id:
+            raise StateError(f"{kind} item id is empty")
+        return {"pk": f"{upper}#{item_id}", "sk": upper}
+
+    def put_item(self, kind: str, item_id: str, data: JsonDict, *, expires_at: datetime | None = None, if_absent: bool = False) -> bool:
+        """Store ``data`` (any JSON) under (kind, id); with ``if_absent``, False when a live
+        (unexpired) item exists. Kinds are case-insensitive."""
+        key = self._generic_key(kind, item_id)
+        try:
+            body = json.dumps(data, sort_keys=True, separators=(",", ":"))
+        except (TypeError, ValueError) as error:
+            raise StateError(f"{kind} item {item_id}: data is not JSON-serialisable: {error}") from None
+        now = self._clock.now()
+        item: dict[str, Any] = {
+            **key,
+            "nodePool": f"#{key['sk']}",  # overloads GSI byNodePool: list a kind with one Query
+            "itemId": item_id,
+            "data": body,
+            "updatedAt": now.astimezone(UTC).isoformat(),
+        }
+        if expires_at is not None:
+            item["expiresAt"] = _epoch_ceil(_aware(expires_at, f"{kind} item {item_id} expires_at"))
+        kwargs: dict[str, Any] = {"Item": item}
+        if if_absent:
+            kwargs["ConditionExpression"] = Attr("pk").not_exists() | Attr("expiresAt").lte(_epoch_floor(now))
+        try:
+            self._call("PutItem", self._table.put_item, **kwargs)
+        except ClientError as error:
+            if if_absent and self._is_conditional_failure(error):
+                return False
+            raise
+        return True
+
+    def get_item(self, kind: str, item_id: str) -> JsonDict | None:
+        key = self._generic_key(kind, item_id)
+        item = self._get(key["pk"], key["sk"])
+        if not item or self._expired(item):
+            return None
+        return json.loads(item["data"])
+
+    def delete_item(self, kind: str, item_id: str) -> None:
+        self._call("DeleteItem", self._table.delete_item, Key=self._generic_key(kind, item_id))
+
+    def list_items(self, kind: str) -> list[JsonDict]:
+        """Live items of a kind, ordered by item id (GSI ``byNodePool`` overloaded with
+        ``#<KIND>``; eventually consistent). Returns the data only: keep the id inside it."""
+        upper = self._generic_kind(kind)
+        items = self._query(IndexName=BY_NODE_POOL, KeyConditionExpression=Key("nodePool").eq(f"#{upper}"))
+        now = self._clock.now()
+        live = sorted((str(item.get("itemId", "")), item["data"]) for item in items if not self._expired(item, now))
+        return [json.loads(data) for _, data in live]
+

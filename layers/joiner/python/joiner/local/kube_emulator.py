@@ -1,0 +1,1430 @@
+"""A local Kubernetes API server for tests and ``joiner demo``, built on kmock.
+
+:class:`KubeEmulator` runs :class:`KubernetesApiEmulator` (a subclass of kmock's
+``KubernetesEmulator``) on ``127.0.0.1`` at a random port in a background thread, so the
+official synchronous ``kubernetes`` client talks to it over real HTTP::
+
+    with KubeEmulator() as emulator:
+        emulator.apply({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}})
+        ...  # point a client at emulator.url
+
+What kmock provides and we keep: the aiohttp server plumbing, request recording, the
+object store with per-object history (``emulator.handler.objects``), discovery
+(``/api``, ``/apis``, ``/api/v1``...), watch streams. What this module adds, because the
+Joiner adapters depend on it behaving like a real API server:
+
+* label selectors (``=``, ``==``, ``!=``, ``in``, ``notin``, exists, ``!key``) and field
+  selectors (per-kind field labels such as ``spec.nodeName`` and ``status.phase``; others
+  are rejected with 400 like the real server does);
+* pagination (``limit`` + ``continue``; continuation resumes after the last returned key
+  on current state, it is not a snapshot);
+* ``resourceVersion`` from one global counter, bumped on every write, on objects and
+  lists; optimistic concurrency: PUT/PATCH with a stale ``metadata.resourceVersion``
+  gets 409 Conflict; custom resources require it on PUT, as on a real server;
+* PUT, JSON merge patch, strategic merge patch (built-in kinds only, 415 for custom
+  resources, as on a real server; list merge keys for the fields Kubernetes declares
+  them on, ``$patch``/``$deleteFromPrimitiveList`` directives) and JSON patch;
+* status subresources: writes to the main resource keep the stored status, writes to
+  ``/status`` change only the status;
+* DELETE with ``gracePeriodSeconds`` (recorded in :attr:`KubernetesApiEmulator.deletions`,
+  removal is immediate unless the object has finalizers), preconditions;
+* ``pods/eviction`` (policy/v1) honouring PodDisruptionBudgets, ``pods/binding``;
+* PodDisruptionBudget status computed on read, as the disruption controller would;
+* CustomResourceDefinitions: creating one registers its resource; ``joiner.dev/v1``
+  NodePools and NodeClasses are registered from the start;
+* light validation (names, label values, node taints) answering 422 like the real server;
+* fault injection: the next N requests matching (method, path regex) fail with a status,
+  are delayed, or have their connection dropped;
+* optional bearer-token authentication (401 otherwise).
+
+Not emulated: admission, defaulting beyond pod phase, server-side apply, field managers,
+watch bookmarks and selectors on watches, deletecollection, the namespaces resource.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import concurrent.futures
+import copy
+import hashlib
+import json
+import math
+import re
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import aiohttp.test_utils
+import aiohttp.web
+import attrs
+import kmock
+
+__all__ = [
+    "ApiError",
+    "DeletionRecord",
+    "EXPECTED_PODS_ANNOTATION",
+    "Fault",
+    "KubeEmulator",
+    "KubernetesApiEmulator",
+    "ResourceType",
+    "SelectorError",
+    "field_selector_matches",
+    "json_merge_patch",
+    "json_patch",
+    "label_selector_matches",
+    "parse_field_selector",
+    "parse_label_selector",
+    "pdb_status",
+    "pod_is_ready",
+    "selector_object_matches",
+    "strategic_merge_patch",
+]
+
+JsonDict = dict[str, Any]
+
+#: How many past versions of each object the store keeps (kmock keeps all by default).
+HISTORY_LIMIT = 32
+
+
+# ---------------------------------------------------------------- resource types
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceType:
+    """One served resource: where it lives, what it is called, what it supports."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool
+    subresources: frozenset[str] = frozenset()
+    field_labels: frozenset[str] = frozenset()
+    custom: bool = False  # CRD-backed: no strategic merge patch, resourceVersion required on PUT
+    generation: bool = False  # metadata.generation tracks spec changes
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def key(self) -> kmock.resource:
+        return kmock.resource(self.group, self.version, self.plural)
+
+    @property
+    def singular(self) -> str:
+        return self.kind.lower()
+
+    def describe(self, name: str) -> str:
+        """How the real server names an object in messages: ``pods "web-1"``."""
+        qualified = f"{self.plural}.{self.group}" if self.group else self.plural
+        return f'{qualified} "{name}"'
+
+
+_META = frozenset({"metadata.name", "metadata.namespace"})
+
+BUILTIN_RESOURCES: tuple[ResourceType, ...] = (
+    ResourceType(
+        "", "v1", "pods", "Pod", True,
+        subresources=frozenset({"status", "eviction", "binding"}),
+        field_labels=_META | {
+            "spec.nodeName", "spec.restartPolicy", "spec.schedulerName", "spec.serviceAccountName",
+            "spec.hostNetwork", "status.phase", "status.podIP", "status.nominatedNodeName",
+        },
+    ),
+    ResourceType("", "v1", "nodes", "Node", False, subresources=frozenset({"status"}), field_labels=_META | {"spec.unschedulable"}),
+    ResourceType(
+        "", "v1", "events", "Event", True,
+        field_labels=_META | {
+            "involvedObject.kind", "involvedObject.namespace", "involvedObject.name", "involvedObject.uid",
+            "involvedObject.apiVersion", "involvedObject.resourceVersion", "involvedObject.fieldPath",
+            "reason", "reportingComponent", "source", "type",
+        },
+    ),
+    ResourceType("apps", "v1", "daemonsets", "DaemonSet", True, subresources=frozenset({"status"}), field_labels=_META, generation=True),
+    ResourceType("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, subresources=frozenset({"status"}), field_labels=_META, generation=True),
+    ResourceType("node.k8s.io", "v1", "runtimeclasses", "RuntimeClass", False, field_labels=_META),
+    ResourceType("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False, subresources=frozenset({"status"}), field_labels=_META, generation=True),
+    ResourceType("joiner.dev", "v1", "nodepools", "NodePool", False, subresources=frozenset({"status"}), field_labels=_META, custom=True, generation=True),
+    ResourceType("joiner.dev", "v1", "nodeclasses", "NodeClass", False, subresources=frozenset({"status"}), field_labels=_META, custom=True, generation=True),
+)
+
+#: Field labels whose value lives somewhere other than the dotted path.
+_FIELD_ALIASES = {"source": "source.component"}
+
+HTTP_REASONS = {
+    400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 405: "MethodNotAllowed",
+    409: "Conflict", 410: "Expired", 415: "UnsupportedMediaType", 422: "Invalid", 429: "TooManyRequests",
+    500: "InternalError", 502: "BadGateway", 503: "ServiceUnavailable", 504: "Timeout",
+}
+
+
+# ---------------------------------------------------------------- errors
+
+
+class ApiError(Exception):
+    """An answer in the API server's ``Status`` format."""
+
+    def __init__(self, code: int, message: str, *, reason: str | None = None, details: JsonDict | None = None,
+                 headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.reason = reason or HTTP_REASONS.get(code, "Unknown")
+        self.details = details
+        self.headers = dict(headers or {})
+
+    def status(self) -> JsonDict:
+        body: JsonDict = {
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": self.message, "reason": self.reason, "code": self.code,
+        }
+        if self.details:
+            body["details"] = self.details
+        return body
+
+
+def _not_found(rtype: ResourceType, name: str) -> ApiError:
+    return ApiError(404, f"{rtype.describe(name)} not found",
+                    details={"name": name, "group": rtype.group, "kind": rtype.plural})
+
+
+def _conflict(rtype: ResourceType, name: str) -> ApiError:
+    return ApiError(409, f"Operation cannot be fulfilled on {rtype.describe(name)}: the object has been modified; "
+                         "please apply your changes to the latest version and try again",
+                    details={"name": name, "group": rtype.group, "kind": rtype.plural})
+
+
+def _invalid(rtype: ResourceType, name: str, causes: Sequence[tuple[str, str]]) -> ApiError:
+    text = ", ".join(f"{path}: {message}" for path, message in causes)
+    return ApiError(422, f'{rtype.kind} "{name}" is invalid: {text}',
+                    details={"name": name, "group": rtype.group, "kind": rtype.kind,
+                             "causes": [{"reason": "FieldValueInvalid", "field": p, "message": m} for p, m in causes]})
+
+
+# ---------------------------------------------------------------- selectors
+
+
+class SelectorError(ValueError):
+    """A label or field selector that does not parse."""
+
+
+@dataclass(frozen=True, slots=True)
+class LabelRequirement:
+    key: str
+    operator: str  # "=", "!=", "in", "notin", "exists", "!"
+    values: tuple[str, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        present = self.key in labels
+        value = labels.get(self.key)
+        match self.operator:
+            case "=" | "in":
+                return present and value in self.values
+            case "!=" | "notin":
+                return not present or value not in self.values
+            case "exists":
+                return present
+            case _:
+                return not present
+
+
+_LABEL_KEY = r"[A-Za-z0-9]([-A-Za-z0-9_./]*[A-Za-z0-9])?"
+_SET_TERM = re.compile(rf"^\s*(?P<key>{_LABEL_KEY})\s+(?P<op>in|notin)\s*\((?P<values>[^()]*)\)\s*$")
+_EQ_TERM = re.compile(rf"^\s*(?P<key>{_LABEL_KEY})\s*(?P<op>==|!=|=)\s*(?P<value>[-A-Za-z0-9_.]*)\s*$")
+_EXISTS_TERM = re.compile(rf"^\s*(?P<neg>!?)\s*(?P<key>{_LABEL_KEY})\s*$")
+
+
+def _split_terms(text: str) -> list[str]:
+    """Split on commas outside parentheses."""
+    terms, depth, current = [], 0, []
+    for char in text:
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+            if depth < 0:
+                raise SelectorError(f"unbalanced parentheses in selector {text!r}")
+        if char == "," and depth == 0:
+            terms.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+    if depth:
+        raise SelectorError(f"unbalanced parentheses in selector {text!r}")
+    terms.append("".join(current))
+    return terms
+
+
+def parse_label_selector(text: str | None) -> tuple[LabelRequirement, ...]:
+    """Parse the ``labelSelector`` query syntax; empty selects everything."""
+    if not text or not text.strip():
+        return ()
+    requirements = []
+    for term in _split_terms(text):
+        if match := _SET_TERM.match(term):
+            values = tuple(v.strip() for v in match["values"].split(",") if v.strip())
+            requirements.append(LabelRequirement(match["key"], match["op"], values))
+        elif match := _EQ_TERM.match(term):
+            operator = "!=" if match["op"] == "!=" else "="
+            requirements.append(LabelRequirement(match["key"], operator, (match["value"],)))
+        elif match := _EXISTS_TERM.match(term):
+            requirements.append(LabelRequirement(match["key"], "!" if match["neg"] else "exists"))
+        else:
+            raise SelectorError(f"unable to parse requirement {term.strip()!r} in label selector {text!r}")
+    return tuple(requirements)
+
+
+def label_selector_matches(selector: str | Sequence[LabelRequirement] | None, labels: Mapping[str, str] | None) -> bool:
+    requirements = parse_label_selector(selector) if isinstance(selector, str) or selector is None else selector
+    labels = labels or {}
+    return all(requirement.matches(labels) for requirement in requirements)
+
+
+def selector_object_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str] | None) -> bool:
+    """Match a ``metav1.LabelSelector`` object (matchLabels + matchExpressions); ``None`` matches nothing,
+    ``{}`` matches everything (callers decide when to special-case those)."""
+    if selector is None:
+        return False
+    labels = labels or {}
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    for expression in selector.get("matchExpressions") or []:
+        key, operator, values = expression.get("key"), expression.get("operator"), expression.get("values") or []
+        match operator:
+            case "In":
+                ok = key in labels and labels[key] in values
+            case "NotIn":
+                ok = key not in labels or labels[key] not in values
+            case "Exists":
+                ok = key in labels
+            case "DoesNotExist":
+                ok = key not in labels
+            case _:
+                return False
+        if not ok:
+            return False
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class FieldRequirement:
+    field: str
+    value: str
+    negated: bool = False
+
+
+def parse_field_selector(text: str | None) -> tuple[FieldRequirement, ...]:
+    """Parse the ``fieldSelector`` query syntax (``a=b``, ``a==b``, ``a!=b``, comma-joined)."""
+    if not text or not text.strip():
+        return ()
+    requirements = []
+    for term in _split_terms(text):
+        if "!=" in term:
+            name, value = term.split("!=", 1)
+            requirements.append(FieldRequirement(name.strip(), value.strip(), negated=True))
+        elif "==" in term:
+            name, value = term.split("==", 1)
+            requirements.append(FieldRequirement(name.strip(), value.strip()))
+        elif "=" in term:
+            name, value = term.split("=", 1)
+            requirements.append(FieldRequirement(name.strip(), value.strip()))
+        else:
+            raise SelectorError(f"invalid selector: {text!r}; can't understand {term.strip()!r}")
+    return tuple(requirements)
+
+
+def _field_value(obj: Mapping[str, Any], label: str) -> str:
+    value: Any = obj
+    for part in _FIELD_ALIASES.get(label, label).split("."):
+        value = value.get(part) if isinstance(value, Mapping) else None
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def field_selector_matches(requirements: Iterable[FieldRequirement], obj: Mapping[str, Any]) -> bool:
+    return all((_field_value(obj, r.field) == r.value) != r.negated for r in requirements)
+
+
+# ---------------------------------------------------------------- patches
+
+
+def json_merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386: objects merge recursively, ``null`` deletes, everything else replaces."""
+    if not isinstance(patch, Mapping):
+        return copy.deepcopy(patch)
+    result = copy.deepcopy(dict(target)) if isinstance(target, Mapping) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = json_merge_patch(result.get(key), value)
+    return result
+
+
+#: Lists Kubernetes declares ``patchStrategy: merge`` on, by field name, with their merge key.
+STRATEGIC_MERGE_KEYS: Mapping[str, str] = {
+    "containers": "name", "initContainers": "name", "ephemeralContainers": "name", "env": "name",
+    "volumes": "name", "volumeMounts": "mountPath", "volumeDevices": "devicePath", "imagePullSecrets": "name",
+    "ownerReferences": "uid", "conditions": "type", "addresses": "type", "ports": "containerPort",
+    "hostAliases": "ip", "topologySpreadConstraints": "topologyKey", "resourceClaims": "name",
+}
+#: Primitive lists merged as sets under strategic merge patch.
+STRATEGIC_SET_LISTS = frozenset({"finalizers"})
+
+
+def strategic_merge_patch(target: Any, patch: Any) -> Any:
+    """The subset of strategic merge patch Kubernetes clients send for the objects Joiner touches:
+    maps merge like JSON merge patch, lists with a declared merge key merge item by item
+    (``$patch: delete`` removes one), ``finalizers`` merge as a set, ``$patch: replace`` and
+    ``$deleteFromPrimitiveList/<field>`` are honoured, ``$setElementOrder`` and ``$retainKeys``
+    are accepted and ignored; every other list (taints, tolerations, ...) is replaced whole."""
+    if not isinstance(patch, Mapping):
+        return copy.deepcopy(patch)
+    if patch.get("$patch") == "replace":
+        return {k: copy.deepcopy(v) for k, v in patch.items() if k != "$patch"}
+    result = copy.deepcopy(dict(target)) if isinstance(target, Mapping) else {}
+    deletions: list[tuple[str, list[Any]]] = []
+    for key, value in patch.items():
+        if key in ("$patch", "$retainKeys") or key.startswith("$setElementOrder/"):
+            continue
+        if key.startswith("$deleteFromPrimitiveList/"):
+            deletions.append((key.split("/", 1)[1], list(value or [])))
+            continue
+        if value is None:
+            result.pop(key, None)
+        elif isinstance(value, Mapping):
+            if value.get("$patch") == "delete":
+                result.pop(key, None)
+            else:
+                result[key] = strategic_merge_patch(result.get(key), value)
+        elif isinstance(value, list) and key in STRATEGIC_MERGE_KEYS and isinstance(result.get(key), list):
+            result[key] = _merge_keyed_list(result[key], value, STRATEGIC_MERGE_KEYS[key])
+        elif isinstance(value, list) and key in STRATEGIC_SET_LISTS:
+            existing = list(result.get(key) or [])
+            result[key] = existing + [item for item in value if item not in existing]
+        elif isinstance(value, list):
+            result[key] = [_strip_directives(item) for item in value if not (isinstance(item, Mapping) and item.get("$patch") == "delete")]
+        else:
+            result[key] = copy.deepcopy(value)
+    for key, values in deletions:
+        if isinstance(result.get(key), list):
+            result[key] = [item for item in result[key] if item not in values]
+    return result
+
+
+def _strip_directives(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _strip_directives(v) for k, v in value.items() if not k.startswith("$")}
+    return copy.deepcopy(value)
+
+
+def _merge_keyed_list(existing: list[Any], patch: list[Any], merge_key: str) -> list[Any]:
+    result = [copy.deepcopy(item) for item in existing]
+    for item in patch:
+        if not isinstance(item, Mapping) or merge_key not in item:
+            result.append(_strip_directives(item))
+            continue
+        index = next((i for i, old in enumerate(result) if isinstance(old, Mapping) and old.get(merge_key) == item[merge_key]), None)
+        if item.get("$patch") == "delete":
+            if index is not None:
+                del result[index]
+        elif index is None:
+            result.append(_strip_directives(item))
+        else:
+            result[index] = strategic_merge_patch(result[index], item)
+    return result
+
+
+def _pointer(path: str) -> list[str]:
+    if path == "":
+        return []
+    if not path.startswith("/"):
+        raise ValueError(f"JSON pointer {path!r} must start with '/'")
+    return [part.replace("~1", "/").replace("~0", "~") for part in path[1:].split("/")]
+
+
+def _resolve(document: Any, parts: list[str]) -> tuple[Any, str]:
+    parent = document
+    for part in parts[:-1]:
+        if isinstance(parent, list):
+            parent = parent[int(part)]
+        elif isinstance(parent, dict):
+            parent = parent[part]
+        else:
+            raise KeyError(part)
+    return parent, parts[-1]
+
+
+def json_patch(document: Any, operations: Sequence[Mapping[str, Any]]) -> Any:
+    """RFC 6902 (add, remove, replace, move, copy, test); raises ``ValueError`` on a failed op."""
+    document = copy.deepcopy(document)
+
+    def get(path: str) -> Any:
+        parts = _pointer(path)
+        if not parts:
+            return document
+        parent, last = _resolve(document, parts)
+        return parent[int(last)] if isinstance(parent, list) else parent[last]
+
+    def remove(path: str) -> Any:
+        parent, last = _resolve(document, _pointer(path))
+        return parent.pop(int(last)) if isinstance(parent, list) else parent.pop(last)
+
+    def add(path: str, value: Any) -> None:
+        nonlocal document
+        parts = _pointer(path)
+        if not parts:
+            document = value
+            return
+        parent, last = _resolve(document, parts)
+        if isinstance(parent, list):
+            parent.insert(len(parent) if last == "-" else int(last), value)
+        else:
+            parent[last] = value
+
+    for number, operation in enumerate(operations):
+        op, path = operation.get("op"), operation.get("path", "")
+        try:
+            match op:
+                case "add":
+                    add(path, copy.deepcopy(operation["value"]))
+                case "remove":
+                    remove(path)
+                case "replace":
+                    remove(path)
+                    add(path, copy.deepcopy(operation["value"]))
+                case "move":
+                    add(path, remove(operation["from"]))
+                case "copy":
+                    add(path, copy.deepcopy(get(operation["from"])))
+                case "test":
+                    if get(path) != operation.get("value"):
+                        raise ValueError(f"test failed at {path}")
+                case _:
+                    raise ValueError(f"unknown op {op!r}")
+        except (KeyError, IndexError, TypeError) as error:
+            raise ValueError(f"operation {number} ({op} {path}) failed: {error!r}") from None
+    return document
+
+
+# ---------------------------------------------------------------- object helpers
+
+
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+_TAINT_EFFECTS = frozenset({"NoSchedule", "PreferNoSchedule", "NoExecute"})
+
+
+def _meta(obj: Mapping[str, Any]) -> JsonDict:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
+def _conditions(obj: Mapping[str, Any]) -> dict[str, JsonDict]:
+    status = obj.get("status") or {}
+    return {c.get("type"): c for c in status.get("conditions") or [] if isinstance(c, Mapping)}
+
+
+def pod_is_ready(pod: Mapping[str, Any]) -> bool:
+    """Running and Ready=True; a Running pod without a Ready condition counts as ready
+    (the emulator has no kubelet to set one)."""
+    status = pod.get("status") or {}
+    if status.get("phase") != "Running":
+        return False
+    ready = _conditions(pod).get("Ready")
+    return ready is None or ready.get("status") == "True"
+
+
+def _pod_terminal(pod: Mapping[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def _scaled(value: Any, total: int, *, what: str) -> int:
+    """An IntOrString budget value against ``total`` (percentages round up, as Kubernetes does)."""
+    if isinstance(value, bool):
+        raise ValueError(f"{what} must be an integer or a percentage")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.endswith("%") and value[:-1].isdigit():
+        return math.ceil(int(value[:-1]) * total / 100)
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    raise ValueError(f"{what} {value!r} must be an integer or a percentage")
+
+
+#: PDB annotation standing in for the owning controller's replica count (the emulator runs no
+#: controllers); without it the expected count is the number of matching non-terminal pods.
+EXPECTED_PODS_ANNOTATION = "kube-emulator.joiner.dev/expected-pods"
+
+
+def pdb_status(pdb: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> JsonDict:
+    """What the disruption controller would write into a PodDisruptionBudget's status."""
+    spec = pdb.get("spec") or {}
+    selector = spec.get("selector")
+    matching = [p for p in pods if not _pod_terminal(p) and selector_object_matches(selector, _meta(p).get("labels"))]
+    expected = len(matching)
+    declared = (_meta(pdb).get("annotations") or {}).get(EXPECTED_PODS_ANNOTATION)
+    if declared is not None:
+        if not str(declared).isdigit():
+            raise ValueError(f"annotation {EXPECTED_PODS_ANNOTATION} must be a whole number, got {declared!r}")
+        expected = max(expected, int(declared))
+    healthy = sum(1 for p in matching if pod_is_ready(p) and not _meta(p).get("deletionTimestamp"))
+    if spec.get("maxUnavailable") is not None:
+        desired = max(0, expected - _scaled(spec["maxUnavailable"], expected, what="maxUnavailable"))
+    elif spec.get("minAvailable") is not None:
+        desired = _scaled(spec["minAvailable"], expected, what="minAvailable")
+    else:
+        desired = 0
+    allowed = max(0, healthy - desired)
+    return {
+        "observedGeneration": _meta(pdb).get("generation", 1),
+        "expectedPods": expected,
+        "currentHealthy": healthy,
+        "desiredHealthy": desired,
+        "disruptionsAllowed": allowed,
+        "conditions": [{
+            "type": "DisruptionAllowed",
+            "status": "True" if allowed > 0 else "False",
+            "reason": "SufficientPods" if allowed > 0 else "InsufficientPods",
+            "message": "",
+            "observedGeneration": _meta(pdb).get("generation", 1),
+        }],
+    }
+
+
+def _validate(rtype: ResourceType, obj: Mapping[str, Any]) -> None:
+    meta = _meta(obj)
+    name = str(meta.get("name") or "")
+    causes: list[tuple[str, str]] = []
+    if not _NAME.match(name) or len(name) > 253:
+        causes.append(("metadata.name", f"Invalid value: {name!r}: a lowercase RFC 1123 subdomain must consist of "
+                                        "lower case alphanumeric characters, '-' or '.'"))
+    for section in ("labels", "annotations"):
+        values = meta.get(section)
+        if values is None:
+            continue
+        if not isinstance(values, Mapping):
+            causes.append((f"metadata.{section}", "must be a map of strings"))
+            continue
+        for key, value in values.items():
+            if not isinstance(value, str):
+                causes.append((f"metadata.{section}[{key}]", f"Invalid value: {value!r}: must be a string"))
+            elif section == "labels" and len(value) > 63:
+                causes.append((f"metadata.labels[{key}]", "must be no more than 63 characters"))
+    if rtype.kind == "Node":
+        spec = obj.get("spec") or {}
+        if "unschedulable" in spec and not isinstance(spec["unschedulable"], bool):
+            causes.append(("spec.unschedulable", f"Invalid value: {spec['unschedulable']!r}: must be a boolean"))
+        seen: set[tuple[str, str]] = set()
+        for index, taint in enumerate(spec.get("taints") or []):
+            if not isinstance(taint, Mapping) or not taint.get("key"):
+                causes.append((f"spec.taints[{index}].key", "Required value"))
+                continue
+            if taint.get("effect") not in _TAINT_EFFECTS:
+                causes.append((f"spec.taints[{index}].effect", f"Unsupported value: {taint.get('effect')!r}"))
+            if (taint["key"], taint.get("effect")) in seen:
+                causes.append((f"spec.taints[{index}]", "Duplicate value: taints must be unique by key and effect pair"))
+            seen.add((taint["key"], taint.get("effect")))
+    if causes:
+        raise _invalid(rtype, name, causes)
+
+
+def _delete_options(request: kmock.Request) -> JsonDict:
+    options = dict(request.data) if isinstance(request.data, Mapping) else {}
+    for param in ("gracePeriodSeconds", "propagationPolicy", "orphanDependents"):
+        if param in request.params and param not in options:
+            options[param] = request.params[param]
+    if options.get("gracePeriodSeconds") is not None:
+        try:
+            options["gracePeriodSeconds"] = int(options["gracePeriodSeconds"])
+        except (TypeError, ValueError):
+            raise ApiError(400, f"gracePeriodSeconds must be an integer, got {options['gracePeriodSeconds']!r}") from None
+    return options
+
+
+# ---------------------------------------------------------------- records
+
+
+@dataclass(frozen=True, slots=True)
+class DeletionRecord:
+    """One accepted deletion: ``via`` is ``delete`` or ``eviction``."""
+
+    kind: str
+    namespace: str | None
+    name: str
+    grace_period_seconds: int | None
+    via: str = "delete"
+    propagation_policy: str | None = None
+
+
+@dataclass(slots=True)
+class Fault:
+    """Injected misbehaviour for the next ``remaining`` requests matching ``method``, ``path`` (a
+    regex searched in the URL path) and ``query`` (a regex searched in the decoded query string,
+    when given). ``status`` answers with that code (a ``Status`` body,
+    ``Retry-After`` if given); ``delay`` sleeps first (a delay alone then serves normally);
+    ``disconnect`` drops the connection without an answer."""
+
+    method: str | None
+    path: re.Pattern[str]
+    remaining: int
+    status: int | None = None
+    delay: float = 0.0
+    disconnect: bool = False
+    retry_after: float | None = None
+    message: str = "injected fault"
+    query: re.Pattern[str] | None = None
+    hits: int = 0
+
+    def matches(self, method: str, path: str, query: str = "") -> bool:
+        return (
+            self.remaining > 0
+            and (self.method is None or self.method == method)
+            and self.path.search(path) is not None
+            and (self.query is None or self.query.search(query) is not None)
+        )
+
+
+# ---------------------------------------------------------------- the API handler
+
+
+@attrs.define(kw_only=True)
+class KubernetesApiEmulator(kmock.KubernetesEmulator):
+    """kmock's emulator with the API semantics listed in the module docstring.
+
+    Requests for registered resources are served by this class; everything else (discovery,
+    user-declared kmock reactions, watch streams) goes through kmock. All object state lives
+    in kmock's ``objects`` store and is mutated on the event loop only, under kmock's lock.
+    """
+
+    token: str | Callable[[str | None], bool] | None = None  # required bearer token, or a predicate on it
+    request_log_limit: int = 20_000  # recorded requests kept (the oldest half is dropped beyond it)
+    clock: Callable[[], datetime] = attrs.field(default=lambda: datetime.now(UTC))
+
+    _types: dict[tuple[str, str, str], ResourceType] = attrs.field(factory=dict, init=False)
+    _revision: int = attrs.field(default=0, init=False)
+    _names: int = attrs.field(default=0, init=False)
+    _faults: list[Fault] = attrs.field(factory=list, init=False)
+    _faults_lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
+    _pending_events: list[tuple[kmock.resource, JsonDict]] = attrs.field(factory=list, init=False)
+    deletions: list[DeletionRecord] = attrs.field(factory=list, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        for rtype in BUILTIN_RESOURCES:
+            self.register(rtype)
+
+    # ------------------------------------------------ registry
+
+    def register(self, rtype: ResourceType) -> None:
+        """Serve ``rtype`` (and announce it in discovery)."""
+        self._types[(rtype.group, rtype.version, rtype.plural)] = rtype
+        verbs = {"get", "list", "watch", "create", "update", "patch", "delete"}
+        self.resources[rtype.key] = kmock.ResourceInfo(
+            kind=rtype.kind, singular=rtype.singular, namespaced=rtype.namespaced, verbs=verbs,
+            subresources=set(rtype.subresources),
+        )
+
+    def resource_type(self, kind: str, api_version: str | None = None) -> ResourceType:
+        """Look a type up by kind (``Pod``), plural (``pods``) or ``plural.group`` (any case)."""
+        wanted = kind.lower()
+        for rtype in self._types.values():
+            if api_version is not None and rtype.api_version != api_version:
+                continue
+            names = {rtype.kind.lower(), rtype.plural, f"{rtype.plural}.{rtype.group}".rstrip(".")}
+            if wanted in names:
+                return rtype
+        raise KeyError(f"unknown kind {kind!r}" + (f" in {api_version}" if api_version else ""))
+
+    def _type_of(self, request: kmock.Request) -> ResourceType | None:
+        resource = request.resource
+        if resource is None or not resource.plural:
+            return None
+        return self._types.get((resource.group or "", resource.version or "", resource.plural))
+
+    # ------------------------------------------------ faults
+
+    def add_fault(self, fault: Fault) -> Fault:
+        with self._faults_lock:
+            self._faults.append(fault)
+        return fault
+
+    def clear_faults(self) -> None:
+        with self._faults_lock:
+            self._faults.clear()
+
+    def _take_fault(self, method: str, path: str, query: str) -> Fault | None:
+        with self._faults_lock:
+            for fault in self._faults:
+                if fault.matches(method, path, query):
+                    fault.remaining -= 1
+                    fault.hits += 1
+                    if fault.remaining <= 0:
+                        self._faults.remove(fault)
+                    return fault
+        return None
+
+    # ------------------------------------------------ HTTP entry
+
+    async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
+        if len(self._requests) > self.request_log_limit:
+            del self._requests[: len(self._requests) // 2]
+        method = request.method.value.upper()
+        path = request.url.path
+        fault = self._take_fault(method, path, request.url.query_string)
+        if fault is not None:
+            if fault.delay:
+                await asyncio.sleep(fault.delay)
+            if fault.disconnect:
+                transport = request._raw_request.transport if request._raw_request is not None else None
+                if transport is not None:
+                    transport.abort()
+                return aiohttp.web.Response(status=500)
+            if fault.status is not None:
+                headers = {"Retry-After": f"{fault.retry_after:g}"} if fault.retry_after is not None else {}
+                return self._error_response(ApiError(fault.status, fault.message, headers=headers))
+        if self.token is not None:
+            header = request.headers.get("Authorization", "")
+            presented = header[len("Bearer "):] if header.startswith("Bearer ") else None
+            accepted = self.token(presented) if callable(self.token) else presented == self.token
+            if not accepted:
+                return self._error_response(ApiError(401, "Unauthorized"))
+
+        rtype = self._type_of(request)
+        if rtype is None:
+            if request.resource is not None and request.resource.plural:
+                return self._error_response(ApiError(404, "the server could not find the requested resource"))
+            return await super(kmock.KubernetesEmulator, self)._handle(request)  # discovery, user reactions
+        if request.action == kmock.action.WATCH:
+            return await super(kmock.KubernetesEmulator, self)._handle(request)  # kmock's watch stream
+
+        try:
+            async with self._lock:
+                status, body = self._serve(rtype, method, request)
+        except ApiError as error:
+            return self._error_response(error)
+        finally:
+            await self._flush_events()
+        return aiohttp.web.json_response(body, status=status)
+
+    @staticmethod
+    def _error_response(error: ApiError) -> aiohttp.web.Response:
+        return aiohttp.web.json_response(error.status(), status=error.code, headers=error.headers)
+
+    async def _flush_events(self) -> None:
+        events, self._pending_events = self._pending_events, []
+        for resource, event in events:
+            await self._buses[resource].put(event)
+
+    def _serve(self, rtype: ResourceType, method: str, request: kmock.Request) -> tuple[int, JsonDict]:
+        name, sub = request.name, request.subresource
+        if sub is not None and sub not in rtype.subresources:
+            raise ApiError(404, "the server could not find the requested resource")
+        if not rtype.namespaced and request.namespace is not None:
+            raise ApiError(404, "the server could not find the requested resource")
+        if rtype.namespaced and name is not None and request.namespace is None:
+            raise ApiError(404, "the server could not find the requested resource")
+        namespace = request.namespace if rtype.namespaced else None
+        if name is None:
+            if method == "GET":
+                return 200, self.list_objects(rtype, namespace, label_selector=request.params.get("labelSelector"),
+                                              field_selector=request.params.get("fieldSelector"),
+                                              limit=request.params.get("limit"), continue_token=request.params.get("continue"))
+            if method == "POST":
+                if rtype.namespaced and namespace is None:
+                    raise ApiError(405, f"the server does not allow this method on the requested resource ({rtype.plural} at cluster scope)")
+                return 201, self.create(rtype, namespace, self._body(request))
+            raise ApiError(405, f"the server does not allow this method on the requested resource ({method} collection)")
+        if sub == "eviction":
+            if method != "POST":
+                raise ApiError(405, "the server does not allow this method on the requested resource")
+            return 201, self.evict(namespace or "", name, self._body(request))
+        if sub == "binding":
+            if method != "POST":
+                raise ApiError(405, "the server does not allow this method on the requested resource")
+            return 201, self.bind(namespace or "", name, self._body(request))
+        status_only = sub == "status"
+        match method:
+            case "GET":
+                return 200, self.read(rtype, namespace, name)
+            case "PUT":
+                return 200, self.replace(rtype, namespace, name, self._body(request), status_only=status_only)
+            case "PATCH":
+                content_type = request.headers.get("Content-Type", "").split(";")[0].strip()
+                return 200, self.patch(rtype, namespace, name, request.data, content_type, status_only=status_only)
+            case "DELETE":
+                return 200, self.delete(rtype, namespace, name, _delete_options(request))
+        raise ApiError(405, f"the server does not allow this method on the requested resource ({method})")
+
+    @staticmethod
+    def _body(request: kmock.Request) -> JsonDict:
+        if not isinstance(request.data, Mapping):
+            raise ApiError(400, "the request body must be a JSON object")
+        return copy.deepcopy(dict(request.data))
+
+    # ------------------------------------------------ store primitives (loop thread, under the lock)
+
+    def _now(self) -> str:
+        return self.clock().astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    def _next_revision(self) -> str:
+        self._revision += 1
+        return str(self._revision)
+
+    def _stored(self, rtype: ResourceType, namespace: str | None, name: str) -> kmock.Object | None:
+        key = (rtype.key, namespace, name)
+        if key not in self.objects:
+            return None
+        stored = self.objects[key]
+        return None if stored.deleted else stored
+
+    def _current(self, rtype: ResourceType, namespace: str | None, name: str) -> JsonDict | None:
+        stored = self._stored(rtype, namespace, name)
+        return None if stored is None else stored.raw
+
+    def _items(self, rtype: ResourceType, namespace: str | None = None) -> list[JsonDict]:
+        """Live objects of a type, in (namespace, name) order like etcd keys."""
+        keyed = [
+            ((ns or "", name), stored.raw)
+            for (resource, ns, name), stored in self.objects.items()
+            if resource == rtype.key and not stored.deleted and (namespace is None or ns == namespace)
+        ]
+        keyed.sort(key=lambda pair: pair[0])
+        return [obj for _, obj in keyed]
+
+    def _store(self, rtype: ResourceType, obj: JsonDict, event: str) -> JsonDict:
+        meta = obj["metadata"]
+        meta["resourceVersion"] = self._next_revision()
+        key = (rtype.key, meta.get("namespace"), meta["name"])
+        if key in self.objects:
+            stored = self.objects[key]
+            stored.history.append(copy.deepcopy(obj))
+            if len(stored.history) > HISTORY_LIMIT:
+                del stored.history[:-HISTORY_LIMIT]
+        else:
+            self.objects[key] = copy.deepcopy(obj)
+        self._pending_events.append((rtype.key, {"type": event, "object": copy.deepcopy(obj)}))
+        return copy.deepcopy(obj)
+
+    def _remove(self, rtype: ResourceType, namespace: str | None, name: str) -> JsonDict:
+        stored = self.objects[(rtype.key, namespace, name)]
+        last = copy.deepcopy(stored.raw)
+        last["metadata"]["resourceVersion"] = self._next_revision()
+        stored.delete()
+        self._pending_events.append((rtype.key, {"type": "DELETED", "object": copy.deepcopy(last)}))
+        return last
+
+    # ------------------------------------------------ operations (loop thread, under the lock)
+
+    def list_objects(self, rtype: ResourceType, namespace: str | None, *, label_selector: str | None = None,
+                     field_selector: str | None = None, limit: str | int | None = None,
+                     continue_token: str | None = None, type_meta: bool = False) -> JsonDict:
+        try:
+            labels = parse_label_selector(label_selector)
+            fields = parse_field_selector(field_selector)
+        except SelectorError as error:
+            raise ApiError(400, str(error)) from None
+        for requirement in fields:
+            if requirement.field not in rtype.field_labels:
+                raise ApiError(400, f'field label not supported: {requirement.field}')
+        start_after: tuple[str, str] | None = None
+        if continue_token:
+            try:
+                decoded = json.loads(base64.urlsafe_b64decode(continue_token.encode() + b"==="))
+                start_after = (decoded["namespace"], decoded["name"])
+            except (ValueError, KeyError, TypeError):
+                raise ApiError(400, "continue key is not valid: incorrect encoded start resourceVersion") from None
+        try:
+            page_size = int(limit) if limit not in (None, "", "0", 0) else None
+        except ValueError:
+            raise ApiError(400, f"limit must be an integer, got {limit!r}") from None
+
+        if rtype.kind == "PodDisruptionBudget":
+            self._refresh_pdbs(namespace)
+        selected = []
+        for obj in self._items(rtype, namespace):
+            meta = _meta(obj)
+            key = (meta.get("namespace") or "", meta["name"])
+            if start_after is not None and key <= start_after:
+                continue
+            if label_selector_matches(labels, meta.get("labels")) and field_selector_matches(fields, obj):
+                selected.append((key, obj))
+        metadata: JsonDict = {"resourceVersion": str(self._revision)}
+        if page_size is not None and len(selected) > page_size:
+            last_key = selected[page_size - 1][0]
+            token = json.dumps({"namespace": last_key[0], "name": last_key[1], "rv": self._revision})
+            metadata["continue"] = base64.urlsafe_b64encode(token.encode()).decode().rstrip("=")
+            metadata["remainingItemCount"] = len(selected) - page_size
+            selected = selected[:page_size]
+        items = []
+        for _, obj in selected:
+            item = copy.deepcopy(obj)
+            if not (type_meta or rtype.custom):  # typed lists omit it on a real server, unstructured ones keep it
+                item.pop("apiVersion", None)
+                item.pop("kind", None)
+            items.append(item)
+        return {"apiVersion": rtype.api_version, "kind": f"{rtype.kind}List", "metadata": metadata, "items": items}
+
+    def read(self, rtype: ResourceType, namespace: str | None, name: str) -> JsonDict:
+        if rtype.kind == "PodDisruptionBudget":
+            self._refresh_pdbs(namespace)
+        current = self._current(rtype, namespace, name)
+        if current is None:
+            raise _not_found(rtype, name)
+        return copy.deepcopy(current)
+
+    def create(self, rtype: ResourceType, namespace: str | None, obj: JsonDict) -> JsonDict:
+        if obj.get("kind") not in (None, rtype.kind) or obj.get("apiVersion") not in (None, rtype.api_version):
+            raise ApiError(400, f"the API version in the data ({obj.get('apiVersion')}) and kind ({obj.get('kind')}) "
+                                f"do not match the endpoint ({rtype.api_version} {rtype.kind})")
+        meta = obj.setdefault("metadata", {})
+        if not isinstance(meta, dict):
+            raise ApiError(400, "metadata must be an object")
+        if rtype.namespaced:
+            if meta.get("namespace") not in (None, "", namespace):
+                raise ApiError(400, "the namespace of the provided object does not match the namespace sent on the request")
+            meta["namespace"] = namespace
+        else:
+            meta.pop("namespace", None)
+        if not meta.get("name") and meta.get("generateName"):
+            self._names += 1
+            meta["name"] = f"{meta['generateName']}{hashlib.sha256(str(self._names).encode()).hexdigest()[:5]}"
+        if not meta.get("name"):
+            raise _invalid(rtype, "", [("metadata.name", "Required value: name or generateName is required")])
+        if self._current(rtype, meta.get("namespace"), meta["name"]) is not None:
+            raise ApiError(409, f"{rtype.describe(meta['name'])} already exists", reason="AlreadyExists",
+                           details={"name": meta["name"], "group": rtype.group, "kind": rtype.plural})
+        obj["apiVersion"], obj["kind"] = rtype.api_version, rtype.kind
+        _validate(rtype, obj)
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = self._now()
+        for transient in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds"):
+            meta.pop(transient, None)
+        if rtype.generation:
+            meta["generation"] = 1
+        if rtype.kind == "Pod":
+            obj.setdefault("status", {}).setdefault("phase", "Pending")
+        if rtype.kind == "CustomResourceDefinition":
+            self._register_crd(obj)
+        return self._store(rtype, obj, "ADDED")
+
+    def replace(self, rtype: ResourceType, namespace: str | None, name: str, obj: JsonDict, *, status_only: bool = False,
+                check_version: bool = True) -> JsonDict:
+        current = self._current(rtype, namespace, name)
+        if current is None:
+            raise _not_found(rtype, name)
+        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+        if meta.get("name") not in (None, name):
+            raise ApiError(400, f"the name of the object ({meta.get('name')}) does not match the name on the URL ({name})")
+        if check_version:
+            sent = meta.get("resourceVersion")
+            if sent is None and rtype.custom:
+                raise _invalid(rtype, name, [("metadata.resourceVersion", "Invalid value: 0x0: must be specified for an update")])
+            if sent is not None and str(sent) != current["metadata"]["resourceVersion"]:
+                raise _conflict(rtype, name)
+        return self._update(rtype, current, obj, status_only=status_only)
+
+    def patch(self, rtype: ResourceType, namespace: str | None, name: str, patch: Any, content_type: str, *,
+              status_only: bool = False) -> JsonDict:
+        current = self._current(rtype, namespace, name)
+        if current is None:
+            raise _not_found(rtype, name)
+        try:
+            match content_type:
+                case "application/merge-patch+json":
+                    patched = json_merge_patch(current, self._mapping(patch))
+                case "application/strategic-merge-patch+json":
+                    if rtype.custom:
+                        raise ApiError(415, "the body of the request was in an unknown format - accepted media types include: "
+                                            "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml")
+                    patched = strategic_merge_patch(current, self._mapping(patch))
+                case "application/json-patch+json":
+                    if not isinstance(patch, list):
+                        raise ApiError(400, "a JSON patch must be a list of operations")
+                    patched = json_patch(current, patch)
+                case _:
+                    raise ApiError(415, f"unsupported patch content type {content_type!r}")
+        except ValueError as error:
+            raise ApiError(422, f"the patch could not be applied: {error}") from None
+        if not isinstance(patched, dict):
+            raise ApiError(422, "the patched document is not an object")
+        sent = _meta(patched).get("resourceVersion")
+        if sent is not None and str(sent) != current["metadata"]["resourceVersion"]:
+            raise _conflict(rtype, name)
+        return self._update(rtype, current, patched, status_only=status_only)
+
+    @staticmethod
+    def _mapping(patch: Any) -> Mapping[str, Any]:
+        if not isinstance(patch, Mapping):
+            raise ApiError(400, "a merge patch must be a JSON object")
+        return patch
+
+    def _update(self, rtype: ResourceType, current: JsonDict, new: JsonDict, *, status_only: bool,
+                whole: bool = False) -> JsonDict:
+        """Write ``new`` over ``current``: only its status (``status_only``), everything but the
+        status (the main resource of a type with a status subresource), or all of it (``whole``,
+        the harness)."""
+        old_meta = current["metadata"]
+        if whole:
+            result = copy.deepcopy(new)
+        elif status_only:
+            result = copy.deepcopy(current)
+            if "status" in new:
+                result["status"] = copy.deepcopy(new["status"])
+            else:
+                result.pop("status", None)
+        else:
+            result = copy.deepcopy(new)
+            if "status" in rtype.subresources:
+                if "status" in current:
+                    result["status"] = copy.deepcopy(current["status"])
+                else:
+                    result.pop("status", None)
+        meta = result.setdefault("metadata", {})
+        for immutable in ("name", "namespace", "uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds"):
+            if immutable in old_meta:
+                meta[immutable] = old_meta[immutable]
+            else:
+                meta.pop(immutable, None)
+        result["apiVersion"], result["kind"] = rtype.api_version, rtype.kind
+        if rtype.generation:
+            changed = {k: v for k, v in result.items() if k not in ("metadata", "status")} != \
+                      {k: v for k, v in current.items() if k not in ("metadata", "status")}
+            meta["generation"] = old_meta.get("generation", 1) + (1 if changed else 0)
+        _validate(rtype, result)
+        if rtype.kind == "CustomResourceDefinition":
+            self._register_crd(result)
+        if old_meta.get("deletionTimestamp") and not meta.get("finalizers"):
+            self._store(rtype, result, "MODIFIED")
+            return self._remove(rtype, meta.get("namespace"), meta["name"])
+        return self._store(rtype, result, "MODIFIED")
+
+    def delete(self, rtype: ResourceType, namespace: str | None, name: str, options: Mapping[str, Any] | None = None,
+               *, via: str = "delete") -> JsonDict:
+        options = options or {}
+        current = self._current(rtype, namespace, name)
+        if current is None:
+            raise _not_found(rtype, name)
+        preconditions = options.get("preconditions") or {}
+        if preconditions.get("uid") not in (None, current["metadata"].get("uid")):
+            raise ApiError(409, f"Precondition failed: UID in precondition: {preconditions['uid']}, "
+                                f"UID in object meta: {current['metadata'].get('uid')}", reason="Conflict")
+        if preconditions.get("resourceVersion") not in (None, current["metadata"]["resourceVersion"]):
+            raise _conflict(rtype, name)
+        grace = options.get("gracePeriodSeconds")
+        self.deletions.append(DeletionRecord(rtype.kind, namespace, name, grace, via, options.get("propagationPolicy")))
+        if current["metadata"].get("finalizers"):
+            if current["metadata"].get("deletionTimestamp"):
+                return copy.deepcopy(current)
+            marked = copy.deepcopy(current)
+            marked["metadata"]["deletionTimestamp"] = self._now()
+            marked["metadata"]["deletionGracePeriodSeconds"] = grace if grace is not None else 0
+            return self._store(rtype, marked, "MODIFIED")
+        return self._remove(rtype, namespace, name)
+
+    def evict(self, namespace: str, name: str, eviction: JsonDict) -> JsonDict:
+        pods = self.resource_type("Pod")
+        if _meta(eviction).get("name") not in (None, name):
+            raise ApiError(400, "name in URL does not match name in Eviction object")
+        pod = self._current(pods, namespace, name)
+        if pod is None:
+            raise _not_found(pods, name)
+        options = dict(eviction.get("deleteOptions") or {})
+        phase = (pod.get("status") or {}).get("phase")
+        ignore_budgets = phase in ("Succeeded", "Failed", "Pending") or bool(_meta(pod).get("deletionTimestamp"))
+        if not ignore_budgets:
+            budgets = self.resource_type("PodDisruptionBudget")
+            applicable = [
+                pdb for pdb in self._items(budgets, namespace)
+                if (pdb.get("spec") or {}).get("selector") and selector_object_matches(pdb["spec"]["selector"], _meta(pod).get("labels"))
+            ]
+            if len(applicable) > 1:
+                raise ApiError(500, "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.")
+            if applicable:
+                pdb = applicable[0]
+                status = self._pdb_status(pdb)
+                unready_allowed = not pod_is_ready(pod) and status["currentHealthy"] >= status["desiredHealthy"] > 0
+                if not unready_allowed and status["disruptionsAllowed"] <= 0:
+                    raise ApiError(
+                        429, "Cannot evict pod as it would violate the pod's disruption budget.",
+                        details={"causes": [{"reason": "DisruptionBudget",
+                                             "message": f"The disruption budget {_meta(pdb)['name']} needs {status['desiredHealthy']} "
+                                                        f"healthy pods and has {status['currentHealthy']} currently"}]},
+                    )
+        self.delete(pods, namespace, name, options, via="eviction")
+        self._refresh_pdbs(namespace)
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+
+    def bind(self, namespace: str, name: str, binding: JsonDict) -> JsonDict:
+        pods = self.resource_type("Pod")
+        pod = self._current(pods, namespace, name)
+        if pod is None:
+            raise _not_found(pods, name)
+        target = (binding.get("target") or {}).get("name")
+        if not target:
+            raise _invalid(pods, name, [("target.name", "Required value")])
+        bound_to = (pod.get("spec") or {}).get("nodeName")
+        if bound_to:
+            raise ApiError(409, f"Operation cannot be fulfilled on pods/binding \"{name}\": pod {name} is already assigned to node \"{bound_to}\"")
+        bound = copy.deepcopy(pod)
+        bound.setdefault("spec", {})["nodeName"] = target
+        status = bound.setdefault("status", {})
+        conditions = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
+        conditions.append({"type": "PodScheduled", "status": "True", "lastTransitionTime": self._now()})
+        status["conditions"] = conditions
+        self._store(pods, bound, "MODIFIED")
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+
+    def _pdb_status(self, pdb: JsonDict) -> JsonDict:
+        pods = self._items(self.resource_type("Pod"), _meta(pdb).get("namespace"))
+        try:
+            return pdb_status(pdb, pods)
+        except ValueError as error:
+            raise ApiError(500, f"PodDisruptionBudget {_meta(pdb).get('name')}: {error}") from None
+
+    def _refresh_pdbs(self, namespace: str | None) -> None:
+        """Emulate the disruption controller: bring stored PDB statuses up to date."""
+        budgets = self.resource_type("PodDisruptionBudget")
+        for pdb in self._items(budgets, namespace):
+            try:
+                status = self._pdb_status(pdb)
+            except ApiError:
+                continue
+            if pdb.get("status") != status:
+                updated = copy.deepcopy(pdb)
+                updated["status"] = status
+                self._store(budgets, updated, "MODIFIED")
+
+    def _register_crd(self, crd: JsonDict) -> None:
+        spec = crd.get("spec") or {}
+        names = spec.get("names") or {}
+        for version in spec.get("versions") or []:
+            if not version.get("served", True):
+                continue
+            self.register(ResourceType(
+                group=spec.get("group", ""), version=version.get("name", "v1"), plural=names.get("plural", ""),
+                kind=names.get("kind", ""), namespaced=spec.get("scope") == "Namespaced",
+                subresources=frozenset({"status"}) if "status" in (version.get("subresources") or {}) else frozenset(),
+                field_labels=_META, custom=True, generation=True,
+            ))
+
+    # ------------------------------------------------ harness API (loop thread)
+
+    async def harness(self, operation: Callable[[], Any]) -> Any:
+        """Run a store operation under the lock (used by :class:`KubeEmulator`)."""
+        try:
+            async with self._lock:
+                return operation()
+        finally:
+            await self._flush_events()
+
+    def apply_object(self, obj: Mapping[str, Any]) -> JsonDict:
+        """Create, or replace keeping identity; status is taken as given (the harness plays kubelet)."""
+        obj = copy.deepcopy(dict(obj))
+        rtype = self.resource_type(obj.get("kind", ""), obj.get("apiVersion"))
+        meta = obj.setdefault("metadata", {})
+        namespace = (meta.get("namespace") or "default") if rtype.namespaced else None
+        current = self._current(rtype, namespace, meta.get("name", ""))
+        if current is None:
+            return self.create(rtype, namespace, obj)
+        return self._update(rtype, current, obj, status_only=False, whole=True)
+
+
+# ---------------------------------------------------------------- the threaded server
+
+
+class _Server(kmock.Server):
+    """kmock's server without its aiohttp client and its process-wide DNS interceptor (which
+    must be exited in LIFO order and so does not suit several emulators in one process)."""
+
+    async def __aenter__(self) -> _Server:
+        server = aiohttp.test_utils.RawTestServer(self.handler, host=self._host, port=self._port)
+        await server.start_server()
+        self._managed_server = server
+        self.handler.servers.append(self)
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        self.handler.servers.remove(self)
+        assert self._managed_server is not None
+        await self._managed_server.close()
+        self._managed_server = None
+
+
+class KubeEmulator:
+    """The emulator served on ``127.0.0.1`` from a background thread, with a synchronous
+    harness API for tests and the demo's simulated kubelet and scheduler.
+
+    Kinds are named by kind (``"Pod"``), plural (``"pods"``) or ``plural.group``. Objects
+    returned are copies; mutate them and :meth:`apply` to write back.
+    """
+
+    def __init__(self, *, host: str = "127.0.0.1", port: int = 0, token: str | Callable[[str | None], bool] | None = None,
+                 clock: Callable[[], datetime] | None = None) -> None:
+        options: dict[str, Any] = {"token": token}
+        if clock is not None:
+            options["clock"] = clock
+        self.handler = KubernetesApiEmulator(**options)
+        self._host, self._port = host, port
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._stop: asyncio.Event | None = None
+        self._bound_port: int | None = None
+
+    # ------------------------------------------------ lifecycle
+
+    def start(self) -> KubeEmulator:
+        if self._thread is not None:
+            return self
+        started: concurrent.futures.Future[None] = concurrent.futures.Future()
+        loop = asyncio.new_event_loop()
+
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            try:
+                loop.run_until_complete(self._serve(started))
+            except BaseException as error:  # surfaced through `started` when startup fails
+                if not started.done():
+                    started.set_exception(error)
+            finally:
+                loop.run_until_complete(loop.shutdown_asyncgens())
+                loop.close()
+
+        self._loop = loop
+        self._thread = threading.Thread(target=run, name="kube-emulator", daemon=True)
+        self._thread.start()
+        started.result(timeout=30)
+        return self
+
+    async def _serve(self, started: concurrent.futures.Future[None]) -> None:
+        self._stop = asyncio.Event()
+        async with self.handler, _Server(self.handler, host=self._host, port=self._port or None) as server:
+            self._bound_port = server.port
+            started.set_result(None)
+            await self._stop.wait()
+
+    def close(self) -> None:
+        """Stop serving and join the thread (idempotent)."""
+        if self._thread is None or self._loop is None:
+            return
+        if self._stop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(timeout=30)
+        self._thread = None
+
+    def __enter__(self) -> KubeEmulator:
+        return self.start()
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    @property
+    def url(self) -> str:
+        if self._bound_port is None or self._thread is None:
+            raise RuntimeError("the emulator is not running; call start()")
+        return f"http://{self._host}:{self._bound_port}"
+
+    def _call(self, operation: Callable[[], Any]) -> Any:
+        if self._loop is None or self._thread is None:
+            raise RuntimeError("the emulator is not running; call start()")
+        future = asyncio.run_coroutine_threadsafe(self.handler.harness(operation), self._loop)
+        return future.result(timeout=30)
+
+    # ------------------------------------------------ harness API
+
+    def apply(self, obj: Mapping[str, Any]) -> JsonDict:
+        """Create ``obj`` or replace the stored one (identity kept, status as given); returns the stored copy."""
+        return self._call(lambda: self.handler.apply_object(obj))
+
+    def get(self, kind: str, name: str, namespace: str | None = None) -> JsonDict | None:
+        rtype = self.handler.resource_type(kind)
+        ns = (namespace or "default") if rtype.namespaced else None
+        return self._call(lambda: copy.deepcopy(self.handler._current(rtype, ns, name)))
+
+    def list(self, kind: str, namespace: str | None = None, *, label_selector: str | None = None,
+             field_selector: str | None = None) -> list[JsonDict]:
+        rtype = self.handler.resource_type(kind)
+        result = self._call(lambda: self.handler.list_objects(rtype, namespace if rtype.namespaced else None,
+                                                              label_selector=label_selector, field_selector=field_selector,
+                                                              type_meta=True))
+        return result["items"]
+
+    def patch(self, kind: str, name: str, patch: Mapping[str, Any], namespace: str | None = None) -> JsonDict:
+        """JSON merge patch, status included (no subresource rules); KeyError when missing."""
+        rtype = self.handler.resource_type(kind)
+        ns = (namespace or "default") if rtype.namespaced else None
+
+        def operation() -> JsonDict:
+            current = self.handler._current(rtype, ns, name)
+            if current is None:
+                raise KeyError(f"{rtype.kind} {ns + '/' if ns else ''}{name} not found")
+            return self.handler._update(rtype, current, json_merge_patch(current, patch), status_only=False, whole=True)
+
+        return self._call(operation)
+
+    def delete(self, kind: str, name: str, namespace: str | None = None, *, grace_period_seconds: int | None = None) -> bool:
+        """Delete (finalizers honoured); False when it did not exist."""
+        rtype = self.handler.resource_type(kind)
+        ns = (namespace or "default") if rtype.namespaced else None
+
+        def operation() -> bool:
+            if self.handler._current(rtype, ns, name) is None:
+                return False
+            self.handler.delete(rtype, ns, name, {"gracePeriodSeconds": grace_period_seconds})
+            return True
+
+        return self._call(operation)
+
+    @property
+    def deletions(self) -> list[DeletionRecord]:
+        return list(self.handler.deletions)
+
+    @property
+    def resource_version(self) -> int:
+        return self.handler._revision
+
+    # ------------------------------------------------ faults and request log
+
+    def fail_next(self, method: str | None, path: str, *, status: int = 500, times: int = 1,
+                  retry_after: float | None = None, message: str = "injected fault", query: str | None = None) -> Fault:
+        """Answer the next ``times`` requests matching (``method``, ``path`` regex, ``query`` regex)
+        with ``status``; ``method`` None matches any."""
+        return self.handler.add_fault(Fault(_method(method), re.compile(path), times, status=status,
+                                            retry_after=retry_after, message=message, query=_regex(query)))
+
+    def delay_next(self, method: str | None, path: str, seconds: float, *, times: int = 1, query: str | None = None) -> Fault:
+        """Delay the next ``times`` matching requests by ``seconds`` (then serve them normally)."""
+        return self.handler.add_fault(Fault(_method(method), re.compile(path), times, delay=seconds, query=_regex(query)))
+
+    def disconnect_next(self, method: str | None, path: str, *, times: int = 1, query: str | None = None) -> Fault:
+        """Drop the connection of the next ``times`` matching requests without answering."""
+        return self.handler.add_fault(Fault(_method(method), re.compile(path), times, disconnect=True, query=_regex(query)))
+
+    def clear_faults(self) -> None:
+        self.handler.clear_faults()
+
+    def requests(self, method: str | None = None, path: str | None = None) -> list[kmock.Request]:
+        """Recorded requests (kmock ``Request`` objects), optionally filtered by method and path regex."""
+        wanted = _method(method)
+        pattern = re.compile(path) if path is not None else None
+        return [
+            request for request in list(self.handler._requests)
+            if (wanted is None or request.method.value.upper() == wanted)
+            and (pattern is None or pattern.search(request.url.path))
+        ]
+
+
+def _method(method: str | None) -> str | None:
+    return method.upper() if method else None
+
+
+def _regex(pattern: str | None) -> re.Pattern[str] | None:
+    return re.compile(pattern) if pattern is not None else None
