@@ -1,0 +1,189 @@
+"""Interruption function: SQS batches of raw EventBridge events (spot interruption
+warnings, rebalance recommendations, instance state changes, capacity reservation
+interruption warnings, AWS Health scheduled changes).
+
+Per message: parse and normalise (powertools parser models), then act through
+:func:`joiner.services.interruption.handle_interruption`, idempotently on the EventBridge
+event id (powertools Idempotency, DynamoDB idempotency table). The records of a batch are
+handled concurrently (they share one :class:`~joiner.services.interruption.ClusterView`);
+their outcomes are reported through powertools' batch processor. Partial batch responses:
+
+* unparseable or unknown messages: logged with their message id, counted
+  (``InterruptionUnparseable``) and acknowledged, never retried;
+* events for instances Joiner does not manage: acknowledged and counted
+  (``InterruptionUnmanaged``);
+* a message whose processing fails (Kubernetes or EC2 error after retries, a node's
+  termination lease busy): reported in ``batchItemFailures`` so SQS redelivers it; after 5
+  receives the redrive policy moves it to the dead-letter queue.
+"""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+
+from joiner.observability import handler_entry, logger
+
+#: Idempotency records live this long: far beyond SQS redelivery (visibility timeout x 5 receives).
+IDEMPOTENCY_TTL_SECONDS = 24 * 3600
+#: Records of one batch handled at once.
+MAX_CONCURRENCY = 10
+
+processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
+
+#: Built on the first invocation (cold start), reused while the execution environment lives.
+_cold: dict[str, Any] = {}
+#: Per-invocation cluster reads shared by the batch's messages.
+_invocation: dict[str, Any] = {}
+
+
+def configure(runtime: Any = None, *, dynamodb_client: Any = None) -> dict[str, Any]:
+    """Build the cold-start objects: the runtime (default: from the environment's settings)
+    and the idempotent event processor on the idempotency table. Called on the first
+    invocation; tests call it with a runtime of their own."""
+    from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer, IdempotencyConfig, idempotent_function
+
+    if runtime is None:
+        from joiner.services.context import build_runtime
+        from joiner.settings import get_settings
+
+        runtime = build_runtime(get_settings())
+    persistence = DynamoDBPersistenceLayer(
+        table_name=runtime.settings.idempotency_table,
+        key_attr="id",
+        expiry_attr="expiration",
+        boto3_client=dynamodb_client or runtime.aws_client("dynamodb"),
+    )
+    config = IdempotencyConfig(event_key_jmespath="id", raise_on_no_idempotency_key=True, expires_after_seconds=IDEMPOTENCY_TTL_SECONDS)
+
+    @idempotent_function(data_keyword_argument="event", persistence_store=persistence, config=config)
+    def process_event(event: dict[str, Any]) -> dict[str, Any]:
+        """Act on one EventBridge event once per event id; the returned summary is what a
+        duplicate delivery gets back."""
+        from joiner.events import normalize
+        from joiner.services.interruption import handle_interruption
+
+        outcome = handle_interruption(runtime, normalize(event), view=_invocation.get("view"))
+        return outcome.to_dict()
+
+    _cold.clear()
+    _cold.update(runtime=runtime, config=config, process_event=process_event)
+    return _cold
+
+
+def _cold_start() -> dict[str, Any]:
+    return _cold if _cold else configure()
+
+
+def reset() -> None:
+    """Forget the cold-start objects (tests: new settings, new endpoints)."""
+    _cold.clear()
+    _invocation.clear()
+
+
+def record_handler(record: SQSRecord) -> dict[str, Any]:
+    """Handle one SQS record: acknowledge what cannot be parsed, act idempotently on the rest."""
+    from joiner.events import UnparseableEvent, normalize
+
+    cold = _cold_start()
+    runtime = cold["runtime"]
+    try:
+        event = json.loads(record.body)
+        normalize(event)
+    except (ValueError, UnparseableEvent) as error:  # JSONDecodeError is a ValueError
+        runtime.count("InterruptionUnparseable")
+        logger.warning("unparseable interruption message acknowledged", extra={"message_id": record.message_id, "error": str(error)})
+        return {"messageId": record.message_id, "status": "unparseable"}
+    return cold["process_event"](event=event)
+
+
+def _replay(record: SQSRecord) -> dict[str, Any]:
+    """The outcome of a record already handled concurrently (its exception re-raised, so the
+    batch processor reports it as a batch item failure)."""
+    future = _invocation.get("outcomes", {}).get(record.message_id)
+    if future is None:
+        return record_handler(record)
+    return future.result()
+
+
+def _handle_concurrently(records: list[dict[str, Any]]) -> dict[str, Future[dict[str, Any]]]:
+    """Run the batch's records on worker threads: each event waits mostly on Kubernetes,
+    EC2 and DynamoDB calls. The X-Ray trace entity, when tracing, is carried into the threads."""
+    entity = _trace_entity()
+
+    def run(raw: dict[str, Any]) -> dict[str, Any]:
+        _set_trace_entity(entity)
+        return record_handler(SQSRecord(raw))
+
+    workers = min(MAX_CONCURRENCY, len(records))
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="joiner-interruption") as pool:
+        return {str(raw.get("messageId")): pool.submit(run, raw) for raw in records}
+
+
+def _instances_named(records: list[dict[str, Any]]) -> list[str]:
+    """Instances the batch's parseable events would take away (for replacement planning)."""
+    from joiner.domain.interruption import NOOP
+    from joiner.events import UnparseableEvent, normalize_body
+
+    found: list[str] = []
+    for raw in records:
+        try:
+            event = normalize_body(str(raw.get("body", "")))
+        except UnparseableEvent:
+            continue
+        if event.kind != NOOP:
+            found.extend(event.instance_ids)
+    return sorted(set(found))
+
+
+def _trace_entity() -> Any:
+    from joiner.observability import tracer
+
+    if getattr(tracer, "disabled", True):
+        return None
+    try:
+        from aws_xray_sdk.core import xray_recorder
+
+        return xray_recorder.get_trace_entity()
+    except Exception:  # noqa: BLE001 - tracing is optional and must never fail an event
+        return None
+
+
+def _set_trace_entity(entity: Any) -> None:
+    if entity is None:
+        return
+    try:
+        from aws_xray_sdk.core import xray_recorder
+
+        xray_recorder.set_trace_entity(entity)
+    except Exception:  # noqa: BLE001
+        pass
+
+
+@handler_entry
+def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    from joiner.services.interruption import ClusterView
+
+    cold = _cold_start()
+    cold["config"].register_lambda_context(context)
+    runtime = cold["runtime"]
+    runtime.invocation_id = getattr(context, "aws_request_id", runtime.invocation_id)
+    view = ClusterView(runtime)
+    _invocation["view"] = view
+    records = [r for r in event.get("Records") or [] if isinstance(r, dict)]
+    try:
+        going = _instances_named(records)
+        if len(going) > 1:
+            try:
+                view.expect_disruption(going)
+            except Exception as error:  # noqa: BLE001 - an optimisation of replacement planning, never a reason to fail the batch
+                logger.warning("could not read the batch's nodes up front", extra={"error": str(error)})
+        if len(records) > 1:
+            _invocation["outcomes"] = _handle_concurrently(records)
+        return process_partial_response(event=event, record_handler=_replay, processor=processor, context=context)
+    finally:
+        _invocation.clear()

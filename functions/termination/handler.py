@@ -1,0 +1,66 @@
+"""Termination function: SQS batches from the work queue, each a delayed continuation
+``{"kind": "termination", "node": ..., "generation": n}`` of a drain that outlives one
+invocation (see :mod:`joiner.services.termination`).
+
+Partial batch responses: a step that fails (Kubernetes or EC2 error after retries, the
+node's lease held by another invocation) is reported in ``batchItemFailures`` and SQS
+redelivers it; the termination state is durable, so a crash or timeout mid-step is
+resumed by that redelivery. Malformed or unknown messages are logged, counted
+(``WorkMessageInvalid``) and acknowledged.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+
+from joiner.observability import handler_entry, logger
+
+processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
+
+_cold: dict[str, Any] = {}
+
+
+def configure(runtime: Any = None) -> Any:
+    """Set the cold-start runtime (default: from the environment's settings); tests pass their own."""
+    if runtime is None:
+        from joiner.services.context import build_runtime
+        from joiner.settings import get_settings
+
+        runtime = build_runtime(get_settings())
+    _cold["runtime"] = runtime
+    return runtime
+
+
+def _runtime() -> Any:
+    return _cold["runtime"] if _cold else configure()
+
+
+def reset() -> None:
+    """Forget the cold-start runtime (tests)."""
+    _cold.clear()
+
+
+def record_handler(record: SQSRecord) -> dict[str, Any]:
+    from joiner.services.termination import InvalidWorkMessage, continue_termination, parse_continuation
+
+    runtime = _runtime()
+    try:
+        node, generation = parse_continuation(json.loads(record.body))
+    except (ValueError, InvalidWorkMessage) as error:
+        runtime.count("WorkMessageInvalid")
+        logger.warning("invalid work message acknowledged", extra={"message_id": record.message_id, "error": str(error)})
+        return {"messageId": record.message_id, "status": "invalid"}
+    result = continue_termination(runtime, node, runtime.clock.now(), generation=generation)
+    logger.info("termination step", extra=result.to_dict())
+    return result.to_dict()
+
+
+@handler_entry
+def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    runtime = _runtime()
+    runtime.invocation_id = getattr(context, "aws_request_id", runtime.invocation_id)
+    return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)

@@ -1,0 +1,458 @@
+"""Acting on interruption events: one service call per normalised event.
+
+For every instance an event names:
+
+1. find what Joiner knows about it: its claim (the open claims, read once per
+   invocation, else DynamoDB ``byInstance``), its Node (by ``providerID``), its NodePool (claim, ``joiner.dev/nodepool`` label, or the instance's
+   ``joiner.dev/nodepool`` tag when it carries ``joiner.dev/managed-by: <cluster>``);
+2. :func:`joiner.domain.interruption.decide_action`;
+3. carry the action out:
+
+   * **cordon-replace-drain** (spot warning, capacity reservation warning, scheduled
+     change): mark a spot offering unavailable for 3 minutes, taint and cordon the node at
+     once, launch replacement capacity for its reschedulable pods (planned as if they were
+     pending, with every disrupted node excluded), then begin the drain with the action's
+     deadline;
+   * **replace-then-drain** (rebalance, NodePool ``interruption.rebalance: replace``):
+     cordon, launch the replacement, drain once it is Ready (the termination
+     continuation checks);
+   * **delete-node** (stopping, stopped, shutting-down, terminated): delete the pods, the
+     Node and close the claim at once; the pods' controllers recreate them as pending pods
+     and the scanner provisions for them;
+   * **unmanaged** / **none**: acknowledge and count.
+
+The replacement is launched under the node's termination lease and recorded with the
+termination before any pod is evicted; its claim ids derive from the pods' uids. A retried
+message or a second event for the same node therefore never launches twice. A replacement
+that cannot launch (limits, capacity) never holds up the drain: the pods go pending and the
+scanner takes over.
+
+Events of one invocation may be handled concurrently (see the handler): the shared
+:class:`ClusterView` is thread-safe and plans replacements one at a time, so each plan
+sees the claims the previous ones launched.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from joiner.domain import interruption as di
+from joiner.domain import labels as wk
+from joiner.domain.interruption import InterruptionEvent, decide_action
+from joiner.domain.model import NodePool, OfferingKey, Pod
+from joiner.domain.termination import DISRUPTED_TAINT, reschedulable_pods
+from joiner.observability import logger
+from joiner.ports import ClaimRecord, Ec2Error, JsonDict
+from joiner.services.termination import TerminationResult, begin_termination, cordon_node
+
+
+if TYPE_CHECKING:
+    from joiner.services.context import Runtime
+
+__all__ = [
+    "UNAVAILABLE_FOR", "NodeOutcome", "InterruptionOutcome", "ClusterView",
+    "handle_interruption",
+]
+
+#: How long an interrupted spot offering is avoided (Karpenter's ICE cache TTL).
+UNAVAILABLE_FOR = timedelta(minutes=3)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeOutcome:
+    """What happened to one instance named by an event."""
+
+    instance_id: str
+    action: str
+    reason: str
+    node: str | None = None
+    node_pool: str | None = None
+    claim_id: str | None = None
+    replacement_claims: tuple[str, ...] = ()
+    termination: str = ""
+    evicted: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "instanceId": self.instance_id,
+            "action": self.action,
+            "reason": self.reason,
+            "node": self.node,
+            "nodePool": self.node_pool,
+            "claimId": self.claim_id,
+            "replacementClaims": list(self.replacement_claims),
+            "termination": self.termination,
+            "evicted": list(self.evicted),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class InterruptionOutcome:
+    event: InterruptionEvent
+    nodes: tuple[NodeOutcome, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"event": self.event.to_dict(), "nodes": [n.to_dict() for n in self.nodes]}
+
+
+@dataclass
+class ClusterView:
+    """Cluster reads shared by the events of one invocation (a batch of up to 10 messages):
+    Nodes, NodePools and open claims are read once, and nodes disrupted earlier in the
+    batch are remembered so replacements for later ones never count on them. Thread-safe."""
+
+    runtime: Runtime
+    _nodes: dict[str, JsonDict] | None = None
+    _pools: dict[str, NodePool] | None = None
+    _claims: dict[str, ClaimRecord] | None = None
+    disrupted: set[str] = field(default_factory=set)
+    _round: Any = None
+    _in_flight: list[Any] = field(default_factory=list)
+    _all_nodes: tuple[Any, ...] = ()
+    _all_pods: tuple[Pod, ...] = ()
+    _replacing: dict[str, Pod] = field(default_factory=dict)
+    _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+    _planning: threading.Condition = field(default_factory=threading.Condition, repr=False)
+    _waiting: list[_ReplacementRequest] = field(default_factory=list, repr=False)
+    _planner_busy: bool = False
+
+    def nodes_by_instance(self) -> dict[str, JsonDict]:
+        with self._lock:
+            if self._nodes is None:
+                found: dict[str, JsonDict] = {}
+                for node in self.runtime.kube.list_nodes():
+                    provider = (node.get("spec") or {}).get("providerID") or ""
+                    tail = provider.rsplit("/", 1)[-1]
+                    if provider.startswith("aws://") and tail.startswith("i-"):
+                        found[tail] = node
+                    if _is_disrupted(node):
+                        self.disrupted.add(node["metadata"]["name"])
+                self._nodes = found
+            return self._nodes
+
+    def expect_disruption(self, instance_ids: Iterable[str]) -> None:
+        """Instances the batch's events are about to take away: their nodes are left out of
+        every replacement plan of the invocation from the start, so a burst of warnings is
+        never planned onto nodes that are going too."""
+        nodes = self.nodes_by_instance()
+        with self._lock:
+            for instance_id in instance_ids:
+                node = nodes.get(instance_id)
+                if node is not None:
+                    self.disrupted.add(node["metadata"]["name"])
+
+    def claim_for(self, instance_id: str) -> ClaimRecord | None:
+        """The instance's claim: from the open claims read once, else looked up (it may be closed)."""
+        with self._lock:
+            if self._claims is None:
+                self._claims = {c.instance_id: c for c in self.runtime.state.open_claims() if c.instance_id}
+            found = self._claims.get(instance_id)
+        return found if found is not None else self.runtime.state.claim_by_instance(instance_id)
+
+    def node_for(self, instance_id: str, claim: ClaimRecord | None) -> JsonDict | None:
+        node = self.nodes_by_instance().get(instance_id)
+        if node is None and claim is not None and claim.node_name:
+            # registered after the list was taken
+            node = self.runtime.kube.get_node(claim.node_name)
+        return node
+
+    def node_pool(self, name: str) -> NodePool:
+        with self._lock:
+            if self._pools is None:
+                from joiner.domain.snapshot import SnapshotError, parse_node_pool
+
+                pools: dict[str, NodePool] = {}
+                for raw in self.runtime.kube.list_node_pools():
+                    try:
+                        pool = parse_node_pool(raw)
+                    except SnapshotError:
+                        continue  # an invalid NodePool is reported by the scanner; its nodes still get defaults
+                    pools[pool.name] = pool
+                self._pools = pools
+            return self._pools.get(name) or NodePool(name=name)
+
+    def launch_replacement(self, pods: Sequence[Pod], now: datetime) -> tuple[str, ...]:
+        """Plan ``pods`` (pending copies of a disrupted node's pods) and launch the plan with
+        the provisioning service's round machinery. Returns the claims that will host them:
+        new ones and claims launched earlier in the invocation that have room.
+
+        The cluster is read once per invocation. Every node disrupted so far is left out
+        of the existing capacity and of the NodePool usage (it is going away). Each plan
+        covers the pods of every node replaced so far in the invocation, so in-flight
+        claims are filled in the planner's own way (their pods first) and never promised
+        twice; pods already placed on existing nodes occupy them in later plans. Claim ids
+        derive from the pods' uids, so a retried message finds its claims instead of
+        launching again.
+
+        Plans run one at a time. Requests arriving while a plan runs are planned together
+        by the next one (group commit): a burst of ten warnings costs two or three plans,
+        not ten, and packs their pods together.
+        """
+        request = _ReplacementRequest(tuple(pods))
+        with self._planning:
+            self._waiting.append(request)
+            while not request.done and self._planner_busy:
+                self._planning.wait()
+            if request.done:
+                return request.result()
+            self._planner_busy = True
+            batch, self._waiting = self._waiting, []
+        try:
+            self._plan_batch(batch, now)
+        except BaseException as error:
+            for item in batch:
+                if not item.done:
+                    item.error, item.done = error, True
+        finally:
+            with self._planning:
+                self._planner_busy = False
+                self._planning.notify_all()
+        return request.result()
+
+    def _plan_batch(self, batch: Sequence[_ReplacementRequest], now: datetime) -> None:
+        hosts = self._launch_replacement([pod for item in batch for pod in item.pods], now)
+        for item in batch:
+            mine = {p.key for p in item.pods}
+            item.hosts = tuple(claim for claim, pods in hosts.items() if mine & pods)
+            item.done = True
+
+    def _launch_replacement(self, pods: Sequence[Pod], now: datetime) -> dict[str, set[str]]:
+        """One plan and launch wave for ``pods``: claim id -> the keys of ``pods`` it hosts."""
+        from joiner.services import provisioning as prov
+        from joiner.services.registration import RegistrationResult
+
+        work = self._round
+        if work is None:
+            work = _replacement_round(self.runtime, now)
+            work.read()
+            work.resolve_classes()
+            work.instance_types()
+            work.open_by_id = {c.claim_id: c for c in work.claims}
+            self._in_flight = work.in_flight(work.open_by_id.values())
+            self._all_nodes = work.nodes
+            self._all_pods = work.snapshot.pods
+            self._round = work
+        excluded = frozenset(self.disrupted)
+        work.nodes = tuple(n for n in self._all_nodes if n.name not in excluded)
+        work.snapshot = dataclasses.replace(
+            work.snapshot,
+            nodes=work.nodes,
+            pods=tuple(p for p in self._all_pods if p.node_name not in excluded),
+        )
+        work.compute_usage(RegistrationResult())
+        work.unavailable = set(self.runtime.state.unavailable_offerings(now))
+
+        mine = {p.key for p in pods}
+        for pod in pods:
+            self._replacing[pod.key] = pod
+        pending = sorted(self._replacing.values(), key=lambda p: p.key)
+        by_key = {p.key: p for p in pending}
+        before = len(work.launched)
+        existing_before = len(work.existing_claims)
+        plan = work.solve(pending, sorted(self._in_flight, key=lambda c: c.name))
+        prov._launch_all(work, plan, by_key, self._in_flight)
+        work.flush_pod_events()
+        if len(work.launched) > before:
+            self.runtime.count("ReplacementsLaunched", len(work.launched) - before)
+
+        in_flight = {c.name: set(c.pods) for c in self._in_flight}
+        hosts: dict[str, set[str]] = {}
+        for launched in work.launched[before:]:
+            hosts.setdefault(launched.claim_id, set()).update(mine & set(launched.pods))
+        for claim_id in work.existing_claims[existing_before:]:
+            hosts.setdefault(claim_id, set()).update(mine & in_flight.get(claim_id, set()))
+        placed_on_nodes: list[Pod] = []
+        for existing in plan.existing_nodes:
+            if existing.name in in_flight:
+                hosts.setdefault(existing.name, set()).update(mine & set(existing.pods))
+                continue
+            placed_on_nodes += [dataclasses.replace(by_key[key], node_name=existing.name, phase="Running") for key in existing.pods if key in by_key]
+        # Pods placed on existing nodes now occupy them; unschedulable ones are reported once.
+        for pod in placed_on_nodes:
+            self._replacing.pop(pod.key, None)
+        for item in plan.unschedulable:
+            self._replacing.pop(item.pod, None)
+        self._all_pods = tuple(sorted((*self._all_pods, *placed_on_nodes), key=lambda p: p.key))
+        return {claim: pods for claim, pods in sorted(hosts.items()) if pods}
+
+
+@dataclass
+class _ReplacementRequest:
+    """One node's pods waiting for the planner (see :meth:`ClusterView.launch_replacement`)."""
+
+    pods: tuple[Pod, ...]
+    hosts: tuple[str, ...] = ()
+    error: BaseException | None = None
+    done: bool = False
+
+    def result(self) -> tuple[str, ...]:
+        if self.error is not None:
+            raise self.error
+        return self.hosts
+
+
+def _replacement_round(runtime: Runtime, now: datetime) -> Any:
+    """A provisioning round object used for its read, plan and launch steps only.
+
+    Replacement launches do not take the cluster's provisioning lease: a scanner round may
+    be running and must not be blocked by (nor block) an interruption. That is safe because
+    limit reservations are conditional writes and claim ids derive from the pods, so two
+    rounds never launch twice for the same pods nor past a limit. The round's lease renewal
+    is therefore switched off.
+    """
+    import inspect
+
+    from joiner.services import provisioning as prov
+
+    if "owner" in inspect.signature(prov._Round).parameters:
+        work = prov._Round(runtime, now, owner=f"interruption/{getattr(runtime, 'invocation_id', 'local')}")
+    else:
+        work = prov._Round(runtime, now)
+    if hasattr(work, "renew_lease"):
+        work.renew_lease = lambda: None
+    return work
+
+
+def _is_disrupted(node: JsonDict) -> bool:
+    spec = node.get("spec") or {}
+    return any(t.get("key") == DISRUPTED_TAINT.key for t in spec.get("taints") or [])
+
+
+
+
+
+
+def handle_interruption(runtime: Runtime, event: InterruptionEvent, now: datetime | None = None, *, view: ClusterView | None = None) -> InterruptionOutcome:
+    """Carry out ``event`` for every instance it names. Raises on failures worth a retry
+    (Kubernetes or EC2 errors after their own retries); everything it did before is
+    idempotent, so the retry picks up where this left off."""
+    now = now or runtime.clock.now()
+    view = view or ClusterView(runtime)
+    if event.kind == di.NOOP:
+        runtime.count("InterruptionIgnored", kind=event.kind)
+        return InterruptionOutcome(event, tuple(NodeOutcome(i, di.ACTION_NONE, event.detail) for i in event.instance_ids))
+    outcomes = [_handle_instance(runtime, view, event, instance_id, now) for instance_id in event.instance_ids]
+    latency = (now - event.start_time).total_seconds()
+    runtime.count("InterruptionLatencySeconds", max(0.0, latency), "Seconds")
+    return InterruptionOutcome(event, tuple(outcomes))
+
+
+def _handle_instance(runtime: Runtime, view: ClusterView, event: InterruptionEvent, instance_id: str, now: datetime) -> NodeOutcome:
+    claim = view.claim_for(instance_id)
+    node = view.node_for(instance_id, claim)
+    labels = ((node or {}).get("metadata") or {}).get("labels") or {}
+    pool_name = (claim.node_pool if claim else None) or labels.get(wk.NODEPOOL) or None
+    if pool_name is None and claim is None:
+        pool_name = _pool_from_tags(runtime, instance_id)
+    pool = view.node_pool(pool_name) if pool_name else None
+    action = decide_action(event, claim, pool)
+    node_name = node["metadata"]["name"] if node else (claim.node_name if claim else None)
+    base = NodeOutcome(instance_id, action.kind, action.reason, node=node_name, node_pool=pool_name, claim_id=claim.claim_id if claim else labels.get(wk.NODECLAIM))
+
+    if action.kind == di.ACTION_UNMANAGED:
+        runtime.count("InterruptionUnmanaged", kind=event.kind)
+        logger.info("interruption for an unmanaged instance acknowledged", extra={"instance": instance_id, "kind": event.kind, "event_id": event.event_id})
+        return base
+    if action.kind == di.ACTION_NONE:
+        runtime.count("InterruptionIgnored", kind=event.kind)
+        return base
+
+    runtime.count("InterruptionActions", action=action.kind, kind=event.kind)
+    logger.info("acting on interruption", extra={"instance": instance_id, "node": node_name, "kind": event.kind, "action": action.kind, "deadline": action.deadline.isoformat() if action.deadline else None, "event_id": event.event_id})
+    if action.mark_unavailable:
+        _mark_unavailable(runtime, claim, labels, now, event)
+
+    if node is None:
+        if action.kind == di.ACTION_REPLACE_THEN_DRAIN:
+            return dataclasses.replace(base, reason="no Node yet: nothing to rebalance")
+        return _close_without_node(runtime, claim, instance_id, event, now, base)
+
+    node = cordon_node(runtime, node) or node
+    view.disrupted.add(node_name)
+    launched: list[str] = []
+
+    def replace_pods(pods_raw: Sequence[JsonDict]) -> tuple[str, ...]:
+        claims = _replace(runtime, view, node_name, pods_raw, event, now)
+        launched.extend(claims)
+        return claims
+
+    result: TerminationResult = begin_termination(
+        runtime,
+        node_name,
+        event.kind,
+        action.deadline,
+        now,
+        instance_id=instance_id,
+        claim_id=base.claim_id,
+        node_pool=pool_name,
+        wait_for_replacement=action.wait_for_replacement,
+        event_id=event.event_id,
+        node=node,
+        claim=claim,
+        replace_pods=replace_pods if action.replace else None,
+    )
+    return dataclasses.replace(base, replacement_claims=tuple(launched), termination=result.status, evicted=result.evicted)
+
+
+def _pool_from_tags(runtime: Runtime, instance_id: str) -> str | None:
+    """The NodePool of an instance Joiner launched but has no claim for (state lost)."""
+    try:
+        records = runtime.ec2.describe_instances([instance_id])
+    except Ec2Error as error:
+        if "NotFound" in (error.code or ""):
+            return None
+        raise
+    for record in records:
+        if record.tags.get(wk.MANAGED_BY_TAG) == runtime.settings.cluster_name:
+            return record.tags.get(wk.NODEPOOL) or None
+    return None
+
+
+def _mark_unavailable(runtime: Runtime, claim: ClaimRecord | None, labels: dict[str, str], now: datetime, event: InterruptionEvent) -> None:
+    instance_type = (claim.instance_type if claim else None) or labels.get(wk.INSTANCE_TYPE)
+    zone = (claim.zone if claim else None) or labels.get(wk.ZONE)
+    if not instance_type or not zone:
+        return
+    runtime.state.mark_unavailable(OfferingKey(instance_type, zone, wk.CAPACITY_TYPE_SPOT), now + UNAVAILABLE_FOR, f"{event.kind} {event.event_id}")
+    runtime.count("OfferingsMarkedUnavailable", reason=event.kind)
+
+
+def _close_without_node(runtime: Runtime, claim: ClaimRecord | None, instance_id: str, event: InterruptionEvent, now: datetime, base: NodeOutcome) -> NodeOutcome:
+    """The instance never became a Node (or it is already gone): terminate it, close the
+    claim and release its reservation; the pods it was for are still pending."""
+    try:
+        runtime.ec2.terminate_instances([instance_id])
+    except Ec2Error as error:
+        if "NotFound" not in (error.code or ""):
+            raise
+    if claim is not None and claim.state != "closed":
+        runtime.state.update_claim(claim.claim_id, state="closed", closed_at=now, reason=event.kind)
+        runtime.state.release_capacity(claim.node_pool, claim.claim_id)
+    return dataclasses.replace(base, termination="terminated")
+
+
+def _replace(runtime: Runtime, view: ClusterView, node_name: str, pods_raw: Sequence[JsonDict], event: InterruptionEvent, now: datetime) -> tuple[str, ...]:
+    """Launch capacity for the node's reschedulable pods; () when none is needed or the
+    launch failed (the drain goes ahead either way)."""
+    from joiner.services.termination import _parse_pods
+
+    pods, _ = _parse_pods(pods_raw)
+    pending = reschedulable_pods(pods)
+    if not pending:
+        return ()
+    try:
+        claims = view.launch_replacement(pending, now)
+    except Exception as error:  # noqa: BLE001 - the drain must start whatever the launch did
+        runtime.count("ReplacementFailed", kind=event.kind)
+        logger.warning(
+            "replacement launch failed; the drain goes ahead and the scanner provisions for the pods",
+            extra={"node": node_name, "error": f"{type(error).__name__}: {error}", "event_id": event.event_id}, exc_info=True,
+        )
+        return ()
+    logger.info("replacement planned", extra={"node": node_name, "claims": list(claims), "pods": [p.key for p in pending], "event_id": event.event_id})
+    return claims

@@ -1,0 +1,1249 @@
+"""Provisioning: pending pods -> node claims -> EC2 Fleet launches, one round at a time.
+
+A round (:func:`provision`):
+
+1. takes the cluster's ``provisioning`` lease (a DynamoDB conditional write), so two
+   overlapping scanner invocations never plan the same pods at once;
+2. reads the cluster (one list of all pods split by ``spec.nodeName``, Nodes, DaemonSets,
+   RuntimeClasses, NodePools, NodeClasses) and the open claims and unavailable offerings
+   from DynamoDB, and runs :mod:`joiner.services.registration` on them;
+3. plans with the scheduling core: launched-but-unregistered claims are capacity
+   (:class:`~joiner.domain.model.InFlightClaim`) and count against limits;
+4. for every new node claim: derives its id from the NodePool and its pods' uids (a
+   retried round for the same pods yields the same id and so the same EC2 ClientToken),
+   reserves its capacity against the NodePool limit with a conditional write *before*
+   any EC2 call, records the claim, and launches it with one ``instant`` CreateFleet;
+5. on capacity errors marks the failed offerings unavailable for three minutes and
+   re-plans the affected pods at once, in the same invocation, without them (other
+   zones, types, capacity types), up to :data:`MAX_LAUNCH_ATTEMPTS` times;
+6. explains every pod it cannot place with a ``FailedScheduling`` event carrying the
+   planner's reason, and reports metrics and NodePool status.
+
+:func:`run_scanner` runs rounds for one scanner invocation: ``economy`` mode runs one,
+``responsive`` mode keeps polling for about a minute and batches bursts of new pods.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from joiner.domain import labels as wk
+from joiner.domain import snapshot as snap
+from joiner.domain.launch import (
+    LaunchError,
+    NoOfferingsError,
+    build_fleet_request,
+    choose_capacity_type,
+    client_token,
+    launch_tags,
+    node_labels,
+    node_taints,
+)
+from joiner.domain.model import (
+    InFlightClaim,
+    InstanceType,
+    NodeClaimPlan,
+    NodeClass,
+    NodePool,
+    OfferingKey,
+    Plan,
+    Pod,
+    UnschedulablePod,
+)
+from joiner.domain.planning import build_problem
+from joiner.domain.requirements import Requirement, Requirements
+from joiner.domain.resources import EMPTY, Resources
+from joiner.domain.scheduling import solve
+from joiner.ports import ClaimRecord, Ec2Error, FleetRequest, FleetResult, JsonDict, KubernetesError, LaunchTemplateRef, Subnet
+from joiner.services.registration import RegistrationResult, reconcile_registration
+
+if TYPE_CHECKING:
+    from joiner.services.context import Runtime
+
+__all__ = [
+    "LEASE_NAME", "LEASE_TTL_SECONDS", "UNAVAILABLE_FOR", "MAX_LAUNCH_ATTEMPTS", "LIMIT_REACHED",
+    "LaunchedClaim", "LaunchFailure", "RoundResult", "ScanSummary", "provision", "run_scanner", "claim_id_for",
+    "ProvisioningRound", "launch_plan",
+]
+
+log = logging.getLogger(__name__)
+
+LEASE_NAME = "provisioning"
+#: A round renews the lease; a crashed holder blocks others for at most this long.
+LEASE_TTL_SECONDS = 60
+#: A round renews its lease this often (wall clock) while launching.
+LEASE_RENEW_SECONDS = 20
+#: How long an offering that returned a capacity error is left out (Karpenter: 3 minutes).
+UNAVAILABLE_FOR = timedelta(minutes=3)
+#: CreateFleet calls (plans) per claim's pods within one round before giving up until the next.
+MAX_LAUNCH_ATTEMPTS = 4
+#: Parallel CreateFleet calls and event writes.
+CONCURRENCY = 8
+#: A ``reserved`` claim this old belongs to a round that died between reserving and
+#: recording its launch. Must exceed the scanner function's timeout (no round outlives it).
+ORPHAN_AFTER = timedelta(minutes=3)
+#: Pod events (Nominated, FailedScheduling) one round writes at most; the rest are logged.
+MAX_POD_EVENTS_PER_ROUND = 2000
+#: The reason prefix of pods refused by a NodePool limit.
+LIMIT_REACHED = "limit reached"
+#: Capacity-type preference when a claim allows both.
+SPOT, ON_DEMAND = wk.CAPACITY_TYPE_SPOT, wk.CAPACITY_TYPE_ON_DEMAND
+NODES = "nodes"
+
+RESERVED, LAUNCHED, REGISTERED, INITIALIZED, TERMINATING, CLOSED = (
+    "reserved", "launched", "registered", "initialized", "terminating", "closed",
+)
+
+
+# ---------------------------------------------------------------- results
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchedClaim:
+    claim_id: str
+    node_pool: str
+    instance_id: str
+    instance_type: str
+    zone: str
+    capacity_type: str
+    price: float
+    pods: tuple[str, ...]
+    client_token: str
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchFailure:
+    """A claim given up in this round. ``reason`` is an EC2 error code, ``InsufficientCapacity``
+    (every offering failed) or ``LimitReached``."""
+
+    claim_id: str
+    node_pool: str
+    pods: tuple[str, ...]
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    """What one provisioning round did (tests and the handler summary read it)."""
+
+    ran: bool = True
+    skipped_reason: str = ""
+    pending_pods: int = 0
+    pending_pod_uids: frozenset[str] = frozenset()
+    launched: tuple[LaunchedClaim, ...] = ()
+    #: claims already launched (or being launched) for these exact pods: nothing new started
+    existing_claims: tuple[str, ...] = ()
+    failures: tuple[LaunchFailure, ...] = ()
+    #: every pod reported with FailedScheduling this round, with the reason
+    unschedulable: tuple[UnschedulablePod, ...] = ()
+    capacity_errors: tuple[OfferingKey, ...] = ()
+    plans: int = 0
+    registration: RegistrationResult = RegistrationResult()
+    invalid_objects: tuple[str, ...] = ()
+    orphans_closed: tuple[str, ...] = ()
+    orphans_adopted: tuple[str, ...] = ()
+    read_seconds: float = 0.0
+    plan_seconds: float = 0.0
+    launch_seconds: float = 0.0
+    total_seconds: float = 0.0
+
+    @property
+    def decision_seconds(self) -> float:
+        """Read state -> plan -> launch requests answered."""
+        return self.read_seconds + self.plan_seconds + self.launch_seconds
+
+    def reason_for(self, pod_key: str) -> str | None:
+        for item in self.unschedulable:
+            if item.pod == pod_key:
+                return item.reason
+        return None
+
+
+@dataclass(frozen=True)
+class ScanSummary:
+    mode: str
+    rounds: int = 0
+    skipped: int = 0
+    errors: int = 0
+    results: tuple[RoundResult, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        ran = [r for r in self.results if r.ran]
+        return {
+            "mode": self.mode,
+            "rounds": self.rounds,
+            "skipped": self.skipped,
+            "errors": self.errors,
+            "claimsLaunched": sum(len(r.launched) for r in ran),
+            "launchFailures": sum(len(r.failures) for r in ran),
+            "unschedulablePods": len({u.pod for r in ran for u in r.unschedulable}),
+            "pendingPods": ran[-1].pending_pods if ran else 0,
+        }
+
+
+# ---------------------------------------------------------------- claim identity
+
+
+def claim_id_for(node_pool: str, pod_ids: Iterable[str], generation: int = 0) -> str:
+    """A claim name derived from its NodePool and pods, stable across retries.
+
+    ``generation`` moves past claims for the same pods that were closed (launch failed,
+    registration timed out), so a later attempt gets a fresh id and ClientToken. The result
+    is a valid label value (at most 63 characters, alphanumeric at both ends).
+    """
+    material = "\n".join([node_pool, str(generation), *sorted(pod_ids)])
+    digest = hashlib.sha256(material.encode("utf-8")).hexdigest()[:16]
+    prefix = node_pool[:40].rstrip("-._") or "claim"
+    return f"{prefix}-{digest}"
+
+
+# ---------------------------------------------------------------- the round
+
+
+@dataclass
+class _ClassEnv:
+    """A NodeClass resolved against EC2 for this round."""
+
+    node_class: NodeClass
+    subnets: tuple[Subnet, ...] = ()
+    security_groups: tuple[str, ...] = ()
+    error: str = ""
+
+    @property
+    def zones(self) -> frozenset[str]:
+        return frozenset(s.zone for s in self.subnets)
+
+
+@dataclass
+class _Job:
+    """One node claim being launched in this round."""
+
+    plan: NodeClaimPlan
+    claim_id: str
+    pods: tuple[Pod, ...]
+    pool: NodePool
+    env: _ClassEnv
+    types: tuple[InstanceType, ...]  # candidates, cheapest first, within the limit and one architecture
+    arch: str
+
+
+@dataclass
+class _Outcome:
+    job: _Job
+    launched: LaunchedClaim | None = None
+    capacity_failure: bool = False
+    failure: LaunchFailure | None = None
+    #: (offering, EC2 error code) for every capacity error in the answer
+    capacity_errors: list[tuple[OfferingKey, str]] = field(default_factory=list)
+
+
+class _Round:
+    def __init__(self, runtime: Runtime, now: datetime, owner: str) -> None:
+        self.runtime = runtime
+        self.now = now
+        self.owner = owner
+        self.lease_renewed = time.monotonic()
+        self.kube = runtime.kube
+        self.state = runtime.state
+        self.invalid: list[str] = []
+        #: (kind, name) -> why a NodePool or NodeClass could not be read
+        self.invalid_by_name: dict[tuple[str, str], str] = {}
+        self.unschedulable: dict[str, UnschedulablePod] = {}
+        self.launched: list[LaunchedClaim] = []
+        self.failures: list[LaunchFailure] = []
+        self.existing_claims: list[str] = []
+        self.capacity_errors: list[OfferingKey] = []
+        self.attempts: dict[str, int] = {}
+        self.pod_events: list[tuple[JsonDict, str, str, str]] = []
+        self.plans = 0
+        #: open claims by id, kept current as this round reserves, launches and closes them
+        self.open_by_id: dict[str, ClaimRecord] = {}
+
+    def renew_lease(self) -> None:
+        """Keep the lease while a long launch wave runs (every :data:`LEASE_RENEW_SECONDS`).
+        Losing it is logged, not fatal: reservations and claim ids keep a concurrent round safe."""
+        if time.monotonic() - self.lease_renewed < LEASE_RENEW_SECONDS:
+            return
+        self.lease_renewed = time.monotonic()
+        try:
+            if not self.state.acquire_lease(LEASE_NAME, self.owner, self.runtime.clock.now(), LEASE_TTL_SECONDS):
+                log.warning("provisioning lease taken over by another invocation during the round")
+        except Exception as error:  # noqa: BLE001
+            log.warning("renewing the provisioning lease failed: %s", error)
+
+    # ------------------------------------------------------------ read
+
+    def read(self) -> None:
+        """List the cluster and the state, all reads in parallel (the round's latency is the
+        slowest list, usually pods), then parse each object on its own."""
+        kube, state, now = self.kube, self.state, self.now
+        reads: dict[str, Callable[[], Any]] = {
+            "runtime_classes": kube.list_runtime_classes,
+            "pods": kube.list_pods,
+            "nodes": kube.list_nodes,
+            "daemonsets": kube.list_daemonsets,
+            "pools": kube.list_node_pools,
+            "classes": kube.list_node_classes,
+            "claims": state.open_claims,
+            "unavailable": lambda: state.unavailable_offerings(now),
+        }
+        with ThreadPoolExecutor(max_workers=len(reads), thread_name_prefix="joiner-read") as pool:
+            futures = {name: pool.submit(function) for name, function in reads.items()}
+            answers = {name: future.result() for name, future in futures.items()}
+        runtime_classes_raw, pods_raw, nodes_raw = answers["runtime_classes"], answers["pods"], answers["nodes"]
+        daemonsets_raw, pools_raw, classes_raw = answers["daemonsets"], answers["pools"], answers["classes"]
+        self.claims = answers["claims"]
+        self.unavailable = set(answers["unavailable"])
+
+        runtime_classes: dict[str, Resources] = {}
+        for obj in runtime_classes_raw:
+            parsed = self._parse(snap.parse_runtime_class, obj)
+            if parsed is not None:
+                runtime_classes[parsed[0]] = parsed[1]
+        self.pods_raw: dict[str, JsonDict] = {}
+        pods: list[Pod] = []
+        cache = self.runtime.parsed_pods
+        if cache.get("runtime_classes") != runtime_classes:
+            cache.clear()
+            cache["runtime_classes"] = dict(runtime_classes)
+        previous: dict[tuple[str, str], Pod] = cache.get("pods", {})
+        current: dict[tuple[str, str], Pod] = {}
+        for obj in pods_raw:
+            meta = obj.get("metadata") or {}
+            key = (str(meta.get("uid") or ""), str(meta.get("resourceVersion") or ""))
+            pod = previous.get(key) if all(key) else None
+            if pod is None:
+                pod = self._parse(lambda o: snap.parse_pod(o, runtime_classes), obj, event_pod=True)
+            if pod is not None:
+                pods.append(pod)
+                self.pods_raw[pod.key] = obj
+                if all(key):
+                    current[key] = pod
+        cache["pods"] = current  # only what exists now: the cache never outgrows the cluster
+        self.pods = tuple(pods)
+        self.nodes = tuple(n for n in (self._parse(snap.parse_node, o) for o in nodes_raw) if n is not None)
+        self.daemonsets = tuple(d for d in (self._parse(lambda o: snap.parse_daemonset(o, runtime_classes), o) for o in daemonsets_raw) if d is not None)
+        self.pools_raw = {str((o.get("metadata") or {}).get("name")): o for o in pools_raw}
+        self.pools = {p.name: p for p in (self._parse(snap.parse_node_pool, o, event_object=True) for o in pools_raw) if p is not None}
+        self.classes = {c.name: c for c in (self._parse(snap.parse_node_class, o, event_object=True) for o in classes_raw) if c is not None}
+        self.snapshot = snap.Snapshot(
+            pods=self.pods,
+            nodes=tuple(sorted(self.nodes, key=lambda n: n.name)),
+            daemonsets=tuple(sorted(self.daemonsets, key=lambda d: (d.namespace, d.name))),
+            node_pools=tuple(self.pools[name] for name in sorted(self.pools)),
+            node_classes=tuple(self.classes[name] for name in sorted(self.classes)),
+            runtime_classes=runtime_classes,
+        )
+
+    def _parse(self, parser: Callable[[Any], Any], obj: JsonDict, *, event_pod: bool = False, event_object: bool = False) -> Any:
+        try:
+            return parser(obj)
+        except snap.SnapshotError as error:
+            self.invalid.append(str(error))
+            log.warning("skipping invalid object: %s", error)
+            if event_pod:
+                self._pod_event(obj, "FailedScheduling", f"Joiner cannot read this pod: {error}", "Warning")
+            elif event_object:
+                self._emit(obj, "InvalidSpec", str(error), "Warning")
+                self.invalid_by_name[(str(obj.get("kind")), str((obj.get("metadata") or {}).get("name")))] = str(error)
+            return None
+
+    # ------------------------------------------------------------ environment
+
+    def resolve_classes(self) -> None:
+        """Subnets and security groups per NodeClass a NodePool uses (cached briefly per runtime)."""
+        self.envs: dict[str, _ClassEnv] = {}
+        for name in sorted({p.node_class for p in self.pools.values()}):
+            node_class = self.classes.get(name)
+            if node_class is None:
+                continue
+            key = ("class-env", repr(node_class))  # NodeClass holds dicts: its repr is the cache key
+            cached = self.runtime.resolved.get(key, self.now)
+            if cached is not None:
+                self.envs[name] = cached
+                continue
+            env = _ClassEnv(node_class)
+            try:
+                env.subnets = tuple(self.runtime.ec2.resolve_subnets(node_class.subnet_selector_terms))
+                env.security_groups = tuple(self.runtime.ec2.resolve_security_groups(node_class.security_group_selector_terms))
+                if not env.subnets:
+                    env.error = "no subnet matches subnetSelectorTerms"
+                elif not env.security_groups:
+                    env.error = "no security group matches securityGroupSelectorTerms"
+            except Ec2Error as error:
+                env.error = f"resolving selectors failed: {error}"
+            self.envs[name] = env
+            if not env.error:
+                self.runtime.resolved.put(key, env, self.now)
+
+    def pool_problem(self, pool: NodePool) -> str:
+        """Why a NodePool cannot launch now ("" when it can)."""
+        env = self.envs.get(pool.node_class)
+        if pool.node_class not in self.classes:
+            invalid = next((e for (kind, name), e in self.invalid_by_name.items() if name == pool.node_class and kind != "NodePool"), None)
+            return f"NodeClass {pool.node_class} is invalid: {invalid}" if invalid else f"NodeClass {pool.node_class} not found"
+        if env is None or env.error:
+            return f"NodeClass {pool.node_class}: {env.error if env else 'not resolved'}"
+        return ""
+
+    def instance_types(self) -> dict[str, tuple[InstanceType, ...]]:
+        """Per NodePool: the catalog's types under its NodeClass kubelet settings, with
+        offerings limited to the zones its subnets cover."""
+        result: dict[str, tuple[InstanceType, ...]] = {}
+        for name in sorted(self.pools):
+            pool = self.pools[name]
+            if self.pool_problem(pool):
+                result[name] = ()
+                continue
+            env = self.envs[pool.node_class]
+            base = self.runtime.catalog.instance_types(env.node_class.kubelet)
+            result[name] = _zonal(self.runtime, base, env.zones, self.now)
+        self.types_by_pool = result
+        self.type_index = {pool: {t.name: t for t in types} for pool, types in result.items()}
+        return result
+
+    # ------------------------------------------------------------ usage and limits
+
+    def compute_usage(self, registration: RegistrationResult) -> None:
+        """What each NodePool's Nodes use (capacity plus a ``nodes`` count) and what is
+        reserved for its unregistered claims."""
+        in_use: dict[str, Resources] = {}
+        node_counts: dict[str, int] = {}
+        for node in self.nodes:
+            if node.deleting:
+                continue
+            pool = node.labels.get(wk.NODEPOOL) or registration.node_pools.get(node.name)
+            if not pool:
+                continue
+            in_use[pool] = in_use.get(pool, EMPTY) + node.capacity + {NODES: 1000}
+            node_counts[pool] = node_counts.get(pool, 0) + 1
+        self.in_use = in_use
+        self.node_counts = node_counts
+        self.reserved = {name: self.state.reserved_capacity(name) for name in sorted(self.pools) if self.pools[name].limits is not None}
+
+    def remaining(self, pool: NodePool) -> Resources | None:
+        if pool.limits is None:
+            return None
+        used = self.in_use.get(pool.name, EMPTY) + self.reserved.get(pool.name, EMPTY)
+        return Resources({name: pool.limits.get(name, 0) - used.get(name, 0) for name in pool.limits})
+
+    # ------------------------------------------------------------ in-flight claims
+
+    def in_flight(self, claims: Iterable[ClaimRecord]) -> list[InFlightClaim]:
+        result = []
+        for claim in claims:
+            if claim.state != LAUNCHED or not claim.instance_type or not claim.zone:
+                continue
+            pool = self.pools.get(claim.node_pool)
+            instance_type = self.type_index.get(claim.node_pool, {}).get(claim.instance_type)
+            if instance_type is None and pool is not None and pool.node_class in self.classes:
+                instance_type = self.runtime.catalog.instance_type(claim.instance_type, self.classes[pool.node_class].kubelet)
+            if pool is None or instance_type is None:
+                continue
+            capacity_type = claim.capacity_type or ON_DEMAND
+            requirements = instance_type.requirements.intersect(pool.template_requirements()).intersect(
+                Requirements.from_labels({wk.ZONE: claim.zone, wk.CAPACITY_TYPE: capacity_type, wk.NODECLAIM: claim.claim_id})
+            )
+            result.append(
+                InFlightClaim(
+                    name=claim.claim_id,
+                    node_pool=claim.node_pool,
+                    instance_type=claim.instance_type,
+                    zone=claim.zone,
+                    capacity_type=capacity_type,
+                    allocatable=instance_type.allocatable,
+                    capacity=instance_type.capacity,
+                    requirements=requirements,
+                    pods=tuple(claim.pods),
+                )
+            )
+        return sorted(result, key=lambda c: c.name)
+
+    # ------------------------------------------------------------ planning
+
+    def solve(self, pending: Sequence[Pod], in_flight: Sequence[InFlightClaim]) -> Plan:
+        """Plan ``pending`` with this round's zonal instance types; limits see the Nodes'
+        capacity plus every reservation (launched and about-to-launch claims)."""
+        problem = build_problem(self.snapshot, self.runtime.catalog, pending=pending, in_flight=in_flight, unavailable=frozenset(self.unavailable))
+        usage = {name: self.in_use.get(name, EMPTY) + self.reserved.get(name, EMPTY) for name in sorted(self.pools)}
+        self.plans += 1
+        return solve(dataclasses.replace(problem, instance_types=self.types_by_pool, pool_usage=usage))
+
+    # ------------------------------------------------------------ launching
+
+    def prepare(self, claim_plan: NodeClaimPlan, pods_by_key: Mapping[str, Pod]) -> _Job | None:
+        """Pick the claim id, filter candidates to the limit, reserve and record the claim.
+
+        Returns None when nothing is to be launched for it (an existing claim covers these
+        pods, or the limit refuses it; the latter is reported).
+        """
+        pool = self.pools[claim_plan.node_pool]
+        pods = tuple(pods_by_key[key] for key in claim_plan.pods if key in pods_by_key)
+        pod_ids = [p.uid or p.key for p in pods]
+
+        claim_id, existing = self._claim_identity(pool.name, pod_ids)
+        if existing is not None and claim_id not in self.attempts:
+            # Already launched for exactly these pods (a retried round), or being launched by
+            # another round (reserved, not yet orphaned): nothing to do here.
+            self.existing_claims.append(claim_id)
+            return None
+
+        candidates = [self.type_index[pool.name][name] for name in claim_plan.instance_types if name in self.type_index.get(pool.name, {})]
+        remaining = self.remaining(pool)
+        if remaining is not None:
+            if existing is not None:
+                # A claim reserved earlier (previous wave, or a resumed round) may use its own reservation.
+                remaining = Resources({name: room + existing.reserved.get(name, 0) for name, room in remaining.items()})
+            candidates = [t for t in candidates if _fits_limit(t, remaining)]
+        if not candidates:
+            self._limit_reached(claim_plan, pods, pool, claim_id, existing)
+            return None
+        arch = _arch(candidates[0])
+        candidates = [t for t in candidates if _arch(t) == arch]
+        amount = _reservation(candidates)
+
+        if existing is not None:
+            amount = existing.reserved  # reserving is idempotent per claim: the first amount stands
+        if not self.state.reserve_capacity(pool.name, claim_id, amount, pool.limits, self.in_use.get(pool.name, EMPTY)):
+            self._limit_reached(claim_plan, pods, pool, claim_id, existing)
+            return None
+        if pool.limits is not None and existing is None:
+            self.reserved[pool.name] = self.reserved.get(pool.name, EMPTY) + amount
+
+        if existing is None:
+            record = ClaimRecord(
+                claim_id=claim_id,
+                node_pool=pool.name,
+                state=RESERVED,
+                created_at=self.now,
+                pods=tuple(p.key for p in pods),
+                reserved=amount,
+            )
+            if not self.state.put_claim(record):
+                # Another invocation created it between our read and write: it owns the launch.
+                self.existing_claims.append(claim_id)
+                return None
+            self.open_by_id[claim_id] = record
+        env = self.envs[pool.node_class]
+        job_plan = dataclasses.replace(claim_plan, instance_types=tuple(t.name for t in candidates))
+        return _Job(job_plan, claim_id, pods, pool, env, tuple(candidates), arch)
+
+    def _claim_identity(self, pool: str, pod_ids: Sequence[str]) -> tuple[str, ClaimRecord | None]:
+        """The first id in the claim's generation sequence that is not closed."""
+        for generation in range(1000):
+            claim_id = claim_id_for(pool, pod_ids, generation)
+            existing = self.open_by_id.get(claim_id)
+            if existing is None:
+                existing = self.state.get_claim(claim_id)
+            if existing is None:
+                return claim_id, None
+            if existing.state not in (CLOSED, TERMINATING):
+                return claim_id, existing
+        raise RuntimeError(f"NodePool {pool}: 1000 closed claims for the same pods")
+
+    def _limit_reached(self, claim_plan: NodeClaimPlan, pods: Sequence[Pod], pool: NodePool, claim_id: str, existing: ClaimRecord | None) -> None:
+        """The limit refused this claim (a concurrent round reserved first): worded like the
+        planner's own limit reason, so users see one message whichever caught it."""
+        remaining = self.remaining(pool) or EMPTY
+        smallest = min((self.type_index[pool.name][n] for n in claim_plan.instance_types if n in self.type_index.get(pool.name, {})),
+                       key=lambda t: (t.capacity.get("cpu", 0), t.name), default=None)
+        wanted = (smallest.capacity if smallest is not None else EMPTY) + {NODES: 1000}
+        blocked = sorted(name for name in remaining if wanted.get(name, 0) > remaining[name]) or sorted(pool.limits or ())
+        reason = f'nodepool "{pool.name}": {LIMIT_REACHED} ({", ".join(blocked)})'
+        if existing is not None and existing.state == RESERVED:
+            self._close(existing.claim_id, pool.name, "limit reached")
+        self.failures.append(LaunchFailure(claim_id, pool.name, claim_plan.pods, "LimitReached", reason))
+        for pod in pods:
+            self._unschedulable(pod, reason)
+
+    def launch(self, job: _Job) -> _Outcome:
+        """One CreateFleet for ``job`` (a second one if the token was already used with other parameters)."""
+        outcome = _Outcome(job)
+        runtime = self.runtime
+        prices = _prices(job.types)
+        unavailable = frozenset(self.unavailable)
+        for _ in range(2):
+            attempt = self.attempts.get(job.claim_id, 0)
+            self.attempts[job.claim_id] = attempt + 1
+            try:
+                capacity_type = choose_capacity_type(job.plan, prices, unavailable, job.env.subnets)
+                template = self._launch_template(job, capacity_type)
+                request = build_fleet_request(
+                    job.plan, job.claim_id, capacity_type, job.env.subnets, template, prices, unavailable,
+                    launch_tags(runtime.settings.cluster_name, job.pool.name, job.claim_id, job.env.node_class.tags),
+                    attempt=attempt,
+                )
+            except NoOfferingsError as error:
+                outcome.capacity_failure = True
+                outcome.failure = LaunchFailure(job.claim_id, job.pool.name, job.plan.pods, "InsufficientCapacity", str(error))
+                return outcome
+            except (LaunchError, Ec2Error) as error:
+                code = getattr(error, "code", "") or "InvalidLaunchConfiguration"
+                outcome.failure = LaunchFailure(job.claim_id, job.pool.name, job.plan.pods, code, str(error))
+                return outcome
+            try:
+                result = runtime.ec2.create_fleet(request)
+            except Ec2Error as error:
+                if error.code == "IdempotentParameterMismatch":
+                    continue  # that token was spent by an earlier run with other offerings: next attempt
+                outcome.failure = LaunchFailure(job.claim_id, job.pool.name, job.plan.pods, error.code or "Ec2Error", str(error))
+                return outcome
+            return self._fleet_outcome(outcome, request, result, attempt)
+        outcome.failure = LaunchFailure(job.claim_id, job.pool.name, job.plan.pods, "IdempotentParameterMismatch", "client tokens already used")
+        return outcome
+
+    def _launch_template(self, job: _Job, capacity_type: str) -> LaunchTemplateRef:
+        key = ("launch-template", repr(job.env.node_class), repr(job.pool), job.arch, capacity_type, job.env.security_groups)
+        cached = self.runtime.resolved.get(key, self.now)
+        if cached is not None:
+            return cached
+        cluster = self.runtime.cluster()
+        ec2 = self.runtime.ec2
+        ami = ec2.resolve_ami(job.env.node_class, cluster.version, job.arch)
+        template = ec2.ensure_launch_template(  # type: ignore[call-arg]
+            job.env.node_class, job.arch, cluster, job.env.security_groups, ami,
+            labels=node_labels(job.pool, capacity_type), taints=node_taints(job.pool),
+        )
+        self.runtime.resolved.put(key, template, self.now)
+        return template
+
+    def _fleet_outcome(self, outcome: _Outcome, request: FleetRequest, result: FleetResult, attempt: int) -> _Outcome:
+        job = outcome.job
+        zone_of_subnet = {o.subnet_id: o.zone for o in request.overrides}
+        hard_errors = []
+        for error in result.errors:
+            if not error.is_capacity_error:
+                hard_errors.append(error)
+                continue
+            for key in _failed_offerings(error, request, zone_of_subnet):
+                outcome.capacity_errors.append((key, error.code))
+        if result.instances:
+            instance = result.instances[0]
+            price = _prices(job.types).get(OfferingKey(instance.instance_type, instance.zone, instance.capacity_type), 0.0)
+            outcome.launched = LaunchedClaim(
+                claim_id=job.claim_id,
+                node_pool=job.pool.name,
+                instance_id=instance.instance_id,
+                instance_type=instance.instance_type,
+                zone=instance.zone or zone_of_subnet.get(instance.subnet_id, ""),
+                capacity_type=instance.capacity_type or request.capacity_type,
+                price=price,
+                pods=job.plan.pods,
+                client_token=request.client_token,
+                attempts=attempt + 1,
+            )
+            return outcome
+        if hard_errors:
+            first = hard_errors[0]
+            outcome.failure = LaunchFailure(job.claim_id, job.pool.name, job.plan.pods, first.code, first.message)
+        else:
+            outcome.capacity_failure = True
+            messages = _summarize_errors(result.errors, request) or "CreateFleet launched no instance"
+            outcome.failure = LaunchFailure(job.claim_id, job.pool.name, job.plan.pods, "InsufficientCapacity", messages)
+        return outcome
+
+    def record_launch(self, outcome: _Outcome) -> None:
+        """Record the instance on the claim, shrink the reservation to what was launched,
+        and tell the pods and the NodePool."""
+        launched = outcome.launched
+        assert launched is not None
+        job = outcome.job
+        held = self.open_by_id[launched.claim_id].reserved
+        instance_type = next((t for t in job.types if t.name == launched.instance_type), None)
+        actual = instance_type.capacity + {NODES: 1000} if instance_type is not None else held
+        self.open_by_id[launched.claim_id] = self.state.update_claim(
+            launched.claim_id,
+            state=LAUNCHED,
+            instance_id=launched.instance_id,
+            instance_type=launched.instance_type,
+            zone=launched.zone,
+            capacity_type=launched.capacity_type,
+            price=launched.price,
+            launched_at=self.now,
+            reserved=actual,
+        )
+        self.launched.append(launched)
+        if actual != held:
+            # The reservation covered the largest candidate; keep only what was launched.
+            # Release-then-reserve (without a limit check: the instance exists) leaves one
+            # DynamoDB round trip in which the pool looks emptier than it is; only a round
+            # racing past an expired lease could use it, and then by at most this difference.
+            self.state.release_capacity(launched.node_pool, launched.claim_id)
+            self.state.reserve_capacity(launched.node_pool, launched.claim_id, actual, None, EMPTY)
+            if launched.node_pool in self.reserved:
+                self.reserved[launched.node_pool] = self.reserved[launched.node_pool] - held + actual
+        self.runtime.count("ClaimsLaunched", 1)
+        pool_obj = self.pools_raw.get(launched.node_pool)
+        if pool_obj is not None:
+            self._emit(
+                pool_obj, "Launched",
+                f"Launched nodeclaim {launched.claim_id}: {launched.instance_type} {launched.capacity_type} in {launched.zone} "
+                f"({launched.instance_id}, ${launched.price:.4f}/h) for {len(launched.pods)} pod(s)",
+            )
+        for key in launched.pods:
+            obj = self.pods_raw.get(key)
+            if obj is not None:
+                self._pod_event(
+                    obj, "Nominated",
+                    f"Pod should schedule on nodeclaim {launched.claim_id} ({launched.instance_type} {launched.capacity_type} in {launched.zone}, {launched.instance_id})",
+                )
+
+    def mark_unavailable(self, failed: Iterable[tuple[OfferingKey, str]]) -> None:
+        """Leave these offerings out for :data:`UNAVAILABLE_FOR`, here and in every other invocation."""
+        until = self.now + UNAVAILABLE_FOR
+        for key, code in sorted(set(failed)):
+            if key in self.unavailable:
+                continue
+            self.state.mark_unavailable(key, until, code)
+            self.unavailable.add(key)
+            self.capacity_errors.append(key)
+            self.runtime.count("CapacityErrors", 1)
+
+    def _close(self, claim_id: str, pool: str, reason: str) -> None:
+        try:
+            closed = self.state.update_claim(claim_id, state=CLOSED, closed_at=self.now, reason=reason)
+            self.open_by_id[claim_id] = closed
+        finally:
+            self.state.release_capacity(pool, claim_id)
+
+    def is_closed(self, claim_id: str) -> bool:
+        found = self.open_by_id.get(claim_id)
+        return found is not None and found.state == CLOSED
+
+    def fail(self, failure: LaunchFailure, pods: Sequence[Pod], reason_text: str) -> None:
+        self._close(failure.claim_id, failure.node_pool, failure.reason)
+        self.failures.append(failure)
+        self.runtime.count("LaunchFailures", 1, reason=failure.reason)
+        for pod in pods:
+            self._unschedulable(pod, reason_text)
+
+    # ------------------------------------------------------------ events
+
+    def _unschedulable(self, pod: Pod, reason: str) -> None:
+        if LIMIT_REACHED in reason and pod.key not in self.unschedulable:
+            self.runtime.count("LimitReached", 1)
+        self.unschedulable[pod.key] = UnschedulablePod(pod.key, reason)
+        obj = self.pods_raw.get(pod.key)
+        if obj is not None:
+            self._pod_event(obj, "FailedScheduling", f"Joiner: {reason}", "Warning")
+
+    def _pod_event(self, obj: JsonDict, reason: str, message: str, event_type: str = "Normal") -> None:
+        self.pod_events.append((obj, reason, message, event_type))
+
+    def _emit(self, obj: JsonDict, reason: str, message: str, event_type: str = "Normal") -> bool:
+        meta = obj.get("metadata") or {}
+        key = (meta.get("uid") or f"{obj.get('kind')}/{meta.get('namespace')}/{meta.get('name')}", reason, message)
+        if not self.runtime.recent_events.add_if_absent(key, self.now):
+            return False
+        try:
+            self.kube.create_event(obj, reason, message, event_type)
+        except KubernetesError as error:
+            log.warning("event %s on %s/%s failed: %s", reason, meta.get("namespace", ""), meta.get("name"), error)
+            return False
+        return True
+
+    def flush_pod_events(self) -> None:
+        # Explanations (warnings) first: when the cap cuts, it cuts Nominated notices.
+        ordered = sorted(self.pod_events, key=lambda event: event[3] != "Warning")
+        events = ordered[:MAX_POD_EVENTS_PER_ROUND]
+        if len(self.pod_events) > len(events):
+            log.warning("%d pod events not written this round (limit %d)", len(self.pod_events) - len(events), MAX_POD_EVENTS_PER_ROUND)
+        self.pod_events = []
+        if len(events) <= 4:
+            for event in events:
+                self._emit(*event)
+            return
+        with ThreadPoolExecutor(max_workers=CONCURRENCY, thread_name_prefix="joiner-events") as pool:
+            list(pool.map(lambda e: self._emit(*e), events))
+
+
+# ---------------------------------------------------------------- one round
+
+
+def provision(runtime: Runtime, now: datetime | None = None, *, owner: str | None = None, keep_lease: bool = False) -> RoundResult:
+    """One provisioning round under the cluster's provisioning lease.
+
+    Returns a skipped result (and counts ``ScanSkipped``) when another invocation holds the
+    lease. ``keep_lease`` leaves the lease held for the next round of the same invocation
+    (:func:`run_scanner` releases it at the end).
+    """
+    now = now or runtime.clock.now()
+    owner = owner or runtime.invocation_id
+    if not runtime.state.acquire_lease(LEASE_NAME, owner, now, LEASE_TTL_SECONDS):
+        runtime.count("ScanSkipped", 1)
+        return RoundResult(ran=False, skipped_reason="another invocation holds the provisioning lease")
+    try:
+        return _run_round(runtime, now, owner)
+    finally:
+        if not keep_lease:
+            runtime.state.release_lease(LEASE_NAME, owner)
+
+
+def _run_round(runtime: Runtime, now: datetime, owner: str) -> RoundResult:
+    started = time.perf_counter()
+    work = _Round(runtime, now, owner)
+    work.read()
+    registration = reconcile_registration(runtime, work.claims, work.nodes, work.pools, now)
+    for message in registration.errors:
+        log.warning("registration: %s", message)
+    work.resolve_classes()
+    work.instance_types()
+    work.compute_usage(registration)
+    for claim_id in registration.timed_out:
+        pool_obj = work.pools_raw.get(next((c.node_pool for c in work.claims if c.claim_id == claim_id), ""))
+        if pool_obj is not None:
+            work._emit(pool_obj, "RegistrationTimeout", f"nodeclaim {claim_id}: no Node registered within 15 minutes; instance terminated", "Warning")
+
+    open_claims = list(registration.claims)
+    orphans_closed, orphans_adopted = _settle_orphans(work, open_claims)
+    work.open_by_id = {c.claim_id: c for c in open_claims if c.claim_id not in orphans_closed}
+    in_flight = work.in_flight(work.open_by_id.values())
+
+    pending = [p for p in work.pods if p.is_pending and _marked_unschedulable(work.pods_raw.get(p.key))]
+    ages = [(now - (p.unschedulable_since or p.created or now)).total_seconds() for p in pending]
+    runtime.count("PodsPending", len(pending))
+    runtime.count("PendingPodAgeSeconds", max(ages, default=0.0), "Seconds")
+    read_done = time.perf_counter()
+
+    plan_seconds = 0.0
+    launch_seconds = 0.0
+    if pending:
+        pods_by_key = {p.key: p for p in pending}
+        plan_started = time.perf_counter()
+        plan = work.solve(pending, in_flight)
+        plan_seconds += time.perf_counter() - plan_started
+        for item in plan.unschedulable:
+            pod = pods_by_key.get(item.pod)
+            if pod is not None:
+                work._unschedulable(pod, item.reason)
+        launch_started = time.perf_counter()
+        replan_seconds = _launch_all(work, plan, pods_by_key, in_flight)
+        launch_seconds = time.perf_counter() - launch_started - replan_seconds
+        plan_seconds += replan_seconds
+    runtime.count("DecisionSeconds", time.perf_counter() - started, "Seconds")
+
+    work.flush_pod_events()
+    _patch_pool_status(work)
+    cost = sum(c.price or 0.0 for c in work.open_by_id.values() if c.state in (LAUNCHED, REGISTERED, INITIALIZED))
+    runtime.count("ManagedCostPerHour", round(cost, 6), "None")
+    runtime.count("ScanCompleted", 1)
+    total = time.perf_counter() - started
+    return RoundResult(
+        ran=True,
+        pending_pods=len(pending),
+        pending_pod_uids=frozenset(p.uid or p.key for p in pending),
+        launched=tuple(work.launched),
+        existing_claims=tuple(work.existing_claims),
+        failures=tuple(work.failures),
+        unschedulable=tuple(work.unschedulable[k] for k in sorted(work.unschedulable)),
+        capacity_errors=tuple(work.capacity_errors),
+        plans=work.plans,
+        registration=registration,
+        invalid_objects=tuple(work.invalid),
+        orphans_closed=tuple(orphans_closed),
+        orphans_adopted=tuple(orphans_adopted),
+        read_seconds=read_done - started,
+        plan_seconds=plan_seconds,
+        launch_seconds=launch_seconds,
+        total_seconds=total,
+    )
+
+
+#: The round's steps, for other services that plan and launch the same way without the
+#: lease (interruption replacements): ``read()``, ``resolve_classes()``, ``instance_types()``,
+#: ``compute_usage()``, ``in_flight()``, ``solve()``, then :func:`launch_plan` and
+#: ``flush_pod_events()``.
+ProvisioningRound = _Round
+
+
+def _marked_unschedulable(obj: JsonDict | None) -> bool:
+    """kube-scheduler has tried and failed (``PodScheduled=False``, reason ``Unschedulable``):
+    only such pods are provisioned for, so Joiner never races the scheduler for pods that
+    fit existing nodes."""
+    if not obj:
+        return False
+    for condition in (obj.get("status") or {}).get("conditions") or []:
+        if isinstance(condition, dict) and condition.get("type") == "PodScheduled":
+            return condition.get("status") == "False" and condition.get("reason") == "Unschedulable"
+    return False
+
+
+def _launch_all(work: _Round, plan: Plan, pods_by_key: Mapping[str, Pod], in_flight: list[InFlightClaim]) -> float:
+    """Launch the plan's claims in waves. Pods of claims that failed on capacity are
+    re-planned at once without the failed offerings; each wave is one CreateFleet per
+    claim. Returns the seconds spent re-planning."""
+    replan_seconds = 0.0
+    claim_plans = list(plan.node_claims)
+    failed: dict[str, _Outcome] = {}
+    for wave in range(MAX_LAUNCH_ATTEMPTS):
+        jobs = [job for job in (work.prepare(c, pods_by_key) for c in claim_plans) if job is not None]
+        # A claim that failed in the previous wave and was not planned again is closed now;
+        # its pods were re-planned onto other claims or reported by the re-plan.
+        planned_ids = {job.claim_id for job in jobs}
+        for claim_id in sorted(set(failed) - planned_ids):
+            _give_up(work, failed.pop(claim_id), report_pods=False)
+        work.renew_lease()
+        outcomes = _run_parallel(work.launch, jobs, work.renew_lease)
+        failed = {}
+        retry_pods: list[Pod] = []
+        for outcome in outcomes:
+            if outcome.capacity_errors:
+                work.mark_unavailable(outcome.capacity_errors)
+            if outcome.launched is not None:
+                try:
+                    work.record_launch(outcome)
+                except Exception as error:  # noqa: BLE001 - the instance exists; the adapter's tag guard and gc find it
+                    log.error("claim %s launched %s but recording failed: %s", outcome.launched.claim_id, outcome.launched.instance_id, error)
+                    work.launched.append(outcome.launched)
+                in_flight.append(_in_flight_from(outcome))
+                continue
+            assert outcome.failure is not None
+            if outcome.capacity_failure:
+                failed[outcome.job.claim_id] = outcome
+                retry_pods.extend(outcome.job.pods)
+            else:
+                failure = outcome.failure
+                work.fail(failure, outcome.job.pods, f"launch failed: {failure.reason}: {failure.message}")
+        if not failed or wave == MAX_LAUNCH_ATTEMPTS - 1:
+            break
+        started = time.perf_counter()
+        replan = work.solve(sorted(retry_pods, key=lambda p: p.key), sorted(in_flight, key=lambda c: c.name))
+        replan_seconds += time.perf_counter() - started
+        failed_by_pod = {key: outcome for outcome in failed.values() for key in outcome.job.plan.pods}
+        for item in replan.unschedulable:
+            pod = pods_by_key.get(item.pod)
+            if pod is not None:
+                work._unschedulable(pod, f"{item.reason} (after capacity errors: {_short(failed_by_pod.get(item.pod))})")
+                work.runtime.count("InsufficientCapacity", 1)
+        claim_plans = list(replan.node_claims)
+    for claim_id in sorted(failed):
+        _give_up(work, failed[claim_id], report_pods=True)
+    return replan_seconds
+
+
+#: Launch a plan's claims with capacity-error fallback (see :func:`_launch_all`).
+launch_plan = _launch_all
+
+
+def _give_up(work: _Round, outcome: _Outcome, *, report_pods: bool) -> None:
+    """Close a claim that failed on capacity (releasing its reservation)."""
+    job = outcome.job
+    if work.is_closed(job.claim_id):
+        return
+    failure = outcome.failure or LaunchFailure(job.claim_id, job.pool.name, job.plan.pods, "InsufficientCapacity", "")
+    reason = f"insufficient capacity after {MAX_LAUNCH_ATTEMPTS} attempts: {failure.message}"
+    pods = [p for p in job.pods if p.key not in work.unschedulable] if report_pods else []
+    work.fail(failure, pods, reason)
+    if pods:
+        work.runtime.count("InsufficientCapacity", len(pods))
+
+
+def _short(outcome: _Outcome | None) -> str:
+    if outcome is None or outcome.failure is None:
+        return "none"
+    return outcome.failure.message[:300]
+
+
+def _in_flight_from(outcome: _Outcome) -> InFlightClaim:
+    launched = outcome.launched
+    assert launched is not None
+    job = outcome.job
+    instance_type = next((t for t in job.types if t.name == launched.instance_type), job.types[0])
+    requirements = instance_type.requirements.intersect(job.pool.template_requirements()).intersect(
+        Requirements.from_labels({wk.ZONE: launched.zone, wk.CAPACITY_TYPE: launched.capacity_type, wk.NODECLAIM: launched.claim_id})
+    )
+    return InFlightClaim(
+        name=launched.claim_id,
+        node_pool=launched.node_pool,
+        instance_type=launched.instance_type,
+        zone=launched.zone,
+        capacity_type=launched.capacity_type,
+        allocatable=instance_type.allocatable,
+        capacity=instance_type.capacity,
+        requirements=requirements,
+        pods=launched.pods,
+    )
+
+
+def _settle_orphans(work: _Round, claims: list[ClaimRecord]) -> tuple[list[str], list[str]]:
+    """``reserved`` claims older than :data:`ORPHAN_AFTER` belong to a round that died
+    between reserving and recording its launch: adopt the instance it started (found by
+    its ``joiner.dev/nodeclaim`` tag) or close the claim and return its reservation."""
+    orphans = [c for c in claims if c.state == RESERVED and work.now - c.created_at >= ORPHAN_AFTER]
+    if not orphans:
+        return [], []
+    closed: list[str] = []
+    adopted: list[str] = []
+    try:
+        instances = work.runtime.ec2.list_cluster_instances(work.runtime.settings.cluster_name)
+    except Ec2Error as error:
+        log.warning("cannot look up instances of orphaned claims: %s", error)
+        return [], []
+    by_claim = {}
+    for record in instances:
+        claim_id = record.tags.get(wk.NODECLAIM)
+        if claim_id and record.state in ("pending", "running"):
+            by_claim.setdefault(claim_id, record)
+    for claim in orphans:
+        record = by_claim.get(claim.claim_id)
+        try:
+            if record is not None:
+                index = claims.index(claim)
+                pool_types = work.type_index.get(claim.node_pool, {})
+                price = _prices(pool_types.values()).get(OfferingKey(record.instance_type, record.zone, record.capacity_type), 0.0)
+                claims[index] = work.state.update_claim(
+                    claim.claim_id, state=LAUNCHED, instance_id=record.instance_id, instance_type=record.instance_type,
+                    zone=record.zone, capacity_type=record.capacity_type, price=price,
+                    launched_at=record.launch_time or work.now,
+                )
+                adopted.append(claim.claim_id)
+            else:
+                work._close(claim.claim_id, claim.node_pool, "launch abandoned")
+                closed.append(claim.claim_id)
+        except Exception as error:  # noqa: BLE001
+            log.warning("settling orphaned claim %s failed: %s", claim.claim_id, error)
+    return closed, adopted
+
+
+def _patch_pool_status(work: _Round) -> None:
+    """NodePool status: resources and node count of its Nodes, and a Ready condition."""
+    for name in sorted(work.pools_raw):
+        pool = work.pools.get(name)
+        raw = work.pools_raw.get(name) or {}
+        current = raw.get("status") or {}
+        usage = work.in_use.get(name, EMPTY)
+        resources = Resources({k: v for k, v in usage.items() if k != NODES}).as_quantities()
+        resources[NODES] = str(work.node_counts.get(name, 0))
+        if pool is None:
+            problem, reason = work.invalid_by_name.get((str(raw.get("kind")), name), "cannot be read"), "InvalidSpec"
+        else:
+            problem, reason = work.pool_problem(pool), "NodeClassNotReady"
+        ready = {
+            "type": "Ready",
+            "status": "False" if problem else "True",
+            "reason": reason if problem else "Ready",
+            "message": problem,
+        }
+        previous = next((c for c in current.get("conditions") or [] if isinstance(c, dict) and c.get("type") == "Ready"), None)
+        unchanged = previous is not None and all(previous.get(k) == v for k, v in ready.items())
+        ready["lastTransitionTime"] = previous.get("lastTransitionTime") if unchanged and previous else work.now.strftime("%Y-%m-%dT%H:%M:%SZ")
+        others = [c for c in current.get("conditions") or [] if isinstance(c, dict) and c.get("type") != "Ready"]
+        status = {"resources": resources, "nodes": work.node_counts.get(name, 0), "conditions": [*others, ready]}
+        if current.get("resources") == resources and current.get("nodes") == status["nodes"] and unchanged:
+            continue
+        try:
+            work.kube.patch_node_pool_status(name, status)
+        except KubernetesError as error:
+            log.warning("NodePool %s status patch failed: %s", name, error)
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _run_parallel(function: Callable[[_Job], _Outcome], jobs: Sequence[_Job], between: Callable[[], None]) -> list[_Outcome]:
+    """``function`` over ``jobs`` on up to :data:`CONCURRENCY` threads, results in job
+    order; ``between`` runs on the calling thread as each one completes."""
+    if len(jobs) <= 1:
+        return [function(job) for job in jobs]
+    with ThreadPoolExecutor(max_workers=min(CONCURRENCY, len(jobs)), thread_name_prefix="joiner-launch") as pool:
+        futures = {pool.submit(function, job): index for index, job in enumerate(jobs)}
+        results: list[_Outcome | None] = [None] * len(jobs)
+        for future in as_completed(futures):
+            results[futures[future]] = future.result()
+            between()
+    return [r for r in results if r is not None]
+
+
+def _arch(instance_type: InstanceType) -> str:
+    requirement = instance_type.requirements.get(wk.ARCH)
+    value = requirement.any_value() if requirement is not None else None
+    return value or "amd64"
+
+
+def _fits_limit(instance_type: InstanceType, remaining: Mapping[str, int]) -> bool:
+    amount = instance_type.capacity + {NODES: 1000}
+    return all(amount.get(name, 0) <= room for name, room in remaining.items())
+
+
+def _reservation(types: Sequence[InstanceType]) -> Resources:
+    """The most any candidate could add: per-resource maximum of their capacities, plus one node."""
+    amount = EMPTY
+    for instance_type in types:
+        amount = amount.maximum(instance_type.capacity)
+    return amount + {NODES: 1000}
+
+
+def _prices(types: Iterable[InstanceType]) -> dict[OfferingKey, float]:
+    return {
+        OfferingKey(t.name, o.zone, o.capacity_type): o.price
+        for t in types
+        for o in t.offerings
+        if o.available
+    }
+
+
+def _failed_offerings(error: Any, request: FleetRequest, zone_of_subnet: Mapping[str, str]) -> list[OfferingKey]:
+    """The offerings a capacity error is about. An error naming no type (or zone) covers
+    every override of the request that matches what it does name."""
+    zone = error.zone or (zone_of_subnet.get(error.subnet_id) if error.subnet_id else None)
+    capacity_type = error.capacity_type or request.capacity_type
+    keys = [
+        OfferingKey(o.instance_type, o.zone, capacity_type)
+        for o in request.overrides
+        if (error.instance_type is None or o.instance_type == error.instance_type) and (zone is None or o.zone == zone)
+    ]
+    if not keys and error.instance_type and zone:
+        keys = [OfferingKey(error.instance_type, zone, capacity_type)]
+    return keys
+
+
+def _summarize_errors(errors: Sequence[Any], request: FleetRequest) -> str:
+    """``InsufficientInstanceCapacity: c5.large spot in us-east-1a, us-east-1b`` per code and type."""
+    grouped: dict[tuple[str, str, str], set[str]] = {}
+    for error in errors:
+        key = (error.code, error.instance_type or "any type", error.capacity_type or request.capacity_type)
+        grouped.setdefault(key, set()).add(error.zone or "any zone")
+    return "; ".join(f"{code}: {name} {ct} in {', '.join(sorted(zones))}" for (code, name, ct), zones in sorted(grouped.items()))
+
+
+def _zonal(runtime: Runtime, types: tuple[InstanceType, ...], zones: frozenset[str], now: datetime) -> tuple[InstanceType, ...]:
+    """``types`` with offerings outside ``zones`` removed (memoised per runtime)."""
+    key = ("zonal", id(types), zones)
+    cached = runtime.resolved.get(key, now)
+    if cached is not None and cached[0] is types:
+        return cached[1]
+    result = []
+    for instance_type in types:
+        offerings = tuple(o for o in instance_type.offerings if o.zone in zones)
+        if offerings == instance_type.offerings:
+            result.append(instance_type)
+        elif offerings:
+            offered = frozenset(o.zone for o in offerings if o.available)
+            requirements = instance_type.requirements.add(Requirement(wk.ZONE, False, offered))
+            result.append(dataclasses.replace(instance_type, offerings=offerings, requirements=requirements))
+    filtered = tuple(result)
+    runtime.resolved.put(key, (types, filtered), now)
+    return filtered
+
+
+# ---------------------------------------------------------------- scanner loop
+
+
+#: Seconds a round may need at most; no round starts with less Lambda time left than this.
+ROUND_RESERVE_SECONDS = 15.0
+POLL_SECONDS = 1.0
+#: After a skipped (lease busy) or failed round, wait this long before trying again.
+RETRY_SECONDS = 5.0
+
+
+def run_scanner(
+    runtime: Runtime,
+    mode: str | None = None,
+    *,
+    remaining_ms: Callable[[], int] | None = None,
+    sleep: Callable[[float], None] | None = None,
+) -> ScanSummary:
+    """Run the scanner for one invocation.
+
+    ``economy``: one round. ``responsive``: a round at once, then poll pending pods every
+    second for ``scan_window_seconds``; when new pending pods appear, wait until none has
+    appeared for ``batch_idle_seconds`` (or ``batch_max_seconds`` passed since the first)
+    and run a round. ``remaining_ms`` (the Lambda context's) stops the loop early enough
+    that a round never runs into the function timeout.
+    """
+    settings = runtime.settings
+    mode = mode or settings.scanner_mode
+    if mode not in ("economy", "responsive"):
+        raise ValueError(f"scanner mode must be 'economy' or 'responsive', got {mode!r}")
+    sleep = sleep or runtime.sleep
+    clock = runtime.clock
+    owner = runtime.invocation_id
+    results: list[RoundResult] = []
+    errors = 0
+    last_error: Exception | None = None
+
+    if mode == "economy":
+        result = provision(runtime, clock.now(), owner=owner)
+        return ScanSummary(mode, rounds=int(result.ran), skipped=int(not result.ran), results=(result,))
+
+    start = clock.now()
+    window_end = start + timedelta(seconds=settings.scan_window_seconds)
+
+    def time_left() -> float:
+        left = (window_end - clock.now()).total_seconds()
+        if remaining_ms is not None:
+            left = min(left, remaining_ms() / 1000.0 - ROUND_RESERVE_SECONDS)
+        return left
+
+    def run_round() -> RoundResult | None:
+        nonlocal errors, last_error
+        try:
+            result = provision(runtime, clock.now(), owner=owner, keep_lease=True)
+        except Exception as error:  # noqa: BLE001 - keep scanning; reported in the summary and metrics
+            errors += 1
+            last_error = error
+            runtime.count("ScanErrors", 1)
+            log.exception("provisioning round failed")
+            return None
+        results.append(result)
+        return result
+
+    try:
+        first = run_round()
+        known: set[str] = set(first.pending_pod_uids) if first is not None and first.ran else set()
+        retry_at = None if first is not None and first.ran else clock.now() + timedelta(seconds=RETRY_SECONDS)
+        batch_started: datetime | None = None
+        last_new: datetime | None = None
+        while time_left() > POLL_SECONDS:
+            sleep(POLL_SECONDS)
+            now = clock.now()
+            try:
+                pending = runtime.kube.list_pending_pods()
+            except KubernetesError as error:
+                errors += 1
+                last_error = error
+                runtime.count("ScanErrors", 1)
+                log.warning("listing pending pods failed: %s", error)
+                continue
+            uids = {str((p.get("metadata") or {}).get("uid") or "") for p in pending}
+            new = uids - known
+            known = uids
+            if new:
+                last_new = now
+                batch_started = batch_started or now
+            due_batch = batch_started is not None and last_new is not None and (
+                (now - last_new).total_seconds() >= settings.batch_idle_seconds
+                or (now - batch_started).total_seconds() >= settings.batch_max_seconds
+            )
+            due_retry = retry_at is not None and now >= retry_at and bool(uids)
+            if not (due_batch or due_retry):
+                continue
+            result = run_round()
+            batch_started = last_new = None
+            if result is not None and result.ran:
+                retry_at = None
+                known |= set(result.pending_pod_uids)
+            else:
+                retry_at = clock.now() + timedelta(seconds=RETRY_SECONDS)
+        if batch_started is not None and (remaining_ms is None or remaining_ms() / 1000.0 > ROUND_RESERVE_SECONDS):
+            run_round()
+    finally:
+        try:
+            runtime.state.release_lease(LEASE_NAME, owner)
+        except Exception as error:  # noqa: BLE001 - the lease expires on its own
+            log.warning("releasing the provisioning lease failed: %s", error)
+
+    ran = [r for r in results if r.ran]
+    if errors and not ran and last_error is not None:
+        raise last_error
+    return ScanSummary(mode, rounds=len(ran), skipped=len(results) - len(ran), errors=errors, results=tuple(results))

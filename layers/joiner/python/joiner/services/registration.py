@@ -1,0 +1,188 @@
+"""Registration: match the Nodes kubelets register to the claims Joiner launched.
+
+Runs at the start of every provisioning round, on the Nodes and open claims the round
+has just read:
+
+* A launched claim whose instance has a Node (``providerID aws:///<zone>/<instance-id>``)
+  becomes ``registered`` (time, node name). Its limit reservation is released in the same
+  step: from now on the Node's own capacity counts against the NodePool limit, so the
+  capacity is never counted twice and never dropped.
+* The Node gets the labels the claim implies when they are missing:
+  ``joiner.dev/nodeclaim``, ``joiner.dev/nodepool``, ``joiner.dev/capacity-type`` and
+  ``joiner.dev/registered`` (``joiner.dev/initialized`` once initialized).
+* A registered claim becomes ``initialized`` when its Node is Ready and none of the
+  NodePool's ``startupTaints`` is left on it.
+* A launched claim with no Node :data:`REGISTRATION_TIMEOUT` after launch is given up:
+  the instance is terminated, the claim closed (``registration timeout``) and its
+  reservation released. Its pods are still pending, so the same round re-plans them.
+
+Every step is idempotent: a retried round finds the claim already registered, the
+labels already set, the instance already terminating.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from joiner.domain import labels as wk
+from joiner.domain.model import Node, NodePool
+from joiner.ports import ClaimRecord, Ec2Error, KubernetesError
+
+if TYPE_CHECKING:
+    from joiner.services.context import Runtime
+
+__all__ = ["REGISTRATION_TIMEOUT", "RegistrationResult", "reconcile_registration", "claim_labels", "is_initialized"]
+
+#: How long a launched instance may take to register its Node (Karpenter's default too).
+REGISTRATION_TIMEOUT = timedelta(minutes=15)
+
+LAUNCHED = "launched"
+REGISTERED = "registered"
+INITIALIZED = "initialized"
+CLOSED = "closed"
+#: Labels registration always enforces; the others are only set when absent (the
+#: bootstrap or the user may already have set them).
+_MARKERS = frozenset({wk.REGISTERED, wk.INITIALIZED})
+
+
+@dataclass(frozen=True, slots=True)
+class RegistrationResult:
+    """What one registration pass did. ``claims`` are the open claims afterwards (updated)."""
+
+    claims: tuple[ClaimRecord, ...] = ()
+    registered: tuple[str, ...] = ()
+    initialized: tuple[str, ...] = ()
+    timed_out: tuple[str, ...] = ()
+    labeled_nodes: tuple[str, ...] = ()
+    errors: tuple[str, ...] = ()
+    #: node name -> NodePool, for Nodes matched to a claim (labels may not be set yet)
+    node_pools: Mapping[str, str] = field(default_factory=dict)
+
+
+def claim_labels(claim: ClaimRecord, *, initialized: bool) -> dict[str, str]:
+    """The labels a Node launched for ``claim`` must carry."""
+    labels = {wk.NODECLAIM: claim.claim_id, wk.NODEPOOL: claim.node_pool, wk.REGISTERED: "true"}
+    if claim.capacity_type:
+        labels[wk.CAPACITY_TYPE] = claim.capacity_type
+    if initialized:
+        labels[wk.INITIALIZED] = "true"
+    return labels
+
+
+def is_initialized(node: Node, pool: NodePool | None) -> bool:
+    """Ready and free of the NodePool's startup taints (matched on key and effect)."""
+    if not node.ready:
+        return False
+    if pool is None:
+        return True
+    startup = {(t.key, t.effect) for t in pool.startup_taints}
+    return not any((t.key, t.effect) in startup for t in node.taints)
+
+
+def reconcile_registration(
+    runtime: Runtime,
+    claims: Iterable[ClaimRecord],
+    nodes: Iterable[Node],
+    node_pools: Mapping[str, NodePool],
+    now: datetime,
+) -> RegistrationResult:
+    """Advance open claims through registered/initialized, time out lost launches.
+
+    Failures of single calls are logged in ``errors`` and retried next round; they never
+    stop the pass (one broken Node must not block registration of the others).
+    """
+    by_instance: dict[str, Node] = {}
+    for node in sorted(nodes, key=lambda n: n.name):
+        instance_id = node.instance_id
+        if instance_id is not None and not node.deleting:
+            by_instance.setdefault(instance_id, node)
+
+    state, kube = runtime.state, runtime.kube
+    remaining: list[ClaimRecord] = []
+    registered: list[str] = []
+    initialized: list[str] = []
+    timed_out: list[str] = []
+    labeled: list[str] = []
+    errors: list[str] = []
+    node_pools_by_node: dict[str, str] = {}
+
+    for claim in sorted(claims, key=lambda c: c.claim_id):
+        if claim.state == CLOSED:
+            continue
+        node = by_instance.get(claim.instance_id) if claim.instance_id else None
+        if node is None:
+            if claim.state == LAUNCHED and _registration_overdue(claim, now):
+                if _time_out(runtime, claim, now, errors):
+                    timed_out.append(claim.claim_id)
+                    continue
+            remaining.append(claim)
+            continue
+
+        node_pools_by_node[node.name] = claim.node_pool
+        try:
+            if claim.state == LAUNCHED:
+                # From now on the Node's own capacity counts against the limit: drop the
+                # reservation first, so a failure in between never counts it twice (the
+                # next round repeats both steps; releasing is idempotent).
+                state.release_capacity(claim.node_pool, claim.claim_id)
+                claim = state.update_claim(claim.claim_id, state=REGISTERED, registered_at=now, node_name=node.name)
+                registered.append(claim.claim_id)
+                runtime.count("NodesRegistered", 1)
+                if claim.launched_at is not None:
+                    runtime.count("RegistrationSeconds", (now - claim.launched_at).total_seconds(), "Seconds")
+            if claim.state == REGISTERED and is_initialized(node, node_pools.get(claim.node_pool)):
+                claim = state.update_claim(claim.claim_id, state=INITIALIZED, initialized_at=now)
+                initialized.append(claim.claim_id)
+                runtime.count("NodesInitialized", 1)
+        except Exception as error:  # noqa: BLE001 - one claim's failure must not stop the others
+            errors.append(f"claim {claim.claim_id}: {error}")
+            remaining.append(claim)
+            continue
+
+        if claim.state in (REGISTERED, INITIALIZED):
+            desired = claim_labels(claim, initialized=claim.state == INITIALIZED)
+            missing = {k: v for k, v in desired.items() if k not in node.labels or (k in _MARKERS and node.labels[k] != v)}
+            if missing:
+                try:
+                    kube.patch_node(node.name, {"metadata": {"labels": missing}})
+                    labeled.append(node.name)
+                except KubernetesError as error:
+                    errors.append(f"node {node.name}: labeling: {error}")
+        remaining.append(claim)
+
+    return RegistrationResult(
+        claims=tuple(remaining),
+        registered=tuple(registered),
+        initialized=tuple(initialized),
+        timed_out=tuple(timed_out),
+        labeled_nodes=tuple(labeled),
+        errors=tuple(errors),
+        node_pools=node_pools_by_node,
+    )
+
+
+def _registration_overdue(claim: ClaimRecord, now: datetime) -> bool:
+    started = claim.launched_at or claim.created_at
+    return now - started >= REGISTRATION_TIMEOUT
+
+
+def _time_out(runtime: Runtime, claim: ClaimRecord, now: datetime, errors: list[str]) -> bool:
+    """Terminate a never-registered instance and close its claim. False when it must be retried."""
+    try:
+        if claim.instance_id:
+            runtime.ec2.terminate_instances([claim.instance_id])
+    except Ec2Error as error:
+        if error.code not in ("InvalidInstanceID.NotFound", "InvalidInstanceID.Malformed"):
+            errors.append(f"claim {claim.claim_id}: terminating {claim.instance_id}: {error}")
+            return False
+    try:
+        runtime.state.update_claim(claim.claim_id, state=CLOSED, closed_at=now, reason="registration timeout")
+        runtime.state.release_capacity(claim.node_pool, claim.claim_id)
+    except Exception as error:  # noqa: BLE001
+        errors.append(f"claim {claim.claim_id}: closing after registration timeout: {error}")
+        return False
+    runtime.count("RegistrationTimeouts", 1)
+    return True

@@ -1,0 +1,602 @@
+"""Graceful node termination that outlives one Lambda invocation.
+
+``begin_termination`` taints, cordons and labels the node, records a durable
+``TERMINATION#<node>`` item and runs the first drain step; ``continue_termination`` runs
+the next step when the delayed work-queue message ``{"kind": "termination", "node": ...,
+"generation": n}`` arrives. Each step evicts (or, near the deadline, deletes) what
+:func:`joiner.domain.termination.plan_drain` says, saves progress, and either schedules
+the next step or, once the node is empty or out of time, terminates the instance,
+deletes the Node, closes the claim and releases its limit reservation.
+
+Safety under retries and concurrency:
+
+* every step holds the lease ``termination/<node>`` (a DynamoDB conditional write), so two
+  invocations never drive one node at once; a step that finds it taken raises
+  :class:`TerminationBusy` and the message is retried by SQS;
+* every step consumes generation ``n`` and schedules ``n + 1``; a message for another
+  generation (a duplicate delivery, a chain superseded by a newer event) is dropped;
+* a crash or timeout mid-step loses nothing: the state is durable, evictions are
+  idempotent, and the undeleted message becomes visible again (the lease expires first).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from joiner.domain import labels as wk
+from joiner.domain.model import Pod
+from joiner.domain.termination import (
+    DISRUPTED_TAINT,
+    EXCLUDE_FROM_LB_LABEL,
+    GROUPS,
+    PHASE_DRAINING,
+    PHASE_REPLACING,
+    DrainStep,
+    PodProgress,
+    TerminationState,
+    cordon_patch,
+    plan_drain,
+    record_deletion,
+    record_eviction,
+)
+from joiner.observability import logger
+from joiner.ports import ClaimRecord, Ec2Error, JsonDict, KubernetesError
+
+
+if TYPE_CHECKING:
+    from joiner.services.context import Runtime
+
+__all__ = [
+    "TERMINATION_KIND", "CONTINUATION_KIND", "LEASE_TTL_SECONDS", "REPLACEMENT_TIMEOUT", "TerminationBusy",
+    "TerminationResult", "InvalidWorkMessage", "begin_termination", "continue_termination", "cordon_node",
+    "handle_continuation", "parse_continuation",
+    "resume_stalled_terminations",
+]
+
+TERMINATION_KIND = "TERMINATION"
+CONTINUATION_KIND = "termination"
+#: Longer than one step can take (the termination function's 120 s timeout), far shorter than the
+#: work queue's visibility timeout so a crashed step's message finds the lease free again.
+LEASE_TTL_SECONDS = 130
+#: How long a rebalance replacement is waited for before draining anyway.
+REPLACEMENT_TIMEOUT = timedelta(minutes=10)
+#: How often a ``replacing`` termination looks at its replacement.
+REPLACEMENT_POLL = timedelta(seconds=15)
+#: SQS per-message delay bounds.
+MAX_DELAY_SECONDS = 900
+#: A TERMINATION item not advanced for this long has lost its continuation message.
+STALL_AFTER = timedelta(minutes=20)
+#: begin_termination waits this long for a running step to release the node's lease.
+LEASE_WAIT_SECONDS = 3.0
+
+
+class TerminationBusy(Exception):
+    """Another invocation holds this node's termination lease; retry later."""
+
+
+@dataclass(frozen=True, slots=True)
+class TerminationResult:
+    """What one call did. ``status``: started, updated, replacing, draining, terminated,
+    stale (message for an old generation), unknown (no termination in progress)."""
+
+    node: str
+    status: str
+    generation: int = 0
+    evicted: tuple[str, ...] = ()
+    blocked: tuple[str, ...] = ()
+    deleted: tuple[str, ...] = ()
+    waiting: tuple[tuple[str, str], ...] = ()
+    next_step_in: int | None = None
+    phase: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "status": self.status,
+            "generation": self.generation,
+            "phase": self.phase,
+            "evicted": list(self.evicted),
+            "blocked": list(self.blocked),
+            "deleted": list(self.deleted),
+            "waiting": [list(w) for w in self.waiting],
+            "nextStepIn": self.next_step_in,
+        }
+
+
+# ------------------------------------------------------------------ helpers
+
+
+
+
+
+
+def _parse_pods(raw_pods: Sequence[JsonDict]) -> tuple[list[Pod], dict[str, datetime]]:
+    """Domain pods plus, for terminating pods, when their grace ends (deletionTimestamp).
+
+    A pod the snapshot parser rejects (a malformed field the drain does not need) is still
+    drained: it is reduced to what draining uses (name, owner, priority class, grace
+    period, annotations, tolerations dropped), so one odd pod cannot wedge a termination.
+    """
+    from joiner.domain.snapshot import SnapshotError, parse_pod
+
+    pods: list[Pod] = []
+    deletion_deadlines: dict[str, datetime] = {}
+    for raw in raw_pods:
+        try:
+            pod = parse_pod(raw)
+        except SnapshotError:
+            pod = _minimal_pod(raw)
+        pods.append(pod)
+        stamp = (raw.get("metadata") or {}).get("deletionTimestamp")
+        if stamp:
+            try:
+                deletion_deadlines[pod.key] = datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
+            except ValueError:
+                pass
+    return pods, deletion_deadlines
+
+
+def _minimal_pod(raw: JsonDict) -> Pod:
+    meta = raw.get("metadata") or {}
+    spec = raw.get("spec") or {}
+    owners = [ref for ref in meta.get("ownerReferences") or [] if isinstance(ref, dict) and ref.get("controller")]
+    grace = spec.get("terminationGracePeriodSeconds")
+    annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
+    return Pod(
+        namespace=str(meta.get("namespace") or "default"),
+        name=str(meta.get("name") or ""),
+        uid=str(meta.get("uid") or ""),
+        annotations={str(k): str(v) for k, v in annotations.items()},
+        priority_class_name=str(spec.get("priorityClassName") or ""),
+        node_name=spec.get("nodeName") or None,
+        owner_kind=str(owners[0].get("kind")) if owners else None,
+        owner_name=str(owners[0].get("name")) if owners else None,
+        phase=str((raw.get("status") or {}).get("phase") or "Running"),
+        deleting=bool(meta.get("deletionTimestamp")),
+        termination_grace_seconds=grace if isinstance(grace, int) and grace >= 0 else 30,
+    )
+
+
+def _lease_name(node: str) -> str:
+    return f"termination/{node}"
+
+
+class _Lease:
+    """The node's termination lease for the duration of one step (owner unique per step)."""
+
+    def __init__(self, runtime: Runtime, node: str, now: datetime, *, wait_seconds: float = 0.0) -> None:
+        self.runtime = runtime
+        self.name = _lease_name(node)
+        self.owner = f"{getattr(runtime, 'invocation_id', 'local')}/{uuid.uuid4().hex[:12]}"
+        self.now = now
+        self.wait_seconds = wait_seconds
+
+    def __enter__(self) -> _Lease:
+        # Waiting for another invocation or thread to finish its step is real waiting, on
+        # the wall clock (not the runtime's clock, which tests may drive by hand).
+        state = self.runtime.state
+        give_up = time.monotonic() + self.wait_seconds
+        delay = 0.05
+        while not state.acquire_lease(self.name, self.owner, self.now, LEASE_TTL_SECONDS):
+            if time.monotonic() >= give_up:
+                raise TerminationBusy(f"{self.name} is held by another invocation")
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.runtime.state.release_lease(self.name, self.owner)
+
+
+def _load(runtime: Runtime, node: str) -> TerminationState | None:
+    data = runtime.state.get_item(TERMINATION_KIND, node)
+    return TerminationState.from_dict(data) if data else None
+
+
+def _schedule(runtime: Runtime, state: TerminationState, now: datetime, at: datetime | None) -> int:
+    delay = 1 if at is None else math.ceil((at - now).total_seconds())
+    delay = max(1, min(MAX_DELAY_SECONDS, delay))
+    runtime.queue.send({"kind": CONTINUATION_KIND, "node": state.node, "generation": state.generation}, delay_seconds=delay)
+    return delay
+
+
+def _node_is_cordoned(node: JsonDict) -> bool:
+    spec = node.get("spec") or {}
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    tainted = any(t.get("key") == DISRUPTED_TAINT.key and t.get("effect") == DISRUPTED_TAINT.effect for t in spec.get("taints") or [])
+    return bool(spec.get("unschedulable")) and tainted and labels.get(EXCLUDE_FROM_LB_LABEL) == "true"
+
+
+def cordon_node(runtime: Runtime, node: JsonDict | str) -> JsonDict | None:
+    """Taint ``joiner.dev/disrupted:NoSchedule``, cordon and exclude from external load
+    balancers (no call when already done). Returns the node, None when it does not exist.
+
+    The patch replaces ``spec.taints`` as a whole, so it carries the node's
+    ``resourceVersion``: a taint another controller added meanwhile makes the API server
+    answer 409 and the node is read again, never silently dropped."""
+    for attempt in range(4):
+        if isinstance(node, str) or attempt > 0:
+            found = runtime.kube.get_node(node if isinstance(node, str) else node["metadata"]["name"])
+            if found is None:
+                return None
+            node = found
+        assert not isinstance(node, str)
+        if _node_is_cordoned(node):
+            return node
+        meta = node.get("metadata") or {}
+        patch = cordon_patch((node.get("spec") or {}).get("taints") or [])
+        if meta.get("resourceVersion"):
+            patch["metadata"]["resourceVersion"] = meta["resourceVersion"]
+        try:
+            return runtime.kube.patch_node(meta["name"], patch)
+        except KubernetesError as error:
+            if error.status == 404:
+                return None
+            if error.status != 409:
+                raise
+    raise KubernetesError(f"node {meta.get('name')}: cordon kept conflicting with other writers", status=409)
+
+
+def _instance_from_node(node: JsonDict | None) -> str | None:
+    if not node:
+        return None
+    provider = (node.get("spec") or {}).get("providerID") or ""
+    tail = provider.rsplit("/", 1)[-1]
+    return tail if provider.startswith("aws://") and tail.startswith("i-") else None
+
+
+# ------------------------------------------------------------------ entry points
+
+
+def begin_termination(
+    runtime: Runtime,
+    node_name: str,
+    reason: str,
+    deadline: datetime | None,
+    now: datetime,
+    *,
+    instance_id: str | None = None,
+    claim_id: str | None = None,
+    node_pool: str | None = None,
+    replacement_claims: Sequence[str] = (),
+    wait_for_replacement: bool = False,
+    event_id: str | None = None,
+    node: JsonDict | None = None,
+    claim: ClaimRecord | None = None,
+    replace_pods: Callable[[Sequence[JsonDict]], Sequence[str]] | None = None,
+) -> TerminationResult:
+    """Start (or tighten) the termination of ``node_name`` and run its first drain step.
+
+    Idempotent: a second call for a node already terminating keeps the earlier deadline
+    if it is sooner, records the event, and restarts the step chain (the old chain's
+    message becomes stale). ``wait_for_replacement`` with ``replacement_claims`` holds the
+    drain until those claims' nodes are Ready (rebalance); a later call without it (a spot
+    warning arriving) starts draining at once.
+
+    ``replace_pods``, when given, is called under the node's lease with the node's pods
+    (raw JSON) unless an earlier call already launched a replacement for this node; the
+    claim ids it returns are recorded with the termination before any pod is evicted, so a
+    retried or second event never launches twice. ``claim``: the node's claim when the
+    caller already read it (saves a read).
+    """
+    with _Lease(runtime, node_name, now, wait_seconds=LEASE_WAIT_SECONDS):
+        current = _load(runtime, node_name)
+        node = node if node is not None else runtime.kube.get_node(node_name)
+        if node is not None:
+            node = cordon_node(runtime, node) or node
+        instance_id = instance_id or _instance_from_node(node)
+        if node is not None:
+            labels = (node.get("metadata") or {}).get("labels") or {}
+            node_pool = node_pool or labels.get(wk.NODEPOOL)
+            claim_id = claim_id or labels.get(wk.NODECLAIM)
+        pods_raw: list[JsonDict] | None = None
+        if replace_pods is not None and node is not None and not (current is not None and current.replacement_claims):
+            pods_raw = runtime.kube.list_pods_on_node(node_name)
+            replacement_claims = tuple(dict.fromkeys((*replacement_claims, *replace_pods(pods_raw))))
+        waits = bool(wait_for_replacement and replacement_claims)
+        launched_now = pods_raw is not None and bool(replacement_claims)
+        if current is None:
+            state = TerminationState(
+                node=node_name,
+                reason=reason,
+                started_at=now,
+                deadline=deadline,
+                instance_id=instance_id,
+                claim_id=claim_id,
+                node_pool=node_pool,
+                generation=0,
+                phase=PHASE_REPLACING if waits else PHASE_DRAINING,
+                replacement_claims=tuple(replacement_claims),
+                replacement_deadline=now + REPLACEMENT_TIMEOUT if waits else None,
+                events=(event_id,) if event_id else (),
+            )
+            status = "started"
+            if claim_id:
+                _mark_claim_terminating(runtime, claim_id, reason, claim if claim is not None and claim.claim_id == claim_id else None)
+            if node is not None:
+                _record_event(runtime, node, "Terminating", f"{reason}; " + (f"drain deadline {deadline.isoformat()}" if deadline else "no drain deadline"))
+        else:
+            state = current.tightened(deadline)
+            if event_id and event_id not in state.events:
+                state = replace(state, events=(*state.events, event_id))
+            if not wait_for_replacement and state.phase == PHASE_REPLACING:
+                # e.g. a spot warning after a rebalance recommendation: drain now
+                state = replace(state, phase=PHASE_DRAINING, reason=reason)
+            state = replace(
+                state,
+                instance_id=state.instance_id or instance_id,
+                claim_id=state.claim_id or claim_id,
+                node_pool=state.node_pool or node_pool,
+                replacement_claims=tuple(dict.fromkeys((*state.replacement_claims, *replacement_claims))),
+            )
+            status = "updated"
+        if launched_now:
+            # Record the replacement before the first eviction: if this invocation dies
+            # mid-step, the retry must find it instead of planning the remaining pods anew.
+            _save_touched(runtime, state, now)
+        result = _step(runtime, state, now, node=node, pods_raw=pods_raw)
+        return replace(result, status=status if result.status in ("draining", "replacing") else result.status)
+
+
+def continue_termination(runtime: Runtime, node_name: str, now: datetime, *, generation: int | None = None) -> TerminationResult:
+    """Run the next step of a termination in progress (a work-queue continuation).
+
+    ``generation`` is the one the message carries; a mismatch means the message is stale
+    and it is dropped. Raises :class:`TerminationBusy` when another invocation holds the
+    node's lease, and Kubernetes/EC2 errors after their retries (the message is retried).
+    """
+    with _Lease(runtime, node_name, now):
+        state = _load(runtime, node_name)
+        if state is None:
+            return TerminationResult(node_name, "unknown")
+        if generation is not None and generation != state.generation:
+            return TerminationResult(node_name, "stale", generation=state.generation, phase=state.phase)
+        return _step(runtime, state, now)
+
+
+class InvalidWorkMessage(ValueError):
+    """A work-queue message that is not a termination continuation (acknowledged, not retried)."""
+
+
+def parse_continuation(body: object) -> tuple[str, int | None]:
+    """(node, generation) from a continuation body; raises :class:`InvalidWorkMessage`."""
+    if not isinstance(body, Mapping):
+        raise InvalidWorkMessage("work message: expected a JSON object")
+    if body.get("kind") != CONTINUATION_KIND:
+        raise InvalidWorkMessage(f"work message: kind must be {CONTINUATION_KIND!r}, got {body.get('kind')!r}")
+    node = body.get("node")
+    if not isinstance(node, str) or not node:
+        raise InvalidWorkMessage("work message: node must be a non-empty string")
+    generation = body.get("generation")
+    if generation is not None and (not isinstance(generation, int) or isinstance(generation, bool)):
+        raise InvalidWorkMessage(f"work message: generation must be an integer, got {generation!r}")
+    return node, generation
+
+
+def handle_continuation(runtime: Runtime, body: Mapping[str, Any], now: datetime) -> TerminationResult:
+    """Validate a work-queue message body and continue the termination it names."""
+    node, generation = parse_continuation(body)
+    return continue_termination(runtime, node, now, generation=generation)
+
+
+def resume_stalled_terminations(runtime: Runtime, now: datetime) -> list[str]:
+    """Re-send the continuation of terminations whose message was lost (not advanced for
+    :data:`STALL_AFTER`); for the periodic garbage collector. Returns the node names."""
+    resumed = []
+    for data in runtime.state.list_items(TERMINATION_KIND):
+        try:
+            state = TerminationState.from_dict(data)
+        except (ValueError, TypeError):
+            continue
+        touched = _parse_updated(data) or state.started_at
+        if now - touched >= STALL_AFTER:
+            _schedule(runtime, state, now, now)
+            resumed.append(state.node)
+    return sorted(resumed)
+
+
+def _parse_updated(data: Mapping[str, Any]) -> datetime | None:
+    value = data.get("updatedAt")
+    try:
+        return datetime.fromisoformat(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+
+
+# ------------------------------------------------------------------ one step
+
+
+def _step(runtime: Runtime, state: TerminationState, now: datetime, *, node: JsonDict | None = None, pods_raw: Sequence[JsonDict] | None = None) -> TerminationResult:
+    """One drain step under the lease: decide, act, save, schedule or finish. ``pods_raw``:
+    the node's pods when the caller has just listed them."""
+    if node is None:
+        node = runtime.kube.get_node(state.node)
+    if node is None:
+        return _finish(runtime, state, now, node_exists=False, why="node no longer exists")
+    if (node.get("metadata") or {}).get("deletionTimestamp") is None:
+        node = cordon_node(runtime, node) or node
+
+    if state.phase == PHASE_REPLACING:
+        ready, why = _replacement_ready(runtime, state, now)
+        if not ready:
+            state = replace(state, generation=state.generation + 1)
+            _save_touched(runtime, state, now)
+            wake = now + REPLACEMENT_POLL
+            if state.deadline is not None:
+                wake = min(wake, state.deadline)
+            delay = _schedule(runtime, state, now, wake)
+            return TerminationResult(state.node, "replacing", state.generation, next_step_in=delay, phase=state.phase, waiting=(("replacement", why),))
+        state = replace(state, phase=PHASE_DRAINING)
+        _record_event(runtime, node, "DrainStarted", f"replacement {why}; draining")
+
+    pods, deletion_deadlines = _parse_pods(pods_raw if pods_raw is not None else runtime.kube.list_pods_on_node(state.node))
+    progress = dict(state.progress)
+    evicted: list[str] = []
+    blocked: list[str] = []
+    deleted: list[str] = []
+    # Act, then re-plan on what the actions imply (evicted pods terminating, DaemonSet
+    # groups cleared by their evictions): the next group may start in the same step, and
+    # the next check time reflects the new backoffs.
+    rounds = len(GROUPS) + 1
+    for attempt in range(rounds + 1):
+        step = plan_drain(pods, now=now, deadline=state.deadline, progress=progress, deletion_deadlines=deletion_deadlines)
+        if not (step.evict or step.delete) or attempt == rounds:
+            break
+        progress, done = _execute(runtime, step, progress, now)
+        evicted += done["evicted"]
+        blocked += done["blocked"]
+        deleted += done["deleted"]
+        if step.finished:
+            break
+        pods, deletion_deadlines = _assume_applied(pods, deletion_deadlines, done, step, now)
+    present = {p.key for p in pods} | set(deleted) | set(evicted)
+    state = replace(state, progress={key: value for key, value in progress.items() if key in present})
+    evicted_t, blocked_t, deleted_t = tuple(evicted), tuple(dict.fromkeys(blocked)), tuple(deleted)
+
+    if step.finished:
+        why = "node is empty" if step.empty else "drain deadline reached"
+        return _finish(runtime, state, now, node_exists=True, why=why, evicted=evicted_t, blocked=blocked_t, deleted=deleted_t)
+
+    state = replace(state, generation=state.generation + 1)
+    _save_touched(runtime, state, now)
+    delay = _schedule(runtime, state, now, step.next_check_at)
+    return TerminationResult(
+        state.node, "draining", state.generation, evicted=evicted_t, blocked=blocked_t, deleted=deleted_t,
+        waiting=step.waiting, next_step_in=delay, phase=state.phase,
+    )
+
+
+def _save_touched(runtime: Runtime, state: TerminationState, now: datetime) -> None:
+    data = state.to_dict()
+    data["updatedAt"] = now.isoformat()
+    runtime.state.put_item(TERMINATION_KIND, state.node, data)
+
+
+def _execute(runtime: Runtime, step: DrainStep, progress: Mapping[str, PodProgress], now: datetime) -> tuple[dict[str, PodProgress], dict[str, list[str]]]:
+    progress = dict(progress)
+    done: dict[str, list[str]] = {"evicted": [], "blocked": [], "gone": [], "deleted": []}
+    for pod in step.evict:
+        outcome = runtime.kube.evict_pod(pod.namespace, pod.name)
+        progress[pod.key] = record_eviction(progress.get(pod.key), outcome.status, now)
+        done[outcome.status if outcome.status in ("blocked", "gone") else "evicted"].append(pod.key)
+    for deletion in step.delete:
+        runtime.kube.delete_pod(deletion.namespace, deletion.name, grace_seconds=deletion.grace_seconds)
+        progress[deletion.key] = record_deletion(progress.get(deletion.key), deletion.grace_seconds, now)
+        done["deleted"].append(deletion.key)
+    if done["evicted"]:
+        runtime.count("PodsEvicted", len(done["evicted"]))
+    if done["blocked"]:
+        runtime.count("EvictionsBlocked", len(done["blocked"]))
+    if done["deleted"]:
+        runtime.count("PodsDeletedAtDeadline", len(done["deleted"]))
+    return progress, done
+
+
+def _assume_applied(
+    pods: Sequence[Pod], deletion_deadlines: Mapping[str, datetime], done: Mapping[str, list[str]], step: DrainStep, now: datetime,
+) -> tuple[list[Pod], dict[str, datetime]]:
+    """The pods as the actions just taken leave them: evicted ones terminating with their
+    own grace, deleted ones terminating with the grace given (gone when 0), gone ones gone."""
+    graces = {d.key: d.grace_seconds for d in step.delete}
+    evicted = set(done["evicted"])
+    gone = set(done["gone"]) | {key for key, grace in graces.items() if grace <= 0}
+    deadlines = dict(deletion_deadlines)
+    result = []
+    for pod in pods:
+        if pod.key in gone:
+            continue
+        if pod.key in evicted or pod.key in graces:
+            grace = graces.get(pod.key, pod.termination_grace_seconds)
+            ends = now + timedelta(seconds=grace)
+            deadlines[pod.key] = min(ends, deadlines.get(pod.key, ends))
+            pod = replace(pod, deleting=True)
+        result.append(pod)
+    return result, deadlines
+
+
+def _replacement_ready(runtime: Runtime, state: TerminationState, now: datetime) -> tuple[bool, str]:
+    """(ready to drain, why). Ready when every replacement claim's node is Ready; also when
+    a replacement failed (closed claim) or the wait timed out: the pods then go pending
+    and the scanner provisions for them."""
+    if state.replacement_deadline is not None and now >= state.replacement_deadline:
+        return True, "wait timed out"
+    if state.deadline is not None and now >= state.deadline:
+        return True, "drain deadline reached"
+    claims = [runtime.state.get_claim(claim_id) for claim_id in state.replacement_claims]
+    if any(claim is None or claim.state == "closed" for claim in claims):
+        return True, "launch failed"
+    pending = [claim.claim_id for claim in claims if claim is not None and claim.state != "initialized"]
+    if pending:
+        ready_nodes = _ready_claim_nodes(runtime, pending)
+        pending = [claim_id for claim_id in pending if claim_id not in ready_nodes]
+    if pending:
+        return False, "waiting for " + ", ".join(sorted(pending))
+    return True, "ready"
+
+
+def _ready_claim_nodes(runtime: Runtime, claim_ids: Sequence[str]) -> set[str]:
+    wanted = set(claim_ids)
+    ready: set[str] = set()
+    for node in runtime.kube.list_nodes():
+        labels = (node.get("metadata") or {}).get("labels") or {}
+        claim = labels.get(wk.NODECLAIM)
+        if claim not in wanted:
+            continue
+        conditions = (node.get("status") or {}).get("conditions") or []
+        if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
+            ready.add(claim)
+    return ready
+
+
+def _finish(
+    runtime: Runtime, state: TerminationState, now: datetime, *, node_exists: bool, why: str,
+    evicted: tuple[str, ...] = (), blocked: tuple[str, ...] = (), deleted: tuple[str, ...] = (),
+) -> TerminationResult:
+    """Terminate the instance, then delete the Node (so the kubelet, already shutting
+    down, cannot register it again), close the claim, release its reservation, forget the
+    termination."""
+    if state.instance_id:
+        try:
+            runtime.ec2.terminate_instances([state.instance_id])
+        except Ec2Error as error:
+            if "NotFound" not in (error.code or ""):
+                raise
+    if node_exists:
+        try:
+            runtime.kube.delete_node(state.node)
+        except KubernetesError as error:
+            if error.status != 404:
+                raise
+    if state.claim_id:
+        claim = runtime.state.get_claim(state.claim_id)
+        if claim is not None and claim.state != "closed":
+            runtime.state.update_claim(state.claim_id, state="closed", closed_at=now, reason=state.reason or claim.reason)
+        pool = state.node_pool or (claim.node_pool if claim is not None else None)
+        if pool:
+            runtime.state.release_capacity(pool, state.claim_id)
+    runtime.state.delete_item(TERMINATION_KIND, state.node)
+    runtime.count("NodesTerminated", 1, reason=state.reason or "unknown")
+    runtime.count("TerminationSeconds", max(0.0, (now - state.started_at).total_seconds()), "Seconds")
+    logger.info("node terminated", extra={"node": state.node, "instance": state.instance_id, "why": why, "reason": state.reason})
+    return TerminationResult(state.node, "terminated", state.generation, evicted=evicted, blocked=blocked, deleted=deleted, phase="terminated")
+
+
+def _mark_claim_terminating(runtime: Runtime, claim_id: str, reason: str, claim: ClaimRecord | None = None) -> None:
+    claim = claim or runtime.state.get_claim(claim_id)
+    if claim is not None and claim.state not in ("terminating", "closed"):
+        runtime.state.update_claim(claim_id, state="terminating", reason=reason)
+
+
+def _record_event(runtime: Runtime, node: JsonDict, reason: str, message: str) -> None:
+    involved = {"kind": "Node", "apiVersion": "v1", "metadata": {"name": node["metadata"]["name"], "uid": (node.get("metadata") or {}).get("uid", "")}}
+    try:
+        runtime.kube.create_event(involved, reason, message)
+    except KubernetesError:
+        pass  # an Event is an explanation, never a reason to fail the termination
+

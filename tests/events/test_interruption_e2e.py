@@ -1,0 +1,391 @@
+"""Interruption and termination end to end: EventBridge put_events -> rule -> SQS -> the
+Lambda handlers (real SQS events, partial batch responses) -> DynamoDB, EC2 (moto over
+HTTP) and the Kubernetes emulator (PDB-aware eviction) over HTTP."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from joiner.domain import labels as wk
+from joiner.domain.model import OfferingKey
+from joiner.settings import get_settings
+from tests.events.fixtures import KINDS
+from tests.events.world import CLUSTER, AwsBase, SqsTime, World
+from tests.support.aws import SerialMotoServer, fake_credentials
+from tests.support.kube_emulator import KubeEmulator
+
+#: The recording metrics stand in for EMF; powertools then has nothing to flush and says so.
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:No application metrics to publish")]
+
+TOLERATE_ALL = [{"operator": "Exists"}]
+
+
+@pytest.fixture(scope="module")
+def aws_base() -> Iterator[AwsBase]:
+    with fake_credentials():
+        server = SerialMotoServer()
+        server.start()
+        try:
+            yield AwsBase(server)
+        finally:
+            server.stop()
+
+
+@pytest.fixture
+def world(aws_base: AwsBase, kube_emulator: KubeEmulator) -> Iterator[World]:
+    with fake_credentials(), SqsTime() as sqs_time:
+        built = World(aws_base, kube_emulator, sqs_time)
+        built.node_pool()
+        try:
+            yield built
+        finally:
+            built.close()
+
+
+def populate(world: World, node: str = "n1", **launch: object) -> str:
+    instance = world.launch_node(node, **launch)  # type: ignore[arg-type]
+    world.add_pod(f"{node}-web-1", node)
+    world.add_pod(f"{node}-web-2", node)
+    world.add_pod(f"{node}-logs", node, app="logs", daemonset=True, cpu="100m")
+    world.add_pod(f"{node}-dns", node, app="dns", critical=True, cpu="100m")
+    world.add_pod(f"{node}-proxy", node, app="proxy", daemonset=True, cpu="100m", tolerations=TOLERATE_ALL)
+    return instance
+
+
+def assert_cordoned(world: World, node: str) -> None:
+    obj = world.node(node)
+    assert obj is not None
+    assert obj["spec"].get("unschedulable") is True
+    assert {"key": wk.DISRUPTED_TAINT_KEY, "effect": "NoSchedule"} in [
+        {k: t[k] for k in ("key", "effect")} for t in obj["spec"].get("taints") or []
+    ]
+    assert obj["metadata"]["labels"]["node.kubernetes.io/exclude-from-external-load-balancers"] == "true"
+
+
+def assert_terminated(world: World, node: str, instance: str, claim_id: str) -> None:
+    assert world.node(node) is None
+    assert world.instance_state(instance) in ("shutting-down", "terminated")
+    claim = world.runtime.state.get_claim(claim_id)
+    assert claim is not None and claim.state == "closed"
+    assert world.runtime.state.get_item("TERMINATION", node) is None
+
+
+def test_spot_warning_cordons_drains_in_order_and_terminates(world: World) -> None:
+    instance = populate(world)
+    world.publish("spot_interruption.json", instance)
+    response, messages = world.deliver_interruptions()
+    assert response == {"batchItemFailures": []} and len(messages) == 1
+
+    assert_cordoned(world, "n1")
+    # the first step evicted the non-critical pods only
+    assert sorted(world.evictions()) == ["default/n1-web-1", "default/n1-web-2"]
+    unavailable = world.runtime.state.unavailable_offerings(world.clock.now())
+    assert OfferingKey("c5.xlarge", "us-east-1a", "spot") in unavailable
+    assert world.runtime.state.unavailable_offerings(world.clock.now() + timedelta(minutes=3, seconds=1)) == frozenset()
+    assert world.runtime.state.get_claim("default-n1").state == "terminating"
+    assert world.queue_bodies(world.work) == [{"generation": 1, "kind": "termination", "node": "n1"}]
+
+    world.run_work_queue()
+    assert world.evictions() == ["default/n1-web-1", "default/n1-web-2", "default/n1-logs", "default/n1-dns"]
+    assert world.pods_on("n1") == ["default/n1-proxy"]  # tolerates the taint: left alone
+    assert_terminated(world, "n1", instance, "default-n1")
+    assert world.metrics.total("InterruptionActions", action="cordon-replace-drain") == 1
+    assert world.metrics.total("NodesTerminated", reason="spot-interruption") == 1
+
+
+@pytest.mark.parametrize("fixture", sorted(KINDS))
+def test_every_kind_from_eventbridge_to_action(world: World, fixture: str) -> None:
+    instance = world.launch_node("n1")
+    world.add_pod("web-1", "n1")
+    world.publish(fixture, instance)
+    response, _ = world.deliver_interruptions()
+    assert response == {"batchItemFailures": []}
+    kind = KINDS[fixture]
+    if kind == "noop":
+        assert world.node("n1")["spec"].get("unschedulable") is None
+        assert world.metrics.total("InterruptionIgnored") == 1
+        return
+    if kind == "state-change":
+        # the instance is going or gone: pods deleted at once, Node deleted, claim closed
+        assert ("default/web-1", 0) in world.pod_deletions()
+        assert_terminated(world, "n1", instance, "default-n1")
+        return
+    assert_cordoned(world, "n1")
+    if kind == "rebalance-recommendation":
+        assert world.evictions() == []  # waits for the replacement first
+        stored = world.runtime.state.get_item("TERMINATION", "n1")
+        assert stored["phase"] in ("replacing", "draining")
+    else:
+        assert world.evictions() == ["default/web-1"]
+        stored = world.runtime.state.get_item("TERMINATION", "n1")
+        assert stored["deadline"] is not None
+
+
+def test_pdb_blocks_eviction_until_the_deadline_then_pods_are_deleted_in_time(world: World) -> None:
+    instance = world.launch_node("n1")
+    for index in range(3):
+        world.add_pod(f"web-{index}", "n1", grace=30)
+    world.add_pod("slow", "n1", app="slow", grace=600)
+    world.add_pod("pinned", "n1", app="pinned", grace=20, annotations={wk.DO_NOT_DISRUPT: "true"})
+    world.add_pdb("web", "web", min_available=3)  # no disruption allowed
+    event = world.publish("spot_interruption.json", instance)
+    world.deliver_interruptions()
+    deadline = world.clock.now() + timedelta(seconds=120)
+    assert world.evictions() == []
+    assert ("default/slow", 120) in world.pod_deletions()  # grace longer than the notice: exactly the time left
+    assert world.metrics.total("EvictionsBlocked") == 3
+    world.run_work_queue()
+    deletions = dict(world.pod_deletions())
+    assert world.metrics.total("EvictionsBlocked") > 3  # retried with backoff
+    assert deletions["default/web-0"] == 30 and deletions["default/pinned"] == 20
+    assert "default/pinned" not in world.evictions()
+    assert world.node("n1") is None
+    assert world.clock.now() <= deadline + timedelta(seconds=6)
+    assert event["detail"]["instance-id"] == instance
+
+
+def test_duplicate_delivery_of_the_same_event_acts_once(world: World) -> None:
+    instance = populate(world)
+    world.publish("spot_interruption.json", instance)
+    messages = world.receive(world.interruption)
+    body = messages[0]["Body"]
+    world.invoke(world.interruption_handler, messages, world.interruption)
+    patches = len(world.emulator.requests("PATCH", "/api/v1/nodes/n1"))
+    evictions = list(world.evictions())
+    # EventBridge (at-least-once) delivers the very same event again
+    world.sqs.send_message(QueueUrl=world.interruption.url, MessageBody=body)
+    response, _ = world.deliver_interruptions()
+    assert response == {"batchItemFailures": []}
+    assert len(world.emulator.requests("PATCH", "/api/v1/nodes/n1")) == patches
+    assert world.evictions() == evictions
+    assert world.metrics.total("InterruptionActions") == 1
+    assert len(world.queue_bodies(world.work)) == 1
+    item = world.dynamodb.scan(TableName=world.settings.idempotency_table)["Items"]
+    assert len(item) == 1 and item[0]["status"]["S"] == "COMPLETED"
+
+
+def test_unparseable_and_unknown_messages_are_acknowledged(world: World) -> None:
+    world.sqs.send_message(QueueUrl=world.interruption.url, MessageBody="this is not json")
+    world.sqs.send_message(QueueUrl=world.interruption.url, MessageBody=json.dumps({"field1": "value1", "field2": "value2"}))
+    world.sqs.send_message(QueueUrl=world.interruption.url, MessageBody=json.dumps(
+        {"id": "x", "source": "aws.s3", "detail-type": "Object Created", "time": "2025-01-06T09:00:00Z", "detail": {}}))
+    response, messages = world.deliver_interruptions()
+    assert len(messages) == 3
+    assert response == {"batchItemFailures": []}
+    assert world.metrics.total("InterruptionUnparseable") == 3
+    assert world.receive(world.interruption) == []
+
+
+def test_unmanaged_instances_are_acknowledged_and_counted(world: World) -> None:
+    instance = world.launch_node("stranger", managed=False)
+    world.add_pod("web-1", "stranger")
+    world.publish("spot_interruption.json", instance)
+    response, _ = world.deliver_interruptions()
+    assert response == {"batchItemFailures": []}
+    assert world.metrics.total("InterruptionUnmanaged") == 1
+    assert world.node("stranger")["spec"].get("unschedulable") is None
+    assert world.evictions() == []
+    assert world.instance_state(instance) == "running"
+
+
+def test_managed_by_tag_without_claim_or_labels_is_still_handled(world: World) -> None:
+    instance = world.launch_node("lost", claim=False)
+    world.add_pod("web-1", "lost")
+    node = world.node("lost")
+    labels = {k: v for k, v in node["metadata"]["labels"].items() if not k.startswith("joiner.dev/")}
+    world.emulator.apply({**node, "metadata": {**node["metadata"], "labels": labels}})
+    world.publish("spot_interruption.json", instance)
+    world.deliver_interruptions()
+    assert_cordoned(world, "lost")
+    assert world.evictions() == ["default/web-1"]
+    world.run_work_queue()
+    assert world.node("lost") is None and world.instance_state(instance) in ("shutting-down", "terminated")
+
+
+def test_a_failing_message_is_retried_then_dead_lettered(world: World) -> None:
+    instance = populate(world)
+    world.emulator.fail_next("PATCH", r"/api/v1/nodes/n1$", status=500, times=1000)
+    world.publish("spot_interruption.json", instance)
+    response, messages = world.deliver_interruptions()
+    assert response == {"batchItemFailures": [{"itemIdentifier": messages[0]["MessageId"]}]}
+    for _ in range(4):
+        world.advance(400)  # past the visibility timeout: SQS redelivers
+        response, again = world.deliver_interruptions()
+        assert response["batchItemFailures"] == [{"itemIdentifier": messages[0]["MessageId"]}]
+        assert again[0]["MessageId"] == messages[0]["MessageId"]
+    world.advance(400)
+    assert world.receive(world.interruption) == []  # the 6th receive moves it to the DLQ
+    dead = world.sqs.receive_message(QueueUrl=world.interruption.dlq_url).get("Messages", [])
+    assert [m["MessageId"] for m in dead] == [messages[0]["MessageId"]]
+    # no idempotency record was left behind by the failures: a fixed cluster can replay the DLQ
+    assert world.dynamodb.scan(TableName=world.settings.idempotency_table)["Items"] == []
+
+
+def test_lambda_timeout_mid_drain_is_resumed_from_durable_state(world: World) -> None:
+    instance = world.launch_node("n1")
+    for name in ("a", "b", "c"):
+        world.add_pod(name, "n1", app=name)
+    world.add_pod("logs", "n1", app="logs", daemonset=True)
+    world.add_pod("dns", "n1", app="dns", critical=True)
+    world.publish("health_scheduled_change_arn.json", instance)
+    # the interruption invocation dies after evicting "a": the eviction of "b" never answers
+    world.emulator.fail_next("POST", r"/namespaces/default/pods/b/eviction$", status=503, times=10)
+    response, messages = world.deliver_interruptions()
+    assert response["batchItemFailures"] == [{"itemIdentifier": messages[0]["MessageId"]}]
+    assert world.evictions() == ["default/a"]
+    assert world.node("n1")["spec"]["unschedulable"] is True
+    world.emulator.clear_faults()
+    world.advance(400)
+    response, _ = world.deliver_interruptions()  # the redelivery picks up where it stopped
+    assert response == {"batchItemFailures": []}
+    assert sorted(world.evictions()) == ["default/a", "default/b", "default/c"]
+    # a continuation step crashes (Kubernetes unreachable): the message comes back after the
+    # visibility timeout, finds the node's lease expired and the state as the last step left it
+    world.emulator.fail_next("GET", r"/api/v1/nodes/n1$", status=500, times=8)
+    responses = world.run_work_queue(max_invocations=1)
+    assert responses[0]["batchItemFailures"]
+    world.emulator.clear_faults()
+    world.run_work_queue()
+    assert world.evictions() == ["default/a", "default/b", "default/c", "default/logs", "default/dns"]
+    assert_terminated(world, "n1", instance, "default-n1")
+
+
+def test_rebalance_with_ignore_policy_acknowledges_only(world: World) -> None:
+    world.node_pool(interruption={"rebalance": "ignore"})
+    instance = populate(world)
+    world.publish("rebalance_recommendation.json", instance)
+    response, _ = world.deliver_interruptions()
+    assert response == {"batchItemFailures": []}
+    assert world.node("n1")["spec"].get("unschedulable") is None
+    assert world.metrics.total("InterruptionIgnored") == 1
+    assert world.queue_bodies(world.work) == []
+
+
+def test_termination_handler_acknowledges_invalid_work_messages(world: World) -> None:
+    for body in ("garbage", json.dumps({"kind": "other"}), json.dumps({"kind": "termination", "node": ""})):
+        world.sqs.send_message(QueueUrl=world.work.url, MessageBody=body)
+    messages = world.receive(world.work)
+    response = world.invoke(world.termination_handler, messages, world.work)
+    assert response == {"batchItemFailures": []}
+    assert world.metrics.total("WorkMessageInvalid") == 3
+
+
+def test_replacement_is_launched_before_the_drain_ends(world: World) -> None:
+    instance = populate(world)
+    world.add_pdb("web", "web", min_available=2)  # holds the drain until the deadline
+    world.publish("spot_interruption.json", instance)
+    world.deliver_interruptions()
+    replacements = [i for i in world.fleet_instances() if i["tags"].get(wk.NODECLAIM) != "default-n1"]
+    assert replacements, "no replacement launched"
+    assert all(i["tags"].get("joiner.dev/managed-by") == CLUSTER for i in replacements)
+    # recorded with the termination; it avoids the interrupted offering and carries the node's pods
+    stored = world.runtime.state.get_item("TERMINATION", "n1")
+    assert stored["replacementClaims"]
+    claims = [world.runtime.state.get_claim(c) for c in stored["replacementClaims"]]
+    assert all(c.state == "launched" for c in claims)
+    assert sorted(p for c in claims for p in c.pods) == ["default/n1-dns", "default/n1-web-1", "default/n1-web-2"]
+    assert all((c.instance_type, c.zone, c.capacity_type) != ("c5.xlarge", "us-east-1a", "spot") for c in claims)
+    assert world.node("n1") is not None  # the drain is still going on
+    # a retried or duplicated event for the node never launches a second replacement
+    world.publish("spot_interruption.json", instance)
+    world.deliver_interruptions()
+    assert len([i for i in world.fleet_instances() if i["tags"].get(wk.NODECLAIM) != "default-n1"]) == len(replacements)
+
+
+def test_cold_start_builds_the_runtime_from_the_environment(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    env = {
+        "JOINER_CLUSTER_NAME": CLUSTER,
+        "JOINER_STATE_TABLE": world.settings.state_table,
+        "JOINER_IDEMPOTENCY_TABLE": world.settings.idempotency_table,
+        "JOINER_INTERRUPTION_QUEUE_URL": world.interruption.url,
+        "JOINER_WORK_QUEUE_URL": world.work.url,
+        "JOINER_AWS_ENDPOINT_URL": world.moto.endpoint,
+        "JOINER_KUBERNETES_HOST": world.emulator.url,
+    }
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    get_settings.cache_clear()
+    world.interruption_handler.reset()
+    try:
+        instance = world.launch_node("n1")
+        world.add_pod("web-1", "n1")
+        world.publish("spot_interruption.json", instance, time=datetime.now(UTC))
+        response, _ = world.deliver_interruptions()
+        assert response == {"batchItemFailures": []}
+        assert_cordoned(world, "n1")
+        assert world.evictions() == ["default/web-1"]
+        assert world.dynamodb.scan(TableName=world.settings.idempotency_table)["Count"] == 1
+    finally:
+        world.interruption_handler.reset()
+        get_settings.cache_clear()
+
+
+def register_replacement(world: World, claim_id: str, name: str) -> None:
+    """What the kubelet and registration do once a replacement boots: a Ready Node for the claim."""
+    claim = world.runtime.state.get_claim(claim_id)
+    world.emulator.apply({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {wk.NODEPOOL: claim.node_pool, wk.NODECLAIM: claim_id, wk.ZONE: claim.zone}},
+        "spec": {"providerID": f"aws:///{claim.zone}/{claim.instance_id}"},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    })
+
+
+def test_rebalance_replaces_first_then_drains_once_the_replacement_is_ready(world: World) -> None:
+    instance = populate(world)
+    world.publish("rebalance_recommendation.json", instance)
+    response, _ = world.deliver_interruptions()
+    assert response == {"batchItemFailures": []}
+    assert_cordoned(world, "n1")
+    stored = world.runtime.state.get_item("TERMINATION", "n1")
+    assert stored["phase"] == "replacing" and stored["replacementClaims"]
+    assert world.evictions() == []
+    # the replacement is still booting: the continuation keeps waiting
+    world.run_work_queue(max_invocations=2)
+    assert world.evictions() == [] and world.node("n1") is not None
+    for index, claim_id in enumerate(stored["replacementClaims"]):
+        register_replacement(world, claim_id, f"replacement-{index}")
+    world.run_work_queue()
+    assert world.evictions() == ["default/n1-web-1", "default/n1-web-2", "default/n1-logs", "default/n1-dns"]
+    assert_terminated(world, "n1", instance, "default-n1")
+
+
+def test_a_burst_in_one_batch_is_replaced_together_and_never_onto_its_own_nodes(world: World) -> None:
+    instances = {}
+    for index in range(3):
+        node = f"n{index}"
+        instances[node] = world.launch_node(node, zone=("us-east-1a", "us-east-1b", "us-east-1c")[index])
+        for pod in range(3):
+            world.add_pod(f"{node}-web-{pod}", node, app=f"web-{index}", cpu="500m")
+    for instance in instances.values():
+        world.publish("spot_interruption.json", instance)
+    response, messages = world.deliver_interruptions()
+    assert len(messages) == 3 and response == {"batchItemFailures": []}
+    hosted: set[str] = set()
+    for node in instances:
+        assert_cordoned(world, node)
+        claims = world.runtime.state.get_item("TERMINATION", node)["replacementClaims"]
+        assert claims, f"{node} has no replacement"
+        hosted.update(pod for claim_id in claims for pod in world.runtime.state.get_claim(claim_id).pods)
+    # every pod of the three nodes has new capacity: none was counted onto a node of the burst
+    assert {f"default/n{i}-web-{p}" for i in range(3) for p in range(3)} <= hosted
+    assert len(world.evictions()) == 9
+
+
+def test_two_events_for_one_node_in_one_batch_act_once_and_keep_the_earlier_deadline(world: World) -> None:
+    instance = populate(world)
+    world.add_pdb("web", "web", min_available=2)
+    world.publish("rebalance_recommendation.json", instance)
+    world.publish("spot_interruption.json", instance)
+    response, messages = world.deliver_interruptions()
+    assert len(messages) == 2 and response == {"batchItemFailures": []}
+    stored = world.runtime.state.get_item("TERMINATION", "n1")
+    assert len(stored["events"]) == 2
+    assert stored["phase"] == "draining"  # the spot warning does not wait for the replacement
+    assert stored["deadline"] is not None
+    launched = [i for i in world.fleet_instances() if i["tags"].get(wk.NODECLAIM) != "default-n1"]
+    assert len(launched) == len(stored["replacementClaims"])  # one replacement, not two

@@ -1,0 +1,293 @@
+"""services/termination.py with in-memory fakes: durable multi-step drains, PDB backoff,
+deadlines, stale and duplicate continuations, crash recovery, the lease."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from joiner.domain import labels as wk
+from joiner.domain.resources import Resources
+from joiner.ports import ClaimRecord, KubernetesError
+from joiner.services.context import build_runtime
+from joiner.services.termination import (
+    TERMINATION_KIND,
+    TerminationBusy,
+    begin_termination,
+    continue_termination,
+    handle_continuation,
+    resume_stalled_terminations,
+)
+from joiner.settings import Settings
+from tests.support.fakes import EPOCH, DrainingKubernetes, FakeClock, FakeEc2, FakeQueue, FakeState, RecordingMetrics, node_json, pod_json
+
+SETTINGS = Settings(cluster_name="test-cluster", region="us-east-1", state_table="state", idempotency_table="idem")
+INSTANCE = "i-00000000000000001"
+
+
+class World:
+    def __init__(self) -> None:
+        self.clock = FakeClock()
+        self.kube = DrainingKubernetes(self.clock)
+        self.ec2 = FakeEc2(clock=self.clock)
+        self.state = FakeState()
+        self.queue = FakeQueue()
+        self.metrics = RecordingMetrics()
+        self.runtime = build_runtime(
+            SETTINGS, kube_port=self.kube, ec2_port=self.ec2, state_port=self.state, queue_port=self.queue,
+            clock=self.clock, metric=self.metrics, sleep=self.clock.sleep,
+        )
+        self.kube.add("nodes", node_json("n1", instance_id=INSTANCE, labels={wk.NODEPOOL: "default", wk.NODECLAIM: "c1"}))
+        self.state.put_claim(ClaimRecord("c1", "default", "initialized", EPOCH, instance_id=INSTANCE, node_name="n1", capacity_type="spot"))
+        self.state.reserve_capacity("default", "c1", Resources.of(cpu=2000), None, Resources())
+
+    def pod(self, name: str, *, ds: bool = False, critical: bool = False, grace: int = 30, annotations: dict[str, str] | None = None) -> None:
+        extra: dict[str, Any] = {"terminationGracePeriodSeconds": grace}
+        if critical:
+            extra["priorityClassName"] = "system-cluster-critical"
+        obj = pod_json(name, node_name="n1", cpu="100m", extra_spec=extra)
+        if ds:
+            obj["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": name, "uid": "u", "controller": True}]
+        if annotations:
+            obj["metadata"]["annotations"] = annotations
+        self.kube.add("pods", obj)
+
+    def next_message(self) -> tuple[dict[str, Any], int]:
+        body, delay, _ = self.queue.messages.pop(0)
+        return body, delay
+
+    def run_until_done(self, max_steps: int = 50) -> list[str]:
+        """Deliver continuations one by one, advancing the clock by each delay; returns statuses."""
+        statuses = []
+        for _ in range(max_steps):
+            if not self.queue.messages:
+                break
+            body, delay = self.next_message()
+            self.clock.advance(delay)
+            self.kube.finish_terminating()
+            statuses.append(handle_continuation(self.runtime, body, self.clock.now()).status)
+        return statuses
+
+
+@pytest.fixture
+def world() -> World:
+    return World()
+
+
+def test_begin_cordons_and_evicts_the_first_group_then_schedules_a_continuation(world: World) -> None:
+    world.pod("app")
+    world.pod("logs", ds=True)
+    result = begin_termination(world.runtime, "n1", "spot-interruption", EPOCH + timedelta(minutes=2), EPOCH)
+    node = world.kube.get("nodes", None, "n1")
+    assert node["spec"]["unschedulable"] is True
+    assert {"key": wk.DISRUPTED_TAINT_KEY, "effect": "NoSchedule"} in node["spec"]["taints"]
+    assert node["metadata"]["labels"]["node.kubernetes.io/exclude-from-external-load-balancers"] == "true"
+    assert result.status == "started" and result.evicted == ("default/app",)
+    assert world.kube.evictions == ["default/app"]
+    assert world.state.get_claim("c1").state == "terminating"
+    body, delay = world.next_message()
+    assert body == {"kind": "termination", "node": "n1", "generation": 1} and delay == 5
+    assert world.state.get_item(TERMINATION_KIND, "n1")["generation"] == 1
+    assert world.kube.events_for("n1", "Terminating")
+
+
+def test_drain_runs_to_completion_in_group_order_and_cleans_up(world: World) -> None:
+    world.pod("app")
+    world.pod("logs", ds=True)
+    world.pod("dns", critical=True)
+    world.pod("cni", ds=True, critical=True)
+    begin_termination(world.runtime, "n1", "spot-interruption", None, EPOCH)
+    statuses = world.run_until_done()
+    assert statuses[-1] == "terminated"
+    assert world.kube.evictions == ["default/app", "default/logs", "default/dns", "default/cni"]
+    assert world.kube.get("nodes", None, "n1") is None
+    assert world.ec2.terminated == [INSTANCE]
+    claim = world.state.get_claim("c1")
+    assert claim.state == "closed" and claim.closed_at is not None
+    assert world.state.reservations("default") == {}
+    assert world.state.get_item(TERMINATION_KIND, "n1") is None
+    assert world.metrics.total("NodesTerminated", reason="spot-interruption") == 1
+
+
+def test_pdb_blocked_eviction_is_retried_with_backoff(world: World) -> None:
+    world.pod("web")
+    world.kube.block("default/web", times=2)
+    result = begin_termination(world.runtime, "n1", "scheduled-change", None, EPOCH)
+    assert result.blocked == ("default/web",)
+    _, delay = world.next_message()
+    assert delay == 5
+    world.queue.messages.clear()
+    world.clock.advance(5)
+    second = continue_termination(world.runtime, "n1", world.clock.now(), generation=1)
+    assert second.blocked == ("default/web",)
+    _, delay = world.next_message()
+    assert delay == 10  # backoff doubled
+    world.clock.advance(10)
+    third = continue_termination(world.runtime, "n1", world.clock.now(), generation=2)
+    assert third.evicted == ("default/web",)
+    assert world.kube.blocked == ["default/web", "default/web"]
+    assert world.metrics.total("EvictionsBlocked") == 2
+
+
+def test_deadline_deletes_what_is_left_with_a_grace_that_ends_in_time(world: World) -> None:
+    world.pod("web", grace=30)
+    world.pod("slow", grace=600)
+    world.pod("pinned", annotations={wk.DO_NOT_DISRUPT: "true"}, grace=20)
+    world.kube.block("default/web")  # a PDB that never allows it
+    deadline = EPOCH + timedelta(seconds=120)
+    begin_termination(world.runtime, "n1", "spot-interruption", deadline, EPOCH)
+    # slow's grace is longer than the time left: deleted at once with exactly the time left
+    assert world.kube.deletions == [("default/slow", 120)]
+    statuses = world.run_until_done()
+    assert statuses[-1] == "terminated"
+    deletions = dict(world.kube.deletions)
+    assert deletions["default/web"] == 30 and deletions["default/pinned"] == 20
+    assert "default/pinned" not in world.kube.evictions  # do-not-disrupt is never evicted
+    # every deletion was issued early enough for its grace to end by the deadline
+    assert world.clock.now() <= deadline + timedelta(seconds=5)
+
+
+def test_state_change_deadline_in_the_past_deletes_everything_at_once(world: World) -> None:
+    world.pod("web")
+    result = begin_termination(world.runtime, "n1", "state-change", EPOCH, EPOCH + timedelta(seconds=3))
+    assert result.status == "terminated"
+    assert world.kube.deletions == [("default/web", 0)]
+    assert world.kube.get("nodes", None, "n1") is None
+
+
+def test_stale_and_duplicate_continuations_are_dropped(world: World) -> None:
+    world.pod("web", grace=10)
+    begin_termination(world.runtime, "n1", "spot-interruption", None, EPOCH)
+    body, _ = world.next_message()
+    world.clock.advance(1)
+    first = handle_continuation(world.runtime, body, world.clock.now())
+    assert first.status == "draining" and first.generation == 2
+    # the same message delivered again (SQS at-least-once): stale, nothing done
+    again = handle_continuation(world.runtime, body, world.clock.now())
+    assert again.status == "stale"
+    assert len(world.queue.messages) == 1  # only the chain's own next message
+    assert continue_termination(world.runtime, "nope", world.clock.now(), generation=3).status == "unknown"
+
+
+def test_a_crash_mid_step_is_resumed_by_redelivery(world: World) -> None:
+    for name in ("a", "b", "c"):
+        world.pod(name)
+    world.kube.fail("evict_pod", KubernetesError("internal error", status=500), times=1)
+    with pytest.raises(KubernetesError):
+        begin_termination(world.runtime, "n1", "spot-interruption", None, EPOCH)
+    assert world.queue.messages == []  # nothing scheduled: the interruption message itself is retried
+    # ... its retry finishes the job
+    world.clock.advance(30)
+    result = begin_termination(world.runtime, "n1", "spot-interruption", None, world.clock.now())
+    assert sorted(result.evicted) == ["default/a", "default/b", "default/c"]
+
+    # a crash in a continuation step: the step's message is redelivered and the lease has expired
+    world.pod("d")
+    body, _ = world.next_message()
+    world.kube.fail("list_pods_on_node", KubernetesError("timeout", status=504))
+    world.clock.advance(5)
+    with pytest.raises(KubernetesError):
+        handle_continuation(world.runtime, body, world.clock.now())
+    world.clock.advance(300)
+    world.kube.finish_terminating()
+    resumed = handle_continuation(world.runtime, body, world.clock.now())
+    assert resumed.evicted == ("default/d",)
+
+
+def test_a_held_lease_makes_the_step_retry_later(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from joiner.services import termination
+
+    monkeypatch.setattr(termination, "LEASE_WAIT_SECONDS", 0.2)
+    world.pod("web")
+    assert world.state.acquire_lease("termination/n1", "someone-else", EPOCH, 120)
+    with pytest.raises(TerminationBusy):
+        continue_termination(world.runtime, "n1", EPOCH)
+    started = time.monotonic()
+    with pytest.raises(TerminationBusy):
+        begin_termination(world.runtime, "n1", "spot-interruption", None, EPOCH)
+    assert time.monotonic() - started >= 0.2  # begin waits a little for the holder before giving up
+    assert world.kube.evictions == []
+    # once the holder is done, a waiting begin goes ahead
+    world.state.release_lease("termination/n1", "someone-else")
+    assert begin_termination(world.runtime, "n1", "spot-interruption", None, EPOCH).evicted == ("default/web",)
+
+
+def test_a_second_event_tightens_the_deadline_and_supersedes_the_chain(world: World) -> None:
+    world.pod("pinned", annotations={wk.KARPENTER_DO_NOT_DISRUPT: "true"}, grace=10)
+    first = begin_termination(world.runtime, "n1", "rebalance-recommendation", None, EPOCH, event_id="e1")
+    assert first.status == "started" and first.evicted == ()
+    old_body, _ = world.next_message()
+    world.clock.advance(2)
+    second = begin_termination(world.runtime, "n1", "spot-interruption", world.clock.now() + timedelta(seconds=120), world.clock.now(), event_id="e2")
+    assert second.status == "updated"
+    stored = world.state.get_item(TERMINATION_KIND, "n1")
+    assert stored["events"] == ["e1", "e2"] and stored["deadline"] is not None
+    assert handle_continuation(world.runtime, old_body, world.clock.now()).status == "stale"
+    assert world.run_until_done()[-1] == "terminated"
+    assert ("default/pinned", 10) in world.kube.deletions
+
+
+def test_rebalance_waits_for_the_replacement_before_draining(world: World) -> None:
+    world.pod("web")
+    world.state.put_claim(ClaimRecord("c2", "default", "launched", EPOCH, instance_id="i-00000000000000002"))
+    result = begin_termination(world.runtime, "n1", "rebalance-recommendation", None, EPOCH, replacement_claims=("c2",), wait_for_replacement=True)
+    assert result.status == "started" and result.phase == "replacing" and world.kube.evictions == []
+    assert world.kube.get("nodes", None, "n1")["spec"]["unschedulable"] is True  # cordoned meanwhile
+    body, delay = world.next_message()
+    assert delay == 15
+    world.clock.advance(delay)
+    assert handle_continuation(world.runtime, body, world.clock.now()).status == "replacing"
+    # the replacement registers and becomes Ready
+    world.kube.add("nodes", node_json("n2", instance_id="i-00000000000000002", labels={wk.NODECLAIM: "c2"}))
+    body, delay = world.next_message()
+    world.clock.advance(delay)
+    step = handle_continuation(world.runtime, body, world.clock.now())
+    assert step.status == "draining" and step.evicted == ("default/web",)
+    assert world.kube.events_for("n1", "DrainStarted")
+
+
+def test_a_repeated_rebalance_keeps_waiting_and_a_spot_warning_ends_the_wait(world: World) -> None:
+    world.pod("web")
+    world.state.put_claim(ClaimRecord("c2", "default", "launched", EPOCH, instance_id="i-00000000000000002"))
+    begin_termination(world.runtime, "n1", "rebalance-recommendation", None, EPOCH, replacement_claims=("c2",), wait_for_replacement=True, event_id="r1")
+    again = begin_termination(world.runtime, "n1", "rebalance-recommendation", None, EPOCH, wait_for_replacement=True, event_id="r2")
+    assert again.phase == "replacing" and world.kube.evictions == []
+    spot = begin_termination(world.runtime, "n1", "spot-interruption", EPOCH + timedelta(minutes=2), EPOCH, event_id="s1")
+    assert spot.phase == "draining" and spot.evicted == ("default/web",)
+    assert world.state.get_item(TERMINATION_KIND, "n1")["replacementClaims"] == ["c2"]
+
+
+def test_rebalance_drains_anyway_when_the_replacement_fails(world: World) -> None:
+    world.pod("web")
+    world.state.put_claim(ClaimRecord("c2", "default", "closed", EPOCH))
+    result = begin_termination(world.runtime, "n1", "rebalance-recommendation", None, EPOCH, replacement_claims=("c2",), wait_for_replacement=True)
+    assert result.evicted == ("default/web",)
+
+
+def test_node_already_gone_just_cleans_up(world: World) -> None:
+    world.kube.remove("nodes", None, "n1")
+    result = begin_termination(world.runtime, "n1", "state-change", EPOCH, EPOCH, instance_id=INSTANCE, claim_id="c1", node_pool="default")
+    assert result.status == "terminated"
+    assert world.state.get_claim("c1").state == "closed"
+    assert world.ec2.terminated == [INSTANCE]
+
+
+def test_malformed_continuations_are_rejected() -> None:
+    world = World()
+    for body in ({"kind": "other", "node": "n1"}, {"kind": "termination"}, {"kind": "termination", "node": "n1", "generation": "2"}):
+        with pytest.raises(ValueError, match="work message"):
+            handle_continuation(world.runtime, body, EPOCH)
+
+
+def test_stalled_terminations_are_resumed(world: World) -> None:
+    world.pod("pinned", annotations={wk.DO_NOT_DISRUPT: "true"})
+    begin_termination(world.runtime, "n1", "rebalance-recommendation", None, EPOCH)
+    world.queue.messages.clear()  # the continuation is lost
+    assert resume_stalled_terminations(world.runtime, EPOCH + timedelta(minutes=5)) == []
+    assert resume_stalled_terminations(world.runtime, EPOCH + timedelta(minutes=25)) == ["n1"]
+    body, _ = world.next_message()
+    assert body["generation"] == 1

@@ -1,0 +1,426 @@
+"""End-to-end harness for the interruption and termination functions.
+
+Real parts: EventBridge ``put_events`` -> rule -> SQS (with a redrive policy) on moto over
+HTTP (:class:`~tests.support.aws.SerialMotoServer`), DynamoDB state and idempotency tables,
+EC2 instances, and the Kubernetes API emulator (PDB-aware eviction) over HTTP through the
+real Kubernetes adapter. Messages are received from SQS and handed to the Lambda handlers
+as real SQS events; messages a handler does not report as failed are deleted, as the
+Lambda event source mapping does.
+
+Time: one :class:`FakeClock` drives Joiner; :class:`SqsTime` moves moto's SQS clock with
+it so delayed continuations and visibility timeouts expire without waiting.
+
+The network, AMIs and EKS cluster are built once per moto server (:class:`AwsBase`); each
+:class:`World` gets its own tables, queues and rule, so tests never see each other's state.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import boto3
+import moto.sqs.models as moto_sqs
+import urllib3
+from moto.core import DEFAULT_ACCOUNT_ID
+
+from joiner.adapters.ec2 import Ec2Adapter
+from joiner.adapters.kubernetes import KubernetesClient
+from joiner.adapters.queue import SqsQueue
+from joiner.adapters.state import StateAdapter
+from joiner.domain import labels as wk
+from joiner.ports import ClaimRecord
+from joiner.services.context import build_runtime
+from joiner.settings import Settings
+from tests.events.fixtures import load_event
+from tests.support.aws import (
+    REGION,
+    SerialMotoServer,
+    create_eks_cluster,
+    create_network,
+    create_state_table,
+    moto_amis,
+    put_eks_ami_parameters,
+)
+from tests.support.fakes import FakeClock, RecordingMetrics, node_class_json, node_pool_json
+from tests.support.kube_emulator import KubeEmulator
+
+ROOT = Path(__file__).resolve().parents[2]
+CLUSTER = "test-cluster"
+T0 = datetime(2025, 1, 6, 9, 0, tzinfo=UTC)
+STATE_TABLE = "joiner-state"
+IDEMPOTENCY_TABLE = "joiner-idempotency"
+MAX_RECEIVE_COUNT = 5
+INTERRUPTION_VISIBILITY = 361  # 6 x the function timeout + the batching window, as deployed
+WORK_VISIBILITY = 721
+
+EVENT_RULE_PATTERN = {
+    "source": ["aws.ec2", "aws.health"],
+    "detail-type": [
+        "EC2 Spot Instance Interruption Warning",
+        "EC2 Instance Rebalance Recommendation",
+        "EC2 Instance State-change Notification",
+        "EC2 Capacity Reservation Instance Interruption Warning",
+        "AWS Health Event",
+    ],
+}
+
+
+_AMIS: dict[str, str] = {}
+
+
+def _amis(ec2: Any) -> dict[str, str]:
+    """moto's built-in AMIs (the same after every reset); looking them up takes a second, so once."""
+    if not _AMIS:
+        _AMIS.update(moto_amis(ec2))
+    return dict(_AMIS)
+
+
+def load_handler(name: str) -> ModuleType:
+    """``functions/<name>/handler.py`` as a module (each function directory is its own code asset)."""
+    module_name = f"joiner_function_{name}"
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    spec = importlib.util.spec_from_file_location(module_name, ROOT / "functions" / name / "handler.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+class SqsTime:
+    """moto's SQS clock, offset from real time so tests can jump over delays and visibility timeouts."""
+
+    def __init__(self) -> None:
+        self.offset_ms = 0
+        self._originals = (moto_sqs.unix_time_millis, moto_sqs.unix_time)
+
+    def __enter__(self) -> SqsTime:
+        millis, seconds = self._originals
+        moto_sqs.unix_time_millis = lambda *a: millis(*a) + self.offset_ms  # type: ignore[assignment]
+        moto_sqs.unix_time = lambda *a: seconds(*a) + self.offset_ms / 1000  # type: ignore[assignment]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        moto_sqs.unix_time_millis, moto_sqs.unix_time = self._originals  # type: ignore[assignment]
+
+    def advance(self, seconds: float) -> None:
+        self.offset_ms += int(seconds * 1000)
+
+
+@dataclass
+class LambdaContext:
+    aws_request_id: str
+    function_name: str = "joiner-test"
+    function_version: str = "$LATEST"
+    memory_limit_in_mb: int = 512
+    invoked_function_arn: str = f"arn:aws:lambda:{REGION}:{DEFAULT_ACCOUNT_ID}:function:joiner-test"
+    log_group_name: str = "/aws/lambda/joiner-test"
+    log_stream_name: str = "test"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return 60_000
+
+
+@dataclass
+class Queue:
+    url: str
+    arn: str
+    dlq_url: str
+
+
+class AwsBase:
+    """What every test's world shares on one moto server: clients, the VPC network, the AMI
+    parameters and the EKS cluster (built once; each world adds its own tables and queues)."""
+
+    def __init__(self, moto: SerialMotoServer) -> None:
+        urllib3.PoolManager().request("POST", f"{moto.endpoint}/moto-api/reset")
+        self.moto = moto
+
+        def client(service: str) -> Any:
+            return boto3.client(service, endpoint_url=moto.endpoint, region_name=REGION)
+
+        self.ec2, self.ssm, self.eks = client("ec2"), client("ssm"), client("eks")
+        self.sqs, self.events, self.dynamodb = client("sqs"), client("events"), client("dynamodb")
+        self.dynamodb_resource = boto3.resource("dynamodb", endpoint_url=moto.endpoint, region_name=REGION)
+        self.network = create_network(self.ec2, CLUSTER)
+        self.amis = _amis(self.ec2)
+        put_eks_ami_parameters(self.amis)
+        create_eks_cluster(self.eks, CLUSTER, list(self.network.subnets.values()))
+        self.worlds = 0
+
+
+class World:
+    """One test's cluster: its own tables, queues and EventBridge rule on the shared moto
+    server, the emulator, a runtime with the real adapters, the two handlers."""
+
+    def __init__(self, base: AwsBase, emulator: KubeEmulator, sqs_time: SqsTime) -> None:
+        base.worlds += 1
+        suffix = f"{base.worlds:03d}"
+        self.base = base
+        self.moto = base.moto
+        self.emulator = emulator
+        self.sqs_time = sqs_time
+        self.clock = FakeClock(T0)
+        self.metrics = RecordingMetrics()
+        self.ec2, self.ssm, self.eks = base.ec2, base.ssm, base.eks
+        self.sqs, self.events, self.dynamodb = base.sqs, base.events, base.dynamodb
+        self.network, self.amis = base.network, base.amis
+        self.rule = f"joiner-interruptions-{suffix}"
+        state_table = create_state_table(self.dynamodb, f"{STATE_TABLE}-{suffix}")
+        idempotency_table = f"{IDEMPOTENCY_TABLE}-{suffix}"
+        self.dynamodb.create_table(
+            TableName=idempotency_table, BillingMode="PAY_PER_REQUEST",
+            KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}], AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+        )
+        self.dynamodb.update_time_to_live(TableName=idempotency_table, TimeToLiveSpecification={"Enabled": True, "AttributeName": "expiration"})
+        self.interruption = self._queue(f"joiner-interruption-{suffix}", INTERRUPTION_VISIBILITY)
+        self.work = self._queue(f"joiner-work-{suffix}", WORK_VISIBILITY)
+        self.events.put_rule(Name=self.rule, EventPattern=json.dumps(EVENT_RULE_PATTERN))
+        self.events.put_targets(Rule=self.rule, Targets=[{"Id": "queue", "Arn": self.interruption.arn}])
+        self.preexisting = {i["id"] for i in self._instances()}
+
+        self.settings = Settings(
+            cluster_name=CLUSTER, region=REGION, state_table=state_table, idempotency_table=idempotency_table,
+            interruption_queue_url=self.interruption.url, work_queue_url=self.work.url,
+            kubernetes_host=emulator.url, aws_endpoint_url=self.moto.endpoint,
+        )
+        self.kube_sleeps: list[float] = []
+        self.kube = KubernetesClient(emulator.url, sleep=self.kube_sleeps.append, random=lambda: 1.0, timeout=(2.0, 5.0))
+        self.runtime = build_runtime(
+            self.settings,
+            kube_port=self.kube,
+            ec2_port=Ec2Adapter(self.ec2, self.ssm, self.eks, CLUSTER, self.clock),
+            state_port=StateAdapter(base.dynamodb_resource.Table(state_table), self.clock),
+            queue_port=SqsQueue(self.sqs, self.work.url),
+            clock=self.clock,
+            metric=self.metrics,
+            sleep=self.clock.sleep,
+        )
+        self.interruption_handler = load_handler("interruption")
+        self.termination_handler = load_handler("termination")
+        self.interruption_handler.configure(self.runtime, dynamodb_client=self.dynamodb)
+        self.termination_handler.configure(self.runtime)
+
+        emulator.apply(node_class_json("default", discovery=CLUSTER))
+
+    def close(self) -> None:
+        self.events.remove_targets(Rule=self.rule, Ids=["queue"])
+        self.events.delete_rule(Name=self.rule)
+        self.kube.close()
+        self.interruption_handler.reset()
+        self.termination_handler.reset()
+
+    # ------------------------------------------------------------ setup
+
+    def _queue(self, name: str, visibility: int) -> Queue:
+        dlq_url = self.sqs.create_queue(QueueName=f"{name}-dlq")["QueueUrl"]
+        dlq_arn = self.sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        url = self.sqs.create_queue(
+            QueueName=name,
+            Attributes={
+                "VisibilityTimeout": str(visibility),
+                "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(MAX_RECEIVE_COUNT)}),
+            },
+        )["QueueUrl"]
+        arn = self.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        return Queue(url, arn, dlq_url)
+
+    def node_pool(self, name: str = "default", *, capacity_types: Sequence[str] = ("spot", "on-demand"), **spec: Any) -> None:
+        pool = node_pool_json(name, requirements=[
+            {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c5.large", "c5.xlarge", "c5.2xlarge", "m5.large", "m5.xlarge"]},
+            {"key": "joiner.dev/capacity-type", "operator": "In", "values": list(capacity_types)},
+        ])
+        pool["spec"].update(spec)
+        self.emulator.apply(pool)
+
+    def launch_node(
+        self, name: str, *, pool: str = "default", capacity_type: str = "spot", instance_type: str = "c5.xlarge",
+        zone: str = "us-east-1a", managed: bool = True, claim: bool = True,
+    ) -> str:
+        """An EC2 instance (tagged as Joiner launches it when ``managed``), its claim, and its Node."""
+        tags = {"Name": f"{CLUSTER}/{pool}"}
+        claim_id = f"{pool}-{name}"
+        if managed:
+            tags.update({
+                "joiner.dev/cluster": CLUSTER, f"kubernetes.io/cluster/{CLUSTER}": "owned", wk.NODEPOOL: pool,
+                wk.NODECLAIM: claim_id, wk.MANAGED_BY_TAG: CLUSTER,
+            })
+        instance = self.ec2.run_instances(
+            ImageId=self.amis["x86_64"], MinCount=1, MaxCount=1, InstanceType=instance_type, SubnetId=self.network.subnets[zone],
+            TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}],
+        )["Instances"][0]
+        instance_id = instance["InstanceId"]
+        labels = {
+            "kubernetes.io/arch": "amd64", "kubernetes.io/os": "linux", "kubernetes.io/hostname": name,
+            wk.INSTANCE_TYPE: instance_type, wk.ZONE: zone, wk.REGION: REGION,
+        }
+        if managed:
+            labels.update({wk.NODEPOOL: pool, wk.NODECLAIM: claim_id, wk.CAPACITY_TYPE: capacity_type})
+        resources = {"cpu": "4", "memory": "8Gi", "pods": "58"}
+        self.emulator.apply({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"providerID": f"aws:///{zone}/{instance_id}"},
+            "status": {"capacity": resources, "allocatable": resources, "conditions": [{"type": "Ready", "status": "True"}]},
+        })
+        if managed and claim:
+            self.runtime.state.put_claim(ClaimRecord(
+                claim_id=claim_id, node_pool=pool, state="initialized", created_at=T0 - timedelta(hours=1), instance_id=instance_id,
+                instance_type=instance_type, zone=zone, capacity_type=capacity_type, node_name=name, price=0.07,
+            ))
+        return instance_id
+
+    def add_pod(
+        self, name: str, node: str, *, namespace: str = "default", app: str = "web", cpu: str = "500m", grace: int = 30,
+        daemonset: bool = False, critical: bool = False, annotations: Mapping[str, str] | None = None,
+        tolerations: Sequence[Mapping[str, Any]] = (),
+    ) -> None:
+        owner = {"apiVersion": "apps/v1", "kind": "DaemonSet" if daemonset else "ReplicaSet", "name": f"{app}-owner", "uid": f"uid-{app}", "controller": True}
+        spec: dict[str, Any] = {
+            "nodeName": node,
+            "terminationGracePeriodSeconds": grace,
+            "containers": [{"name": "main", "image": "pause", "resources": {"requests": {"cpu": cpu, "memory": "256Mi"}}}],
+        }
+        if critical:
+            spec["priorityClassName"] = "system-node-critical"
+        if tolerations:
+            spec["tolerations"] = [dict(t) for t in tolerations]
+        self.emulator.apply({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "uid": str(uuid.uuid4()), "labels": {"app": app},
+                         "annotations": dict(annotations or {}), "ownerReferences": [owner]},
+            "spec": spec,
+            "status": {"phase": "Running", "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}]},
+        })
+
+    def add_pdb(self, name: str, app: str, *, min_available: int | str, namespace: str = "default") -> None:
+        self.emulator.apply({
+            "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"selector": {"matchLabels": {"app": app}}, "minAvailable": min_available},
+        })
+
+    # ------------------------------------------------------------ time
+
+    def advance(self, seconds: float) -> None:
+        """Move Joiner's clock and moto's SQS clock together."""
+        self.clock.advance(seconds)
+        self.sqs_time.advance(seconds)
+
+    # ------------------------------------------------------------ events and queues
+
+    def publish(self, fixture: str, instance_id: str, *, time: datetime | None = None, **edits: Any) -> dict[str, Any]:
+        """Put the fixture event (re-targeted at ``instance_id``) on the default bus, as AWS would."""
+        event = load_event(fixture, instance_id=instance_id, time=time or self.clock.now())
+        for key, value in edits.items():
+            event["detail"][key] = value
+        answer = self.events.put_events(Entries=[{
+            "Source": event["source"], "DetailType": event["detail-type"], "Detail": json.dumps(event["detail"]),
+            "Resources": event.get("resources") or [], "Time": datetime.fromisoformat(event["time"].replace("Z", "+00:00")),
+        }])
+        assert answer["FailedEntryCount"] == 0, answer
+        return event
+
+    def receive(self, queue: Queue, limit: int = 10) -> list[dict[str, Any]]:
+        messages: list[dict[str, Any]] = []
+        while len(messages) < limit:
+            got = self.sqs.receive_message(QueueUrl=queue.url, MaxNumberOfMessages=min(10, limit - len(messages)), AttributeNames=["All"]).get("Messages", [])
+            if not got:
+                break
+            messages.extend(got)
+        return messages
+
+    def sqs_event(self, messages: Sequence[Mapping[str, Any]], queue: Queue) -> dict[str, Any]:
+        """The Lambda SQS event for received messages."""
+        return {"Records": [
+            {
+                "messageId": m["MessageId"], "receiptHandle": m["ReceiptHandle"], "body": m["Body"],
+                "attributes": dict(m.get("Attributes") or {}), "messageAttributes": {}, "md5OfBody": m["MD5OfBody"],
+                "eventSource": "aws:sqs", "eventSourceARN": queue.arn, "awsRegion": REGION,
+            }
+            for m in messages
+        ]}
+
+    def invoke(self, handler: ModuleType, messages: Sequence[Mapping[str, Any]], queue: Queue) -> dict[str, Any]:
+        """Invoke a handler with ``messages`` and delete those not reported as failed."""
+        response = handler.handler(self.sqs_event(messages, queue), LambdaContext(aws_request_id=str(uuid.uuid4())))
+        failed = {item["itemIdentifier"] for item in response.get("batchItemFailures", [])}
+        for message in messages:
+            if message["MessageId"] not in failed:
+                self.sqs.delete_message(QueueUrl=queue.url, ReceiptHandle=message["ReceiptHandle"])
+        return response
+
+    def deliver_interruptions(self, limit: int = 10) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        messages = self.receive(self.interruption, limit)
+        assert messages, "no interruption message in the queue"
+        return self.invoke(self.interruption_handler, messages, self.interruption), messages
+
+    def queue_bodies(self, queue: Queue) -> list[dict[str, Any]]:
+        """Bodies of every message in a queue, delayed or not, without receiving them (moto's view)."""
+        backend = moto_sqs.sqs_backends[DEFAULT_ACCOUNT_ID][REGION]
+        name = queue.url.rsplit("/", 1)[-1]
+        return [json.loads(m.body) for m in backend.queues[name]._messages]
+
+    def _next_visible_in(self, queue: Queue) -> float | None:
+        backend = moto_sqs.sqs_backends[DEFAULT_ACCOUNT_ID][REGION]
+        name = queue.url.rsplit("/", 1)[-1]
+        now = moto_sqs.unix_time_millis()
+        times = [max(m.delayed_until, m.visible_at) for m in backend.queues[name]._messages]
+        if not times:
+            return None
+        return max(0.0, (min(times) - now) / 1000)
+
+    def run_work_queue(self, max_invocations: int = 40) -> list[dict[str, Any]]:
+        """Deliver work-queue continuations as they come due, jumping the clock to each; returns the responses."""
+        responses = []
+        for _ in range(max_invocations):
+            wait = self._next_visible_in(self.work)
+            if wait is None:
+                break
+            if wait > 0:
+                self.advance(wait + 0.01)
+            messages = self.receive(self.work)
+            if messages:
+                responses.append(self.invoke(self.termination_handler, messages, self.work))
+        return responses
+
+    # ------------------------------------------------------------ reading the world
+
+    def node(self, name: str) -> dict[str, Any] | None:
+        return self.emulator.get("Node", name)
+
+    def pods_on(self, node: str) -> list[str]:
+        return sorted(f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in self.emulator.list("Pod") if (p.get("spec") or {}).get("nodeName") == node)
+
+    def evictions(self) -> list[str]:
+        return [f"{d.namespace}/{d.name}" for d in self.emulator.deletions if d.kind == "Pod" and d.via == "eviction"]
+
+    def pod_deletions(self) -> list[tuple[str, int | None]]:
+        return [(f"{d.namespace}/{d.name}", d.grace_period_seconds) for d in self.emulator.deletions if d.kind == "Pod" and d.via != "eviction"]
+
+    def instance_state(self, instance_id: str) -> str:
+        reservations = self.ec2.describe_instances(InstanceIds=[instance_id])["Reservations"]
+        return reservations[0]["Instances"][0]["State"]["Name"]
+
+    def _instances(self) -> list[dict[str, Any]]:
+        result = []
+        for reservation in self.ec2.describe_instances()["Reservations"]:
+            for instance in reservation["Instances"]:
+                tags = {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
+                result.append({"id": instance["InstanceId"], "type": instance["InstanceType"], "tags": tags, "state": instance["State"]["Name"]})
+        return result
+
+    def fleet_instances(self) -> list[dict[str, Any]]:
+        """Instances this world's tests launched with a claim tag (nodes and replacements)."""
+        return [i for i in self._instances() if i["id"] not in self.preexisting and wk.NODECLAIM in i["tags"]]
+
+

@@ -1,0 +1,134 @@
+"""The scanner Lambda handler: event parsing, the cached runtime, the summary it returns."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from joiner.services.provisioning import LEASE_NAME
+from tests.support.fakes import FakeWorld, fake_world, node_class_json, node_pool_json, pod_json
+
+ROOT = Path(__file__).resolve().parents[2]
+#: The fakes record metrics; powertools then has none to flush and says so.
+pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")
+
+SCHEDULED_EVENT = {
+    "version": "0",
+    "id": "53dc4d37-cffa-4f76-80c9-8b7d4a4d2eaa",
+    "detail-type": "Scheduled Event",
+    "source": "aws.events",
+    "account": "123456789012",
+    "time": "2025-01-06T09:00:00Z",
+    "region": "us-east-1",
+    "resources": ["arn:aws:events:us-east-1:123456789012:rule/joiner-scanner"],
+    "detail": {},
+}
+
+
+def load_handler() -> ModuleType:
+    name = "joiner_function_scanner"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, ROOT / "functions" / "scanner" / "handler.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@dataclass
+class LambdaContext:
+    aws_request_id: str = "request-1"
+    function_name: str = "joiner-scanner"
+    function_version: str = "$LATEST"
+    memory_limit_in_mb: int = 512
+    invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:joiner-scanner"
+    log_group_name: str = "/aws/lambda/joiner-scanner"
+    log_stream_name: str = "test"
+    remaining_ms: int = 90_000
+
+    def get_remaining_time_in_millis(self) -> int:
+        return self.remaining_ms
+
+
+@pytest.fixture
+def world() -> FakeWorld:
+    world = fake_world()
+    world.kube.add("node_classes", node_class_json(discovery=world.cluster))
+    world.kube.add("node_pools", node_pool_json())
+    world.kube.add("pods", pod_json("web-0"))
+    return world
+
+
+@pytest.fixture
+def handler(world: FakeWorld) -> Any:
+    module = load_handler()
+    module.configure(world.runtime(settings=world.settings(scanner_mode="economy")))
+    yield module
+    module._cold.clear()
+
+
+def test_scheduled_event_runs_a_scan_and_returns_the_summary(handler: Any, world: FakeWorld) -> None:
+    result = handler.handler(SCHEDULED_EVENT, LambdaContext())
+    assert result == {
+        "mode": "economy", "rounds": 1, "skipped": 0, "errors": 0, "claimsLaunched": 1,
+        "launchFailures": 0, "unschedulablePods": 0, "pendingPods": 1,
+    }
+    assert len(world.ec2.fleet_requests) == 1
+
+
+def test_the_request_id_owns_the_lease_and_the_runtime_is_reused(handler: Any, world: FakeWorld) -> None:
+    runtime = handler._cold["runtime"]
+    owners: list[str] = []
+    original = world.state.acquire_lease
+    world.state.acquire_lease = lambda name, owner, now, ttl: owners.append(owner) or original(name, owner, now, ttl)  # type: ignore[method-assign]
+    handler.handler(SCHEDULED_EVENT, LambdaContext(aws_request_id="r-1"))
+    handler.handler(SCHEDULED_EVENT, LambdaContext(aws_request_id="r-2"))
+    assert owners == ["r-1", "r-2"] and handler._cold["runtime"] is runtime
+    assert world.state.lease_holder(LEASE_NAME) is None
+
+
+def test_manual_invocation_with_an_empty_event_or_a_mode(handler: Any, world: FakeWorld) -> None:
+    assert handler.handler({}, LambdaContext())["mode"] == "economy"
+    responsive = handler.handler({"mode": "responsive"}, LambdaContext(remaining_ms=16_000))
+    assert responsive["mode"] == "responsive" and responsive["rounds"] == 1  # no time left for more
+
+
+@pytest.mark.parametrize(
+    ("event", "message"),
+    [
+        ({**SCHEDULED_EVENT, "detail-type": "EC2 Spot Instance Interruption Warning"}, "expected detail-type 'Scheduled Event'"),
+        ({key: value for key, value in SCHEDULED_EVENT.items() if key != "time"}, "time"),
+        ({"mode": "fast"}, "mode must be one of economy, responsive"),
+        ({"nodes": 3}, "unknown field(s) nodes"),
+        (["not", "an", "object"], "expected a JSON object"),
+    ],
+)
+def test_bad_events_are_rejected_with_a_clear_message_and_launch_nothing(handler: Any, world: FakeWorld, event: Any, message: str) -> None:
+    with pytest.raises(handler.ScannerEventError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        handler.handler(event, LambdaContext())
+    assert not world.ec2.fleet_requests
+
+
+def test_cold_start_builds_the_runtime_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from joiner.settings import get_settings
+
+    module = load_handler()
+    module._cold.clear()
+    monkeypatch.setenv("JOINER_CLUSTER_NAME", "from-env")
+    monkeypatch.setenv("JOINER_STATE_TABLE", "table-from-env")
+    get_settings.cache_clear()
+    try:
+        runtime = module.configure()
+        assert runtime.settings.cluster_name == "from-env" and runtime.settings.state_table == "table-from-env"
+        assert runtime.kube_port is None and runtime.ec2_port is None  # adapters are built on first use
+    finally:
+        module._cold.clear()
+        get_settings.cache_clear()

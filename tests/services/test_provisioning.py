@@ -1,0 +1,877 @@
+"""The provisioning round and the scanner loop, on the in-memory fakes (fast), then end to
+end against moto (EC2 Fleet, launch templates, SSM, EKS, DynamoDB) and the Kubernetes
+emulator over HTTP."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from datetime import timedelta
+
+import pytest
+
+from joiner.domain import labels as wk
+from joiner.domain.launch import client_token
+from joiner.domain.model import OfferingKey
+from joiner.domain.resources import Resources
+from joiner.ports import ClaimRecord, Ec2Error
+from joiner.services.provisioning import (
+    LEASE_NAME,
+    LIMIT_REACHED,
+    MAX_LAUNCH_ATTEMPTS,
+    ORPHAN_AFTER,
+    UNAVAILABLE_FOR,
+    claim_id_for,
+    provision,
+    run_scanner,
+)
+from tests.support.fakes import (
+    EPOCH,
+    FakeClock,
+    FakeKubernetes,
+    FakeState,
+    FakeWorld,
+    RecordingMetrics,
+    fake_world,
+    node_class_json,
+    node_json,
+    node_pool_json,
+    pod_json,
+    small_catalog,
+)
+
+CPU = 1000  # milli
+
+
+def setup_cluster(world: FakeWorld, *, pods: int = 3, cpu: str = "1", pool: dict | None = None) -> None:
+    world.kube.add("node_classes", node_class_json(discovery=world.cluster))
+    world.kube.add("node_pools", pool or node_pool_json())
+    for index in range(pods):
+        world.kube.add("pods", pod_json(f"web-{index}", cpu=cpu, memory="256Mi"))
+
+
+def spot_and_on_demand_pool(**kwargs: object) -> dict:
+    return node_pool_json(
+        requirements=[
+            {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c5.large", "c5.xlarge"]},
+            {"key": "joiner.dev/capacity-type", "operator": "In", "values": ["spot", "on-demand"]},
+        ],
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+@pytest.fixture
+def world() -> FakeWorld:
+    return fake_world()
+
+
+# ---------------------------------------------------------------- launching
+
+
+def test_pending_pods_become_one_launched_claim_with_tags_events_and_metrics(world: FakeWorld) -> None:
+    setup_cluster(world, pods=3)
+    result = provision(world.runtime(), world.clock.now())
+
+    assert result.ran and result.pending_pods == 3
+    assert len(result.launched) == 1 and not result.failures and not result.unschedulable
+    launched = result.launched[0]
+    assert launched.node_pool == "default" and sorted(launched.pods) == ["default/web-0", "default/web-1", "default/web-2"]
+    assert launched.claim_id == claim_id_for("default", [p["metadata"]["uid"] for p in world.kube.list_pods()])
+
+    (request,) = world.ec2.fleet_requests
+    assert request.client_token == client_token(launched.claim_id, 0)
+    assert request.capacity_type == "on-demand"
+    assert request.tags[wk.NODECLAIM] == launched.claim_id and request.tags[wk.NODEPOOL] == "default"
+    assert request.tags["joiner.dev/cluster"] == "test-cluster" and request.tags["kubernetes.io/cluster/test-cluster"] == "owned"
+    assert request.tags["Name"] == "test-cluster/default"
+    # 3 x 1 CPU needs more than a c5.large: the cheapest fitting type leads, only pool types are offered
+    assert {o.instance_type for o in request.overrides} <= {"c5.xlarge", "c5.2xlarge"}
+    assert request.overrides[0].instance_type == "c5.xlarge"
+    assert {o.subnet_id for o in request.overrides} <= {s.id for s in world.ec2.subnets}
+
+    claim = world.state.get_claim(launched.claim_id)
+    assert claim is not None and claim.state == "launched"
+    assert claim.instance_id == launched.instance_id and claim.instance_type == "c5.xlarge" and claim.price == pytest.approx(0.17)
+    assert claim.launched_at == world.clock.now() and sorted(claim.pods) == sorted(launched.pods)
+    reservation = world.state.reservations("default")[launched.claim_id]
+    assert reservation["nodes"] == 1000 and reservation["cpu"] == 4 * CPU  # the launched c5.xlarge, not the largest candidate
+    assert claim.reserved == reservation
+
+    nominated = [e for e in world.kube.events if e.reason == "Nominated"]
+    assert sorted(e.name for e in nominated) == ["web-0", "web-1", "web-2"]
+    assert all(launched.claim_id in e.message for e in nominated)
+    assert [e.kind for e in world.kube.events if e.reason == "Launched"] == ["NodePool"]
+    assert world.metrics.total("ClaimsLaunched") == 1 and world.metrics.total("ScanCompleted") == 1
+    assert world.metrics.total("PodsPending") == 3
+    assert world.metrics.values("ManagedCostPerHour") == [pytest.approx(0.17)]
+    assert world.state.lease_holder(LEASE_NAME) is None  # released after the round
+
+
+def test_launch_template_carries_pool_labels_and_taints(world: FakeWorld) -> None:
+    pool = node_pool_json(labels={"team": "a"}, taints=[{"key": "dedicated", "value": "a", "effect": "NoSchedule"}])
+    setup_cluster(world, pods=1, pool=pool)
+    world.kube.add("pods", pod_json("tolerant", cpu="1", tolerations=[{"key": "dedicated", "operator": "Exists"}]))
+    result = provision(world.runtime(), world.clock.now())
+
+    assert len(result.launched) == 1
+    # the untolerating pod cannot go to the tainted pool and says why
+    assert result.reason_for("default/web-0") is not None
+    inputs = world.ec2.template_inputs[world.ec2.fleet_requests[0].launch_template.id]
+    assert inputs["labels"]["team"] == "a" and inputs["labels"][wk.NODEPOOL] == "default"
+    assert [t.key for t in inputs["taints"]] == ["dedicated"]
+
+
+def test_pods_not_yet_marked_unschedulable_are_left_to_kube_scheduler(world: FakeWorld) -> None:
+    setup_cluster(world, pods=0)
+    fresh = pod_json("fresh")
+    fresh["status"] = {"phase": "Pending"}
+    world.kube.add("pods", fresh)
+    result = provision(world.runtime(), world.clock.now())
+    assert result.pending_pods == 0 and not world.ec2.fleet_requests
+
+
+def test_spot_is_preferred_when_the_pool_allows_both(world: FakeWorld) -> None:
+    setup_cluster(world, pods=1, pool=spot_and_on_demand_pool())
+    result = provision(world.runtime(), world.clock.now())
+    assert result.launched[0].capacity_type == "spot"
+    assert world.ec2.fleet_requests[0].capacity_type == "spot"
+
+
+# ---------------------------------------------------------------- idempotency
+
+
+def test_second_round_for_the_same_pods_launches_nothing(world: FakeWorld) -> None:
+    setup_cluster(world, pods=3)
+    first = provision(world.runtime("invocation-1"), world.clock.now())
+    world.clock.advance(30)
+    second = provision(world.runtime("invocation-2"), world.clock.now())
+
+    assert len(first.launched) == 1
+    assert second.ran and second.pending_pods == 3 and not second.launched and not second.unschedulable
+    assert len(world.ec2.fleet_requests) == 1 and len(world.ec2.running_instances()) == 1
+
+
+class CrashingState(FakeState):
+    """Dies (once) right after EC2 answered: the claim stays ``reserved``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.crash = True
+
+    def update_claim(self, claim_id: str, **fields: object) -> ClaimRecord:
+        if self.crash and fields.get("state") == "launched":
+            self.crash = False
+            raise ConnectionError("Lambda timed out")
+        return super().update_claim(claim_id, **fields)
+
+
+def test_a_crash_between_launch_and_record_launches_once_and_is_adopted_later() -> None:
+    world = fake_world()
+    world.state = CrashingState()
+    setup_cluster(world, pods=2)
+
+    first = provision(world.runtime("invocation-1"), world.clock.now())
+    (claim,) = world.state.open_claims()
+    assert claim.state == "reserved" and len(first.launched) == 1  # EC2 launched, recording failed
+
+    world.clock.advance(20)  # the retry: the claim may still be in a live round's hands
+    second = provision(world.runtime("invocation-2"), world.clock.now())
+    assert not second.launched and second.existing_claims == (claim.claim_id,)
+
+    world.clock.advance(ORPHAN_AFTER.total_seconds())
+    third = provision(world.runtime("invocation-3"), world.clock.now())
+    assert third.orphans_adopted == (claim.claim_id,) and not third.launched
+    assert [r.client_token for r in world.ec2.fleet_requests] == [client_token(claim.claim_id, 0)]
+    assert len(world.ec2.running_instances()) == 1
+    recorded = world.state.get_claim(claim.claim_id)
+    assert recorded is not None and recorded.state == "launched" and recorded.instance_id == first.launched[0].instance_id
+    assert list(world.state.reservations("default")) == [claim.claim_id]  # reserved once, kept until registration
+
+
+def test_orphaned_reservation_is_adopted_or_closed(world: FakeWorld) -> None:
+    setup_cluster(world, pods=0)
+    stale = ClaimRecord("default-orphan", "default", "reserved", world.clock.now(), pods=("default/gone",), reserved=Resources({"cpu": 2000}))
+    world.state.put_claim(stale)
+    world.state.reserve_capacity("default", stale.claim_id, stale.reserved, None, Resources())
+    world.clock.advance(600)
+    result = provision(world.runtime(), world.clock.now())
+    assert result.orphans_closed == ("default-orphan",)
+    closed = world.state.get_claim("default-orphan")
+    assert closed is not None and closed.state == "closed" and closed.reason == "launch abandoned"
+    assert world.state.reservations("default") == {}
+
+
+# ---------------------------------------------------------------- limits
+
+
+def test_limits_hold_and_refused_pods_say_limit_reached(world: FakeWorld) -> None:
+    pool = node_pool_json(requirements=[{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c5.large"]}], limits={"cpu": "4"})
+    setup_cluster(world, pods=5, cpu="1500m", pool=pool)  # one pod per c5.large: five nodes wanted, two allowed
+    result = provision(world.runtime(), world.clock.now())
+
+    assert len(result.launched) == 2
+    refused = [u for u in result.unschedulable if u.reason == f'nodepool "default": {LIMIT_REACHED} (cpu)']
+    assert len(refused) == 3
+    assert sum(r.get("cpu") for r in world.state.reservations("default").values()) == 4 * CPU
+    assert world.metrics.total("LimitReached") == 3
+    events = [e for e in world.kube.events if e.reason == "FailedScheduling"]
+    assert len(events) == 3 and all(LIMIT_REACHED in e.message and e.event_type == "Warning" for e in events)
+
+
+def test_registered_nodes_count_against_the_limit_instead_of_their_reservation(world: FakeWorld) -> None:
+    pool = node_pool_json(requirements=[{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c5.large"]}], limits={"cpu": "4"})
+    setup_cluster(world, pods=2, cpu="1500m", pool=pool)
+    first = provision(world.runtime(), world.clock.now())
+    assert len(first.launched) == 2
+    for index, launched in enumerate(first.launched):
+        world.kube.add("nodes", node_json(f"node-{index}", instance_id=launched.instance_id, zone=launched.zone))
+        for key in launched.pods:
+            world.kube.bind("default", key.split("/")[1], f"node-{index}")
+    world.kube.add("pods", pod_json("late", cpu="1500m", memory="256Mi"))
+    world.clock.advance(60)
+    second = provision(world.runtime("invocation-2"), world.clock.now())
+
+    assert set(second.registration.registered) == {l.claim_id for l in first.launched}
+    assert world.state.reservations("default") == {}  # released: the Nodes count now
+    assert not second.launched and LIMIT_REACHED in (second.reason_for("default/late") or "")
+
+
+class Signalling:
+    """Delegates to a port and sets ``event`` on the first call: "this scanner holds the lease now"."""
+
+    def __init__(self, port: object, event: threading.Event) -> None:
+        self._port = port
+        self._event = event
+
+    def __getattr__(self, name: str) -> object:
+        attribute = getattr(self._port, name)
+        if not callable(attribute):
+            return attribute
+
+        def call(*args: object, **kwargs: object) -> object:
+            self._event.set()
+            return attribute(*args, **kwargs)
+
+        return call
+
+
+def test_two_scanners_racing_past_an_expired_lease_stay_within_the_limit() -> None:
+    """Scanner B starts while A still runs but after A's lease expired (A's clock is behind).
+    Each read the cluster at a different moment (B's view has other pods), so they plan
+    different claims; both read "nothing reserved" and then reserve in lock-step. The
+    conditional reservation lets exactly the limit through."""
+    world = fake_world()
+    pool = node_pool_json(requirements=[{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c5.large"]}], limits={"cpu": "6"})
+    setup_cluster(world, pods=4, cpu="1500m", pool=pool)
+    view_b = FakeKubernetes()
+    view_b.add("node_classes", node_class_json(discovery=world.cluster))
+    view_b.add("node_pools", pool)
+    for index in range(4, 8):
+        view_b.add("pods", pod_json(f"web-{index}", cpu="1500m", memory="256Mi", uid=f"uid-b-{index}"))
+    barrier = threading.Barrier(2)
+
+    class LockStep(FakeState):
+        def reserve_capacity(self, *args: object, **kwargs: object) -> bool:  # type: ignore[override]
+            try:
+                barrier.wait(timeout=1)
+            except threading.BrokenBarrierError:
+                pass
+            return super().reserve_capacity(*args, **kwargs)  # type: ignore[arg-type]
+
+    world.state = LockStep()
+    a_holds_lease = threading.Event()
+    start = world.clock.now()
+    results: dict[str, object] = {}
+    runtimes = {
+        "a": world.runtime("a", kube_port=Signalling(world.kube, a_holds_lease)),
+        "b": world.runtime("b", kube_port=view_b),
+    }
+
+    def scan(owner: str, offset: int) -> None:
+        results[owner] = provision(runtimes[owner], start + timedelta(seconds=offset))
+
+    thread_a = threading.Thread(target=scan, args=("a", 0))
+    thread_a.start()
+    assert a_holds_lease.wait(timeout=5)
+    thread_b = threading.Thread(target=scan, args=("b", 2 * 60))
+    thread_b.start()
+    thread_a.join()
+    thread_b.join()
+
+    assert all(r.ran for r in results.values())  # type: ignore[attr-defined]
+    assert len(world.ec2.running_instances()) == 3  # 6 CPU / 2 per c5.large, whoever won each race
+    assert sum(r.get("cpu") for r in world.state.reservations("default").values()) == 6 * CPU
+    refused = [f for r in results.values() for f in r.failures if f.reason == "LimitReached"]  # type: ignore[attr-defined]
+    assert len(refused) == 3 and all(LIMIT_REACHED in f.message for f in refused)
+
+
+# ---------------------------------------------------------------- capacity errors
+
+
+def test_capacity_error_falls_back_to_on_demand_in_the_same_invocation(world: FakeWorld) -> None:
+    setup_cluster(world, pods=1, pool=spot_and_on_demand_pool())
+    for name in ("c5.large", "c5.xlarge"):
+        for subnet in world.ec2.subnets:
+            world.ec2.insufficient.add(OfferingKey(name, subnet.zone, "spot"))
+    now = world.clock.now()
+    result = provision(world.runtime(), now)
+
+    first, second = world.ec2.fleet_requests
+    assert first.capacity_type == "spot" and second.capacity_type == "on-demand"
+    assert (first.client_token, second.client_token) == (client_token(result.launched[0].claim_id, 0), client_token(result.launched[0].claim_id, 1))
+    assert len(result.launched) == 1 and result.launched[0].capacity_type == "on-demand" and result.launched[0].attempts == 2
+    assert not result.unschedulable and not result.failures
+    key = OfferingKey("c5.large", "us-east-1a", "spot")
+    assert key in result.capacity_errors and world.state.unavailable_until(key) == now + UNAVAILABLE_FOR
+    assert world.metrics.total("CapacityErrors") == len(result.capacity_errors) == 6
+    # within three minutes the next round does not try them again; afterwards it does
+    assert key in world.state.unavailable_offerings(now + timedelta(minutes=2, seconds=59))
+    assert key not in world.state.unavailable_offerings(now + UNAVAILABLE_FOR)
+
+
+def test_capacity_error_on_one_type_falls_back_to_another_type(world: FakeWorld) -> None:
+    pool = node_pool_json(requirements=[
+        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c5.large", "m5.large"]},
+        {"key": "joiner.dev/capacity-type", "operator": "In", "values": ["on-demand"]},
+    ])
+    setup_cluster(world, pods=1, pool=pool)
+    world.ec2.insufficient |= {OfferingKey("c5.large", s.zone, "on-demand") for s in world.ec2.subnets}
+    result = provision(world.runtime(), world.clock.now())
+    # EC2 Fleet falls through to the next override inside the same call
+    assert result.launched[0].instance_type == "m5.large" and len(world.ec2.fleet_requests) == 1
+    assert {k.instance_type for k in result.capacity_errors} == {"c5.large"}
+
+
+def test_no_capacity_anywhere_gives_up_explains_and_releases(world: FakeWorld) -> None:
+    setup_cluster(world, pods=2, pool=spot_and_on_demand_pool(limits={"cpu": "100"}))
+    world.ec2.insufficient |= {OfferingKey(t, s.zone, c) for t in ("c5.large", "c5.xlarge") for s in world.ec2.subnets for c in ("spot", "on-demand")}
+    result = provision(world.runtime(), world.clock.now())
+
+    assert not result.launched
+    # every wave re-plans without the failed offerings: c5.xlarge spot, 2 x c5.large spot,
+    # then the same on-demand, and gives up after MAX_LAUNCH_ATTEMPTS plans
+    assert result.plans == MAX_LAUNCH_ATTEMPTS
+    assert [(r.capacity_type, r.overrides[0].instance_type) for r in world.ec2.fleet_requests] == [
+        ("spot", "c5.xlarge"), ("spot", "c5.large"), ("spot", "c5.large"),
+        ("on-demand", "c5.xlarge"), ("on-demand", "c5.large"), ("on-demand", "c5.large"),
+    ]
+    assert sorted(u.pod for u in result.unschedulable) == ["default/web-0", "default/web-1"]
+    assert world.state.reservations("default") == {}
+    assert all(c.state == "closed" for c in world.state.claims_by_node_pool("default"))
+    assert world.metrics.total("InsufficientCapacity") == 2
+    assert any(r[0] == "LaunchFailures" and r[3] == {"reason": "InsufficientCapacity"} for r in world.metrics.records)
+    messages = [e.message for e in world.kube.events if e.reason == "FailedScheduling"]
+    assert messages == ["Joiner: insufficient capacity after 4 attempts: InsufficientInstanceCapacity: c5.large on-demand in us-east-1a, us-east-1b, us-east-1c"] * 2
+    # a later round tries again under a new claim id (the closed one is never reused)
+    world.ec2.insufficient.clear()
+    world.clock.advance(200)
+    again = provision(world.runtime("invocation-2"), world.clock.now())
+    assert len(again.launched) == 1 and again.launched[0].claim_id not in {c.claim_id for c in world.state.claims_by_node_pool("default") if c.state == "closed"}
+
+
+def test_throttled_create_fleet_is_reported_and_the_reservation_returned(world: FakeWorld) -> None:
+    setup_cluster(world, pods=1, pool=node_pool_json(limits={"cpu": "100"}))
+    world.ec2.fail("create_fleet", Ec2Error("Request limit exceeded.", code="RequestLimitExceeded"))
+    result = provision(world.runtime(), world.clock.now())
+    assert [f.reason for f in result.failures] == ["RequestLimitExceeded"]
+    assert "RequestLimitExceeded" in result.reason_for("default/web-0")
+    assert world.state.reservations("default") == {}
+    assert any(r[0] == "LaunchFailures" and r[3] == {"reason": "RequestLimitExceeded"} for r in world.metrics.records)
+
+
+# ---------------------------------------------------------------- lease
+
+
+def test_an_overlapping_invocation_does_nothing_while_the_lease_is_held(world: FakeWorld) -> None:
+    setup_cluster(world, pods=2)
+    now = world.clock.now()
+    assert world.state.acquire_lease(LEASE_NAME, "other-invocation", now, 60)
+    skipped = provision(world.runtime(), now)
+    assert not skipped.ran and not world.ec2.fleet_requests and "list_pods" not in world.kube.calls
+    assert world.metrics.total("ScanSkipped") == 1
+    assert world.state.lease_holder(LEASE_NAME)[0] == "other-invocation"  # not released by us
+
+    world.clock.advance(61)  # the holder died: its lease expires
+    assert provision(world.runtime(), world.clock.now()).ran
+
+
+# ---------------------------------------------------------------- explanations and bad input
+
+
+def test_unschedulable_pods_get_one_failed_scheduling_event_with_the_reason(world: FakeWorld) -> None:
+    setup_cluster(world, pods=1)
+    world.kube.add("pods", pod_json("huge", cpu="64"))
+    world.kube.add("pods", pod_json("gpu", cpu="1", node_selector={"joiner.dev/instance-gpu-name": "a100"}))
+    runtime = world.runtime()
+    result = provision(runtime, world.clock.now())
+
+    assert len(result.launched) == 1
+    assert {u.pod for u in result.unschedulable} == {"default/huge", "default/gpu"}
+    events = [e for e in world.kube.events if e.reason == "FailedScheduling"]
+    assert sorted(e.name for e in events) == ["gpu", "huge"]
+    for event in events:
+        assert event.message == f"Joiner: {result.reason_for('default/' + event.name)}" and event.event_type == "Warning"
+    world.clock.advance(5)
+    provision(runtime, world.clock.now())  # same reasons: not repeated within minutes
+    assert len([e for e in world.kube.events if e.reason == "FailedScheduling"]) == 2
+
+
+def test_a_pod_changed_between_rounds_is_planned_as_it_is_now(world: FakeWorld) -> None:
+    """Parsed pods are reused across rounds by (uid, resourceVersion): an edit is never missed."""
+    setup_cluster(world, pods=0)
+    big = world.kube.add("pods", pod_json("resized", cpu="64"))
+    runtime = world.runtime()
+    assert provision(runtime, world.clock.now()).reason_for("default/resized")
+    smaller = pod_json("resized", cpu="1", uid=big["metadata"]["uid"])
+    world.kube.add("pods", smaller)
+    world.clock.advance(10)
+    result = provision(runtime, world.clock.now())
+    assert [l.pods for l in result.launched] == [("default/resized",)] and not result.unschedulable
+
+
+def test_a_malformed_pod_is_reported_and_does_not_block_the_others(world: FakeWorld) -> None:
+    setup_cluster(world, pods=2)
+    world.kube.add("pods", pod_json("broken", cpu="lots"))
+    result = provision(world.runtime(), world.clock.now())
+    assert len(result.launched) == 1 and result.pending_pods == 2
+    assert any("broken" in message and "cpu" in message for message in result.invalid_objects)
+    (event,) = world.kube.events_for("broken", "FailedScheduling")
+    assert "spec.containers[0].resources.requests.cpu" in event.message
+
+
+def test_missing_node_class_is_explained_and_marks_the_pool_not_ready(world: FakeWorld) -> None:
+    world.kube.add("node_pools", node_pool_json(node_class="absent"))
+    world.kube.add("pods", pod_json("web"))
+    result = provision(world.runtime(), world.clock.now())
+    assert not result.launched and result.reason_for("default/web")
+    (name, status) = world.kube.status_patches[-1]
+    ready = status["conditions"][-1]
+    assert name == "default" and ready["status"] == "False" and "absent" in ready["message"]
+
+
+def test_an_invalid_node_pool_is_reported_on_the_object_and_in_its_status(world: FakeWorld) -> None:
+    setup_cluster(world, pods=1)
+    broken = node_pool_json("broken", limits={"cpu": "many"})
+    world.kube.add("node_pools", broken)
+    result = provision(world.runtime(), world.clock.now())
+    assert len(result.launched) == 1  # the valid pool still works
+    (event,) = world.kube.events_for("broken", "InvalidSpec")
+    assert "spec.limits.cpu" in event.message and event.event_type == "Warning"
+    status = dict(world.kube.status_patches)["broken"]
+    assert status["conditions"][-1]["reason"] == "InvalidSpec" and "spec.limits.cpu" in status["conditions"][-1]["message"]
+
+
+def test_node_pool_status_reports_nodes_and_resources_and_is_not_rewritten_unchanged(world: FakeWorld) -> None:
+    setup_cluster(world, pods=0)
+    world.kube.add("nodes", node_json("n1", instance_id="i-0123", labels={wk.NODEPOOL: "default"}, cpu="2", memory="4Gi"))
+    runtime = world.runtime()
+    provision(runtime, world.clock.now())
+    (name, status) = world.kube.status_patches[-1]
+    assert status["nodes"] == 1 and status["resources"]["cpu"] == "2" and status["resources"]["nodes"] == "1"
+    assert status["conditions"][-1]["status"] == "True"
+    provision(runtime, world.clock.now())
+    assert len(world.kube.status_patches) == 1
+
+
+# ---------------------------------------------------------------- the scanner loop
+
+
+def test_economy_mode_runs_one_round(world: FakeWorld) -> None:
+    setup_cluster(world, pods=1)
+    summary = run_scanner(world.runtime(), "economy")
+    assert summary.rounds == 1 and summary.to_dict()["claimsLaunched"] == 1 and not world.clock.sleeps
+
+
+def test_responsive_mode_batches_a_burst_into_one_round(world: FakeWorld) -> None:
+    setup_cluster(world, pods=0)
+    start = world.clock.now()
+    arrivals = {10: ["a-0", "a-1"], 11: ["a-2"], 12: ["a-3"]}
+
+    def sleep(seconds: float) -> None:
+        world.clock.sleep(seconds)
+        elapsed = round((world.clock.now() - start).total_seconds())
+        for name in arrivals.pop(elapsed, []):
+            world.kube.add("pods", pod_json(name, cpu="500m", memory="128Mi"))
+
+    summary = run_scanner(world.runtime(), "responsive", sleep=sleep)
+
+    assert summary.rounds == 2  # the opening round and one for the burst
+    burst = summary.results[1]
+    assert burst.pending_pods == 4 and len(burst.launched) == 1 and len(burst.launched[0].pods) == 4
+    assert 55 - 2 <= (world.clock.now() - start).total_seconds() <= 55
+    assert world.state.lease_holder(LEASE_NAME) is None
+
+
+def test_responsive_mode_does_not_wait_longer_than_batch_max(world: FakeWorld) -> None:
+    setup_cluster(world, pods=0)
+    start = world.clock.now()
+    times: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        world.clock.sleep(seconds)
+        elapsed = round((world.clock.now() - start).total_seconds())
+        if 5 <= elapsed <= 30:  # a new pod every second for 25 s
+            world.kube.add("pods", pod_json(f"p-{elapsed}", cpu="100m", memory="64Mi"))
+
+    runtime = world.runtime(settings=world.settings(batch_max_seconds=10))
+    original = runtime.state.acquire_lease
+
+    def recording(*args: object, **kwargs: object) -> bool:
+        times.append((world.clock.now() - start).total_seconds())
+        return original(*args, **kwargs)  # type: ignore[arg-type]
+
+    runtime.state.acquire_lease = recording  # type: ignore[method-assign]
+    summary = run_scanner(runtime, "responsive", sleep=sleep)
+    # first pod at 5 s, then one every second: a round at most 10 s after a batch began
+    assert times[:4] == [0, 15, 26, 31]
+    assert summary.rounds >= 4
+
+
+def test_responsive_mode_stops_before_the_lambda_timeout(world: FakeWorld) -> None:
+    setup_cluster(world, pods=0)
+    start = world.clock.now()
+    deadline = start + timedelta(seconds=30)
+
+    def remaining_ms() -> int:
+        return int((deadline - world.clock.now()).total_seconds() * 1000)
+
+    run_scanner(world.runtime(), "responsive", remaining_ms=remaining_ms)
+    assert (deadline - world.clock.now()).total_seconds() >= 14  # ROUND_RESERVE_SECONDS left over
+
+
+def test_responsive_mode_keeps_scanning_after_a_failed_round(world: FakeWorld) -> None:
+    setup_cluster(world, pods=1)
+    world.kube.fail("list_pods")
+    summary = run_scanner(world.runtime(), "responsive")
+    assert summary.errors == 1 and summary.rounds >= 1
+    assert summary.to_dict()["claimsLaunched"] == 1
+    assert world.metrics.total("ScanErrors") == 1
+
+
+# ---------------------------------------------------------------- the fake state keeps the adapter's promises
+
+
+@pytest.fixture(scope="module")
+def dynamodb_clients():  # type: ignore[no-untyped-def]
+    from moto import mock_aws
+
+    from joiner.adapters.aws import AwsClients
+    from tests.support.aws import REGION, fake_credentials
+
+    with fake_credentials(), mock_aws():
+        yield AwsClients(REGION)
+
+
+_tables = itertools.count()
+
+
+@pytest.fixture(params=["fake", "dynamodb"])
+def any_state(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
+    """The same assertions hold for the fake and for the DynamoDB adapter (on moto)."""
+    if request.param == "fake":
+        return FakeState()
+    from joiner.adapters.state import StateAdapter
+    from tests.support.aws import create_state_table
+
+    clients = request.getfixturevalue("dynamodb_clients")
+    name = create_state_table(clients.dynamodb, f"contract-{next(_tables)}")
+    return StateAdapter(clients.table(name), FakeClock())
+
+
+def test_state_contract_claims(any_state) -> None:  # type: ignore[no-untyped-def]
+    now = EPOCH
+    claim = ClaimRecord("default-1", "default", "reserved", now, pods=("default/a",), reserved=Resources({"cpu": 2000}))
+    assert any_state.put_claim(claim) is True
+    assert any_state.put_claim(claim) is False
+    updated = any_state.update_claim("default-1", state="launched", instance_id="i-1", launched_at=now)
+    assert updated.state == "launched" and updated.instance_id == "i-1" and updated.reserved == Resources({"cpu": 2000})
+    assert any_state.claim_by_instance("i-1").claim_id == "default-1"
+    with pytest.raises(LookupError):
+        any_state.update_claim("missing", state="closed")
+    any_state.update_claim("default-1", state="closed", closed_at=now, reason="test")
+    assert any_state.open_claims() == [] and any_state.get_claim("default-1").state == "closed"
+
+
+def test_state_contract_reservations(any_state) -> None:  # type: ignore[no-untyped-def]
+    limits = Resources({"cpu": 6000})
+    two = Resources({"cpu": 2000, "memory": 4 * 2**30 * 1000})
+    assert any_state.reserve_capacity("p", "a", two, limits, Resources({"cpu": 2000}))
+    assert any_state.reserve_capacity("p", "b", two, limits, Resources({"cpu": 2000}))
+    assert not any_state.reserve_capacity("p", "c", two, limits, Resources({"cpu": 2000}))  # 2 + 4 + 2 > 6
+    assert any_state.reserve_capacity("p", "a", two, limits, Resources({"cpu": 6000}))  # idempotent per claim
+    assert any_state.reserved_capacity("p")["cpu"] == 4000
+    any_state.release_capacity("p", "a")
+    any_state.release_capacity("p", "a")
+    assert any_state.reserved_capacity("p")["cpu"] == 2000
+    assert any_state.reserve_capacity("p", "c", two, limits, Resources({"cpu": 2000}))
+    assert any_state.reserve_capacity("q", "x", two, None, Resources())  # no limits: always
+    zero = Resources.keeping_zeros({"cpu": 0})
+    assert not any_state.reserve_capacity("r", "y", two, zero, Resources())
+
+
+def test_state_contract_lease_and_unavailable(any_state) -> None:  # type: ignore[no-untyped-def]
+    now = EPOCH
+    assert any_state.acquire_lease("provisioning", "a", now, 60)
+    assert not any_state.acquire_lease("provisioning", "b", now + timedelta(seconds=59), 60)
+    assert any_state.acquire_lease("provisioning", "a", now + timedelta(seconds=30), 60)  # renew
+    assert not any_state.acquire_lease("provisioning", "b", now + timedelta(seconds=89), 60)
+    assert any_state.acquire_lease("provisioning", "b", now + timedelta(seconds=91), 60)
+    any_state.release_lease("provisioning", "a")  # not the holder: no effect
+    assert not any_state.acquire_lease("provisioning", "a", now + timedelta(seconds=92), 60)
+    any_state.release_lease("provisioning", "b")
+    assert any_state.acquire_lease("provisioning", "a", now + timedelta(seconds=93), 60)
+
+    key = OfferingKey("c5.large", "us-east-1a", "spot")
+    any_state.mark_unavailable(key, now + UNAVAILABLE_FOR, "InsufficientInstanceCapacity")
+    assert any_state.unavailable_offerings(now + timedelta(seconds=179)) == frozenset({key})
+    assert any_state.unavailable_offerings(now + timedelta(seconds=181)) == frozenset()
+
+
+# ---------------------------------------------------------------- end to end: moto over HTTP + the Kubernetes emulator
+
+
+E2E_CLUSTER = "test-cluster"
+E2E_TABLE = "joiner-state"
+
+
+@pytest.fixture(scope="module")
+def moto_server():  # type: ignore[no-untyped-def]
+    from tests.support.aws import SerialMotoServer, fake_credentials
+
+    with fake_credentials():
+        server = SerialMotoServer()
+        server.start()
+        try:
+            yield server
+        finally:
+            server.stop()
+
+
+class E2E:
+    """A cluster on moto (EC2, SSM, EKS, DynamoDB over HTTP) and the Kubernetes emulator,
+    driven through the real adapters."""
+
+    def __init__(self, server, emulator) -> None:  # type: ignore[no-untyped-def]
+        import urllib3
+
+        from joiner.adapters.aws import AwsClients
+        from tests.support.aws import REGION, create_eks_cluster, create_network, create_state_table, moto_amis, put_eks_ami_parameters
+
+        urllib3.PoolManager().request("POST", f"{server.endpoint}/moto-api/reset")
+        self.server = server
+        self.emulator = emulator
+        self.clock = FakeClock()
+        self.metrics = RecordingMetrics()
+        self.clients = AwsClients(REGION, server.endpoint)
+        self.network = create_network(self.clients.ec2, E2E_CLUSTER)
+        create_eks_cluster(self.clients.eks, E2E_CLUSTER, list(self.network.subnets.values()))
+        put_eks_ami_parameters(moto_amis(self.clients.ec2))
+        create_state_table(self.clients.dynamodb, E2E_TABLE)
+        self.kube_sleeps: list[float] = []
+        self.kube_clients: list = []
+        emulator.apply(node_class_json(discovery=E2E_CLUSTER))
+
+    def runtime(self, invocation_id: str = "invocation-1", *, clock: FakeClock | None = None, clients=None):  # type: ignore[no-untyped-def]
+        from joiner.adapters.ec2 import Ec2Adapter
+        from joiner.adapters.kubernetes import KubernetesClient
+        from joiner.adapters.state import StateAdapter
+        from joiner.services.context import build_runtime
+        from joiner.settings import Settings
+        from tests.support.aws import REGION
+
+        clock = clock or self.clock
+        clients = clients or self.clients
+        kube = KubernetesClient(self.emulator.url, sleep=self.kube_sleeps.append, random=lambda: 1.0, timeout=(2.0, 5.0))
+        self.kube_clients.append(kube)
+        settings = Settings(
+            cluster_name=E2E_CLUSTER, region=REGION, state_table=E2E_TABLE, idempotency_table=E2E_TABLE,
+            kubernetes_host=self.emulator.url, aws_endpoint_url=self.server.endpoint,
+        )
+        return build_runtime(
+            settings,
+            kube_port=kube,
+            ec2_port=Ec2Adapter(clients.ec2, clients.ssm, clients.eks, E2E_CLUSTER, clock, default_instance_profile="JoinerNodeRole"),
+            state_port=StateAdapter(clients.table(E2E_TABLE), clock),
+            catalog_value=small_catalog(),
+            clock=clock,
+            sleep=clock.sleep,
+            metric=self.metrics,
+            invocation_id=invocation_id,
+        )
+
+    def instances(self) -> list[dict]:
+        reservations = self.clients.ec2.describe_instances(
+            Filters=[{"Name": "tag:joiner.dev/cluster", "Values": [E2E_CLUSTER]}, {"Name": "instance-state-name", "Values": ["pending", "running"]}]
+        )["Reservations"]
+        return sorted((i for r in reservations for i in r["Instances"]), key=lambda i: i["InstanceId"])
+
+    def close(self) -> None:
+        for kube in self.kube_clients:
+            kube.close()
+
+
+@pytest.fixture
+def e2e(moto_server, kube_emulator):  # type: ignore[no-untyped-def]
+    world = E2E(moto_server, kube_emulator)
+    yield world
+    world.close()
+
+
+def tags_of(instance: dict) -> dict[str, str]:
+    return {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
+
+
+@pytest.mark.slow
+def test_e2e_pending_pods_launch_tagged_instances_that_register(e2e: E2E) -> None:
+    import base64
+
+    e2e.emulator.apply(node_pool_json(labels={"team": "a"}))
+    for index in range(3):
+        e2e.emulator.apply(pod_json(f"web-{index}", cpu="1", memory="256Mi"))
+
+    first = provision(e2e.runtime("invocation-1"), e2e.clock.now())
+    (launched,) = first.launched
+    (instance,) = e2e.instances()
+    tags = tags_of(instance)
+    assert instance["InstanceId"] == launched.instance_id and instance["InstanceType"] == "c5.xlarge"
+    assert instance["SubnetId"] in e2e.network.subnets.values()  # never the untagged decoy subnet
+    assert tags["joiner.dev/nodeclaim"] == launched.claim_id and tags["joiner.dev/nodepool"] == "default"
+    assert tags["joiner.dev/cluster"] == E2E_CLUSTER and tags[f"kubernetes.io/cluster/{E2E_CLUSTER}"] == "owned"
+    assert tags["joiner.dev/managed-by"] == E2E_CLUSTER and tags["Name"] == f"{E2E_CLUSTER}/default"
+    template = instance.get("LaunchTemplate") or {}
+    versions = e2e.clients.ec2.describe_launch_template_versions(LaunchTemplateId=template.get("LaunchTemplateId") or e2e.clients.ec2.describe_launch_templates()["LaunchTemplates"][0]["LaunchTemplateId"])
+    user_data = base64.b64decode(versions["LaunchTemplateVersions"][0]["LaunchTemplateData"]["UserData"]).decode()
+    assert E2E_CLUSTER in user_data and "joiner.dev/nodepool=default" in user_data and "team=a" in user_data
+    claim = e2e.runtime().state.get_claim(launched.claim_id)
+    assert claim is not None and claim.state == "launched" and claim.instance_id == launched.instance_id
+    nominated = [e for e in e2e.emulator.list("Event") if e["reason"] == "Nominated"]
+    assert sorted(e["involvedObject"]["name"] for e in nominated) == ["web-0", "web-1", "web-2"]
+
+    # a duplicate invocation for the same pods launches nothing
+    e2e.clock.advance(20)
+    second = provision(e2e.runtime("invocation-2"), e2e.clock.now())
+    assert not second.launched and second.pending_pods == 3 and len(e2e.instances()) == 1
+
+    # the kubelet registers; the next round records it and labels the Node
+    e2e.emulator.apply(node_json("ip-10-0-1-5", instance_id=launched.instance_id, zone=launched.zone, instance_type="c5.xlarge", cpu="4", memory="8Gi"))
+    e2e.clock.advance(40)
+    third = provision(e2e.runtime("invocation-3"), e2e.clock.now())
+    assert third.registration.registered == (launched.claim_id,) and third.registration.initialized == (launched.claim_id,)
+    labels = e2e.emulator.get("Node", "ip-10-0-1-5")["metadata"]["labels"]
+    assert labels[wk.NODECLAIM] == launched.claim_id and labels[wk.NODEPOOL] == "default" and labels[wk.INITIALIZED] == "true"
+    status = e2e.emulator.get("NodePool", "default")["status"]
+    assert status["nodes"] == 1 and status["resources"]["cpu"] == "4"
+
+
+@pytest.mark.slow
+def test_e2e_capacity_errors_fall_back_in_the_same_invocation(e2e: E2E) -> None:
+    from tests.support.aws import inject_capacity_errors
+
+    e2e.emulator.apply(spot_and_on_demand_pool())
+    e2e.emulator.apply(pod_json("web", cpu="1", memory="256Mi"))
+    runtime = e2e.runtime()
+    ec2_client = e2e.clients.ec2
+    injector = inject_capacity_errors(ec2_client, lambda instance_type, zone: injector.calls == 1)  # the first call: nothing anywhere
+    try:
+        result = provision(runtime, e2e.clock.now())
+    finally:
+        ec2_client.meta.events.unregister("before-call.ec2.CreateFleet", injector.before_call)
+        ec2_client.meta.events.unregister("after-call.ec2.CreateFleet", injector.after_call)
+
+    assert injector.calls == 2
+    (launched,) = result.launched
+    assert launched.capacity_type == "on-demand" and launched.attempts == 2
+    (instance,) = e2e.instances()
+    assert instance.get("InstanceLifecycle") != "spot"
+    assert tags_of(instance)["joiner.dev/client-token"] == client_token(launched.claim_id, 1)
+    unavailable = runtime.state.unavailable_offerings(e2e.clock.now())
+    assert OfferingKey("c5.large", "us-east-1a", "spot") in unavailable and all(k.capacity_type == "spot" for k in unavailable)
+    assert runtime.state.unavailable_offerings(e2e.clock.now() + UNAVAILABLE_FOR) == frozenset()
+
+
+@pytest.mark.slow
+def test_e2e_api_faults_are_retried_then_reported(e2e: E2E, monkeypatch: pytest.MonkeyPatch) -> None:
+    import botocore.endpoint
+
+    from joiner.ports import KubernetesError
+    from tests.support.aws import ErrorInjector, inject_error
+
+    botocore_sleeps: list[float] = []
+    monkeypatch.setattr(botocore.endpoint.time, "sleep", botocore_sleeps.append)
+    e2e.emulator.apply(node_pool_json(limits={"cpu": "100"}))
+    e2e.emulator.apply(pod_json("web", cpu="1", memory="256Mi"))
+
+    # transient: two 500s listing pods and two throttled CreateFleet attempts are absorbed by retries
+    e2e.emulator.fail_next("GET", "/api/v1/pods", status=500, times=2)
+    transient = inject_error(e2e.clients.ec2, "CreateFleet", ErrorInjector(failures=2))
+    try:
+        result = provision(e2e.runtime("invocation-1"), e2e.clock.now())
+    finally:
+        e2e.clients.ec2.meta.events.unregister("before-send.ec2.CreateFleet", transient)
+    assert len(result.launched) == 1 and transient.attempts == 3 and len(e2e.kube_sleeps) == 2
+    reserved_before = e2e.runtime().state.reserved_capacity("default")
+    assert reserved_before["cpu"] == 2000  # shrunk from the largest candidate to the c5.large launched
+
+    # persistent throttling: reported on the pod and in metrics, the reservation returned
+    e2e.emulator.apply(pod_json("late", cpu="1", memory="256Mi", node_selector={"topology.kubernetes.io/zone": "us-east-1c"}))
+    persistent = inject_error(e2e.clients.ec2, "CreateFleet", ErrorInjector())
+    e2e.clock.advance(30)
+    runtime = e2e.runtime("invocation-2")
+    try:
+        failed = provision(runtime, e2e.clock.now())
+    finally:
+        e2e.clients.ec2.meta.events.unregister("before-send.ec2.CreateFleet", persistent)
+    assert persistent.attempts == 5 and not failed.launched
+    assert [f.reason for f in failed.failures] == ["RequestLimitExceeded"]
+    events = [e for e in e2e.emulator.list("Event") if e["reason"] == "FailedScheduling" and e["involvedObject"]["name"] == "late"]
+    assert len(events) == 1 and "RequestLimitExceeded" in events[0]["message"]
+    assert runtime.state.reserved_capacity("default") == reserved_before  # the failed claim's was returned
+
+    # the Kubernetes API down for longer than the client's retries: the round fails loudly
+    e2e.emulator.fail_next("GET", "/api/v1/pods", status=500, times=10)
+    with pytest.raises(KubernetesError) as error:
+        provision(e2e.runtime("invocation-3"), e2e.clock.now())
+    assert error.value.status == 500
+    assert runtime.state.acquire_lease(LEASE_NAME, "someone-else", e2e.clock.now(), 60)  # released despite the failure
+
+
+@pytest.mark.slow
+def test_e2e_two_scanners_racing_never_exceed_the_limit_nor_launch_twice(e2e: E2E) -> None:
+    """Two invocations in threads against DynamoDB/EC2 over HTTP; B's clock is past A's
+    lease, so both run their rounds at the same time."""
+    from joiner.adapters.aws import AwsClients
+    from tests.support.aws import REGION
+
+    pool = node_pool_json(requirements=[{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c5.large"]}], limits={"cpu": "6"})
+    e2e.emulator.apply(pool)
+    for index in range(8):
+        e2e.emulator.apply(pod_json(f"web-{index}", cpu="1500m", memory="256Mi"))
+    runtimes = [
+        e2e.runtime("scanner-a", clock=FakeClock(EPOCH), clients=AwsClients(REGION, e2e.server.endpoint)),
+        e2e.runtime("scanner-b", clock=FakeClock(EPOCH + timedelta(minutes=2)), clients=AwsClients(REGION, e2e.server.endpoint)),
+    ]
+    a_holds_lease = threading.Event()
+    runtimes[0].kube_port = Signalling(runtimes[0].kube_port, a_holds_lease)
+    results: list = []
+    errors: list = []
+
+    def scan(runtime) -> None:  # type: ignore[no-untyped-def]
+        try:
+            results.append(provision(runtime, runtime.clock.now()))
+        except Exception as error:  # noqa: BLE001
+            errors.append(error)
+
+    threads = [threading.Thread(target=scan, args=(r,)) for r in runtimes]
+    threads[0].start()
+    assert a_holds_lease.wait(timeout=10)
+    e2e.emulator.apply(pod_json("web-8", cpu="1500m", memory="256Mi"))  # B reads a later cluster
+    threads[1].start()
+    for thread in threads:
+        thread.join(timeout=60)
+
+    assert not errors and len(results) == 2 and all(r.ran for r in results)
+    instances = e2e.instances()
+    assert len(instances) <= 3  # 6 CPU of c5.large
+    claims = [tags_of(i)["joiner.dev/nodeclaim"] for i in instances]
+    assert len(claims) == len(set(claims))  # never two instances for one claim
+    assert runtimes[0].state.reserved_capacity("default")["cpu"] <= 6000

@@ -1,0 +1,133 @@
+"""Registration: Nodes matched to claims by providerID, labels, initialization, timeouts."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from joiner.domain import labels as wk
+from joiner.domain.model import NodePool, Taint
+from joiner.domain.resources import Resources
+from joiner.domain.snapshot import parse_node
+from joiner.ports import ClaimRecord
+from joiner.services.registration import REGISTRATION_TIMEOUT, reconcile_registration
+from tests.support.fakes import FakeWorld, fake_world, node_json
+
+STARTUP = Taint("example.com/agent-not-ready", "", "NoSchedule")
+
+
+@pytest.fixture
+def world() -> FakeWorld:
+    return fake_world()
+
+
+def launched_claim(world: FakeWorld, claim_id: str = "default-abc", instance_id: str = "i-00000000000000001", *, minutes_ago: float = 2) -> ClaimRecord:
+    launched_at = world.clock.now() - timedelta(minutes=minutes_ago)
+    claim = ClaimRecord(
+        claim_id=claim_id, node_pool="default", state="launched", created_at=launched_at, instance_id=instance_id,
+        instance_type="c5.large", zone="us-east-1a", capacity_type="spot", price=0.03, pods=("default/web",),
+        reserved=Resources({"cpu": 2000}), launched_at=launched_at,
+    )
+    world.state.put_claim(claim)
+    world.state.reserve_capacity("default", claim_id, claim.reserved, Resources({"cpu": 10_000}), Resources())
+    return claim
+
+
+def nodes(world: FakeWorld) -> list:
+    return [parse_node(obj) for obj in world.kube.list_nodes()]
+
+
+def register(world: FakeWorld, pools: dict[str, NodePool] | None = None):  # type: ignore[no-untyped-def]
+    return reconcile_registration(world.runtime(), world.state.open_claims(), nodes(world), pools or {"default": NodePool("default")}, world.clock.now())
+
+
+def test_a_node_with_the_claims_instance_registers_it_labels_it_and_releases_the_reservation(world: FakeWorld) -> None:
+    claim = launched_claim(world)
+    world.kube.add("nodes", node_json("ip-10-0-0-1", instance_id=claim.instance_id, ready=False))
+    result = register(world)
+
+    assert result.registered == (claim.claim_id,) and result.initialized == ()
+    stored = world.state.get_claim(claim.claim_id)
+    assert stored is not None and stored.state == "registered" and stored.node_name == "ip-10-0-0-1"
+    assert stored.registered_at == world.clock.now()
+    assert world.state.reservations("default") == {}
+    labels = world.kube.get("nodes", None, "ip-10-0-0-1")["metadata"]["labels"]
+    assert labels[wk.NODECLAIM] == claim.claim_id and labels[wk.NODEPOOL] == "default"
+    assert labels[wk.CAPACITY_TYPE] == "spot" and labels[wk.REGISTERED] == "true" and wk.INITIALIZED not in labels
+    assert result.node_pools == {"ip-10-0-0-1": "default"}
+    assert world.metrics.total("NodesRegistered") == 1
+
+
+def test_initialized_only_once_ready_and_startup_taints_are_gone(world: FakeWorld) -> None:
+    claim = launched_claim(world)
+    pools = {"default": NodePool("default", startup_taints=(STARTUP,))}
+    world.kube.add("nodes", node_json("n1", instance_id=claim.instance_id, taints=[STARTUP.to_dict()]))
+    assert register(world, pools).initialized == ()
+
+    world.kube.patch_node("n1", {"spec": {"taints": []}})
+    world.clock.advance(30)
+    result = register(world, pools)
+    assert result.initialized == (claim.claim_id,) and result.registered == ()
+    stored = world.state.get_claim(claim.claim_id)
+    assert stored is not None and stored.state == "initialized" and stored.initialized_at == world.clock.now()
+    assert world.kube.get("nodes", None, "n1")["metadata"]["labels"][wk.INITIALIZED] == "true"
+
+
+def test_labels_already_set_are_kept_and_a_settled_node_is_not_patched_again(world: FakeWorld) -> None:
+    claim = launched_claim(world)
+    world.kube.add("nodes", node_json("n1", instance_id=claim.instance_id, labels={wk.CAPACITY_TYPE: "on-demand"}))
+    register(world)
+    labels = world.kube.get("nodes", None, "n1")["metadata"]["labels"]
+    assert labels[wk.CAPACITY_TYPE] == "on-demand"  # set "if missing"
+    patches = len(world.kube.node_patches)
+    register(world)
+    assert len(world.kube.node_patches) == patches
+
+
+def test_no_node_within_the_timeout_terminates_and_closes_the_claim(world: FakeWorld) -> None:
+    claim = launched_claim(world, minutes_ago=REGISTRATION_TIMEOUT.total_seconds() / 60 - 1)
+    assert register(world).timed_out == ()
+    assert world.ec2.terminated == []
+
+    world.clock.advance(61)
+    result = register(world)
+    assert result.timed_out == (claim.claim_id,) and result.claims == ()
+    assert world.ec2.terminated == [claim.instance_id]
+    stored = world.state.get_claim(claim.claim_id)
+    assert stored is not None and stored.state == "closed" and stored.reason == "registration timeout"
+    assert world.state.reservations("default") == {}
+    assert world.metrics.total("RegistrationTimeouts") == 1
+
+
+def test_a_failing_termination_keeps_the_claim_for_the_next_round(world: FakeWorld) -> None:
+    claim = launched_claim(world, minutes_ago=20)
+    world.ec2.fail("terminate_instances")
+    result = register(world)
+    assert result.timed_out == () and [c.claim_id for c in result.claims] == [claim.claim_id] and result.errors
+    assert world.state.get_claim(claim.claim_id).state == "launched"  # type: ignore[union-attr]
+    assert world.state.reservations("default")  # still counted
+    assert register(world).timed_out == (claim.claim_id,)
+
+
+def test_one_broken_node_does_not_block_the_others(world: FakeWorld) -> None:
+    first = launched_claim(world, "default-a", "i-0000000000000000a")
+    second = launched_claim(world, "default-b", "i-0000000000000000b")
+    world.kube.add("nodes", node_json("n-a", instance_id=first.instance_id))
+    world.kube.add("nodes", node_json("n-b", instance_id=second.instance_id))
+    world.kube.fail("patch_node")
+    result = register(world)
+    assert set(result.registered) == {"default-a", "default-b"} and len(result.errors) == 1
+    assert result.labeled_nodes == ("n-b",)
+    register(world)  # the next round labels the first
+    assert wk.NODECLAIM in world.kube.get("nodes", None, "n-a")["metadata"]["labels"]
+
+
+def test_nodes_of_other_instances_and_deleting_nodes_do_not_register_claims(world: FakeWorld) -> None:
+    claim = launched_claim(world)
+    world.kube.add("nodes", node_json("other", instance_id="i-0fffffffffffffff0"))
+    leaving = node_json("leaving", instance_id=claim.instance_id)
+    leaving["metadata"]["deletionTimestamp"] = "2025-01-06T09:00:00Z"
+    world.kube.add("nodes", leaving)
+    result = register(world)
+    assert result.registered == () and [c.state for c in result.claims] == ["launched"]
