@@ -1,0 +1,184 @@
+"""Joiner's deployment settings: one validated value object, read from CDK context or props.
+
+Every setting has a context key (``cdk deploy -c clusterName=prod``) and a keyword of
+:class:`JoinerConfig`; ``docs/infra.md`` has the reference table. Validation happens
+here, before any construct exists, so a typo fails synth with one line naming the key.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["ConfigError", "JoinerConfig", "RETENTION_DAY_NAMES", "CONTEXT_KEYS"]
+
+#: CloudWatch Logs retention periods (days) -> aws_logs.RetentionDays member name.
+RETENTION_DAY_NAMES: dict[int, str] = {
+    1: "ONE_DAY", 3: "THREE_DAYS", 5: "FIVE_DAYS", 7: "ONE_WEEK", 14: "TWO_WEEKS",
+    30: "ONE_MONTH", 60: "TWO_MONTHS", 90: "THREE_MONTHS", 120: "FOUR_MONTHS",
+    150: "FIVE_MONTHS", 180: "SIX_MONTHS", 365: "ONE_YEAR", 400: "THIRTEEN_MONTHS",
+    545: "EIGHTEEN_MONTHS", 731: "TWO_YEARS", 1096: "THREE_YEARS", 1827: "FIVE_YEARS",
+    2192: "SIX_YEARS", 2557: "SEVEN_YEARS", 2922: "EIGHT_YEARS", 3288: "NINE_YEARS",
+    3653: "TEN_YEARS",
+}
+
+#: context key -> JoinerConfig field
+CONTEXT_KEYS: dict[str, str] = {
+    "clusterName": "cluster_name",
+    "region": "region",
+    "vpcId": "vpc_id",
+    "subnetIds": "subnet_ids",
+    "securityGroupId": "security_group_id",
+    "scannerMode": "scanner_mode",
+    "logRetentionDays": "log_retention_days",
+    "alarmEmail": "alarm_email",
+    "alarmTopicArn": "alarm_topic_arn",
+    "nodeRoleArn": "node_role_arn",
+    "createAccessEntry": "create_access_entry",
+}
+
+# EKS: 1-100 characters, alphanumerics, hyphens and underscores, starting alphanumeric.
+_CLUSTER_NAME = re.compile(r"^[0-9A-Za-z][A-Za-z0-9\-_]{0,99}$")
+_REGION = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d$")
+_VPC_ID = re.compile(r"^vpc-[0-9a-f]{8,17}$")
+_SUBNET_ID = re.compile(r"^subnet-[0-9a-f]{8,17}$")
+_SECURITY_GROUP_ID = re.compile(r"^sg-[0-9a-f]{8,17}$")
+_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+_TOPIC_ARN = re.compile(r"^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_-]{1,256}$")
+_ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/(?:[\w+=,.@-]+/)*([\w+=,.@-]{1,64})$")
+
+
+class ConfigError(ValueError):
+    """A missing or malformed Joiner setting; the message names the context key."""
+
+
+@dataclass(frozen=True, slots=True)
+class JoinerConfig:
+    """Validated settings for one Joiner deployment (one EKS cluster).
+
+    ``region`` only selects the stack's region (:class:`infra.stack.JoinerStack`); the
+    :class:`infra.joiner.Joiner` construct always uses the region of the stack it is in.
+    """
+
+    cluster_name: str
+    region: str | None = None
+    vpc_id: str | None = None
+    subnet_ids: tuple[str, ...] = ()
+    security_group_id: str | None = None
+    scanner_mode: str = "responsive"
+    log_retention_days: int = 30
+    alarm_email: str | None = None
+    alarm_topic_arn: str | None = None
+    node_role_arn: str | None = None
+    create_access_entry: bool = True
+
+    def __post_init__(self) -> None:
+        def fail(key: str, message: str) -> None:
+            raise ConfigError(f"context {key!r}: {message}")
+
+        if not isinstance(self.cluster_name, str) or not self.cluster_name:
+            fail("clusterName", "is required (cdk deploy -c clusterName=<your EKS cluster>)")
+        if not _CLUSTER_NAME.match(self.cluster_name):
+            fail("clusterName", f"{self.cluster_name!r} is not a valid EKS cluster name")
+        if self.region is not None and not _REGION.match(self.region):
+            fail("region", f"{self.region!r} is not an AWS region name such as us-east-1")
+        if self.vpc_id is not None and not _VPC_ID.match(self.vpc_id):
+            fail("vpcId", f"{self.vpc_id!r} is not a VPC id (vpc-...)")
+        for subnet_id in self.subnet_ids:
+            if not _SUBNET_ID.match(subnet_id):
+                fail("subnetIds", f"{subnet_id!r} is not a subnet id (subnet-...)")
+        if self.subnet_ids and self.vpc_id is None:
+            fail("subnetIds", "needs vpcId too")
+        if self.vpc_id is not None and not self.subnet_ids:
+            fail("vpcId", "needs subnetIds (the private subnets the functions run in)")
+        if len(set(self.subnet_ids)) != len(self.subnet_ids):
+            fail("subnetIds", "lists a subnet twice")
+        if self.security_group_id is not None:
+            if not _SECURITY_GROUP_ID.match(self.security_group_id):
+                fail("securityGroupId", f"{self.security_group_id!r} is not a security group id (sg-...)")
+            if self.vpc_id is None:
+                fail("securityGroupId", "needs vpcId and subnetIds too")
+        if self.scanner_mode not in ("responsive", "economy"):
+            fail("scannerMode", f"must be 'responsive' or 'economy', got {self.scanner_mode!r}")
+        if isinstance(self.log_retention_days, bool) or self.log_retention_days not in RETENTION_DAY_NAMES:
+            allowed = ", ".join(str(days) for days in sorted(RETENTION_DAY_NAMES))
+            fail("logRetentionDays", f"must be one of {allowed}; got {self.log_retention_days!r}")
+        if self.alarm_email is not None and self.alarm_topic_arn is not None:
+            fail("alarmEmail", "give either alarmEmail (a new topic) or alarmTopicArn (an existing topic), not both")
+        if self.alarm_email is not None and not _EMAIL.match(self.alarm_email):
+            fail("alarmEmail", f"{self.alarm_email!r} is not an e-mail address")
+        if self.alarm_topic_arn is not None and not _TOPIC_ARN.match(self.alarm_topic_arn):
+            fail("alarmTopicArn", f"{self.alarm_topic_arn!r} is not an SNS topic ARN")
+        if self.node_role_arn is not None and not _ROLE_ARN.match(self.node_role_arn):
+            fail("nodeRoleArn", f"{self.node_role_arn!r} is not an IAM role ARN")
+        if not isinstance(self.create_access_entry, bool):
+            fail("createAccessEntry", f"must be true or false, got {self.create_access_entry!r}")
+
+    @property
+    def node_role_name(self) -> str:
+        """The node role's name: the last path segment of ``node_role_arn`` or the created role's name."""
+        if self.node_role_arn is not None:
+            match = _ROLE_ARN.match(self.node_role_arn)
+            assert match is not None  # validated in __post_init__
+            return match.group(1)
+        return f"JoinerNodeRole-{self.cluster_name}"[:64]
+
+    @property
+    def in_vpc(self) -> bool:
+        return self.vpc_id is not None
+
+    @classmethod
+    def from_context(cls, get: Any) -> JoinerConfig:
+        """Build from CDK context; ``get`` is ``node.try_get_context`` (or a dict's ``get``).
+
+        Values given on the command line arrive as strings (``-c subnetIds=a,b``,
+        ``-c createAccessEntry=false``); values from cdk.json keep their JSON types.
+        """
+        values: dict[str, Any] = {}
+        for key, attribute in CONTEXT_KEYS.items():
+            raw = get(key)
+            if raw is None or raw == "":
+                continue
+            values[attribute] = _coerce(key, raw)
+        if "cluster_name" not in values:
+            raise ConfigError("context 'clusterName': is required (cdk deploy -c clusterName=<your EKS cluster>)")
+        return cls(**values)
+
+
+def _coerce(key: str, raw: Any) -> Any:
+    """Context values as the fields want them; strings from ``-c key=value`` are parsed."""
+    if key == "subnetIds":
+        if isinstance(raw, str):
+            text = raw.strip()
+            if text.startswith("["):
+                try:
+                    raw = json.loads(text)
+                except json.JSONDecodeError:
+                    raise ConfigError(f"context 'subnetIds': {raw!r} is neither JSON nor a comma-separated list") from None
+            else:
+                raw = [part.strip() for part in text.split(",") if part.strip()]
+        if not isinstance(raw, Sequence) or isinstance(raw, str) or not all(isinstance(item, str) for item in raw):
+            raise ConfigError(f"context 'subnetIds': must be a list of subnet ids, got {raw!r}")
+        return tuple(raw)
+    if key == "logRetentionDays":
+        if isinstance(raw, str):
+            try:
+                return int(raw.strip())
+            except ValueError:
+                raise ConfigError(f"context 'logRetentionDays': {raw!r} is not a whole number of days") from None
+        return raw
+    if key == "createAccessEntry":
+        if isinstance(raw, str):
+            lowered = raw.strip().lower()
+            if lowered in ("true", "yes", "1"):
+                return True
+            if lowered in ("false", "no", "0"):
+                return False
+            raise ConfigError(f"context 'createAccessEntry': must be true or false, got {raw!r}")
+        return raw
+    if not isinstance(raw, str):
+        raise ConfigError(f"context {key!r}: must be a string, got {raw!r}")
+    return raw.strip()

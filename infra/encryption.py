@@ -1,0 +1,41 @@
+"""The deployment's customer-managed KMS key: tables, queues and the alarm topic use it."""
+
+from __future__ import annotations
+
+from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from constructs import Construct
+
+__all__ = ["JoinerKey"]
+
+
+class JoinerKey(Construct):
+    """One symmetric key with yearly rotation.
+
+    A single key (not one per resource) keeps the fixed cost at one key-month; the key
+    policy lets EventBridge write to the encrypted queues (granted by the rule targets)
+    and CloudWatch alarms publish to the encrypted SNS topic.
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, *, cluster_name: str) -> None:
+        super().__init__(scope, construct_id)
+        self.key = kms.Key(
+            self,
+            "Key",
+            description=f"Joiner ({cluster_name}): state tables, queues and alarm topic",
+            enable_key_rotation=True,
+            rotation_period=Duration.days(365),
+            pending_window=Duration.days(30),
+            removal_policy=RemovalPolicy.RETAIN,
+        )
+        # CloudWatch alarms publish to a KMS-encrypted topic only if CloudWatch may use the
+        # key (documented key-policy statement for alarm actions on encrypted topics).
+        self.key.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="AllowCloudWatchAlarmsToEncryptedTopic",
+                principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
+                actions=["kms:Decrypt", "kms:GenerateDataKey*"],
+                resources=["*"],
+            )
+        )

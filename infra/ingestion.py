@@ -1,0 +1,144 @@
+"""Interruption ingestion: EventBridge rules for EC2 and AWS Health events -> one SQS queue.
+
+The queue body is the raw event JSON (EventBridge's default target input); the
+interruption function consumes it with partial batch responses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import jsii
+from aws_cdk import Duration, Stack
+from aws_cdk import aws_events as events
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from infra.queues import DeadLetteredQueue, visibility_timeout_for
+
+__all__ = ["InterruptionIngestion", "InterruptionRule", "INTERRUPTION_RULES", "INTERRUPTION_QUEUE_RETENTION"]
+
+#: Karpenter keeps its interruption queue for 5 minutes because a spot warning is useless
+#: after the instance is gone. Joiner's queue also carries AWS Health scheduled changes
+#: (announced days ahead) and state changes that close claims; a day lets a consumer that
+#: was broken or throttled catch up on those after it recovers. Stale spot warnings cost
+#: nothing: the handler sees the instance already terminated and only records it.
+INTERRUPTION_QUEUE_RETENTION = Duration.days(1)
+
+
+@dataclass(frozen=True, slots=True)
+class InterruptionRule:
+    construct_id: str
+    description: str
+    source: str
+    detail_type: str
+    detail: dict[str, Any] | None = None
+
+
+INTERRUPTION_RULES: tuple[InterruptionRule, ...] = (
+    InterruptionRule("SpotInterruptionRule", "EC2 spot interruption warnings (2 minutes' notice)", "aws.ec2",
+                     "EC2 Spot Instance Interruption Warning"),
+    InterruptionRule("RebalanceRule", "EC2 rebalance recommendations (elevated spot interruption risk)", "aws.ec2",
+                     "EC2 Instance Rebalance Recommendation"),
+    InterruptionRule("StateChangeRule", "EC2 instances stopping or terminating outside Joiner", "aws.ec2",
+                     "EC2 Instance State-change Notification",
+                     {"state": ["stopping", "stopped", "shutting-down", "terminated"]}),
+    InterruptionRule("CapacityReservationInterruptionRule", "EC2 capacity reservation (Capacity Block) ending",
+                     "aws.ec2", "EC2 Capacity Reservation Instance Interruption Warning"),
+    InterruptionRule("ScheduledChangeRule", "AWS Health scheduled maintenance for EC2 instances", "aws.health",
+                     "AWS Health Event", {"service": ["EC2"], "eventTypeCategory": ["scheduledChange"]}),
+)
+
+
+#: How long EventBridge keeps retrying delivery to the queue before using the DLQ.
+DELIVERY_MAX_EVENT_AGE = Duration.hours(1)
+DELIVERY_MAX_RETRIES = 20
+
+
+@jsii.implements(events.IRuleTarget)
+class _QueueTarget:
+    """An SQS target that grants nothing itself.
+
+    ``aws_events_targets.SqsQueue`` drops the ``aws:SourceArn`` condition for KMS-encrypted
+    queues (the rule ARN in the key policy would be a dependency cycle) and so admits any
+    rule of any account; :class:`InterruptionIngestion` writes the queue and key policies.
+    """
+
+    def __init__(self, queue: sqs.IQueue, dead_letter_queue: sqs.IQueue) -> None:
+        self.queue = queue
+        self.dead_letter_queue = dead_letter_queue
+
+    def bind(self, rule: events.IRule, id: str | None = None) -> events.RuleTargetConfig:  # noqa: A002 (jsii name)
+        return events.RuleTargetConfig(
+            arn=self.queue.queue_arn,
+            target_resource=self.queue,
+            dead_letter_config=events.CfnRule.DeadLetterConfigProperty(arn=self.dead_letter_queue.queue_arn),
+            retry_policy=events.CfnRule.RetryPolicyProperty(
+                maximum_event_age_in_seconds=int(DELIVERY_MAX_EVENT_AGE.to_seconds()),
+                maximum_retry_attempts=DELIVERY_MAX_RETRIES,
+            ),
+        )
+
+
+class InterruptionIngestion(Construct):
+    """The rules in :data:`INTERRUPTION_RULES`, the encrypted ``queue`` they feed and its
+    ``dead_letter_queue`` (redrive after 5 receives; also the rules' delivery DLQ).
+
+    The queue policies (queue and DLQ) admit ``events.amazonaws.com`` only with
+    ``aws:SourceArn`` equal to one of these rules and deny non-TLS requests; the key policy
+    lets EventBridge encrypt messages for this account only (``aws:SourceAccount``).
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        key: kms.IKey,
+        consumer_timeout_seconds: int,
+        batching_window_seconds: int,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        pair = DeadLetteredQueue(
+            self,
+            "Interruption",
+            key=key,
+            visibility_timeout=visibility_timeout_for(consumer_timeout_seconds, batching_window_seconds),
+            retention_period=INTERRUPTION_QUEUE_RETENTION,
+        )
+        self.queue = pair.queue
+        self.dead_letter_queue = pair.dead_letter_queue
+        self.rules: list[events.Rule] = []
+        for spec in INTERRUPTION_RULES:
+            rule = events.Rule(
+                self,
+                spec.construct_id,
+                description=f"Joiner: {spec.description}",
+                event_pattern=events.EventPattern(source=[spec.source], detail_type=[spec.detail_type], detail=spec.detail),
+            )
+            rule.add_target(_QueueTarget(self.queue, self.dead_letter_queue))
+            self.rules.append(rule)
+        events_principal = iam.ServicePrincipal("events.amazonaws.com")
+        rule_arns = [rule.rule_arn for rule in self.rules]
+        for queue in (self.queue, self.dead_letter_queue):
+            queue.add_to_resource_policy(
+                iam.PolicyStatement(
+                    sid="AllowOnlyThisStacksInterruptionRules",
+                    principals=[events_principal],
+                    actions=["sqs:SendMessage"],
+                    resources=[queue.queue_arn],
+                    conditions={"ArnEquals": {"aws:SourceArn": rule_arns}},
+                )
+            )
+        key.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="AllowEventBridgeToEncryptQueueMessages",
+                principals=[events_principal],
+                actions=["kms:GenerateDataKey", "kms:Decrypt"],
+                resources=["*"],
+                conditions={"StringEquals": {"aws:SourceAccount": Stack.of(self).account}},
+            )
+        )

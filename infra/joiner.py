@@ -1,0 +1,106 @@
+"""``Joiner``: the reusable construct that deploys Joiner for one EKS cluster."""
+
+from __future__ import annotations
+
+from aws_cdk import AspectPriority, Aspects, CfnOutput
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from infra.access import FunctionAccess
+from infra.config import RETENTION_DAY_NAMES, JoinerConfig
+from infra.encryption import JoinerKey
+from infra.functions import ARCHITECTURE, BATCHING_WINDOW_SECONDS, FUNCTION_SPECS, RUNTIME, SPECS_BY_NAME, JoinerFunctions
+from infra.ingestion import InterruptionIngestion
+from infra.layer import JoinerLayer, LayerBundler
+from infra.monitoring import METRICS_NAMESPACE, Monitoring
+from infra.nag import JustifiedFindings
+from infra.network import FunctionNetwork
+from infra.node_role import NodeRole
+from infra.schedules import Schedules
+from infra.state import StateTables
+from infra.work_queue import WorkQueue
+
+__all__ = ["Joiner"]
+
+
+class Joiner(Construct):
+    """Everything Joiner needs in AWS for one cluster; put it in any stack::
+
+        Joiner(stack, "Joiner", config=JoinerConfig(cluster_name="prod", alarm_email="ops@example.com"))
+
+    The stack's region and account are used; the cluster must use the EKS access-entry
+    API (authentication mode ``API`` or ``API_AND_CONFIG_MAP``) unless
+    ``create_access_entry`` is false. Attributes expose the parts (``tables``,
+    ``ingestion``, ``work``, ``functions``, ``monitoring``...) for further wiring.
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, *, config: JoinerConfig, layer_bundler: LayerBundler | None = None) -> None:
+        super().__init__(scope, construct_id)
+        self.config = config
+        cluster = config.cluster_name
+        self.encryption = JoinerKey(self, "Encryption", cluster_name=cluster)
+        key = self.encryption.key
+        self.tables = StateTables(self, "State", key=key)
+        self.work = WorkQueue(
+            self, "WorkQueue", key=key,
+            consumer_timeout_seconds=SPECS_BY_NAME["termination"].timeout_seconds,
+            batching_window_seconds=BATCHING_WINDOW_SECONDS,
+        )
+        self.ingestion = InterruptionIngestion(
+            self, "Ingestion", key=key,
+            consumer_timeout_seconds=SPECS_BY_NAME["interruption"].timeout_seconds,
+            batching_window_seconds=BATCHING_WINDOW_SECONDS,
+        )
+        self.node_role = NodeRole(
+            self, "NodeRole", cluster_name=cluster, role_name=config.node_role_name,
+            node_role_arn=config.node_role_arn, create_access_entry=config.create_access_entry,
+        )
+        self.layer = JoinerLayer(self, "Layer", runtime=RUNTIME, architecture=ARCHITECTURE, bundler=layer_bundler)
+        self.network = (
+            FunctionNetwork(self, "Network", vpc_id=config.vpc_id, subnet_ids=config.subnet_ids, security_group_id=config.security_group_id)
+            if config.vpc_id is not None
+            else None
+        )
+        self.access = FunctionAccess(
+            self, "Access", cluster_name=cluster, function_names=tuple(spec.name for spec in FUNCTION_SPECS),
+            node_role_arn=self.node_role.role_arn, state_table=self.tables.state_table,
+            idempotency_table=self.tables.idempotency_table, work_queue=self.work.queue,
+            create_access_entries=config.create_access_entry, in_vpc=config.in_vpc,
+        )
+        environment = {
+            "JOINER_CLUSTER_NAME": cluster,
+            "JOINER_STATE_TABLE": self.tables.state_table.table_name,
+            "JOINER_IDEMPOTENCY_TABLE": self.tables.idempotency_table.table_name,
+            "JOINER_INTERRUPTION_QUEUE_URL": self.ingestion.queue.queue_url,
+            "JOINER_WORK_QUEUE_URL": self.work.queue.queue_url,
+            "JOINER_SCANNER_MODE": config.scanner_mode,
+            "JOINER_NODE_ROLE": self.node_role.role_name,
+            "POWERTOOLS_SERVICE_NAME": "joiner",
+            "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
+        }
+        self.functions = JoinerFunctions(
+            self, "Functions", layer=self.layer.layer, roles=self.access.roles, role_policies=self.access.policies,
+            environment=environment,
+            log_retention=getattr(logs.RetentionDays, RETENTION_DAY_NAMES[config.log_retention_days]),
+            interruption_queue=self.ingestion.queue, work_queue=self.work.queue, network=self.network,
+        )
+        self.schedules = Schedules(self, "Schedules", functions=self.functions.functions)
+        self.monitoring = Monitoring(
+            self, "Monitoring", cluster_name=cluster, key=key, functions=self.functions.functions,
+            dead_letter_queues={"Interruption": self.ingestion.dead_letter_queue, "Work": self.work.dead_letter_queue},
+            interruption_queue=self.ingestion.queue, alarm_email=config.alarm_email, alarm_topic_arn=config.alarm_topic_arn,
+        )
+        # Before cdk-nag's own aspect copies acknowledgements into the template metadata.
+        Aspects.of(self).add(JustifiedFindings(), priority=AspectPriority.MUTATING)
+
+        outputs = {
+            "StateTableName": (self.tables.state_table.table_name, "DynamoDB state table"),
+            "InterruptionQueueUrl": (self.ingestion.queue.queue_url, "SQS queue fed by the interruption rules"),
+            "WorkQueueUrl": (self.work.queue.queue_url, "SQS work queue (drain continuations)"),
+            "NodeRoleName": (self.node_role.role_name, "Role for NodeClass spec.role"),
+            "AlarmTopicArn": (self.monitoring.topic.topic_arn, "SNS topic the alarms notify"),
+        }
+        for name, function in self.functions.functions.items():
+            outputs[f"{name.capitalize()}FunctionName"] = (function.function_name, f"The {name} function")
+        for output_id, (value, description) in outputs.items():
+            CfnOutput(self, output_id, value=value, description=description)

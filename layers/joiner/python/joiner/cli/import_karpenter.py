@@ -1,0 +1,409 @@
+"""``joiner import-karpenter FILE [-o OUTPUT]``: Karpenter v1 manifests to Joiner's.
+
+A pure YAML transform: ``karpenter.sh/v1`` NodePools become ``joiner.dev/v1`` NodePools
+and ``karpenter.k8s.aws/v1`` EC2NodeClasses become ``joiner.dev/v1`` NodeClasses; every
+other document is passed through unchanged. Requirement keys are renamed
+(``karpenter.sh/capacity-type`` -> ``joiner.dev/capacity-type``,
+``karpenter.k8s.aws/instance-*`` -> ``joiner.dev/instance-*``); what Joiner cannot express
+is dropped with one warning line on stderr naming the object and field. Malformed input
+exits with status 2 and one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from joiner.cli.main import UsageError
+from joiner.domain import labels as wk
+
+__all__ = ["register", "run", "convert_documents", "Conversion", "ConversionError"]
+
+KARPENTER_NODEPOOL_API = "karpenter.sh/v1"
+KARPENTER_NODECLASS_API = "karpenter.k8s.aws/v1"
+JOINER_API = "joiner.dev/v1"
+
+_AWS_INSTANCE_PREFIX = "karpenter.k8s.aws/instance-"
+_KARPENTER_PREFIXES = ("karpenter.sh/", "karpenter.k8s.aws/")
+_CAPACITY_TYPES = (wk.CAPACITY_TYPE_SPOT, wk.CAPACITY_TYPE_ON_DEMAND)
+_AMI_ALIAS_FAMILIES = {"al2023": "AL2023", "al2": "AL2", "bottlerocket": "Bottlerocket"}
+_AMI_FAMILIES = ("AL2023", "AL2", "Bottlerocket", "Custom")
+_KUBELET_FIELDS = ("maxPods", "podsPerCore", "systemReserved", "kubeReserved", "evictionHard")
+_EBS_FIELDS = ("volumeSize", "volumeType", "iops", "throughput", "encrypted", "kmsKeyID", "deleteOnTermination", "snapshotID")
+_METADATA_OPTIONS = ("httpEndpoint", "httpProtocolIPv6", "httpPutResponseHopLimit", "httpTokens")
+#: Labels Joiner sets on each node: a NodePool may neither set nor require them.
+_PER_NODE_LABELS = frozenset({wk.NODEPOOL, wk.NODECLAIM, wk.HOSTNAME, wk.REGISTERED, wk.INITIALIZED})
+_DROPPED_ANNOTATION_PREFIXES = ("karpenter.sh/", "karpenter.k8s.aws/", "kubectl.kubernetes.io/last-applied-configuration")
+
+
+class ConversionError(ValueError):
+    """Malformed input: the message names the document, object and field."""
+
+
+class _Unconvertible(Exception):
+    """A well-formed Karpenter object Joiner has no equivalent for: passed through with a warning."""
+
+
+@dataclass
+class Conversion:
+    """Converted documents (input order) and the warnings, one line each."""
+
+    documents: list[Any] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = subparsers.add_parser(
+        "import-karpenter",
+        help="convert Karpenter v1 NodePools and EC2NodeClasses to Joiner NodePools and NodeClasses",
+        description="Convert karpenter.sh/v1 NodePool and karpenter.k8s.aws/v1 EC2NodeClass documents to "
+        "joiner.dev/v1; other documents pass through unchanged. Warnings go to stderr.",
+    )
+    parser.add_argument("file", help="multi-document YAML ('-' for stdin)")
+    parser.add_argument("-o", "--output", help="write here instead of stdout")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import yaml
+
+    try:
+        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise UsageError(f"cannot read {args.file!r}: {getattr(error, 'strerror', None) or error}") from None
+    try:
+        documents = [document for document in yaml.safe_load_all(text) if document is not None]
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise UsageError(f"{args.file}: invalid YAML{where}: {problem}") from None
+    try:
+        conversion = convert_documents(documents)
+    except ConversionError as error:
+        raise UsageError(f"{args.file}: {error}") from None
+    for warning in conversion.warnings:
+        print(f"joiner import-karpenter: warning: {warning}", file=sys.stderr)
+    class NoAliasDumper(yaml.SafeDumper):
+        """Plain manifests: repeated values are written out, never as YAML anchors."""
+
+        def ignore_aliases(self, data: Any) -> bool:
+            return True
+
+    output = yaml.dump_all(conversion.documents, Dumper=NoAliasDumper, sort_keys=False, explicit_start=True, default_flow_style=False)
+    if args.output:
+        try:
+            Path(args.output).write_text(output, encoding="utf-8")
+        except OSError as error:
+            raise UsageError(f"cannot write {args.output!r}: {error.strerror or error}") from None
+    else:
+        sys.stdout.write(output)
+    return 0
+
+
+def convert_documents(documents: Iterable[Any]) -> Conversion:
+    """Convert parsed YAML documents; ``kind: List`` documents are converted item by item."""
+    conversion = Conversion()
+    for index, document in enumerate(documents, start=1):
+        if not isinstance(document, Mapping):
+            raise ConversionError(f"document {index}: expected a Kubernetes object (a mapping), got {type(document).__name__}")
+        if document.get("kind") == "List" and isinstance(document.get("items"), list):
+            converted_list = dict(document)
+            converted_list["items"] = [
+                _convert_one(item, f"document {index} item {position}", conversion.warnings)
+                for position, item in enumerate(document["items"], start=1)
+            ]
+            conversion.documents.append(converted_list)
+        else:
+            conversion.documents.append(_convert_one(document, f"document {index}", conversion.warnings))
+    return conversion
+
+
+def _convert_one(document: Any, where: str, warnings: list[str]) -> Any:
+    if not isinstance(document, Mapping):
+        raise ConversionError(f"{where}: expected a Kubernetes object (a mapping), got {type(document).__name__}")
+    api_version, kind = document.get("apiVersion"), document.get("kind")
+    converter: Callable[[_Context], dict[str, Any]] | None = None
+    if kind == "NodePool" and api_version == KARPENTER_NODEPOOL_API:
+        converter = _node_pool
+    elif kind == "EC2NodeClass" and api_version == KARPENTER_NODECLASS_API:
+        converter = _node_class
+    elif isinstance(api_version, str) and api_version.split("/")[0] in ("karpenter.sh", "karpenter.k8s.aws") and kind in ("NodePool", "EC2NodeClass"):
+        warnings.append(f"{where}: {kind} {api_version} passed through unchanged (only {KARPENTER_NODEPOOL_API} NodePool "
+                        f"and {KARPENTER_NODECLASS_API} EC2NodeClass are converted; upgrade to Karpenter v1 first)")
+    if converter is None:
+        return document
+    metadata = document.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, Mapping) else None
+    if not isinstance(name, str) or not name:
+        raise ConversionError(f"{where}: {kind} has no metadata.name")
+    context = _Context(f"{kind} {name}", document, warnings)
+    try:
+        return converter(context)
+    except _Unconvertible as reason:
+        warnings.append(f"{context.label}: passed through unchanged: {reason}")
+        return document
+
+
+@dataclass
+class _Context:
+    """The object being converted: ``warn`` and ``fail`` name it and the field."""
+
+    label: str
+    document: Mapping[str, Any]
+    warnings: list[str]
+
+    def warn(self, path: str, message: str) -> None:
+        self.warnings.append(f"{self.label}: {path}: {message}")
+
+    def fail(self, path: str, message: str) -> None:
+        raise ConversionError(f"{self.label}: {path}: {message}")
+
+    def mapping(self, value: Any, path: str, *, required: bool = False) -> dict[str, Any]:
+        if value is None:
+            if required:
+                self.fail(path, "is required")
+            return {}
+        if not isinstance(value, Mapping):
+            self.fail(path, f"expected a mapping, got {type(value).__name__}")
+        return dict(value)
+
+    def sequence(self, value: Any, path: str) -> list[Any]:
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            self.fail(path, f"expected a list, got {type(value).__name__}")
+        return value
+
+    def drop_unknown(self, given: Mapping[str, Any], known: Iterable[str], path: str, why: str = "not supported by Joiner") -> None:
+        for key in sorted(set(given) - set(known)):
+            self.warn(f"{path}.{key}" if path else key, f"dropped ({why})")
+
+
+def _metadata(context: _Context) -> dict[str, Any]:
+    metadata = context.mapping(context.document.get("metadata"), "metadata")
+    result: dict[str, Any] = {"name": metadata["name"]}
+    labels = context.mapping(metadata.get("labels"), "metadata.labels")
+    if labels:
+        result["labels"] = labels
+    annotations = {key: value for key, value in context.mapping(metadata.get("annotations"), "metadata.annotations").items()
+                   if not key.startswith(_DROPPED_ANNOTATION_PREFIXES)}
+    if annotations:
+        result["annotations"] = annotations
+    return result
+
+
+# ---------------------------------------------------------------- NodePool
+
+
+def _requirement_key(key: str) -> str:
+    if key in wk.KARPENTER_ALIASES:
+        return wk.KARPENTER_ALIASES[key]
+    if key.startswith(_AWS_INSTANCE_PREFIX):
+        return "joiner.dev/instance-" + key[len(_AWS_INSTANCE_PREFIX):]
+    return key
+
+
+def _requirements(context: _Context, value: Any, path: str) -> list[dict[str, Any]]:
+    converted = []
+    for index, item in enumerate(context.sequence(value, path)):
+        item_path = f"{path}[{index}]"
+        requirement = context.mapping(item, item_path)
+        key = requirement.get("key")
+        if not isinstance(key, str) or not key:
+            context.fail(f"{item_path}.key", "is required")
+        operator = requirement.get("operator")
+        if not isinstance(operator, str) or not operator:
+            context.fail(f"{item_path}.operator", "is required")
+        joiner_key = _requirement_key(key)
+        if key.startswith(_KARPENTER_PREFIXES) and joiner_key not in wk.WELL_KNOWN_LABELS:
+            context.warn(f"{item_path}", f"requirement on {key} dropped: Joiner does not label nodes with it, "
+                                         "so the pool may now allow instance types this requirement excluded")
+            continue
+        if joiner_key in _PER_NODE_LABELS:
+            context.warn(f"{item_path}", f"requirement on {key} dropped: Joiner sets {joiner_key} on each node")
+            continue
+        result: dict[str, Any] = {"key": joiner_key, "operator": operator}
+        values = [str(v) for v in context.sequence(requirement.get("values"), f"{item_path}.values")]
+        if joiner_key == wk.CAPACITY_TYPE and operator in ("In", "NotIn"):
+            unsupported = [v for v in values if v not in _CAPACITY_TYPES]
+            if unsupported:
+                context.warn(f"{item_path}.values", f"capacity type(s) {', '.join(unsupported)} dropped (Joiner launches spot and on-demand)")
+                values = [v for v in values if v in _CAPACITY_TYPES]
+                if not values:
+                    context.warn(item_path, "requirement dropped: no capacity type Joiner supports is left")
+                    continue
+        if values or "values" in requirement:
+            result["values"] = values
+        if requirement.get("minValues") is not None:
+            result["minValues"] = requirement["minValues"]
+        context.drop_unknown(requirement, ("key", "operator", "values", "minValues"), item_path)
+        converted.append(result)
+    return converted
+
+
+def _taints(context: _Context, value: Any, path: str) -> list[dict[str, Any]]:
+    taints = []
+    for index, item in enumerate(context.sequence(value, path)):
+        taint = context.mapping(item, f"{path}[{index}]")
+        taints.append({key: taint[key] for key in ("key", "value", "effect") if key in taint})  # timeAdded is runtime state
+    return taints
+
+
+def _node_pool(context: _Context) -> dict[str, Any]:
+    spec = context.mapping(context.document.get("spec"), "spec", required=True)
+    template = context.mapping(spec.get("template"), "spec.template", required=True)
+    template_metadata = context.mapping(template.get("metadata"), "spec.template.metadata")
+    template_spec = context.mapping(template.get("spec"), "spec.template.spec", required=True)
+
+    out_template_metadata: dict[str, Any] = {}
+    labels = context.mapping(template_metadata.get("labels"), "spec.template.metadata.labels")
+    for key in sorted(labels):
+        if wk.normalize_label_key(key) in _PER_NODE_LABELS:
+            context.warn(f"spec.template.metadata.labels.{key}", "dropped (Joiner sets it on each node)")
+            del labels[key]
+    if labels:
+        out_template_metadata["labels"] = labels
+    annotations = context.mapping(template_metadata.get("annotations"), "spec.template.metadata.annotations")
+    if annotations:
+        out_template_metadata["annotations"] = annotations
+
+    ref = context.mapping(template_spec.get("nodeClassRef"), "spec.template.spec.nodeClassRef", required=True)
+    ref_name = ref.get("name")
+    if not isinstance(ref_name, str) or not ref_name:
+        context.fail("spec.template.spec.nodeClassRef.name", "is required")
+    if (ref.get("group"), ref.get("kind")) not in (("karpenter.k8s.aws", "EC2NodeClass"), (None, None)):
+        context.warn("spec.template.spec.nodeClassRef", f"{ref.get('group')}/{ref.get('kind')} rewritten to joiner.dev/NodeClass")
+    out_spec: dict[str, Any] = {"nodeClassRef": {"group": "joiner.dev", "kind": "NodeClass", "name": ref_name}}
+    requirements = _requirements(context, template_spec.get("requirements"), "spec.template.spec.requirements")
+    if requirements:
+        out_spec["requirements"] = requirements
+    for taint_field in ("taints", "startupTaints"):
+        taints = _taints(context, template_spec.get(taint_field), f"spec.template.spec.{taint_field}")
+        if taints:
+            out_spec[taint_field] = taints
+    for duration_field in ("expireAfter", "terminationGracePeriod"):
+        if template_spec.get(duration_field) is not None:
+            out_spec[duration_field] = template_spec[duration_field]
+    context.drop_unknown(template_spec, ("nodeClassRef", "requirements", "taints", "startupTaints", "expireAfter",
+                                         "terminationGracePeriod"), "spec.template.spec")
+    context.drop_unknown(template, ("metadata", "spec"), "spec.template")
+
+    template_out: dict[str, Any] = {}
+    if out_template_metadata:
+        template_out["metadata"] = out_template_metadata
+    template_out["spec"] = out_spec
+    out: dict[str, Any] = {"template": template_out}
+
+    if spec.get("disruption") is not None:
+        disruption = context.mapping(spec["disruption"], "spec.disruption")
+        out_disruption = {key: copy.deepcopy(disruption[key]) for key in ("consolidationPolicy", "consolidateAfter", "budgets")
+                          if key in disruption}
+        context.drop_unknown(disruption, ("consolidationPolicy", "consolidateAfter", "budgets"), "spec.disruption")
+        if out_disruption:
+            out["disruption"] = out_disruption
+    if spec.get("limits") is not None:
+        out["limits"] = copy.deepcopy(context.mapping(spec["limits"], "spec.limits"))
+    if spec.get("weight") is not None:
+        out["weight"] = spec["weight"]
+    context.drop_unknown(spec, ("template", "disruption", "limits", "weight"), "spec")
+    return {"apiVersion": JOINER_API, "kind": "NodePool", "metadata": _metadata(context), "spec": out}
+
+
+# ---------------------------------------------------------------- NodeClass
+
+
+def _selector_terms(context: _Context, value: Any, path: str, fields: tuple[str, ...]) -> list[dict[str, Any]]:
+    terms = []
+    for index, item in enumerate(context.sequence(value, path)):
+        term_path = f"{path}[{index}]"
+        term = context.mapping(item, term_path)
+        kept = {key: copy.deepcopy(term[key]) for key in fields if key in term}
+        context.drop_unknown(term, fields, term_path)
+        if not kept:
+            context.warn(term_path, "term dropped: none of its fields is supported by Joiner")
+            continue
+        terms.append(kept)
+    return terms
+
+
+def _restricted_tag(key: str) -> bool:
+    return key.startswith("kubernetes.io/cluster/") or key in (
+        "joiner.dev/cluster", wk.NODEPOOL, wk.NODECLAIM, wk.MANAGED_BY_TAG, "eks:eks-cluster-name",
+        "karpenter.sh/nodepool", "karpenter.sh/nodeclaim", "karpenter.k8s.aws/ec2nodeclass",
+    )
+
+
+def _node_class(context: _Context) -> dict[str, Any]:
+    spec = context.mapping(context.document.get("spec"), "spec", required=True)
+    out: dict[str, Any] = {}
+
+    ami_terms = _selector_terms(context, spec.get("amiSelectorTerms"), "spec.amiSelectorTerms", ("alias", "id", "name", "owner", "tags"))
+    family = spec.get("amiFamily")
+    aliases = [term["alias"] for term in ami_terms if "alias" in term]
+    if aliases:
+        alias_family = str(aliases[0]).partition("@")[0]
+        if alias_family not in _AMI_ALIAS_FAMILIES:
+            raise _Unconvertible(f"spec.amiSelectorTerms alias {aliases[0]!r} (Joiner supports {', '.join(sorted(_AMI_ALIAS_FAMILIES))} aliases)")
+        family = _AMI_ALIAS_FAMILIES[alias_family]
+    if family is not None:
+        if family not in _AMI_FAMILIES:
+            raise _Unconvertible(f"spec.amiFamily {family!r} (Joiner supports {', '.join(_AMI_FAMILIES)})")
+        out["amiFamily"] = family
+    if ami_terms:
+        out["amiSelectorTerms"] = ami_terms
+    for terms_field, fields in (("subnetSelectorTerms", ("id", "tags")), ("securityGroupSelectorTerms", ("id", "name", "tags"))):
+        terms = _selector_terms(context, spec.get(terms_field), f"spec.{terms_field}", fields)
+        if not terms:
+            context.fail(f"spec.{terms_field}", "is required (at least one term Joiner supports)")
+        out[terms_field] = terms
+    for identity in ("role", "instanceProfile"):
+        if spec.get(identity) is not None:
+            out[identity] = spec[identity]
+    if "role" in out:
+        context.warn("spec.role", f"{out['role']}: Joiner may only pass the node role of its stack to EC2 and needs an instance "
+                                  "profile of the same name; deploy Joiner with -c nodeRoleArn=<this role's ARN> or use its role")
+    if spec.get("kubelet") is not None:
+        kubelet = context.mapping(spec["kubelet"], "spec.kubelet")
+        context.drop_unknown(kubelet, _KUBELET_FIELDS, "spec.kubelet")
+        kept = {key: copy.deepcopy(kubelet[key]) for key in _KUBELET_FIELDS if key in kubelet}
+        if kept:
+            out["kubelet"] = kept
+    mappings = []
+    for index, item in enumerate(context.sequence(spec.get("blockDeviceMappings"), "spec.blockDeviceMappings")):
+        path = f"spec.blockDeviceMappings[{index}]"
+        mapping = context.mapping(item, path)
+        converted = {key: copy.deepcopy(mapping[key]) for key in ("deviceName", "rootVolume") if key in mapping}
+        if mapping.get("ebs") is not None:
+            ebs = context.mapping(mapping["ebs"], f"{path}.ebs")
+            context.drop_unknown(ebs, _EBS_FIELDS, f"{path}.ebs")
+            converted["ebs"] = {key: ebs[key] for key in _EBS_FIELDS if key in ebs}
+        context.drop_unknown(mapping, ("deviceName", "rootVolume", "ebs"), path)
+        mappings.append(converted)
+    if mappings:
+        out["blockDeviceMappings"] = mappings
+    tags = context.mapping(spec.get("tags"), "spec.tags")
+    for key in sorted(tags):
+        if _restricted_tag(key):
+            context.warn(f"spec.tags.{key}", "dropped (Joiner sets this tag itself)")
+            del tags[key]
+    if tags:
+        out["tags"] = tags
+    if spec.get("metadataOptions") is not None:
+        options = context.mapping(spec["metadataOptions"], "spec.metadataOptions")
+        context.drop_unknown(options, _METADATA_OPTIONS, "spec.metadataOptions")
+        out["metadataOptions"] = {key: options[key] for key in _METADATA_OPTIONS if key in options}
+    if spec.get("userData") is not None:
+        out["userData"] = spec["userData"]
+    context.drop_unknown(
+        spec,
+        ("amiFamily", "amiSelectorTerms", "subnetSelectorTerms", "securityGroupSelectorTerms", "role", "instanceProfile",
+         "kubelet", "blockDeviceMappings", "tags", "metadataOptions", "userData"),
+        "spec",
+    )
+    return {"apiVersion": JOINER_API, "kind": "NodeClass", "metadata": _metadata(context), "spec": out}

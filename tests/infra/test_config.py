@@ -1,0 +1,65 @@
+"""Deployment settings: context parsing and one-line errors naming the key."""
+
+from __future__ import annotations
+
+import pytest
+
+from infra.config import ConfigError, JoinerConfig
+
+
+def from_context(**context):
+    return JoinerConfig.from_context(context.get)
+
+
+def test_defaults_and_command_line_strings_are_parsed():
+    config = from_context(clusterName="prod", subnetIds="subnet-0123456789abcdef0, subnet-0123456789abcdef1",
+                          vpcId="vpc-0123456789abcdef0", logRetentionDays="90", createAccessEntry="false")
+    assert config.subnet_ids == ("subnet-0123456789abcdef0", "subnet-0123456789abcdef1")
+    assert (config.log_retention_days, config.create_access_entry, config.scanner_mode) == (90, False, "responsive")
+    assert config.node_role_name == "JoinerNodeRole-prod" and config.in_vpc
+    assert from_context(clusterName="a", subnetIds='["subnet-0123456789abcdef0"]', vpcId="vpc-0123456789abcdef0").subnet_ids == (
+        "subnet-0123456789abcdef0",)
+
+
+def test_cdk_json_types_are_accepted():
+    config = from_context(clusterName="prod", logRetentionDays=7, createAccessEntry=True, scannerMode="economy")
+    assert (config.log_retention_days, config.create_access_entry, config.scanner_mode) == (7, True, "economy")
+
+
+def test_node_role_name_comes_from_the_arn_path():
+    config = from_context(clusterName="prod", nodeRoleArn="arn:aws:iam::123456789012:role/team/eks/NodeRole")
+    assert config.node_role_name == "NodeRole"
+
+
+@pytest.mark.parametrize(
+    ("context", "message"),
+    [
+        ({}, "context 'clusterName': is required"),
+        ({"clusterName": "-bad"}, "context 'clusterName': '-bad' is not a valid EKS cluster name"),
+        ({"clusterName": "a", "region": "mars-1"}, "context 'region'"),
+        ({"clusterName": "a", "vpcId": "vpc-0123456789abcdef0"}, "context 'vpcId': needs subnetIds"),
+        ({"clusterName": "a", "subnetIds": "subnet-0123456789abcdef0"}, "context 'subnetIds': needs vpcId"),
+        ({"clusterName": "a", "vpcId": "vpc-0123456789abcdef0", "subnetIds": "sub-1"}, "context 'subnetIds': 'sub-1' is not a subnet id"),
+        ({"clusterName": "a", "securityGroupId": "sg-0123456789abcdef0"}, "context 'securityGroupId': needs vpcId"),
+        ({"clusterName": "a", "scannerMode": "fast"}, "context 'scannerMode': must be 'responsive' or 'economy'"),
+        ({"clusterName": "a", "logRetentionDays": "31"}, "context 'logRetentionDays': must be one of 1, 3, 5"),
+        ({"clusterName": "a", "logRetentionDays": "month"}, "context 'logRetentionDays': 'month' is not a whole number"),
+        ({"clusterName": "a", "alarmEmail": "ops@example.com", "alarmTopicArn": "arn:aws:sns:us-east-1:123456789012:t"},
+         "context 'alarmEmail': give either alarmEmail"),
+        ({"clusterName": "a", "alarmEmail": "ops"}, "context 'alarmEmail': 'ops' is not an e-mail address"),
+        ({"clusterName": "a", "alarmTopicArn": "arn:aws:sqs:us-east-1:123456789012:q"}, "context 'alarmTopicArn'"),
+        ({"clusterName": "a", "nodeRoleArn": "NodeRole"}, "context 'nodeRoleArn': 'NodeRole' is not an IAM role ARN"),
+        ({"clusterName": "a", "createAccessEntry": "maybe"}, "context 'createAccessEntry': must be true or false"),
+    ],
+)
+def test_bad_settings_fail_with_one_line_naming_the_key(context, message):
+    with pytest.raises(ConfigError) as error:
+        from_context(**context)
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_synth_entry_point_reports_bad_settings_with_exit_2(capsys, tmp_path):
+    from infra.synth import main
+
+    assert main(["-c", "clusterName=demo", "-c", "scannerMode=fast", "--no-bundling", "--out", str(tmp_path)]) == 2
+    assert "infra.synth: context 'scannerMode'" in capsys.readouterr().err

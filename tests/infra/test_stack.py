@@ -1,0 +1,413 @@
+"""The synthesized Joiner stack: event routing, queues, functions, IAM, access entries, alarms, tables."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from aws_cdk.assertions import Match, Template
+
+from infra.functions import BATCHING_WINDOW_SECONDS, FUNCTION_SPECS, SPECS_BY_NAME
+from tests.infra.conftest import CLUSTER, Synthesized
+
+
+@pytest.fixture(scope="module")
+def template(synthesized: Synthesized) -> Template:
+    return Template.from_json(synthesized.template)
+
+
+def logical_id(synthesized: Synthesized, resource_type: str, fragment: str) -> str:
+    (match,) = [key for key in synthesized.resources(resource_type) if fragment in key]
+    return match
+
+
+def statements(synthesized: Synthesized, policy_fragment: str) -> list[dict]:
+    policy = synthesized.template["Resources"][logical_id(synthesized, "AWS::IAM::Policy", policy_fragment)]
+    return policy["Properties"]["PolicyDocument"]["Statement"]
+
+
+def statement(synthesized: Synthesized, policy_fragment: str, sid: str) -> dict:
+    (found,) = [s for s in statements(synthesized, policy_fragment) if s.get("Sid") == sid]
+    return found
+
+
+def function_id(synthesized: Synthesized, name: str) -> str:
+    return logical_id(synthesized, "AWS::Lambda::Function", f"Functions{name.capitalize()}")
+
+
+def test_synth_time_is_reported(synthesized: Synthesized) -> None:
+    print(f"\nsynth (with cdk-nag) took {synthesized.seconds:.1f} s")
+    assert synthesized.seconds < 60
+
+
+# ---------------------------------------------------------------- ingestion
+
+
+@pytest.mark.parametrize(
+    ("source", "detail_type", "detail"),
+    [
+        ("aws.ec2", "EC2 Spot Instance Interruption Warning", None),
+        ("aws.ec2", "EC2 Instance Rebalance Recommendation", None),
+        ("aws.ec2", "EC2 Instance State-change Notification", {"state": ["stopping", "stopped", "shutting-down", "terminated"]}),
+        ("aws.ec2", "EC2 Capacity Reservation Instance Interruption Warning", None),
+        ("aws.health", "AWS Health Event", {"service": ["EC2"], "eventTypeCategory": ["scheduledChange"]}),
+    ],
+)
+def test_each_interruption_rule_has_its_exact_pattern_and_targets_the_queue(synthesized, source, detail_type, detail):
+    queue = logical_id(synthesized, "AWS::SQS::Queue", "IngestionInterruptionQueue")
+    dlq = logical_id(synthesized, "AWS::SQS::Queue", "IngestionInterruptionDeadLetterQueue")
+    expected = {"source": [source], "detail-type": [detail_type]}
+    if detail is not None:
+        expected["detail"] = detail
+    rules = [rule for rule in synthesized.resources("AWS::Events::Rule").values() if rule["Properties"].get("EventPattern") == expected]
+    assert len(rules) == 1, f"no single rule with pattern {expected}"
+    (target,) = rules[0]["Properties"]["Targets"]
+    assert target["Arn"] == {"Fn::GetAtt": [queue, "Arn"]}
+    assert target["DeadLetterConfig"] == {"Arn": {"Fn::GetAtt": [dlq, "Arn"]}}
+    assert "InputTransformer" not in target and "Input" not in target  # raw event JSON as body
+
+
+def test_exactly_five_event_pattern_rules(synthesized):
+    patterns = [r for r in synthesized.resources("AWS::Events::Rule").values() if "EventPattern" in r["Properties"]]
+    assert len(patterns) == 5
+
+
+def test_interruption_queue_policy_admits_only_this_stacks_rules_and_denies_plain_http(synthesized):
+    queue = logical_id(synthesized, "AWS::SQS::Queue", "IngestionInterruptionQueue")
+    rule_ids = sorted(key for key, rule in synthesized.resources("AWS::Events::Rule").items() if "EventPattern" in rule["Properties"])
+    (policy,) = [p for p in synthesized.resources("AWS::SQS::QueuePolicy").values() if p["Properties"]["Queues"] == [{"Ref": queue}]]
+    allows = [s for s in policy["Properties"]["PolicyDocument"]["Statement"] if s["Effect"] == "Allow"]
+    assert len(allows) == 1
+    allow = allows[0]
+    assert allow["Principal"] == {"Service": "events.amazonaws.com"} and allow["Action"] == "sqs:SendMessage"
+    source_arns = allow["Condition"]["ArnEquals"]["aws:SourceArn"]
+    assert sorted(arn["Fn::GetAtt"][0] for arn in source_arns) == rule_ids
+    denies = [s for s in policy["Properties"]["PolicyDocument"]["Statement"] if s["Effect"] == "Deny"]
+    assert denies and denies[0]["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+
+
+def test_eventbridge_may_use_the_key_for_this_account_only(synthesized):
+    (key,) = synthesized.resources("AWS::KMS::Key").values()
+    assert key["Properties"]["EnableKeyRotation"] is True
+    (events_statement,) = [s for s in key["Properties"]["KeyPolicy"]["Statement"] if s.get("Principal") == {"Service": "events.amazonaws.com"}]
+    assert events_statement["Condition"] == {"StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}}
+
+
+# ---------------------------------------------------------------- queues
+
+
+@pytest.mark.parametrize(("queue_fragment", "consumer"), [("IngestionInterruption", "interruption"), ("WorkQueueWork", "termination")])
+def test_queues_redrive_after_5_and_hide_messages_6x_the_consumer_timeout(synthesized, queue_fragment, consumer):
+    queue = synthesized.template["Resources"][logical_id(synthesized, "AWS::SQS::Queue", f"{queue_fragment}Queue")]
+    dlq_id = logical_id(synthesized, "AWS::SQS::Queue", f"{queue_fragment}DeadLetterQueue")
+    properties = queue["Properties"]
+    assert properties["RedrivePolicy"] == {"deadLetterTargetArn": {"Fn::GetAtt": [dlq_id, "Arn"]}, "maxReceiveCount": 5}
+    timeout = SPECS_BY_NAME[consumer].timeout_seconds
+    assert properties["VisibilityTimeout"] >= 6 * timeout + BATCHING_WINDOW_SECONDS
+    function = synthesized.template["Resources"][function_id(synthesized, consumer)]
+    assert function["Properties"]["Timeout"] == timeout
+    assert properties["MessageRetentionPeriod"] >= 86400
+    assert properties["KmsMasterKeyId"] == {"Fn::GetAtt": [logical_id(synthesized, "AWS::KMS::Key", "Encryption"), "Arn"]}
+    dlq = synthesized.template["Resources"][dlq_id]["Properties"]
+    assert dlq["MessageRetentionPeriod"] == 14 * 86400 and "KmsMasterKeyId" in dlq
+
+
+@pytest.mark.parametrize(("consumer", "queue_fragment"), [("interruption", "IngestionInterruptionQueue"), ("termination", "WorkQueueWorkQueue")])
+def test_sqs_event_sources_report_batch_item_failures(template, synthesized, consumer, queue_fragment):
+    template.has_resource_properties(
+        "AWS::Lambda::EventSourceMapping",
+        {
+            "FunctionName": {"Ref": function_id(synthesized, consumer)},
+            "EventSourceArn": {"Fn::GetAtt": [logical_id(synthesized, "AWS::SQS::Queue", queue_fragment), "Arn"]},
+            "BatchSize": 10,
+            "MaximumBatchingWindowInSeconds": BATCHING_WINDOW_SECONDS,
+            "FunctionResponseTypes": ["ReportBatchItemFailures"],
+            "ScalingConfig": {"MaximumConcurrency": Match.any_value()},
+        },
+    )
+
+
+# ---------------------------------------------------------------- functions and schedules
+
+
+@pytest.mark.parametrize("spec", FUNCTION_SPECS, ids=lambda spec: spec.name)
+def test_function_runtime_architecture_layer_environment(synthesized, spec):
+    properties = synthesized.template["Resources"][function_id(synthesized, spec.name)]["Properties"]
+    assert properties["Runtime"] == "python3.13"
+    assert properties["Architectures"] == ["arm64"]
+    assert properties["Handler"] == "handler.handler"
+    assert (properties["Timeout"], properties["MemorySize"]) == (spec.timeout_seconds, spec.memory_mb)
+    assert properties["Layers"] == [{"Ref": logical_id(synthesized, "AWS::Lambda::LayerVersion", "Layer")}]
+    assert properties["TracingConfig"] == {"Mode": "Active"}
+    assert properties.get("ReservedConcurrentExecutions") == spec.reserved_concurrency
+    env = properties["Environment"]["Variables"]
+    assert env["JOINER_CLUSTER_NAME"] == CLUSTER
+    assert env["JOINER_STATE_TABLE"] == {"Ref": logical_id(synthesized, "AWS::DynamoDB::Table", "StateTable")}
+    assert env["JOINER_IDEMPOTENCY_TABLE"] == {"Ref": logical_id(synthesized, "AWS::DynamoDB::Table", "IdempotencyTable")}
+    assert env["JOINER_INTERRUPTION_QUEUE_URL"] == {"Ref": logical_id(synthesized, "AWS::SQS::Queue", "IngestionInterruptionQueue")}
+    assert env["JOINER_WORK_QUEUE_URL"] == {"Ref": logical_id(synthesized, "AWS::SQS::Queue", "WorkQueueWorkQueue")}
+    assert env["JOINER_SCANNER_MODE"] == "responsive"
+    assert env["JOINER_NODE_ROLE"] == f"JoinerNodeRole-{CLUSTER}"
+    assert (env["POWERTOOLS_SERVICE_NAME"], env["POWERTOOLS_METRICS_NAMESPACE"]) == ("joiner", "Joiner")
+    log_group = synthesized.template["Resources"][properties["LoggingConfig"]["LogGroup"]["Ref"]]
+    assert log_group["Properties"]["RetentionInDays"] == 30
+
+
+def test_overlap_sensitive_functions_run_one_at_a_time(synthesized):
+    reserved = {spec.name: synthesized.template["Resources"][function_id(synthesized, spec.name)]["Properties"].get("ReservedConcurrentExecutions")
+                for spec in FUNCTION_SPECS}
+    assert reserved == {"scanner": 1, "interruption": None, "termination": None, "disruption": 1, "gc": 1}
+
+
+@pytest.mark.parametrize(("name", "expression"), [("scanner", "rate(1 minute)"), ("disruption", "rate(1 minute)"), ("gc", "rate(5 minutes)")])
+def test_schedules_invoke_their_function(synthesized, name, expression):
+    rules = [rule for rule in synthesized.resources("AWS::Events::Rule").values() if rule["Properties"].get("ScheduleExpression") == expression
+             and rule["Properties"]["Targets"][0]["Arn"] == {"Fn::GetAtt": [function_id(synthesized, name), "Arn"]}]
+    assert len(rules) == 1
+    invoke_config = [c for c in synthesized.resources("AWS::Lambda::EventInvokeConfig").values()
+                     if c["Properties"]["FunctionName"] == {"Ref": function_id(synthesized, name)}]
+    assert invoke_config[0]["Properties"]["MaximumRetryAttempts"] == 0
+
+
+# ---------------------------------------------------------------- IAM
+
+
+def test_creation_requires_the_cluster_request_tag(synthesized):
+    create = statement(synthesized, "AccessLaunch", "CreateOnlyTaggedForThisCluster")
+    assert sorted(create["Action"]) == ["ec2:CreateFleet", "ec2:CreateLaunchTemplate", "ec2:RunInstances"]
+    assert create["Condition"] == {"StringEquals": {"aws:RequestTag/joiner.dev/cluster": CLUSTER}}
+    resources = json.dumps(create["Resource"])
+    for resource_type in ("fleet", "instance", "volume", "network-interface", "launch-template", "spot-instances-request"):
+        assert f":{resource_type}/*" in resources
+    tag_on_create = statement(synthesized, "AccessLaunch", "TagOnCreate")
+    assert tag_on_create["Action"] == "ec2:CreateTags"
+    assert tag_on_create["Condition"]["StringEquals"]["aws:RequestTag/joiner.dev/cluster"] == CLUSTER
+    assert sorted(tag_on_create["Condition"]["StringEquals"]["ec2:CreateAction"]) == ["CreateFleet", "CreateLaunchTemplate", "RunInstances"]
+    templates = statement(synthesized, "AccessLaunch", "LaunchWithThisClustersTemplates")
+    assert templates["Condition"] == {"StringEquals": {"aws:ResourceTag/joiner.dev/cluster": CLUSTER}}
+
+
+def test_destructive_actions_require_the_cluster_resource_tag(synthesized):
+    resource_tag = {"aws:ResourceTag/joiner.dev/cluster": CLUSTER}
+    terminate = statement(synthesized, "AccessTerminate", "TerminateThisClustersInstances")
+    assert terminate["Action"] == "ec2:TerminateInstances" and terminate["Condition"]["StringEquals"] == resource_tag
+    retag = statement(synthesized, "AccessTerminate", "TagThisClustersInstances")
+    assert retag["Action"] == "ec2:CreateTags" and retag["Condition"]["StringEquals"] == resource_tag
+    delete = statement(synthesized, "AccessCleanUp", "DeleteThisClustersLaunchTemplates")
+    assert delete["Action"] == "ec2:DeleteLaunchTemplate" and delete["Condition"]["StringEquals"] == resource_tag
+    # Nothing else anywhere grants these actions.
+    for policy in synthesized.resources("AWS::IAM::Policy").values():
+        for s in policy["Properties"]["PolicyDocument"]["Statement"]:
+            actions = s["Action"] if isinstance(s["Action"], list) else [s["Action"]]
+            if {"ec2:TerminateInstances", "ec2:DeleteLaunchTemplate"} & set(actions):
+                assert s["Condition"]["StringEquals"] == resource_tag
+
+
+def test_pass_role_only_for_the_node_role_and_only_to_ec2(synthesized):
+    pass_role = statement(synthesized, "AccessLaunch", "PassNodeRoleToEc2")
+    assert pass_role["Action"] == "iam:PassRole"
+    assert pass_role["Resource"] == {"Fn::GetAtt": [logical_id(synthesized, "AWS::IAM::Role", "NodeRole"), "Arn"]}
+    assert pass_role["Condition"] == {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}
+
+
+def test_describe_cluster_names_this_cluster_only(synthesized):
+    describe = statement(synthesized, "AccessDiscover", "DescribeThisCluster")
+    assert describe["Action"] == "eks:DescribeCluster"
+    joined = describe["Resource"]["Fn::Join"][1]
+    assert joined[-1] == f":cluster/{CLUSTER}" and ":eks:" in joined
+
+
+def test_read_only_grants(synthesized):
+    ssm = statement(synthesized, "AccessDiscover", "ReadEksOptimizedAmiParameters")
+    assert ssm["Action"] == "ssm:GetParameter"
+    assert any(part.endswith("::parameter/aws/service/eks/optimized-ami/*") for r in ssm["Resource"] for part in r["Fn::Join"][1] if isinstance(part, str))
+    assert statement(synthesized, "AccessDiscover", "ReadOnDemandPrices")["Action"] == "pricing:GetProducts"
+    describe = statement(synthesized, "AccessDiscover", "DescribeEc2InThisRegion")
+    assert describe["Action"] == "ec2:Describe*"  # includes DescribeSpotPriceHistory
+    assert describe["Condition"] == {"StringEquals": {"aws:RequestedRegion": {"Ref": "AWS::Region"}}}
+
+
+def test_capability_policies_are_attached_per_function(synthesized):
+    roles = {spec.name: logical_id(synthesized, "AWS::IAM::Role", f"Access{spec.name.capitalize()}Role") for spec in FUNCTION_SPECS}
+
+    def holders(policy_fragment: str) -> set[str]:
+        policy = synthesized.template["Resources"][logical_id(synthesized, "AWS::IAM::Policy", policy_fragment)]
+        attached = {ref["Ref"] for ref in policy["Properties"]["Roles"]}
+        return {name for name, role in roles.items() if role in attached}
+
+    assert holders("AccessDiscover") == set(roles)
+    assert holders("AccessLaunch") == {"scanner", "interruption", "disruption"}
+    assert holders("AccessTerminate") == {"interruption", "termination", "disruption", "gc"}
+    assert holders("AccessCleanUp") == {"gc"}
+    # Functions start only after their permissions exist.
+    scanner = synthesized.template["Resources"][function_id(synthesized, "scanner")]
+    assert logical_id(synthesized, "AWS::IAM::Policy", "AccessLaunch") in scanner["DependsOn"]
+
+
+def test_data_grants_are_scoped_to_our_resources(synthesized):
+    table = logical_id(synthesized, "AWS::DynamoDB::Table", "StateTable")
+    for policy_id, policy in synthesized.resources("AWS::IAM::Policy").items():
+        for s in policy["Properties"]["PolicyDocument"]["Statement"]:
+            actions = s["Action"] if isinstance(s["Action"], list) else [s["Action"]]
+            if any(a.startswith(("dynamodb:", "sqs:", "kms:", "logs:")) for a in actions):
+                assert s["Resource"] != "*", f"{policy_id} grants {actions} on *"
+    scanner = statements(synthesized, "ScannerRoleDefaultPolicy")
+    assert any(s["Resource"] == [{"Fn::GetAtt": [table, "Arn"]}, {"Fn::Join": ["", [{"Fn::GetAtt": [table, "Arn"]}, "/index/*"]]}]
+               for s in scanner)
+
+
+def test_access_entries_map_every_function_role_to_the_controller_group(synthesized):
+    entries = [e["Properties"] for e in synthesized.resources("AWS::EKS::AccessEntry").values()]
+    standard = [e for e in entries if e["Type"] == "STANDARD"]
+    assert len(standard) == 5
+    role_ids = {logical_id(synthesized, "AWS::IAM::Role", f"Access{spec.name.capitalize()}Role") for spec in FUNCTION_SPECS}
+    assert {e["PrincipalArn"]["Fn::GetAtt"][0] for e in standard} == role_ids
+    for entry in standard:
+        assert entry["ClusterName"] == CLUSTER and entry["KubernetesGroups"] == ["joiner:controller"]
+    (node,) = [e for e in entries if e["Type"] == "EC2_LINUX"]
+    assert node["PrincipalArn"] == {"Fn::GetAtt": [logical_id(synthesized, "AWS::IAM::Role", "NodeRole"), "Arn"]}
+
+
+def test_node_role_has_worker_policies_and_an_instance_profile_of_the_same_name(synthesized):
+    role = synthesized.template["Resources"][logical_id(synthesized, "AWS::IAM::Role", "NodeRole")]["Properties"]
+    assert role["RoleName"] == f"JoinerNodeRole-{CLUSTER}"
+    policies = json.dumps(role["ManagedPolicyArns"])
+    for name in ("AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryPullOnly", "AmazonSSMManagedInstanceCore"):
+        assert f"policy/{name}" in policies
+    (profile,) = synthesized.resources("AWS::IAM::InstanceProfile").values()
+    assert profile["Properties"]["InstanceProfileName"] == f"JoinerNodeRole-{CLUSTER}"
+
+
+# ---------------------------------------------------------------- state
+
+
+def test_state_table_keys_indexes_ttl_pitr_encryption(template, synthesized):
+    key_arn = {"Fn::GetAtt": [logical_id(synthesized, "AWS::KMS::Key", "Encryption"), "Arn"]}
+    template.has_resource_properties(
+        "AWS::DynamoDB::Table",
+        {
+            "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+            "BillingMode": "PAY_PER_REQUEST",
+            "TimeToLiveSpecification": {"AttributeName": "expiresAt", "Enabled": True},
+            "PointInTimeRecoverySpecification": {"PointInTimeRecoveryEnabled": True},
+            "SSESpecification": {"SSEEnabled": True, "SSEType": "KMS", "KMSMasterKeyId": key_arn},
+            "GlobalSecondaryIndexes": Match.array_equals([
+                {"IndexName": "byInstance", "KeySchema": [{"AttributeName": "instanceId", "KeyType": "HASH"}], "Projection": {"ProjectionType": "ALL"}},
+                {"IndexName": "byNodePool", "KeySchema": [{"AttributeName": "nodePool", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+                 "Projection": {"ProjectionType": "ALL"}},
+            ]),
+        },
+    )
+    template.has_resource_properties(
+        "AWS::DynamoDB::Table",
+        {
+            "KeySchema": [{"AttributeName": "id", "KeyType": "HASH"}],
+            "BillingMode": "PAY_PER_REQUEST",
+            "TimeToLiveSpecification": {"AttributeName": "expiration", "Enabled": True},
+            "PointInTimeRecoverySpecification": {"PointInTimeRecoveryEnabled": True},
+            "SSESpecification": {"SSEEnabled": True, "SSEType": "KMS", "KMSMasterKeyId": key_arn},
+        },
+    )
+    for table in synthesized.resources("AWS::DynamoDB::Table").values():
+        assert table["DeletionPolicy"] == "Retain"
+
+
+# ---------------------------------------------------------------- monitoring
+
+
+def custom_alarm(synthesized: Synthesized, metric_name: str) -> dict:
+    (alarm,) = [a["Properties"] for a in synthesized.resources("AWS::CloudWatch::Alarm").values()
+                if a["Properties"].get("Namespace") == "Joiner" and a["Properties"].get("MetricName") == metric_name]
+    assert alarm["Dimensions"] == [{"Name": "service", "Value": "joiner"}]
+    return alarm
+
+
+def test_business_alarms(synthesized):
+    age = custom_alarm(synthesized, "PendingPodAgeSeconds")
+    assert (age["Statistic"], age["Threshold"], age["ComparisonOperator"]) == ("Maximum", 300, "GreaterThanThreshold")
+    limit = custom_alarm(synthesized, "LimitReached")
+    assert (limit["Statistic"], limit["Threshold"], limit["ComparisonOperator"]) == ("Sum", 0, "GreaterThanThreshold")
+    errors = custom_alarm(synthesized, "CapacityErrors")
+    assert (errors["Statistic"], errors["Threshold"], errors["Period"]) == ("Sum", 10, 300)
+    scans = custom_alarm(synthesized, "ScanCompleted")
+    assert scans["TreatMissingData"] == "breaching" and scans["ComparisonOperator"] == "LessThanThreshold"
+
+
+def test_dead_letter_alarms_for_both_queues(synthesized):
+    dlqs = {logical_id(synthesized, "AWS::SQS::Queue", f"{fragment}DeadLetterQueue") for fragment in ("IngestionInterruption", "WorkQueueWork")}
+    watched = set()
+    for alarm in synthesized.resources("AWS::CloudWatch::Alarm").values():
+        properties = alarm["Properties"]
+        if properties.get("MetricName") == "ApproximateNumberOfMessagesVisible":
+            assert (properties["Threshold"], properties["ComparisonOperator"]) == (0, "GreaterThanThreshold")
+            watched.add(properties["Dimensions"][0]["Value"]["Fn::GetAtt"][0])
+    assert watched == dlqs
+
+
+@pytest.mark.parametrize("metric", ["Errors", "Throttles"])
+def test_errors_and_throttles_alarm_per_function(synthesized, metric):
+    functions = {function_id(synthesized, spec.name) for spec in FUNCTION_SPECS}
+    alarmed = {a["Properties"]["Dimensions"][0]["Value"]["Ref"] for a in synthesized.resources("AWS::CloudWatch::Alarm").values()
+               if a["Properties"].get("Namespace") == "AWS/Lambda" and a["Properties"]["MetricName"] == metric}
+    assert alarmed == functions
+
+
+def test_every_alarm_notifies_the_encrypted_topic(synthesized):
+    (topic_id, topic), = synthesized.resources("AWS::SNS::Topic").items()
+    assert "KmsMasterKeyId" in topic["Properties"]
+    (topic_policy,) = synthesized.resources("AWS::SNS::TopicPolicy").values()
+    assert any(s["Effect"] == "Deny" and s["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+               for s in topic_policy["Properties"]["PolicyDocument"]["Statement"])
+    for alarm in synthesized.resources("AWS::CloudWatch::Alarm").values():
+        assert alarm["Properties"]["AlarmActions"] == [{"Ref": topic_id}]
+        assert alarm["Properties"]["OKActions"] == [{"Ref": topic_id}]
+    assert not synthesized.resources("AWS::SNS::Subscription")
+
+
+def test_dashboard_shows_pending_pods_launches_interruptions_and_cost(synthesized):
+    (dashboard,) = synthesized.resources("AWS::CloudWatch::Dashboard").values()
+    # The body is a JSON string joined with tokens (ARNs, names): tokens become a placeholder.
+    parts = dashboard["Properties"]["DashboardBody"]["Fn::Join"][1]
+    body = json.loads("".join(part if isinstance(part, str) else "TOKEN" for part in parts))
+    shown: dict[str, set[str]] = {}
+    for widget in body["widgets"]:
+        for line in widget.get("properties", {}).get("metrics", []):
+            options = line[-1] if isinstance(line[-1], dict) else {}
+            if "expression" in options:
+                name = options["expression"].split('MetricName="')[1].split('"')[0]
+            else:
+                name = line[1]
+            shown.setdefault(widget["properties"].get("title", ""), set()).add(name)
+    assert {"PodsPending", "PendingPodAgeSeconds"} <= shown["Pending pods"]
+    assert {"ClaimsLaunched", "NodesTerminated", "CapacityErrors", "LimitReached"} <= shown["Launches"]
+    assert {"InterruptionActions", "NumberOfMessagesReceived"} <= shown["Interruptions"]
+    assert shown["Cost per hour of managed nodes (USD)"] == {"ManagedCostPerHour"}
+
+
+# ---------------------------------------------------------------- private-cluster variant
+
+
+def test_private_variant_runs_functions_in_the_given_subnets(synthesized_private):
+    for spec in FUNCTION_SPECS:
+        properties = synthesized_private.template["Resources"][function_id(synthesized_private, spec.name)]["Properties"]
+        assert properties["VpcConfig"]["SubnetIds"] == ["subnet-0123456789abcdef0", "subnet-0123456789abcdef1"]
+        assert properties["Environment"]["Variables"]["JOINER_SCANNER_MODE"] == "economy"
+        assert properties["Environment"]["Variables"]["JOINER_NODE_ROLE"] == "MyNodeRole"
+    (group,) = synthesized_private.resources("AWS::EC2::SecurityGroup").values()
+    assert group["Properties"]["SecurityGroupEgress"] == [
+        {"CidrIp": "0.0.0.0/0", "Description": "EKS API server and AWS service endpoints", "FromPort": 443, "IpProtocol": "tcp", "ToPort": 443}
+    ]
+    for role_id, role in synthesized_private.resources("AWS::IAM::Role").items():
+        assert "AWSLambdaVPCAccessExecutionRole" in json.dumps(role["Properties"].get("ManagedPolicyArns")), role_id
+
+
+def test_private_variant_uses_the_existing_role_topic_and_no_access_entries(synthesized_private):
+    assert not synthesized_private.resources("AWS::EKS::AccessEntry")
+    assert not synthesized_private.resources("AWS::IAM::InstanceProfile")
+    assert not synthesized_private.resources("AWS::SNS::Topic")
+    pass_role = statement(synthesized_private, "AccessLaunch", "PassNodeRoleToEc2")
+    assert pass_role["Resource"] == "arn:aws:iam::123456789012:role/eks/MyNodeRole"
+    for alarm in synthesized_private.resources("AWS::CloudWatch::Alarm").values():
+        assert alarm["Properties"]["AlarmActions"] == ["arn:aws:sns:eu-west-1:123456789012:ops-alarms"]
+    log_groups = synthesized_private.resources("AWS::Logs::LogGroup").values()
+    assert {g["Properties"]["RetentionInDays"] for g in log_groups} == {14}

@@ -1,0 +1,427 @@
+"""``joiner import-karpenter``: Karpenter v1 manifests -> joiner.dev/v1, validated against our CRDs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from joiner.cli import import_karpenter
+from joiner.cli.import_karpenter import ConversionError, convert_documents
+from joiner.cli.main import main
+from joiner.domain.snapshot import parse_node_class, parse_node_pool
+
+ROOT = Path(__file__).resolve().parents[2]
+CRDS = ROOT / "manifests" / "crds"
+
+# A realistic Karpenter v1 install: the getting-started NodePool and EC2NodeClass as
+# `kubectl get -o yaml` returns them (status, managed metadata), a GPU pool using
+# Karpenter-only labels, a Windows node class, and an unrelated ConfigMap.
+KARPENTER_MANIFEST = """\
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata:
+  name: default
+  annotations:
+    karpenter.sh/nodepool-hash: "12393960163388511505"
+    kubectl.kubernetes.io/last-applied-configuration: "{}"
+    team.example.com/owner: platform
+  uid: 4a6a9d1c-7c2f-4c8e-9f0e-2a1b3c4d5e6f
+  resourceVersion: "123456"
+  generation: 3
+  creationTimestamp: "2025-01-01T00:00:00Z"
+spec:
+  template:
+    metadata:
+      labels:
+        team: web
+        karpenter.sh/nodepool: default
+    spec:
+      nodeClassRef:
+        group: karpenter.k8s.aws
+        kind: EC2NodeClass
+        name: default
+      requirements:
+        - key: kubernetes.io/arch
+          operator: In
+          values: ["amd64", "arm64"]
+        - key: kubernetes.io/os
+          operator: In
+          values: ["linux"]
+        - key: karpenter.sh/capacity-type
+          operator: In
+          values: ["spot", "on-demand", "reserved"]
+        - key: karpenter.k8s.aws/instance-category
+          operator: In
+          values: ["c", "m", "r"]
+          minValues: 2
+        - key: karpenter.k8s.aws/instance-generation
+          operator: Gt
+          values: ["2"]
+        - key: karpenter.k8s.aws/instance-local-nvme
+          operator: Gt
+          values: ["100"]
+      taints:
+        - key: example.com/special
+          value: "true"
+          effect: NoSchedule
+          timeAdded: "2025-01-01T00:00:00Z"
+      startupTaints:
+        - key: node.cilium.io/agent-not-ready
+          effect: NoExecute
+      expireAfter: 720h
+      terminationGracePeriod: 48h
+  limits:
+    cpu: 1000
+    memory: 1000Gi
+  disruption:
+    consolidationPolicy: WhenEmptyOrUnderutilized
+    consolidateAfter: 1m
+    budgets:
+      - nodes: "10%"
+      - nodes: "0"
+        schedule: "0 9 * * mon-fri"
+        duration: 8h
+        reasons: ["Underutilized", "Drifted"]
+  weight: 50
+status:
+  resources:
+    cpu: "12"
+    nodes: "3"
+  conditions:
+    - type: Ready
+      status: "True"
+---
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata:
+  name: default
+spec:
+  kubelet:
+    maxPods: 110
+    podsPerCore: 2
+    systemReserved:
+      cpu: 100m
+      memory: 100Mi
+    kubeReserved:
+      cpu: 200m
+    evictionHard:
+      memory.available: 5%
+      nodefs.available: 10%
+    evictionSoft:
+      memory.available: 10%
+    evictionSoftGracePeriod:
+      memory.available: 1m
+    imageGCHighThresholdPercent: 85
+  role: KarpenterNodeRole-my-cluster
+  amiSelectorTerms:
+    - alias: al2023@latest
+  subnetSelectorTerms:
+    - tags:
+        karpenter.sh/discovery: my-cluster
+    - id: subnet-0123456789abcdef0
+  securityGroupSelectorTerms:
+    - tags:
+        karpenter.sh/discovery: my-cluster
+    - name: my-cluster-node
+  capacityReservationSelectorTerms:
+    - tags:
+        team: web
+  associatePublicIPAddress: false
+  detailedMonitoring: true
+  instanceStorePolicy: RAID0
+  metadataOptions:
+    httpEndpoint: enabled
+    httpProtocolIPv6: disabled
+    httpPutResponseHopLimit: 1
+    httpTokens: required
+  blockDeviceMappings:
+    - deviceName: /dev/xvda
+      rootVolume: true
+      ebs:
+        volumeSize: 100Gi
+        volumeType: gp3
+        iops: 3000
+        throughput: 125
+        encrypted: true
+        deleteOnTermination: true
+        volumeInitializationRate: 100
+  tags:
+    team: web
+    kubernetes.io/cluster/my-cluster: owned
+  userData: |
+    echo "hello"
+status:
+  amis:
+    - id: ami-0123456789abcdef0
+---
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata:
+  name: gpu
+spec:
+  template:
+    spec:
+      nodeClassRef:
+        group: karpenter.k8s.aws
+        kind: EC2NodeClass
+        name: bottlerocket
+      requirements:
+        - key: karpenter.k8s.aws/instance-gpu-count
+          operator: Exists
+        - key: karpenter.sh/capacity-type
+          operator: In
+          values: ["reserved"]
+        - key: kubernetes.io/hostname
+          operator: NotIn
+          values: ["bad-node"]
+      taints:
+        - key: nvidia.com/gpu
+          effect: NoSchedule
+  limits:
+    nvidia.com/gpu: "8"
+---
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata:
+  name: bottlerocket
+spec:
+  role: KarpenterNodeRole-my-cluster
+  amiSelectorTerms:
+    - alias: bottlerocket@latest
+  subnetSelectorTerms:
+    - tags: {karpenter.sh/discovery: my-cluster}
+  securityGroupSelectorTerms:
+    - id: sg-0123456789abcdef0
+---
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata:
+  name: windows
+spec:
+  amiFamily: Windows2022
+  role: KarpenterNodeRole-my-cluster
+  amiSelectorTerms:
+    - alias: windows2022@latest
+  subnetSelectorTerms:
+    - tags: {karpenter.sh/discovery: my-cluster}
+  securityGroupSelectorTerms:
+    - tags: {karpenter.sh/discovery: my-cluster}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: unrelated
+  namespace: default
+data:
+  key: value
+"""
+
+
+def crd_schema(file_name: str) -> dict:
+    crd = yaml.safe_load((CRDS / file_name).read_text())
+    return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+
+
+@pytest.fixture(scope="module")
+def validators() -> dict[str, jsonschema.Draft7Validator]:
+    return {
+        "NodePool": jsonschema.Draft7Validator(crd_schema("nodepools.joiner.dev.yaml")),
+        "NodeClass": jsonschema.Draft7Validator(crd_schema("nodeclasses.joiner.dev.yaml")),
+    }
+
+
+@pytest.fixture(scope="module")
+def conversion():
+    return convert_documents(list(yaml.safe_load_all(KARPENTER_MANIFEST)))
+
+
+def by_kind_and_name(documents):
+    return {(doc["kind"], doc["metadata"]["name"]): doc for doc in documents}
+
+
+def test_every_converted_document_validates_against_its_crd(conversion, validators):
+    converted = [doc for doc in conversion.documents if doc.get("apiVersion") == "joiner.dev/v1"]
+    assert sorted((doc["kind"], doc["metadata"]["name"]) for doc in converted) == [
+        ("NodeClass", "bottlerocket"), ("NodeClass", "default"), ("NodePool", "default"), ("NodePool", "gpu"),
+    ]
+    for doc in converted:
+        errors = sorted(validators[doc["kind"]].iter_errors(doc), key=lambda e: list(e.path))
+        assert not errors, f"{doc['kind']} {doc['metadata']['name']}: {[f'{list(e.path)}: {e.message}' for e in errors]}"
+
+
+def test_converted_objects_parse_with_joiners_own_parser(conversion):
+    docs = by_kind_and_name(conversion.documents)
+    pool = parse_node_pool(docs[("NodePool", "default")])
+    assert pool.node_class == "default" and pool.weight == 50
+    node_class = parse_node_class(docs[("NodeClass", "default")])
+    assert node_class.kubelet.max_pods == 110 and node_class.role == "KarpenterNodeRole-my-cluster"
+
+
+def test_node_pool_requirement_keys_are_mapped_and_unsupported_ones_dropped(conversion):
+    pool = by_kind_and_name(conversion.documents)[("NodePool", "default")]
+    spec = pool["spec"]["template"]["spec"]
+    assert spec["nodeClassRef"] == {"group": "joiner.dev", "kind": "NodeClass", "name": "default"}
+    assert spec["requirements"] == [
+        {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64", "arm64"]},
+        {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]},
+        {"key": "joiner.dev/capacity-type", "operator": "In", "values": ["spot", "on-demand"]},
+        {"key": "joiner.dev/instance-category", "operator": "In", "values": ["c", "m", "r"], "minValues": 2},
+        {"key": "joiner.dev/instance-generation", "operator": "Gt", "values": ["2"]},
+    ]
+    assert spec["taints"] == [{"key": "example.com/special", "value": "true", "effect": "NoSchedule"}]
+    assert spec["startupTaints"] == [{"key": "node.cilium.io/agent-not-ready", "effect": "NoExecute"}]
+    assert (spec["expireAfter"], spec["terminationGracePeriod"]) == ("720h", "48h")
+    assert pool["spec"]["limits"] == {"cpu": 1000, "memory": "1000Gi"}
+    assert pool["spec"]["weight"] == 50
+    assert pool["spec"]["disruption"]["budgets"][1] == {
+        "nodes": "0", "schedule": "0 9 * * mon-fri", "duration": "8h", "reasons": ["Underutilized", "Drifted"],
+    }
+    assert pool["spec"]["template"]["metadata"] == {"labels": {"team": "web"}}
+    assert pool["metadata"] == {"name": "default", "annotations": {"team.example.com/owner": "platform"}}
+    assert "status" not in pool
+
+
+def test_node_class_keeps_what_joiner_supports(conversion):
+    node_class = by_kind_and_name(conversion.documents)[("NodeClass", "default")]
+    spec = node_class["spec"]
+    assert spec["amiFamily"] == "AL2023" and spec["amiSelectorTerms"] == [{"alias": "al2023@latest"}]
+    assert spec["subnetSelectorTerms"] == [{"tags": {"karpenter.sh/discovery": "my-cluster"}}, {"id": "subnet-0123456789abcdef0"}]
+    assert spec["securityGroupSelectorTerms"] == [{"tags": {"karpenter.sh/discovery": "my-cluster"}}, {"name": "my-cluster-node"}]
+    assert spec["kubelet"] == {
+        "maxPods": 110, "podsPerCore": 2, "systemReserved": {"cpu": "100m", "memory": "100Mi"},
+        "kubeReserved": {"cpu": "200m"}, "evictionHard": {"memory.available": "5%", "nodefs.available": "10%"},
+    }
+    assert spec["blockDeviceMappings"][0]["ebs"] == {
+        "volumeSize": "100Gi", "volumeType": "gp3", "iops": 3000, "throughput": 125, "encrypted": True, "deleteOnTermination": True,
+    }
+    assert spec["tags"] == {"team": "web"}
+    assert spec["userData"] == 'echo "hello"\n'
+    bottlerocket = by_kind_and_name(conversion.documents)[("NodeClass", "bottlerocket")]
+    assert bottlerocket["spec"]["amiFamily"] == "Bottlerocket"  # implied by the alias
+
+
+def test_every_dropped_field_is_warned_about_with_object_and_path(conversion):
+    text = "\n".join(conversion.warnings)
+    for expected in (
+        "NodePool default: spec.template.spec.requirements[2].values: capacity type(s) reserved dropped",
+        "NodePool default: spec.template.spec.requirements[5]: requirement on karpenter.k8s.aws/instance-local-nvme dropped",
+        "NodePool default: spec.template.metadata.labels.karpenter.sh/nodepool: dropped",
+        "NodePool gpu: spec.template.spec.requirements[1]: requirement dropped: no capacity type",
+        "NodePool gpu: spec.template.spec.requirements[2]: requirement on kubernetes.io/hostname dropped",
+        "EC2NodeClass default: spec.kubelet.evictionSoft: dropped",
+        "EC2NodeClass default: spec.kubelet.evictionSoftGracePeriod: dropped",
+        "EC2NodeClass default: spec.kubelet.imageGCHighThresholdPercent: dropped",
+        "EC2NodeClass default: spec.capacityReservationSelectorTerms: dropped",
+        "EC2NodeClass default: spec.associatePublicIPAddress: dropped",
+        "EC2NodeClass default: spec.detailedMonitoring: dropped",
+        "EC2NodeClass default: spec.instanceStorePolicy: dropped",
+        "EC2NodeClass default: spec.blockDeviceMappings[0].ebs.volumeInitializationRate: dropped",
+        "EC2NodeClass default: spec.tags.kubernetes.io/cluster/my-cluster: dropped",
+        "EC2NodeClass default: spec.role: KarpenterNodeRole-my-cluster",
+        "EC2NodeClass windows: passed through unchanged",
+    ):
+        assert expected in text, f"missing warning {expected!r} in:\n{text}"
+    # Everything that was kept is not warned about.
+    assert "kubelet.maxPods" not in text and "metadataOptions" not in text
+
+
+def test_other_kinds_and_unconvertible_objects_pass_through_unchanged(conversion):
+    originals = by_kind_and_name(yaml.safe_load_all(KARPENTER_MANIFEST))
+    docs = by_kind_and_name(conversion.documents)
+    assert docs[("ConfigMap", "unrelated")] == originals[("ConfigMap", "unrelated")]
+    assert docs[("EC2NodeClass", "windows")] == originals[("EC2NodeClass", "windows")]
+    assert [doc["kind"] for doc in conversion.documents] == ["NodePool", "NodeClass", "NodePool", "NodeClass", "EC2NodeClass", "ConfigMap"]
+
+
+def test_kind_list_items_are_converted():
+    items = list(yaml.safe_load_all(KARPENTER_MANIFEST))[:2]
+    result = convert_documents([{"apiVersion": "v1", "kind": "List", "items": items}])
+    assert [item["kind"] for item in result.documents[0]["items"]] == ["NodePool", "NodeClass"]
+
+
+def test_cli_writes_output_file_and_warnings_to_stderr(tmp_path, capsys):
+    source = tmp_path / "karpenter.yaml"
+    source.write_text(KARPENTER_MANIFEST)
+    target = tmp_path / "joiner.yaml"
+    status = _run_cli(["import-karpenter", str(source), "-o", str(target)])
+    captured = capsys.readouterr()
+    assert status == 0 and captured.out == ""
+    assert "joiner import-karpenter: warning: EC2NodeClass default: spec.kubelet.evictionSoft: dropped" in captured.err
+    written = list(yaml.safe_load_all(target.read_text()))
+    assert [doc["apiVersion"] for doc in written][:4] == ["joiner.dev/v1"] * 4
+
+
+def test_cli_prints_to_stdout_without_output(tmp_path, capsys):
+    source = tmp_path / "karpenter.yaml"
+    source.write_text(KARPENTER_MANIFEST)
+    assert _run_cli(["import-karpenter", str(source)]) == 0
+    assert list(yaml.safe_load_all(capsys.readouterr().out))[0]["kind"] == "NodePool"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("kind: NodePool\n  bad: [", "invalid YAML at line"),
+        ("- just\n- a list\n", "document 1: expected a Kubernetes object"),
+        ("apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: x}\n", "NodePool x: spec: is required"),
+        ("apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: x}\nspec:\n  template:\n    spec:\n"
+         "      nodeClassRef: {name: d}\n      requirements: {key: a}\n",
+         "NodePool x: spec.template.spec.requirements: expected a list, got dict"),
+        ("apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {}\nspec: {}\n", "NodePool has no metadata.name"),
+        ("apiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {name: c}\nspec:\n  subnetSelectorTerms: []\n",
+         "EC2NodeClass c: spec.subnetSelectorTerms: is required"),
+    ],
+)
+def test_malformed_input_exits_2_with_one_line(tmp_path, capsys, text, message):
+    source = tmp_path / "bad.yaml"
+    source.write_text(text)
+    assert _run_cli(["import-karpenter", str(source)]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("joiner import-karpenter: ") and message in lines[0], captured.err
+    assert captured.out == ""
+
+
+def test_missing_file_is_a_usage_error(tmp_path, capsys):
+    assert _run_cli(["import-karpenter", str(tmp_path / "absent.yaml")]) == 2
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_conversion_error_names_the_document():
+    with pytest.raises(ConversionError, match="document 2"):
+        convert_documents([{"kind": "ConfigMap"}, "scalar"])
+
+
+def _run_cli(argv: list[str]) -> int:
+    """Run through joiner's real entry point when the subcommand is registered there,
+    otherwise through an equivalent parser with only this subcommand."""
+    import argparse
+    import sys
+
+    from joiner.cli import main as main_module
+
+    if "import-karpenter" in main_module.COMMANDS:
+        return main(argv)
+    parser = argparse.ArgumentParser(prog="joiner")
+    import_karpenter.register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args) or 0)
+    except main_module.UsageError as error:
+        print(f"joiner {args.command}: {error}", file=sys.stderr)
+        return 2
+
+
+def test_output_has_no_yaml_anchors_even_for_shared_values(tmp_path, capsys):
+    # A passed-through document whose input used an anchor: the loaded objects are shared.
+    source = tmp_path / "shared.yaml"
+    source.write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, labels: &l {team: a}, annotations: *l}\n"
+    )
+    assert _run_cli(["import-karpenter", str(source)]) == 0
+    out = capsys.readouterr().out
+    assert "&" not in out and "*" not in out
+    assert yaml.safe_load(out)["metadata"]["annotations"] == {"team": "a"}
