@@ -11,9 +11,13 @@ from joiner.cli import main as cli
 from tests.events.fixtures import FIXTURE_DIR, KINDS
 
 
-@pytest.fixture(autouse=True)
-def registered(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(cli.COMMANDS, "events", "events")
+def test_joiner_help_lists_every_operator_command(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--help"])
+    assert exit_info.value.code == 0
+    listed = capsys.readouterr().out
+    for command in ("plan", "events", "import-karpenter"):
+        assert command in listed
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

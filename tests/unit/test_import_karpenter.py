@@ -396,23 +396,8 @@ def test_conversion_error_names_the_document():
 
 
 def _run_cli(argv: list[str]) -> int:
-    """Run through joiner's real entry point when the subcommand is registered there,
-    otherwise through an equivalent parser with only this subcommand."""
-    import argparse
-    import sys
-
-    from joiner.cli import main as main_module
-
-    if "import-karpenter" in main_module.COMMANDS:
-        return main(argv)
-    parser = argparse.ArgumentParser(prog="joiner")
-    import_karpenter.register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    try:
-        return int(args.handler(args) or 0)
-    except main_module.UsageError as error:
-        print(f"joiner {args.command}: {error}", file=sys.stderr)
-        return 2
+    """Run through joiner's real entry point."""
+    return main(argv)
 
 
 def test_output_has_no_yaml_anchors_even_for_shared_values(tmp_path, capsys):

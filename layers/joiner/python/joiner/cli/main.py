@@ -14,6 +14,8 @@ import sys
 #: subcommand -> module under joiner.cli that implements it
 COMMANDS: dict[str, str] = {
     "plan": "plan",
+    "events": "events",
+    "import-karpenter": "import_karpenter",
 }
 
 
