@@ -98,9 +98,13 @@ def main() -> int:
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "ERROR")
     os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
     logging.disable(logging.WARNING)
+    from aws_lambda_powertools.metrics.provider import cold_start
+
     from joiner.observability import logger
 
     logger.setLevel("ERROR")
+    # powertools writes the ColdStart metric even with metrics disabled; stdout carries results only.
+    cold_start.is_cold_start = False
     from tests.events.world import AwsBase
     from tests.support.aws import SerialMotoServer, fake_credentials
     from tests.support.kube_emulator import KubeEmulator
