@@ -29,6 +29,8 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench.schedule
 	$(BIN)/python -m bench.cost
+	$(BIN)/python -m bench.scan
+	$(BIN)/python -m bench.interruption
 
 synth: $(STAMP)
 	$(BIN)/python -m infra.synth
