@@ -57,13 +57,16 @@ def render_table(plan) -> str:  # type: ignore[no-untyped-def]
     """Human-readable plan: one row per claim, then existing placements and unschedulable pods."""
     lines = []
     if plan.node_claims:
-        lines.append(f"{'NODEPOOL':<16} {'INSTANCE TYPE':<16} {'PRICE/H':>9} {'PODS':>5}  {'ZONES':<30} {'CAPACITY':<18} ALTERNATIVES")
+        rows = [("NODEPOOL", "INSTANCE TYPE", "PRICE/H", "PODS", "ZONES", "CAPACITY", "ALTERNATIVES")]
         for claim in plan.node_claims:
             alternatives = ", ".join(claim.instance_types[1:4]) + (" ..." if len(claim.instance_types) > 4 else "")
-            lines.append(
-                f"{claim.node_pool:<16} {claim.instance_types[0]:<16} {claim.price:>9.4f} {len(claim.pods):>5}  "
-                f"{','.join(claim.zones):<30} {','.join(claim.capacity_types):<18} {alternatives}"
-            )
+            rows.append((claim.node_pool, claim.instance_types[0], f"{claim.price:.4f}", str(len(claim.pods)),
+                         ",".join(claim.zones), ",".join(claim.capacity_types), alternatives))
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+        numeric = {2, 3}
+        for row in rows:
+            cells = [cell.rjust(widths[i]) if i in numeric else cell.ljust(widths[i]) for i, cell in enumerate(row[:-1])]
+            lines.append("  ".join(cells + [row[-1]]).rstrip())
     else:
         lines.append("no new nodes needed")
     for node in plan.existing_nodes:

@@ -1,0 +1,132 @@
+"""`joiner plan` through the real entry point: the JSON contract, the table, and malformed input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from joiner.cli.main import main
+
+ROOT = Path(__file__).resolve().parents[2]
+CLASSIC = ROOT / "examples" / "snapshots" / "classic.yaml"
+
+CATALOG = {
+    "instanceTypes": [
+        {"name": "small.x", "capacity": {"cpu": "2", "memory": "4Gi", "pods": "10"}, "overhead": {"cpu": "0", "memory": "0"},
+         "labels": {"kubernetes.io/arch": "amd64"},
+         "offerings": [{"zone": "z1", "capacityType": "on-demand", "price": 0.10},
+                       {"zone": "z1", "capacityType": "spot", "price": 0.04, "available": False}]},
+        {"name": "big.x", "capacity": {"cpu": "8", "memory": "16Gi", "pods": "40"}, "overhead": {"cpu": "0", "memory": "0"},
+         "labels": {"kubernetes.io/arch": "amd64"},
+         "offerings": [{"zone": "z1", "capacityType": "on-demand", "price": 0.50}]},
+    ]
+}
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def pod(name: str, cpu: str, *, node: str | None = None, selector: dict | None = None) -> dict:
+    spec: dict = {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": cpu, "memory": "256Mi"}}}]}
+    if node:
+        spec["nodeName"] = node
+    if selector:
+        spec["nodeSelector"] = selector
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "team"}, "spec": spec}
+
+
+def snapshot(tmp_path: Path, *objects: dict) -> Path:
+    pool = {"apiVersion": "joiner.dev/v1", "kind": "NodePool", "metadata": {"name": "general"},
+            "spec": {"template": {"spec": {"nodeClassRef": {"group": "joiner.dev", "kind": "NodeClass", "name": "default"}}}}}
+    node_class = {"apiVersion": "joiner.dev/v1", "kind": "NodeClass", "metadata": {"name": "default"},
+                  "spec": {"subnetSelectorTerms": [{"tags": {"a": "b"}}], "securityGroupSelectorTerms": [{"tags": {"a": "b"}}], "role": "r"}}
+    path = tmp_path / "snapshot.yaml"
+    path.write_text(yaml.safe_dump_all([pool, node_class, *objects]))
+    return path
+
+
+def catalog_file(tmp_path: Path) -> Path:
+    path = tmp_path / "catalog.json"
+    path.write_text(json.dumps(CATALOG))
+    return path
+
+
+def test_classic_example_plans_three_c5_2xlarge_as_one_json_object(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "plan", str(CLASSIC), "-o", "json")
+    assert code == 0 and err == ""
+    assert out.count("\n") == 1
+    plan = json.loads(out)
+    assert set(plan) == {"nodeClaims", "existingNodes", "unschedulable", "costPerHour"}
+    claims = plan["nodeClaims"]
+    assert [c["instanceTypes"][0] for c in claims] == ["c5.2xlarge"] * 3
+    assert sorted(len(c["pods"]) for c in claims) == [6, 7, 7]
+    assert sorted(p for c in claims for p in c["pods"]) == [f"default/inflate-{i:02d}" for i in range(20)]
+    assert all(c["nodePool"] == "default" and c["capacityTypes"] == ["on-demand"] for c in claims)
+    assert plan["costPerHour"] == pytest.approx(sum(c["price"] for c in claims)) == pytest.approx(1.02)
+    assert plan["unschedulable"] == []
+
+
+def test_catalog_file_existing_nodes_and_unschedulable_reasons(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    existing = {"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": "node-a", "labels": {"topology.kubernetes.io/zone": "z1", "kubernetes.io/arch": "amd64"}},
+                "status": {"allocatable": {"cpu": "2", "memory": "4Gi", "pods": "10"}}}
+    objects = [existing, pod("bound", "1", node="node-a"), pod("fits-existing", "500m"), pod("a", "1500m"), pod("b", "1500m"),
+               pod("huge", "64"), pod("arm", "100m", selector={"kubernetes.io/arch": "arm64"})]
+    code, out, _ = run(capsys, "plan", str(snapshot(tmp_path, *objects)), "--catalog", str(catalog_file(tmp_path)), "-o", "json")
+    assert code == 0
+    plan = json.loads(out)
+    assert plan["existingNodes"] == [{"name": "node-a", "pods": ["team/fits-existing"]}]
+    # Two 1.5-CPU pods: one small.x each (0.20) beats one big.x (0.50); the spot offering is unavailable.
+    assert sorted(c["instanceTypes"][0] for c in plan["nodeClaims"]) == ["small.x", "small.x"]
+    assert all(c["price"] == pytest.approx(0.10) for c in plan["nodeClaims"])
+    reasons = {u["pod"]: u["reason"] for u in plan["unschedulable"]}
+    assert set(reasons) == {"team/huge", "team/arm"}
+    assert "general" in reasons["team/huge"] and "cpu" in reasons["team/huge"]
+    assert "kubernetes.io/arch" in reasons["team/arm"]
+
+
+def test_table_output_names_each_claim_and_the_total(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "plan", str(CLASSIC))
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].split()[:2] == ["NODEPOOL", "INSTANCE"]
+    rows = [line.split() for line in lines[1:4]]
+    assert [row[1] for row in rows] == ["c5.2xlarge"] * 3
+    # Columns line up: every row's price ends where the header's PRICE/H ends.
+    price_end = lines[0].index("PRICE/H") + len("PRICE/H")
+    assert all(line[:price_end].endswith("0.3400") for line in lines[1:4])
+    assert lines[-1] == "new nodes: 3, cost per hour: $1.0200"
+
+
+@pytest.mark.parametrize(
+    ("document", "expected"),
+    [
+        ("apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: d}\nspec:\n  containers: [{name: c, resources: {requests: {cpu: lots}}}]\n",
+         "cpu"),
+        ("apiVersion: joiner.dev/v1\nkind: NodePool\nmetadata: {name: np}\nspec: {weight: 500}\n", "weight"),
+        ("kind: [unclosed\n", "line 2"),
+    ],
+)
+def test_malformed_input_exits_2_with_one_line_naming_the_field(tmp_path: Path, capsys: pytest.CaptureFixture[str], document: str, expected: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(document)
+    code, out, err = run(capsys, "plan", str(path), "-o", "json")
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("joiner plan: ")
+    assert expected.lower() in err.lower()
+    assert "Traceback" not in err
+
+
+def test_missing_snapshot_and_bad_catalog_are_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "plan", str(tmp_path / "absent.yaml"))
+    assert code == 2 and "cannot read snapshot" in err
+    bad_catalog = tmp_path / "catalog.json"
+    bad_catalog.write_text(json.dumps({"instanceTypes": [{"name": "x", "capacity": {"cpu": "two"}}]}))
+    code, _, err = run(capsys, "plan", str(CLASSIC), "--catalog", str(bad_catalog))
+    assert code == 2 and err.startswith("joiner plan: catalog ") and err.count("\n") == 1
