@@ -22,7 +22,10 @@ against NodePool limits). Several strategies run and the cheapest result wins:
 
 Every result is then improved: shrink each bin to the cheapest type holding its items,
 merge pairs of bins whose union fits a type cheaper than both, and empty bins into the
-free room of others. Pure Python and deterministic; work is bounded (candidate types per
+free room of others. Finally a large-neighbourhood search re-packs the items of the few
+bins wasting the most (price minus used resources at the LP duals) together with every
+strategy but the fixed-type runs, keeping the result when cheaper (e.g. a CPU-bound and
+a memory-bound bin become balanced ones). Pure Python and deterministic; work is bounded (candidate types per
 step, LP solves per packing) so large inputs stay fast.
 """
 
@@ -49,6 +52,11 @@ _CG_ROUNDS = 20
 _CG_MAX_ITEMS = 40
 _CG_MAX_PRICING_TYPES = 40
 _CG_BUDGET = 120
+#: Neighbourhood re-packing: sub-packings per call, bins per neighbourhood, and the
+#: least waste (share of the neighbourhood's price) worth a sub-packing.
+_LNS_REPACKS = 3
+_LNS_MAX_BINS = 6
+_LNS_MIN_WASTE = 0.01
 
 
 @dataclass(frozen=True, slots=True)
@@ -561,6 +569,14 @@ def pack(sizes: Sequence[tuple[int, ...]], counts: Sequence[int], types: Sequenc
     (nothing fits, or the ``budget`` against each type's ``limit`` ran out)."""
     if not sizes or not types:
         return [], list(counts)
+    best = _best_packing(sizes, counts, types, budget, fixed=True)
+    _repack_neighbourhoods(best)
+    return best.bins, best.remaining
+
+
+def _best_packing(sizes: Sequence[tuple[int, ...]], counts: Sequence[int], types: Sequence[PackType], budget: Sequence[int] | None, fixed: bool) -> _Packer:
+    """The cheapest result of the strategies (the fixed-type first-fit runs only when
+    ``fixed``)."""
     results = []
     for blend in (False, True):
         greedy = _Packer(sizes, counts, types, budget, blend)
@@ -570,16 +586,90 @@ def pack(sizes: Sequence[tuple[int, ...]], counts: Sequence[int], types: Sequenc
         patterns = _Packer(sizes, counts, types, budget)
         patterns.run_patterns()
         results.append(patterns)
-    probe = _Packer(sizes, counts, types, budget)
-    columns, solution = probe._aggregate_lp()
-    fixed = sorted({columns[j] for j in solution.x}) if solution is not None else []
-    if probe.usable:
-        largest = max(probe._affordable() or probe.usable, key=lambda t: (types[t].capacity, -types[t].price, -t))
-        if largest not in fixed:
-            fixed.append(largest)
-    for t in fixed:
-        candidate = _Packer(sizes, counts, types, budget)
-        candidate.run_fixed(t)
-        results.append(candidate)
-    best = min(results, key=_Packer.key)
-    return best.bins, best.remaining
+    if fixed:
+        probe = _Packer(sizes, counts, types, budget)
+        columns, solution = probe._aggregate_lp()
+        chosen = sorted({columns[j] for j in solution.x}) if solution is not None else []
+        if probe.usable:
+            largest = max(probe._affordable() or probe.usable, key=lambda t: (types[t].capacity, -types[t].price, -t))
+            if largest not in chosen:
+                chosen.append(largest)
+        for t in chosen:
+            candidate = _Packer(sizes, counts, types, budget)
+            candidate.run_fixed(t)
+            results.append(candidate)
+    return min(results, key=_Packer.key)
+
+
+def _bin_order_key(packer: _Packer, b: Bin) -> tuple:  # type: ignore[type-arg]
+    """A total order on bins that does not depend on the order of the input groups."""
+    return (packer.types[b.type_index].price, b.type_index, tuple(sorted((packer.sizes[i], n) for i, n in b.counts.items())))
+
+
+def _repack_neighbourhoods(packer: _Packer) -> None:
+    """Large-neighbourhood search on a finished packing: the items of the few bins that
+    waste the most (price minus their used resources valued at the aggregate LP's duals)
+    are packed again together by every strategy; the new bins replace the old ones when
+    they cost less. Fixes what one-bin-at-a-time rounding leaves behind, e.g. two
+    lopsided bins (one CPU-bound, one memory-bound) whose union fits cheaper types.
+    Bounded: at most ``_LNS_REPACKS`` sub-packings of at most ``_LNS_MAX_BINS`` bins."""
+    repacks = 0
+    repacked = False
+    while repacks < _LNS_REPACKS and len(packer.bins) >= 2:
+        everything = [0] * len(packer.sizes)
+        for b in packer.bins:
+            for i, n in b.counts.items():
+                everything[i] += n
+        columns = packer.lp_columns or packer.usable  # the budget only limits the sub-packings
+        solution = solve_covering_lp([packer.types[t].price for t in columns], [packer.types[t].capacity for t in columns], packer._demand(everything)) if columns else None
+        if solution is None:
+            break
+        duals = solution.duals
+        scored = []
+        for b in packer.bins:
+            price = packer.types[b.type_index].price
+            waste = price - sum(l * u for l, u in zip(duals, b.used))
+            scored.append((-round(waste, 9), _bin_order_key(packer, b), b))
+        scored.sort(key=lambda row: (row[0], row[1]))
+        improved = False
+        for k in range(min(_LNS_MAX_BINS, len(scored) - 1), 1, -1):
+            if repacks >= _LNS_REPACKS:
+                break
+            chosen = [row[2] for row in scored[:k]]
+            old_cost = sum(packer.types[b.type_index].price for b in chosen)
+            if -sum(row[0] for row in scored[:k]) <= _LNS_MIN_WASTE * old_cost:
+                continue
+            repacks += 1
+            if _repack(packer, chosen, old_cost):
+                improved = repacked = True
+                break
+        if not improved:
+            break
+    if repacked:
+        packer.improve()
+
+
+def _repack(packer: _Packer, chosen: list[Bin], old_cost: float) -> bool:
+    counts: dict[int, int] = {}
+    for b in chosen:
+        for i, n in b.counts.items():
+            counts[i] = counts.get(i, 0) + n
+    groups = sorted(counts, key=lambda i: (packer.sizes[i], i))
+    allowance = packer._allowance(*chosen)
+    sub = _best_packing([packer.sizes[i] for i in groups], [counts[i] for i in groups], packer.types, allowance, fixed=False)
+    if any(sub.remaining):
+        return False
+    bins = sub.bins
+    new_cost = sum(packer.types[b.type_index].price for b in bins)
+    if new_cost >= old_cost - 1e-9 * max(1.0, old_cost):
+        return False
+    ids = {id(b) for b in chosen}
+    packer.bins = [b for b in packer.bins if id(b) not in ids]
+    for b in bins:
+        packer.bins.append(Bin(b.type_index, {groups[i]: n for i, n in b.counts.items()}, list(b.used)))
+    if allowance is not None:
+        for b in bins:
+            for d, c in enumerate(packer.types[b.type_index].limit):
+                allowance[d] -= c
+        packer.budget = allowance
+    return True

@@ -1,0 +1,67 @@
+"""The cost packer's neighbourhood re-packing (large-neighbourhood search)."""
+
+from __future__ import annotations
+
+import pytest
+
+from joiner.domain.scheduling.packer import Bin, PackType, _Packer, _repack_neighbourhoods, pack
+
+# (cpu, memory) in whole units; limits count capacity against a NodePool budget.
+CPU_HEAVY = PackType((8, 4), 1.0, (8, 4))
+MEMORY_HEAVY = PackType((4, 8), 1.0, (4, 8))
+BALANCED = PackType((12, 12), 1.2, (12, 12))
+SMALL_BALANCED = PackType((6, 6), 0.55, (6, 6))
+TYPES = [CPU_HEAVY, MEMORY_HEAVY, BALANCED, SMALL_BALANCED]
+SIZES = [(2, 1), (1, 2), (6, 6)]  # CPU-bound pods, memory-bound pods, one balanced pod
+
+
+def _lopsided(budget: list[int] | None, types: list[PackType] = TYPES) -> _Packer:
+    """All CPU-bound pods on a CPU-heavy node and all memory-bound ones on a
+    memory-heavy node (each shrunk to its cheapest type), plus a full balanced node."""
+    packer = _Packer(SIZES, [4, 4, 1], types, budget)
+    packer._add_bin(0, {0: 4})
+    packer._add_bin(1, {1: 4})
+    packer._add_bin(3, {2: 1})
+    assert packer.remaining == [0, 0, 0]
+    return packer
+
+
+def _check(packer: _Packer, counts: list[int]) -> None:
+    placed = [0] * len(counts)
+    for b in packer.bins:
+        used = [sum(SIZES[i][d] * n for i, n in b.counts.items()) for d in range(2)]
+        assert used == b.used
+        assert all(u <= c for u, c in zip(used, packer.types[b.type_index].capacity))
+        for i, n in b.counts.items():
+            placed[i] += n
+    assert placed == counts
+
+
+@pytest.mark.parametrize("budget", [None, [18, 18]])
+def test_two_lopsided_bins_are_repacked_together_into_cheaper_balanced_ones(budget):  # type: ignore[no-untyped-def]
+    packer = _lopsided(budget)
+    assert packer.cost() == pytest.approx(2.55)
+    _repack_neighbourhoods(packer)
+    _check(packer, [4, 4, 1])
+    # Two CPU-bound plus two memory-bound pods fill a small balanced node exactly.
+    assert packer.cost() == pytest.approx(1.65)
+    assert sorted(b.type_index for b in packer.bins) == [3, 3, 3]
+    if budget is not None:  # the new nodes count exactly the capacity the old ones freed
+        assert packer.budget == [0, 0]
+
+
+def test_repacking_respects_the_budget_and_keeps_a_packing_it_cannot_improve():
+    # Small balanced nodes now count more against the limits than the lopsided ones free.
+    packer = _lopsided([8 + 4 + 7, 4 + 8 + 7], [CPU_HEAVY, MEMORY_HEAVY, BALANCED, PackType((6, 6), 0.55, (7, 7))])
+    assert packer.budget == [0, 0]
+    _repack_neighbourhoods(packer)
+    _check(packer, [4, 4, 1])
+    assert packer.budget == [0, 0]
+    assert packer.cost() == pytest.approx(2.55)
+
+
+def test_pack_finds_the_balanced_packing_from_any_group_order():
+    first, _ = pack(SIZES, [4, 4, 1], TYPES)
+    second, _ = pack(list(reversed(SIZES)), [1, 4, 4], TYPES)
+    assert sum(TYPES[b.type_index].price for b in first) == pytest.approx(1.65)
+    assert sorted(b.type_index for b in first) == sorted(b.type_index for b in second)
