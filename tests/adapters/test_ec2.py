@@ -499,6 +499,43 @@ def test_deleted_template_is_recreated(world: World) -> None:
     assert again.name == first.name and again.id != first.id
 
 
+def test_list_launch_templates_of_a_cluster_for_gc(world: World, ec2: Ec2Adapter) -> None:
+    nc = node_class(world)
+    mine = ec2.ensure_launch_template(nc, "amd64", cluster_info(ec2), world.network.security_groups, world.amis["x86_64"])
+    client = world.clients.ec2
+
+    def create(name: str, cluster: str) -> str:
+        tags = [{"Key": "joiner.dev/cluster", "Value": cluster}, {"Key": "joiner.dev/nodeclass", "Value": "x"}]
+        return client.create_launch_template(
+            LaunchTemplateName=name, LaunchTemplateData={"ImageId": world.amis["x86_64"]},
+            TagSpecifications=[{"ResourceType": "launch-template", "Tags": tags}],
+        )["LaunchTemplate"]["LaunchTemplateId"]
+
+    other = create(f"joiner-other-{nc.name}-amd64-0123456789abcdef", "other")
+    create(f"hand-made-{nc.name}", CLUSTER)  # tagged for the cluster but not Joiner's naming: never listed
+    listed = {info.ref.id: info for info in ec2.list_launch_templates(CLUSTER)}
+    assert mine.id in listed and other not in listed
+    assert all(info.ref.name.startswith("joiner-") for info in listed.values())
+    info = listed[mine.id]
+    assert info.ref.name == mine.name and info.node_class == nc.name
+    assert info.created is not None and info.created.tzinfo is not None
+    assert [i.ref.id for i in ec2.list_launch_templates("other")] == [other]
+    assert {i.ref.id for i in ec2.list_launch_templates()} == set(listed)  # default: the adapter's cluster
+
+
+def test_delete_launch_template_errors_other_than_not_found_are_raised(world: World, ec2: Ec2Adapter, no_sleep: list[float]) -> None:
+    ref = ec2.ensure_launch_template(node_class(world), "amd64", cluster_info(ec2), world.network.security_groups, world.amis["x86_64"])
+    injector = inject_error(world.clients.ec2, "DeleteLaunchTemplate", ErrorInjector(code="UnauthorizedOperation", status=403))
+    try:
+        with pytest.raises(Ec2Error) as error:
+            ec2.delete_launch_template(ref.id)
+    finally:
+        world.clients.ec2.meta.events.unregister("before-send.ec2.DeleteLaunchTemplate", injector)
+    assert error.value.code == "UnauthorizedOperation"
+    ec2.delete_launch_template(ref.id)
+    assert ref.id not in {i.ref.id for i in ec2.list_launch_templates(CLUSTER)}
+
+
 # ---------------------------------------------------------------- client factory
 
 

@@ -39,6 +39,7 @@ from joiner.ports import (
     JsonDict,
     KubernetesError,
     LaunchedInstance,
+    LaunchTemplateInfo,
     LaunchTemplateRef,
     Subnet,
 )
@@ -416,6 +417,9 @@ class FakeEc2:
         self.fleet_requests: list[FleetRequest] = []
         self.launch_templates: dict[tuple[str, str], LaunchTemplateRef] = {}
         self.template_inputs: dict[str, dict[str, Any]] = {}
+        #: template id -> (cluster, info): what list_launch_templates sees (gc)
+        self.template_records: dict[str, tuple[str, LaunchTemplateInfo]] = {}
+        self.deleted_templates: list[str] = []
         self.terminated: list[str] = []
         self.calls: list[str] = []
         self._tokens: dict[str, tuple[FleetRequest, FleetResult]] = {}
@@ -467,6 +471,8 @@ class FakeEc2:
         ref = LaunchTemplateRef(id=f"lt-{digest}", name=f"joiner/{cluster.name}/{node_class.name}/{arch}")
         with self._lock:
             self.launch_templates[(node_class.name, arch)] = ref
+            if ref.id not in self.template_records:
+                self.template_records[ref.id] = (cluster.name, LaunchTemplateInfo(ref, node_class.name, self.clock.now()))
             self.template_inputs[ref.id] = {"labels": dict(labels or {}), "taints": tuple(taints), "ami": ami_id, "security_groups": tuple(security_groups)}
         return ref
 
@@ -533,6 +539,25 @@ class FakeEc2:
                 record for _, record in sorted(self.instances.items())
                 if record.tags.get("joiner.dev/cluster") == cluster_name and record.state not in ("shutting-down", "terminated")
             ]
+
+    def add_launch_template(self, name: str, *, node_class: str = "default", created: datetime | None = None, cluster: str | None = None) -> LaunchTemplateRef:
+        """Test helper: a launch template tagged for ``cluster`` (default: this fake's), created at ``created``."""
+        ref = LaunchTemplateRef(id=f"lt-{hashlib.sha256(name.encode()).hexdigest()[:17]}", name=name)
+        with self._lock:
+            self.template_records[ref.id] = (cluster or self.cluster_name, LaunchTemplateInfo(ref, node_class, created or self.clock.now()))
+        return ref
+
+    def list_launch_templates(self, cluster_name: str) -> list[LaunchTemplateInfo]:
+        self._enter("list_launch_templates")
+        with self._lock:
+            return sorted((info for cluster, info in self.template_records.values() if cluster == cluster_name), key=lambda i: i.ref.name)
+
+    def delete_launch_template(self, template_id: str) -> None:
+        self._enter("delete_launch_template")
+        with self._lock:
+            if self.template_records.pop(template_id, None) is not None:
+                self.deleted_templates.append(template_id)
+            self.launch_templates = {key: ref for key, ref in self.launch_templates.items() if ref.id != template_id}
 
     def describe_cluster(self, cluster_name: str) -> ClusterInfo:
         self._enter("describe_cluster")

@@ -174,6 +174,17 @@ class InstanceRecord:
     capacity_type: str = "on-demand"
 
 
+@dataclass(frozen=True, slots=True)
+class LaunchTemplateInfo:
+    """A launch template Joiner created for a cluster (``joiner.dev/cluster`` tag), for
+    garbage collection. ``node_class`` is its ``joiner.dev/nodeclass`` tag ("" if missing);
+    ``created`` is EC2's CreateTime (None when unknown)."""
+
+    ref: LaunchTemplateRef
+    node_class: str
+    created: datetime | None
+
+
 class Ec2Error(Exception):
     """An EC2 call failed after botocore's retries (throttling included)."""
 
@@ -208,6 +219,12 @@ class Ec2Port(Protocol):
         """Non-terminated instances tagged for this cluster by Joiner."""
         ...
     def describe_cluster(self, cluster_name: str) -> ClusterInfo: ...
+    def list_launch_templates(self, cluster_name: str) -> list[LaunchTemplateInfo]:
+        """Launch templates Joiner created for this cluster (tagged ``joiner.dev/cluster``), by name."""
+        ...
+    def delete_launch_template(self, template_id: str) -> None:
+        """Delete one launch template; one already gone is not an error."""
+        ...
 
 
 # ---------------------------------------------------------------- State (DynamoDB)

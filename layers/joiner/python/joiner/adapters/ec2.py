@@ -13,7 +13,7 @@ import ipaddress
 import json
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -33,6 +33,7 @@ from joiner.ports import (
     FleetResult,
     InstanceRecord,
     LaunchedInstance,
+    LaunchTemplateInfo,
     LaunchTemplateRef,
     Subnet,
 )
@@ -88,15 +89,6 @@ class NodeClassConfigError(Ec2Error):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, code="InvalidNodeClass")
-
-
-@dataclass(frozen=True, slots=True)
-class LaunchTemplateInfo:
-    """A Joiner-owned launch template, for garbage collection."""
-
-    ref: LaunchTemplateRef
-    node_class: str
-    created: datetime | None
 
 
 def ami_parameter_path(kubernetes_version: str, arch: str, release: str = "latest") -> str:
@@ -494,16 +486,19 @@ class Ec2Adapter:
                 return LaunchTemplateRef(template["LaunchTemplateId"], name, str(template.get("DefaultVersionNumber", 1)))
         return None
 
-    def list_launch_templates(self) -> list[LaunchTemplateInfo]:
-        """Launch templates Joiner created for this cluster, by name (for gc)."""
+    def list_launch_templates(self, cluster_name: str | None = None) -> list[LaunchTemplateInfo]:
+        """Launch templates Joiner created for ``cluster_name`` (default: the adapter's cluster):
+        tagged ``joiner.dev/cluster=<cluster>`` and named ``joiner-...``, by name (for gc)."""
+        cluster = cluster_name or self.cluster_name
         raw = self._paginate(
             self._ec2, "ec2", "describe_launch_templates", "LaunchTemplates",
-            Filters=[{"Name": f"tag:{CLUSTER_TAG}", "Values": [self.cluster_name]}],
+            Filters=[{"Name": f"tag:{CLUSTER_TAG}", "Values": [cluster]}],
+            PaginationConfig={"PageSize": 200},  # EC2's maximum: fewer calls (and moto does not paginate)
         )
         out = []
         for template in raw:
             tags = _tags_dict(template.get("Tags"))
-            if not template["LaunchTemplateName"].startswith("joiner-"):
+            if not template["LaunchTemplateName"].startswith("joiner-") or tags.get(CLUSTER_TAG) != cluster:
                 continue
             created = template.get("CreateTime")
             out.append(
