@@ -14,6 +14,7 @@ import sys
 #: subcommand -> module under joiner.cli that implements it
 COMMANDS: dict[str, str] = {
     "plan": "plan",
+    "disrupt": "disrupt",
     "events": "events",
     "import-karpenter": "import_karpenter",
 }

@@ -1,0 +1,111 @@
+"""``joiner disrupt SNAPSHOT [--catalog FILE] [--now TIME] [-o json|table]``: what one
+disruption pass would do to a cluster snapshot.
+
+The contract: ``-o json`` prints exactly one JSON object
+``{"commands": [{"method", "nodes", "replacements": [{"instanceTypes", "price"}],
+"savingsPerHour", "reason"}], "blocked": [{"node", "reason"}]}``; malformed input exits
+with status 2 and one line naming the object and field.
+
+Offline, a node's price is its offering's price in the catalog (instance type, zone and
+``joiner.dev/capacity-type`` labels), its age comes from ``creationTimestamp``, and the
+NodeClass's AMI, subnet and security-group selector terms that name IDs stand for the
+resolved launch inputs when checking drift (nodes carry theirs as annotations).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import UTC, datetime
+
+from joiner.cli.main import UsageError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = subparsers.add_parser("disrupt", help="print the disruption commands (consolidation, drift, expiration, emptiness) for a cluster snapshot")
+    parser.add_argument("snapshot", help="YAML with Pods, Nodes, DaemonSets, PDBs, RuntimeClasses, NodePools and NodeClasses ('-' for stdin)")
+    parser.add_argument("--catalog", help="instance catalog file (YAML/JSON); default: the bundled us-east-1 catalog (on-demand prices)")
+    parser.add_argument("--now", help="the pass's time (ISO 8601, e.g. 2025-01-06T09:00:00Z); default: the current time")
+    parser.add_argument("-o", "--output", choices=("json", "table"), default="table")
+    parser.set_defaults(handler=run)
+
+
+def _read(path: str, what: str) -> str:
+    from pathlib import Path
+
+    try:
+        return sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise UsageError(f"cannot read {what} {path!r}: {getattr(error, 'strerror', None) or error}") from None
+
+
+def _now(text: str | None) -> datetime:
+    if text is None:
+        return datetime.now(UTC)
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise UsageError(f"--now: expected an ISO 8601 time such as 2025-01-06T09:00:00Z, got {text!r}") from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def offline_node_classes(snapshot):  # type: ignore[no-untyped-def]
+    """Resolved launch inputs a snapshot alone can tell: selector terms that name IDs."""
+    from joiner.domain.disruption import ResolvedNodeClass
+
+    result = {}
+    for node_class in snapshot.node_classes:
+        def ids(terms):  # type: ignore[no-untyped-def]
+            if not terms or any(t.id is None for t in terms):
+                return None
+            return frozenset(str(t.id) for t in terms)
+
+        result[node_class.name] = ResolvedNodeClass(
+            amis=ids(node_class.ami_selector_terms),
+            subnets=ids(node_class.subnet_selector_terms),
+            security_groups=ids(node_class.security_group_selector_terms),
+        )
+    return result
+
+
+def run(args: argparse.Namespace) -> int:
+    from joiner.domain.catalog import CatalogError, load_bundled_catalog, load_catalog_file
+    from joiner.domain.disruption import DisruptionInput, decide
+    from joiner.domain.planning import instance_types_by_pool
+    from joiner.domain.snapshot import SnapshotError, load_snapshot_yaml
+
+    now = _now(args.now)
+    text = _read(args.snapshot, "snapshot")
+    try:
+        snapshot = load_snapshot_yaml(text)
+    except SnapshotError as error:
+        raise UsageError(str(error)) from None
+    try:
+        catalog = load_catalog_file(_read(args.catalog, "catalog")) if args.catalog else load_bundled_catalog()
+        types = instance_types_by_pool(snapshot.node_pools, snapshot.node_classes, catalog)
+    except CatalogError as error:
+        raise UsageError(f"catalog {args.catalog or '(bundled)'}: {error}") from None
+    decision = decide(DisruptionInput(snapshot=snapshot, instance_types=types, now=now, node_classes=offline_node_classes(snapshot)))
+    if args.output == "json":
+        json.dump(decision.to_dict(), sys.stdout, separators=(",", ":"))
+        sys.stdout.write("\n")
+        return 0
+    sys.stdout.write(render_table(decision))
+    return 0
+
+
+def render_table(decision) -> str:  # type: ignore[no-untyped-def]
+    """Human-readable decision: one block per command, then blocked nodes."""
+    lines = []
+    if not decision.commands:
+        lines.append("no disruption")
+    for command in decision.commands:
+        lines.append(f"{command.method}: {', '.join(command.nodes)}  saves ${command.savings_per_hour:.4f}/h")
+        for replacement in command.replacements:
+            more = f" (+{len(replacement.instance_types) - 1} more)" if len(replacement.instance_types) > 1 else ""
+            lines.append(f"  replace with {replacement.instance_types[0]}{more} at most ${replacement.price:.4f}/h")
+        lines.append(f"  {command.reason}")
+    for item in decision.blocked:
+        lines.append(f"blocked {item.node}: {item.reason}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,947 @@
+"""Disruption decisions: which managed nodes to take away, and with what in their place.
+
+``decide(DisruptionInput) -> Decision`` runs one pass of Karpenter's disruption loop over a
+cluster snapshot. Methods are tried in order and the first that yields a command wins the
+pass:
+
+1. **emptiness**: nodes with no pods but DaemonSet, mirror or terminal ones for the
+   NodePool's ``consolidateAfter`` are deleted (one command for all of them, within budgets);
+2. **expiration**: nodes older than ``expireAfter`` are replaced (forceful: ``do-not-disrupt``
+   pods do not protect them, PodDisruptionBudgets that allow no eviction still do);
+3. **drift**: nodes whose launch inputs (NodePool requirements, labels, taints; NodeClass AMI,
+   subnets, security groups) no longer match are replaced, only when all their pods schedule;
+4. **multi-node consolidation**: the largest prefix (binary search, cheapest-to-disrupt
+   first) of underutilized candidates that can all go with at most one, cheaper, replacement;
+5. **single-node consolidation**: the first candidate that can be deleted, or replaced by
+   one cheaper node.
+
+Every simulation is a :func:`joiner.domain.scheduling.solve` of the candidates' pods with the
+candidates (and every node already going) removed from the existing capacity, so topology
+spread, anti-affinity, taints and limits are honoured exactly as when provisioning.
+
+Pure and deterministic: no clock (``now`` is an input), every sort has a total order.
+"""
+
+from __future__ import annotations
+
+import calendar
+import hashlib
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from joiner.domain import labels as wk
+from joiner.domain.model import (
+    InFlightClaim,
+    InstanceType,
+    Node,
+    NodeClaimPlan,
+    NodePool,
+    OfferingKey,
+    Plan,
+    Pod,
+    PodDisruptionBudget,
+)
+from joiner.domain.resources import EMPTY, Resources
+from joiner.domain.scheduling import SchedulingProblem, solve
+from joiner.domain.snapshot import Snapshot
+
+__all__ = [
+    "EMPTINESS", "EXPIRATION", "DRIFT", "CONSOLIDATION", "METHODS", "REASONS",
+    "NOMINATION_WINDOW", "VALIDATION_DELAY", "EVICTION_COST_PER_HOUR", "MAX_MULTI_CANDIDATES",
+    "MAX_SIMULATIONS", "MAX_BATCH", "NODEPOOL_HASH_ANNOTATION", "AMI_ANNOTATION", "SUBNET_ANNOTATION",
+    "SECURITY_GROUPS_ANNOTATION", "NodeFacts", "ResolvedNodeClass", "DisruptionInput", "Replacement",
+    "Command", "Blocked", "Decision", "decide", "validate", "nodepool_hash", "cron_matches",
+    "budget_active", "allowed_disruptions", "eviction_cost", "disruption_cost", "worst_case_price",
+]
+
+EMPTINESS, EXPIRATION, DRIFT, CONSOLIDATION = "emptiness", "expiration", "drift", "consolidation"
+METHODS = (EMPTINESS, EXPIRATION, DRIFT, CONSOLIDATION)
+#: Budget reason per method (consolidation is ``Underutilized``).
+REASONS = {EMPTINESS: "Empty", EXPIRATION: "Expired", DRIFT: "Drifted", CONSOLIDATION: "Underutilized"}
+
+#: A node the provisioner nominated for pending pods this recently is not a candidate.
+NOMINATION_WINDOW = timedelta(seconds=20)
+#: A command is re-simulated at least this long after it was computed, before acting.
+VALIDATION_DELAY = timedelta(seconds=15)
+#: Extra savings ($/h) a command must bring per unit of disruption cost (about one evicted
+#: pod of default priority on a young node): a replacement that saves pennies does not
+#: evict a busy node.
+EVICTION_COST_PER_HOUR = 0.001
+#: Candidates the multi-node binary search looks at (Karpenter's limit too).
+MAX_MULTI_CANDIDATES = 100
+#: Single-node simulations per pass (after the cheap pre-filter).
+MAX_SIMULATIONS = 40
+#: Bound on single-node simulations x pods in the cluster: a simulation costs about
+#: 20 microseconds per pod, so a pass over 30,000 pods simulates at most 25 single nodes.
+SIMULATION_POD_BUDGET = 750_000
+#: Nodes one expiration or drift command takes at most.
+MAX_BATCH = 10
+
+NODEPOOL_HASH_ANNOTATION = "joiner.dev/nodepool-hash"
+AMI_ANNOTATION = "joiner.dev/ami-id"
+SUBNET_ANNOTATION = "joiner.dev/subnet-id"
+SECURITY_GROUPS_ANNOTATION = "joiner.dev/security-group-ids"
+
+_EPSILON = 1e-9
+
+
+# ---------------------------------------------------------------------- inputs
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFacts:
+    """What durable state knows about a node beyond the Node object.
+
+    ``price``: $/h it was launched at (the claim's); ``initialized_at``: when it became
+    initialized; ``terminating``: a termination is in progress; ``nominated_at``: when the
+    provisioner last planned pending pods onto it; ``empty_since``: first time it was seen
+    with no reschedulable pod (consecutive passes)."""
+
+    price: float | None = None
+    initialized_at: datetime | None = None
+    terminating: bool = False
+    nominated_at: datetime | None = None
+    empty_since: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedNodeClass:
+    """A NodeClass's current launch inputs; None: unknown (never a drift reason)."""
+
+    amis: frozenset[str] | None = None
+    subnets: frozenset[str] | None = None
+    security_groups: frozenset[str] | None = None
+
+
+@dataclass(frozen=True)
+class DisruptionInput:
+    """Everything one pass looks at. ``instance_types`` per NodePool (as planning builds
+    them); ``facts`` per node name; ``node_classes`` per NodeClass name."""
+
+    snapshot: Snapshot
+    instance_types: Mapping[str, tuple[InstanceType, ...]]
+    now: datetime
+    facts: Mapping[str, NodeFacts] = field(default_factory=dict)
+    node_classes: Mapping[str, ResolvedNodeClass] = field(default_factory=dict)
+    in_flight: tuple[InFlightClaim, ...] = ()
+    unavailable: frozenset[OfferingKey] = frozenset()
+    pool_usage: Mapping[str, Resources] = field(default_factory=dict)
+    max_simulations: int = MAX_SIMULATIONS
+
+
+# ---------------------------------------------------------------------- outputs
+
+
+@dataclass(frozen=True, slots=True)
+class Replacement:
+    """One node to launch in place of a command's nodes. ``price`` is the worst-case launch
+    price: the dearest offering any listed type may be launched at."""
+
+    node_pool: str
+    instance_types: tuple[str, ...]
+    zones: tuple[str, ...]
+    capacity_types: tuple[str, ...]
+    price: float
+    pods: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``joiner disrupt`` contract: instance types and price."""
+        return {"instanceTypes": list(self.instance_types), "price": round(self.price, 6)}
+
+    def to_state(self) -> dict[str, Any]:
+        return {
+            "nodePool": self.node_pool, "instanceTypes": list(self.instance_types), "zones": list(self.zones),
+            "capacityTypes": list(self.capacity_types), "price": self.price, "pods": list(self.pods),
+        }
+
+    @classmethod
+    def from_state(cls, data: Mapping[str, Any]) -> Replacement:
+        return cls(
+            str(data["nodePool"]), tuple(data["instanceTypes"]), tuple(data.get("zones", ())),
+            tuple(data.get("capacityTypes", ())), float(data["price"]), tuple(data.get("pods", ())),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """Nodes to disrupt together and what replaces them."""
+
+    method: str
+    nodes: tuple[str, ...]
+    replacements: tuple[Replacement, ...]
+    savings_per_hour: float
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "method": self.method,
+            "nodes": list(self.nodes),
+            "replacements": [r.to_dict() for r in self.replacements],
+            "savingsPerHour": round(self.savings_per_hour, 6),
+            "reason": self.reason,
+        }
+
+    def to_state(self) -> dict[str, Any]:
+        """Lossless form for durable storage (see :meth:`from_state`)."""
+        return {
+            "method": self.method, "nodes": list(self.nodes), "replacements": [r.to_state() for r in self.replacements],
+            "savingsPerHour": self.savings_per_hour, "reason": self.reason,
+        }
+
+    @classmethod
+    def from_state(cls, data: Mapping[str, Any]) -> Command:
+        return cls(
+            str(data["method"]), tuple(data["nodes"]), tuple(Replacement.from_state(r) for r in data.get("replacements", ())),
+            float(data.get("savingsPerHour", 0.0)), str(data.get("reason", "")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Blocked:
+    """A managed node no method may take now, and why."""
+
+    node: str
+    reason: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"node": self.node, "reason": self.reason}
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """One pass's result. ``nominated``: nodes the pending pods' plan uses now (the caller
+    remembers them for :data:`NOMINATION_WINDOW`); ``empty``: candidates with no
+    reschedulable pod (the caller tracks since when); ``simulations``: solves run."""
+
+    commands: tuple[Command, ...] = ()
+    blocked: tuple[Blocked, ...] = ()
+    nominated: tuple[str, ...] = ()
+    empty: tuple[str, ...] = ()
+    simulations: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``joiner disrupt`` contract: ``commands`` and ``blocked``."""
+        return {"commands": [c.to_dict() for c in self.commands], "blocked": [b.to_dict() for b in self.blocked]}
+
+
+# ---------------------------------------------------------------------- cron and budgets
+
+_MACROS = {
+    "@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *", "@monthly": "0 0 1 * *", "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *", "@midnight": "0 0 * * *", "@hourly": "0 * * * *",
+}
+_NAMES = {
+    3: {name.lower(): i for i, name in enumerate(calendar.month_abbr) if name},
+    4: {name.lower(): (i + 1) % 7 for i, name in enumerate(calendar.day_abbr)},
+}
+_BOUNDS = ((0, 59), (0, 23), (1, 31), (1, 12), (0, 7))
+
+
+def _cron_field(text: str, index: int) -> frozenset[int]:
+    low, high = _BOUNDS[index]
+    names = _NAMES.get(index, {})
+    values: set[int] = set()
+
+    def number(token: str) -> int:
+        value = names.get(token.lower())
+        if value is None:
+            value = int(token)
+        if not low <= value <= high:
+            raise ValueError(f"{token} out of range {low}-{high}")
+        return value
+
+    for part in text.split(","):
+        step = 1
+        if "/" in part:
+            part, step_text = part.split("/", 1)
+            step = int(step_text)
+            if step <= 0:
+                raise ValueError("step must be positive")
+        if part in ("*", "?"):
+            start, end = low, high
+        elif "-" in part:
+            first, last = part.split("-", 1)
+            start, end = number(first), number(last)
+        else:
+            start = number(part)
+            end = high if step > 1 else start
+        values.update(range(start, end + 1, step))
+    if index == 4 and 7 in values:
+        values.discard(7)
+        values.add(0)
+    return frozenset(values)
+
+
+def _parse_cron(schedule: str) -> tuple[tuple[frozenset[int], ...], bool, bool]:
+    expression = _MACROS.get(schedule.strip(), schedule)
+    parts = expression.split()
+    if len(parts) != 5:
+        raise ValueError(f"expected 5 fields, got {len(parts)}")
+    fields = tuple(_cron_field(part, i) for i, part in enumerate(parts))
+    return fields, parts[2] in ("*", "?"), parts[4] in ("*", "?")
+
+
+def _day_matches(fields: tuple[frozenset[int], ...], dom_any: bool, dow_any: bool, moment: datetime) -> bool:
+    if moment.month not in fields[3]:
+        return False
+    dom = moment.day in fields[2]
+    dow = (moment.isoweekday() % 7) in fields[4]
+    if dom_any and dow_any:
+        return True
+    if dom_any:
+        return dow
+    if dow_any:
+        return dom
+    return dom or dow  # cron: either restricted day field matches
+
+
+def cron_matches(schedule: str, moment: datetime) -> bool:
+    """True when the 5-field cron ``schedule`` (UTC, or a macro such as ``@daily``) fires at
+    ``moment``'s minute. Raises ValueError for a malformed expression."""
+    fields, dom_any, dow_any = _parse_cron(schedule)
+    return moment.minute in fields[0] and moment.hour in fields[1] and _day_matches(fields, dom_any, dow_any, moment)
+
+
+def budget_active(schedule: str | None, duration: timedelta | None, now: datetime) -> bool:
+    """A budget without a schedule is always active; with one, it is active for
+    ``duration`` after each time the schedule fires (UTC). A malformed schedule is never active."""
+    if schedule is None:
+        return True
+    if duration is None or duration <= timedelta(0):
+        return False
+    try:
+        fields, dom_any, dow_any = _parse_cron(schedule)
+    except ValueError:
+        return False
+    minute = now.replace(second=0, microsecond=0)
+    earliest = now - duration  # fired strictly after this moment
+    while minute > earliest:
+        if not _day_matches(fields, dom_any, dow_any, minute):
+            minute = minute.replace(hour=0, minute=0) - timedelta(minutes=1)  # last minute of the previous day
+            continue
+        if minute.hour not in fields[1]:
+            minute = minute.replace(minute=0) - timedelta(minutes=1)
+            continue
+        if minute.minute in fields[0]:
+            return True
+        minute -= timedelta(minutes=1)
+    return False
+
+
+def _budget_count(nodes: str, total: int) -> int:
+    if nodes.endswith("%"):
+        return math.ceil(total * int(nodes[:-1]) / 100)  # Karpenter rounds percentages up
+    return int(nodes)
+
+
+def allowed_disruptions(pool: NodePool, reason: str, now: datetime, total: int, disrupting: int) -> int:
+    """Nodes of ``pool`` that may start being disrupted for ``reason`` now: the tightest
+    active budget naming the reason (or all reasons), minus the nodes already going."""
+    limits = [
+        _budget_count(budget.nodes, total)
+        for budget in pool.disruption.budgets
+        if (not budget.reasons or reason in budget.reasons) and budget_active(budget.schedule, budget.duration, now)
+    ]
+    if not limits:
+        return max(0, total - disrupting)
+    return max(0, min(limits) - disrupting)
+
+
+# ---------------------------------------------------------------------- costs and prices
+
+
+def eviction_cost(pod: Pod) -> float:
+    """Karpenter's eviction cost: 1 + deletion cost / 2^27 + priority / 2^25, clamped to [-10, 10]."""
+    cost = 1.0 + pod.deletion_cost / 2**27 + pod.priority / 2**25
+    return max(-10.0, min(10.0, cost))
+
+
+def disruption_cost(pods: Iterable[Pod], age: timedelta | None, expire_after: timedelta | None) -> float:
+    """Sum of the pods' eviction costs, scaled by the fraction of the node's lifetime left
+    (an old node about to expire anyway is cheap to disrupt)."""
+    total = sum(eviction_cost(p) for p in pods)
+    if expire_after is None or age is None or expire_after <= timedelta(0):
+        return total
+    remaining = (expire_after - age) / expire_after
+    return total * max(0.0, min(1.0, remaining))
+
+
+def worst_case_price(instance_type: InstanceType, zones: Iterable[str], capacity_types: Iterable[str], unavailable: frozenset[OfferingKey] = frozenset()) -> float | None:
+    """The dearest available offering of ``instance_type`` in ``zones`` x ``capacity_types``."""
+    zone_set, ct_set = set(zones), set(capacity_types)
+    prices = [
+        o.price for o in instance_type.offerings
+        if o.available and o.zone in zone_set and o.capacity_type in ct_set
+        and OfferingKey(instance_type.name, o.zone, o.capacity_type) not in unavailable
+    ]
+    return max(prices) if prices else None
+
+
+def nodepool_hash(pool: NodePool) -> str:
+    """Hash of the NodePool template fields a node carries from launch (labels,
+    annotations, taints, startup taints, NodeClass). Requirements are checked on their own."""
+    material = {
+        "labels": sorted(pool.labels.items()),
+        "annotations": sorted(pool.annotations.items()),
+        "taints": sorted(t.to_dict().items() for t in pool.taints),  # type: ignore[misc]
+        "startupTaints": sorted(t.to_dict().items() for t in pool.startup_taints),  # type: ignore[misc]
+        "nodeClass": pool.node_class,
+    }
+    return hashlib.sha256(json.dumps(material, sort_keys=True, default=list).encode()).hexdigest()[:16]
+
+
+# ---------------------------------------------------------------------- the pass
+
+
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    node: Node
+    pool: NodePool
+    pods: tuple[Pod, ...]  # reschedulable, as pending copies
+    price: float | None
+    cost: float
+    created: datetime | None
+    since: datetime | None  # consolidatable since (last pod arrival or initialization)
+    protected: str | None  # do-not-disrupt reason (ignored by expiration)
+    pdb_blocked: str | None
+
+    @property
+    def name(self) -> str:
+        return self.node.name
+
+    @property
+    def instance_type(self) -> str | None:
+        return self.node.labels.get(wk.INSTANCE_TYPE)
+
+    def order(self) -> tuple[float, str]:
+        return (self.cost, self.node.name)
+
+
+class _Pass:
+    """One disruption pass over an input (see :func:`decide`)."""
+
+    def __init__(self, inp: DisruptionInput) -> None:
+        self.inp = inp
+        self.now = inp.now
+        snap = inp.snapshot
+        self.pools = {p.name: p for p in snap.node_pools}
+        self.types = {pool: {t.name: t for t in types} for pool, types in inp.instance_types.items()}
+        self.pods_by_node: dict[str, list[Pod]] = {}
+        for pod in snap.pods:
+            if pod.node_name is not None:
+                self.pods_by_node.setdefault(pod.node_name, []).append(pod)
+        self.simulations = 0
+        self._launchable_cache: list[tuple[str, Resources, float]] | None = None
+        self.blocked: dict[str, str] = {}
+        self.going: set[str] = set()  # nodes already terminating or deleting
+        self.total: dict[str, int] = {}
+        self.disrupting: dict[str, int] = {}
+        self.candidates: list[_Candidate] = []
+        self.empty: list[str] = []
+        self.nominated = self._nominations()
+        self._classify()
+
+    # ------------------------------------------------------------ reading the snapshot
+
+    def facts(self, node: str) -> NodeFacts:
+        return self.inp.facts.get(node) or NodeFacts()
+
+    def _nominations(self) -> set[str]:
+        """Nodes the plan for the pending pods places pods on now, plus recent nominations."""
+        nominated = {
+            name for name, facts in self.inp.facts.items()
+            if facts.nominated_at is not None and self.now - facts.nominated_at < NOMINATION_WINDOW
+        }
+        pending = self.inp.snapshot.pending_pods
+        if pending:
+            plan = self._solve(pending, frozenset())
+            nominated.update(e.name for e in plan.existing_nodes)
+        return nominated
+
+    def _terminating(self, node: Node) -> bool:
+        facts = self.facts(node.name)
+        return node.deleting or facts.terminating or any(t.key == wk.DISRUPTED_TAINT_KEY for t in node.taints)
+
+    def _classify(self) -> None:
+        pdbs = [p for p in self.inp.snapshot.pdbs if p.disruptions_allowed == 0]
+        for node in self.inp.snapshot.nodes:
+            pool_name = node.labels.get(wk.NODEPOOL)
+            if not pool_name:
+                continue  # not Joiner's
+            self.total[pool_name] = self.total.get(pool_name, 0) + 1
+            if self._terminating(node):
+                self.going.add(node.name)
+                self.disrupting[pool_name] = self.disrupting.get(pool_name, 0) + 1
+                self.blocked[node.name] = "already terminating"
+                continue
+            pool = self.pools.get(pool_name)
+            if pool is None:
+                self.blocked[node.name] = f"nodepool {pool_name} not found"
+                continue
+            if not node.ready or node.labels.get(wk.INITIALIZED) != "true":
+                self.blocked[node.name] = "not initialized"
+                continue
+            if node.name in self.nominated:
+                self.blocked[node.name] = "nominated for pending pods"
+                continue
+            self.candidates.append(self._candidate(node, pool, pdbs))
+        self.candidates.sort(key=_Candidate.order)
+
+    def _candidate(self, node: Node, pool: NodePool, pdbs: Sequence[PodDisruptionBudget]) -> _Candidate:
+        facts = self.facts(node.name)
+        live = [p for p in self.pods_by_node.get(node.name, []) if not p.is_terminal]
+        movable = tuple(sorted(
+            (replace(p, node_name=None, phase="Pending") for p in live if not (p.is_daemonset_pod or p.is_mirror or p.deleting)),
+            key=lambda p: p.key,
+        ))
+        protected = None
+        if node.annotations.get(wk.DO_NOT_DISRUPT) == "true" or node.annotations.get(wk.KARPENTER_DO_NOT_DISRUPT) == "true":
+            protected = "node has the do-not-disrupt annotation"
+        else:
+            for pod in sorted(live, key=lambda p: p.key):
+                if pod.do_not_disrupt and not pod.deleting:
+                    protected = f"pod {pod.key} has the do-not-disrupt annotation"
+                    break
+        pdb_blocked = None
+        for pod in sorted(live, key=lambda p: p.key):
+            if pod.is_daemonset_pod or pod.is_mirror or pod.deleting:
+                continue
+            for pdb in pdbs:
+                if pdb.selects(pod):
+                    pdb_blocked = f"PodDisruptionBudget {pdb.namespace}/{pdb.name} allows no eviction of pod {pod.key}"
+                    break
+            if pdb_blocked:
+                break
+        created = facts.initialized_at or node.created
+        since_candidates = [t for t in (facts.initialized_at, node.created, *(p.created for p in live if not p.is_daemonset_pod)) if t is not None]
+        since = max(since_candidates) if since_candidates else None
+        age = self.now - node.created if node.created is not None else None
+        return _Candidate(
+            node=node, pool=pool, pods=movable, price=self._node_price(node, pool, facts), cost=disruption_cost(movable, age, pool.expire_after),
+            created=created if node.created is None else node.created, since=since, protected=protected, pdb_blocked=pdb_blocked,
+        )
+
+    def _node_price(self, node: Node, pool: NodePool, facts: NodeFacts) -> float | None:
+        if facts.price is not None:
+            return facts.price
+        name = node.labels.get(wk.INSTANCE_TYPE)
+        instance_type = self.types.get(pool.name, {}).get(name or "")
+        if instance_type is None:
+            for types in self.types.values():
+                if name in types:
+                    instance_type = types[name]
+                    break
+        if instance_type is None:
+            return None
+        zone = node.labels.get(wk.ZONE)
+        capacity_type = node.labels.get(wk.CAPACITY_TYPE, wk.CAPACITY_TYPE_ON_DEMAND)
+        prices = [o.price for o in instance_type.offerings if o.capacity_type == capacity_type and (zone is None or o.zone == zone)]
+        return min(prices) if prices else None
+
+    # ------------------------------------------------------------ simulation
+
+    def _solve(self, pending: Sequence[Pod], exclude: frozenset[str]) -> Plan:
+        snap = self.inp.snapshot
+        nodes = tuple(n for n in snap.nodes if n.name not in exclude and not n.deleting)
+        bound = tuple(p for p in snap.bound_pods if p.node_name not in exclude)
+        self.simulations += 1
+        problem = SchedulingProblem(
+            pending=tuple(pending),
+            nodes=nodes,
+            bound_pods=bound,
+            daemonsets=snap.daemonsets,
+            node_pools=snap.node_pools,
+            instance_types=self.inp.instance_types,
+            in_flight=self.inp.in_flight,
+            unavailable=self.inp.unavailable,
+            pool_usage=self.inp.pool_usage,
+        )
+        return solve(problem)
+
+    def _replacement(self, claim: NodeClaimPlan, drop_types: frozenset[str] = frozenset(), max_price: float | None = None) -> Replacement | None:
+        """The claim as a replacement: same-type and too dear types dropped; None if none is left."""
+        types = self.types.get(claim.node_pool, {})
+        kept: list[tuple[str, float]] = []
+        for name in claim.instance_types:
+            if name in drop_types or name not in types:
+                continue
+            price = worst_case_price(types[name], claim.zones, claim.capacity_types, self.inp.unavailable)
+            if price is None:
+                continue
+            if max_price is not None and price > max_price + _EPSILON:
+                continue
+            kept.append((name, price))
+        if not kept:
+            return None
+        return Replacement(
+            node_pool=claim.node_pool,
+            instance_types=tuple(name for name, _ in kept),
+            zones=claim.zones,
+            capacity_types=claim.capacity_types,
+            price=max(price for _, price in kept),
+            pods=claim.pods,
+        )
+
+    def simulate(self, group: Sequence[_Candidate], extra_exclude: frozenset[str] = frozenset()) -> Plan:
+        exclude = frozenset(c.name for c in group) | frozenset(self.going) | extra_exclude
+        pods = tuple(sorted((p for c in group for p in c.pods), key=lambda p: p.key))
+        return self._solve(pods, exclude)
+
+    def required_savings(self, group: Sequence[_Candidate], price: float) -> float:
+        """minSavings (the strictest NodePool of the group) plus the disruption cost's share."""
+        per_hour = max(c.pool.disruption.min_savings_per_hour for c in group)
+        percent = max(c.pool.disruption.min_savings_percent for c in group)
+        cost = sum(max(0.0, c.cost) for c in group)
+        return max(per_hour, price * percent / 100) + cost * EVICTION_COST_PER_HOUR
+
+    def consolidate(self, group: Sequence[_Candidate]) -> tuple[Command | None, str]:
+        """A consolidation command for ``group`` (delete all, at most one cheaper
+        replacement), or None and why not."""
+        if any(c.price is None for c in group):
+            return None, "price unknown"
+        current = sum(c.price or 0.0 for c in group)
+        plan = self.simulate(group)
+        if plan.unschedulable:
+            return None, f"pod {plan.unschedulable[0].pod} would not schedule elsewhere"
+        if len(plan.node_claims) > 1:
+            return None, f"would need {len(plan.node_claims)} replacement nodes"
+        required = self.required_savings(group, current)
+        names = ", ".join(c.name for c in group)
+        if not plan.node_claims:
+            savings = current
+            if savings + _EPSILON < required:
+                return None, f"saving ${savings:.4f}/h is below the ${required:.4f}/h required"
+            return Command(CONSOLIDATION, tuple(c.name for c in group), (), savings, f"underutilized: pods of {names} fit on other nodes"), ""
+        same = frozenset(c.instance_type for c in group if c.instance_type)
+        replacement = self._replacement(plan.node_claims[0], drop_types=same, max_price=current - required)
+        if replacement is None:
+            return None, f"no replacement cheaper by ${required:.4f}/h at its worst-case price"
+        savings = current - replacement.price
+        return Command(
+            CONSOLIDATION, tuple(c.name for c in group), (replacement,), savings,
+            f"underutilized: {names} replaced by one {replacement.instance_types[0]}"
+            + (f" (or one of {len(replacement.instance_types) - 1} other types)" if len(replacement.instance_types) > 1 else "")
+            + f" costing at most ${replacement.price:.4f}/h",
+        ), ""
+
+    # ------------------------------------------------------------ budgets
+
+    def allowed(self, pool: NodePool, method: str) -> int:
+        return allowed_disruptions(pool, REASONS[method], self.now, self.total.get(pool.name, 0), self.disrupting.get(pool.name, 0))
+
+    def within_budget(self, candidates: Iterable[_Candidate], method: str, *, report: bool = True) -> list[_Candidate]:
+        """The candidates, in order, that the NodePools' budgets for ``method`` let through."""
+        left: dict[str, int] = {}
+        result = []
+        for candidate in candidates:
+            pool = candidate.pool
+            if pool.name not in left:
+                left[pool.name] = self.allowed(pool, method)
+            if left[pool.name] <= 0:
+                if report:
+                    self.blocked.setdefault(candidate.name, f"{REASONS[method]} disruption budget of nodepool {pool.name} is exhausted")
+                continue
+            left[pool.name] -= 1
+            result.append(candidate)
+        return result
+
+    # ------------------------------------------------------------ eligibility per method
+
+    def consolidatable(self, candidate: _Candidate) -> bool:
+        after = candidate.pool.disruption.consolidate_after
+        if after is None:
+            return False
+        return candidate.since is None or self.now - candidate.since >= after
+
+    def is_empty(self, candidate: _Candidate) -> bool:
+        disruption = candidate.pool.disruption
+        if candidate.pods or disruption.consolidate_after is None:
+            return False
+        since = self.facts(candidate.name).empty_since or candidate.since
+        return since is None or self.now - since >= disruption.consolidate_after
+
+    def is_expired(self, candidate: _Candidate) -> bool:
+        expire = candidate.pool.expire_after
+        return expire is not None and candidate.created is not None and self.now - candidate.created >= expire
+
+    def drift_reason(self, candidate: _Candidate) -> str | None:
+        node, pool = candidate.node, candidate.pool
+        labels = wk.normalize_labels(dict(node.labels))
+        for key in sorted(pool.requirements):
+            requirement = pool.requirements[key]
+            value = labels.get(key)
+            if value is None:
+                if not requirement.complement and requirement.values:
+                    return f"requirement {key} is not satisfied (label missing)"
+                continue
+            if not requirement.has(value):
+                return f"requirement {key} no longer allows {value}"
+        for key, value in sorted(pool.labels.items()):
+            if labels.get(key) != value:
+                return f"label {key}={value} missing"
+        current = {(t.key, t.value, t.effect) for t in node.taints}
+        for taint in sorted(pool.taints):
+            if (taint.key, taint.value, taint.effect) not in current:
+                return f"taint {taint.key}:{taint.effect} missing"
+        stamped = node.annotations.get(NODEPOOL_HASH_ANNOTATION)
+        if stamped and stamped != nodepool_hash(pool):
+            return "nodepool template changed"
+        resolved = self.inp.node_classes.get(pool.node_class)
+        if resolved is not None:
+            ami = node.annotations.get(AMI_ANNOTATION)
+            if ami and resolved.amis is not None and ami not in resolved.amis:
+                return f"AMI {ami} is no longer selected"
+            subnet = node.annotations.get(SUBNET_ANNOTATION)
+            if subnet and resolved.subnets is not None and subnet not in resolved.subnets:
+                return f"subnet {subnet} is no longer selected"
+            groups = node.annotations.get(SECURITY_GROUPS_ANNOTATION)
+            if groups and resolved.security_groups is not None:
+                have = frozenset(g for g in groups.split(",") if g)
+                if have != resolved.security_groups:
+                    return "security groups changed"
+        return None
+
+    # ------------------------------------------------------------ methods
+
+    def emptiness(self) -> list[Command]:
+        eligible = [
+            c for c in self.candidates
+            if c.protected is None and c.pdb_blocked is None
+            and c.pool.disruption.consolidation_policy in ("WhenEmpty", "WhenEmptyOrUnderutilized") and self.is_empty(c)
+        ]
+        chosen = self.within_budget(eligible, EMPTINESS)
+        if not chosen:
+            return []
+        savings = sum(c.price or 0.0 for c in chosen)
+        return [Command(EMPTINESS, tuple(c.name for c in chosen), (), savings, "empty: no pods but DaemonSet or terminal ones")]
+
+    def replace_batch(self, method: str, eligible: list[_Candidate], why: Mapping[str, str], require_all: bool) -> list[Command]:
+        chosen = self.within_budget(eligible, method)[:MAX_BATCH]
+        attempts = [chosen] + [[c] for c in chosen] if len(chosen) > 1 else [chosen]
+        for group in attempts:
+            if not group:
+                continue
+            plan = self.simulate(group)
+            if plan.unschedulable and require_all:
+                if len(group) == 1:
+                    self.blocked.setdefault(group[0].name, f"{why[group[0].name]}, but pod {plan.unschedulable[0].pod} would not schedule elsewhere")
+                continue
+            replacements = tuple(r for r in (self._replacement(claim) for claim in plan.node_claims) if r is not None)
+            current = sum(c.price or 0.0 for c in group)
+            savings = current - sum(r.price for r in replacements)
+            reason = "; ".join(f"{c.name}: {why[c.name]}" for c in group)
+            if plan.unschedulable:
+                reason += f"; {len(plan.unschedulable)} pod(s) will wait for capacity"
+            return [Command(method, tuple(c.name for c in group), replacements, savings, reason)]
+        return []
+
+    def expiration(self) -> list[Command]:
+        eligible = []
+        why = {}
+        for c in self.candidates:
+            if not self.is_expired(c):
+                continue
+            if c.pdb_blocked is not None:
+                self.blocked[c.name] = f"expired, but {c.pdb_blocked}"
+                continue
+            eligible.append(c)
+            why[c.name] = f"expired (older than {c.pool.expire_after})"
+        return self.replace_batch(EXPIRATION, eligible, why, require_all=False)
+
+    def drift(self) -> list[Command]:
+        eligible = []
+        why = {}
+        for c in self.candidates:
+            if c.protected is not None or c.pdb_blocked is not None:
+                continue
+            reason = self.drift_reason(c)
+            if reason is not None:
+                eligible.append(c)
+                why[c.name] = f"drifted: {reason}"
+        return self.replace_batch(DRIFT, eligible, why, require_all=True)
+
+    def consolidation_candidates(self) -> list[_Candidate]:
+        eligible = [
+            c for c in self.candidates
+            if c.pods and c.protected is None and c.pdb_blocked is None and c.pool.disruption.consolidation_policy == "WhenEmptyOrUnderutilized"
+            and self.consolidatable(c) and c.price is not None
+        ]
+        return self.within_budget(eligible, CONSOLIDATION, report=False)
+
+    def multi_node(self, eligible: list[_Candidate]) -> list[Command]:
+        pool = eligible[:MAX_MULTI_CANDIDATES]
+        if len(pool) < 2:
+            return []
+        low, high = 2, len(pool)
+        best: Command | None = None
+        while low <= high:
+            middle = (low + high) // 2
+            command, _ = self.consolidate(pool[:middle])
+            if command is not None:
+                best = command
+                low = middle + 1
+            else:
+                high = middle - 1
+        return [best] if best is not None else []
+
+    def _may_pay_off(self, candidate: _Candidate, fits_somewhere: Any) -> bool:
+        """Cheap, optimistic pre-filter (never skips a command a simulation would find):
+        the pods that fit on no other node even alone must go to a new node, so some type
+        that holds them all must be cheaper than the node by the required savings."""
+        need = EMPTY
+        for pod in candidate.pods:
+            if not fits_somewhere(pod.requests):
+                need = need + pod.requests
+        if not need:
+            return True
+        price = candidate.price or 0.0
+        limit = price - self.required_savings([candidate], price)
+        for name, allocatable, cheapest in self._launchable():
+            if name == candidate.instance_type or cheapest > limit:
+                continue
+            if all(allocatable.get(k, 0) >= v for k, v in need.items()):
+                return True
+        return False
+
+    def _launchable(self) -> list[tuple[str, Resources, float]]:
+        """(type, allocatable, cheapest offering the NodePool allows) for every type any
+        NodePool may launch (computed once per pass)."""
+        if self._launchable_cache is None:
+            found: list[tuple[str, Resources, float]] = []
+            for pool in self.inp.snapshot.node_pools:
+                requirements = pool.template_requirements()
+                zones = requirements.get(wk.ZONE)
+                capacity_types = requirements.get(wk.CAPACITY_TYPE)
+                for instance_type in self.inp.instance_types.get(pool.name, ()):
+                    if instance_type.requirements.conflicts(requirements):
+                        continue
+                    prices = [
+                        o.price for o in instance_type.offerings
+                        if o.available and (zones is None or zones.has(o.zone)) and (capacity_types is None or capacity_types.has(o.capacity_type))
+                    ]
+                    if prices:
+                        found.append((instance_type.name, instance_type.allocatable, min(prices)))
+            self._launchable_cache = found
+        return self._launchable_cache
+
+    def _fit_checker(self) -> Any:
+        """``fits(requests)``: some schedulable node other than the going ones has room for
+        a pod of this size on its own (resources only; memoised per size)."""
+        rooms = []
+        for node in self.inp.snapshot.nodes:
+            if node.name in self.going or node.unschedulable or node.deleting:
+                continue
+            used = EMPTY
+            for pod in self.pods_by_node.get(node.name, []):
+                if not pod.is_terminal:
+                    used = used + pod.requests
+            rooms.append(node.allocatable - used)
+        memo: dict[tuple[tuple[str, int], ...], bool] = {}
+
+        def fits(requests: Resources) -> bool:
+            key = tuple(sorted((k, v) for k, v in requests.items() if v > 0))
+            found = memo.get(key)
+            if found is None:
+                found = any(all(room.get(k, 0) >= v for k, v in key) for room in rooms)
+                memo[key] = found
+            return found
+
+        return fits
+
+    def single_node(self, eligible: list[_Candidate]) -> list[Command]:
+        fits = self._fit_checker()
+        budget = min(self.inp.max_simulations, max(5, SIMULATION_POD_BUDGET // max(1, len(self.inp.snapshot.pods))))
+        for candidate in eligible:
+            if budget <= 0:
+                break
+            if not self._may_pay_off(candidate, fits):
+                continue
+            budget -= 1
+            command, _ = self.consolidate([candidate])
+            if command is not None:
+                return [command]
+        return []
+
+    def run(self) -> Decision:
+        commands = self.emptiness() or self.expiration() or self.drift()
+        if not commands:
+            eligible = self.consolidation_candidates()
+            commands = self.multi_node(eligible) or self.single_node(eligible)
+        chosen = {n for c in commands for n in c.nodes}
+        blocked = tuple(Blocked(node, reason) for node, reason in sorted(self.blocked.items()) if node not in chosen)
+        for candidate in self.candidates:
+            if candidate.name in chosen or candidate.name in self.blocked:
+                continue
+            if candidate.protected is not None:
+                blocked += (Blocked(candidate.name, candidate.protected),)
+            elif candidate.pdb_blocked is not None:
+                blocked += (Blocked(candidate.name, candidate.pdb_blocked),)
+        blocked = tuple(sorted(blocked, key=lambda b: (b.node, b.reason)))
+        empty = tuple(sorted(c.name for c in self.candidates if not c.pods))
+        return Decision(tuple(commands), blocked, tuple(sorted(self.nominated)), empty, self.simulations)
+
+
+def decide(inp: DisruptionInput) -> Decision:
+    """One disruption pass: the commands of the first method that yields any, and the
+    managed nodes that are blocked with the reason."""
+    return _Pass(inp).run()
+
+
+def validate(command: Command, inp: DisruptionInput) -> tuple[Command | None, str]:
+    """Re-simulate ``command`` on a fresh input: the command to execute (with a fresh
+    replacement when one is needed) or None and why it was dropped.
+
+    Dropped when a node is gone, no longer a candidate or no longer eligible for the
+    method, when the budgets no longer allow it, or when the simulation's result changed
+    (pods no longer fit, a different number of replacements, a dearer replacement).
+    """
+    work = _Pass(inp)
+    by_name = {c.name: c for c in work.candidates}
+    group = []
+    for name in command.nodes:
+        candidate = by_name.get(name)
+        if candidate is None:
+            return None, f"node {name} is no longer a candidate ({work.blocked.get(name, 'gone')})"
+        if candidate.pdb_blocked is not None:
+            return None, f"node {name}: {candidate.pdb_blocked}"
+        if candidate.protected is not None and command.method != EXPIRATION:
+            return None, f"node {name}: {candidate.protected}"
+        group.append(candidate)
+    if len(work.within_budget(group, command.method, report=False)) < len(group):
+        return None, f"{REASONS[command.method]} disruption budget no longer allows it"
+    if command.method == EMPTINESS:
+        if not all(work.is_empty(c) for c in group):
+            return None, "a node is no longer empty"
+        return command, ""
+    if command.method == EXPIRATION:
+        if not all(work.is_expired(c) for c in group):
+            return None, "a node is no longer expired"
+        fresh = work.replace_batch(EXPIRATION, group, {c.name: "expired" for c in group}, require_all=False)
+    elif command.method == DRIFT:
+        why = {}
+        for c in group:
+            reason = work.drift_reason(c)
+            if reason is None:
+                return None, f"node {c.name} is no longer drifted"
+            why[c.name] = f"drifted: {reason}"
+        fresh = work.replace_batch(DRIFT, group, why, require_all=True)
+    else:
+        if not all(work.consolidatable(c) for c in group):
+            return None, "a node had pods scheduled recently"
+        result, why_not = work.consolidate(group)
+        if result is None:
+            return None, f"simulation changed: {why_not}"
+        fresh = [result]
+    if not fresh or fresh[0].nodes != command.nodes:
+        return None, "simulation changed: the nodes can no longer go together"
+    result = fresh[0]
+    if len(result.replacements) != len(command.replacements):
+        return None, f"simulation changed: {len(result.replacements)} replacement(s) instead of {len(command.replacements)}"
+    if command.method == CONSOLIDATION and result.replacements:
+        if result.replacements[0].price > command.replacements[0].price + _EPSILON:
+            return None, "simulation changed: the replacement is dearer"
+    return result, ""

@@ -1,0 +1,76 @@
+"""``joiner disrupt``: the JSON contract and exit status 2 on malformed input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from joiner.cli.main import main
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "snapshots" / "disrupt-consolidation.yaml"
+
+
+def test_example_prints_one_json_object_with_the_contract(capsys):
+    assert main(["disrupt", str(EXAMPLE), "--now", "2025-01-06T12:00:00Z", "-o", "json"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1
+    result = json.loads(out)
+    assert set(result) == {"commands", "blocked"}
+    (command,) = result["commands"]
+    assert set(command) == {"method", "nodes", "replacements", "savingsPerHour", "reason"}
+    assert command["method"] == "consolidation"
+    assert command["nodes"] == ["ip-10-0-1-10.ec2.internal", "ip-10-0-1-11.ec2.internal"]
+    assert command["replacements"] == []
+    assert command["savingsPerHour"] == pytest.approx(0.34)
+    assert result["blocked"] == [{"node": "ip-10-0-1-13.ec2.internal", "reason": "pod default/batch-0 has the do-not-disrupt annotation"}]
+
+
+def test_scheduled_budget_window_stops_consolidation(capsys):
+    assert main(["disrupt", str(EXAMPLE), "--now", "2025-01-06T09:30:00Z", "-o", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["commands"] == []
+
+
+def test_table_output(capsys):
+    assert main(["disrupt", str(EXAMPLE), "--now", "2025-01-06T12:00:00Z"]) == 0
+    out = capsys.readouterr().out
+    assert "consolidation: ip-10-0-1-10.ec2.internal, ip-10-0-1-11.ec2.internal  saves $0.3400/h" in out
+    assert "blocked ip-10-0-1-13.ec2.internal" in out
+
+
+def test_replacement_in_json(tmp_path, capsys):
+    # c5.2xlarge nodes (0.34/h) running 3 CPUs each: one pod moves to the guarded node, one
+    # c5.xlarge (0.17/h) takes the other
+    text = EXAMPLE.read_text().replace("instance-type: c5.xlarge", "instance-type: c5.2xlarge").replace("cpu: 500m", "cpu: 3000m")
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    assert main(["disrupt", str(path), "--now", "2025-01-06T12:00:00Z", "-o", "json"]) == 0
+    (command,) = json.loads(capsys.readouterr().out)["commands"]
+    (replacement,) = command["replacements"]
+    assert set(replacement) == {"instanceTypes", "price"}
+    assert command["nodes"] == ["ip-10-0-1-10.ec2.internal", "ip-10-0-1-11.ec2.internal"]
+    assert command["savingsPerHour"] == pytest.approx(0.68 - 0.17)
+    assert replacement["instanceTypes"][0] == "c5.xlarge" and "c5.2xlarge" not in replacement["instanceTypes"]
+    assert replacement["price"] == pytest.approx(0.17)
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ("apiVersion: joiner.dev/v1\nkind: NodePool\nmetadata: {name: p}\nspec:\n  disruption:\n    budgets:\n    - nodes: lots\n", "spec.disruption.budgets[0].nodes"),
+    ("kind: [\n", "line"),
+])
+def test_malformed_snapshot_exits_2_with_one_line(tmp_path, capsys, text, needle):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    assert main(["disrupt", str(path), "-o", "json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.count("\n") == 1 and captured.err.startswith("joiner disrupt: ") and needle in captured.err
+
+
+def test_bad_now_and_missing_file_exit_2(tmp_path, capsys):
+    assert main(["disrupt", str(EXAMPLE), "--now", "yesterday"]) == 2
+    assert "--now" in capsys.readouterr().err
+    assert main(["disrupt", str(tmp_path / "missing.yaml")]) == 2
+    assert "cannot read snapshot" in capsys.readouterr().err

@@ -1,0 +1,339 @@
+"""Karpenter's disruption cases against the pure decision core."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from joiner.domain import labels as wk
+from joiner.domain.disruption import (
+    CONSOLIDATION,
+    DRIFT,
+    EMPTINESS,
+    EXPIRATION,
+    NodeFacts,
+    ResolvedNodeClass,
+    allowed_disruptions,
+    budget_active,
+    cron_matches,
+    decide,
+    disruption_cost,
+    eviction_cost,
+    nodepool_hash,
+    validate,
+)
+from joiner.domain.model import Budget, Disruption, NodePool, Pod
+from tests.disruption.builders import DAY, T0, disruption_input, managed_node, pdb, pool, run, running_pod, snapshot
+from tests.support.fakes import pod_json
+
+SPREAD = {
+    "topologySpreadConstraints": [
+        {"maxSkew": 1, "topologyKey": wk.ZONE, "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "spread"}}},
+    ],
+}
+
+
+def unmanaged(name: str, instance_type: str = "c5.2xlarge", zone: str = "us-east-1a"):
+    return managed_node(name, instance_type, zone=zone, managed=False)
+
+
+# ---------------------------------------------------------------- consolidation
+
+
+def test_delete_when_pods_fit_on_other_nodes():
+    decision = run(pool(), unmanaged("big"), managed_node("n1", "c5.xlarge"), running_pod("p1", "n1"))
+    assert [c.to_dict() for c in decision.commands] == [{
+        "method": "consolidation", "nodes": ["n1"], "replacements": [], "savingsPerHour": 0.17,
+        "reason": "underutilized: pods of n1 fit on other nodes",
+    }]
+
+
+def test_replace_with_one_cheaper_node():
+    decision = run(pool(), managed_node("n1", "c5.2xlarge"), running_pod("p1", "n1"))
+    (command,) = decision.commands
+    assert command.method == CONSOLIDATION and command.nodes == ("n1",)
+    (replacement,) = command.replacements
+    assert "c5.2xlarge" not in replacement.instance_types
+    assert replacement.instance_types[0] == "c5.large"
+    assert replacement.price < 0.34 * 0.9
+    assert command.savings_per_hour == pytest.approx(0.34 - replacement.price)
+    assert replacement.pods == ("default/p1",)
+
+
+def test_multi_node_merge_into_one_larger_node():
+    nodes = [managed_node(f"n{i}", "c5.xlarge") for i in range(3)]
+    pods = [running_pod(f"p{i}", f"n{i}") for i in range(3)]
+    (command,) = run(pool(), *nodes, *pods).commands
+    assert command.nodes == ("n0", "n1", "n2")
+    (replacement,) = command.replacements
+    assert replacement.instance_types == ("c5.2xlarge",)  # c5.xlarge would be a same-type merge
+    assert command.savings_per_hour == pytest.approx(0.51 - 0.34)
+
+
+def test_never_merge_into_a_node_of_the_same_type():
+    # Each pod needs most of a c5.xlarge: the only replacement would be another c5.xlarge.
+    objects = [pool(types=["c5.xlarge"]), managed_node("n1"), managed_node("n2"), running_pod("p1", "n1", cpu="2500m"), running_pod("p2", "n2", cpu="2500m")]
+    assert run(*objects).commands == ()
+
+
+def test_replacement_must_be_cheaper_at_its_worst_case_price():
+    # Spot c5.large costs 0.034 but the claim may launch on-demand at 0.085: against a node
+    # costing 0.09 that saves less than the 10 % minimum, so nothing happens.
+    objects = [pool(types=["c5.large", "m5.large"], capacity_types=["spot", "on-demand"]), managed_node("n1", "m5.large"), running_pod("p1", "n1")]
+    assert run(*objects, facts={"n1": NodeFacts(price=0.09)}).commands == ()
+    (command,) = run(*objects, facts={"n1": NodeFacts(price=0.2)}).commands
+    (replacement,) = command.replacements
+    assert replacement.instance_types == ("c5.large",)  # m5.large is the node's own type
+    assert replacement.price == pytest.approx(0.085)  # the on-demand worst case, not the spot price
+    assert command.savings_per_hour == pytest.approx(0.2 - 0.085)
+
+
+def test_min_savings_per_hour_and_cost_model_keep_a_busy_node():
+    objects = [managed_node("n1", "c5.2xlarge"), running_pod("p1", "n1")]
+    assert run(pool(min_savings={"perHour": 0.5}), *objects).commands == ()
+    # 0.34 -> 0.17 is 50 % cheaper: allowed by percent 40, refused by percent 60
+    assert run(pool(types=["c5.xlarge", "c5.2xlarge"], min_savings={"percent": 40}), *objects).commands
+    assert run(pool(types=["c5.xlarge", "c5.2xlarge"], min_savings={"percent": 60}), *objects).commands == ()
+    # cost model: 0.17 saved on a node with 40 high-priority pods is not worth it
+    busy = [running_pod(f"p{i}", "n1", cpu="10m", memory="10Mi", priority=1_000_000_000) for i in range(40)]
+    assert run(pool(types=["c5.xlarge", "c5.2xlarge"], min_savings={"percent": 0}), managed_node("n1", "c5.2xlarge"), *busy).commands == ()
+    quiet = [running_pod(f"p{i}", "n1", cpu="10m", memory="10Mi") for i in range(40)]
+    assert run(pool(types=["c5.xlarge", "c5.2xlarge"], min_savings={"percent": 0}), managed_node("n1", "c5.2xlarge"), *quiet).commands
+
+
+def test_topology_spread_is_preserved_by_a_replacement():
+    zones = ["us-east-1a", "us-east-1b", "us-east-1c"]
+    nodes = [managed_node(f"n{i}", "c5.2xlarge", zone=zone) for i, zone in enumerate(zones)]
+    pods = [running_pod(f"s{i}", f"n{i}", app="spread", extra_spec=SPREAD) for i in range(3)]
+    (command,) = run(pool(), *nodes, *pods).commands
+    assert command.nodes == ("n0",)
+    (replacement,) = command.replacements
+    assert replacement.zones == ("us-east-1a",)  # a pod in another zone would break maxSkew 1
+
+
+def test_anti_affinity_blocks_a_merge():
+    anti = {"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"topologyKey": wk.HOSTNAME, "labelSelector": {"matchLabels": {"app": "solo"}}},
+    ]}}}
+    nodes = [managed_node(f"n{i}", "c5.large") for i in range(2)]
+    pods = [running_pod(f"a{i}", f"n{i}", app="solo", cpu="100m", extra_spec=anti) for i in range(2)]
+    decision = run(pool(types=["c5.large", "c5.xlarge"]), *nodes, *pods)
+    assert all(len(c.nodes) == 1 or c.replacements == () for c in decision.commands)
+    assert decision.commands == ()  # each must keep its own node; c5.large is already the cheapest
+
+
+def test_consolidate_after_waits_for_recent_pods():
+    objects = [pool(consolidate_after="10m"), managed_node("n1", "c5.2xlarge")]
+    assert run(*objects, running_pod("p1", "n1", created=T0 - timedelta(minutes=2))).commands == ()
+    assert run(*objects, running_pod("p1", "n1", created=T0 - timedelta(minutes=20))).commands
+    never = pool(consolidate_after="Never")
+    assert run(never, managed_node("n1", "c5.2xlarge"), running_pod("p1", "n1")).commands == ()
+
+
+def test_when_empty_policy_does_not_consolidate_underutilized_nodes():
+    assert run(pool(policy="WhenEmpty"), managed_node("n1", "c5.2xlarge"), running_pod("p1", "n1")).commands == ()
+
+
+# ---------------------------------------------------------------- emptiness and order
+
+
+def test_empty_nodes_are_deleted_and_daemonset_or_finished_pods_do_not_count():
+    objects = [
+        pool(), managed_node("n1"), managed_node("n2"), managed_node("busy", "c5.large"),
+        running_pod("ds", "n1", owner="DaemonSet", cpu="100m"), running_pod("done", "n2", phase="Succeeded"),
+        running_pod("p", "busy", cpu="1500m"),
+    ]
+    (command,) = run(*objects).commands
+    assert command.method == EMPTINESS and command.nodes == ("n1", "n2") and command.replacements == ()
+    assert command.savings_per_hour == pytest.approx(0.34)
+
+
+def test_emptiness_waits_consolidate_after_since_the_node_was_first_seen_empty():
+    objects = [pool(consolidate_after="5m"), managed_node("n1")]
+    assert run(*objects, facts={"n1": NodeFacts(empty_since=T0 - timedelta(minutes=1))}).commands == ()
+    (command,) = run(*objects, facts={"n1": NodeFacts(empty_since=T0 - timedelta(minutes=6))}).commands
+    assert command.method == EMPTINESS
+
+
+def test_emptiness_comes_before_expiration():
+    objects = [pool(expire_after="24h"), managed_node("old", created=T0 - 3 * DAY), running_pod("p", "old"), managed_node("empty")]
+    (command,) = run(*objects).commands
+    assert command.method == EMPTINESS and command.nodes == ("empty",)
+
+
+# ---------------------------------------------------------------- expiration and drift
+
+
+def test_expiration_is_forceful_over_do_not_disrupt_but_honours_pdbs():
+    objects = [
+        pool(expire_after="24h", types=["c5.xlarge"]), managed_node("old", created=T0 - 2 * DAY), managed_node("young", created=T0 - timedelta(hours=1)),
+        running_pod("p1", "old", annotations={wk.DO_NOT_DISRUPT: "true"}, cpu="3"), running_pod("p2", "young", cpu="3"),
+    ]
+    (command,) = run(*objects).commands
+    assert command.method == EXPIRATION and command.nodes == ("old",)
+    (replacement,) = command.replacements
+    assert replacement.pods == ("default/p1",)
+    decision = run(*objects, pdb("keep", "web", allowed=0))
+    assert decision.commands == ()
+    assert ("old", "expired, but PodDisruptionBudget default/keep allows no eviction of pod default/p1") in [(b.node, b.reason) for b in decision.blocked]
+
+
+def test_drift_on_requirements_replaces_the_node():
+    objects = [pool(types=["c5.large", "m5.large"]), managed_node("n1", "c5.xlarge"), running_pod("p1", "n1", cpu="1500m"), managed_node("n2", "c5.large"), running_pod("p2", "n2", cpu="1500m")]
+    (command,) = run(*objects).commands
+    assert command.method == DRIFT and command.nodes == ("n1",)
+    assert "requirement node.kubernetes.io/instance-type no longer allows c5.xlarge" in command.reason
+    assert command.replacements[0].instance_types[0] == "c5.large"
+
+
+def test_drift_on_labels_taints_and_launch_inputs():
+    base = [running_pod("p1", "n1", cpu="3"), running_pod("p2", "n2", cpu="3")]
+    nodes = [managed_node("n1"), managed_node("n2")]
+    decision = run(pool(types=["c5.xlarge"], labels={"team": "a"}), *nodes, *base)
+    assert decision.commands[0].method == DRIFT and "label team=a missing" in decision.commands[0].reason
+    assert run(pool(types=["c5.xlarge"], taints=[{"key": "gpu", "effect": "NoSchedule"}]), *nodes, *base).commands == ()  # pods would not tolerate it
+    tolerant = [running_pod(f"p{i}", f"n{i}", cpu="3", extra_spec={"tolerations": [{"key": "gpu", "operator": "Exists"}]}) for i in (1, 2)]
+    decision = run(pool(types=["c5.xlarge"], taints=[{"key": "gpu", "effect": "NoSchedule"}]), *nodes, *tolerant)
+    assert decision.commands[0].method == DRIFT and "taint gpu:NoSchedule missing" in decision.commands[0].reason
+    with_ami = [managed_node("n1", annotations={"joiner.dev/ami-id": "ami-old"}), managed_node("n2", annotations={"joiner.dev/ami-id": "ami-new"})]
+    resolved = {"default": ResolvedNodeClass(amis=frozenset({"ami-new"}))}
+    (command,) = run(pool(types=["c5.xlarge"]), *with_ami, *base, node_classes=resolved).commands
+    assert command.method == DRIFT and command.nodes == ("n1",) and "AMI ami-old" in command.reason
+    # nothing drifted when the template hash matches and inputs are unknown
+    stamped = NodePool("default")
+    assert nodepool_hash(stamped) == nodepool_hash(NodePool("default"))
+    assert nodepool_hash(stamped) != nodepool_hash(NodePool("default", labels={"x": "y"}))
+
+
+def test_drift_waits_when_the_pods_would_not_schedule():
+    # the NodePool no longer allows the only type big enough for the pod
+    objects = [pool(types=["c5.large"]), managed_node("n1", "c5.xlarge"), running_pod("p1", "n1", cpu="3")]
+    decision = run(*objects)
+    assert decision.commands == ()
+    assert any(b.node == "n1" and "would not schedule elsewhere" in b.reason for b in decision.blocked)
+
+
+# ---------------------------------------------------------------- candidates
+
+
+def test_do_not_disrupt_pods_block_consolidation_with_either_key():
+    for key in (wk.DO_NOT_DISRUPT, wk.KARPENTER_DO_NOT_DISRUPT):
+        decision = run(pool(), managed_node("n1", "c5.2xlarge"), running_pod("p1", "n1", annotations={key: "true"}))
+        assert decision.commands == ()
+        assert [b.to_dict() for b in decision.blocked] == [{"node": "n1", "reason": "pod default/p1 has the do-not-disrupt annotation"}]
+
+
+def test_pdb_allowing_no_eviction_blocks_the_node():
+    objects = [pool(), managed_node("n1", "c5.2xlarge"), running_pod("p1", "n1")]
+    decision = run(*objects, pdb("web", "web", allowed=0))
+    assert decision.commands == ()
+    assert decision.blocked[0].reason == "PodDisruptionBudget default/web allows no eviction of pod default/p1"
+    assert run(*objects, pdb("web", "web", allowed=1)).commands
+
+
+def test_uninitialized_unmanaged_terminating_and_nominated_nodes_are_not_candidates():
+    pending = pod_json("waiting", cpu="1")
+    objects = [
+        pool(), managed_node("new", initialized=False), unmanaged("theirs", "c5.large"),
+        managed_node("going", taints=[{"key": wk.DISRUPTED_TAINT_KEY, "effect": "NoSchedule"}]),
+        managed_node("target", "c5.2xlarge"), pending,
+    ]
+    decision = run(*objects)
+    reasons = {b.node: b.reason for b in decision.blocked}
+    assert reasons == {"new": "not initialized", "going": "already terminating", "target": "nominated for pending pods"}
+    assert decision.nominated == ("target",)
+    assert decision.commands == ()
+    # a nomination remembered from the provisioner counts for 20 s
+    facts = {"n1": NodeFacts(nominated_at=T0 - timedelta(seconds=10))}
+    assert run(pool(), managed_node("n1")).commands
+    assert run(pool(), managed_node("n1"), facts=facts).commands == ()
+    assert run(pool(), managed_node("n1"), facts={"n1": NodeFacts(nominated_at=T0 - timedelta(seconds=30))}).commands
+
+
+# ---------------------------------------------------------------- budgets
+
+
+@pytest.mark.parametrize(("budget", "expected"), [("0%", 0), ("30%", 3), ("100%", 10), ("2", 2), ("0", 0)])
+def test_budgets_bound_the_nodes_one_command_takes(budget, expected):
+    nodes = [managed_node(f"n{i:02d}") for i in range(10)]
+    decision = run(pool(budgets=[{"nodes": budget}]), *nodes)
+    taken = [n for c in decision.commands for n in c.nodes]
+    assert len(taken) == expected
+    assert taken == [f"n{i:02d}" for i in range(expected)]
+    exhausted = [b for b in decision.blocked if "budget" in b.reason]
+    assert len(exhausted) == 10 - expected
+
+
+def test_terminating_nodes_count_against_the_budget_and_the_tightest_active_budget_wins():
+    nodes = [managed_node(f"n{i:02d}") for i in range(9)]
+    going = managed_node("z", taints=[{"key": wk.DISRUPTED_TAINT_KEY, "effect": "NoSchedule"}])
+    (command,) = run(pool(budgets=[{"nodes": "30%"}]), *nodes, going).commands
+    assert len(command.nodes) == 2  # ceil(30 % of 10) - 1 already going
+    budgets = [{"nodes": "100%"}, {"nodes": "1", "reasons": ["Empty"]}, {"nodes": "0", "reasons": ["Drifted"]}]
+    (command,) = run(pool(budgets=budgets), *nodes).commands
+    assert len(command.nodes) == 1
+    scheduled = [{"nodes": "100%"}, {"nodes": "0", "schedule": "0 9 * * *", "duration": "1h"}]
+    assert run(pool(budgets=scheduled), *nodes, now=T0).commands == ()  # 09:30: inside the window
+    assert len(run(pool(budgets=scheduled), *nodes, now=T0 + timedelta(hours=1)).commands[0].nodes) == 9
+
+
+def test_allowed_disruptions_and_cron():
+    node_pool = NodePool("p", disruption=Disruption(budgets=(Budget("50%"), Budget("3", reasons=("Drifted",)))))
+    assert allowed_disruptions(node_pool, "Empty", T0, 10, 1) == 4
+    assert allowed_disruptions(node_pool, "Drifted", T0, 10, 1) == 2
+    assert allowed_disruptions(NodePool("p", disruption=Disruption(budgets=())), "Empty", T0, 10, 1) == 9
+    assert cron_matches("*/15 9-17 * * mon-fri", T0.replace(minute=45))  # 2025-01-06 is a Monday
+    assert not cron_matches("*/15 9-17 * * sat,sun", T0.replace(minute=45))
+    assert cron_matches("@daily", T0.replace(hour=0, minute=0))
+    assert budget_active("0 0 * * *", timedelta(hours=10), T0)  # fired 09:30 ago
+    assert not budget_active("0 0 * * *", timedelta(hours=9), T0)
+    assert budget_active("0 0 1 * *", timedelta(days=7), T0)  # first of the month, 5 days ago
+    assert not budget_active("not a cron", timedelta(hours=1), T0)
+
+
+def test_costs():
+    plain = Pod("ns", "a")
+    assert eviction_cost(plain) == 1.0
+    assert eviction_cost(Pod("ns", "b", priority=2**25)) == 2.0
+    assert eviction_cost(Pod("ns", "c", annotations={"controller.kubernetes.io/pod-deletion-cost": str(-(2**40))})) == -10.0
+    assert disruption_cost([plain, plain], timedelta(days=15), timedelta(days=30)) == pytest.approx(1.0)
+    assert disruption_cost([plain, plain], None, None) == 2.0
+
+
+# ---------------------------------------------------------------- validation
+
+
+def test_validation_keeps_an_unchanged_command_and_drops_a_changed_one():
+    objects = [pool(), unmanaged("big", "c5.large"), managed_node("n1", "c5.xlarge"), running_pod("p1", "n1")]
+    decision = decide(disruption_input(snapshot(*objects)))
+    (command,) = decision.commands
+    assert command.replacements == ()
+    later = T0 + timedelta(seconds=20)
+    kept, why = validate(command, disruption_input(snapshot(*objects), now=later))
+    assert kept == command and why == ""
+    # someone filled the room the pod was going to use
+    filled = [*objects, running_pod("other", "big", cpu="1500m")]
+    dropped, why = validate(command, disruption_input(snapshot(*filled), now=later))
+    assert dropped is None and why.startswith("simulation changed")
+    # a do-not-disrupt pod arrived
+    guarded = [*objects, running_pod("guard", "n1", cpu="10m", annotations={wk.DO_NOT_DISRUPT: "true"})]
+    dropped, why = validate(command, disruption_input(snapshot(*guarded), now=later))
+    assert dropped is None and "do-not-disrupt" in why
+    # the node started terminating meanwhile
+    gone = [pool(), unmanaged("big", "c5.large"), managed_node("n1", "c5.xlarge", taints=[{"key": wk.DISRUPTED_TAINT_KEY, "effect": "NoSchedule"}]), running_pod("p1", "n1")]
+    dropped, why = validate(command, disruption_input(snapshot(*gone), now=later))
+    assert dropped is None and "already terminating" in why
+
+
+def test_validation_drops_an_empty_node_that_received_a_pod():
+    objects = [pool(), managed_node("n1")]
+    (command,) = run(*objects).commands
+    dropped, why = validate(command, disruption_input(snapshot(*objects, running_pod("p", "n1", created=T0)), now=T0 + timedelta(seconds=15)))
+    assert dropped is None and why == "a node is no longer empty"
+
+
+def test_decision_is_deterministic_whatever_the_input_order():
+    objects = [pool(), *[managed_node(f"n{i}", "c5.xlarge") for i in range(4)], *[running_pod(f"p{i}", f"n{i}", cpu="700m") for i in range(4)]]
+    first = run(*objects).to_dict()
+    assert run(*reversed(objects)).to_dict() == first

@@ -1,0 +1,110 @@
+"""The disruption Lambda handler end to end: the scheduled event, moto (EC2, DynamoDB, SQS)
+and the Kubernetes API emulator over HTTP through the real adapters; the drain continues
+through the work queue and the termination handler."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from joiner.domain import labels as wk
+from tests.events.world import CLUSTER, AwsBase, LambdaContext, SqsTime, World, load_handler
+from tests.support.aws import SerialMotoServer, fake_credentials
+from tests.support.kube_emulator import KubeEmulator
+
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:No application metrics to publish")]
+
+SCHEDULED = {
+    "version": "0", "id": "7bf73129-1428-4cd3-a780-95db273d1602", "detail-type": "Scheduled Event", "source": "aws.events",
+    "account": "123456789012", "time": "2025-01-06T09:00:00Z", "region": "us-east-1",
+    "resources": ["arn:aws:events:us-east-1:123456789012:rule/joiner-disruption"], "detail": {},
+}
+
+
+@pytest.fixture(scope="module")
+def aws_base() -> Iterator[AwsBase]:
+    with fake_credentials():
+        server = SerialMotoServer()
+        server.start()
+        try:
+            yield AwsBase(server)
+        finally:
+            server.stop()
+
+
+@pytest.fixture
+def world(aws_base: AwsBase, kube_emulator: KubeEmulator) -> Iterator[World]:
+    with fake_credentials(), SqsTime() as sqs_time:
+        built = World(aws_base, kube_emulator, sqs_time)
+        kube_emulator.handler.clock = built.clock.now  # creation times on Joiner's clock
+        built.node_pool(disruption={"consolidateAfter": "0s", "budgets": [{"nodes": "100%"}]})
+        handler = load_handler("disruption")
+        handler.configure(built.runtime)
+        built.disruption_handler = handler  # type: ignore[attr-defined]
+        try:
+            yield built
+        finally:
+            handler.reset()
+            built.close()
+
+
+def initialized_node(world: World, name: str) -> str:
+    instance = world.launch_node(name, capacity_type="on-demand")
+    world.kube.patch_node(name, {"metadata": {"labels": {wk.INITIALIZED: "true"}}})
+    return instance
+
+
+def invoke(world: World, event: dict | None = None) -> dict:
+    return world.disruption_handler.handler(SCHEDULED if event is None else event, LambdaContext(aws_request_id=str(uuid.uuid4())))  # type: ignore[attr-defined]
+
+
+def test_scheduled_passes_validate_then_drain_an_empty_node(world: World) -> None:
+    empty = initialized_node(world, "n1")
+    initialized_node(world, "n2")
+    world.add_pod("web-1", "n2", cpu="3")
+
+    first = invoke(world)
+    assert first["status"] == "computed" and first["executed"] == []
+    assert [c["nodes"] for c in first["pending"]] == [["n1"]]
+    assert world.node("n1")["spec"].get("unschedulable") is None
+
+    world.advance(60)  # the next scheduled pass
+    second = invoke(world)
+    assert [c["method"] for c in second["executed"]] == ["emptiness"]
+    assert world.node("n1") is None  # empty: drained in one step, Node deleted
+    assert world.instance_state(empty) in ("shutting-down", "terminated")
+    assert world.node("n2") is not None and world.pods_on("n2") == ["default/web-1"]
+    assert world.runtime.state.get_claim(f"default-n1").state == "closed"
+
+
+def test_consolidation_moves_pods_through_pdb_respecting_evictions(world: World) -> None:
+    initialized_node(world, "n1")
+    initialized_node(world, "n2")
+    world.add_pod("web-1", "n1", cpu="1")
+    world.add_pod("web-2", "n2", cpu="1")
+    world.add_pod("guarded", "n2", app="db", cpu="100m", annotations={wk.DO_NOT_DISRUPT: "true"})
+
+    first = invoke(world)
+    (command,) = first["pending"]
+    assert command["method"] == "consolidation" and command["nodes"] == ["n1"] and command["replacements"] == []
+    world.advance(60)
+    second = invoke(world)
+    assert [c["nodes"] for c in second["executed"]] == [["n1"]]
+    assert world.node("n1")["spec"]["unschedulable"] is True
+    assert "default/web-1" in world.evictions()
+    world.run_work_queue()
+    assert world.node("n1") is None
+    assert world.node("n2") is not None  # guarded by do-not-disrupt
+
+
+def test_rejects_other_events(world: World) -> None:
+    from joiner_function_disruption import DisruptionEventError  # type: ignore[import-not-found]
+
+    with pytest.raises(DisruptionEventError, match="unknown field"):
+        invoke(world, {"mode": "fast"})
+    with pytest.raises(DisruptionEventError, match="detail-type"):
+        invoke(world, {**SCHEDULED, "detail-type": "Something Else"})
+    assert invoke(world, {"dryRun": True})["status"] == "computed"
+    assert CLUSTER == world.settings.cluster_name

@@ -1,0 +1,119 @@
+"""The disruption pass on in-memory fakes: lease, 15 s validation, execution through the
+termination machinery, replacements through the provisioning path."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from joiner.domain import labels as wk
+from joiner.ports import ClaimRecord
+from joiner.services.disruption import COMMAND_KIND, EMPTY_KIND, LEASE_NAME, PENDING_ID, run_disruption
+from joiner.services.termination import TERMINATION_KIND
+from tests.disruption.builders import managed_node, pool, running_pod
+from tests.support.fakes import DrainingKubernetes, FakeWorld, fake_world, node_class_json
+
+pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")
+
+
+@pytest.fixture
+def world() -> FakeWorld:
+    built = fake_world()
+    built.kube = DrainingKubernetes(built.clock)
+    return built
+
+
+def node(world: FakeWorld, name: str, instance_type: str = "c5.xlarge", **kwargs: Any) -> None:
+    obj = managed_node(name, instance_type, created=world.clock.now(), **kwargs)
+    world.kube.add("nodes", obj)
+    instance_id = obj["spec"]["providerID"].rsplit("/", 1)[-1]
+    world.state.put_claim(ClaimRecord(
+        claim_id=f"claim-{name}", node_pool="default", state="initialized", created_at=world.clock.now(), instance_id=instance_id,
+        instance_type=instance_type, zone="us-east-1a", capacity_type="on-demand", node_name=name, price={"c5.xlarge": 0.17, "c5.2xlarge": 0.34}[instance_type],
+        initialized_at=world.clock.now(),
+    ))
+
+
+def cluster(world: FakeWorld, **pool_args: Any) -> None:
+    world.kube.add("node_classes", node_class_json("default"))
+    world.kube.add("node_pools", pool(**pool_args))
+
+
+def test_empty_node_is_validated_15_seconds_later_then_terminated(world: FakeWorld) -> None:
+    cluster(world)
+    node(world, "n1")
+    node(world, "busy", "c5.2xlarge")
+    world.kube.add("pods", running_pod("p", "busy", cpu="7", created=world.clock.now()))
+    runtime = world.runtime()
+
+    first = run_disruption(runtime)
+    assert first.status == "computed" and first.executed == ()
+    assert [c.nodes for c in first.pending] == [("n1",)]
+    assert world.state.get_item(COMMAND_KIND, PENDING_ID)["status"] == "pending"
+    assert world.state.get_item(EMPTY_KIND, "n1") is not None
+    assert world.kube.get("nodes", None, "n1")["spec"].get("unschedulable") is None  # nothing done yet
+
+    world.clock.advance(5)
+    assert run_disruption(runtime).status == "waiting"  # too early to validate
+
+    world.clock.advance(15)
+    second = run_disruption(runtime)
+    assert [c.nodes for c in second.executed] == [("n1",)] and second.dropped == ()
+    # an empty node drains in one step: instance terminated, Node deleted, claim closed
+    assert world.kube.get("nodes", None, "n1") is None
+    assert world.ec2.terminated and world.state.get_claim("claim-n1").state == "closed"
+    assert world.state.get_item(COMMAND_KIND, PENDING_ID) is None
+    assert world.metrics.total("NodesDisrupted", method="emptiness") == 1
+    assert world.state.lease_holder(LEASE_NAME) is None  # released
+
+
+def test_changed_world_drops_the_command_at_validation(world: FakeWorld) -> None:
+    cluster(world)
+    node(world, "n1")
+    runtime = world.runtime()
+    assert [c.nodes for c in run_disruption(runtime).pending] == [("n1",)]
+    world.kube.add("pods", running_pod("late", "n1", cpu="3", created=world.clock.now()))  # a pod landed on it
+    world.clock.advance(20)
+    result = run_disruption(runtime)
+    assert result.executed == ()
+    assert result.dropped == ((("n1",), "a node is no longer empty"),)
+    assert world.kube.get("nodes", None, "n1") is not None and not world.ec2.terminated
+    assert world.metrics.total("DisruptionCommandsDropped") == 1
+
+
+def test_replacement_launches_first_and_the_drain_waits_for_it(world: FakeWorld) -> None:
+    cluster(world)
+    node(world, "big", "c5.2xlarge")
+    world.kube.add("pods", running_pod("p", "big", cpu="1", created=world.clock.now()))
+    runtime = world.runtime()
+    (command,) = run_disruption(runtime).pending
+    assert command.method == "consolidation" and command.replacements
+    world.clock.advance(16)
+    result = run_disruption(runtime)
+    assert [c.nodes for c in result.executed] == [("big",)], result
+    (request,) = world.ec2.fleet_requests
+    assert request.overrides[0].instance_type == "c5.large" and "c5.2xlarge" not in {o.instance_type for o in request.overrides}
+    termination = world.state.get_item(TERMINATION_KIND, "big")
+    assert termination["phase"] == "replacing" and termination["replacementClaims"]
+    assert termination["reason"] == "disruption/consolidation"
+    assert world.kube.evictions == []  # nothing evicted before the replacement is Ready
+    assert world.kube.get("nodes", None, "big")["spec"]["unschedulable"] is True
+    assert any(t["key"] == wk.DISRUPTED_TAINT_KEY for t in world.kube.get("nodes", None, "big")["spec"]["taints"])
+
+
+def test_lease_held_by_another_invocation_means_no_action(world: FakeWorld) -> None:
+    cluster(world)
+    node(world, "n1")
+    assert world.state.acquire_lease(LEASE_NAME, "someone-else", world.clock.now(), 150)
+    result = run_disruption(world.runtime())
+    assert result.status == "busy"
+    assert world.state.get_item(COMMAND_KIND, PENDING_ID) is None
+
+
+def test_dry_run_persists_nothing(world: FakeWorld) -> None:
+    cluster(world)
+    node(world, "n1")
+    result = run_disruption(world.runtime(), dry_run=True)
+    assert [c.nodes for c in result.pending] == [("n1",)]
+    assert world.state.get_item(COMMAND_KIND, PENDING_ID) is None
