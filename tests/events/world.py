@@ -16,9 +16,7 @@ The network, AMIs and EKS cluster are built once per moto server (:class:`AwsBas
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -37,6 +35,8 @@ from joiner.adapters.kubernetes import KubernetesClient
 from joiner.adapters.queue import SqsQueue
 from joiner.adapters.state import StateAdapter
 from joiner.domain import labels as wk
+from joiner.local.lambdas import SqsTime
+from joiner.local.lambdas import load_handler as _load_handler
 from joiner.ports import ClaimRecord
 from joiner.services.context import build_runtime
 from joiner.settings import Settings
@@ -86,35 +86,7 @@ def _amis(ec2: Any) -> dict[str, str]:
 
 def load_handler(name: str) -> ModuleType:
     """``functions/<name>/handler.py`` as a module (each function directory is its own code asset)."""
-    module_name = f"joiner_function_{name}"
-    if module_name in sys.modules:
-        return sys.modules[module_name]
-    spec = importlib.util.spec_from_file_location(module_name, ROOT / "functions" / name / "handler.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-class SqsTime:
-    """moto's SQS clock, offset from real time so tests can jump over delays and visibility timeouts."""
-
-    def __init__(self) -> None:
-        self.offset_ms = 0
-        self._originals = (moto_sqs.unix_time_millis, moto_sqs.unix_time)
-
-    def __enter__(self) -> SqsTime:
-        millis, seconds = self._originals
-        moto_sqs.unix_time_millis = lambda *a: millis(*a) + self.offset_ms  # type: ignore[assignment]
-        moto_sqs.unix_time = lambda *a: seconds(*a) + self.offset_ms / 1000  # type: ignore[assignment]
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        moto_sqs.unix_time_millis, moto_sqs.unix_time = self._originals  # type: ignore[assignment]
-
-    def advance(self, seconds: float) -> None:
-        self.offset_ms += int(seconds * 1000)
+    return _load_handler(name, ROOT / "functions")
 
 
 @dataclass

@@ -17,6 +17,8 @@ COMMANDS: dict[str, str] = {
     "disrupt": "disrupt",
     "events": "events",
     "import-karpenter": "import_karpenter",
+    "demo": "demo",
+    "simulate": "demo",
 }
 
 

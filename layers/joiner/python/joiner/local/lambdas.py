@@ -1,0 +1,156 @@
+"""Running the Lambda functions locally as Lambda would: the handler modules loaded from
+``functions/<name>/handler.py``, a Lambda context, real-shaped events (EventBridge
+``Scheduled Event``, SQS batches received from a queue) and moto's SQS clock moved with a
+simulated one.
+
+Development-only (imports moto); shared by ``joiner demo`` and the tests.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Protocol
+
+import moto.sqs.models as moto_sqs
+from moto.core import DEFAULT_ACCOUNT_ID
+
+__all__ = [
+    "FUNCTIONS_DIR", "LambdaContext", "SqsTime", "handler_path", "load_handler", "queue_messages",
+    "next_visible_in", "scheduled_event", "sqs_event",
+]
+
+#: ``functions/`` of the source tree this package was installed from (editable install).
+FUNCTIONS_DIR = Path(__file__).resolve().parents[5] / "functions"
+
+
+class _Clock(Protocol):
+    def now(self) -> datetime: ...
+
+
+def handler_path(name: str, functions_dir: Path | None = None) -> Path:
+    """Where ``functions/<name>/handler.py`` is (it may not exist)."""
+    return (functions_dir or FUNCTIONS_DIR) / name / "handler.py"
+
+
+def load_handler(name: str, functions_dir: Path | None = None) -> ModuleType:
+    """``functions/<name>/handler.py`` as a module named ``joiner_function_<name>`` (each function
+    directory is its own code asset, so they are not importable as a package). Loaded once per
+    process; callers ``configure()`` it with their runtime."""
+    module_name = f"joiner_function_{name}"
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    path = handler_path(name, functions_dir)
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise FileNotFoundError(f"no Lambda handler at {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[module_name]
+        raise
+    return module
+
+
+@dataclass
+class LambdaContext:
+    """The parts of the Lambda context object the handlers and powertools read."""
+
+    aws_request_id: str
+    function_name: str = "joiner-local"
+    function_version: str = "$LATEST"
+    memory_limit_in_mb: int = 512
+    invoked_function_arn: str = f"arn:aws:lambda:us-east-1:{DEFAULT_ACCOUNT_ID}:function:joiner-local"
+    log_group_name: str = "/aws/lambda/joiner-local"
+    log_stream_name: str = "local"
+    remaining_ms: int = 60_000
+
+    def get_remaining_time_in_millis(self) -> int:
+        return self.remaining_ms
+
+
+def scheduled_event(rule: str, when: datetime, *, region: str = "us-east-1", account: str = DEFAULT_ACCOUNT_ID) -> dict[str, Any]:
+    """The EventBridge ``Scheduled Event`` a rate rule named ``rule`` delivers at ``when``."""
+    return {
+        "version": "0",
+        "id": str(uuid.uuid4()),
+        "detail-type": "Scheduled Event",
+        "source": "aws.events",
+        "account": account,
+        "time": when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "region": region,
+        "resources": [f"arn:aws:events:{region}:{account}:rule/{rule}"],
+        "detail": {},
+    }
+
+
+def sqs_event(messages: Sequence[Mapping[str, Any]], queue_arn: str, *, region: str = "us-east-1") -> dict[str, Any]:
+    """The Lambda SQS event for messages received with ``AttributeNames=["All"]``."""
+    return {"Records": [
+        {
+            "messageId": m["MessageId"], "receiptHandle": m["ReceiptHandle"], "body": m["Body"],
+            "attributes": dict(m.get("Attributes") or {}), "messageAttributes": {}, "md5OfBody": m["MD5OfBody"],
+            "eventSource": "aws:sqs", "eventSourceARN": queue_arn, "awsRegion": region,
+        }
+        for m in messages
+    ]}
+
+
+class SqsTime:
+    """moto's SQS clock, moved so delays and visibility timeouts expire without waiting.
+
+    Without ``clock``: real time plus an offset that :meth:`advance` grows (tests). With a
+    ``clock``: exactly ``clock.now()`` (the simulator). Patches moto's module (in-process moto
+    server) between ``__enter__`` and ``__exit__``.
+    """
+
+    def __init__(self, clock: _Clock | None = None) -> None:
+        self.offset_ms = 0
+        self.clock = clock
+        self._originals = (moto_sqs.unix_time_millis, moto_sqs.unix_time)
+
+    def __enter__(self) -> SqsTime:
+        millis, seconds = self._originals
+        if self.clock is not None:
+            clock = self.clock
+            moto_sqs.unix_time_millis = lambda *a: clock.now().timestamp() * 1000  # type: ignore[assignment]
+            moto_sqs.unix_time = lambda *a: clock.now().timestamp()  # type: ignore[assignment]
+        else:
+            moto_sqs.unix_time_millis = lambda *a: millis(*a) + self.offset_ms  # type: ignore[assignment]
+            moto_sqs.unix_time = lambda *a: seconds(*a) + self.offset_ms / 1000  # type: ignore[assignment]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        moto_sqs.unix_time_millis, moto_sqs.unix_time = self._originals  # type: ignore[assignment]
+
+    def advance(self, seconds: float) -> None:
+        """Move the offset (ignored when following a clock)."""
+        self.offset_ms += int(seconds * 1000)
+
+
+def _moto_queue(url: str, region: str) -> Any:
+    backend = moto_sqs.sqs_backends[DEFAULT_ACCOUNT_ID][region]
+    return backend.queues[url.rsplit("/", 1)[-1]]
+
+
+def queue_messages(url: str, region: str = "us-east-1") -> list[dict[str, Any]]:
+    """Bodies of every message in a queue, delayed or in flight, without receiving them (moto's view)."""
+    return [json.loads(m.body) for m in _moto_queue(url, region)._messages]
+
+
+def next_visible_in(url: str, region: str = "us-east-1") -> float | None:
+    """Seconds until the queue's next message can be received (0: now; None: the queue is empty)."""
+    now = moto_sqs.unix_time_millis()
+    times = [max(m.delayed_until, m.visible_at) for m in _moto_queue(url, region)._messages]
+    if not times:
+        return None
+    return max(0.0, (min(times) - now) / 1000)

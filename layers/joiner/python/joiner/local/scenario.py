@@ -1,0 +1,382 @@
+"""Simulation scenarios: YAML files describing a cluster's configuration, the workloads that
+arrive and leave, the interruptions EC2 delivers, and the outcomes expected.
+
+::
+
+    name: classic
+    duration: 20m              # simulated time
+    bootDelay: 60s             # instance launch -> Node Ready (the simulated kubelet)
+    objects: [...]             # Kubernetes objects installed at start: NodeClass, NodePools, PDBs
+    workloads:                 # kept at `replicas` pods by the simulated ReplicaSet controller
+    - name: inflate
+      replicas: 0
+      cpu: "1"
+    events:
+    - at: 30s
+      scale: {workload: inflate, replicas: 20}
+    - at: 6m
+      spotInterruption: {nodePool: spot}
+    expect:
+    - nodes: {c5.2xlarge: 3}
+      at: 5m
+    - podsLost: 0
+
+Every problem is reported as one :class:`ScenarioError` naming the field
+(``events[2].scale.replicas: must be a non-negative integer, got 'x'``).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from joiner.domain.durations import parse_duration
+
+__all__ = [
+    "CHECKS", "DEFAULT_SCENARIO", "Check", "Event", "Scenario", "ScenarioError", "Workload", "bundled_scenario",
+    "load_scenario", "parse_scenario",
+]
+
+#: The default scenario shipped in the package (``joiner demo``).
+DEFAULT_SCENARIO = "classic"
+_BUNDLED = Path(__file__).resolve().parents[1] / "scenarios"
+
+#: check name -> what its value is: "types" (instance type -> count), "duration", "count", "bool".
+CHECKS: Mapping[str, str] = {
+    "nodes": "types",
+    "launched": "types",
+    "nodeCount": "count",
+    "pendingPods": "count",
+    "podsLost": "count",
+    "pendingP50": "duration",
+    "pendingP99": "duration",
+    "interruptionsWithinDeadline": "bool",
+}
+#: Handlers a check may declare it needs (``requires``); it is skipped when one is missing.
+KNOWN_HANDLERS = ("scanner", "disruption", "gc", "interruption", "termination")
+_EVENT_KINDS = ("scale", "delete", "spotInterruption")
+
+
+class ScenarioError(ValueError):
+    """A scenario that cannot be run; the message names the field."""
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A ReplicaSet-like set of identical pods."""
+
+    name: str
+    namespace: str = "default"
+    replicas: int = 0
+    cpu: str = "1"
+    memory: str = "256Mi"
+    labels: Mapping[str, str] = field(default_factory=dict)
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    termination_grace_seconds: int = 30
+
+    def pod_spec(self) -> dict[str, Any]:
+        """The pod template's spec."""
+        spec: dict[str, Any] = {
+            "terminationGracePeriodSeconds": self.termination_grace_seconds,
+            "containers": [{"name": "main", "image": "public.ecr.aws/eks-distro/kubernetes/pause:3.7",
+                            "resources": {"requests": {"cpu": self.cpu, "memory": self.memory}}}],
+        }
+        if self.node_selector:
+            spec["nodeSelector"] = dict(self.node_selector)
+        if self.tolerations:
+            spec["tolerations"] = [dict(t) for t in self.tolerations]
+        return spec
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something that happens at ``at``: ``scale`` (workload, replicas) or ``spotInterruption``
+    (target: nodePool / instanceType / index among the matching running instances, oldest first)."""
+
+    at: timedelta
+    kind: str
+    workload: str = ""
+    replicas: int = 0
+    node_pool: str | None = None
+    instance_type: str | None = None
+    index: int = 0
+    where: str = ""
+
+
+@dataclass(frozen=True)
+class Check:
+    """An expected outcome: ``name`` from :data:`CHECKS`, its ``value``, evaluated at ``at``
+    (None: the end) unless a handler it ``requires`` is missing."""
+
+    name: str
+    value: Any
+    at: timedelta | None = None
+    requires: tuple[str, ...] = ()
+    where: str = ""
+
+    def describe(self) -> str:
+        """``nodes {c5.2xlarge: 3} at 5m`` and the like."""
+        value = self.value
+        if isinstance(value, timedelta):
+            value = f"<= {_fmt(value)}"
+        elif isinstance(value, Mapping):
+            value = "{" + ", ".join(f"{k}: {v}" for k, v in value.items()) + "}"
+        elif isinstance(value, bool):
+            value = str(value).lower()
+        return f"{self.name} {value}" + (f" at {_fmt(self.at)}" if self.at is not None else "")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A parsed scenario."""
+
+    name: str
+    description: str
+    duration: timedelta
+    boot_delay: timedelta
+    cluster: str
+    objects: tuple[Mapping[str, Any], ...]
+    workloads: tuple[Workload, ...]
+    events: tuple[Event, ...]
+    expect: tuple[Check, ...]
+    source: str = ""
+
+
+def _fmt(value: timedelta) -> str:
+    seconds = int(value.total_seconds())
+    minutes, seconds = divmod(seconds, 60)
+    return f"{minutes}m{seconds:02d}s" if minutes else f"{seconds}s"
+
+
+# ---------------------------------------------------------------- parsing
+
+
+def _type_name(value: object) -> str:
+    if value is None:
+        return "null"
+    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean", int: "an integer", float: "a number"}.get(
+        type(value), type(value).__name__)
+
+
+def _mapping(value: object, where: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ScenarioError(f"{where}: must be a mapping, got {_type_name(value)}")
+    return value
+
+
+def _list(value: object, where: str) -> Sequence[Any]:
+    if not isinstance(value, list):
+        raise ScenarioError(f"{where}: must be a list, got {_type_name(value)}")
+    return value
+
+
+def _unknown(mapping: Mapping[str, Any], allowed: Sequence[str], where: str) -> None:
+    extra = sorted(str(key) for key in mapping if key not in allowed)
+    if extra:
+        prefix = f"{where}." if where else ""
+        raise ScenarioError(f"{prefix}{extra[0]}: unknown field (expected one of {', '.join(allowed)})")
+
+
+def _string(value: object, where: str, *, default: str | None = None) -> str:
+    if value is None and default is not None:
+        return default
+    if not isinstance(value, str) or not value:
+        raise ScenarioError(f"{where}: must be a non-empty string, got {_type_name(value)}")
+    return value
+
+
+def _count(value: object, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ScenarioError(f"{where}: must be a non-negative integer, got {value!r}")
+    return value
+
+
+def _duration(value: object, where: str, *, positive: bool = False) -> timedelta:
+    if isinstance(value, bool):
+        raise ScenarioError(f"{where}: must be a duration such as 30s or 5m, got {value!r}")
+    if isinstance(value, (int, float)):
+        result: timedelta | None = timedelta(seconds=value)
+        if value < 0:
+            raise ScenarioError(f"{where}: must not be negative, got {value!r}")
+    else:
+        try:
+            result = parse_duration(value)
+        except ValueError as error:
+            raise ScenarioError(f"{where}: {error}") from None
+    if result is None:
+        raise ScenarioError(f"{where}: must be a finite duration, got {value!r}")
+    if positive and result <= timedelta(0):
+        raise ScenarioError(f"{where}: must be positive, got {value!r}")
+    return result
+
+
+def _quantity(value: object, where: str, resource: str) -> str:
+    from joiner.domain.quantity import parse_milli
+
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise ScenarioError(f"{where}: must be a quantity such as 500m or 1Gi, got {_type_name(value)}")
+    try:
+        if parse_milli(value) < 0:
+            raise ValueError("negative")
+    except (ValueError, ArithmeticError):
+        raise ScenarioError(f"{where}: not a valid {resource} quantity: {value!r}") from None
+    return str(value)
+
+
+def _labels(value: object, where: str) -> dict[str, str]:
+    mapping = _mapping(value, where)
+    out: dict[str, str] = {}
+    for key, label in mapping.items():
+        if not isinstance(key, str) or not isinstance(label, str):
+            raise ScenarioError(f"{where}.{key}: label keys and values must be strings, got {label!r}")
+        out[key] = label
+    return out
+
+
+_WORKLOAD_FIELDS = ("name", "namespace", "replicas", "cpu", "memory", "labels", "nodeSelector", "tolerations", "terminationGracePeriodSeconds")
+
+
+def _workload(raw: object, where: str) -> Workload:
+    item = _mapping(raw, where)
+    _unknown(item, _WORKLOAD_FIELDS, where)
+    name = _string(item.get("name"), f"{where}.name")
+    tolerations = tuple(dict(_mapping(t, f"{where}.tolerations[{i}]")) for i, t in enumerate(_list(item.get("tolerations", []), f"{where}.tolerations")))
+    return Workload(
+        name=name,
+        namespace=_string(item.get("namespace"), f"{where}.namespace", default="default"),
+        replicas=_count(item.get("replicas", 0), f"{where}.replicas"),
+        cpu=_quantity(item.get("cpu", "1"), f"{where}.cpu", "cpu"),
+        memory=_quantity(item.get("memory", "256Mi"), f"{where}.memory", "memory"),
+        labels=_labels(item.get("labels", {}), f"{where}.labels"),
+        node_selector=_labels(item.get("nodeSelector", {}), f"{where}.nodeSelector"),
+        tolerations=tolerations,
+        termination_grace_seconds=_count(item.get("terminationGracePeriodSeconds", 30), f"{where}.terminationGracePeriodSeconds"),
+    )
+
+
+def _event(raw: object, where: str, workloads: Mapping[str, Workload]) -> Event:
+    item = _mapping(raw, where)
+    _unknown(item, ("at", *_EVENT_KINDS), where)
+    if "at" not in item:
+        raise ScenarioError(f"{where}.at: required")
+    at = _duration(item["at"], f"{where}.at")
+    kinds = [kind for kind in _EVENT_KINDS if kind in item]
+    if len(kinds) != 1:
+        raise ScenarioError(f"{where}: needs exactly one of {', '.join(_EVENT_KINDS)}")
+    kind = kinds[0]
+    body = _mapping(item[kind], f"{where}.{kind}")
+    path = f"{where}.{kind}"
+    if kind in ("scale", "delete"):
+        _unknown(body, ("workload", "replicas") if kind == "scale" else ("workload",), path)
+        workload = _string(body.get("workload"), f"{path}.workload")
+        if workload not in workloads:
+            raise ScenarioError(f"{path}.workload: no workload named {workload!r} (declared: {', '.join(sorted(workloads)) or 'none'})")
+        if kind == "scale" and "replicas" not in body:
+            raise ScenarioError(f"{path}.replicas: required")
+        replicas = _count(body.get("replicas"), f"{path}.replicas") if kind == "scale" else 0
+        return Event(at, "scale", workload=workload, replicas=replicas, where=where)
+    _unknown(body, ("nodePool", "instanceType", "index"), path)
+    node_pool = _string(body["nodePool"], f"{path}.nodePool") if "nodePool" in body else None
+    instance_type = _string(body["instanceType"], f"{path}.instanceType") if "instanceType" in body else None
+    return Event(at, kind, node_pool=node_pool, instance_type=instance_type, index=_count(body.get("index", 0), f"{path}.index"), where=where)
+
+
+def _check(raw: object, where: str) -> Check:
+    item = _mapping(raw, where)
+    _unknown(item, (*CHECKS, "at", "requires"), where)
+    names = [name for name in CHECKS if name in item]
+    if len(names) != 1:
+        raise ScenarioError(f"{where}: needs exactly one of {', '.join(CHECKS)}")
+    name = names[0]
+    path = f"{where}.{name}"
+    kind = CHECKS[name]
+    value: Any = item[name]
+    if kind == "types":
+        value = {str(k): _count(v, f"{path}.{k}") for k, v in _mapping(value, path).items()}
+    elif kind == "count":
+        value = _count(value, path)
+    elif kind == "duration":
+        value = _duration(value, path)
+    elif not isinstance(value, bool):
+        raise ScenarioError(f"{path}: must be true or false, got {value!r}")
+    at = _duration(item["at"], f"{where}.at") if "at" in item else None
+    requires = tuple(_string(r, f"{where}.requires[{i}]") for i, r in enumerate(_list(item.get("requires", []), f"{where}.requires")))
+    for index, handler in enumerate(requires):
+        if handler not in KNOWN_HANDLERS:
+            raise ScenarioError(f"{where}.requires[{index}]: unknown function {handler!r} (one of {', '.join(KNOWN_HANDLERS)})")
+    return Check(name, value, at, requires, where)
+
+
+_TOP = ("name", "description", "cluster", "duration", "bootDelay", "objects", "workloads", "events", "expect")
+
+
+def parse_scenario(document: object, *, source: str = "") -> Scenario:
+    """A :class:`Scenario` from the parsed YAML document. Raises :class:`ScenarioError`."""
+    top = _mapping(document, "scenario")
+    _unknown(top, _TOP, "")
+    duration = _duration(top.get("duration", "20m"), "duration", positive=True)
+    if duration > timedelta(hours=6):
+        raise ScenarioError(f"duration: at most 6h of simulated time, got {top.get('duration')!r}")
+    objects = []
+    for index, raw in enumerate(_list(top.get("objects", []), "objects")):
+        obj = _mapping(raw, f"objects[{index}]")
+        for key in ("apiVersion", "kind"):
+            _string(obj.get(key), f"objects[{index}].{key}")
+        _string(_mapping(obj.get("metadata"), f"objects[{index}].metadata").get("name"), f"objects[{index}].metadata.name")
+        objects.append(copy.deepcopy(dict(obj)))
+    workloads: dict[str, Workload] = {}
+    for index, raw in enumerate(_list(top.get("workloads", []), "workloads")):
+        workload = _workload(raw, f"workloads[{index}]")
+        if workload.name in workloads:
+            raise ScenarioError(f"workloads[{index}].name: duplicate workload {workload.name!r}")
+        workloads[workload.name] = workload
+    events = [_event(raw, f"events[{index}]", workloads) for index, raw in enumerate(_list(top.get("events", []), "events"))]
+    for event in events:
+        if event.at > duration:
+            raise ScenarioError(f"{event.where}.at: after the scenario's duration ({_fmt(duration)})")
+    checks = tuple(_check(raw, f"expect[{index}]") for index, raw in enumerate(_list(top.get("expect", []), "expect")))
+    for check in checks:
+        if check.at is not None and check.at > duration:
+            raise ScenarioError(f"{check.where}.at: after the scenario's duration ({_fmt(duration)})")
+    cluster = _string(top.get("cluster"), "cluster", default="demo")
+    return Scenario(
+        name=_string(top.get("name"), "name", default=Path(source).stem if source else "scenario"),
+        description=str(top.get("description") or "").strip(),
+        duration=duration,
+        boot_delay=_duration(top.get("bootDelay", "60s"), "bootDelay"),
+        cluster=cluster,
+        objects=tuple(objects),
+        workloads=tuple(workloads.values()),
+        events=tuple(sorted(events, key=lambda e: e.at)),
+        expect=checks,
+        source=source,
+    )
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and parse a scenario file. Raises :class:`ScenarioError` (also for unreadable files
+    and invalid YAML)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise ScenarioError(f"cannot read scenario {str(path)!r}: {getattr(error, 'strerror', None) or error}") from None
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        position = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        problem = getattr(error, "problem", None) or "invalid YAML"
+        raise ScenarioError(f"{path}: invalid YAML{position}: {problem}") from None
+    return parse_scenario(document, source=str(path))
+
+
+def bundled_scenario(name: str = DEFAULT_SCENARIO) -> Path:
+    """The path of a scenario shipped in the package (``joiner/scenarios/<name>.yaml``)."""
+    return _BUNDLED / f"{name}.yaml"

@@ -1,0 +1,636 @@
+"""The local simulation behind ``joiner demo`` / ``joiner simulate``: Joiner's real Lambda
+handlers, through their normal entry points, on moto (a real HTTP server) and the Kubernetes
+API emulator, in simulated time, with a simulated kubelet, kube-scheduler, ReplicaSet
+controller and EC2 around them.
+
+The loop jumps simulated time from one thing that can happen to the next — a scheduled
+function's tick, a scenario event, an instance finishing its boot, an SQS message becoming
+visible, EC2 reclaiming an interrupted instance — at most :data:`MAX_STEP` at a time. At
+each instant, in order: scenario events, EC2, the cluster's controllers, the scheduled
+functions due (EventBridge ``Scheduled Event``), then the SQS consumers (interruption queue
+-> ``interruption``, work queue -> ``termination``) until no message is visible; the
+cluster's controllers run again after every invocation.
+
+Handlers run against the simulated clock (their :class:`~joiner.services.context.Runtime`
+gets it) and the scanner runs in ``economy`` mode: one round per scheduled tick, since its
+responsive mode would poll for 55 s inside one invocation while simulated time stood still.
+Each function gets its own runtime, as each Lambda function has its own execution
+environment. A handler whose ``functions/<name>/handler.py`` does not exist is skipped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import math
+import os
+import threading
+import time
+import uuid
+import warnings
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+__all__ = [
+    "MAX_STEP", "QUEUE_CONSUMERS", "SCHEDULED", "CheckResult", "Entry", "Sample", "SimClock", "Simulation",
+    "SimulationResult", "percentile",
+]
+
+#: scheduled function -> seconds between EventBridge ticks (infra/schedules.py).
+SCHEDULED: Mapping[str, int] = {"scanner": 60, "disruption": 60, "gc": 300}
+#: queue -> the function its event source mapping invokes.
+QUEUE_CONSUMERS: Mapping[str, str] = {"interruption": "interruption", "work": "termination"}
+#: The longest jump of simulated time between two looks at the world.
+MAX_STEP = timedelta(seconds=30)
+#: Simulated spot price as a fraction of the on-demand price (the bundled catalog has no spot
+#: prices; in AWS they come from DescribeSpotPriceHistory).
+SPOT_PRICE_FACTOR = 0.35
+#: SQS batches one queue may deliver at one instant before time moves on (a guard against loops).
+MAX_BATCHES_PER_INSTANT = 50
+
+
+class SimClock:
+    """Simulated UTC time: the handlers' clock; ``sleep`` advances it instead of waiting."""
+
+    def __init__(self, start: datetime) -> None:
+        self._now = start
+        self._lock = threading.Lock()
+
+    def now(self) -> datetime:
+        with self._lock:
+            return self._now
+
+    def set(self, when: datetime) -> None:
+        with self._lock:
+            if when > self._now:
+                self._now = when
+
+    def advance(self, seconds: float) -> datetime:
+        with self._lock:
+            self._now += timedelta(seconds=seconds)
+            return self._now
+
+    def sleep(self, seconds: float) -> None:
+        self.advance(max(0.0, seconds))
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One timeline row: when (since the start), who, what happened, what was done."""
+
+    at: timedelta
+    source: str
+    event: str
+    action: str
+
+
+@dataclass(frozen=True)
+class Sample:
+    """The world at one instant."""
+
+    at: timedelta
+    nodes: Mapping[str, int]  # Ready managed nodes by instance type
+    pending: int
+    cost: float
+    launched: Mapping[str, int]  # managed instances launched so far, by type
+    lost: int
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """An expectation's outcome: ``passed`` True/False, or None when skipped."""
+
+    description: str
+    passed: bool | None
+    detail: str
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (0 for no values)."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+@dataclass
+class SimulationResult:
+    """Everything a run produced."""
+
+    scenario: Any
+    start: datetime
+    entries: list[Entry] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)
+    instances: list[Any] = field(default_factory=list)
+    interruptions: list[Any] = field(default_factory=list)
+    pods: list[Any] = field(default_factory=list)
+    checks: list[CheckResult] = field(default_factory=list)
+    handlers: list[str] = field(default_factory=list)
+    missing_handlers: list[str] = field(default_factory=list)
+    invocations: Counter[str] = field(default_factory=Counter)
+    handler_errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    wall_seconds: float = 0.0
+    simulated_seconds: float = 0.0
+
+    @property
+    def launched(self) -> Counter[str]:
+        """Managed instances launched, by type."""
+        return Counter(i.instance_type for i in self.instances if i.managed)
+
+    @property
+    def terminated(self) -> Counter[str]:
+        """Managed instances terminated, by type."""
+        return Counter(i.instance_type for i in self.instances if i.managed and i.terminated is not None)
+
+    def pending_seconds(self) -> list[float]:
+        """Every workload pod's pending time (creation to binding; to deletion or the end if never bound)."""
+        end = self.start + timedelta(seconds=self.simulated_seconds)
+        return [p.pending_seconds(end) for p in self.pods]
+
+    @property
+    def pods_lost(self) -> int:
+        return sum(1 for p in self.pods if p.lost)
+
+    @property
+    def passed(self) -> bool:
+        """No expectation failed and no handler raised."""
+        return all(c.passed is not False for c in self.checks) and not self.handler_errors
+
+    @property
+    def speedup(self) -> float:
+        return self.simulated_seconds / self.wall_seconds if self.wall_seconds > 0 else 0.0
+
+
+@contextlib.contextmanager
+def _environment(values: Mapping[str, str]) -> Iterator[None]:
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+class _Capture(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.records: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.records.append(f"{record.name}: {record.getMessage()}")
+        except Exception:  # noqa: BLE001 - a log line must never fail the simulation
+            pass
+
+
+@contextlib.contextmanager
+def _quiet_logs(capture: _Capture, verbose: bool) -> Iterator[None]:
+    """Joiner's JSON logs go to ``capture`` (warnings and up) instead of stdout."""
+    target = logging.getLogger("joiner")
+    saved = (list(target.handlers), target.level, target.propagate)
+    if not verbose:
+        target.handlers = [capture]
+        target.setLevel(logging.WARNING)
+        target.propagate = False
+    try:
+        yield
+    finally:
+        target.handlers, level, target.propagate = saved[0], saved[1], saved[2]
+        target.setLevel(level)
+
+
+def _fmt_delta(delta: timedelta) -> str:
+    seconds = int(delta.total_seconds())
+    return f"{seconds // 60:02d}:{seconds % 60:02d}"
+
+
+class Simulation:
+    """Run a :class:`~joiner.local.scenario.Scenario`.
+
+    ``on_entry`` is called with each timeline :class:`Entry` as it happens and ``on_progress``
+    with (simulated elapsed, scenario duration) after every instant (progress display).
+    """
+
+    def __init__(
+        self,
+        scenario: Any,
+        *,
+        functions_dir: Path | None = None,
+        on_entry: Callable[[Entry], None] | None = None,
+        on_progress: Callable[[timedelta, timedelta], None] | None = None,
+        verbose: bool = False,
+        start: datetime | None = None,
+    ) -> None:
+        self.scenario = scenario
+        self.functions_dir = functions_dir
+        self.on_entry = on_entry or (lambda entry: None)
+        self.on_progress = on_progress or (lambda at, total: None)
+        self.verbose = verbose
+        self.start = start or datetime.now(UTC).replace(microsecond=0)
+        self.clock = SimClock(self.start)
+        self.result = SimulationResult(scenario=scenario, start=self.start)
+        self._capture = _Capture()
+
+    # ------------------------------------------------------------ public
+
+    def run(self) -> SimulationResult:
+        """Set up, run the scenario to its end, evaluate the expectations."""
+        import joiner.observability  # noqa: F401 - its powertools Logger configures itself on import: before we quiet it
+        from joiner.local.aws import fake_credentials
+
+        wall = time.monotonic()
+        env = {"POWERTOOLS_METRICS_DISABLED": "true", "POWERTOOLS_TRACE_DISABLED": "true", "POWERTOOLS_DEV": "false"}
+        with fake_credentials(), _environment(env), _quiet_logs(self._capture, self.verbose), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self._setup()
+            try:
+                self._loop()
+            finally:
+                self._teardown()
+        self.result.wall_seconds = time.monotonic() - wall
+        self.result.simulated_seconds = (self.clock.now() - self.start).total_seconds()
+        self.result.warnings = list(self._capture.records)
+        self.result.checks = self._evaluate()
+        return self.result
+
+    # ------------------------------------------------------------ setup
+
+    def _setup(self) -> None:
+        import urllib3
+
+        from joiner.domain.catalog import load_bundled_catalog
+        from joiner.local.aws import REGION, SerialMotoServer
+        from joiner.local.cloud import SimulatedEc2
+        from joiner.local.cluster import SimulatedCluster
+        from joiner.local.kube_emulator import KubeEmulator
+        from joiner.local.lambdas import SqsTime, handler_path, load_handler
+        from joiner.local.stack import LocalStack
+        from joiner.services.context import build_runtime
+
+        self._exit = contextlib.ExitStack()
+        self.moto = SerialMotoServer()
+        self.moto.start()
+        self._exit.callback(self.moto.stop)
+        urllib3.PoolManager().request("POST", f"{self.moto.endpoint}/moto-api/reset")
+        self._exit.enter_context(SqsTime(self.clock))
+        self.emulator = KubeEmulator(clock=self.clock.now).start()
+        self._exit.callback(self.emulator.close)
+
+        scenario = self.scenario
+        self.region = REGION
+        self.stack = LocalStack(self.moto.endpoint, scenario.cluster, REGION).create()
+        self.catalog = _with_simulated_spot_prices(load_bundled_catalog(REGION))
+        self.ec2 = SimulatedEc2(self.stack.ec2, self.stack.events, scenario.cluster, self.catalog, self.clock.now, REGION)
+        self.cluster = SimulatedCluster(self.emulator, self.catalog, REGION, self.clock.now, note=self._note)
+        for obj in scenario.objects:
+            self.emulator.apply(obj)
+        self._note("setup", "stack and cluster created",
+                   f"moto on {self.moto.endpoint}, Kubernetes API on {self.emulator.url}; "
+                   f"{len(scenario.objects)} object{'s' if len(scenario.objects) != 1 else ''} installed")
+        for workload in scenario.workloads:
+            self.cluster.add_workload(workload)
+
+        settings = self.stack.settings(self.emulator.url, scanner_mode="economy")
+        self.metrics: list[tuple[str, float, dict[str, str]]] = []
+
+        def record(name: str, value: float = 1, unit: str = "Count", **dimensions: str) -> None:
+            self.metrics.append((name, value, dimensions))
+
+        self.handlers: dict[str, ModuleType] = {}
+        wanted = sorted(set(SCHEDULED) | set(QUEUE_CONSUMERS.values()))
+        for name in wanted:
+            if not handler_path(name, self.functions_dir).exists():
+                self.result.missing_handlers.append(name)
+                continue
+            module = load_handler(name, self.functions_dir)
+            runtime = build_runtime(settings, clock=self.clock, sleep=self.clock.sleep, metric=record, catalog_value=self.catalog)
+            if hasattr(module, "reset"):
+                module.reset()
+            module.configure(runtime)
+            self.handlers[name] = module
+        self.result.handlers = sorted(self.handlers)
+        if self.result.missing_handlers:
+            self._note("setup", "functions not found", "skipped: " + ", ".join(self.result.missing_handlers))
+        self._next_tick = {name: self.start + timedelta(seconds=period) for name, period in SCHEDULED.items() if name in self.handlers}
+        self._queues = {"interruption": self.stack.interruption, "work": self.stack.work}
+        self._events = list(scenario.events)
+        self._replacements: dict[str, list[str]] = {}  # instance -> interrupted instance it replaces
+
+    def _teardown(self) -> None:
+        for module in self.handlers.values():
+            with contextlib.suppress(Exception):
+                if hasattr(module, "reset"):
+                    module.reset()
+                elif hasattr(module, "_cold"):
+                    module._cold.clear()  # noqa: SLF001
+        self.result.instances = list(self.ec2.instances.values()) if hasattr(self, "ec2") else []
+        self.result.interruptions = list(self.ec2.interruptions) if hasattr(self, "ec2") else []
+        self.result.pods = list(self.cluster.pods.values()) if hasattr(self, "cluster") else []
+        self._exit.close()
+
+    # ------------------------------------------------------------ the loop
+
+    def _elapsed(self) -> timedelta:
+        return self.clock.now() - self.start
+
+    def _note(self, source: str, event: str, action: str) -> None:
+        entry = Entry(self._elapsed(), source, event, action)
+        self.result.entries.append(entry)
+        self.on_entry(entry)
+
+    def _loop(self) -> None:
+        end = self.start + self.scenario.duration
+        check_times = sorted({self.start + c.at for c in self.scenario.expect if c.at is not None})
+        while True:
+            self._instant()
+            self._sample()
+            self.on_progress(self._elapsed(), self.scenario.duration)
+            now = self.clock.now()
+            if now >= end:
+                break
+            self.clock.set(min(self._next_time(now, check_times), end))
+
+    def _next_time(self, now: datetime, check_times: list[datetime]) -> datetime:
+        from joiner.local.lambdas import next_visible_in
+
+        candidates = [now + MAX_STEP, *self._next_tick.values()]
+        candidates += [self.start + e.at for e in self._events]
+        candidates += [t for t in check_times if t > now]
+        boot = self.scenario.boot_delay
+        candidates += [i.launched + boot for i in self.ec2.running() if i.instance_id not in self.cluster.registered]
+        reclaim = self.ec2.next_reclaim()
+        if reclaim is not None:
+            candidates.append(reclaim)
+        for name, queue in self._queues.items():
+            if QUEUE_CONSUMERS[name] in self.handlers and queue is not None:
+                wait = next_visible_in(queue.url, self.region)
+                if wait is not None:
+                    candidates.append(now + timedelta(seconds=wait + 0.001))
+        later = [c for c in candidates if c > now]
+        return min(later) if later else now + MAX_STEP
+
+    def _instant(self) -> None:
+        now = self.clock.now()
+        while self._events and self.start + self._events[0].at <= now:
+            self._scenario_event(self._events.pop(0))
+        for record in self.ec2.due_reclaims():
+            instance = self.ec2.reclaim(record)
+            self._note("ec2", f"spot instance {instance.instance_id} reclaimed", "terminated at the end of the two-minute notice")
+            self._instance_gone(instance)
+        self._settle()
+        for name in list(self._next_tick):
+            if self._next_tick[name] <= now:
+                self._next_tick[name] = now + timedelta(seconds=SCHEDULED[name])
+                from joiner.local.lambdas import scheduled_event
+
+                event = scheduled_event(f"{self.scenario.cluster}-{name}-schedule", now, region=self.region)
+                self._invoke(name, event, "scheduled tick")
+        self._drain_queues()
+
+    def _settle(self, *, observe: bool = True) -> None:
+        """The cluster's reaction to whatever just happened (kubelets, controllers, scheduler);
+        ``observe=False`` when EC2 was just observed."""
+        from joiner.local.cluster import kubelet_registration
+
+        if observe:
+            _, gone = self.ec2.observe(actor="ec2")
+            for instance in gone:
+                self._instance_gone(instance)
+        now = self.clock.now()
+        for instance in self.ec2.running():
+            if instance.instance_id in self.cluster.registered or instance.launched + self.scenario.boot_delay > now:
+                continue
+            boot = kubelet_registration(self.ec2.user_data(instance.instance_id))
+            node = self.cluster.register_node(instance.instance_id, instance.private_dns, instance.instance_type, instance.zone, boot)
+            self._note("kubelet", f"node {node['metadata']['name']} registered",
+                       f"{instance.instance_type} ({instance.capacity_type}, {instance.zone}) Ready")
+            for record in self.ec2.interruptions:
+                if instance.instance_id in self._replacements.get(record.instance_id, []) and record.replacement_ready is None:
+                    record.replacement_ready = now
+        self.cluster.reconcile()
+        self._track_interruptions()
+
+    def _instance_gone(self, instance: Any) -> None:
+        lost = self.cluster.instance_gone(instance.instance_id)
+        if lost:
+            self._note("node-lifecycle", f"instance {instance.instance_id} gone with {len(lost)} pod{'s' if len(lost) != 1 else ''} on it",
+                       "Node deleted; pods lost: " + ", ".join(lost[:5]) + (" ..." if len(lost) > 5 else ""))
+
+    def _track_interruptions(self) -> None:
+        now = self.clock.now()
+        for record in self.ec2.interruptions:
+            instance = self.ec2.instances[record.instance_id]
+            if record.drained is None:
+                node = record.node
+                if node is None or self.emulator.get("Node", node) is None or not self.cluster.pods_on(node):
+                    record.drained = now
+            if record.terminated is None and instance.terminated is not None:
+                record.terminated, record.terminated_by = instance.terminated, instance.terminated_by
+
+    def _scenario_event(self, event: Any) -> None:
+        if event.kind == "scale":
+            self.cluster.scale(event.workload, event.replicas)
+            self._note("scenario", f"{event.workload} scaled to {event.replicas}", "")
+            return
+        candidates = [
+            i for i in self.ec2.running()
+            if i.managed and i.capacity_type == "spot" and i.instance_id in self.cluster.registered
+            and (event.node_pool is None or i.node_pool == event.node_pool)
+            and (event.instance_type is None or i.instance_type == event.instance_type)
+        ]
+        candidates.sort(key=lambda i: (i.launched, i.instance_id))
+        if event.index >= len(candidates):
+            self._note("scenario", "spot interruption requested", f"no running spot instance matches ({event.where}): nothing interrupted")
+            self.result.handler_errors.append(f"{event.where}: no running spot instance matched the interruption")
+            return
+        instance = candidates[event.index]
+        node = self.cluster.registered.get(instance.instance_id)
+        pods = len(self.cluster.pods_on(node)) if node else 0
+        record = self.ec2.interrupt(instance, node, pods)
+        self._note("ec2", f"spot interruption warning for {instance.instance_id}",
+                   f"node {node} ({instance.instance_type}, {pods} pods); EC2 reclaims it at {_fmt_delta(record.deadline - self.start)}")
+
+    # ------------------------------------------------------------ invoking handlers
+
+    def _invoke(self, name: str, event: dict[str, Any], trigger: str) -> dict[str, Any] | None:
+        from joiner.local.lambdas import LambdaContext
+
+        module = self.handlers[name]
+        nodes_before = {n["metadata"]["name"]: bool((n.get("spec") or {}).get("unschedulable")) for n in self.emulator.list("Node")}
+        deletions_before = len(self.emulator.deletions)
+        self.result.invocations[name] += 1
+        context = LambdaContext(aws_request_id=str(uuid.uuid4()), function_name=f"{self.scenario.cluster}-{name}",
+                                remaining_ms=60_000 if name in SCHEDULED else 300_000)
+        response: dict[str, Any] | None = None
+        error: str | None = None
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                response = module.handler(event, context)
+        except Exception as failure:  # noqa: BLE001 - a failing invocation is reported, as Lambda would
+            error = f"{type(failure).__name__}: {failure}"
+            self.result.handler_errors.append(f"{_fmt_delta(self._elapsed())} {name}: {error}")
+        launched, gone = self.ec2.observe(actor="joiner")
+        actions: list[str] = []
+        if launched:
+            by_kind = Counter(f"{i.instance_type} ({i.capacity_type})" for i in launched)
+            actions.append("launched " + ", ".join(f"{n} x {k}" if n > 1 else k for k, n in sorted(by_kind.items())))
+            if name == "interruption":
+                for record in self.ec2.interruptions:
+                    if record.replacement_ready is None and record.terminated is None:
+                        self._replacements.setdefault(record.instance_id, []).extend(i.instance_id for i in launched)
+        nodes_after = {n["metadata"]["name"]: bool((n.get("spec") or {}).get("unschedulable")) for n in self.emulator.list("Node")}
+        cordoned = sorted(n for n, u in nodes_after.items() if u and not nodes_before.get(n, False))
+        if cordoned:
+            actions.append("cordoned " + ", ".join(cordoned))
+        new = self.emulator.deletions[deletions_before:]
+        evicted = Counter(d.via for d in new if d.kind == "Pod")
+        if evicted.get("eviction"):
+            actions.append(f"evicted {evicted['eviction']} pod{'s' if evicted['eviction'] != 1 else ''}")
+        deleted_pods = sum(n for via, n in evicted.items() if via != "eviction")
+        if deleted_pods:
+            actions.append(f"deleted {deleted_pods} pod{'s' if deleted_pods != 1 else ''}")
+        if gone:
+            actions.append("terminated " + ", ".join(f"{i.instance_id} ({i.instance_type})" for i in gone))
+        deleted_nodes = [d.name for d in new if d.kind == "Node"]
+        if deleted_nodes:
+            actions.append("deleted node " + ", ".join(deleted_nodes))
+        if error:
+            actions.append(f"failed: {error}")
+        elif response and response.get("batchItemFailures"):
+            actions.append(f"{len(response['batchItemFailures'])} message(s) left for redelivery")
+        if actions:
+            self._note(f"joiner/{name}", trigger, "; ".join(actions))
+        for instance in gone:
+            self._instance_gone(instance)
+        self._settle(observe=False)
+        return response
+
+    def _drain_queues(self) -> None:
+        from joiner.local.lambdas import sqs_event
+
+        for _ in range(MAX_BATCHES_PER_INSTANT):
+            delivered = False
+            for queue_name, function in QUEUE_CONSUMERS.items():
+                queue = self._queues.get(queue_name)
+                if function not in self.handlers or queue is None:
+                    continue
+                messages = self.stack.sqs.receive_message(QueueUrl=queue.url, MaxNumberOfMessages=10, AttributeNames=["All"]).get("Messages", [])
+                if not messages:
+                    continue
+                delivered = True
+                response = self._invoke(function, sqs_event(messages, queue.arn, region=self.region), self._describe_batch(messages))
+                failed = {item["itemIdentifier"] for item in (response or {}).get("batchItemFailures", [])} if response is not None else {
+                    m["MessageId"] for m in messages}
+                for message in messages:
+                    if message["MessageId"] not in failed:
+                        self.stack.sqs.delete_message(QueueUrl=queue.url, ReceiptHandle=message["ReceiptHandle"])
+            if not delivered:
+                return
+
+    @staticmethod
+    def _describe_batch(messages: list[dict[str, Any]]) -> str:
+        import json
+
+        described = []
+        for message in messages:
+            try:
+                body = json.loads(message["Body"])
+            except ValueError:
+                described.append("unparseable message")
+                continue
+            if "detail-type" in body:
+                detail = body.get("detail") or {}
+                what = {"EC2 Spot Instance Interruption Warning": "spot interruption warning",
+                        "EC2 Instance State-change Notification": f"state change to {detail.get('state')}"}.get(body["detail-type"], body["detail-type"])
+                described.append(f"{what} {detail.get('instance-id', '')}".strip())
+            elif body.get("kind") == "termination":
+                described.append(f"termination step {body.get('node')} (generation {body.get('generation')})")
+            else:
+                described.append(str(body.get("kind") or "message"))
+        return "SQS: " + "; ".join(described)
+
+    # ------------------------------------------------------------ measuring
+
+    def _sample(self) -> None:
+        from joiner.domain import labels as wk
+
+        nodes: Counter[str] = Counter()
+        for node in self.emulator.list("Node"):
+            labels = node["metadata"].get("labels") or {}
+            instance_id = (node.get("spec") or {}).get("providerID", "").rsplit("/", 1)[-1]
+            instance = self.ec2.instances.get(instance_id)
+            if instance is not None and instance.managed:
+                nodes[labels.get(wk.INSTANCE_TYPE, instance.instance_type)] += 1
+        launched = Counter(i.instance_type for i in self.ec2.instances.values() if i.managed)
+        sample = Sample(self._elapsed(), dict(nodes), self.cluster.pending_pods(), round(self.ec2.cost_per_hour(), 4), dict(launched),
+                        sum(1 for p in self.cluster.pods.values() if p.lost))
+        if self.result.samples and self.result.samples[-1].at == sample.at:
+            self.result.samples[-1] = sample
+        else:
+            self.result.samples.append(sample)
+
+    def _sample_at(self, at: timedelta | None) -> Sample:
+        samples = self.result.samples
+        if at is None:
+            return samples[-1]
+        chosen = samples[0]
+        for sample in samples:
+            if sample.at <= at:
+                chosen = sample
+        return chosen
+
+    def _evaluate(self) -> list[CheckResult]:
+        results = []
+        pending = self.result.pending_seconds()
+        for check in self.scenario.expect:
+            missing = [h for h in check.requires if h not in self.handlers]
+            if missing:
+                results.append(CheckResult(check.describe(), None, "skipped: functions/" + ", ".join(f"{m}/handler.py" for m in missing) + " not present"))
+                continue
+            sample = self._sample_at(check.at)
+            name, value = check.name, check.value
+            if name in ("nodes", "launched"):
+                got = {k: v for k, v in (sample.nodes if name == "nodes" else sample.launched).items() if v}
+                want = {k: v for k, v in value.items() if v}
+                results.append(CheckResult(check.describe(), got == want, f"got {_counts(got)}"))
+            elif name == "nodeCount":
+                got_count = sum(sample.nodes.values())
+                results.append(CheckResult(check.describe(), got_count == value, f"got {got_count}"))
+            elif name == "pendingPods":
+                results.append(CheckResult(check.describe(), sample.pending == value, f"got {sample.pending}"))
+            elif name == "podsLost":
+                results.append(CheckResult(check.describe(), sample.lost == value, f"got {sample.lost}"))
+            elif name in ("pendingP50", "pendingP99"):
+                got_seconds = percentile(pending, 50 if name == "pendingP50" else 99)
+                results.append(CheckResult(check.describe(), got_seconds <= value.total_seconds(), f"got {got_seconds:.0f}s"))
+            elif name == "interruptionsWithinDeadline":
+                records = self.result.interruptions
+                ok = bool(records) and all(r.within_deadline for r in records)
+                detail = f"{sum(r.within_deadline for r in records)}/{len(records)} within deadline"
+                results.append(CheckResult(check.describe(), ok == value, detail))
+        return results
+
+
+def _with_simulated_spot_prices(catalog: Any) -> Any:
+    """The catalog with a spot offering next to every on-demand one, at :data:`SPOT_PRICE_FACTOR`."""
+    prices = {
+        (name, offering.zone): round(offering.price * SPOT_PRICE_FACTOR, 4)
+        for name in catalog.names for offering in catalog.offerings(name) if offering.capacity_type == "on-demand"
+    }
+    return catalog.with_spot_prices(prices)
+
+
+def _counts(counts: Mapping[str, int]) -> str:
+    return "{" + ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) + "}" if counts else "{}"

@@ -1,0 +1,125 @@
+"""What the CDK stack (and the EKS cluster it serves) would create, built on a moto server:
+the state and idempotency tables, the interruption queue and the work queue with their
+dead-letter queues, the EventBridge rule routing EC2 and Health events to the interruption
+queue, a VPC with discovery-tagged subnets and security groups, the EKS cluster and the EKS
+AMI parameters (moto has none).
+
+Development-only (moto); used by ``joiner demo``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+
+from joiner.local.aws import (
+    REGION,
+    ZONES,
+    Network,
+    create_eks_cluster,
+    create_network,
+    create_state_table,
+    moto_amis,
+    put_eks_ami_parameters,
+)
+from joiner.settings import Settings
+
+__all__ = ["EVENT_RULE_PATTERN", "INTERRUPTION_VISIBILITY", "WORK_VISIBILITY", "MAX_RECEIVE_COUNT", "LocalQueue", "LocalStack"]
+
+#: The interruption rule's pattern (infra/ingestion.py routes the same five event kinds).
+EVENT_RULE_PATTERN = {
+    "source": ["aws.ec2", "aws.health"],
+    "detail-type": [
+        "EC2 Spot Instance Interruption Warning",
+        "EC2 Instance Rebalance Recommendation",
+        "EC2 Instance State-change Notification",
+        "EC2 Capacity Reservation Instance Interruption Warning",
+        "AWS Health Event",
+    ],
+}
+MAX_RECEIVE_COUNT = 5
+#: 6 x the function timeout + the batching window, as deployed.
+INTERRUPTION_VISIBILITY = 361
+WORK_VISIBILITY = 721
+
+
+@dataclass(frozen=True)
+class LocalQueue:
+    """A queue with its dead-letter queue."""
+
+    name: str
+    url: str
+    arn: str
+    dlq_url: str
+
+
+class LocalStack:
+    """The stack's resources for ``cluster`` on the moto server at ``endpoint``.
+
+    Build with :meth:`create`; :meth:`settings` gives the functions' settings pointed at the
+    moto server and a local Kubernetes API.
+    """
+
+    def __init__(self, endpoint: str, cluster: str, region: str = REGION) -> None:
+        self.endpoint = endpoint
+        self.cluster = cluster
+        self.region = region
+        self.ec2 = self.client("ec2")
+        self.sqs = self.client("sqs")
+        self.events = self.client("events")
+        self.dynamodb = self.client("dynamodb")
+        self.state_table = f"{cluster}-state"
+        self.idempotency_table = f"{cluster}-idempotency"
+        self.rule = f"{cluster}-interruptions"
+        self.network: Network | None = None
+        self.amis: dict[str, str] = {}
+        self.interruption: LocalQueue | None = None
+        self.work: LocalQueue | None = None
+
+    def client(self, service: str) -> Any:
+        """A boto3 client on the moto server."""
+        return boto3.client(service, endpoint_url=self.endpoint, region_name=self.region)
+
+    def create(self, zones: Sequence[str] = ZONES) -> LocalStack:
+        """Create everything (once per fresh moto server)."""
+        self.network = create_network(self.ec2, self.cluster, zones)
+        self.amis = moto_amis(self.ec2)
+        put_eks_ami_parameters(self.amis, region=self.region)
+        create_eks_cluster(self.client("eks"), self.cluster, list(self.network.subnets.values()))
+        create_state_table(self.dynamodb, self.state_table)
+        self.dynamodb.create_table(
+            TableName=self.idempotency_table, BillingMode="PAY_PER_REQUEST",
+            KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}], AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+        )
+        self.dynamodb.update_time_to_live(TableName=self.idempotency_table, TimeToLiveSpecification={"Enabled": True, "AttributeName": "expiration"})
+        self.interruption = self._queue(f"{self.cluster}-interruption", INTERRUPTION_VISIBILITY)
+        self.work = self._queue(f"{self.cluster}-work", WORK_VISIBILITY)
+        self.events.put_rule(Name=self.rule, EventPattern=json.dumps(EVENT_RULE_PATTERN))
+        self.events.put_targets(Rule=self.rule, Targets=[{"Id": "queue", "Arn": self.interruption.arn}])
+        return self
+
+    def _queue(self, name: str, visibility: int) -> LocalQueue:
+        dlq_url = self.sqs.create_queue(QueueName=f"{name}-dlq")["QueueUrl"]
+        dlq_arn = self.sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        url = self.sqs.create_queue(
+            QueueName=name,
+            Attributes={
+                "VisibilityTimeout": str(visibility),
+                "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(MAX_RECEIVE_COUNT)}),
+            },
+        )["QueueUrl"]
+        arn = self.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        return LocalQueue(name, url, arn, dlq_url)
+
+    def settings(self, kubernetes_host: str, *, scanner_mode: str = "economy", node_role: str = "") -> Settings:
+        """The functions' settings for this stack (moto endpoint, local Kubernetes API)."""
+        assert self.interruption is not None and self.work is not None, "call create() first"
+        return Settings(
+            cluster_name=self.cluster, region=self.region, state_table=self.state_table, idempotency_table=self.idempotency_table,
+            interruption_queue_url=self.interruption.url, work_queue_url=self.work.url, scanner_mode=scanner_mode,
+            kubernetes_host=kubernetes_host, aws_endpoint_url=self.endpoint, node_role=node_role,
+        )

@@ -1,0 +1,168 @@
+"""End to end: scenarios run through the same machinery as ``joiner demo`` (moto over HTTP,
+the Kubernetes API emulator, the real Lambda handlers fed real-shaped events, a simulated
+kubelet, scheduler and EC2) and their outcomes asserted in simulated time."""
+
+from __future__ import annotations
+
+import filecmp
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from joiner.cli.main import main
+from joiner.local.lambdas import handler_path
+from joiner.local.report import render_html
+from joiner.local.scenario import bundled_scenario, load_scenario
+from joiner.local.simulator import Simulation, SimulationResult, percentile
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+HAS_DISRUPTION = handler_path("disruption", ROOT / "functions").exists()
+
+
+@pytest.fixture(scope="module")
+def classic() -> Iterator[SimulationResult]:
+    scenario = load_scenario(ROOT / "examples" / "scenarios" / "classic.yaml")
+    yield Simulation(scenario, functions_dir=ROOT / "functions").run()
+
+
+def test_the_bundled_default_scenario_is_the_example() -> None:
+    assert filecmp.cmp(bundled_scenario(), ROOT / "examples" / "scenarios" / "classic.yaml", shallow=False)
+
+
+def test_classic_launches_one_m5_large_and_three_c5_2xlarge_and_binds_every_pod(classic: SimulationResult) -> None:
+    assert not classic.handler_errors
+    first_launches = [s for s in classic.samples if s.at <= timedelta(minutes=4)][-1]
+    assert first_launches.launched == {"m5.large": 1, "c5.2xlarge": 3}
+    assert first_launches.nodes == {"m5.large": 1, "c5.2xlarge": 3}
+    assert first_launches.pending == 0
+    spot = [i for i in classic.instances if i.node_pool == "spot"]
+    addons = [i for i in classic.instances if i.node_pool == "addons"]
+    assert {i.capacity_type for i in spot} == {"spot"} and [i.capacity_type for i in addons] == ["on-demand"]
+    # every pod of the workloads was bound: the add-on pod on the add-on node, the rest on spot nodes
+    addon_nodes = {classic_node for classic_node in (p.node for p in classic.pods if p.workload == "addons")}
+    assert len(addon_nodes) == 1 and all(p.bound is not None for p in classic.pods)
+    addon_instance = addons[0]
+    assert addon_nodes == {addon_instance.private_dns}
+
+
+def test_classic_pending_times_are_bounded_in_simulated_time(classic: SimulationResult) -> None:
+    pending = classic.pending_seconds()
+    # pods arrive at 0:30, the economy-mode scanner launches at 1:00, nodes boot in 60 s
+    assert len(pending) == 21 + classic.interruptions[0].pods_at_warning
+    assert 60 <= percentile(pending, 50) <= 120
+    assert percentile(pending, 99) <= 180
+    assert classic.pods_lost == 0
+
+
+def test_classic_spot_interruption_is_drained_and_replaced_before_its_deadline(classic: SimulationResult) -> None:
+    [record] = classic.interruptions
+    assert record.pods_at_warning > 0
+    assert record.within_deadline and record.terminated_by == "joiner"
+    assert record.drained is not None and record.drained <= record.deadline
+    assert record.replacement_ready is not None and record.replacement_ready < record.deadline
+    interrupted = next(i for i in classic.instances if i.instance_id == record.instance_id)
+    replacement = [i for i in classic.instances if i.managed and i.launched >= record.warned]
+    assert [i.instance_type for i in replacement] == ["c5.2xlarge"]
+    assert interrupted.zone != replacement[0].zone or interrupted.instance_type != replacement[0].instance_type
+    sources = [e.source for e in classic.entries if e.at >= record.warned - classic.start]
+    assert "joiner/interruption" in sources and "joiner/termination" in sources
+    cordon = next(e for e in classic.entries if e.source == "joiner/interruption")
+    assert "cordoned" in cordon.action and "evicted" in cordon.action
+
+
+@pytest.mark.skipif(not HAS_DISRUPTION, reason="functions/disruption/handler.py does not exist yet: nothing removes empty nodes")
+def test_classic_empty_nodes_go_away_after_the_workloads_leave(classic: SimulationResult) -> None:
+    end = classic.samples[-1]
+    assert end.nodes == {"m5.large": 1}
+    assert end.cost == pytest.approx(0.096)
+    terminated = [i for i in classic.instances if i.terminated is not None and i.terminated_by == "joiner"]
+    assert sorted(i.instance_type for i in terminated) == ["c5.2xlarge"] * 4
+    assert all(check.passed for check in classic.checks)
+
+
+def test_classic_expectations_hold_and_the_report_is_self_contained(classic: SimulationResult) -> None:
+    assert classic.passed
+    assert [c.passed for c in classic.checks if c.passed is not None] and all(c.passed for c in classic.checks if c.passed is not None)
+    page = render_html(classic)
+    assert page.startswith("<!DOCTYPE html>") and "<svg" in page and "<polyline" in page
+    assert "<script" not in page and "src=" not in page and "<link" not in page
+    assert classic.simulated_seconds == 14 * 60 and classic.wall_seconds < classic.simulated_seconds
+
+
+SHORT = """
+name: short
+duration: 3m
+bootDelay: 30s
+objects:
+- apiVersion: joiner.dev/v1
+  kind: NodeClass
+  metadata: {name: default}
+  spec:
+    subnetSelectorTerms: [{tags: {joiner.dev/discovery: demo}}]
+    securityGroupSelectorTerms: [{tags: {joiner.dev/discovery: demo}}]
+    role: JoinerNodeRole-demo
+- apiVersion: joiner.dev/v1
+  kind: NodePool
+  metadata: {name: general}
+  spec:
+    template:
+      spec:
+        nodeClassRef: {group: joiner.dev, kind: NodeClass, name: default}
+        requirements:
+        - {key: node.kubernetes.io/instance-type, operator: In, values: [m5.large]}
+        - {key: joiner.dev/capacity-type, operator: In, values: [on-demand]}
+workloads:
+- {name: web, replicas: 3, cpu: 500m}
+expect:
+- nodes: {m5.large: 1}
+- launched: {c5.large: 7}
+"""
+
+
+def test_simulate_exits_1_naming_the_failed_expectation_and_writes_the_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    scenario = tmp_path / "short.yaml"
+    scenario.write_text(SHORT)
+    report = tmp_path / "out" / "report.html"
+    assert main(["simulate", str(scenario), "--report", str(report), "--quiet"]) == 1
+    out, err = capsys.readouterr()
+    assert "PASS  nodes {m5.large: 1}" in out and "FAIL  launched {c5.large: 7}: got {m5.large: 1}" in out
+    assert "expectations failed: launched {c5.large: 7}" in err
+    assert report.exists() and f"report: {report}" in out
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("duration: soon\n", "duration: "),
+        ("workloads:\n- {name: web, replicas: -1}\n", "workloads[0].replicas: must be a non-negative integer, got -1"),
+        ("workloads:\n- {name: web, cpu: lots}\n", "workloads[0].cpu: not a valid cpu quantity: 'lots'"),
+        ("events:\n- {at: 1m, scale: {workload: nope, replicas: 1}}\n", "events[0].scale.workload: no workload named 'nope'"),
+        ("events:\n- {scale: {workload: x}}\n", "events[0].at: required"),
+        ("expect:\n- {nodes: {m5.large: two}}\n", "expect[0].nodes.m5.large: must be a non-negative integer"),
+        ("expect:\n- {podsLost: 0, requires: [teleporter]}\n", "expect[0].requires[0]: unknown function 'teleporter'"),
+        ("colour: blue\n", "colour: unknown field"),
+        ("- just a list\n", "scenario: must be a mapping, got a list"),
+        ("objects: [{kind: Pod}]\n", "objects[0].apiVersion: must be a non-empty string"),
+        ("name: [unclosed\n", "invalid YAML (line"),
+    ],
+)
+def test_malformed_scenarios_exit_2_with_one_line_naming_the_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, message: str,
+) -> None:
+    scenario = tmp_path / "bad.yaml"
+    scenario.write_text(text)
+    assert main(["simulate", str(scenario), "--report", str(tmp_path / "r.html")]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and not (tmp_path / "r.html").exists()
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("joiner simulate: ") and message in lines[0], err
+    assert "Traceback" not in err
+
+
+def test_a_missing_scenario_file_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", str(tmp_path / "nope.yaml")]) == 2
+    assert "cannot read scenario" in capsys.readouterr().err
