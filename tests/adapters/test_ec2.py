@@ -558,3 +558,44 @@ def test_clients_are_lazy_cached_and_share_the_retry_config() -> None:
         adapter = aws_module.ec2_adapter(settings, clients)
         assert adapter.cluster_name == "demo"
         assert adapter._instance_profile(NodeClass(name="x")) == "JoinerNodeRole-demo"
+
+
+# ---------------------------------------------------------------- spot prices
+
+
+def test_spot_prices_cover_real_types_and_zones(ec2: Ec2Adapter) -> None:
+    prices = ec2.spot_prices()
+    assert ("c5.large", "us-east-1a") in prices and ("m5.2xlarge", "us-east-1b") in prices
+    assert all(price > 0 for price in prices.values())
+    assert list(prices) == sorted(prices)
+
+
+def test_spot_prices_keep_the_newest_and_skip_unusable_entries(world: World) -> None:
+    from botocore.stub import ANY, Stubber
+
+    client = world.clients.ec2
+    entry = {"ProductDescription": "Linux/UNIX", "AvailabilityZone": "us-east-1a"}
+    history = [
+        {**entry, "InstanceType": "c5.large", "SpotPrice": "0.0400", "Timestamp": datetime(2025, 1, 1, 0, 0, tzinfo=UTC)},
+        {**entry, "InstanceType": "c5.large", "SpotPrice": "0.0310", "Timestamp": datetime(2025, 1, 1, 0, 5, tzinfo=UTC)},
+        {**entry, "InstanceType": "m5.large", "SpotPrice": "0", "Timestamp": datetime(2025, 1, 1, tzinfo=UTC)},
+        {**entry, "InstanceType": "r5.large", "SpotPrice": "n/a", "Timestamp": datetime(2025, 1, 1, tzinfo=UTC)},
+    ]
+    with Stubber(client) as stub:
+        stub.add_response("describe_spot_price_history", {"SpotPriceHistory": history[:2], "NextToken": "page-2"},
+                          {"ProductDescriptions": ["Linux/UNIX", "Linux/UNIX (Amazon VPC)"], "StartTime": world.clock.moment, "MaxResults": ANY})
+        stub.add_response("describe_spot_price_history", {"SpotPriceHistory": history[2:]},
+                          {"ProductDescriptions": ANY, "StartTime": ANY, "MaxResults": ANY, "NextToken": "page-2"})
+        prices = world.adapter().spot_prices()
+        stub.assert_no_pending_responses()
+    assert prices == {("c5.large", "us-east-1a"): 0.031}
+
+
+def test_spot_price_history_errors_are_ec2_errors(world: World) -> None:
+    from botocore.stub import Stubber
+
+    with Stubber(world.clients.ec2) as stub:
+        stub.add_client_error("describe_spot_price_history", "UnauthorizedOperation", http_status_code=403)
+        with pytest.raises(Ec2Error) as raised:
+            world.adapter().spot_prices()
+    assert raised.value.code == "UnauthorizedOperation"

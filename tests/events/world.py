@@ -35,6 +35,7 @@ from joiner.adapters.kubernetes import KubernetesClient
 from joiner.adapters.queue import SqsQueue
 from joiner.adapters.state import StateAdapter
 from joiner.domain import labels as wk
+from joiner.domain.catalog import load_bundled_catalog
 from joiner.local.lambdas import SqsTime
 from joiner.local.lambdas import load_handler as _load_handler
 from joiner.ports import ClaimRecord
@@ -174,6 +175,9 @@ class World:
             ec2_port=Ec2Adapter(self.ec2, self.ssm, self.eks, CLUSTER, self.clock),
             state_port=StateAdapter(base.dynamodb_resource.Table(state_table), self.clock),
             queue_port=SqsQueue(self.sqs, self.work.url),
+            # moto's spot price history is dummy data (0.00001 for every type): plan with the
+            # bundled on-demand prices, as these tests were written for.
+            catalog_value=load_bundled_catalog(REGION),
             clock=self.clock,
             metric=self.metrics,
             sleep=self.clock.sleep,

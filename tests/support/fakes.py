@@ -413,6 +413,8 @@ class FakeEc2:
         ]
         self.security_groups: list[tuple[str, str, dict[str, str]]] = [("sg-00000001", "nodes", {tag_key: tag_value})]
         self.insufficient: set[OfferingKey] = set()
+        #: (instance type, zone) -> current spot price, as DescribeSpotPriceHistory reports it
+        self.spot_price_table: dict[tuple[str, str], float] = {}
         self.instances: dict[str, InstanceRecord] = {}
         self.fleet_requests: list[FleetRequest] = []
         self.launch_templates: dict[tuple[str, str], LaunchTemplateRef] = {}
@@ -546,6 +548,10 @@ class FakeEc2:
         with self._lock:
             self.template_records[ref.id] = (cluster or self.cluster_name, LaunchTemplateInfo(ref, node_class, created or self.clock.now()))
         return ref
+
+    def spot_prices(self) -> dict[tuple[str, str], float]:
+        self._enter("spot_prices")
+        return dict(self.spot_price_table)
 
     def list_launch_templates(self, cluster_name: str) -> list[LaunchTemplateInfo]:
         self._enter("list_launch_templates")

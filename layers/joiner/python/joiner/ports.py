@@ -225,6 +225,9 @@ class Ec2Port(Protocol):
     def delete_launch_template(self, template_id: str) -> None:
         """Delete one launch template; one already gone is not an error."""
         ...
+    def spot_prices(self) -> dict[tuple[str, str], float]:
+        """Current Linux spot price per ``(instance type, zone)`` (EC2 spot price history)."""
+        ...
 
 
 # ---------------------------------------------------------------- State (DynamoDB)

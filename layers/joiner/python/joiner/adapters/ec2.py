@@ -14,7 +14,7 @@ import json
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -47,6 +47,8 @@ T = TypeVar("T")
 
 #: Instance states that still hold (or may again hold) capacity: what "exists" means for Joiner.
 LIVE_INSTANCE_STATES = ("pending", "running", "stopping", "stopped", "shutting-down")
+#: Spot price history products of Linux instances (EC2-Classic's and VPC's spellings).
+SPOT_PRODUCT_DESCRIPTIONS = ("Linux/UNIX", "Linux/UNIX (Amazon VPC)")
 #: A claim already has an instance when one is in these states (shutting-down ones are on their way out).
 _CLAIM_GUARD_STATES = ("pending", "running", "stopping", "stopped")
 NODECLASS_TAG = "joiner.dev/nodeclass"
@@ -682,6 +684,33 @@ class Ec2Adapter:
                 {"Name": "instance-state-name", "Values": list(LIVE_INSTANCE_STATES)},
             ]
         )
+
+    # ------------------------------------------------------------ prices
+
+    def spot_prices(self) -> dict[tuple[str, str], float]:
+        """The newest Linux/UNIX spot price per ``(instance type, zone)``.
+
+        ``StartTime`` = now makes EC2 return only the price in force for each pair (a few
+        pages of 1,000 for a whole region). Prices EC2 reports as zero or unparseable are
+        skipped: an offering priced at nothing would win every plan."""
+        entries = self._paginate(
+            self._ec2, "ec2", "describe_spot_price_history", "SpotPriceHistory",
+            ProductDescriptions=list(SPOT_PRODUCT_DESCRIPTIONS), StartTime=self._clock.now(), PaginationConfig={"PageSize": 1000},
+        )
+        newest: dict[tuple[str, str], tuple[datetime, float]] = {}
+        for entry in entries:
+            key = (str(entry.get("InstanceType", "")), str(entry.get("AvailabilityZone", "")))
+            try:
+                price = float(entry.get("SpotPrice", ""))
+            except ValueError:
+                continue
+            if not key[0] or not key[1] or not price > 0:
+                continue
+            stamp = entry.get("Timestamp")
+            stamp = stamp if isinstance(stamp, datetime) else datetime.min.replace(tzinfo=UTC)
+            if key not in newest or stamp > newest[key][0]:
+                newest[key] = (stamp, price)
+        return {key: price for key, (_, price) in sorted(newest.items())}
 
     # ------------------------------------------------------------ cluster
 

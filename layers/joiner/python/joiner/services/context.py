@@ -26,9 +26,15 @@ if TYPE_CHECKING:
     from joiner.domain.catalog import Catalog
     from joiner.ports import Clock, ClusterInfo, Ec2Port, KubernetesPort, QueuePort, StatePort
 
-__all__ = ["Runtime", "SystemClock", "TtlCache", "build_runtime"]
+__all__ = ["Runtime", "SystemClock", "TtlCache", "build_runtime", "SPOT_PRICE_TTL", "SPOT_PRICE_RETRY"]
 
 MetricFunction = Callable[..., None]
+#: How long spot prices read from EC2 are used (EC2 publishes them about every five minutes).
+SPOT_PRICE_TTL = timedelta(minutes=5)
+#: How soon an unreadable spot price history is asked again.
+SPOT_PRICE_RETRY = timedelta(minutes=1)
+#: The state item (kind, id) through which functions share the spot prices they read.
+SPOT_PRICES_KIND, SPOT_PRICES_ID = "PRICES", "spot"
 
 
 class SystemClock:
@@ -107,6 +113,9 @@ class Runtime:
     parsed_pods: dict[str, Any] = field(default_factory=dict, repr=False)
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
     _cluster: ClusterInfo | None = field(default=None, repr=False)
+    _bundled_catalog: Catalog | None = field(default=None, repr=False)
+    _priced_catalog: Catalog | None = field(default=None, repr=False)
+    _prices_refresh_at: datetime = field(default=datetime.min.replace(tzinfo=UTC), repr=False)
     _aws: Any = field(default=None, repr=False)
 
     # -- ports
@@ -145,13 +154,79 @@ class Runtime:
 
     @property
     def catalog(self) -> Catalog:
-        if self.catalog_value is None:
-            with self._lock:
-                if self.catalog_value is None:
-                    from joiner.domain.catalog import load_bundled_catalog
+        """The instance catalog. A catalog given to the runtime (tests, the simulator, a
+        catalog file) is used as it is. Otherwise: the bundled one (on-demand prices) with
+        EC2's current spot prices overlaid, refreshed every :data:`SPOT_PRICE_TTL` (from
+        the copy another function shared in the state table when it is fresh enough). When
+        the spot price history cannot be read, the last prices read are kept (or on-demand
+        only), the failure is logged and counted (``SpotPricesUnavailable``), and it is tried
+        again after :data:`SPOT_PRICE_RETRY`: spot prices never block on-demand launches."""
+        if self.catalog_value is not None:
+            return self.catalog_value
+        with self._lock:
+            now = self.clock.now()
+            if self._priced_catalog is None or now >= self._prices_refresh_at:
+                self._priced_catalog = self._refresh_spot_prices(now)
+            return self._priced_catalog
 
-                    self.catalog_value = load_bundled_catalog(self.settings.region)
-        return self.catalog_value
+    def _refresh_spot_prices(self, now: datetime) -> Catalog:
+        from joiner.domain.catalog import load_bundled_catalog
+
+        if self._bundled_catalog is None:
+            self._bundled_catalog = load_bundled_catalog(self.settings.region)
+        try:
+            prices = self._shared_spot_prices(now)
+            if prices is None:
+                prices = self.ec2.spot_prices()
+                self._share_spot_prices(prices, now)
+        except Exception as error:  # noqa: BLE001 - any failure falls back to what is known
+            from joiner.observability import logger
+
+            logger.warning("spot prices unavailable; planning with the last known prices",
+                           extra={"error": f"{type(error).__name__}: {error}", "have_spot_prices": self._priced_catalog is not None})
+            self.count("SpotPricesUnavailable")
+            self._prices_refresh_at = now + SPOT_PRICE_RETRY
+            return self._priced_catalog or self._bundled_catalog
+        self._prices_refresh_at = now + SPOT_PRICE_TTL
+        return self._bundled_catalog.with_spot_prices(prices) if prices else self._bundled_catalog
+
+    def _shared_spot_prices(self, now: datetime) -> dict[tuple[str, str], float] | None:
+        """Spot prices another function read from EC2 within :data:`SPOT_PRICE_TTL` (one
+        state item), or None. Reading EC2's history takes seconds (thousands of entries);
+        sharing it keeps that off the interruption path. An unreadable item is ignored."""
+        try:
+            item = self.state.get_item(SPOT_PRICES_KIND, SPOT_PRICES_ID)
+            if not item:
+                return None
+            read_at = datetime.fromisoformat(str(item["readAt"]))
+            if not timedelta(0) <= now - read_at < SPOT_PRICE_TTL:
+                return None
+            zones = [str(zone) for zone in item["zones"]]
+            return {
+                (str(name), zones[index]): float(price)
+                for name, row in item["prices"].items() for index, price in enumerate(row) if price is not None
+            }
+        except Exception as error:  # noqa: BLE001 - a broken cache item only costs an EC2 read
+            from joiner.observability import logger
+
+            logger.warning("shared spot prices unreadable; reading EC2", extra={"error": f"{type(error).__name__}: {error}"})
+            return None
+
+    def _share_spot_prices(self, prices: dict[tuple[str, str], float], now: datetime) -> None:
+        """Store ``prices`` for the other functions, compactly (one row of zone prices per
+        type keeps a region's ~6,000 prices far below DynamoDB's item size limit)."""
+        zones = sorted({zone for _, zone in prices})
+        column = {zone: index for index, zone in enumerate(zones)}
+        rows: dict[str, list[float | None]] = {}
+        for (name, zone), price in sorted(prices.items()):
+            rows.setdefault(name, [None] * len(zones))[column[zone]] = price
+        try:
+            self.state.put_item(SPOT_PRICES_KIND, SPOT_PRICES_ID, {"readAt": now.isoformat(), "zones": zones, "prices": rows},
+                                expires_at=now + SPOT_PRICE_TTL * 12)
+        except Exception as error:  # noqa: BLE001 - sharing is an optimisation
+            from joiner.observability import logger
+
+            logger.warning("could not share spot prices", extra={"error": f"{type(error).__name__}: {error}"})
 
     def cluster(self) -> ClusterInfo:
         """The EKS cluster description (endpoint, CA, version), fetched once per runtime."""
