@@ -16,7 +16,7 @@ from joiner.domain.scheduling.context import Context
 from joiner.domain.scheduling.engine import Engine
 from joiner.domain.scheduling.problem import SchedulingProblem
 
-__all__ = ["lp_lower_bound", "covering_lp_value"]
+__all__ = ["lp_lower_bound", "covering_lp_value", "whole_pod_lower_bound"]
 
 
 def covering_lp_value(prices: list[float], capacities: list[tuple[int, ...]], demand: list[float]) -> float:
@@ -40,9 +40,75 @@ def covering_lp_value(prices: list[float], capacities: list[tuple[int, ...]], de
 def lp_lower_bound(problem: SchedulingProblem) -> float:
     """The LP bound summed over NodePools for the problem's pending pods (existing nodes
     and in-flight capacity are ignored, so it is meaningful when there are none)."""
+    ctx, groups_by_pool = _pool_groups(problem)
+    total = 0.0
+    for index, groups in sorted(groups_by_pool.items()):
+        ts = ctx.template_shapes[index].typeset
+        demand = [float(sum(size[i] * count for size, count in groups.items())) for i in range(len(ctx.dims))]
+        total += covering_lp_value(list(ts.prices), [pt.effective for pt in ts.types], demand)
+    return total
+
+
+def whole_pod_lower_bound(problem: SchedulingProblem, time_limit_seconds: float = 20.0) -> float:
+    """A tighter bound that keeps every pod whole and on one instance type: the MILP
+    ``min sum_t price_t x_t`` over integer node counts ``x_t`` and integer pod counts
+    ``y_gt`` (pods of size ``g`` on type ``t``) with ``sum_t y_gt = n_g`` and
+    ``sum_g size_g y_gt <= capacity_t x_t`` per type and resource.
+
+    Every real plan is a solution (sum its nodes per type), so the optimum, and HiGHS's
+    dual bound when the time limit stops it early, is a lower bound on any plan. It only
+    relaxes *which node* of a type a pod lands on, so unlike :func:`lp_lower_bound` it
+    cannot split a pod's CPU from its memory or GPU across node types."""
+    import numpy as np
+    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.sparse import lil_matrix
+
+    ctx, groups_by_pool = _pool_groups(problem)
+    total = 0.0
+    for index, groups in sorted(groups_by_pool.items()):
+        ts = ctx.template_shapes[index].typeset
+        sizes = sorted(groups)
+        capacities = [pt.effective for pt in ts.types]
+        fits = [[t for t, cap in enumerate(capacities) if all(c >= n for c, n in zip(cap, size))] for size in sizes]
+        if any(not options for options in fits):
+            return float("inf")
+        used_types = sorted({t for options in fits for t in options})
+        column = {t: i for i, t in enumerate(used_types)}
+        y_columns = [(g, t) for g, options in enumerate(fits) for t in options]
+        n_vars = len(used_types) + len(y_columns)
+        dims = len(ctx.dims)
+        # Rows in units of each resource's largest capacity keep HiGHS's coefficients near 1.
+        scale = [max(max(cap[r] for cap in capacities), 1) for r in range(dims)]
+        matrix = lil_matrix((len(used_types) * dims + len(sizes), n_vars))
+        for j, (g, t) in enumerate(y_columns, start=len(used_types)):
+            for r in range(dims):
+                matrix[column[t] * dims + r, j] = sizes[g][r] / scale[r]
+            matrix[len(used_types) * dims + g, j] = 1
+        for t in used_types:
+            for r in range(dims):
+                matrix[column[t] * dims + r, column[t]] = -capacities[t][r] / scale[r]
+        lower = np.concatenate([np.full(len(used_types) * dims, -np.inf), [groups[size] for size in sizes]])
+        upper = np.concatenate([np.zeros(len(used_types) * dims), [groups[size] for size in sizes]])
+        cost = np.concatenate([[ts.prices[t] for t in used_types], np.zeros(len(y_columns))])
+        result = milp(
+            cost, constraints=LinearConstraint(matrix.tocsr(), lower, upper), integrality=np.ones(n_vars),
+            bounds=Bounds(0, np.inf), options={"time_limit": time_limit_seconds, "disp": False},
+        )
+        bound = result.get("mip_dual_bound")
+        if bound is None or not np.isfinite(bound):
+            bound = result.fun if result.status == 0 else None
+        if bound is None:
+            return float("nan")
+        total += float(bound)
+    return total
+
+
+def _pool_groups(problem: SchedulingProblem) -> tuple[Context, dict[int, dict[tuple[int, ...], int]]]:
+    """Pending pods' sizes and counts per NodePool index (the first pool by weight that can
+    take each pod, as the solver would try)."""
     ctx = Context(problem)
     engine = Engine(ctx, optimize=False)
-    demand_by_pool: dict[int, list[float]] = {}
+    groups_by_pool: dict[int, dict[tuple[int, ...], int]] = {}
     for pod, spec in engine.pod_specs:
         variant = engine.prepare(spec.variant(spec.variants and next(iter(spec.variants)) or _root()))
         for pool in ctx.pools:
@@ -51,16 +117,10 @@ def lp_lower_bound(problem: SchedulingProblem) -> float:
                 continue
             if not any(all(c >= n for c, n in zip(cap, variant.size)) for cap in check.typeset.frontier):
                 continue
-            demand = demand_by_pool.setdefault(pool.index, [0.0] * len(ctx.dims))
-            for i, value in enumerate(variant.size):
-                demand[i] += value
+            groups = groups_by_pool.setdefault(pool.index, {})
+            groups[tuple(variant.size)] = groups.get(tuple(variant.size), 0) + 1
             break
-    total = 0.0
-    for index, demand in sorted(demand_by_pool.items()):
-        shape = ctx.template_shapes[index]
-        ts = shape.typeset
-        total += covering_lp_value(list(ts.prices), [pt.effective for pt in ts.types], demand)
-    return total
+    return ctx, groups_by_pool
 
 
 def _root():  # type: ignore[no-untyped-def]

@@ -1,0 +1,50 @@
+"""The lower bounds bench.cost compares plans with (SciPy/HiGHS, development only)."""
+
+from __future__ import annotations
+
+import pytest
+
+from joiner.domain.scheduling import SchedulingProblem, solve
+from joiner.domain.scheduling.lp_bound import lp_lower_bound, whole_pod_lower_bound
+
+from .builders import instance_type, node_pool, pod
+
+# Lopsided types priced 1.0 and a balanced one priced 1.5; every pod needs 1 CPU and 1 GiB.
+TYPES = (
+    instance_type("cpu.rich", 2.2, 1.2, 1.0, pods=20),
+    instance_type("mem.rich", 1.2, 2.2, 1.0, pods=20),
+    instance_type("balanced", 2.2, 2.2, 1.5, pods=20),
+)
+
+
+def problem(count: int) -> SchedulingProblem:
+    pools = (node_pool(),)
+    return SchedulingProblem(pending=tuple(pod(f"p{i}", "1", "1Gi") for i in range(count)), node_pools=pools,
+                             instance_types={"default": TYPES})
+
+
+def test_the_lp_splits_pods_across_lopsided_types_and_the_whole_pod_bound_does_not() -> None:
+    pr = problem(2)
+    # One of each lopsided type gives 3.4 CPU and 3.4 GiB for 2.0 (1.7 of each per dollar), so
+    # fractions of the pair cover 2 CPU and 2 GiB for 2 / 1.7.
+    assert lp_lower_bound(pr) == pytest.approx(2 / 1.7, rel=1e-6)
+    whole = whole_pod_lower_bound(pr)
+    # Whole pods: one per lopsided node (2.0) or two on a balanced one (1.5).
+    assert whole == pytest.approx(1.5, abs=1e-6)
+    assert lp_lower_bound(pr) < whole <= solve(pr).cost_per_hour + 1e-9
+
+
+@pytest.mark.parametrize("count", [1, 3, 7])
+def test_bounds_never_exceed_the_solvers_plan(count: int) -> None:
+    pr = problem(count)
+    plan = solve(pr)
+    assert not plan.unschedulable
+    assert lp_lower_bound(pr) <= whole_pod_lower_bound(pr) + 1e-6 <= plan.cost_per_hour + 1e-6
+
+
+def test_pods_no_type_can_hold_are_left_out_of_both_bounds() -> None:
+    pods = (pod("huge", "64", "1Gi"), pod("p0", "1", "1Gi"), pod("p1", "1", "1Gi"))
+    pr = SchedulingProblem(pending=pods, node_pools=(node_pool(),), instance_types={"default": TYPES})
+    assert [u.pod for u in solve(pr).unschedulable] == ["default/huge"]
+    assert whole_pod_lower_bound(pr) == pytest.approx(1.5, abs=1e-6)
+    assert lp_lower_bound(pr) == pytest.approx(2 / 1.7, rel=1e-6)
