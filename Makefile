@@ -31,6 +31,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.cost
 	$(BIN)/python -m bench.scan
 	$(BIN)/python -m bench.interruption
+	$(BIN)/python -m bench.disruption
 
 synth: $(STAMP)
 	$(BIN)/python -m infra.synth
