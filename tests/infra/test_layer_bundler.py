@@ -47,6 +47,7 @@ def make_site(root: Path) -> Path:
         "certifi/tests/__init__.py", "yaml/__init__.py", "yaml/__pycache__/y.cpython-311.pyc", "bin/normalizer",
         "pydantic_core-2.0.dist-info/RECORD", "pydantic_core-2.0.dist-info/tests/keep.txt", "stray.pyc",
         "joiner/__init__.py", "joiner/tests/keep_me.py", "joiner/__pycache__/z.pyc",
+        "joiner/local/simulator.py", "joiner/scenarios/classic.yaml", "joiner/localized.py",
     ]
     for relative in files:
         path = root / relative
@@ -59,14 +60,14 @@ def test_prune_removes_caches_tests_scripts_and_the_async_client(tmp_path):
     site = make_site(tmp_path / "python")
     removed = prune_layer(site)
     assert removed == sorted([
-        "bin", "certifi/tests", "joiner/__pycache__", "kubernetes/__pycache__", "kubernetes/aio",
+        "bin", "certifi/tests", "joiner/__pycache__", "joiner/local", "joiner/scenarios", "kubernetes/__pycache__", "kubernetes/aio",
         "stray.pyc", "websocket/tests", "yaml/__pycache__",
     ])
     remaining = sorted(p.relative_to(site).as_posix() for p in site.rglob("*") if p.is_file())
     assert remaining == sorted([
         "kubernetes/__init__.py", "kubernetes/client/api_client.py", "websocket/_core.py", "yaml/__init__.py",
         "pydantic_core-2.0.dist-info/RECORD", "pydantic_core-2.0.dist-info/tests/keep.txt",
-        "joiner/__init__.py", "joiner/tests/keep_me.py",
+        "joiner/__init__.py", "joiner/tests/keep_me.py", "joiner/localized.py",
     ])
     assert prune_layer(site) == []  # idempotent
 
