@@ -21,7 +21,7 @@ from joiner.domain.model import KubeletConfig, NodeClaimPlan, NodeClass, Offerin
 from joiner.domain.requirements import Requirements
 from joiner.domain.resources import Resources
 from joiner.domain.userdata import NODECONFIG_CONTENT_TYPE, parse_user_data
-from joiner.ports import Ec2Error, FleetRequest
+from joiner.ports import LAUNCH_TEMPLATE_NOT_FOUND_CODES, Ec2Error, FleetRequest, LaunchTemplateNotFound
 from tests.support.aws import (
     K8S_VERSION,
     REGION,
@@ -309,6 +309,18 @@ def test_concurrent_creator_already_exists_is_resolved_by_describing(world: Worl
 # ---------------------------------------------------------------- fleet
 
 
+def fleet_request_for(world: World, ec2: Ec2Adapter, nc: NodeClass, claim_id: str, attempt: int = 0) -> FleetRequest:
+    """An on-demand request for ``claim_id`` whose template comes from ``ensure_launch_template`` (cached or not)."""
+    template = ec2.ensure_launch_template(nc, "amd64", cluster_info(ec2), world.network.security_groups, world.amis["x86_64"])
+    types = ("c5.large", "m5.large")
+    plan = NodeClaimPlan("default", types, ZONES, ("on-demand",), ("ns/p",), 0.1, Requirements(), Resources())
+    prices = {OfferingKey(t, z, "on-demand"): 0.01 * (i + 1) for i, t in enumerate(types) for z in ZONES}
+    return build_fleet_request(
+        plan, claim_id, "on-demand", ec2.resolve_subnets(discovery(world)), template, prices, frozenset(),
+        launch_tags(CLUSTER, "default", claim_id, nc.tags), attempt=attempt,
+    )
+
+
 def fleet_request(world: World, ec2: Ec2Adapter, capacity_type: str, types=("c5.large", "m5.large"), claim_id: str | None = None, attempt: int = 0) -> FleetRequest:
     nc = node_class(world)
     template = ec2.ensure_launch_template(nc, "amd64", cluster_info(ec2), world.network.security_groups, world.amis["x86_64"])
@@ -444,6 +456,58 @@ def test_unknown_launch_template_is_an_ec2_error_with_code(world: World, ec2: Ec
     assert error.value.code.startswith("InvalidLaunchTemplate")
 
 
+def test_template_deleted_behind_the_adapters_back_is_forgotten_and_recreated(world: World) -> None:
+    adapter = world.adapter()
+    nc = node_class(world)
+    first_ref = adapter.ensure_launch_template(nc, "amd64", cluster_info(adapter), world.network.security_groups, world.amis["x86_64"])
+    first = adapter.create_fleet(fleet_request_for(world, adapter, nc, "claim-lt-a"))
+    assert len(first.instances) == 1
+    world.clients.ec2.delete_launch_template(LaunchTemplateId=first_ref.id)  # gc, in another function
+
+    stale = fleet_request_for(world, adapter, nc, "claim-lt-b")
+    assert stale.launch_template == first_ref  # the adapter still has it cached
+    with pytest.raises(LaunchTemplateNotFound) as error:
+        adapter.create_fleet(stale)
+    assert error.value.code in LAUNCH_TEMPLATE_NOT_FOUND_CODES and error.value.template == first_ref
+    assert isinstance(error.value, Ec2Error)
+    assert not [i for i in adapter.list_cluster_instances(CLUSTER) if i.tags.get(wk.NODECLAIM) == "claim-lt-b"]
+
+    fresh = fleet_request_for(world, adapter, nc, "claim-lt-b")  # same claim, same attempt: same token
+    assert fresh.launch_template.name == first_ref.name and fresh.launch_template.id != first_ref.id
+    assert fresh.client_token == stale.client_token
+    second = adapter.create_fleet(fresh)
+    assert len(second.instances) == 1
+    assert [i.instance_id for i in adapter.list_cluster_instances(CLUSTER) if i.tags.get(wk.NODECLAIM) == "claim-lt-b"] == [
+        second.instances[0].instance_id
+    ]
+
+
+def test_fleet_errors_naming_a_missing_template_raise_template_not_found(world: World) -> None:
+    adapter = world.adapter()
+    nc = node_class(world)
+    request = fleet_request_for(world, adapter, nc, "claim-lt-c")
+    injector = inject_capacity_errors(world.clients.ec2, lambda t, z: True, code="InvalidLaunchTemplateId.NotFound")
+    try:
+        with pytest.raises(LaunchTemplateNotFound) as error:
+            adapter.create_fleet(request)
+    finally:
+        world.clients.ec2.meta.events.unregister("before-call.ec2.CreateFleet", injector.before_call)
+        world.clients.ec2.meta.events.unregister("after-call.ec2.CreateFleet", injector.after_call)
+    assert error.value.code == "InvalidLaunchTemplateId.NotFound"
+    # the cached template was forgotten: the next ensure describes EC2 again (and finds it)
+    described: list[str] = []
+
+    def count(**_: object) -> None:
+        described.append("DescribeLaunchTemplates")
+
+    world.clients.ec2.meta.events.register("before-call.ec2.DescribeLaunchTemplates", count)
+    try:
+        again = adapter.ensure_launch_template(nc, "amd64", cluster_info(adapter), world.network.security_groups, world.amis["x86_64"])
+    finally:
+        world.clients.ec2.meta.events.unregister("before-call.ec2.DescribeLaunchTemplates", count)
+    assert again == request.launch_template and described == ["DescribeLaunchTemplates"]
+
+
 def test_empty_overrides_are_refused(world: World, ec2: Ec2Adapter) -> None:
     request = fleet_request(world, ec2, "on-demand")
     with pytest.raises(Ec2Error, match="override"):
@@ -474,6 +538,23 @@ def test_describe_and_list_cluster_instances(world: World, ec2: Ec2Adapter) -> N
     record = next(r for r in records if r.instance_id == kept)
     assert record.tags[wk.NODEPOOL] == "default"
     assert record.launch_time is not None and record.launch_time.tzinfo is not None
+
+
+def test_describe_instances_reports_image_subnet_and_security_groups(world: World, ec2: Ec2Adapter) -> None:
+    # what drift compares with the NodeClass's current resolution
+    subnet = world.network.subnets[ZONES[1]]
+    groups = sorted(world.network.security_groups, reverse=True)
+    instance_id = world.clients.ec2.run_instances(
+        ImageId=world.amis["arm64"], MinCount=1, MaxCount=1, SubnetId=subnet, SecurityGroupIds=groups,
+    )["Instances"][0]["InstanceId"]
+    launched = ec2.create_fleet(fleet_request(world, ec2, "on-demand")).instances[0]
+    records = {r.instance_id: r for r in ec2.describe_instances([instance_id, launched.instance_id])}
+    record = records[instance_id]
+    assert record.image_id == world.amis["arm64"]
+    assert record.subnet_id == subnet
+    assert record.security_group_ids == tuple(sorted(groups))
+    fleet = records[launched.instance_id]  # through the launch template and the fleet override
+    assert fleet.image_id == world.amis["x86_64"] and fleet.subnet_id == launched.subnet_id
 
 
 def test_describe_cluster(world: World, ec2: Ec2Adapter) -> None:

@@ -222,6 +222,23 @@ def test_invalid_taint_is_rejected_with_the_field_named(kube_emulator: KubeEmula
     assert raised.value.status == 422 and "spec.taints[0].effect" in str(raised.value)
 
 
+def test_delete_node_with_uid_deletes_only_that_node(kube_emulator: KubeEmulator, kube_client: KubernetesClient) -> None:
+    kube_emulator.apply(make_node("n1"))
+    old_uid = kube_emulator.get("Node", "n1")["metadata"]["uid"]
+    kube_emulator.delete("Node", "n1")
+    kube_emulator.apply(make_node("n1"))  # the name is reused by a new instance
+    new_uid = kube_emulator.get("Node", "n1")["metadata"]["uid"]
+    assert new_uid != old_uid
+
+    assert kube_client.delete_node("n1", uid=old_uid) is False  # 409: someone else's node
+    assert kube_emulator.get("Node", "n1")["metadata"]["uid"] == new_uid
+    assert len(kube_emulator.requests("DELETE", "/api/v1/nodes/n1")) == 1  # a 409 is not retried
+
+    assert kube_client.delete_node("n1", uid=new_uid) is True
+    assert kube_emulator.get("Node", "n1") is None
+    assert kube_client.delete_node("n1", uid=new_uid) is True  # gone already: fine
+
+
 def test_delete_node_is_idempotent(kube_emulator: KubeEmulator, kube_client: KubernetesClient) -> None:
     kube_emulator.apply(make_node("n1"))
     kube_client.delete_node("n1")

@@ -13,7 +13,7 @@ import pytest
 from moto import mock_aws
 
 from joiner.adapters.aws import AwsClients
-from joiner.adapters.state import ClaimNotFound, StateAdapter, StateError
+from joiner.adapters.state import ClaimNotFound, ClaimStateConflict, StateAdapter, StateError
 from joiner.domain.model import OfferingKey
 from joiner.domain.resources import Resources
 from joiner.ports import ClaimRecord
@@ -98,6 +98,27 @@ def test_update_claim_sets_removes_and_reports_missing(state: StateAdapter) -> N
     with pytest.raises(StateError, match="cannot be removed"):
         state.update_claim("c1", node_pool=None)
     assert state.get_claim("ghost") is None  # the failed update created nothing
+
+
+def test_update_claim_with_expected_state_is_conditional(state: StateAdapter) -> None:
+    state.put_claim(record())
+    launched = state.update_claim("c1", expected_state="reserved", state="launched", instance_id="i-1")
+    assert launched.state == "launched" and launched.instance_id == "i-1"
+    with pytest.raises(ClaimStateConflict) as conflict:
+        state.update_claim("c1", expected_state="reserved", state="closed", closed_at=T0, reason="gc")
+    assert isinstance(conflict.value, StateError) and conflict.value.code == "ClaimStateConflict"
+    assert conflict.value.current == launched and conflict.value.expected == ("reserved",)
+    assert state.get_claim("c1") == launched  # nothing written
+    registered = state.update_claim("c1", expected_state=("launched", "registered"), state="registered", node_name="n1")
+    assert registered.state == "registered" and registered.node_name == "n1"
+    with pytest.raises(ClaimStateConflict):
+        state.update_claim("c1", expected_state=("reserved", "launched"))  # no fields: checked on a read
+    assert state.update_claim("c1", expected_state="registered") == registered
+    with pytest.raises(ClaimNotFound):
+        state.update_claim("ghost", expected_state="reserved", state="closed")
+    with pytest.raises(StateError, match="expected_state"):
+        state.update_claim("c1", expected_state=(), state="closed")
+    assert state.get_claim("ghost") is None
 
 
 def test_closed_claims_expire_and_leave_open_claims(state: StateAdapter, table, clock: Clock) -> None:
@@ -230,6 +251,34 @@ def test_concurrent_releases_subtract_once(moto_server: SerialMotoServer) -> Non
         adapter.reserve_capacity("p", "b", cpu(2), None, Resources())
         _race(moto_server, "race-release", 6, lambda other, i: other.release_capacity("p", "a"))
         assert adapter.reserved_capacity("p") == cpu(2)
+
+
+def test_closing_and_recording_a_launch_race_exactly_one_wins(moto_server: SerialMotoServer) -> None:
+    """gc closing an abandoned reservation and provisioning recording its launch, at once:
+    both conditional on ``reserved``, so exactly one transition happens, and the loser sees
+    the winner's record."""
+    with fake_credentials():
+        clients = AwsClients(REGION, moto_server.endpoint)
+        create_state_table(clients.dynamodb, "race-claim")
+        adapter = StateAdapter(clients.table("race-claim"), Clock())
+        for round_ in range(5):
+            claim_id = f"c{round_}"
+            adapter.put_claim(record(claim_id))
+
+            def act(other: StateAdapter, index: int, claim_id: str = claim_id) -> object:
+                try:
+                    if index == 0:
+                        return other.update_claim(claim_id, expected_state="reserved", state="closed", closed_at=T0, reason="gc")
+                    return other.update_claim(claim_id, expected_state="reserved", state="launched", instance_id="i-1", launched_at=T0)
+                except ClaimStateConflict as conflict:
+                    return conflict
+
+            outcomes = _race(moto_server, "race-claim", 2, act)
+            winners = [o for o in outcomes if isinstance(o, ClaimRecord)]
+            losers = [o for o in outcomes if isinstance(o, ClaimStateConflict)]
+            assert len(winners) == 1 and len(losers) == 1
+            assert losers[0].current == winners[0] == adapter.get_claim(claim_id)
+            assert winners[0].state in ("closed", "launched")
 
 
 # ---------------------------------------------------------------- leases

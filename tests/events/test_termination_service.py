@@ -291,3 +291,25 @@ def test_stalled_terminations_are_resumed(world: World) -> None:
     assert resume_stalled_terminations(world.runtime, EPOCH + timedelta(minutes=25)) == ["n1"]
     body, _ = world.next_message()
     assert body["generation"] == 1
+
+
+def test_the_drained_node_is_deleted_by_uid_and_a_node_recreated_under_its_name_survives(world: World) -> None:
+    world.pod("app")
+    drained_uid = world.kube.get("nodes", None, "n1")["metadata"]["uid"]
+    begin_termination(world.runtime, "n1", "spot-interruption", None, EPOCH)
+    deletions: list[tuple[str, str | None]] = []
+    delete_node = world.kube.delete_node
+
+    def recreate_then_delete(name: str, uid: str | None = None) -> bool:
+        deletions.append((name, uid))
+        world.kube.remove("nodes", None, name)  # a new instance registered under the reused DNS name
+        world.kube.add("nodes", node_json(name, instance_id="i-00000000000000002"))
+        return delete_node(name, uid=uid)
+
+    world.kube.delete_node = recreate_then_delete  # type: ignore[method-assign]
+    statuses = world.run_until_done()
+    assert statuses[-1] == "terminated"
+    assert deletions == [("n1", drained_uid)]
+    survivor = world.kube.get("nodes", None, "n1")
+    assert survivor is not None and survivor["metadata"]["uid"] != drained_uid
+    assert world.ec2.terminated == [INSTANCE] and world.state.get_claim("c1").state == "closed"

@@ -271,3 +271,55 @@ def test_the_policy_is_honoured(world: FakeWorld) -> None:
         add_instance(world, f"i-{n}")
     result = collect_garbage(world.runtime(), EPOCH, policy=GcPolicy(max_per_kind=1))
     assert result.terminated_instances == ("i-0",) and len(result.kept) == 2
+
+
+def test_a_node_recreated_between_recheck_and_delete_survives_the_uid_precondition(world: FakeWorld) -> None:
+    add_instance(world, "i-1", state="terminated", claim="c1")
+    add_claim(world, "c1", "i-1", node="n1")
+    add_node(world, "n1", "i-1")
+    old_uid = world.kube.get_node("n1")["metadata"]["uid"]
+    runtime = world.runtime()
+    plan = plan_gc(read_world(runtime, EPOCH))
+    read_node = world.kube.get_node
+    deletions: list[tuple[str, str | None]] = []
+    delete_node = world.kube.delete_node
+
+    def get_then_replace(name: str):  # type: ignore[no-untyped-def]
+        found = read_node(name)
+        world.kube.remove("nodes", None, "n1")
+        add_node(world, "n1", "i-1")  # re-created at once: same name and providerID, new uid
+        return found
+
+    def recording_delete(name: str, uid: str | None = None) -> bool:
+        deletions.append((name, uid))
+        return delete_node(name, uid=uid)
+
+    world.kube.get_node = get_then_replace  # type: ignore[method-assign]
+    world.kube.delete_node = recording_delete  # type: ignore[method-assign]
+    result = execute_plan(runtime, plan, EPOCH)
+    assert deletions == [("n1", old_uid)]
+    assert not result.deleted_nodes and world.kube.get_node("n1")["metadata"]["uid"] not in (None, old_uid)
+    assert not result.closed_claims and world.state.get_claim("c1").state == "initialized"  # its Node was not deleted
+    assert any(k.target == "n1" and "replaced" in k.reason for k in result.kept)
+
+
+def test_an_abandoned_reservation_whose_launch_is_recorded_meanwhile_is_not_closed(world: FakeWorld) -> None:
+    add_claim(world, "c1", None, state="reserved", created=EPOCH - timedelta(hours=1))
+    runtime = world.runtime()
+    plan = plan_gc(read_world(runtime, EPOCH))
+    assert plan.targets(KIND_CLAIM) == ("c1",)
+    read_claim = world.state.get_claim
+
+    def read_then_launch(claim_id: str):  # type: ignore[no-untyped-def]
+        found = read_claim(claim_id)
+        world.state.update_claim(claim_id, expected_state="reserved", state="launched", instance_id="i-late", launched_at=EPOCH)
+        return found
+
+    world.state.get_claim = read_then_launch  # type: ignore[method-assign]
+    result = execute_plan(runtime, plan, EPOCH)
+    world.state.get_claim = read_claim  # type: ignore[method-assign]
+    assert not result.closed_claims and not result.errors
+    claim = world.state.get_claim("c1")
+    assert claim.state == "launched" and claim.instance_id == "i-late"
+    assert "c1" in world.state.reservations("default")  # the launch keeps its reservation
+    assert any(k.target == "c1" and "launched" in k.reason for k in result.kept)

@@ -382,6 +382,96 @@ def test_throttled_create_fleet_is_reported_and_the_reservation_returned(world: 
 # ---------------------------------------------------------------- lease
 
 
+def test_a_cached_launch_template_deleted_by_gc_is_recreated_and_the_launch_retried_once(world: FakeWorld) -> None:
+    setup_cluster(world, pods=1)
+    runtime = world.runtime()  # one execution environment: its caches outlive the round
+    first = provision(runtime, world.clock.now())
+    (launched,) = first.launched
+    (template_id,) = {r.launch_template.id for r in world.ec2.fleet_requests}
+    world.ec2.delete_launch_template(template_id)  # the gc function, elsewhere
+
+    world.clock.advance(20)  # within the 60 s cache
+    world.kube.add("pods", pod_json("api", cpu="1500m", memory="256Mi"))
+    second = provision(runtime, world.clock.now())
+    (relaunched,) = second.launched
+    assert not second.failures and not second.unschedulable
+    requests = world.ec2.fleet_requests[1:]
+    assert len(requests) == 2  # the stale template, then the re-created one
+    assert requests[0].client_token == requests[1].client_token == client_token(relaunched.claim_id, 0)
+    assert world.ec2.calls.count("ensure_launch_template") == 2
+    assert template_id in {i for i, _ in world.ec2.template_records.items()}  # re-created under the same name
+    assert len(world.ec2.running_instances()) == 2
+    assert world.state.get_claim(relaunched.claim_id).state == "launched"
+
+
+def test_a_template_missing_twice_fails_the_claim_without_looping(world: FakeWorld) -> None:
+    from joiner.ports import LaunchTemplateNotFound, LaunchTemplateRef
+
+    setup_cluster(world, pods=1)
+    gone = LaunchTemplateNotFound("gone", "InvalidLaunchTemplateId.NotFound", LaunchTemplateRef("lt-x", "x"))
+    world.ec2.fail("create_fleet", gone, times=2)
+    result = provision(world.runtime(), world.clock.now())
+    assert not result.launched and [f.reason for f in result.failures] == ["InvalidLaunchTemplateId.NotFound"]
+    assert world.ec2.calls.count("create_fleet") == 2 and world.ec2.calls.count("ensure_launch_template") == 2
+    assert world.state.open_claims() == [] and world.state.reservations("default") == {}
+
+
+class ClosingState(FakeState):
+    """Another writer (gc closing an abandoned reservation, or another round) gets to the
+    claim just before this round records its launch."""
+
+    def __init__(self, current: dict[str, object]) -> None:
+        super().__init__()
+        self.current = current
+
+    def update_claim(self, claim_id: str, **fields: object) -> ClaimRecord:
+        if self.current and fields.get("state") == "launched" and fields.get("expected_state") == "reserved":
+            rival, self.current = self.current, {}
+            super().update_claim(claim_id, **rival)
+        return super().update_claim(claim_id, **fields)
+
+
+def test_a_claim_closed_while_its_launch_is_recorded_terminates_the_instance() -> None:
+    world = fake_world()
+    world.state = ClosingState({"state": "closed", "reason": "garbage collected: abandoned", "closed_at": EPOCH})
+    setup_cluster(world, pods=2)
+    result = provision(world.runtime(), world.clock.now())
+
+    assert not result.launched and [f.reason for f in result.failures] == ["ClaimClosed"]
+    (instance_id,) = world.ec2.terminated
+    assert world.ec2.running_instances() == []
+    (claim,) = world.state.claims_by_node_pool("default")
+    assert claim.state == "closed" and claim.reason == "garbage collected: abandoned" and claim.instance_id is None
+    assert world.state.reservations("default") == {}
+    assert world.metrics.total("LaunchFailures") == 1
+
+    # the pods stay pending and the next round launches for them under a new claim
+    world.clock.advance(60)
+    again = provision(world.runtime("invocation-2"), world.clock.now())
+    (launched,) = again.launched
+    assert launched.claim_id != claim.claim_id and len(world.ec2.running_instances()) == 1
+
+
+def test_a_launch_adopted_concurrently_is_kept() -> None:
+    world = fake_world()
+    setup_cluster(world, pods=1)
+    adopted: dict[str, object] = {}
+
+    class AdoptingState(FakeState):
+        def update_claim(self, claim_id: str, **fields: object) -> ClaimRecord:
+            if not adopted and fields.get("expected_state") == "reserved" and fields.get("state") == "launched":
+                adopted.update(fields)
+                rival = {k: v for k, v in fields.items() if k != "expected_state"}
+                super().update_claim(claim_id, **rival)  # the same instance, recorded by another round
+            return super().update_claim(claim_id, **fields)
+
+    world.state = AdoptingState()
+    result = provision(world.runtime(), world.clock.now())
+    (launched,) = result.launched
+    assert not result.failures and world.ec2.terminated == []
+    assert world.state.get_claim(launched.claim_id).instance_id == launched.instance_id
+
+
 def test_an_overlapping_invocation_does_nothing_while_the_lease_is_held(world: FakeWorld) -> None:
     setup_cluster(world, pods=2)
     now = world.clock.now()
@@ -875,3 +965,34 @@ def test_e2e_two_scanners_racing_never_exceed_the_limit_nor_launch_twice(e2e: E2
     claims = [tags_of(i)["joiner.dev/nodeclaim"] for i in instances]
     assert len(claims) == len(set(claims))  # never two instances for one claim
     assert runtimes[0].state.reserved_capacity("default")["cpu"] <= 6000
+
+
+@pytest.mark.slow
+def test_e2e_a_launch_template_deleted_behind_the_adapters_back_is_recreated_in_the_same_round(e2e: E2E) -> None:
+    e2e.emulator.apply(node_pool_json())
+    e2e.emulator.apply(pod_json("web", cpu="1", memory="256Mi"))
+    runtime = e2e.runtime()  # one execution environment for both rounds: its caches hold the template
+    first = provision(runtime, e2e.clock.now())
+    (launched,) = first.launched
+    (template,) = e2e.clients.ec2.describe_launch_templates(
+        Filters=[{"Name": "tag:joiner.dev/cluster", "Values": [E2E_CLUSTER]}]
+    )["LaunchTemplates"]
+    e2e.clients.ec2.delete_launch_template(LaunchTemplateId=template["LaunchTemplateId"])  # gc, in its own function
+
+    e2e.clock.advance(20)  # the 60 s cache still names the deleted template
+    e2e.emulator.apply(pod_json("api", cpu="3", memory="256Mi"))  # does not fit the first claim
+    second = provision(runtime, e2e.clock.now())
+
+    assert not second.failures and not second.unschedulable
+    (relaunched,) = second.launched
+    assert relaunched.claim_id != launched.claim_id and relaunched.attempts == 1
+    (recreated,) = e2e.clients.ec2.describe_launch_templates(
+        Filters=[{"Name": "tag:joiner.dev/cluster", "Values": [E2E_CLUSTER]}]
+    )["LaunchTemplates"]
+    assert recreated["LaunchTemplateName"] == template["LaunchTemplateName"]
+    assert recreated["LaunchTemplateId"] != template["LaunchTemplateId"]
+    instances = {i["InstanceId"]: i for i in e2e.instances()}
+    assert set(instances) == {launched.instance_id, relaunched.instance_id}
+    assert tags_of(instances[relaunched.instance_id])["joiner.dev/client-token"] == client_token(relaunched.claim_id, 0)
+    claim = runtime.state.get_claim(relaunched.claim_id)
+    assert claim is not None and claim.state == "launched" and claim.instance_id == relaunched.instance_id

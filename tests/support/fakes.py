@@ -29,6 +29,7 @@ from joiner.domain.model import NodeClass, OfferingKey, SelectorTerm, Taint
 from joiner.domain.resources import EMPTY, Resources
 from joiner.ports import (
     ClaimRecord,
+    ClaimStateConflict,
     ClusterInfo,
     Ec2Error,
     EvictionOutcome,
@@ -40,6 +41,7 @@ from joiner.ports import (
     KubernetesError,
     LaunchedInstance,
     LaunchTemplateInfo,
+    LaunchTemplateNotFound,
     LaunchTemplateRef,
     Subnet,
 )
@@ -332,10 +334,14 @@ class FakeKubernetes:
             self.node_patches.append((name, copy.deepcopy(patch)))
             return copy.deepcopy(patched)
 
-    def delete_node(self, name: str) -> None:
+    def delete_node(self, name: str, uid: str | None = None) -> bool:
         self._enter("delete_node")
         with self._lock:
+            node = self._objects["nodes"].get(name)
+            if node is not None and uid and (node.get("metadata") or {}).get("uid") != uid:
+                return False  # the API's 409: a Node re-created under this name is someone else's
             self._objects["nodes"].pop(name, None)
+            return True
 
     def evict_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> EvictionOutcome:
         self._enter("evict_pod")
@@ -482,6 +488,12 @@ class FakeEc2:
         self._enter("create_fleet")
         with self._lock:
             self.fleet_requests.append(request)
+            template_id = request.launch_template.id
+            if template_id in self.deleted_templates and template_id not in self.template_records:
+                raise LaunchTemplateNotFound(
+                    f"ec2 CreateFleet failed: InvalidLaunchTemplateId.NotFound: {template_id}",
+                    "InvalidLaunchTemplateId.NotFound", request.launch_template,
+                )
             seen = self._tokens.get(request.client_token)
             if seen is not None:
                 if seen[0] != request:
@@ -513,6 +525,10 @@ class FakeEc2:
                     launch_time=self.clock.now(),
                     tags=dict(request.tags),
                     capacity_type=request.capacity_type,
+                    # what the launch template says, as EC2 reports it on the instance
+                    image_id=str(self.template_inputs.get(request.launch_template.id, {}).get("ami", "")),
+                    subnet_id=override.subnet_id,
+                    security_group_ids=tuple(sorted(set(self.template_inputs.get(request.launch_template.id, {}).get("security_groups", ())))),
                 )
                 instances.append(LaunchedInstance(instance_id, override.instance_type, override.zone, request.capacity_type, override.subnet_id))
                 break
@@ -602,12 +618,16 @@ class FakeState:
             self._claims[claim.claim_id] = claim
             return True
 
-    def update_claim(self, claim_id: str, **fields: Any) -> ClaimRecord:
+    def update_claim(self, claim_id: str, *, expected_state: str | tuple[str, ...] | None = None, **fields: Any) -> ClaimRecord:
         self._call("update_claim")
         with self._lock:
             current = self._claims.get(claim_id)
             if current is None:
                 raise KeyError(f"claim {claim_id} does not exist")
+            if expected_state is not None:
+                expected = (expected_state,) if isinstance(expected_state, str) else tuple(expected_state)
+                if current.state not in expected:
+                    raise ClaimStateConflict(claim_id, expected, current)
             updated = dataclasses.replace(current, **fields)
             self._claims[claim_id] = updated
             return updated

@@ -61,7 +61,11 @@ class KubernetesPort(Protocol):
     def patch_node(self, name: str, patch: JsonDict) -> JsonDict:
         """Strategic-merge-free JSON merge patch of a Node (labels, annotations, spec.taints, spec.unschedulable)."""
         ...
-    def delete_node(self, name: str) -> None: ...
+    def delete_node(self, name: str, uid: str | None = None) -> bool:
+        """Delete a Node; one already gone is fine (True). With ``uid``, only that very Node
+        (DeleteOptions ``preconditions.uid``): a Node re-created under the same name has
+        another uid, the API answers 409 and nothing is deleted (False)."""
+        ...
     def evict_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> EvictionOutcome: ...
     def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None: ...
     def create_event(self, involved: JsonDict, reason: str, message: str, event_type: str = "Normal") -> None:
@@ -172,6 +176,10 @@ class InstanceRecord:
     launch_time: datetime | None
     tags: Mapping[str, str] = field(default_factory=dict)
     capacity_type: str = "on-demand"
+    #: launch inputs as EC2 reports them ("" / () when not reported): drift detection
+    image_id: str = ""
+    subnet_id: str = ""
+    security_group_ids: tuple[str, ...] = ()  # sorted
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +199,22 @@ class Ec2Error(Exception):
     def __init__(self, message: str, code: str = "") -> None:
         super().__init__(message)
         self.code = code
+
+
+#: EC2 error codes meaning "this launch template (version) does not exist (any more)".
+LAUNCH_TEMPLATE_NOT_FOUND_CODES = frozenset(
+    {"InvalidLaunchTemplateName.NotFoundException", "InvalidLaunchTemplateId.NotFound", "InvalidLaunchTemplateId.VersionNotFound"}
+)
+
+
+class LaunchTemplateNotFound(Ec2Error):
+    """CreateFleet named a launch template that no longer exists (gc deleted it) and launched
+    nothing. ``template`` is the request's template; the adapter has already forgotten it, so
+    ``ensure_launch_template`` creates it again."""
+
+    def __init__(self, message: str, code: str, template: LaunchTemplateRef) -> None:
+        super().__init__(message, code)
+        self.template = template
 
 
 class Ec2Port(Protocol):
@@ -258,11 +282,45 @@ class ClaimRecord:
     reason: str = ""
 
 
+class StateError(Exception):
+    """A DynamoDB call failed after botocore's retries, or the table holds something unexpected."""
+
+    def __init__(self, message: str, code: str = "") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class ClaimNotFound(StateError, LookupError):
+    """``update_claim`` on a claim id that does not exist."""
+
+    def __init__(self, claim_id: str) -> None:
+        super().__init__(f"node claim {claim_id} does not exist", code="ClaimNotFound")
+        self.claim_id = claim_id
+
+
+class ClaimStateConflict(StateError):
+    """``update_claim(..., expected_state=...)`` found the claim in another state (a concurrent
+    transition won): nothing was written. ``current`` is the claim as it is now."""
+
+    def __init__(self, claim_id: str, expected: tuple[str, ...], current: ClaimRecord) -> None:
+        super().__init__(
+            f"node claim {claim_id} is {current.state}, not {' or '.join(expected)}: a concurrent change won",
+            code="ClaimStateConflict",
+        )
+        self.claim_id = claim_id
+        self.expected = expected
+        self.current = current
+
+
 class StatePort(Protocol):
     def put_claim(self, claim: ClaimRecord) -> bool:
         """Create the claim; False when one with this id already exists (idempotent retry)."""
         ...
-    def update_claim(self, claim_id: str, **fields: Any) -> ClaimRecord: ...
+    def update_claim(self, claim_id: str, *, expected_state: str | tuple[str, ...] | None = None, **fields: Any) -> ClaimRecord:
+        """Set fields and return the updated claim. Raises :class:`ClaimNotFound` for an
+        unknown id and, when ``expected_state`` is given and the claim's current state is not
+        (one of) it, :class:`ClaimStateConflict` (nothing written) carrying the current record."""
+        ...
     def get_claim(self, claim_id: str) -> ClaimRecord | None: ...
     def claim_by_instance(self, instance_id: str) -> ClaimRecord | None: ...
     def claims_by_node_pool(self, node_pool: str) -> list[ClaimRecord]: ...

@@ -32,8 +32,10 @@ from joiner.ports import (
     FleetRequest,
     FleetResult,
     InstanceRecord,
+    LAUNCH_TEMPLATE_NOT_FOUND_CODES,
     LaunchedInstance,
     LaunchTemplateInfo,
+    LaunchTemplateNotFound,
     LaunchTemplateRef,
     Subnet,
 )
@@ -56,9 +58,7 @@ _EC2_ARCH = {"amd64": "x86_64", "x86_64": "x86_64", "arm64": "arm64", "aarch64":
 _K8S_ARCH = {"x86_64": "amd64", "arm64": "arm64"}
 _ALIAS = re.compile(r"^al2023@(latest|v\d{8})$")
 _K8S_VERSION = re.compile(r"^\d+\.\d+$")
-_LAUNCH_TEMPLATE_NOT_FOUND = frozenset(
-    {"InvalidLaunchTemplateName.NotFoundException", "InvalidLaunchTemplateId.NotFound", "InvalidLaunchTemplateId.VersionNotFound"}
-)
+_LAUNCH_TEMPLATE_NOT_FOUND = LAUNCH_TEMPLATE_NOT_FOUND_CODES
 _DEFAULT_METADATA_OPTIONS = {
     "HttpEndpoint": "enabled",
     "HttpProtocolIpv6": "disabled",
@@ -554,6 +554,10 @@ class Ec2Adapter:
         for a retried call, and, because that guarantee is EC2's alone (and emulators lack it),
         a claim that already has a live instance tagged ``joiner.dev/nodeclaim=<claim>`` gets
         that instance back without a new launch.
+
+        A launch template that no longer exists (gc deleted it), whether EC2 rejects the call
+        or answers with fleet errors and no instance, raises :class:`LaunchTemplateNotFound`
+        after forgetting the cached template, so ``ensure_launch_template`` creates it again.
         """
         if not request.overrides:
             raise Ec2Error("CreateFleet needs at least one override", code="NoOverrides")
@@ -596,7 +600,8 @@ class Ec2Adapter:
             response = self._call("ec2", "create_fleet", self._ec2.create_fleet, **params)
         except Ec2Error as error:
             if error.code in _LAUNCH_TEMPLATE_NOT_FOUND:
-                self._templates = {n: r for n, r in self._templates.items() if r.id != request.launch_template.id}
+                self._forget_template(request.launch_template.id)
+                raise LaunchTemplateNotFound(str(error), error.code, request.launch_template) from error
             raise
 
         instances: list[LaunchedInstance] = []
@@ -629,7 +634,16 @@ class Ec2Adapter:
                     capacity_type=entry.get("Lifecycle") or request.capacity_type,
                 )
             )
+        missing = next((e for e in errors if e.code in _LAUNCH_TEMPLATE_NOT_FOUND), None)
+        if missing is not None and not instances:
+            self._forget_template(request.launch_template.id)
+            raise LaunchTemplateNotFound(
+                f"ec2 CreateFleet failed: {missing.code}: {missing.message}", missing.code, request.launch_template,
+            )
         return FleetResult(instances=tuple(instances), errors=tuple(errors))
+
+    def _forget_template(self, template_id: str) -> None:
+        self._templates = {n: r for n, r in self._templates.items() if r.id != template_id}
 
     # ------------------------------------------------------------ instances
 
@@ -661,6 +675,9 @@ class Ec2Adapter:
             launch_time=launch_time if isinstance(launch_time, datetime) else None,
             tags=_tags_dict(instance.get("Tags")),
             capacity_type=wk.CAPACITY_TYPE_SPOT if instance.get("InstanceLifecycle") == "spot" else wk.CAPACITY_TYPE_ON_DEMAND,
+            image_id=str(instance.get("ImageId") or ""),
+            subnet_id=str(instance.get("SubnetId") or ""),
+            security_group_ids=tuple(sorted({str(g["GroupId"]) for g in instance.get("SecurityGroups") or () if g.get("GroupId")})),
         )
 
     def _describe(self, filters: list[dict[str, Any]]) -> list[InstanceRecord]:

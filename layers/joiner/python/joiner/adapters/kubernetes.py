@@ -313,9 +313,23 @@ class KubernetesClient:
         node.setdefault("kind", "Node")
         return node
 
-    def delete_node(self, name: str) -> None:
-        """Idempotent: a node already gone is fine."""
-        self._request("DELETE", f"/api/v1/nodes/{_segment(name)}", accept={404})
+    def delete_node(self, name: str, uid: str | None = None) -> bool:
+        """Delete a Node. Idempotent: a node already gone is fine (True).
+
+        With ``uid`` the deletion carries DeleteOptions ``preconditions.uid``: if the Node now
+        called ``name`` is another one (private DNS names are reused, so a new instance may
+        register under the old name), the API server answers 409 Conflict, nothing is deleted
+        and this returns False ("someone else's node")."""
+        body: JsonDict | None = None
+        if uid:
+            body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
+        status, answer = self._request(
+            "DELETE", f"/api/v1/nodes/{_segment(name)}", body=body, accept={404, 409} if uid else {404},
+        )
+        if status == 409:
+            log.info("node %s not deleted: it is not uid %s any more (%s)", name, uid, _status_message(answer))
+            return False
+        return True
 
     def evict_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> EvictionOutcome:
         eviction: JsonDict = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}

@@ -23,9 +23,9 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from joiner.domain.model import OfferingKey
 from joiner.domain.resources import Resources
-from joiner.ports import ClaimRecord, Clock, JsonDict
+from joiner.ports import ClaimNotFound, ClaimRecord, ClaimStateConflict, Clock, JsonDict, StateError
 
-__all__ = ["StateAdapter", "StateError", "ClaimNotFound", "CLOSED_CLAIM_RETENTION", "RESERVED_KINDS"]
+__all__ = ["StateAdapter", "StateError", "ClaimNotFound", "ClaimStateConflict", "CLOSED_CLAIM_RETENTION", "RESERVED_KINDS"]
 
 T = TypeVar("T")
 
@@ -63,20 +63,13 @@ _DATETIME_FIELDS = frozenset({"created_at", "launched_at", "registered_at", "ini
 assert set(_CLAIM_ATTRIBUTES) == {f.name for f in dataclass_fields(ClaimRecord)}
 
 
-class StateError(Exception):
-    """A DynamoDB call failed after botocore's retries, or the table holds something unexpected."""
-
-    def __init__(self, message: str, code: str = "") -> None:
-        super().__init__(message)
-        self.code = code
-
-
-class ClaimNotFound(StateError, LookupError):
-    """``update_claim`` on a claim id that does not exist."""
-
-    def __init__(self, claim_id: str) -> None:
-        super().__init__(f"node claim {claim_id} does not exist", code="ClaimNotFound")
-        self.claim_id = claim_id
+def _expected_states(claim_id: str, expected: str | tuple[str, ...] | None) -> tuple[str, ...] | None:
+    if expected is None:
+        return None
+    states = (expected,) if isinstance(expected, str) else tuple(expected)
+    if not states or not all(isinstance(state, str) and state for state in states):
+        raise StateError(f"update_claim({claim_id}): expected_state must be a state or a non-empty tuple of states")
+    return tuple(dict.fromkeys(states))
 
 
 def _epoch_ceil(moment: datetime) -> int:
@@ -253,17 +246,25 @@ class StateAdapter:
             raise
         return True
 
-    def update_claim(self, claim_id: str, **fields: Any) -> ClaimRecord:
+    def update_claim(self, claim_id: str, *, expected_state: str | tuple[str, ...] | None = None, **fields: Any) -> ClaimRecord:
         """Set the given ClaimRecord fields (``None`` or ``""`` removes an optional one) and
         return the updated claim. Closing a claim (``state="closed"``) schedules its deletion
-        after the retention period. Raises :class:`ClaimNotFound` for an unknown id."""
+        after the retention period. Raises :class:`ClaimNotFound` for an unknown id.
+
+        ``expected_state`` (a state or a tuple of states) makes the write conditional on the
+        claim's current state (``#state IN (...)``, checked atomically by DynamoDB): when a
+        concurrent transition moved it elsewhere, nothing is written and
+        :class:`ClaimStateConflict` carries the claim as it is now."""
         unknown = sorted(set(fields) - set(_CLAIM_ATTRIBUTES))
         if unknown or "claim_id" in fields:
             raise StateError(f"update_claim({claim_id}): unknown or immutable field(s) {unknown or ['claim_id']}")
+        expected = _expected_states(claim_id, expected_state)
         if not fields:
             claim = self.get_claim(claim_id)
             if claim is None:
                 raise ClaimNotFound(claim_id)
+            if expected is not None and claim.state not in expected:
+                raise ClaimStateConflict(claim_id, expected, claim)
             return claim
         sets: list[str] = []
         removes: list[str] = []
@@ -292,20 +293,38 @@ class StateAdapter:
             expression += "SET " + ", ".join(sets)
         if removes:
             expression += (" " if expression else "") + "REMOVE " + ", ".join(removes)
+        condition = "attribute_exists(pk)"
+        if expected is not None:
+            names["#state"] = _CLAIM_ATTRIBUTES["state"]
+            placeholders = []
+            for index, state in enumerate(expected):
+                values[f":expected{index}"] = state
+                placeholders.append(f":expected{index}")
+            condition += f" AND #state IN ({', '.join(placeholders)})"
         kwargs: dict[str, Any] = {
             "Key": self._claim_key(claim_id),
             "UpdateExpression": expression,
-            "ConditionExpression": "attribute_exists(pk)",
+            "ConditionExpression": condition,
             "ExpressionAttributeNames": names,
             "ReturnValues": "ALL_NEW",
         }
+        if expected is not None:
+            kwargs["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
         if values:
             kwargs["ExpressionAttributeValues"] = values
         try:
             response = self._call("UpdateItem", self._table.update_item, **kwargs)
         except ClientError as error:
             if self._is_conditional_failure(error):
-                raise ClaimNotFound(claim_id) from None
+                if expected is None:
+                    raise ClaimNotFound(claim_id) from None
+                # ALL_OLD: the claim as it was when the check failed; no item means it does
+                # not exist (a consistent read settles the rare case the item is missing).
+                old = self._old_item(error)
+                current = self._claim_from_item(old) if old else self.get_claim(claim_id)
+                if current is None:
+                    raise ClaimNotFound(claim_id) from None
+                raise ClaimStateConflict(claim_id, expected, current) from None
             raise
         return self._claim_from_item(response["Attributes"])
 

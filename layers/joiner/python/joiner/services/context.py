@@ -81,6 +81,14 @@ class TtlCache:
         self.put(key, True, now)
         return True
 
+    def discard(self, predicate: Callable[[Any, Any], bool]) -> int:
+        """Drop every entry whose ``(key, value)`` matches; returns how many were dropped."""
+        with self._lock:
+            stale = [key for key, (_, value) in self._entries.items() if predicate(key, value)]
+            for key in stale:
+                del self._entries[key]
+            return len(stale)
+
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()

@@ -43,7 +43,7 @@ from joiner.domain.gc import (
     terminating_names,
 )
 from joiner.observability import logger
-from joiner.ports import Ec2Error, InstanceRecord, KubernetesError
+from joiner.ports import ClaimStateConflict, Ec2Error, InstanceRecord, KubernetesError
 from joiner.services.termination import TERMINATION_KIND
 
 if TYPE_CHECKING:
@@ -201,7 +201,10 @@ def _delete_node(runtime: Runtime, action: GcAction, now: datetime) -> _Outcome:
     if runtime.state.get_item(TERMINATION_KIND, action.target) is not None:
         return False, "termination started"
     try:
-        runtime.kube.delete_node(action.target)
+        # Only the Node just re-read: a Node re-created under this name since then has
+        # another uid, and the API server refuses (409) instead of deleting it.
+        if not runtime.kube.delete_node(action.target, uid=node.uid or action.uid or None):
+            return False, "replaced by a new Node of the same name"
     except KubernetesError as error:
         if error.status != 404:
             raise
@@ -216,7 +219,17 @@ def _close_claim(runtime: Runtime, action: GcAction, now: datetime) -> _Outcome:
         return False, "already closed"
     if current.instance_id != action.instance_id:
         return False, f"claim now records instance {current.instance_id}"
-    runtime.state.update_claim(action.target, state="closed", closed_at=now, reason=f"garbage collected: {action.reason}")
+    try:
+        # Conditional on the state just read (``reserved`` for an abandoned reservation): a
+        # provisioning round recording its launch at this instant wins, and GC backs off.
+        runtime.state.update_claim(
+            action.target, expected_state=current.state, state="closed", closed_at=now, reason=f"garbage collected: {action.reason}",
+        )
+    except ClaimStateConflict as conflict:
+        if conflict.current.state != "closed":
+            return False, f"claim moved to {conflict.current.state} meanwhile"
+        runtime.state.release_capacity(action.node_pool or current.node_pool, action.target)  # idempotent
+        return False, "already closed"
     runtime.state.release_capacity(action.node_pool or current.node_pool, action.target)
     return True, ""
 

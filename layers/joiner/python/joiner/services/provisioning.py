@@ -62,7 +62,18 @@ from joiner.domain.planning import build_problem
 from joiner.domain.requirements import Requirement, Requirements
 from joiner.domain.resources import EMPTY, Resources
 from joiner.domain.scheduling import solve
-from joiner.ports import ClaimRecord, Ec2Error, FleetRequest, FleetResult, JsonDict, KubernetesError, LaunchTemplateRef, Subnet
+from joiner.ports import (
+    ClaimRecord,
+    ClaimStateConflict,
+    Ec2Error,
+    FleetRequest,
+    FleetResult,
+    JsonDict,
+    KubernetesError,
+    LaunchTemplateNotFound,
+    LaunchTemplateRef,
+    Subnet,
+)
 from joiner.services.registration import RegistrationResult, reconcile_registration
 
 if TYPE_CHECKING:
@@ -567,12 +578,17 @@ class _Round:
             self._unschedulable(pod, reason)
 
     def launch(self, job: _Job) -> _Outcome:
-        """One CreateFleet for ``job`` (a second one if the token was already used with other parameters)."""
+        """One CreateFleet for ``job`` (a second one if the token was already used with other
+        parameters; the same one again, with the same token, after re-creating a launch
+        template gc deleted)."""
         outcome = _Outcome(job)
         runtime = self.runtime
         prices = _prices(job.types)
         unavailable = frozenset(self.unavailable)
-        for _ in range(2):
+        template_refreshed = False
+        tries = 0
+        while tries < 2:
+            tries += 1
             attempt = self.attempts.get(job.claim_id, 0)
             self.attempts[job.claim_id] = attempt + 1
             try:
@@ -593,6 +609,20 @@ class _Round:
                 return outcome
             try:
                 result = runtime.ec2.create_fleet(request)
+            except LaunchTemplateNotFound as error:
+                if template_refreshed:
+                    outcome.failure = LaunchFailure(job.claim_id, job.pool.name, job.plan.pods, error.code or "Ec2Error", str(error))
+                    return outcome
+                # gc deleted the (cached) template: nothing was launched. Forget it, let
+                # ensure_launch_template create it again and retry this very attempt: the
+                # same client token, so EC2 deduplicates as for any retried call (a token it
+                # did record answers IdempotentParameterMismatch: the next attempt below).
+                template_refreshed = True
+                self._forget_launch_template(request.launch_template.id)
+                log.warning("claim %s: launch template %s is gone (%s); re-creating it", job.claim_id, request.launch_template.name, error.code)
+                self.attempts[job.claim_id] = attempt
+                tries -= 1
+                continue
             except Ec2Error as error:
                 if error.code == "IdempotentParameterMismatch":
                     continue  # that token was spent by an earlier run with other offerings: next attempt
@@ -601,6 +631,14 @@ class _Round:
             return self._fleet_outcome(outcome, request, result, attempt)
         outcome.failure = LaunchFailure(job.claim_id, job.pool.name, job.plan.pods, "IdempotentParameterMismatch", "client tokens already used")
         return outcome
+
+    def _forget_launch_template(self, template_id: str) -> None:
+        """Drop every cached resolution naming this template (every NodePool and capacity
+        type that shares it); the adapter forgot its own cache entry already."""
+        self.runtime.resolved.discard(
+            lambda key, value: isinstance(key, tuple) and bool(key) and key[0] == "launch-template"
+            and isinstance(value, LaunchTemplateRef) and value.id == template_id
+        )
 
     def _launch_template(self, job: _Job, capacity_type: str) -> LaunchTemplateRef:
         key = ("launch-template", repr(job.env.node_class), repr(job.pool), job.arch, capacity_type, job.env.security_groups)
@@ -652,26 +690,37 @@ class _Round:
             outcome.failure = LaunchFailure(job.claim_id, job.pool.name, job.plan.pods, "InsufficientCapacity", messages)
         return outcome
 
-    def record_launch(self, outcome: _Outcome) -> None:
+    def record_launch(self, outcome: _Outcome) -> bool:
         """Record the instance on the claim, shrink the reservation to what was launched,
-        and tell the pods and the NodePool."""
+        and tell the pods and the NodePool.
+
+        The write is conditional on the claim still being ``reserved``: gc (abandoned
+        reservations) or another round (orphans) may have closed it meanwhile. Then the
+        instance just launched belongs to nobody: it is terminated, the reservation
+        released, and False returned (the pods stay pending for the next round)."""
         launched = outcome.launched
         assert launched is not None
         job = outcome.job
         held = self.open_by_id[launched.claim_id].reserved
         instance_type = next((t for t in job.types if t.name == launched.instance_type), None)
         actual = instance_type.capacity + {NODES: 1000} if instance_type is not None else held
-        self.open_by_id[launched.claim_id] = self.state.update_claim(
-            launched.claim_id,
-            state=LAUNCHED,
-            instance_id=launched.instance_id,
-            instance_type=launched.instance_type,
-            zone=launched.zone,
-            capacity_type=launched.capacity_type,
-            price=launched.price,
-            launched_at=self.now,
-            reserved=actual,
-        )
+        try:
+            self.open_by_id[launched.claim_id] = self.state.update_claim(
+                launched.claim_id,
+                expected_state=RESERVED,
+                state=LAUNCHED,
+                instance_id=launched.instance_id,
+                instance_type=launched.instance_type,
+                zone=launched.zone,
+                capacity_type=launched.capacity_type,
+                price=launched.price,
+                launched_at=self.now,
+                reserved=actual,
+            )
+        except ClaimStateConflict as conflict:
+            if not self._launch_overtaken(outcome, conflict.current):
+                return False
+            actual = held  # another writer recorded this very instance: leave its reservation be
         self.launched.append(launched)
         if actual != held:
             # The reservation covered the largest candidate; keep only what was launched.
@@ -698,6 +747,34 @@ class _Round:
                     f"Pod should schedule on nodeclaim {launched.claim_id} ({launched.instance_type} {launched.capacity_type} in {launched.zone}, {launched.instance_id})",
                 )
 
+    def _launch_overtaken(self, outcome: _Outcome, current: ClaimRecord) -> bool:
+        """``record_launch`` found the claim no longer ``reserved``. True when the claim
+        records this very instance (another round adopted it: nothing lost); otherwise the
+        instance is terminated (nobody owns it) and False returned."""
+        launched = outcome.launched
+        assert launched is not None
+        self.open_by_id[launched.claim_id] = current
+        if current.instance_id == launched.instance_id and current.state != CLOSED:
+            log.info("claim %s: launch of %s already recorded (%s)", launched.claim_id, launched.instance_id, current.state)
+            return True
+        log.warning(
+            "claim %s became %s (%s) while its launch of %s was recorded: terminating the instance",
+            launched.claim_id, current.state, current.reason or "no reason", launched.instance_id,
+        )
+        try:
+            self.runtime.ec2.terminate_instances([launched.instance_id])
+        except Ec2Error as error:  # gc terminates it later: tagged for a closed claim, unclaimed
+            log.error("claim %s: terminating unowned instance %s failed: %s", launched.claim_id, launched.instance_id, error)
+        if current.state == CLOSED:
+            self.state.release_capacity(launched.node_pool, launched.claim_id)  # idempotent
+            failure = LaunchFailure(
+                launched.claim_id, launched.node_pool, launched.pods, "ClaimClosed",
+                f"claim closed while its launch was recorded ({current.reason or 'closed'}); instance {launched.instance_id} terminated",
+            )
+            self.failures.append(failure)
+            self.runtime.count("LaunchFailures", 1, reason=failure.reason)
+        return False
+
     def mark_unavailable(self, failed: Iterable[tuple[OfferingKey, str]]) -> None:
         """Leave these offerings out for :data:`UNAVAILABLE_FOR`, here and in every other invocation."""
         until = self.now + UNAVAILABLE_FOR
@@ -709,12 +786,21 @@ class _Round:
             self.capacity_errors.append(key)
             self.runtime.count("CapacityErrors", 1)
 
-    def _close(self, claim_id: str, pool: str, reason: str) -> None:
+    def _close(self, claim_id: str, pool: str, reason: str, *, expected_state: str | None = None) -> bool:
+        """Close a claim and release its reservation. With ``expected_state``, only from that
+        state: False (nothing changed) when a concurrent transition moved it elsewhere."""
+        release = True
         try:
-            closed = self.state.update_claim(claim_id, state=CLOSED, closed_at=self.now, reason=reason)
+            closed = self.state.update_claim(claim_id, expected_state=expected_state, state=CLOSED, closed_at=self.now, reason=reason)
             self.open_by_id[claim_id] = closed
+        except ClaimStateConflict as conflict:
+            self.open_by_id[claim_id] = conflict.current
+            release = conflict.current.state == CLOSED  # closed by someone else: releasing again is harmless
+            return release
         finally:
-            self.state.release_capacity(pool, claim_id)
+            if release:
+                self.state.release_capacity(pool, claim_id)
+        return True
 
     def is_closed(self, claim_id: str) -> bool:
         found = self.open_by_id.get(claim_id)
@@ -901,11 +987,13 @@ def _launch_all(work: _Round, plan: Plan, pods_by_key: Mapping[str, Pod], in_fli
                 work.mark_unavailable(outcome.capacity_errors)
             if outcome.launched is not None:
                 try:
-                    work.record_launch(outcome)
+                    recorded = work.record_launch(outcome)
                 except Exception as error:  # noqa: BLE001 - the instance exists; the adapter's tag guard and gc find it
                     log.error("claim %s launched %s but recording failed: %s", outcome.launched.claim_id, outcome.launched.instance_id, error)
                     work.launched.append(outcome.launched)
-                in_flight.append(_in_flight_from(outcome))
+                    recorded = True
+                if recorded:
+                    in_flight.append(_in_flight_from(outcome))
                 continue
             assert outcome.failure is not None
             if outcome.capacity_failure:
@@ -1002,14 +1090,18 @@ def _settle_orphans(work: _Round, claims: list[ClaimRecord]) -> tuple[list[str],
                 pool_types = work.type_index.get(claim.node_pool, {})
                 price = _prices(pool_types.values()).get(OfferingKey(record.instance_type, record.zone, record.capacity_type), 0.0)
                 claims[index] = work.state.update_claim(
-                    claim.claim_id, state=LAUNCHED, instance_id=record.instance_id, instance_type=record.instance_type,
-                    zone=record.zone, capacity_type=record.capacity_type, price=price,
+                    claim.claim_id, expected_state=RESERVED, state=LAUNCHED, instance_id=record.instance_id,
+                    instance_type=record.instance_type, zone=record.zone, capacity_type=record.capacity_type, price=price,
                     launched_at=record.launch_time or work.now,
                 )
                 adopted.append(claim.claim_id)
-            else:
-                work._close(claim.claim_id, claim.node_pool, "launch abandoned")
+            elif work._close(claim.claim_id, claim.node_pool, "launch abandoned", expected_state=RESERVED):
                 closed.append(claim.claim_id)
+            else:  # moved on concurrently (launched by its round): theirs stands
+                claims[claims.index(claim)] = work.open_by_id.get(claim.claim_id, claim)
+        except ClaimStateConflict as conflict:  # settled concurrently (gc, another round): theirs stands
+            claims[claims.index(claim)] = conflict.current
+            log.info("orphaned claim %s was settled concurrently: %s", claim.claim_id, conflict.current.state)
         except Exception as error:  # noqa: BLE001
             log.warning("settling orphaned claim %s failed: %s", claim.claim_id, error)
     return closed, adopted

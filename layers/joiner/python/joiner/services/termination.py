@@ -461,7 +461,8 @@ def _step(runtime: Runtime, state: TerminationState, now: datetime, *, node: Jso
 
     if step.finished:
         why = "node is empty" if step.empty else "drain deadline reached"
-        return _finish(runtime, state, now, node_exists=True, why=why, evicted=evicted_t, blocked=blocked_t, deleted=deleted_t)
+        node_uid = str((node.get("metadata") or {}).get("uid") or "") or None
+        return _finish(runtime, state, now, node_exists=True, node_uid=node_uid, why=why, evicted=evicted_t, blocked=blocked_t, deleted=deleted_t)
 
     state = replace(state, generation=state.generation + 1)
     _save_touched(runtime, state, now)
@@ -555,12 +556,13 @@ def _ready_claim_nodes(runtime: Runtime, claim_ids: Sequence[str]) -> set[str]:
 
 
 def _finish(
-    runtime: Runtime, state: TerminationState, now: datetime, *, node_exists: bool, why: str,
+    runtime: Runtime, state: TerminationState, now: datetime, *, node_exists: bool, why: str, node_uid: str | None = None,
     evicted: tuple[str, ...] = (), blocked: tuple[str, ...] = (), deleted: tuple[str, ...] = (),
 ) -> TerminationResult:
     """Terminate the instance, then delete the Node (so the kubelet, already shutting
     down, cannot register it again), close the claim, release its reservation, forget the
-    termination."""
+    termination. ``node_uid``: the uid of the Node drained; the deletion is conditional on
+    it, so a Node re-created under the same name (a reused private DNS name) is left alone."""
     if state.instance_id:
         try:
             runtime.ec2.terminate_instances([state.instance_id])
@@ -569,7 +571,8 @@ def _finish(
                 raise
     if node_exists:
         try:
-            runtime.kube.delete_node(state.node)
+            if not runtime.kube.delete_node(state.node, uid=node_uid):
+                logger.warning("node not deleted: re-created under the same name", extra={"node": state.node, "uid": node_uid})
         except KubernetesError as error:
             if error.status != 404:
                 raise
