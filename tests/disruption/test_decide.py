@@ -12,6 +12,7 @@ from joiner.domain.disruption import (
     DRIFT,
     EMPTINESS,
     EXPIRATION,
+    LaunchInputs,
     NodeFacts,
     ResolvedNodeClass,
     allowed_disruptions,
@@ -196,9 +197,9 @@ def test_drift_on_labels_taints_and_launch_inputs():
     tolerant = [running_pod(f"p{i}", f"n{i}", cpu="3", extra_spec={"tolerations": [{"key": "gpu", "operator": "Exists"}]}) for i in (1, 2)]
     decision = run(pool(types=["c5.xlarge"], taints=[{"key": "gpu", "effect": "NoSchedule"}]), *nodes, *tolerant)
     assert decision.commands[0].method == DRIFT and "taint gpu:NoSchedule missing" in decision.commands[0].reason
-    with_ami = [managed_node("n1", annotations={"joiner.dev/ami-id": "ami-old"}), managed_node("n2", annotations={"joiner.dev/ami-id": "ami-new"})]
+    facts = {"n1": NodeFacts(launch=LaunchInputs(image_id="ami-old")), "n2": NodeFacts(launch=LaunchInputs(image_id="ami-new"))}
     resolved = {"default": ResolvedNodeClass(amis=frozenset({"ami-new"}))}
-    (command,) = run(pool(types=["c5.xlarge"]), *with_ami, *base, node_classes=resolved).commands
+    (command,) = run(pool(types=["c5.xlarge"]), *nodes, *base, facts=facts, node_classes=resolved).commands
     assert command.method == DRIFT and command.nodes == ("n1",) and "AMI ami-old" in command.reason
     # nothing drifted when the template hash matches and inputs are unknown
     stamped = NodePool("default")

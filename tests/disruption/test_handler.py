@@ -9,9 +9,11 @@ from collections.abc import Iterator
 
 import pytest
 
+from joiner.adapters.ec2 import ami_parameter_path
 from joiner.domain import labels as wk
+from joiner.services.termination import TERMINATION_KIND
 from tests.events.world import CLUSTER, AwsBase, LambdaContext, SqsTime, World, load_handler
-from tests.support.aws import SerialMotoServer, fake_credentials
+from tests.support.aws import K8S_VERSION, SerialMotoServer, fake_credentials, put_public_parameter
 from tests.support.kube_emulator import KubeEmulator
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:No application metrics to publish")]
@@ -97,6 +99,40 @@ def test_consolidation_moves_pods_through_pdb_respecting_evictions(world: World)
     world.run_work_queue()
     assert world.node("n1") is None
     assert world.node("n2") is not None  # guarded by do-not-disrupt
+
+
+def test_new_ami_in_ssm_drifts_the_node_and_replaces_it_on_the_new_ami(world: World) -> None:
+    instance = initialized_node(world, "n1")
+    world.add_pod("web-1", "n1", cpu="3")  # needs a replacement: nothing else can hold it
+    old_ami = world.amis["x86_64"]
+    assert world.ec2.describe_instances(InstanceIds=[instance])["Reservations"][0]["Instances"][0]["ImageId"] == old_ami
+
+    assert invoke(world)["pending"] == []  # on the NodeClass's current AMI: not drifted
+
+    images = world.ec2.describe_images(Filters=[{"Name": "architecture", "Values": ["x86_64"]}, {"Name": "owner-alias", "Values": ["amazon"]}])["Images"]
+    new_ami = next(i["ImageId"] for i in sorted(images, key=lambda i: i["ImageId"]) if i["ImageId"] != old_ami)
+    parameter = ami_parameter_path(K8S_VERSION, "amd64")
+    put_public_parameter(parameter, new_ami)  # EKS publishes a new AL2023 AMI
+    try:
+        world.advance(301)  # the adapter caches SSM answers for 5 minutes
+        first = invoke(world)
+        (command,) = first["pending"]
+        assert command["method"] == "drift" and command["nodes"] == ["n1"], first
+        assert f"AMI {old_ami} is not the NodeClass's current amd64 AMI {new_ami}" in command["reason"]
+        assert world.node("n1")["spec"].get("unschedulable") is None  # nothing done before validation
+
+        world.advance(60)  # the next scheduled pass validates and executes
+        second = invoke(world)
+        assert [(c["method"], c["nodes"]) for c in second["executed"]] == [("drift", ["n1"])], second
+        assert world.node("n1")["spec"]["unschedulable"] is True
+        termination = world.runtime.state.get_item(TERMINATION_KIND, "n1")
+        assert termination["reason"] == "disruption/drift" and termination["replacementClaims"]
+        (replacement,) = [i["id"] for i in world.fleet_instances() if i["id"] != instance]
+        launched = world.ec2.describe_instances(InstanceIds=[replacement])["Reservations"][0]["Instances"][0]
+        assert launched["ImageId"] == new_ami
+        assert world.evictions() == []  # the drain waits for the replacement to be Ready
+    finally:
+        put_public_parameter(parameter, old_ami)  # the moto server is shared by the module's tests
 
 
 def test_rejects_other_events(world: World) -> None:

@@ -7,9 +7,11 @@ The contract: ``-o json`` prints exactly one JSON object
 with status 2 and one line naming the object and field.
 
 Offline, a node's price is its offering's price in the catalog (instance type, zone and
-``joiner.dev/capacity-type`` labels), its age comes from ``creationTimestamp``, and the
-NodeClass's AMI, subnet and security-group selector terms that name IDs stand for the
-resolved launch inputs when checking drift (nodes carry theirs as annotations).
+``joiner.dev/capacity-type`` labels), its age comes from ``creationTimestamp``, and there is
+no EC2: for AMI, subnet and security-group drift a node states its instance's launch inputs
+in the ``joiner.dev/ami-id``, ``joiner.dev/subnet-id`` and ``joiner.dev/security-group-ids``
+(comma-separated) annotations, and the NodeClass's selector terms stand for its current
+resolution only where every term names an ID (any other term: unknown, no drift).
 """
 
 from __future__ import annotations
@@ -69,6 +71,18 @@ def offline_node_classes(snapshot):  # type: ignore[no-untyped-def]
     return result
 
 
+def offline_facts(snapshot):  # type: ignore[no-untyped-def]
+    """Per node, the launch inputs its annotations state (nodes without them: unknown)."""
+    from joiner.domain.disruption import NodeFacts, launch_inputs_from_annotations
+
+    result = {}
+    for node in snapshot.nodes:
+        launch = launch_inputs_from_annotations(node)
+        if launch is not None:
+            result[node.name] = NodeFacts(launch=launch)
+    return result
+
+
 def run(args: argparse.Namespace) -> int:
     from joiner.domain.catalog import CatalogError, load_bundled_catalog, load_catalog_file
     from joiner.domain.disruption import DisruptionInput, decide
@@ -86,7 +100,9 @@ def run(args: argparse.Namespace) -> int:
         types = instance_types_by_pool(snapshot.node_pools, snapshot.node_classes, catalog)
     except CatalogError as error:
         raise UsageError(f"catalog {args.catalog or '(bundled)'}: {error}") from None
-    decision = decide(DisruptionInput(snapshot=snapshot, instance_types=types, now=now, node_classes=offline_node_classes(snapshot)))
+    decision = decide(DisruptionInput(
+        snapshot=snapshot, instance_types=types, now=now, facts=offline_facts(snapshot), node_classes=offline_node_classes(snapshot),
+    ))
     if args.output == "json":
         json.dump(decision.to_dict(), sys.stdout, separators=(",", ":"))
         sys.stdout.write("\n")

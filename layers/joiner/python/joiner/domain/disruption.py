@@ -9,7 +9,10 @@ pass:
 2. **expiration**: nodes older than ``expireAfter`` are replaced (forceful: ``do-not-disrupt``
    pods do not protect them, PodDisruptionBudgets that allow no eviction still do);
 3. **drift**: nodes whose launch inputs (NodePool requirements, labels, taints; NodeClass AMI,
-   subnets, security groups) no longer match are replaced, only when all their pods schedule;
+   subnets, security groups) no longer match are replaced, only when all their pods schedule.
+   The instance's own image, subnet and security groups come in as
+   :attr:`NodeFacts.launch` and the NodeClass's current resolution as
+   :class:`ResolvedNodeClass`; unknown data is never a drift reason;
 4. **multi-node consolidation**: the largest prefix (binary search, cheapest-to-disrupt
    first) of underutilized candidates that can all go with at most one, cheaper, replacement;
 5. **single-node consolidation**: the first candidate that can be deleted, or replaced by
@@ -53,9 +56,10 @@ __all__ = [
     "EMPTINESS", "EXPIRATION", "DRIFT", "CONSOLIDATION", "METHODS", "REASONS",
     "NOMINATION_WINDOW", "VALIDATION_DELAY", "EVICTION_COST_PER_HOUR", "MAX_MULTI_CANDIDATES",
     "MAX_SIMULATIONS", "MAX_BATCH", "NODEPOOL_HASH_ANNOTATION", "AMI_ANNOTATION", "SUBNET_ANNOTATION",
-    "SECURITY_GROUPS_ANNOTATION", "NodeFacts", "ResolvedNodeClass", "DisruptionInput", "Replacement",
+    "SECURITY_GROUPS_ANNOTATION", "LaunchInputs", "NodeFacts", "ResolvedNodeClass", "DisruptionInput", "Replacement",
     "Command", "Blocked", "Decision", "decide", "validate", "nodepool_hash", "cron_matches",
     "budget_active", "allowed_disruptions", "eviction_cost", "disruption_cost", "worst_case_price",
+    "launch_inputs_from_annotations",
 ]
 
 EMPTINESS, EXPIRATION, DRIFT, CONSOLIDATION = "emptiness", "expiration", "drift", "consolidation"
@@ -81,7 +85,10 @@ SIMULATION_POD_BUDGET = 750_000
 #: Nodes one expiration or drift command takes at most.
 MAX_BATCH = 10
 
+#: Checked when a node carries it (nothing in the launch path stamps it; snapshots may).
 NODEPOOL_HASH_ANNOTATION = "joiner.dev/nodepool-hash"
+#: Offline only (``joiner disrupt``): how a snapshot's Node states its instance's launch
+#: inputs (see :func:`launch_inputs_from_annotations`). The scheduled pass reads EC2 instead.
 AMI_ANNOTATION = "joiner.dev/ami-id"
 SUBNET_ANNOTATION = "joiner.dev/subnet-id"
 SECURITY_GROUPS_ANNOTATION = "joiner.dev/security-group-ids"
@@ -93,28 +100,48 @@ _EPSILON = 1e-9
 
 
 @dataclass(frozen=True, slots=True)
+class LaunchInputs:
+    """What a node's instance was launched with, as EC2 reports it (or, offline, as the
+    snapshot's annotations say). None: unknown (never a drift reason)."""
+
+    image_id: str | None = None
+    subnet_id: str | None = None
+    security_groups: frozenset[str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class NodeFacts:
     """What durable state knows about a node beyond the Node object.
 
     ``price``: $/h it was launched at (the claim's); ``initialized_at``: when it became
     initialized; ``terminating``: a termination is in progress; ``nominated_at``: when the
     provisioner last planned pending pods onto it; ``empty_since``: first time it was seen
-    with no reschedulable pod (consecutive passes)."""
+    with no reschedulable pod (consecutive passes); ``launch``: its instance's image, subnet
+    and security groups (None: unknown, e.g. the instance was not found)."""
 
     price: float | None = None
     initialized_at: datetime | None = None
     terminating: bool = False
     nominated_at: datetime | None = None
     empty_since: datetime | None = None
+    launch: LaunchInputs | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class ResolvedNodeClass:
-    """A NodeClass's current launch inputs; None: unknown (never a drift reason)."""
+    """A NodeClass's current launch inputs. Anything None or missing is unknown (never a
+    drift reason).
+
+    ``ami_by_arch``: per architecture (``kubernetes.io/arch``), the one AMI the NodeClass
+    resolves to now (what a launch would use); ``amis``: images that are current whatever
+    the architecture, used for a node whose architecture has no entry in ``ami_by_arch``
+    (offline: selector terms naming IDs); ``subnets``/``security_groups``: what the
+    selector terms resolve to now."""
 
     amis: frozenset[str] | None = None
     subnets: frozenset[str] | None = None
     security_groups: frozenset[str] | None = None
+    ami_by_arch: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -379,6 +406,19 @@ def worst_case_price(instance_type: InstanceType, zones: Iterable[str], capacity
         and OfferingKey(instance_type.name, o.zone, o.capacity_type) not in unavailable
     ]
     return max(prices) if prices else None
+
+
+def launch_inputs_from_annotations(node: Node) -> LaunchInputs | None:
+    """Offline form of a node's launch inputs: the :data:`AMI_ANNOTATION`,
+    :data:`SUBNET_ANNOTATION` and :data:`SECURITY_GROUPS_ANNOTATION` (comma-separated)
+    annotations; None when the node carries none of them."""
+    image = node.annotations.get(AMI_ANNOTATION) or None
+    subnet = node.annotations.get(SUBNET_ANNOTATION) or None
+    groups_text = node.annotations.get(SECURITY_GROUPS_ANNOTATION)
+    groups = frozenset(g.strip() for g in groups_text.split(",") if g.strip()) if groups_text else None
+    if image is None and subnet is None and not groups:
+        return None
+    return LaunchInputs(image_id=image, subnet_id=subnet, security_groups=groups or None)
 
 
 def nodepool_hash(pool: NodePool) -> str:
@@ -690,19 +730,40 @@ class _Pass:
         stamped = node.annotations.get(NODEPOOL_HASH_ANNOTATION)
         if stamped and stamped != nodepool_hash(pool):
             return "nodepool template changed"
-        resolved = self.inp.node_classes.get(pool.node_class)
-        if resolved is not None:
-            ami = node.annotations.get(AMI_ANNOTATION)
-            if ami and resolved.amis is not None and ami not in resolved.amis:
-                return f"AMI {ami} is no longer selected"
-            subnet = node.annotations.get(SUBNET_ANNOTATION)
-            if subnet and resolved.subnets is not None and subnet not in resolved.subnets:
-                return f"subnet {subnet} is no longer selected"
-            groups = node.annotations.get(SECURITY_GROUPS_ANNOTATION)
-            if groups and resolved.security_groups is not None:
-                have = frozenset(g for g in groups.split(",") if g)
-                if have != resolved.security_groups:
-                    return "security groups changed"
+        return self.launch_drift(candidate)
+
+    def node_arch(self, candidate: _Candidate) -> str | None:
+        """The node's architecture: its ``kubernetes.io/arch`` label, else its instance type's."""
+        arch = wk.normalize_labels(dict(candidate.node.labels)).get(wk.ARCH)
+        if arch:
+            return arch
+        instance_type = self.types.get(candidate.pool.name, {}).get(candidate.instance_type or "")
+        requirement = instance_type.requirements.get(wk.ARCH) if instance_type is not None else None
+        return requirement.any_value() if requirement is not None else None
+
+    def launch_drift(self, candidate: _Candidate) -> str | None:
+        """NodeClass drift: the instance's image is not the AMI the NodeClass resolves to now
+        for its architecture, its subnet is not among the resolved subnets, or its security
+        groups differ from the resolved set. Unknown on either side: not drifted."""
+        launch = self.facts(candidate.name).launch
+        resolved = self.inp.node_classes.get(candidate.pool.node_class)
+        if launch is None or resolved is None:
+            return None
+        image = launch.image_id
+        if image:
+            arch = self.node_arch(candidate)
+            current = resolved.ami_by_arch.get(arch) if arch else None
+            if current:
+                if image != current:
+                    return f"AMI {image} is not the NodeClass's current {arch} AMI {current}"
+            elif resolved.amis and image not in resolved.amis:
+                return f"AMI {image} is no longer selected"
+        subnet = launch.subnet_id
+        if subnet and resolved.subnets and subnet not in resolved.subnets:  # none resolved: the NodeClass cannot launch, unknown
+            return f"subnet {subnet} is no longer selected"
+        groups = launch.security_groups
+        if groups and resolved.security_groups and groups != resolved.security_groups:
+            return f"security groups {','.join(sorted(groups))} differ from the NodeClass's {','.join(sorted(resolved.security_groups))}"
         return None
 
     # ------------------------------------------------------------ methods

@@ -6,7 +6,12 @@ overlapping invocations never act twice:
 1. read the cluster and the state with the provisioning round's reader (pods, nodes,
    DaemonSets, NodePools, NodeClasses, open claims, unavailable offerings) plus the
    PodDisruptionBudgets, the terminations in progress, and what earlier passes remembered
-   (when each node was first seen empty, recent nominations);
+   (when each node was first seen empty, recent nominations); for drift, the possible
+   candidates' instances (one batched DescribeInstances: image, subnet, security groups)
+   and what their NodeClasses resolve to now (subnets and security groups as provisioning
+   resolves them, the AMI per architecture in use). Data that cannot be read is unknown,
+   never drift: it is logged and counted (``DisruptionDriftInputsUnknown``, dimension
+   ``input``);
 2. if a command computed by an earlier pass is pending and at least
    :data:`~joiner.domain.disruption.VALIDATION_DELAY` old, re-simulate it on the fresh read
    (:func:`joiner.domain.disruption.validate`): a command whose result changed is dropped,
@@ -28,7 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -40,11 +45,13 @@ from joiner.domain.disruption import (
     Command,
     Decision,
     DisruptionInput,
+    LaunchInputs,
     NodeFacts,
     ResolvedNodeClass,
     decide,
     validate,
 )
+from joiner.domain.model import InstanceType, Node
 from joiner.domain.resources import EMPTY
 from joiner.observability import logger
 
@@ -53,7 +60,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COMMAND_KIND", "PENDING_ID", "EMPTY_KIND", "NOMINATION_KIND", "LEASE_NAME", "LEASE_TTL_SECONDS",
-    "DisruptionSummary", "read_input", "run_disruption", "execute_command",
+    "DRIFT_UNKNOWN_METRIC", "DisruptionSummary", "read_input", "run_disruption", "execute_command",
 ]
 
 COMMAND_KIND = "DISRUPTION"
@@ -65,6 +72,8 @@ LEASE_NAME = "disruption"
 LEASE_TTL_SECONDS = 150
 #: Pending commands older than this are stale whatever they say (a pass was missed).
 PENDING_MAX_AGE = timedelta(minutes=10)
+#: Counted (dimension ``input``: instance, ami) when drift data cannot be read.
+DRIFT_UNKNOWN_METRIC = "DisruptionDriftInputsUnknown"
 
 
 @dataclass(frozen=True)
@@ -126,6 +135,8 @@ def read_input(runtime: Runtime, now: datetime) -> DisruptionInput:
     empty_since = {str(item.get("node")): _time(item.get("since")) for item in state.list_items(EMPTY_KIND)}
     nominated = {str(item.get("node")): _time(item.get("at")) for item in state.list_items(NOMINATION_KIND)}
     claims = {c.node_name: c for c in work.claims if c.node_name}
+    drift_nodes = _drift_nodes(snapshot, work.pools, terminating)
+    launches = _launch_inputs(runtime, drift_nodes)
     facts: dict[str, NodeFacts] = {}
     for node in snapshot.nodes:
         claim = claims.get(node.name)
@@ -136,12 +147,19 @@ def read_input(runtime: Runtime, now: datetime) -> DisruptionInput:
             nominated_at=nominated.get(node.name),
             # never seen empty before: it counts as empty from now on
             empty_since=empty_since.get(node.name) or now,
+            launch=launches.get(node.name),
         )
+    amis = _current_amis(runtime, work, [n for n in drift_nodes if n.name in launches and launches[n.name].image_id], types, now)
     classes = {}
-    for name, env in sorted(getattr(work, "envs", {}).items()):
-        if env.error:
-            continue
-        classes[name] = ResolvedNodeClass(subnets=frozenset(s.id for s in env.subnets), security_groups=frozenset(env.security_groups))
+    envs = getattr(work, "envs", {})
+    for name in sorted(set(envs) | set(amis)):
+        env = envs.get(name)
+        ok = env is not None and not env.error
+        classes[name] = ResolvedNodeClass(
+            subnets=frozenset(s.id for s in env.subnets) if ok else None,
+            security_groups=frozenset(env.security_groups) if ok else None,
+            ami_by_arch=amis.get(name, {}),
+        )
     usage = {name: work.in_use.get(name, EMPTY) + work.reserved.get(name, EMPTY) for name in sorted(work.pools)}
     return DisruptionInput(
         snapshot=snapshot,
@@ -153,6 +171,103 @@ def read_input(runtime: Runtime, now: datetime) -> DisruptionInput:
         unavailable=frozenset(work.unavailable),
         pool_usage=usage,
     )
+
+
+def _drift_nodes(snapshot: Any, pools: Mapping[str, Any], terminating: set[str]) -> list[Node]:
+    """Nodes that may be drift candidates: Joiner's (their NodePool exists), Ready,
+    initialized, not going, with an EC2 instance id."""
+    return [
+        node for node in snapshot.nodes
+        if node.labels.get(wk.NODEPOOL) in pools and node.ready and node.labels.get(wk.INITIALIZED) == "true"
+        and not node.deleting and node.name not in terminating and node.instance_id
+    ]
+
+
+def _launch_inputs(runtime: Runtime, nodes: Sequence[Node]) -> dict[str, LaunchInputs]:
+    """Per node name, its instance's image, subnet and security groups (one batched
+    DescribeInstances). A failed call or a missing instance leaves the node unknown.
+
+    An instance reporting no security group is unknown too: an EC2 instance in a VPC always
+    has one, so an empty list means the answer lacks them (emulators do), not a change."""
+    if not nodes:
+        return {}
+    ids = sorted({str(n.instance_id) for n in nodes})
+    try:
+        records = runtime.ec2.describe_instances(ids)
+    except Exception as error:  # noqa: BLE001 - unknown launch inputs never cause drift
+        runtime.count(DRIFT_UNKNOWN_METRIC, len(nodes), input="instance")
+        logger.warning("drift: describing the nodes' instances failed; AMI, subnet and security-group drift skipped this pass",
+                       extra={"error": f"{type(error).__name__}: {error}", "nodes": len(nodes)})
+        return {}
+    by_id = {r.instance_id: r for r in records}
+    result: dict[str, LaunchInputs] = {}
+    missing: list[str] = []
+    for node in nodes:
+        record = by_id.get(str(node.instance_id))
+        if record is None:
+            missing.append(node.name)
+            continue
+        result[node.name] = LaunchInputs(
+            image_id=record.image_id or None,
+            subnet_id=record.subnet_id or None,
+            security_groups=frozenset(record.security_group_ids) or None,
+        )
+    if missing:
+        runtime.count(DRIFT_UNKNOWN_METRIC, len(missing), input="instance")
+        logger.warning("drift: instances not found; their nodes are not checked for AMI, subnet or security-group drift",
+                       extra={"nodes": missing[:20], "count": len(missing)})
+    return result
+
+
+def _node_arch(node: Node, types: Mapping[str, InstanceType]) -> str | None:
+    arch = wk.normalize_labels(dict(node.labels)).get(wk.ARCH)
+    if arch:
+        return arch
+    instance_type = types.get(node.labels.get(wk.INSTANCE_TYPE, ""))
+    requirement = instance_type.requirements.get(wk.ARCH) if instance_type is not None else None
+    return requirement.any_value() if requirement is not None else None
+
+
+def _current_amis(
+    runtime: Runtime, work: Any, nodes: Sequence[Node], types: Mapping[str, tuple[InstanceType, ...]], now: datetime,
+) -> dict[str, dict[str, str]]:
+    """Per NodeClass, per architecture its nodes run: the AMI a launch would use now
+    (``resolve_ami``, as provisioning calls it; cached in ``runtime.resolved`` like the
+    NodeClass's subnets). A failed lookup leaves that NodeClass and architecture unknown."""
+    wanted: dict[str, set[str]] = {}
+    by_pool = {name: {t.name: t for t in pool_types} for name, pool_types in types.items()}
+    for node in nodes:
+        pool = work.pools[node.labels[wk.NODEPOOL]]
+        arch = _node_arch(node, by_pool.get(pool.name, {}))
+        if arch and pool.node_class in work.classes:
+            wanted.setdefault(pool.node_class, set()).add(arch)
+    if not wanted:
+        return {}
+    try:
+        version = runtime.cluster().version
+    except Exception as error:  # noqa: BLE001
+        runtime.count(DRIFT_UNKNOWN_METRIC, sum(len(a) for a in wanted.values()), input="ami")
+        logger.warning("drift: reading the cluster version failed; AMI drift skipped this pass", extra={"error": f"{type(error).__name__}: {error}"})
+        return {}
+    result: dict[str, dict[str, str]] = {}
+    for name in sorted(wanted):
+        node_class = work.classes[name]
+        for arch in sorted(wanted[name]):
+            key = ("ami", repr(node_class), version, arch)
+            ami = runtime.resolved.get(key, now)
+            if ami is None:
+                try:
+                    ami = runtime.ec2.resolve_ami(node_class, version, arch)
+                except Exception as error:  # noqa: BLE001 - unknown AMI never causes drift
+                    runtime.count(DRIFT_UNKNOWN_METRIC, input="ami")
+                    logger.warning("drift: resolving the NodeClass's AMI failed; AMI drift skipped for it",
+                                   extra={"nodeClass": name, "arch": arch, "error": f"{type(error).__name__}: {error}"})
+                    continue
+                if not ami:
+                    continue
+                runtime.resolved.put(key, ami, now)
+            result.setdefault(name, {})[arch] = str(ami)
+    return result
 
 
 def execute_command(runtime: Runtime, command: Command, inp: DisruptionInput, now: datetime) -> list[str]:
