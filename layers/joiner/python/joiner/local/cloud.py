@@ -1,15 +1,21 @@
 """What EC2 does around Joiner, simulated on moto: it tracks the cluster's instances in simulated
-time (moto's own timestamps are wall-clock), delivers spot interruption warnings on request
-through EventBridge ``put_events`` (the stack's rule routes them to the interruption queue),
+time (moto's own timestamps are wall-clock), delivers spot interruption warnings and rebalance
+recommendations on request through EventBridge ``put_events`` (the stack's rule routes them to
+the interruption queue),
 terminates an interrupted instance two minutes of simulated time later if it is still
 running, and publishes ``EC2 Instance State-change Notification`` events when instances
 stop running, as EC2 does.
+
+One correction to moto (:func:`spot_fleet_security_groups`): moto gives the spot instances of
+an EC2 Fleet its ``default`` security group instead of the launch template's
+``SecurityGroupIds`` (its on-demand instances get the right ones); EC2 uses the template's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -17,11 +23,35 @@ from typing import Any
 from joiner.domain import labels as wk
 from joiner.domain.catalog import Catalog
 
-__all__ = ["INTERRUPTION_NOTICE", "Instance", "Interruption", "SimulatedEc2"]
+__all__ = ["INTERRUPTION_NOTICE", "Instance", "Interruption", "Rebalance", "SimulatedEc2", "spot_fleet_security_groups"]
 
 #: A spot interruption warning comes two minutes before EC2 reclaims the instance.
 INTERRUPTION_NOTICE = timedelta(minutes=2)
 _GONE = ("shutting-down", "terminated", "stopping", "stopped")
+
+
+@contextlib.contextmanager
+def spot_fleet_security_groups() -> Iterator[None]:
+    """While active, spot instances of an EC2 Fleet (in-process moto) get their launch
+    template's security groups, as in EC2 (moto 5 gives them the VPC's default group)."""
+    from moto.ec2.models.fleets import Fleet
+
+    original = Fleet.create_spot_requests
+
+    def create_spot_requests(self: Any, weight_to_add: float) -> Any:
+        for spec in self.launch_specs:
+            template = spec.launch_template_spec or {}
+            if spec.group_set or not template.get("LaunchTemplateId"):
+                continue
+            data = self.ec2_backend.get_launch_template(template["LaunchTemplateId"]).get_version(template.get("Version", "$Latest")).data
+            spec.group_set = list(data.get("SecurityGroupIds") or data.get("SecurityGroupId") or [])
+        return original(self, weight_to_add)
+
+    Fleet.create_spot_requests = create_spot_requests  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        Fleet.create_spot_requests = original  # type: ignore[method-assign]
 
 
 @dataclass
@@ -65,6 +95,36 @@ class Interruption:
         )
 
 
+@dataclass
+class Rebalance:
+    """A rebalance recommendation and what became of it. ``policy`` is the NodePool's
+    ``spec.interruption.rebalance`` (``replace`` or ``ignore``); ``drain_started`` is Joiner's
+    first eviction or deletion of a pod on the node."""
+
+    instance_id: str
+    node: str | None
+    warned: datetime
+    policy: str
+    pods_at_warning: int = 0
+    replacement_ready: datetime | None = None
+    drain_started: datetime | None = None
+    drained: datetime | None = None
+    cordoned: datetime | None = None
+    terminated: datetime | None = None
+    terminated_by: str | None = None
+
+    @property
+    def handled(self) -> bool:
+        """``replace``: a replacement was Ready before the first pod left, the node was drained
+        and Joiner terminated it. ``ignore``: the node was left alone (never cordoned, still running)."""
+        if self.policy == "ignore":
+            return self.cordoned is None and self.drain_started is None and self.terminated is None
+        return (
+            self.replacement_ready is not None and self.drain_started is not None and self.replacement_ready <= self.drain_started
+            and self.drained is not None and self.terminated_by == "joiner"
+        )
+
+
 class SimulatedEc2:
     """Instances of ``cluster`` on moto, in simulated time."""
 
@@ -77,6 +137,7 @@ class SimulatedEc2:
         self.region = region
         self.instances: dict[str, Instance] = {}
         self.interruptions: list[Interruption] = []
+        self.rebalances: list[Rebalance] = []
         self._user_data: dict[str, str | None] = {}
 
     # ------------------------------------------------------------ observing
@@ -152,6 +213,14 @@ class SimulatedEc2:
         self._put("EC2 Spot Instance Interruption Warning", {"instance-id": instance.instance_id, "instance-action": "terminate"}, instance)
         record = Interruption(instance.instance_id, node, self.now(), self.now() + INTERRUPTION_NOTICE, pods_at_warning=pods)
         self.interruptions.append(record)
+        return record
+
+    def recommend_rebalance(self, instance: Instance, node: str | None, pods: int, policy: str) -> Rebalance:
+        """Deliver an EC2 Instance Rebalance Recommendation for ``instance`` (no deadline: EC2
+        takes nothing back by itself)."""
+        self._put("EC2 Instance Rebalance Recommendation", {"instance-id": instance.instance_id}, instance)
+        record = Rebalance(instance.instance_id, node, self.now(), policy, pods_at_warning=pods)
+        self.rebalances.append(record)
         return record
 
     def due_reclaims(self) -> list[Interruption]:

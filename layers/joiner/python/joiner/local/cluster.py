@@ -9,6 +9,9 @@
   the pods still bound to it (those pods are *lost*);
 * **ReplicaSet controller**: keeps each workload at its replica count, creating pods (which
   start pending) and deleting pending ones first when scaling down;
+* **disruption controller** (PodDisruptionBudget ``expectedPods``): the replica count of the
+  workloads a budget selects, so an evicted pod counts as unavailable until its successor is
+  Ready (the emulator computes the rest of the budget's status on every eviction);
 * **kube-scheduler**: binds each pending pod to a Ready, schedulable node whose labels match
   its node selector and required node affinity, whose taints it tolerates and whose
   allocatable resources fit (least-allocated node first, as the default scoring prefers);
@@ -36,7 +39,7 @@ from joiner.domain.model import InstanceType, KubeletConfig, Node, Pod, Taint, t
 from joiner.domain.resources import EMPTY, Resources
 from joiner.domain.snapshot import SnapshotError, parse_node, parse_pod
 from joiner.domain.userdata import NODECONFIG_CONTENT_TYPE, UserDataError, parse_user_data
-from joiner.local.kube_emulator import KubeEmulator
+from joiner.local.kube_emulator import EXPECTED_PODS_ANNOTATION, KubeEmulator, selector_object_matches
 from joiner.local.scenario import Workload
 
 __all__ = ["BootSpec", "PodRecord", "SimulatedCluster", "kubelet_registration", "stamp"]
@@ -228,6 +231,7 @@ class SimulatedCluster:
             if record.gone is None and key not in seen:
                 record.gone = now
         live = self._replicasets(live)
+        self._budget_expectations()
         self._kubelet_status(live)
         self._schedule(live, nodes)
 
@@ -261,6 +265,21 @@ class SimulatedCluster:
                 current.extend(created)
             result.extend(current)
         return result
+
+    def _budget_expectations(self) -> None:
+        """What the disruption controller reads from the pods' owners: a budget expects the
+        replicas of every workload whose pods it selects (pods of no workload count as found)."""
+        for pdb in self.emulator.list("PodDisruptionBudget"):
+            meta = pdb["metadata"]
+            selector = (pdb.get("spec") or {}).get("selector")
+            expected = sum(
+                self.replicas.get(name, 0) for name, workload in self.workloads.items()
+                if workload.namespace == meta.get("namespace")
+                and selector_object_matches(selector, {"app": workload.name, **workload.labels, WORKLOAD_LABEL: workload.name})
+            )
+            if (meta.get("annotations") or {}).get(EXPECTED_PODS_ANNOTATION) != str(expected):
+                self.emulator.patch("PodDisruptionBudget", meta["name"], {"metadata": {"annotations": {EXPECTED_PODS_ANNOTATION: str(expected)}}},
+                                    meta.get("namespace"))
 
     def _create_pod(self, workload: Workload) -> dict[str, Any]:
         self._serial += 1

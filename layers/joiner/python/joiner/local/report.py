@@ -70,6 +70,30 @@ def summary_lines(result: SimulationResult) -> list[str]:
             lines.append(f"                  {r.instance_id} ({r.pods_at_warning} pods): {drained}, {term}, {repl} (deadline +120s)")
     else:
         lines.append("interruptions     none")
+    for r in result.rebalances:
+        start = r.warned
+        if r.policy == "ignore":
+            verdict = "left alone" if r.handled else "NOT left alone"
+            lines.append(f"rebalance         {r.instance_id} ({r.pods_at_warning} pods, rebalance: ignore): {verdict}")
+            continue
+        repl = f"replacement Ready +{(r.replacement_ready - start).total_seconds():.0f}s" if r.replacement_ready else "no replacement Node"
+        drain = f"drain began +{(r.drain_started - start).total_seconds():.0f}s" if r.drain_started else "no drain"
+        term = f"terminated by {r.terminated_by} +{(r.terminated - start).total_seconds():.0f}s" if r.terminated else "still running"
+        lines.append(f"rebalance         {r.instance_id} ({r.pods_at_warning} pods, rebalance: replace): {repl}, {drain}, {term}")
+    if result.capacity_failures:
+        offerings = sorted({f"{f.instance_type} {f.capacity_type} {f.zone}" for f in result.capacity_failures})
+        first, last = result.capacity_failures[0].at - result.start, result.capacity_failures[-1].at - result.start
+        lines.append(f"capacity errors   {len(result.capacity_failures)} override(s) refused {_clock(first)}-{_clock(last)}: " + ", ".join(offerings[:6])
+                     + (" ..." if len(offerings) > 6 else ""))
+        for mark in result.unavailable_marks[:6]:
+            lines.append(f"                  {mark.instance_type} {mark.capacity_type} {mark.zone} marked unavailable at {_clock(mark.seen - result.start)} "
+                         f"until {_clock(mark.expires - result.start)}")
+    if result.pod_deletions:
+        evictions = [d for d in result.pod_deletions if d.via == "eviction"]
+        deletions = [d for d in result.pod_deletions if d.via != "eviction"]
+        when = ", ".join(_clock(d.at - result.start) for d in evictions[:12]) + (" ..." if len(evictions) > 12 else "")
+        lines.append(f"pods moved        {len(evictions)} evicted" + (f" (at {when})" if evictions else "")
+                     + (f", {len(deletions)} deleted (at {', '.join(sorted({_clock(d.at - result.start) for d in deletions}))})" if deletions else ""))
     if result.handler_errors:
         lines.append(f"errors            {len(result.handler_errors)}: " + "; ".join(result.handler_errors[:3]))
     if result.warnings:

@@ -47,7 +47,8 @@ __all__ = [
 DEFAULT_SCENARIO = "classic"
 _BUNDLED = Path(__file__).resolve().parents[1] / "scenarios"
 
-#: check name -> what its value is: "types" (instance type -> count), "duration", "count", "bool".
+#: check name -> what its value is: "types" (instance type -> count), "duration", "count", "bool",
+#: "price" (dollars per hour).
 CHECKS: Mapping[str, str] = {
     "nodes": "types",
     "launched": "types",
@@ -57,10 +58,16 @@ CHECKS: Mapping[str, str] = {
     "pendingP50": "duration",
     "pendingP99": "duration",
     "interruptionsWithinDeadline": "bool",
+    "pendingMax": "duration",
+    "capacityErrors": "count",
+    "rebalancesHandled": "bool",
+    "costPerHourAtMost": "price",
 }
 #: Handlers a check may declare it needs (``requires``); it is skipped when one is missing.
 KNOWN_HANDLERS = ("scanner", "disruption", "gc", "interruption", "termination")
-_EVENT_KINDS = ("scale", "delete", "spotInterruption")
+_EVENT_KINDS = ("scale", "delete", "spotInterruption", "rebalanceRecommendation", "capacityError")
+#: Capacity types a ``capacityError`` may name.
+CAPACITY_TYPES = ("spot", "on-demand")
 
 
 class ScenarioError(ValueError):
@@ -97,8 +104,11 @@ class Workload:
 
 @dataclass(frozen=True)
 class Event:
-    """Something that happens at ``at``: ``scale`` (workload, replicas) or ``spotInterruption``
-    (target: nodePool / instanceType / index among the matching running instances, oldest first)."""
+    """Something that happens at ``at``: ``scale`` (workload, replicas); ``spotInterruption``
+    or ``rebalanceRecommendation`` (target: nodePool / instanceType / index among the matching
+    running spot instances, oldest first); ``capacityError`` (EC2 answers CreateFleet overrides
+    of ``instance_types`` x ``zones`` x ``capacity_type`` — empty: any — with
+    ``InsufficientInstanceCapacity`` from ``at`` until ``until``, None: the end)."""
 
     at: timedelta
     kind: str
@@ -108,6 +118,25 @@ class Event:
     instance_type: str | None = None
     index: int = 0
     where: str = ""
+    instance_types: tuple[str, ...] = ()
+    zones: tuple[str, ...] = ()
+    capacity_type: str | None = None
+    until: timedelta | None = None
+
+    def fails(self, instance_type: str, zone: str, capacity_type: str) -> bool:
+        """Whether this ``capacityError`` covers the offering (time aside)."""
+        return (
+            self.kind == "capacityError"
+            and (not self.instance_types or instance_type in self.instance_types)
+            and (not self.zones or zone in self.zones)
+            and (self.capacity_type is None or capacity_type == self.capacity_type)
+        )
+
+    def describe_offerings(self) -> str:
+        """``c5.large, c5.xlarge spot in us-east-1a`` and the like."""
+        types = ", ".join(self.instance_types) or "every instance type"
+        zones = ", ".join(self.zones) or "every zone"
+        return f"{types} {self.capacity_type or 'spot and on-demand'} in {zones}"
 
 
 @dataclass(frozen=True)
@@ -130,6 +159,8 @@ class Check:
             value = "{" + ", ".join(f"{k}: {v}" for k, v in value.items()) + "}"
         elif isinstance(value, bool):
             value = str(value).lower()
+        elif isinstance(value, float):
+            value = f"${value:.4f}"
         return f"{self.name} {value}" + (f" at {_fmt(self.at)}" if self.at is not None else "")
 
 
@@ -282,10 +313,48 @@ def _event(raw: object, where: str, workloads: Mapping[str, Workload]) -> Event:
             raise ScenarioError(f"{path}.replicas: required")
         replicas = _count(body.get("replicas"), f"{path}.replicas") if kind == "scale" else 0
         return Event(at, "scale", workload=workload, replicas=replicas, where=where)
+    if kind == "capacityError":
+        return _capacity_error(body, at, path, where)
     _unknown(body, ("nodePool", "instanceType", "index"), path)
     node_pool = _string(body["nodePool"], f"{path}.nodePool") if "nodePool" in body else None
     instance_type = _string(body["instanceType"], f"{path}.instanceType") if "instanceType" in body else None
     return Event(at, kind, node_pool=node_pool, instance_type=instance_type, index=_count(body.get("index", 0), f"{path}.index"), where=where)
+
+
+def _strings(value: object, where: str, allowed: Sequence[str] | None = None, what: str = "") -> tuple[str, ...]:
+    items = _list(value, where)
+    if not items:
+        raise ScenarioError(f"{where}: must not be empty (leave the field out to mean all)")
+    out = []
+    for index, item in enumerate(items):
+        name = _string(item, f"{where}[{index}]")
+        if allowed is not None and name not in allowed:
+            raise ScenarioError(f"{where}[{index}]: unknown {what} {name!r}")
+        out.append(name)
+    return tuple(dict.fromkeys(out))
+
+
+def _capacity_error(body: Mapping[str, Any], at: timedelta, path: str, where: str) -> Event:
+    from joiner.domain.catalog import load_bundled_catalog
+    from joiner.local.aws import REGION, ZONES
+
+    _unknown(body, ("instanceTypes", "zones", "capacityType", "until"), path)
+    types: tuple[str, ...] = ()
+    if "instanceTypes" in body:
+        known = set(load_bundled_catalog(REGION).names)
+        types = _strings(body["instanceTypes"], f"{path}.instanceTypes", sorted(known), f"instance type (not in the {REGION} catalog):")
+    zones = _strings(body["zones"], f"{path}.zones", ZONES, f"zone (one of {', '.join(ZONES)}):") if "zones" in body else ()
+    capacity_type = None
+    if "capacityType" in body:
+        capacity_type = body["capacityType"]
+        if capacity_type not in CAPACITY_TYPES:
+            raise ScenarioError(f"{path}.capacityType: must be one of {', '.join(CAPACITY_TYPES)}, got {capacity_type!r}")
+    until = None
+    if "until" in body:
+        until = _duration(body["until"], f"{path}.until")
+        if until <= at:
+            raise ScenarioError(f"{path}.until: must be after the event's at ({_fmt(at)}), got {body['until']!r}")
+    return Event(at, "capacityError", instance_types=types, zones=zones, capacity_type=capacity_type, until=until, where=where)
 
 
 def _check(raw: object, where: str) -> Check:
@@ -304,6 +373,10 @@ def _check(raw: object, where: str) -> Check:
         value = _count(value, path)
     elif kind == "duration":
         value = _duration(value, path)
+    elif kind == "price":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise ScenarioError(f"{path}: must be a non-negative number of dollars per hour, got {value!r}")
+        value = float(value)
     elif not isinstance(value, bool):
         raise ScenarioError(f"{path}: must be true or false, got {value!r}")
     at = _duration(item["at"], f"{where}.at") if "at" in item else None
@@ -341,6 +414,8 @@ def parse_scenario(document: object, *, source: str = "") -> Scenario:
     for event in events:
         if event.at > duration:
             raise ScenarioError(f"{event.where}.at: after the scenario's duration ({_fmt(duration)})")
+        if event.until is not None and event.until > duration:
+            raise ScenarioError(f"{event.where}.{event.kind}.until: after the scenario's duration ({_fmt(duration)})")
     checks = tuple(_check(raw, f"expect[{index}]") for index, raw in enumerate(_list(top.get("expect", []), "expect")))
     for check in checks:
         if check.at is not None and check.at > duration:

@@ -38,8 +38,8 @@ from types import ModuleType
 from typing import Any
 
 __all__ = [
-    "MAX_STEP", "QUEUE_CONSUMERS", "SCHEDULED", "CheckResult", "Entry", "Sample", "SimClock", "Simulation",
-    "SimulationResult", "percentile",
+    "MAX_STEP", "QUEUE_CONSUMERS", "SCHEDULED", "CapacityFailure", "CheckResult", "Entry", "PodDeletion", "Sample", "SimClock",
+    "Simulation", "SimulationResult", "UnavailableMark", "percentile",
 ]
 
 #: scheduled function -> seconds between EventBridge ticks (infra/schedules.py).
@@ -100,6 +100,44 @@ class Sample:
     cost: float
     launched: Mapping[str, int]  # managed instances launched so far, by type
     lost: int
+    cordoned: Mapping[str, int] = field(default_factory=dict)  # cordoned managed Nodes by NodePool
+    capacity: Mapping[str, int] = field(default_factory=dict)  # Ready managed Nodes by capacity type
+
+
+@dataclass(frozen=True)
+class PodDeletion:
+    """A pod a Joiner function evicted (``via`` ``eviction``) or deleted (``delete``)."""
+
+    at: datetime
+    pod: str
+    node: str | None
+    via: str
+    grace_seconds: int | None
+    function: str
+
+
+@dataclass(frozen=True)
+class CapacityFailure:
+    """A CreateFleet override the simulated EC2 answered with a capacity error."""
+
+    at: datetime
+    function: str
+    instance_type: str
+    zone: str
+    capacity_type: str
+    code: str
+
+
+@dataclass(frozen=True)
+class UnavailableMark:
+    """An offering Joiner recorded as unavailable in its state table, as first seen."""
+
+    seen: datetime
+    instance_type: str
+    zone: str
+    capacity_type: str
+    expires: datetime
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -130,7 +168,11 @@ class SimulationResult:
     samples: list[Sample] = field(default_factory=list)
     instances: list[Any] = field(default_factory=list)
     interruptions: list[Any] = field(default_factory=list)
+    rebalances: list[Any] = field(default_factory=list)
     pods: list[Any] = field(default_factory=list)
+    pod_deletions: list[PodDeletion] = field(default_factory=list)
+    capacity_failures: list[CapacityFailure] = field(default_factory=list)
+    unavailable_marks: list[UnavailableMark] = field(default_factory=list)
     checks: list[CheckResult] = field(default_factory=list)
     handlers: list[str] = field(default_factory=list)
     missing_handlers: list[str] = field(default_factory=list)
@@ -272,7 +314,7 @@ class Simulation:
 
         from joiner.domain.catalog import load_bundled_catalog
         from joiner.local.aws import REGION, SerialMotoServer
-        from joiner.local.cloud import SimulatedEc2
+        from joiner.local.cloud import SimulatedEc2, spot_fleet_security_groups
         from joiner.local.cluster import SimulatedCluster
         from joiner.local.kube_emulator import KubeEmulator
         from joiner.local.lambdas import SqsTime, handler_path, load_handler
@@ -285,6 +327,7 @@ class Simulation:
         self._exit.callback(self.moto.stop)
         urllib3.PoolManager().request("POST", f"{self.moto.endpoint}/moto-api/reset")
         self._exit.enter_context(SqsTime(self.clock))
+        self._exit.enter_context(spot_fleet_security_groups())
         self.emulator = KubeEmulator(clock=self.clock.now).start()
         self._exit.callback(self.emulator.close)
 
@@ -308,6 +351,11 @@ class Simulation:
         def record(name: str, value: float = 1, unit: str = "Count", **dimensions: str) -> None:
             self.metrics.append((name, value, dimensions))
 
+        from joiner.local.faults import CapacityInjector, inject_capacity_errors
+
+        self._capacity_events = [e for e in scenario.events if e.kind == "capacityError"]
+        self._invoking = "?"
+        self.injector = CapacityInjector(failing=self._capacity_fails, on_failure=self._capacity_failure)
         self.handlers: dict[str, ModuleType] = {}
         wanted = sorted(set(SCHEDULED) | set(QUEUE_CONSUMERS.values()))
         for name in wanted:
@@ -319,6 +367,8 @@ class Simulation:
             if hasattr(module, "reset"):
                 module.reset()
             module.configure(runtime)
+            if self._capacity_events:
+                inject_capacity_errors(runtime.aws.ec2, self._capacity_fails, injector=self.injector)
             self.handlers[name] = module
         self.result.handlers = sorted(self.handlers)
         if self.result.missing_handlers:
@@ -337,6 +387,7 @@ class Simulation:
                     module._cold.clear()  # noqa: SLF001
         self.result.instances = list(self.ec2.instances.values()) if hasattr(self, "ec2") else []
         self.result.interruptions = list(self.ec2.interruptions) if hasattr(self, "ec2") else []
+        self.result.rebalances = list(self.ec2.rebalances) if hasattr(self, "ec2") else []
         self.result.pods = list(self.cluster.pods.values()) if hasattr(self, "cluster") else []
         self._exit.close()
 
@@ -367,6 +418,7 @@ class Simulation:
 
         candidates = [now + MAX_STEP, *self._next_tick.values()]
         candidates += [self.start + e.at for e in self._events]
+        candidates += [self.start + e.until for e in self._capacity_events if e.until is not None]
         candidates += [t for t in check_times if t > now]
         boot = self.scenario.boot_delay
         candidates += [i.launched + boot for i in self.ec2.running() if i.instance_id not in self.cluster.registered]
@@ -416,7 +468,7 @@ class Simulation:
             node = self.cluster.register_node(instance.instance_id, instance.private_dns, instance.instance_type, instance.zone, boot)
             self._note("kubelet", f"node {node['metadata']['name']} registered",
                        f"{instance.instance_type} ({instance.capacity_type}, {instance.zone}) Ready")
-            for record in self.ec2.interruptions:
+            for record in [*self.ec2.interruptions, *self.ec2.rebalances]:
                 if instance.instance_id in self._replacements.get(record.instance_id, []) and record.replacement_ready is None:
                     record.replacement_ready = now
         self.cluster.reconcile()
@@ -438,11 +490,25 @@ class Simulation:
                     record.drained = now
             if record.terminated is None and instance.terminated is not None:
                 record.terminated, record.terminated_by = instance.terminated, instance.terminated_by
+        for rebalance in self.ec2.rebalances:
+            instance = self.ec2.instances[rebalance.instance_id]
+            node_obj = self.emulator.get("Node", rebalance.node) if rebalance.node else None
+            if rebalance.cordoned is None and node_obj is not None and (node_obj.get("spec") or {}).get("unschedulable"):
+                rebalance.cordoned = now
+            if rebalance.drained is None and rebalance.drain_started is not None and (
+                    node_obj is None or not self.cluster.pods_on(rebalance.node or "")):
+                rebalance.drained = now
+            if rebalance.terminated is None and instance.terminated is not None:
+                rebalance.terminated, rebalance.terminated_by = instance.terminated, instance.terminated_by
 
     def _scenario_event(self, event: Any) -> None:
         if event.kind == "scale":
             self.cluster.scale(event.workload, event.replicas)
             self._note("scenario", f"{event.workload} scaled to {event.replicas}", "")
+            return
+        if event.kind == "capacityError":
+            until = f"until {_fmt_delta(event.until)}" if event.until is not None else "until the end"
+            self._note("ec2", f"no capacity: {event.describe_offerings()}", f"CreateFleet answers InsufficientInstanceCapacity {until}")
             return
         candidates = [
             i for i in self.ec2.running()
@@ -458,9 +524,49 @@ class Simulation:
         instance = candidates[event.index]
         node = self.cluster.registered.get(instance.instance_id)
         pods = len(self.cluster.pods_on(node)) if node else 0
+        if event.kind == "rebalanceRecommendation":
+            policy = self._rebalance_policy(instance.node_pool)
+            self.ec2.recommend_rebalance(instance, node, pods, policy)
+            self._note("ec2", f"rebalance recommendation for {instance.instance_id}",
+                       f"node {node} ({instance.instance_type}, {pods} pods); NodePool {instance.node_pool} rebalance: {policy}")
+            return
         record = self.ec2.interrupt(instance, node, pods)
         self._note("ec2", f"spot interruption warning for {instance.instance_id}",
                    f"node {node} ({instance.instance_type}, {pods} pods); EC2 reclaims it at {_fmt_delta(record.deadline - self.start)}")
+
+    def _rebalance_policy(self, pool: str) -> str:
+        obj = self.emulator.get("NodePool", pool) if pool else None
+        return str((((obj or {}).get("spec") or {}).get("interruption") or {}).get("rebalance") or "replace")
+
+    # ------------------------------------------------------------ capacity errors
+
+    def _capacity_fails(self, instance_type: str, zone: str, capacity_type: str) -> bool:
+        now = self.clock.now()
+        return any(
+            self.start + e.at <= now and (e.until is None or now < self.start + e.until) and e.fails(instance_type, zone, capacity_type)
+            for e in self._capacity_events
+        )
+
+    def _capacity_failure(self, failure: Any) -> None:
+        self.result.capacity_failures.append(CapacityFailure(
+            self.clock.now(), self._invoking, failure.instance_type, failure.zone, failure.capacity_type, failure.code))
+
+    def _record_unavailable(self) -> list[UnavailableMark]:
+        """Offerings Joiner's state table holds as unavailable, newly seen."""
+        table = self.stack.dynamodb
+        items = []
+        for page in table.get_paginator("scan").paginate(
+                TableName=self.stack.state_table, FilterExpression="begins_with(pk, :p)", ExpressionAttributeValues={":p": {"S": "UNAVAILABLE#"}}):
+            items += page["Items"]
+        known = {(m.instance_type, m.zone, m.capacity_type, m.expires) for m in self.result.unavailable_marks}
+        new = []
+        for item in items:
+            expires = datetime.fromtimestamp(int(item["expiresAt"]["N"]), UTC)
+            key = (item["instanceType"]["S"], item["zone"]["S"], item["capacityType"]["S"], expires)
+            if key not in known:
+                new.append(UnavailableMark(self.clock.now(), *key, item.get("reason", {}).get("S", "")))
+        self.result.unavailable_marks.extend(sorted(new, key=lambda m: (m.instance_type, m.zone, m.capacity_type)))
+        return new
 
     # ------------------------------------------------------------ invoking handlers
 
@@ -470,6 +576,8 @@ class Simulation:
         module = self.handlers[name]
         nodes_before = {n["metadata"]["name"]: bool((n.get("spec") or {}).get("unschedulable")) for n in self.emulator.list("Node")}
         deletions_before = len(self.emulator.deletions)
+        failures_before = len(self.result.capacity_failures)
+        self._invoking = name
         self.result.invocations[name] += 1
         context = LambdaContext(aws_request_id=str(uuid.uuid4()), function_name=f"{self.scenario.cluster}-{name}",
                                 remaining_ms=60_000 if name in SCHEDULED else 300_000)
@@ -483,11 +591,19 @@ class Simulation:
             self.result.handler_errors.append(f"{_fmt_delta(self._elapsed())} {name}: {error}")
         launched, gone = self.ec2.observe(actor="joiner")
         actions: list[str] = []
+        failures = self.result.capacity_failures[failures_before:]
+        if failures:
+            by_offering = Counter(f"{f.instance_type} {f.capacity_type} in {f.zone}" for f in failures)
+            actions.append(f"{failures[0].code} for " + ", ".join(sorted(by_offering)))
+            marks = self._record_unavailable()
+            if marks:
+                until = max(m.expires for m in marks)
+                actions.append(f"marked {len(marks)} offering{'s' if len(marks) != 1 else ''} unavailable until {_fmt_delta(until - self.start)}")
         if launched:
             by_kind = Counter(f"{i.instance_type} ({i.capacity_type})" for i in launched)
             actions.append("launched " + ", ".join(f"{n} x {k}" if n > 1 else k for k, n in sorted(by_kind.items())))
             if name == "interruption":
-                for record in self.ec2.interruptions:
+                for record in [*self.ec2.interruptions, *self.ec2.rebalances]:
                     if record.replacement_ready is None and record.terminated is None:
                         self._replacements.setdefault(record.instance_id, []).extend(i.instance_id for i in launched)
         nodes_after = {n["metadata"]["name"]: bool((n.get("spec") or {}).get("unschedulable")) for n in self.emulator.list("Node")}
@@ -495,6 +611,7 @@ class Simulation:
         if cordoned:
             actions.append("cordoned " + ", ".join(cordoned))
         new = self.emulator.deletions[deletions_before:]
+        self._record_deletions(name, new)
         evicted = Counter(d.via for d in new if d.kind == "Pod")
         if evicted.get("eviction"):
             actions.append(f"evicted {evicted['eviction']} pod{'s' if evicted['eviction'] != 1 else ''}")
@@ -516,6 +633,19 @@ class Simulation:
             self._instance_gone(instance)
         self._settle(observe=False)
         return response
+
+    def _record_deletions(self, function: str, deletions: list[Any]) -> None:
+        now = self.clock.now()
+        for deletion in deletions:
+            if deletion.kind != "Pod":
+                continue
+            key = f"{deletion.namespace}/{deletion.name}"
+            record = self.cluster.pods.get(key)
+            node = record.node if record is not None else None
+            self.result.pod_deletions.append(PodDeletion(now, key, node, deletion.via, deletion.grace_period_seconds, function))
+            for rebalance in self.ec2.rebalances:
+                if node is not None and rebalance.node == node and rebalance.drain_started is None:
+                    rebalance.drain_started = now
 
     def _drain_queues(self) -> None:
         from joiner.local.lambdas import sqs_event
@@ -567,15 +697,20 @@ class Simulation:
         from joiner.domain import labels as wk
 
         nodes: Counter[str] = Counter()
+        cordoned: Counter[str] = Counter()
+        capacity: Counter[str] = Counter()
         for node in self.emulator.list("Node"):
             labels = node["metadata"].get("labels") or {}
             instance_id = (node.get("spec") or {}).get("providerID", "").rsplit("/", 1)[-1]
             instance = self.ec2.instances.get(instance_id)
             if instance is not None and instance.managed:
                 nodes[labels.get(wk.INSTANCE_TYPE, instance.instance_type)] += 1
+                capacity[instance.capacity_type] += 1
+                if (node.get("spec") or {}).get("unschedulable"):
+                    cordoned[instance.node_pool] += 1
         launched = Counter(i.instance_type for i in self.ec2.instances.values() if i.managed)
         sample = Sample(self._elapsed(), dict(nodes), self.cluster.pending_pods(), round(self.ec2.cost_per_hour(), 4), dict(launched),
-                        sum(1 for p in self.cluster.pods.values() if p.lost))
+                        sum(1 for p in self.cluster.pods.values() if p.lost), dict(cordoned), dict(capacity))
         if self.result.samples and self.result.samples[-1].at == sample.at:
             self.result.samples[-1] = sample
         else:
@@ -612,6 +747,20 @@ class Simulation:
                 results.append(CheckResult(check.describe(), sample.pending == value, f"got {sample.pending}"))
             elif name == "podsLost":
                 results.append(CheckResult(check.describe(), sample.lost == value, f"got {sample.lost}"))
+            elif name == "pendingMax":
+                got_seconds = max(pending, default=0.0)
+                results.append(CheckResult(check.describe(), got_seconds <= value.total_seconds(), f"got {got_seconds:.0f}s"))
+            elif name == "capacityErrors":
+                until = self.start + check.at if check.at is not None else None
+                got_count = sum(1 for f in self.result.capacity_failures if until is None or f.at <= until)
+                results.append(CheckResult(check.describe(), got_count == value, f"got {got_count}"))
+            elif name == "costPerHourAtMost":
+                results.append(CheckResult(check.describe(), sample.cost <= value + 1e-9, f"got ${sample.cost:.4f}"))
+            elif name == "rebalancesHandled":
+                rebalances = self.ec2.rebalances
+                ok = bool(rebalances) and all(r.handled for r in rebalances)
+                detail = f"{sum(r.handled for r in rebalances)}/{len(rebalances)} handled as their NodePool asks"
+                results.append(CheckResult(check.describe(), ok == value, detail))
             elif name in ("pendingP50", "pendingP99"):
                 got_seconds = percentile(pending, 50 if name == "pendingP50" else 99)
                 results.append(CheckResult(check.describe(), got_seconds <= value.total_seconds(), f"got {got_seconds:.0f}s"))
