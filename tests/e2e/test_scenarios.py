@@ -99,9 +99,7 @@ def test_rebalance_on_a_replacing_nodepool_drains_only_once_the_replacement_is_r
     replaced = next(r for r in rebalance.rebalances if r.policy == "replace")
     assert replaced.cordoned is not None and replaced.cordoned - replaced.warned <= timedelta(seconds=1)
     assert replaced.terminated_by == "joiner" and rebalance.pods_lost == 0
-    if replaced.replacement_ready is None:
-        pytest.xfail("Joiner bug: the interruption service plans no replacement claim for the node's pods "
-                     "(log 'replacement planned' with claims: []), so the drain starts at once and the pods pend one boot")
+    assert replaced.replacement_ready is not None, "no replacement Node became Ready"
     assert replaced.drain_started is not None and replaced.replacement_ready <= replaced.drain_started
     moved = [p for p in rebalance.pods if p.created >= replaced.warned]
     assert moved and max(p.pending_seconds(rebalance.start + timedelta(seconds=rebalance.simulated_seconds)) for p in moved) <= 60

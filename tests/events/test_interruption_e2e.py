@@ -12,9 +12,10 @@ import pytest
 
 from joiner.domain import labels as wk
 from joiner.domain.model import OfferingKey
+from joiner.ports import ClaimRecord
 from joiner.settings import get_settings
 from tests.events.fixtures import KINDS
-from tests.events.world import CLUSTER, AwsBase, SqsTime, World
+from tests.events.world import CLUSTER, T0, AwsBase, SqsTime, World
 from tests.support.aws import SerialMotoServer, fake_credentials
 from tests.support.kube_emulator import KubeEmulator
 
@@ -294,6 +295,34 @@ def test_replacement_is_launched_before_the_drain_ends(world: World) -> None:
     world.publish("spot_interruption.json", instance)
     world.deliver_interruptions()
     assert len([i for i in world.fleet_instances() if i["tags"].get(wk.NODECLAIM) != "default-n1"]) == len(replacements)
+
+
+def test_a_node_launched_for_exactly_its_pods_still_gets_a_replacement(world: World) -> None:
+    """The node's claim was launched by the scanner for exactly the pods it runs, so the
+    replacement plan derives the same claim id: that claim (its node is going) must not pass
+    for the replacement."""
+    from joiner.services.provisioning import claim_id_for
+
+    instance = world.launch_node("n1", claim=False)
+    world.add_pod("n1-web-1", "n1", cpu="1")
+    world.add_pod("n1-web-2", "n1", cpu="1")
+    uids = [p["metadata"]["uid"] for p in world.kube.list_pods_on_node("n1")]
+    own_claim = claim_id_for("default", uids)
+    world.runtime.state.put_claim(ClaimRecord(
+        claim_id=own_claim, node_pool="default", state="initialized", created_at=T0 - timedelta(hours=1), instance_id=instance,
+        instance_type="c5.xlarge", zone="us-east-1a", capacity_type="spot", node_name="n1", price=0.07,
+        pods=("default/n1-web-1", "default/n1-web-2"),
+    ))
+    world.publish("rebalance_recommendation.json", instance)
+    response, _ = world.deliver_interruptions()
+    assert response == {"batchItemFailures": []}
+    stored = world.runtime.state.get_item("TERMINATION", "n1")
+    assert stored["replacementClaims"] and own_claim not in stored["replacementClaims"]
+    (replacement,) = [world.runtime.state.get_claim(c) for c in stored["replacementClaims"]]
+    assert replacement.state == "launched" and replacement.instance_id != instance
+    assert sorted(replacement.pods) == ["default/n1-web-1", "default/n1-web-2"]
+    # rebalance: nothing is evicted before the replacement is Ready
+    assert world.evictions() == []
 
 
 def test_cold_start_builds_the_runtime_from_the_environment(world: World, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -238,6 +238,9 @@ class ClusterView:
             self._all_pods = work.snapshot.pods
             self._round = work
         excluded = frozenset(self.disrupted)
+        work.retiring_claims = {c.claim_id for c in work.claims if c.node_name in excluded} | {
+            claim for n in self._all_nodes if n.name in excluded and (claim := n.labels.get(wk.NODECLAIM))
+        }
         work.nodes = tuple(n for n in self._all_nodes if n.name not in excluded)
         work.snapshot = dataclasses.replace(
             work.snapshot,

@@ -279,6 +279,8 @@ class _Round:
         self.plans = 0
         #: open claims by id, kept current as this round reserves, launches and closes them
         self.open_by_id: dict[str, ClaimRecord] = {}
+        #: claims of nodes being taken away (replacement rounds): they never host the pods again
+        self.retiring_claims: set[str] = set()
 
     def renew_lease(self) -> None:
         """Keep the lease while a long launch wave runs (every :data:`LEASE_RENEW_SECONDS`).
@@ -550,7 +552,10 @@ class _Round:
         return _Job(job_plan, claim_id, pods, pool, env, tuple(candidates), arch)
 
     def _claim_identity(self, pool: str, pod_ids: Sequence[str]) -> tuple[str, ClaimRecord | None]:
-        """The first id in the claim's generation sequence that is not closed."""
+        """The first id in the claim's generation sequence that is not closed, terminating or
+        retiring. A node's pods replanned for its replacement are often exactly the pods its
+        own claim was launched for: that claim (its node is going away) must not count as
+        the replacement."""
         for generation in range(1000):
             claim_id = claim_id_for(pool, pod_ids, generation)
             existing = self.open_by_id.get(claim_id)
@@ -558,7 +563,7 @@ class _Round:
                 existing = self.state.get_claim(claim_id)
             if existing is None:
                 return claim_id, None
-            if existing.state not in (CLOSED, TERMINATING):
+            if existing.state not in (CLOSED, TERMINATING) and claim_id not in self.retiring_claims:
                 return claim_id, existing
         raise RuntimeError(f"NodePool {pool}: 1000 closed claims for the same pods")
 
