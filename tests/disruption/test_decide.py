@@ -338,3 +338,28 @@ def test_decision_is_deterministic_whatever_the_input_order():
     objects = [pool(), *[managed_node(f"n{i}", "c5.xlarge") for i in range(4)], *[running_pod(f"p{i}", f"n{i}", cpu="700m") for i in range(4)]]
     first = run(*objects).to_dict()
     assert run(*reversed(objects)).to_dict() == first
+
+
+def test_room_promised_to_pending_pods_on_an_in_flight_claim_is_not_free():
+    """An in-flight claim launched for three pending pods has room for a fourth pod only on
+    paper: consolidation must not move a node's pod there."""
+    from dataclasses import replace
+
+    from joiner.domain.model import InFlightClaim
+    from joiner.domain.requirements import Requirements
+    from tests.disruption.builders import CATALOG
+
+    c5 = CATALOG.instance_type("c5.xlarge")
+    claim = InFlightClaim(
+        name="claim-new", node_pool="default", instance_type="c5.xlarge", zone="us-east-1a", capacity_type="on-demand",
+        allocatable=c5.allocatable, capacity=c5.capacity,
+        requirements=Requirements.from_labels({wk.INSTANCE_TYPE: "c5.xlarge", wk.ZONE: "us-east-1a", wk.CAPACITY_TYPE: "on-demand", wk.NODEPOOL: "default"}),
+    )
+    node = (pool(), managed_node("n1", "c5.xlarge"), running_pod("p1", "n1"))
+    # An in-flight claim nobody waits for is room: n1's pod moves there and n1 is deleted.
+    assert [(c.nodes, c.replacements) for c in run(*node, in_flight=(claim,)).commands] == [(("n1",), ())]
+    # The same claim launched for three pending one-CPU pods has no room left for p1.
+    waiting = [pod_json(f"q{i}", cpu="1", memory="1Gi", labels={"app": "batch"}, uid=f"uid-q{i}") for i in range(3)]
+    promised = replace(claim, pods=tuple(f"default/q{i}" for i in range(3)))
+    decision = run(*node, *waiting, in_flight=(promised,))
+    assert all(command.replacements for command in decision.commands if "n1" in command.nodes)

@@ -585,12 +585,20 @@ class _Pass:
     # ------------------------------------------------------------ simulation
 
     def _solve(self, pending: Sequence[Pod], exclude: frozenset[str]) -> Plan:
+        """Plan ``pending`` on the nodes outside ``exclude``, in-flight claims and new claims.
+
+        The pending pods in-flight claims were launched for go into the problem too (the
+        planner puts them on their claims first), so room promised to them never passes for
+        free space; the returned plan speaks only of ``pending``."""
         snap = self.inp.snapshot
         nodes = tuple(n for n in snap.nodes if n.name not in exclude and not n.deleting)
         bound = tuple(p for p in snap.bound_pods if p.node_name not in exclude)
+        requested = {p.key for p in pending}
+        promised_keys = {key for claim in self.inp.in_flight for key in claim.pods} - requested
+        promised = tuple(p for p in snap.pending_pods if p.key in promised_keys)
         self.simulations += 1
         problem = SchedulingProblem(
-            pending=tuple(pending),
+            pending=tuple(pending) + promised,
             nodes=nodes,
             bound_pods=bound,
             daemonsets=snap.daemonsets,
@@ -600,7 +608,8 @@ class _Pass:
             unavailable=self.inp.unavailable,
             pool_usage=self.inp.pool_usage,
         )
-        return solve(problem)
+        plan = solve(problem)
+        return _only(plan, requested) if promised else plan
 
     def _replacement(self, claim: NodeClaimPlan, drop_types: frozenset[str] = frozenset(), max_price: float | None = None) -> Replacement | None:
         """The claim as a replacement: same-type and too dear types dropped; None if none is left."""
@@ -1006,3 +1015,17 @@ def validate(command: Command, inp: DisruptionInput) -> tuple[Command | None, st
         if result.replacements[0].price > command.replacements[0].price + _EPSILON:
             return None, "simulation changed: the replacement is dearer"
     return result, ""
+
+
+def _only(plan: Plan, keys: set[str]) -> Plan:
+    """``plan`` restricted to the pods in ``keys``: claims and placements holding none of
+    them are dropped, the others list only theirs."""
+    claims = tuple(
+        replace(claim, pods=tuple(k for k in claim.pods if k in keys))
+        for claim in plan.node_claims if any(k in keys for k in claim.pods)
+    )
+    existing = tuple(
+        replace(node, pods=tuple(k for k in node.pods if k in keys))
+        for node in plan.existing_nodes if any(k in keys for k in node.pods)
+    )
+    return Plan(claims, existing, tuple(u for u in plan.unschedulable if u.pod in keys))
