@@ -114,11 +114,11 @@ def check_lines(result: SimulationResult) -> list[str]:
 
 
 def _chart(samples: Sequence[Sample], total: float, marks: Sequence[tuple[float, str]]) -> str:
-    width, height, left, right, top, bottom = 900, 320, 50, 60, 20, 40
+    width, height, left, right, top, bottom = 900, 345, 50, 60, 20, 65
     plot_w, plot_h = width - left - right, height - top - bottom
     total = max(total, 1.0)
     counts = [max(sum(s.nodes.values()), s.pending) for s in samples] or [0]
-    y_max = max(1, max(counts))
+    y_max = 4 * max(1, -(-max(counts) // 4))  # whole-number gridlines: four equal integer steps
     cost_max = max([s.cost for s in samples] + [0.01])
 
     def x(seconds: float) -> float:
@@ -165,7 +165,7 @@ def _chart(samples: Sequence[Sample], total: float, marks: Sequence[tuple[float,
         lx = left + index * 200
         parts.append(f'<rect x="{lx}" y="{height - 14}" width="12" height="4" fill="{color}"/>')
         parts.append(f'<text x="{lx + 16}" y="{height - 9}" font-size="12">{label}</text>')
-    parts.append(f'<text x="{left + plot_w / 2}" y="{top + plot_h + 30}" text-anchor="middle" font-size="11">simulated time</text>')
+    parts.append(f'<text x="{left + plot_w / 2}" y="{top + plot_h + 30}" text-anchor="middle" font-size="11" fill="#555">simulated time</text>')
     parts.append("</svg>")
     return "".join(parts)
 
