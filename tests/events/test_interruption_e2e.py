@@ -405,6 +405,16 @@ def test_a_burst_in_one_batch_is_replaced_together_and_never_onto_its_own_nodes(
     assert len(world.evictions()) == 9
 
 
+def test_a_burst_on_one_offering_marks_it_unavailable_once(world: World) -> None:
+    instances = [world.launch_node(f"n{index}", zone="us-east-1b") for index in range(3)]
+    for instance in instances:
+        world.publish("spot_interruption.json", instance)
+    response, messages = world.deliver_interruptions()
+    assert len(messages) == 3 and response == {"batchItemFailures": []}
+    assert world.metrics.total("OfferingsMarkedUnavailable") == 1
+    assert OfferingKey("c5.xlarge", "us-east-1b", "spot") in world.runtime.state.unavailable_offerings(world.clock.now())
+
+
 def test_two_events_for_one_node_in_one_batch_act_once_and_keep_the_earlier_deadline(world: World) -> None:
     instance = populate(world)
     world.add_pdb("web", "web", min_available=2)

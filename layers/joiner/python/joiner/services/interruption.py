@@ -116,6 +116,7 @@ class ClusterView:
     _all_nodes: tuple[Any, ...] = ()
     _all_pods: tuple[Pod, ...] = ()
     _replacing: dict[str, Pod] = field(default_factory=dict)
+    _marked: set[OfferingKey] = field(default_factory=set)
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
     _planning: threading.Condition = field(default_factory=threading.Condition, repr=False)
     _waiting: list[_ReplacementRequest] = field(default_factory=list, repr=False)
@@ -145,6 +146,14 @@ class ClusterView:
                 node = nodes.get(instance_id)
                 if node is not None:
                     self.disrupted.add(node["metadata"]["name"])
+
+    def first_mark(self, offering: OfferingKey) -> bool:
+        """True the first time the invocation marks ``offering`` unavailable."""
+        with self._lock:
+            if offering in self._marked:
+                return False
+            self._marked.add(offering)
+            return True
 
     def claim_for(self, instance_id: str) -> ClaimRecord | None:
         """The instance's claim: from the open claims read once, else looked up (it may be closed)."""
@@ -368,7 +377,7 @@ def _handle_instance(runtime: Runtime, view: ClusterView, event: InterruptionEve
     runtime.count("InterruptionActions", action=action.kind, kind=event.kind)
     logger.info("acting on interruption", extra={"instance": instance_id, "node": node_name, "kind": event.kind, "action": action.kind, "deadline": action.deadline.isoformat() if action.deadline else None, "event_id": event.event_id})
     if action.mark_unavailable:
-        _mark_unavailable(runtime, claim, labels, now, event)
+        _mark_unavailable(runtime, claim, labels, now, event, view)
 
     if node is None:
         if action.kind == di.ACTION_REPLACE_THEN_DRAIN:
@@ -416,12 +425,17 @@ def _pool_from_tags(runtime: Runtime, instance_id: str) -> str | None:
     return None
 
 
-def _mark_unavailable(runtime: Runtime, claim: ClaimRecord | None, labels: dict[str, str], now: datetime, event: InterruptionEvent) -> None:
+def _mark_unavailable(
+    runtime: Runtime, claim: ClaimRecord | None, labels: dict[str, str], now: datetime, event: InterruptionEvent, view: ClusterView,
+) -> None:
     instance_type = (claim.instance_type if claim else None) or labels.get(wk.INSTANCE_TYPE)
     zone = (claim.zone if claim else None) or labels.get(wk.ZONE)
     if not instance_type or not zone:
         return
-    runtime.state.mark_unavailable(OfferingKey(instance_type, zone, wk.CAPACITY_TYPE_SPOT), now + UNAVAILABLE_FOR, f"{event.kind} {event.event_id}")
+    key = OfferingKey(instance_type, zone, wk.CAPACITY_TYPE_SPOT)
+    if not view.first_mark(key):
+        return  # a burst reclaims many nodes of one offering: one write per invocation is enough
+    runtime.state.mark_unavailable(key, now + UNAVAILABLE_FOR, f"{event.kind} {event.event_id}")
     runtime.count("OfferingsMarkedUnavailable", reason=event.kind)
 
 
