@@ -14,53 +14,27 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_lambda_powertools.utilities.parser import ValidationError, parse
-from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
-
+from joiner.events.scheduled import ColdStart, ScheduledEventError, manual_run_fields
 from joiner.observability import handler_entry, logger
 from joiner.services.provisioning import run_scanner
 
-SCHEDULED_EVENT = "Scheduled Event"
 MODES = ("economy", "responsive")
 
-_cold: dict[str, Any] = {}
+cold_start = ColdStart()
+configure = cold_start.configure
+reset = cold_start.reset
 
 
-class ScannerEventError(ValueError):
+class ScannerEventError(ScheduledEventError):
     """The invocation payload is neither a scheduled event nor a manual-run request."""
-
-
-def configure(runtime: Any = None) -> Any:
-    """The runtime for this execution environment (built from the settings on first use;
-    tests pass their own)."""
-    if runtime is None:
-        from joiner.services.context import build_runtime
-        from joiner.settings import get_settings
-
-        runtime = build_runtime(get_settings())
-    _cold["runtime"] = runtime
-    return runtime
 
 
 def scan_mode(event: Any) -> str | None:
     """The mode an event asks for (None: the configured one). Raises :class:`ScannerEventError`."""
-    if event is None or event == {}:
+    fields = manual_run_fields(event, "scanner", ("mode",), ScannerEventError)
+    if not fields:
         return None
-    if not isinstance(event, dict):
-        raise ScannerEventError(f"scanner: expected a JSON object, got {type(event).__name__}")
-    if "detail-type" in event or "source" in event:
-        try:
-            parsed = parse(event=event, model=EventBridgeModel)
-        except ValidationError as error:
-            problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in error.errors())
-            raise ScannerEventError(f"scanner: malformed EventBridge event: {problems}") from None
-        if parsed.detail_type != SCHEDULED_EVENT:
-            raise ScannerEventError(f"scanner: expected detail-type {SCHEDULED_EVENT!r}, got {parsed.detail_type!r}")
-        return None
-    unknown = sorted(set(event) - {"mode"})
-    if unknown:
-        raise ScannerEventError(f"scanner: unknown field(s) {', '.join(unknown)} (a manual run takes only 'mode')")
-    mode = event.get("mode")
+    mode = fields.get("mode")
     if mode not in MODES:
         raise ScannerEventError(f"scanner: mode must be one of {', '.join(MODES)}, got {mode!r}")
     return str(mode)
@@ -69,8 +43,7 @@ def scan_mode(event: Any) -> str | None:
 @handler_entry
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     mode = scan_mode(event)
-    runtime = _cold.get("runtime") or configure()
-    runtime.invocation_id = getattr(context, "aws_request_id", None) or runtime.invocation_id
+    runtime = cold_start.runtime(context)
     remaining = getattr(context, "get_remaining_time_in_millis", None)
     summary = run_scanner(runtime, mode, remaining_ms=remaining)
     result = summary.to_dict()

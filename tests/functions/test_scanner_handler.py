@@ -72,7 +72,7 @@ def handler(world: FakeWorld) -> Any:
     module = load_handler()
     module.configure(world.runtime(settings=world.settings(scanner_mode="economy")))
     yield module
-    module._cold.clear()
+    module.reset()
 
 
 def test_scheduled_event_runs_a_scan_and_returns_the_summary(handler: Any, world: FakeWorld) -> None:
@@ -85,13 +85,13 @@ def test_scheduled_event_runs_a_scan_and_returns_the_summary(handler: Any, world
 
 
 def test_the_request_id_owns_the_lease_and_the_runtime_is_reused(handler: Any, world: FakeWorld) -> None:
-    runtime = handler._cold["runtime"]
+    runtime = handler.cold_start.runtime()
     owners: list[str] = []
     original = world.state.acquire_lease
     world.state.acquire_lease = lambda name, owner, now, ttl: owners.append(owner) or original(name, owner, now, ttl)  # type: ignore[method-assign]
     handler.handler(SCHEDULED_EVENT, LambdaContext(aws_request_id="r-1"))
     handler.handler(SCHEDULED_EVENT, LambdaContext(aws_request_id="r-2"))
-    assert owners == ["r-1", "r-2"] and handler._cold["runtime"] is runtime
+    assert owners == ["r-1", "r-2"] and handler.cold_start.runtime() is runtime
     assert world.state.lease_holder(LEASE_NAME) is None
 
 
@@ -121,7 +121,7 @@ def test_cold_start_builds_the_runtime_from_the_environment(monkeypatch: pytest.
     from joiner.settings import get_settings
 
     module = load_handler()
-    module._cold.clear()
+    module.reset()
     monkeypatch.setenv("JOINER_CLUSTER_NAME", "from-env")
     monkeypatch.setenv("JOINER_STATE_TABLE", "table-from-env")
     get_settings.cache_clear()
@@ -130,5 +130,5 @@ def test_cold_start_builds_the_runtime_from_the_environment(monkeypatch: pytest.
         assert runtime.settings.cluster_name == "from-env" and runtime.settings.state_table == "table-from-env"
         assert runtime.kube_port is None and runtime.ec2_port is None  # adapters are built on first use
     finally:
-        module._cold.clear()
+        module.reset()
         get_settings.cache_clear()

@@ -381,10 +381,7 @@ class Simulation:
     def _teardown(self) -> None:
         for module in self.handlers.values():
             with contextlib.suppress(Exception):
-                if hasattr(module, "reset"):
-                    module.reset()
-                elif hasattr(module, "_cold"):
-                    module._cold.clear()  # noqa: SLF001
+                module.reset()
         self.result.instances = list(self.ec2.instances.values()) if hasattr(self, "ec2") else []
         self.result.interruptions = list(self.ec2.interruptions) if hasattr(self, "ec2") else []
         self.result.rebalances = list(self.ec2.rebalances) if hasattr(self, "ec2") else []
