@@ -41,6 +41,12 @@ LIMIT_REACHED = "LimitReached"  # count: a launch refused because a NodePool lim
 INTERRUPTIONS = "InterruptionActions"  # count, dimensions action and kind: interruption events acted upon
 SCAN_COMPLETED = "ScanCompleted"  # count: one per finished scan (the scanner's heartbeat)
 MANAGED_COST_PER_HOUR = "ManagedCostPerHour"  # gauge, USD/hour of the nodes Joiner manages
+DISRUPTION_COMMANDS = "DisruptionCommandsExecuted"  # count, dimension method
+NODES_DISRUPTED = "NodesDisrupted"  # count, dimension method
+DISRUPTION_DROPPED = "DisruptionCommandsDropped"  # count: commands the 15 s re-simulation dropped
+GARBAGE_COLLECTED = "GarbageCollected"  # count, dimension kind
+GARBAGE_COLLECTION_ERRORS = "GarbageCollectionErrors"  # count, dimension kind
+SPOT_PRICES_UNAVAILABLE = "SpotPricesUnavailable"  # count: spot price history could not be read
 
 PENDING_POD_AGE_THRESHOLD_SECONDS = 300
 CAPACITY_ERROR_THRESHOLD = 10
@@ -185,6 +191,26 @@ class Monitoring(Construct):
                 title="Function duration p99 (ms)",
                 left=[function.metric_duration(statistic="p99", period=FIVE_MINUTES, label=name) for name, function in functions.items()],
                 width=8,
+            ),
+        )
+        self.dashboard.add_widgets(
+            cloudwatch.GraphWidget(
+                title="Disruption",
+                left=[
+                    summed_over_dimensions(DISRUPTION_COMMANDS, "commands executed", FIVE_MINUTES),
+                    summed_over_dimensions(NODES_DISRUPTED, "nodes disrupted", FIVE_MINUTES),
+                    joiner_metric(DISRUPTION_DROPPED, "Sum", FIVE_MINUTES, "dropped at validation"),
+                ],
+                width=12,
+            ),
+            cloudwatch.GraphWidget(
+                title="Garbage collection and spot prices",
+                left=[
+                    summed_over_dimensions(GARBAGE_COLLECTED, "collected", FIVE_MINUTES),
+                    summed_over_dimensions(GARBAGE_COLLECTION_ERRORS, "gc errors", FIVE_MINUTES),
+                    joiner_metric(SPOT_PRICES_UNAVAILABLE, "Sum", FIVE_MINUTES, "spot prices unavailable"),
+                ],
+                width=12,
             ),
         )
         self.dashboard.add_widgets(

@@ -382,6 +382,8 @@ def test_dashboard_shows_pending_pods_launches_interruptions_and_cost(synthesize
     assert {"ClaimsLaunched", "NodesTerminated", "CapacityErrors", "LimitReached"} <= shown["Launches"]
     assert {"InterruptionActions", "NumberOfMessagesReceived"} <= shown["Interruptions"]
     assert shown["Cost per hour of managed nodes (USD)"] == {"ManagedCostPerHour"}
+    assert shown["Disruption"] == {"DisruptionCommandsExecuted", "NodesDisrupted", "DisruptionCommandsDropped"}
+    assert shown["Garbage collection and spot prices"] == {"GarbageCollected", "GarbageCollectionErrors", "SpotPricesUnavailable"}
 
 
 # ---------------------------------------------------------------- private-cluster variant
