@@ -363,3 +363,42 @@ def test_room_promised_to_pending_pods_on_an_in_flight_claim_is_not_free():
     promised = replace(claim, pods=tuple(f"default/q{i}" for i in range(3)))
     decision = run(*node, *waiting, in_flight=(promised,))
     assert all(command.replacements for command in decision.commands if "n1" in command.nodes)
+
+
+# ---------------------------------------------------------------- spot to spot
+
+
+def _spot_catalog(count: int):  # type: ignore[no-untyped-def]
+    """``count`` two-CPU spot types priced 0.010, 0.011, ... and one eight-CPU type at 0.40."""
+    from joiner.domain.catalog import parse_catalog
+
+    def entry(name: str, cpu: str, memory: str, price: float) -> dict:
+        return {"name": name, "capacity": {"cpu": cpu, "memory": memory, "pods": "29"}, "labels": {"kubernetes.io/arch": "amd64"},
+                "offerings": [{"zone": "us-east-1a", "capacityType": "spot", "price": price}]}
+
+    entries = [entry(f"s{index:02d}.large", "2", "4Gi", round(0.010 + index / 1000, 3)) for index in range(count)]
+    entries.append(entry("c5.2xlarge", "8", "16Gi", 0.40))
+    return parse_catalog({"region": "us-east-1", "instanceTypes": entries})
+
+
+def _spot_decision(count: int):  # type: ignore[no-untyped-def]
+    from joiner.domain.disruption import DisruptionInput, decide
+    from joiner.domain.planning import instance_types_by_pool
+
+    names = [f"s{index:02d}.large" for index in range(count)] + ["c5.2xlarge"]
+    snap = snapshot(pool(types=names, capacity_types=["spot"]), managed_node("n1", "c5.2xlarge", capacity_type="spot"), running_pod("p1", "n1"))
+    types = instance_types_by_pool(snap.node_pools, snap.node_classes, _spot_catalog(count))
+    return decide(DisruptionInput(snapshot=snap, instance_types=types, now=T0))
+
+
+def test_spot_to_spot_replacement_needs_fifteen_cheaper_types():
+    # Fourteen cheaper spot types would save 94%, but the replacement would sit in shallow pools.
+    assert _spot_decision(14).commands == ()
+
+
+def test_spot_to_spot_replacement_offers_only_the_fifteen_cheapest_types():
+    (command,) = _spot_decision(20).commands
+    (replacement,) = command.replacements
+    assert replacement.capacity_types == ("spot",)
+    assert replacement.instance_types == tuple(f"s{index:02d}.large" for index in range(15))
+    assert replacement.price == pytest.approx(0.024)  # the dearest of the fifteen, not of all twenty

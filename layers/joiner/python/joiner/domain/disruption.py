@@ -75,6 +75,10 @@ VALIDATION_DELAY = timedelta(seconds=15)
 #: pod of default priority on a young node): a replacement that saves pennies does not
 #: evict a busy node.
 EVICTION_COST_PER_HOUR = 0.001
+#: A spot node is replaced by one cheaper spot node only with at least this many cheaper
+#: instance types to choose from, and only the cheapest this many are offered (Karpenter's
+#: spot-to-spot consolidation rule).
+MIN_SPOT_TO_SPOT_TYPES = 15
 #: Candidates the multi-node binary search looks at (Karpenter's limit too).
 MAX_MULTI_CANDIDATES = 100
 #: Single-node simulations per pass (after the cheap pre-filter).
@@ -635,6 +639,13 @@ class _Pass:
             pods=claim.pods,
         )
 
+    def _truncated(self, replacement: Replacement, count: int) -> Replacement:
+        """``replacement`` offering only its ``count`` cheapest types (worst-case price recomputed)."""
+        types = self.types.get(replacement.node_pool, {})
+        kept = replacement.instance_types[:count]
+        prices = [worst_case_price(types[name], replacement.zones, replacement.capacity_types, self.inp.unavailable) for name in kept]
+        return replace(replacement, instance_types=kept, price=max(p for p in prices if p is not None))
+
     def simulate(self, group: Sequence[_Candidate], extra_exclude: frozenset[str] = frozenset()) -> Plan:
         exclude = frozenset(c.name for c in group) | frozenset(self.going) | extra_exclude
         pods = tuple(sorted((p for c in group for p in c.pods), key=lambda p: p.key))
@@ -669,6 +680,16 @@ class _Pass:
         replacement = self._replacement(plan.node_claims[0], drop_types=same, max_price=current - required)
         if replacement is None:
             return None, f"no replacement cheaper by ${required:.4f}/h at its worst-case price"
+        if len(group) == 1 and _is_spot(group[0]) and replacement.capacity_types == (wk.CAPACITY_TYPE_SPOT,):
+            # Spot to spot (Karpenter's rule): replacing one spot node with a cheaper spot node
+            # is only worth it with enough cheaper types for price-capacity-optimized to choose
+            # from, else the replacement lands in the shallow pools that get interrupted first;
+            # and only the cheapest of them are offered, so the next pass has no reason to
+            # "consolidate" the replacement again (no churn ladder).
+            if len(replacement.instance_types) < MIN_SPOT_TO_SPOT_TYPES:
+                return None, (f"spot-to-spot replacement needs {MIN_SPOT_TO_SPOT_TYPES} cheaper instance types, "
+                              f"{len(replacement.instance_types)} available")
+            replacement = self._truncated(replacement, MIN_SPOT_TO_SPOT_TYPES)
         savings = current - replacement.price
         return Command(
             CONSOLIDATION, tuple(c.name for c in group), (replacement,), savings,
@@ -1029,3 +1050,7 @@ def _only(plan: Plan, keys: set[str]) -> Plan:
         for node in plan.existing_nodes if any(k in keys for k in node.pods)
     )
     return Plan(claims, existing, tuple(u for u in plan.unschedulable if u.pod in keys))
+
+
+def _is_spot(candidate: _Candidate) -> bool:
+    return candidate.node.labels.get(wk.CAPACITY_TYPE) == wk.CAPACITY_TYPE_SPOT
