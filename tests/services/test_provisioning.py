@@ -12,7 +12,8 @@ import pytest
 
 from joiner.domain import labels as wk
 from joiner.domain.launch import client_token
-from joiner.domain.model import OfferingKey
+from joiner.domain.model import OfferingKey, nodepool_hash
+from joiner.domain.snapshot import parse_node_pool
 from joiner.domain.resources import Resources
 from joiner.ports import ClaimRecord, Ec2Error
 from joiner.services.provisioning import (
@@ -93,6 +94,8 @@ def test_pending_pods_become_one_launched_claim_with_tags_events_and_metrics(wor
     assert claim is not None and claim.state == "launched"
     assert claim.instance_id == launched.instance_id and claim.instance_type == "c5.xlarge" and claim.price == pytest.approx(0.17)
     assert claim.launched_at == world.clock.now() and sorted(claim.pods) == sorted(launched.pods)
+    pool = parse_node_pool(world.kube.list_node_pools()[0])
+    assert claim.pool_hash == nodepool_hash(pool) != ""  # stamped on the Node at registration (template drift)
     reservation = world.state.reservations("default")[launched.claim_id]
     assert reservation["nodes"] == 1000 and reservation["cpu"] == 4 * CPU  # the launched c5.xlarge, not the largest candidate
     assert claim.reserved == reservation
@@ -680,6 +683,9 @@ def test_state_contract_claims(any_state) -> None:  # type: ignore[no-untyped-de
         any_state.update_claim("missing", state="closed")
     any_state.update_claim("default-1", state="closed", closed_at=now, reason="test")
     assert any_state.open_claims() == [] and any_state.get_claim("default-1").state == "closed"
+    assert any_state.get_claim("default-1").pool_hash == ""
+    any_state.put_claim(ClaimRecord("default-2", "default", "reserved", now, pool_hash="0123456789abcdef"))
+    assert any_state.get_claim("default-2").pool_hash == "0123456789abcdef"
 
 
 def test_state_contract_reservations(any_state) -> None:  # type: ignore[no-untyped-def]

@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from joiner.domain import labels as wk
-from joiner.domain.model import NodePool, Taint
+from joiner.domain.model import NODEPOOL_HASH_KEY, NodePool, Taint
 from joiner.domain.resources import Resources
 from joiner.domain.snapshot import parse_node
 from joiner.ports import ClaimRecord
@@ -57,6 +57,18 @@ def test_a_node_with_the_claims_instance_registers_it_labels_it_and_releases_the
     assert labels[wk.CAPACITY_TYPE] == "spot" and labels[wk.REGISTERED] == "true" and wk.INITIALIZED not in labels
     assert result.node_pools == {"ip-10-0-0-1": "default"}
     assert world.metrics.total("NodesRegistered") == 1
+
+
+def test_the_nodepool_hash_of_the_claim_is_stamped_on_the_node_once(world: FakeWorld) -> None:
+    claim = launched_claim(world)
+    world.state.update_claim(claim.claim_id, pool_hash="feedc0ffee123456")
+    world.kube.add("nodes", node_json("ip-10-0-0-1", instance_id=claim.instance_id, ready=False))
+    register(world)
+    annotations = world.kube.get("nodes", None, "ip-10-0-0-1")["metadata"].get("annotations") or {}
+    assert annotations[NODEPOOL_HASH_KEY] == "feedc0ffee123456"
+    patches = len(world.kube.node_patches)
+    register(world)
+    assert len(world.kube.node_patches) == patches  # a settled node is not patched again
 
 
 def test_initialized_only_once_ready_and_startup_taints_are_gone(world: FakeWorld) -> None:

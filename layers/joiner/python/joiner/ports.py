@@ -280,6 +280,9 @@ class ClaimRecord:
     initialized_at: datetime | None = None
     closed_at: datetime | None = None
     reason: str = ""
+    #: :func:`joiner.domain.model.nodepool_hash` of the NodePool when the claim was made
+    #: (stamped on its Node at registration; a different hash later means template drift).
+    pool_hash: str = ""
 
 
 class StateError(Exception):

@@ -57,6 +57,7 @@ _CLAIM_ATTRIBUTES = {
     "initialized_at": "initializedAt",
     "closed_at": "closedAt",
     "reason": "reason",
+    "pool_hash": "poolHash",
 }
 _REQUIRED_CLAIM_FIELDS = ("node_pool", "state", "created_at")
 _DATETIME_FIELDS = frozenset({"created_at", "launched_at", "registered_at", "initialized_at", "closed_at"})
@@ -197,7 +198,7 @@ class StateAdapter:
             value = getattr(claim, name)
             if value is None or (name in ("instance_id", "node_name", "instance_type", "zone", "capacity_type") and value == ""):
                 continue
-            if name == "reason" and value == "":
+            if name in ("reason", "pool_hash") and value == "":
                 continue
             if name == "pods" and not value:
                 continue
@@ -233,6 +234,7 @@ class StateAdapter:
             initialized_at=when("initializedAt"),
             closed_at=when("closedAt"),
             reason=str(item.get("reason", "")),
+            pool_hash=str(item.get("poolHash", "")),
         )
 
     def put_claim(self, claim: ClaimRecord) -> bool:

@@ -28,8 +28,6 @@ Pure and deterministic: no clock (``now`` is an input), every sort has a total o
 from __future__ import annotations
 
 import calendar
-import hashlib
-import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -38,6 +36,7 @@ from typing import Any
 
 from joiner.domain import labels as wk
 from joiner.domain.model import (
+    NODEPOOL_HASH_KEY,
     InFlightClaim,
     InstanceType,
     Node,
@@ -47,6 +46,7 @@ from joiner.domain.model import (
     Plan,
     Pod,
     PodDisruptionBudget,
+    nodepool_hash,
 )
 from joiner.domain.resources import EMPTY, Resources
 from joiner.domain.scheduling import SchedulingProblem, solve
@@ -90,7 +90,7 @@ SIMULATION_POD_BUDGET = 750_000
 MAX_BATCH = 10
 
 #: Checked when a node carries it (nothing in the launch path stamps it; snapshots may).
-NODEPOOL_HASH_ANNOTATION = "joiner.dev/nodepool-hash"
+NODEPOOL_HASH_ANNOTATION = NODEPOOL_HASH_KEY
 #: Offline only (``joiner disrupt``): how a snapshot's Node states its instance's launch
 #: inputs (see :func:`launch_inputs_from_annotations`). The scheduled pass reads EC2 instead.
 AMI_ANNOTATION = "joiner.dev/ami-id"
@@ -423,19 +423,6 @@ def launch_inputs_from_annotations(node: Node) -> LaunchInputs | None:
     if image is None and subnet is None and not groups:
         return None
     return LaunchInputs(image_id=image, subnet_id=subnet, security_groups=groups or None)
-
-
-def nodepool_hash(pool: NodePool) -> str:
-    """Hash of the NodePool template fields a node carries from launch (labels,
-    annotations, taints, startup taints, NodeClass). Requirements are checked on their own."""
-    material = {
-        "labels": sorted(pool.labels.items()),
-        "annotations": sorted(pool.annotations.items()),
-        "taints": sorted(t.to_dict().items() for t in pool.taints),  # type: ignore[misc]
-        "startupTaints": sorted(t.to_dict().items() for t in pool.startup_taints),  # type: ignore[misc]
-        "nodeClass": pool.node_class,
-    }
-    return hashlib.sha256(json.dumps(material, sort_keys=True, default=list).encode()).hexdigest()[:16]
 
 
 # ---------------------------------------------------------------------- the pass

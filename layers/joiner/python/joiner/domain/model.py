@@ -7,6 +7,8 @@ annotation mappings are plain dicts by convention and must not be mutated.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -315,6 +317,24 @@ class NodePool:
         extra = dict(self.labels)
         extra[wk.NODEPOOL] = self.name
         return self.requirements.intersect(Requirements.from_labels(extra))
+
+
+#: Node annotation (and claim field) holding :func:`nodepool_hash` of the NodePool at launch.
+NODEPOOL_HASH_KEY = "joiner.dev/nodepool-hash"
+
+
+def nodepool_hash(pool: NodePool) -> str:
+    """Hash of the NodePool template fields a node carries from launch (labels,
+    annotations, taints, startup taints, NodeClass). Requirements are checked on their own
+    (a widened requirement must not drift every node)."""
+    material = {
+        "labels": sorted(pool.labels.items()),
+        "annotations": sorted(pool.annotations.items()),
+        "taints": sorted(t.to_dict().items() for t in pool.taints),  # type: ignore[misc]
+        "startupTaints": sorted(t.to_dict().items() for t in pool.startup_taints),  # type: ignore[misc]
+        "nodeClass": pool.node_class,
+    }
+    return hashlib.sha256(json.dumps(material, sort_keys=True, default=list).encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True, slots=True)

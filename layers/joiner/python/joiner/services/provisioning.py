@@ -57,6 +57,7 @@ from joiner.domain.model import (
     Plan,
     Pod,
     UnschedulablePod,
+    nodepool_hash,
 )
 from joiner.domain.planning import build_problem
 from joiner.domain.requirements import Requirement, Requirements
@@ -541,6 +542,7 @@ class _Round:
                 created_at=self.now,
                 pods=tuple(p.key for p in pods),
                 reserved=amount,
+                pool_hash=nodepool_hash(pool),
             )
             if not self.state.put_claim(record):
                 # Another invocation created it between our read and write: it owns the launch.

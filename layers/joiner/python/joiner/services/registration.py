@@ -28,7 +28,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from joiner.domain import labels as wk
-from joiner.domain.model import Node, NodePool
+from joiner.domain.model import NODEPOOL_HASH_KEY, Node, NodePool
 from joiner.ports import ClaimRecord, Ec2Error, KubernetesError
 
 if TYPE_CHECKING:
@@ -145,9 +145,12 @@ def reconcile_registration(
         if claim.state in (REGISTERED, INITIALIZED):
             desired = claim_labels(claim, initialized=claim.state == INITIALIZED)
             missing = {k: v for k, v in desired.items() if k not in node.labels or (k in _MARKERS and node.labels[k] != v)}
-            if missing:
+            patch: dict[str, dict[str, str]] = {"labels": missing} if missing else {}
+            if claim.pool_hash and node.annotations.get(NODEPOOL_HASH_KEY) != claim.pool_hash:
+                patch["annotations"] = {NODEPOOL_HASH_KEY: claim.pool_hash}
+            if patch:
                 try:
-                    kube.patch_node(node.name, {"metadata": {"labels": missing}})
+                    kube.patch_node(node.name, {"metadata": patch})
                     labeled.append(node.name)
                 except KubernetesError as error:
                     errors.append(f"node {node.name}: labeling: {error}")
