@@ -402,3 +402,23 @@ def test_spot_to_spot_replacement_offers_only_the_fifteen_cheapest_types():
     assert replacement.capacity_types == ("spot",)
     assert replacement.instance_types == tuple(f"s{index:02d}.large" for index in range(15))
     assert replacement.price == pytest.approx(0.024)  # the dearest of the fifteen, not of all twenty
+
+
+def test_node_and_nodeclass_template_hashes_drift_nodes_launched_from_an_older_template():
+    from joiner.domain.model import NODECLASS_HASH_KEY, NODEPOOL_HASH_KEY, nodeclass_hash
+    from joiner.domain.snapshot import parse_node_class
+    from tests.support.fakes import node_class_json
+
+    current_class = parse_node_class(node_class_json("default"))
+    old_class = node_class_json("default")
+    old_class["spec"]["kubelet"] = {"maxPods": 20}
+    stamps = {"n1": nodeclass_hash(parse_node_class(old_class)), "n2": nodeclass_hash(current_class)}
+    assert stamps["n1"] != stamps["n2"]
+    nodes = [managed_node(name, "c5.xlarge", annotations={NODECLASS_HASH_KEY: stamp}) for name, stamp in stamps.items()]
+    pods = [running_pod(f"p{i}", f"n{i}", cpu="3") for i in (1, 2)]
+    (command,) = run(pool(types=["c5.xlarge"]), *nodes, *pods).commands
+    assert command.method == DRIFT and command.nodes == ("n1",) and "nodeclass default changed" in command.reason
+    # The NodePool's own template hash works the same way.
+    nodes = [managed_node("n1", "c5.xlarge", annotations={NODEPOOL_HASH_KEY: "0000000000000000"}), managed_node("n2", "c5.xlarge")]
+    (command,) = run(pool(types=["c5.xlarge"]), *nodes, *pods).commands
+    assert command.nodes == ("n1",) and command.reason.endswith("nodepool template changed")

@@ -12,8 +12,8 @@ import pytest
 
 from joiner.domain import labels as wk
 from joiner.domain.launch import client_token
-from joiner.domain.model import OfferingKey, nodepool_hash
-from joiner.domain.snapshot import parse_node_pool
+from joiner.domain.model import OfferingKey, nodeclass_hash, nodepool_hash
+from joiner.domain.snapshot import parse_node_class, parse_node_pool
 from joiner.domain.resources import Resources
 from joiner.ports import ClaimRecord, Ec2Error
 from joiner.services.provisioning import (
@@ -96,6 +96,8 @@ def test_pending_pods_become_one_launched_claim_with_tags_events_and_metrics(wor
     assert claim.launched_at == world.clock.now() and sorted(claim.pods) == sorted(launched.pods)
     pool = parse_node_pool(world.kube.list_node_pools()[0])
     assert claim.pool_hash == nodepool_hash(pool) != ""  # stamped on the Node at registration (template drift)
+    node_class = parse_node_class(world.kube.list_node_classes()[0])
+    assert claim.class_hash == nodeclass_hash(node_class) != ""
     reservation = world.state.reservations("default")[launched.claim_id]
     assert reservation["nodes"] == 1000 and reservation["cpu"] == 4 * CPU  # the launched c5.xlarge, not the largest candidate
     assert claim.reserved == reservation
@@ -684,8 +686,9 @@ def test_state_contract_claims(any_state) -> None:  # type: ignore[no-untyped-de
     any_state.update_claim("default-1", state="closed", closed_at=now, reason="test")
     assert any_state.open_claims() == [] and any_state.get_claim("default-1").state == "closed"
     assert any_state.get_claim("default-1").pool_hash == ""
-    any_state.put_claim(ClaimRecord("default-2", "default", "reserved", now, pool_hash="0123456789abcdef"))
-    assert any_state.get_claim("default-2").pool_hash == "0123456789abcdef"
+    any_state.put_claim(ClaimRecord("default-2", "default", "reserved", now, pool_hash="0123456789abcdef", class_hash="fedcba9876543210"))
+    stored = any_state.get_claim("default-2")
+    assert (stored.pool_hash, stored.class_hash) == ("0123456789abcdef", "fedcba9876543210")
 
 
 def test_state_contract_reservations(any_state) -> None:  # type: ignore[no-untyped-def]

@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from joiner.domain import labels as wk
-from joiner.domain.model import NODEPOOL_HASH_KEY, NodePool, Taint
+from joiner.domain.model import NODECLASS_HASH_KEY, NODEPOOL_HASH_KEY, NodePool, Taint
 from joiner.domain.resources import Resources
 from joiner.domain.snapshot import parse_node
 from joiner.ports import ClaimRecord
@@ -59,13 +59,13 @@ def test_a_node_with_the_claims_instance_registers_it_labels_it_and_releases_the
     assert world.metrics.total("NodesRegistered") == 1
 
 
-def test_the_nodepool_hash_of_the_claim_is_stamped_on_the_node_once(world: FakeWorld) -> None:
+def test_the_template_hashes_of_the_claim_are_stamped_on_the_node_once(world: FakeWorld) -> None:
     claim = launched_claim(world)
-    world.state.update_claim(claim.claim_id, pool_hash="feedc0ffee123456")
+    world.state.update_claim(claim.claim_id, pool_hash="feedc0ffee123456", class_hash="c1a55c1a55c1a55c")
     world.kube.add("nodes", node_json("ip-10-0-0-1", instance_id=claim.instance_id, ready=False))
     register(world)
     annotations = world.kube.get("nodes", None, "ip-10-0-0-1")["metadata"].get("annotations") or {}
-    assert annotations[NODEPOOL_HASH_KEY] == "feedc0ffee123456"
+    assert annotations[NODEPOOL_HASH_KEY] == "feedc0ffee123456" and annotations[NODECLASS_HASH_KEY] == "c1a55c1a55c1a55c"
     patches = len(world.kube.node_patches)
     register(world)
     assert len(world.kube.node_patches) == patches  # a settled node is not patched again

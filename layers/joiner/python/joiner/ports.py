@@ -283,6 +283,8 @@ class ClaimRecord:
     #: :func:`joiner.domain.model.nodepool_hash` of the NodePool when the claim was made
     #: (stamped on its Node at registration; a different hash later means template drift).
     pool_hash: str = ""
+    #: :func:`joiner.domain.model.nodeclass_hash` of its NodeClass when the claim was made.
+    class_hash: str = ""
 
 
 class StateError(Exception):

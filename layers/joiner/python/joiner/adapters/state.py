@@ -58,6 +58,7 @@ _CLAIM_ATTRIBUTES = {
     "closed_at": "closedAt",
     "reason": "reason",
     "pool_hash": "poolHash",
+    "class_hash": "classHash",
 }
 _REQUIRED_CLAIM_FIELDS = ("node_pool", "state", "created_at")
 _DATETIME_FIELDS = frozenset({"created_at", "launched_at", "registered_at", "initialized_at", "closed_at"})
@@ -198,7 +199,7 @@ class StateAdapter:
             value = getattr(claim, name)
             if value is None or (name in ("instance_id", "node_name", "instance_type", "zone", "capacity_type") and value == ""):
                 continue
-            if name in ("reason", "pool_hash") and value == "":
+            if name in ("reason", "pool_hash", "class_hash") and value == "":
                 continue
             if name == "pods" and not value:
                 continue
@@ -235,6 +236,7 @@ class StateAdapter:
             closed_at=when("closedAt"),
             reason=str(item.get("reason", "")),
             pool_hash=str(item.get("poolHash", "")),
+            class_hash=str(item.get("classHash", "")),
         )
 
     def put_claim(self, claim: ClaimRecord) -> bool:

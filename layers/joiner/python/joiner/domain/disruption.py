@@ -36,6 +36,7 @@ from typing import Any
 
 from joiner.domain import labels as wk
 from joiner.domain.model import (
+    NODECLASS_HASH_KEY,
     NODEPOOL_HASH_KEY,
     InFlightClaim,
     InstanceType,
@@ -46,6 +47,7 @@ from joiner.domain.model import (
     Plan,
     Pod,
     PodDisruptionBudget,
+    nodeclass_hash,
     nodepool_hash,
 )
 from joiner.domain.resources import EMPTY, Resources
@@ -460,6 +462,7 @@ class _Pass:
         self.now = inp.now
         snap = inp.snapshot
         self.pools = {p.name: p for p in snap.node_pools}
+        self.node_classes = {c.name: c for c in snap.node_classes}
         self.types = {pool: {t.name: t for t in types} for pool, types in inp.instance_types.items()}
         self.pods_by_node: dict[str, list[Pod]] = {}
         for pod in snap.pods:
@@ -747,6 +750,10 @@ class _Pass:
         stamped = node.annotations.get(NODEPOOL_HASH_ANNOTATION)
         if stamped and stamped != nodepool_hash(pool):
             return "nodepool template changed"
+        stamped_class = node.annotations.get(NODECLASS_HASH_KEY)
+        node_class = self.node_classes.get(pool.node_class)
+        if stamped_class and node_class is not None and stamped_class != nodeclass_hash(node_class):
+            return f"nodeclass {node_class.name} changed (kubelet, block devices, metadata options, tags, role or user data)"
         return self.launch_drift(candidate)
 
     def node_arch(self, candidate: _Candidate) -> str | None:

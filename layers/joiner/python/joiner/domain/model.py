@@ -375,6 +375,33 @@ class NodeClass:
     user_data: str | None = None
 
 
+#: Node annotation (and claim field) holding :func:`nodeclass_hash` of the NodeClass at launch.
+NODECLASS_HASH_KEY = "joiner.dev/nodeclass-hash"
+
+
+def nodeclass_hash(node_class: NodeClass) -> str:
+    """Hash of the NodeClass fields a node carries from launch that drift cannot read off the
+    instance itself (AMI, subnets and security groups are compared with the instance): role or
+    instance profile, kubelet settings, block devices, metadata options, tags and user data."""
+    kubelet = node_class.kubelet
+    material = {
+        "role": node_class.role,
+        "instanceProfile": node_class.instance_profile,
+        "kubelet": {
+            "maxPods": kubelet.max_pods,
+            "podsPerCore": kubelet.pods_per_core,
+            "systemReserved": sorted(kubelet.system_reserved.items()),
+            "kubeReserved": sorted(kubelet.kube_reserved.items()) if kubelet.kube_reserved is not None else None,
+            "evictionHard": sorted(kubelet.eviction_hard.items()),
+        },
+        "blockDeviceMappings": [dict(mapping) for mapping in node_class.block_device_mappings],
+        "metadataOptions": dict(node_class.metadata_options),
+        "tags": sorted(node_class.tags.items()),
+        "userData": node_class.user_data,
+    }
+    return hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
 @dataclass(frozen=True, slots=True, order=True)
 class OfferingKey:
     instance_type: str

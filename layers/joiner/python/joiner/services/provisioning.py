@@ -57,6 +57,7 @@ from joiner.domain.model import (
     Plan,
     Pod,
     UnschedulablePod,
+    nodeclass_hash,
     nodepool_hash,
 )
 from joiner.domain.planning import build_problem
@@ -543,6 +544,7 @@ class _Round:
                 pods=tuple(p.key for p in pods),
                 reserved=amount,
                 pool_hash=nodepool_hash(pool),
+                class_hash=nodeclass_hash(self.envs[pool.node_class].node_class),
             )
             if not self.state.put_claim(record):
                 # Another invocation created it between our read and write: it owns the launch.

@@ -28,7 +28,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from joiner.domain import labels as wk
-from joiner.domain.model import NODEPOOL_HASH_KEY, Node, NodePool
+from joiner.domain.model import NODECLASS_HASH_KEY, NODEPOOL_HASH_KEY, Node, NodePool
 from joiner.ports import ClaimRecord, Ec2Error, KubernetesError
 
 if TYPE_CHECKING:
@@ -146,8 +146,10 @@ def reconcile_registration(
             desired = claim_labels(claim, initialized=claim.state == INITIALIZED)
             missing = {k: v for k, v in desired.items() if k not in node.labels or (k in _MARKERS and node.labels[k] != v)}
             patch: dict[str, dict[str, str]] = {"labels": missing} if missing else {}
-            if claim.pool_hash and node.annotations.get(NODEPOOL_HASH_KEY) != claim.pool_hash:
-                patch["annotations"] = {NODEPOOL_HASH_KEY: claim.pool_hash}
+            stamps = {key: value for key, value in ((NODEPOOL_HASH_KEY, claim.pool_hash), (NODECLASS_HASH_KEY, claim.class_hash))
+                      if value and node.annotations.get(key) != value}
+            if stamps:
+                patch["annotations"] = stamps
             if patch:
                 try:
                     kube.patch_node(node.name, {"metadata": patch})
