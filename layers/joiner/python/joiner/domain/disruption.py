@@ -468,6 +468,10 @@ class _Pass:
         for pod in snap.pods:
             if pod.node_name is not None:
                 self.pods_by_node.setdefault(pod.node_name, []).append(pod)
+        # Read once, used by every simulation (a pass runs dozens over ~30 pods per node).
+        self.bound_pods = snap.bound_pods
+        promised_keys = {key for claim in inp.in_flight for key in claim.pods}
+        self.promised_pods = tuple(p for p in snap.pending_pods if p.key in promised_keys)
         self.simulations = 0
         self._launchable_cache: list[tuple[str, Resources, float]] | None = None
         self.blocked: dict[str, str] = {}
@@ -586,10 +590,9 @@ class _Pass:
         free space; the returned plan speaks only of ``pending``."""
         snap = self.inp.snapshot
         nodes = tuple(n for n in snap.nodes if n.name not in exclude and not n.deleting)
-        bound = tuple(p for p in snap.bound_pods if p.node_name not in exclude)
+        bound = tuple(p for p in self.bound_pods if p.node_name not in exclude)
         requested = {p.key for p in pending}
-        promised_keys = {key for claim in self.inp.in_flight for key in claim.pods} - requested
-        promised = tuple(p for p in snap.pending_pods if p.key in promised_keys)
+        promised = tuple(p for p in self.promised_pods if p.key not in requested)
         self.simulations += 1
         problem = SchedulingProblem(
             pending=tuple(pending) + promised,
