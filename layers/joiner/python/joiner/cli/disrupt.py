@@ -21,25 +21,15 @@ import json
 import sys
 from datetime import UTC, datetime
 
+from joiner.cli.inputs import add_snapshot_arguments, load_snapshot_and_catalog
 from joiner.cli.main import UsageError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = subparsers.add_parser("disrupt", help="print the disruption commands (consolidation, drift, expiration, emptiness) for a cluster snapshot")
-    parser.add_argument("snapshot", help="YAML with Pods, Nodes, DaemonSets, PDBs, RuntimeClasses, NodePools and NodeClasses ('-' for stdin)")
-    parser.add_argument("--catalog", help="instance catalog file (YAML/JSON); default: the bundled us-east-1 catalog (on-demand prices)")
+    add_snapshot_arguments(parser)
     parser.add_argument("--now", help="the pass's time (ISO 8601, e.g. 2025-01-06T09:00:00Z); default: the current time")
-    parser.add_argument("-o", "--output", choices=("json", "table"), default="table")
     parser.set_defaults(handler=run)
-
-
-def _read(path: str, what: str) -> str:
-    from pathlib import Path
-
-    try:
-        return sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise UsageError(f"cannot read {what} {path!r}: {getattr(error, 'strerror', None) or error}") from None
 
 
 def _now(text: str | None) -> datetime:
@@ -84,19 +74,13 @@ def offline_facts(snapshot):  # type: ignore[no-untyped-def]
 
 
 def run(args: argparse.Namespace) -> int:
-    from joiner.domain.catalog import CatalogError, load_bundled_catalog, load_catalog_file
+    from joiner.domain.catalog import CatalogError
     from joiner.domain.disruption import DisruptionInput, decide
     from joiner.domain.planning import instance_types_by_pool
-    from joiner.domain.snapshot import SnapshotError, load_snapshot_yaml
 
     now = _now(args.now)
-    text = _read(args.snapshot, "snapshot")
+    snapshot, catalog = load_snapshot_and_catalog(args)
     try:
-        snapshot = load_snapshot_yaml(text)
-    except SnapshotError as error:
-        raise UsageError(str(error)) from None
-    try:
-        catalog = load_catalog_file(_read(args.catalog, "catalog")) if args.catalog else load_bundled_catalog()
         types = instance_types_by_pool(snapshot.node_pools, snapshot.node_classes, catalog)
     except CatalogError as error:
         raise UsageError(f"catalog {args.catalog or '(bundled)'}: {error}") from None

@@ -10,40 +10,20 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
-from joiner.cli.main import UsageError
+from joiner.cli.inputs import add_snapshot_arguments, load_snapshot_and_catalog
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = subparsers.add_parser("plan", help="print the node claims Joiner would launch for a cluster snapshot")
-    parser.add_argument("snapshot", help="YAML with Pods, Nodes, DaemonSets, PDBs, RuntimeClasses, NodePools and NodeClasses ('-' for stdin)")
-    parser.add_argument("--catalog", help="instance catalog file (YAML/JSON); default: the bundled us-east-1 catalog (on-demand prices)")
-    parser.add_argument("-o", "--output", choices=("json", "table"), default="table")
+    add_snapshot_arguments(parser)
     parser.set_defaults(handler=run)
 
 
-def _read(path: str, what: str) -> str:
-    try:
-        return sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise UsageError(f"cannot read {what} {path!r}: {getattr(error, 'strerror', None) or error}") from None
-
-
 def run(args: argparse.Namespace) -> int:
-    from joiner.domain.catalog import CatalogError, load_bundled_catalog, load_catalog_file
     from joiner.domain.planning import plan_snapshot
-    from joiner.domain.snapshot import SnapshotError, load_snapshot_yaml
 
-    text = _read(args.snapshot, "snapshot")
-    try:
-        snapshot = load_snapshot_yaml(text)
-    except SnapshotError as error:
-        raise UsageError(str(error)) from None
-    try:
-        catalog = load_catalog_file(_read(args.catalog, "catalog")) if args.catalog else load_bundled_catalog()
-    except CatalogError as error:
-        raise UsageError(f"catalog {args.catalog}: {error}") from None
+    snapshot, catalog = load_snapshot_and_catalog(args)
     plan = plan_snapshot(snapshot, catalog)
     if args.output == "json":
         json.dump(plan.to_dict(), sys.stdout, separators=(",", ":"))
