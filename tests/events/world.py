@@ -19,16 +19,13 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import boto3
-import moto.sqs.models as moto_sqs
 import urllib3
-from moto.core import DEFAULT_ACCOUNT_ID
 
 from joiner.adapters.ec2 import Ec2Adapter
 from joiner.adapters.kubernetes import KubernetesClient
@@ -36,7 +33,15 @@ from joiner.adapters.queue import SqsQueue
 from joiner.adapters.state import StateAdapter
 from joiner.domain import labels as wk
 from joiner.domain.catalog import load_bundled_catalog
-from joiner.local.lambdas import SqsTime
+from joiner.local.lambdas import LambdaContext, SqsTime, next_visible_in, queue_messages, sqs_event
+from joiner.local.stack import (
+    INTERRUPTION_VISIBILITY,
+    WORK_VISIBILITY,
+    LocalQueue,
+    create_dead_lettered_queue,
+    create_idempotency_table,
+    route_interruptions,
+)
 from joiner.local.lambdas import load_handler as _load_handler
 from joiner.ports import ClaimRecord
 from joiner.services.context import build_runtime
@@ -59,20 +64,6 @@ CLUSTER = "test-cluster"
 T0 = datetime(2025, 1, 6, 9, 0, tzinfo=UTC)
 STATE_TABLE = "joiner-state"
 IDEMPOTENCY_TABLE = "joiner-idempotency"
-MAX_RECEIVE_COUNT = 5
-INTERRUPTION_VISIBILITY = 361  # 6 x the function timeout + the batching window, as deployed
-WORK_VISIBILITY = 721
-
-EVENT_RULE_PATTERN = {
-    "source": ["aws.ec2", "aws.health"],
-    "detail-type": [
-        "EC2 Spot Instance Interruption Warning",
-        "EC2 Instance Rebalance Recommendation",
-        "EC2 Instance State-change Notification",
-        "EC2 Capacity Reservation Instance Interruption Warning",
-        "AWS Health Event",
-    ],
-}
 
 
 _AMIS: dict[str, str] = {}
@@ -88,27 +79,6 @@ def _amis(ec2: Any) -> dict[str, str]:
 def load_handler(name: str) -> ModuleType:
     """``functions/<name>/handler.py`` as a module (each function directory is its own code asset)."""
     return _load_handler(name, ROOT / "functions")
-
-
-@dataclass
-class LambdaContext:
-    aws_request_id: str
-    function_name: str = "joiner-test"
-    function_version: str = "$LATEST"
-    memory_limit_in_mb: int = 512
-    invoked_function_arn: str = f"arn:aws:lambda:{REGION}:{DEFAULT_ACCOUNT_ID}:function:joiner-test"
-    log_group_name: str = "/aws/lambda/joiner-test"
-    log_stream_name: str = "test"
-
-    def get_remaining_time_in_millis(self) -> int:
-        return 60_000
-
-
-@dataclass
-class Queue:
-    url: str
-    arn: str
-    dlq_url: str
 
 
 class AwsBase:
@@ -150,16 +120,10 @@ class World:
         self.network, self.amis = base.network, base.amis
         self.rule = f"joiner-interruptions-{suffix}"
         state_table = create_state_table(self.dynamodb, f"{STATE_TABLE}-{suffix}")
-        idempotency_table = f"{IDEMPOTENCY_TABLE}-{suffix}"
-        self.dynamodb.create_table(
-            TableName=idempotency_table, BillingMode="PAY_PER_REQUEST",
-            KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}], AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
-        )
-        self.dynamodb.update_time_to_live(TableName=idempotency_table, TimeToLiveSpecification={"Enabled": True, "AttributeName": "expiration"})
-        self.interruption = self._queue(f"joiner-interruption-{suffix}", INTERRUPTION_VISIBILITY)
-        self.work = self._queue(f"joiner-work-{suffix}", WORK_VISIBILITY)
-        self.events.put_rule(Name=self.rule, EventPattern=json.dumps(EVENT_RULE_PATTERN))
-        self.events.put_targets(Rule=self.rule, Targets=[{"Id": "queue", "Arn": self.interruption.arn}])
+        idempotency_table = create_idempotency_table(self.dynamodb, f"{IDEMPOTENCY_TABLE}-{suffix}")
+        self.interruption = create_dead_lettered_queue(self.sqs, f"joiner-interruption-{suffix}", INTERRUPTION_VISIBILITY)
+        self.work = create_dead_lettered_queue(self.sqs, f"joiner-work-{suffix}", WORK_VISIBILITY)
+        route_interruptions(self.events, self.rule, self.interruption.arn)
         self.preexisting = {i["id"] for i in self._instances()}
 
         self.settings = Settings(
@@ -197,19 +161,6 @@ class World:
         self.termination_handler.reset()
 
     # ------------------------------------------------------------ setup
-
-    def _queue(self, name: str, visibility: int) -> Queue:
-        dlq_url = self.sqs.create_queue(QueueName=f"{name}-dlq")["QueueUrl"]
-        dlq_arn = self.sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-        url = self.sqs.create_queue(
-            QueueName=name,
-            Attributes={
-                "VisibilityTimeout": str(visibility),
-                "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(MAX_RECEIVE_COUNT)}),
-            },
-        )["QueueUrl"]
-        arn = self.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-        return Queue(url, arn, dlq_url)
 
     def node_pool(self, name: str = "default", *, capacity_types: Sequence[str] = ("spot", "on-demand"), **spec: Any) -> None:
         pool = node_pool_json(name, requirements=[
@@ -306,7 +257,7 @@ class World:
         assert answer["FailedEntryCount"] == 0, answer
         return event
 
-    def receive(self, queue: Queue, limit: int = 10) -> list[dict[str, Any]]:
+    def receive(self, queue: LocalQueue, limit: int = 10) -> list[dict[str, Any]]:
         messages: list[dict[str, Any]] = []
         while len(messages) < limit:
             got = self.sqs.receive_message(QueueUrl=queue.url, MaxNumberOfMessages=min(10, limit - len(messages)), AttributeNames=["All"]).get("Messages", [])
@@ -315,20 +266,9 @@ class World:
             messages.extend(got)
         return messages
 
-    def sqs_event(self, messages: Sequence[Mapping[str, Any]], queue: Queue) -> dict[str, Any]:
-        """The Lambda SQS event for received messages."""
-        return {"Records": [
-            {
-                "messageId": m["MessageId"], "receiptHandle": m["ReceiptHandle"], "body": m["Body"],
-                "attributes": dict(m.get("Attributes") or {}), "messageAttributes": {}, "md5OfBody": m["MD5OfBody"],
-                "eventSource": "aws:sqs", "eventSourceARN": queue.arn, "awsRegion": REGION,
-            }
-            for m in messages
-        ]}
-
-    def invoke(self, handler: ModuleType, messages: Sequence[Mapping[str, Any]], queue: Queue) -> dict[str, Any]:
+    def invoke(self, handler: ModuleType, messages: Sequence[Mapping[str, Any]], queue: LocalQueue) -> dict[str, Any]:
         """Invoke a handler with ``messages`` and delete those not reported as failed."""
-        response = handler.handler(self.sqs_event(messages, queue), LambdaContext(aws_request_id=str(uuid.uuid4())))
+        response = handler.handler(sqs_event(messages, queue.arn, region=REGION), LambdaContext(aws_request_id=str(uuid.uuid4())))
         failed = {item["itemIdentifier"] for item in response.get("batchItemFailures", [])}
         for message in messages:
             if message["MessageId"] not in failed:
@@ -340,26 +280,15 @@ class World:
         assert messages, "no interruption message in the queue"
         return self.invoke(self.interruption_handler, messages, self.interruption), messages
 
-    def queue_bodies(self, queue: Queue) -> list[dict[str, Any]]:
+    def queue_bodies(self, queue: LocalQueue) -> list[dict[str, Any]]:
         """Bodies of every message in a queue, delayed or not, without receiving them (moto's view)."""
-        backend = moto_sqs.sqs_backends[DEFAULT_ACCOUNT_ID][REGION]
-        name = queue.url.rsplit("/", 1)[-1]
-        return [json.loads(m.body) for m in backend.queues[name]._messages]
-
-    def _next_visible_in(self, queue: Queue) -> float | None:
-        backend = moto_sqs.sqs_backends[DEFAULT_ACCOUNT_ID][REGION]
-        name = queue.url.rsplit("/", 1)[-1]
-        now = moto_sqs.unix_time_millis()
-        times = [max(m.delayed_until, m.visible_at) for m in backend.queues[name]._messages]
-        if not times:
-            return None
-        return max(0.0, (min(times) - now) / 1000)
+        return queue_messages(queue.url, REGION)
 
     def run_work_queue(self, max_invocations: int = 40) -> list[dict[str, Any]]:
         """Deliver work-queue continuations as they come due, jumping the clock to each; returns the responses."""
         responses = []
         for _ in range(max_invocations):
-            wait = self._next_visible_in(self.work)
+            wait = next_visible_in(self.work.url, REGION)
             if wait is None:
                 break
             if wait > 0:

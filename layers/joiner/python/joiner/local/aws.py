@@ -21,7 +21,7 @@ from werkzeug.serving import make_server
 
 __all__ = [
     "REGION", "ZONES", "K8S_VERSION", "Network", "SerialMotoServer", "create_eks_cluster", "create_network",
-    "create_state_table", "create_work_queue", "fake_credentials", "moto_amis", "put_eks_ami_parameters",
+    "create_state_table", "create_work_queue", "environment", "fake_credentials", "moto_amis", "put_eks_ami_parameters",
     "put_public_parameter",
 ]
 
@@ -31,12 +31,10 @@ K8S_VERSION = "1.31"
 
 
 @contextlib.contextmanager
-def fake_credentials(region: str = REGION) -> Iterator[None]:
-    """Dummy credentials and region for boto3 (restored afterwards)."""
-    names = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION", "AWS_REGION")
-    saved = {name: os.environ.get(name) for name in names}
-    os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_SESSION_TOKEN="testing",
-                      AWS_DEFAULT_REGION=region, AWS_REGION=region)
+def environment(values: Mapping[str, str]) -> Iterator[None]:
+    """``values`` set in ``os.environ`` for the block; what was there before is restored."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
     try:
         yield
     finally:
@@ -45,6 +43,14 @@ def fake_credentials(region: str = REGION) -> Iterator[None]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+def fake_credentials(region: str = REGION) -> contextlib.AbstractContextManager[None]:
+    """Dummy credentials and region for boto3 (restored afterwards)."""
+    return environment({
+        "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing",
+        "AWS_DEFAULT_REGION": region, "AWS_REGION": region,
+    })
 
 
 # ---------------------------------------------------------------- EC2 network and cluster

@@ -65,7 +65,7 @@ def load_handler(name: str, functions_dir: Path | None = None) -> ModuleType:
 class LambdaContext:
     """The parts of the Lambda context object the handlers and powertools read."""
 
-    aws_request_id: str
+    aws_request_id: str = "request-1"
     function_name: str = "joiner-local"
     function_version: str = "$LATEST"
     memory_limit_in_mb: int = 512

@@ -24,7 +24,6 @@ import contextlib
 import io
 import logging
 import math
-import os
 import threading
 import time
 import uuid
@@ -211,20 +210,6 @@ class SimulationResult:
         return self.simulated_seconds / self.wall_seconds if self.wall_seconds > 0 else 0.0
 
 
-@contextlib.contextmanager
-def _environment(values: Mapping[str, str]) -> Iterator[None]:
-    saved = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
 class _Capture(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
@@ -290,11 +275,11 @@ class Simulation:
     def run(self) -> SimulationResult:
         """Set up, run the scenario to its end, evaluate the expectations."""
         import joiner.observability  # noqa: F401 - its powertools Logger configures itself on import: before we quiet it
-        from joiner.local.aws import fake_credentials
+        from joiner.local.aws import environment, fake_credentials
 
         wall = time.monotonic()
         env = {"POWERTOOLS_METRICS_DISABLED": "true", "POWERTOOLS_TRACE_DISABLED": "true", "POWERTOOLS_DEV": "false"}
-        with fake_credentials(), _environment(env), _quiet_logs(self._capture, self.verbose), warnings.catch_warnings():
+        with fake_credentials(), environment(env), _quiet_logs(self._capture, self.verbose), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             self._setup()
             try:

@@ -28,7 +28,10 @@ from joiner.local.aws import (
 )
 from joiner.settings import Settings
 
-__all__ = ["EVENT_RULE_PATTERN", "INTERRUPTION_VISIBILITY", "WORK_VISIBILITY", "MAX_RECEIVE_COUNT", "LocalQueue", "LocalStack"]
+__all__ = [
+    "EVENT_RULE_PATTERN", "INTERRUPTION_VISIBILITY", "WORK_VISIBILITY", "MAX_RECEIVE_COUNT", "LocalQueue", "LocalStack",
+    "create_idempotency_table", "create_dead_lettered_queue", "route_interruptions",
+]
 
 #: The interruption rule's pattern (infra/ingestion.py routes the same five event kinds).
 EVENT_RULE_PATTERN = {
@@ -55,6 +58,37 @@ class LocalQueue:
     url: str
     arn: str
     dlq_url: str
+
+
+def create_idempotency_table(dynamodb: Any, name: str) -> str:
+    """The powertools idempotency table (key ``id``, TTL ``expiration``), as the stack makes it."""
+    dynamodb.create_table(
+        TableName=name, BillingMode="PAY_PER_REQUEST",
+        KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}], AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+    )
+    dynamodb.update_time_to_live(TableName=name, TimeToLiveSpecification={"Enabled": True, "AttributeName": "expiration"})
+    return name
+
+
+def create_dead_lettered_queue(sqs: Any, name: str, visibility: int) -> LocalQueue:
+    """A queue redriving to ``<name>-dlq`` after :data:`MAX_RECEIVE_COUNT` receives."""
+    dlq_url = sqs.create_queue(QueueName=f"{name}-dlq")["QueueUrl"]
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    url = sqs.create_queue(
+        QueueName=name,
+        Attributes={
+            "VisibilityTimeout": str(visibility),
+            "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(MAX_RECEIVE_COUNT)}),
+        },
+    )["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    return LocalQueue(name, url, arn, dlq_url)
+
+
+def route_interruptions(events: Any, rule: str, queue_arn: str) -> None:
+    """The EventBridge rule sending :data:`EVENT_RULE_PATTERN` events to the queue."""
+    events.put_rule(Name=rule, EventPattern=json.dumps(EVENT_RULE_PATTERN))
+    events.put_targets(Rule=rule, Targets=[{"Id": "queue", "Arn": queue_arn}])
 
 
 class LocalStack:
@@ -91,29 +125,11 @@ class LocalStack:
         put_eks_ami_parameters(self.amis, region=self.region)
         create_eks_cluster(self.client("eks"), self.cluster, list(self.network.subnets.values()))
         create_state_table(self.dynamodb, self.state_table)
-        self.dynamodb.create_table(
-            TableName=self.idempotency_table, BillingMode="PAY_PER_REQUEST",
-            KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}], AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
-        )
-        self.dynamodb.update_time_to_live(TableName=self.idempotency_table, TimeToLiveSpecification={"Enabled": True, "AttributeName": "expiration"})
-        self.interruption = self._queue(f"{self.cluster}-interruption", INTERRUPTION_VISIBILITY)
-        self.work = self._queue(f"{self.cluster}-work", WORK_VISIBILITY)
-        self.events.put_rule(Name=self.rule, EventPattern=json.dumps(EVENT_RULE_PATTERN))
-        self.events.put_targets(Rule=self.rule, Targets=[{"Id": "queue", "Arn": self.interruption.arn}])
+        create_idempotency_table(self.dynamodb, self.idempotency_table)
+        self.interruption = create_dead_lettered_queue(self.sqs, f"{self.cluster}-interruption", INTERRUPTION_VISIBILITY)
+        self.work = create_dead_lettered_queue(self.sqs, f"{self.cluster}-work", WORK_VISIBILITY)
+        route_interruptions(self.events, self.rule, self.interruption.arn)
         return self
-
-    def _queue(self, name: str, visibility: int) -> LocalQueue:
-        dlq_url = self.sqs.create_queue(QueueName=f"{name}-dlq")["QueueUrl"]
-        dlq_arn = self.sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-        url = self.sqs.create_queue(
-            QueueName=name,
-            Attributes={
-                "VisibilityTimeout": str(visibility),
-                "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(MAX_RECEIVE_COUNT)}),
-            },
-        )["QueueUrl"]
-        arn = self.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-        return LocalQueue(name, url, arn, dlq_url)
 
     def settings(self, kubernetes_host: str, *, scanner_mode: str = "economy", node_role: str = "") -> Settings:
         """The functions' settings for this stack (moto endpoint, local Kubernetes API)."""
