@@ -6,34 +6,21 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import pytest
 
 from joiner.adapters.ec2 import ami_parameter_path
 from joiner.domain import labels as wk
 from joiner.services.termination import TERMINATION_KIND
-from tests.events.world import CLUSTER, AwsBase, LambdaContext, SqsTime, World, load_handler
-from tests.support.aws import K8S_VERSION, SerialMotoServer, fake_credentials, put_public_parameter
+from joiner.local.lambdas import LambdaContext, scheduled_event
+from tests.events.world import CLUSTER, AwsBase, SqsTime, World, load_handler
+from tests.support.aws import K8S_VERSION, fake_credentials, put_public_parameter
 from tests.support.kube_emulator import KubeEmulator
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:No application metrics to publish")]
 
-SCHEDULED = {
-    "version": "0", "id": "7bf73129-1428-4cd3-a780-95db273d1602", "detail-type": "Scheduled Event", "source": "aws.events",
-    "account": "123456789012", "time": "2025-01-06T09:00:00Z", "region": "us-east-1",
-    "resources": ["arn:aws:events:us-east-1:123456789012:rule/joiner-disruption"], "detail": {},
-}
-
-
-@pytest.fixture(scope="module")
-def aws_base() -> Iterator[AwsBase]:
-    with fake_credentials():
-        server = SerialMotoServer()
-        server.start()
-        try:
-            yield AwsBase(server)
-        finally:
-            server.stop()
+SCHEDULED = scheduled_event("joiner-disruption", datetime(2025, 1, 6, 9, tzinfo=UTC))
 
 
 @pytest.fixture
@@ -78,7 +65,7 @@ def test_scheduled_passes_validate_then_drain_an_empty_node(world: World) -> Non
     assert world.node("n1") is None  # empty: drained in one step, Node deleted
     assert world.instance_state(empty) in ("shutting-down", "terminated")
     assert world.node("n2") is not None and world.pods_on("n2") == ["default/web-1"]
-    assert world.runtime.state.get_claim(f"default-n1").state == "closed"
+    assert world.runtime.state.get_claim("default-n1").state == "closed"
 
 
 def test_consolidation_moves_pods_through_pdb_respecting_evictions(world: World) -> None:

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from joiner.cli.main import main
 from joiner.local.scenario import load_scenario
 from joiner.local.simulator import Simulation, SimulationResult
 
@@ -150,31 +149,3 @@ def test_consolidation_removes_underutilised_nodes_within_the_budget_and_cost_dr
     assert consolidation.pods_lost == 0 and end.pending == 0
     remaining = [p for p in consolidation.pods if p.gone is None]
     assert len(remaining) == 6
-
-
-# ---------------------------------------------------------------- scenario validation
-
-
-@pytest.mark.parametrize(
-    ("text", "message"),
-    [
-        ("events:\n- {at: 1m, capacityError: {instanceTypes: [c9.huge]}}\n", "events[0].capacityError.instanceTypes[0]: unknown instance type"),
-        ("events:\n- {at: 1m, capacityError: {zones: [mars-1a]}}\n", "events[0].capacityError.zones[0]: unknown zone"),
-        ("events:\n- {at: 1m, capacityError: {capacityType: reserved}}\n", "events[0].capacityError.capacityType: must be one of spot, on-demand"),
-        ("events:\n- {at: 2m, capacityError: {until: 1m}}\n", "events[0].capacityError.until: must be after the event's at"),
-        ("events:\n- {at: 1m, capacityError: {instanceTypes: []}}\n", "events[0].capacityError.instanceTypes: must not be empty"),
-        ("events:\n- {at: 1m, capacityError: {colour: red}}\n", "events[0].capacityError.colour: unknown field"),
-        ("events:\n- {at: 1m, rebalanceRecommendation: {nodePool: [a]}}\n", "events[0].rebalanceRecommendation.nodePool: must be a non-empty string"),
-        ("expect:\n- {costPerHourAtMost: cheap}\n", "expect[0].costPerHourAtMost: must be a non-negative number"),
-        ("expect:\n- {rebalancesHandled: 1}\n", "expect[0].rebalancesHandled: must be true or false"),
-    ],
-)
-def test_malformed_new_event_kinds_exit_2_with_one_line_naming_the_field(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, message: str,
-) -> None:
-    scenario = tmp_path / "bad.yaml"
-    scenario.write_text(text)
-    assert main(["simulate", str(scenario), "--report", str(tmp_path / "r.html")]) == 2
-    out, err = capsys.readouterr()
-    lines = err.strip().splitlines()
-    assert out == "" and len(lines) == 1 and message in lines[0], err

@@ -148,6 +148,15 @@ def test_simulate_exits_1_naming_the_failed_expectation_and_writes_the_report(tm
         ("- just a list\n", "scenario: must be a mapping, got a list"),
         ("objects: [{kind: Pod}]\n", "objects[0].apiVersion: must be a non-empty string"),
         ("name: [unclosed\n", "invalid YAML (line"),
+        ("events:\n- {at: 1m, capacityError: {instanceTypes: [c9.huge]}}\n", "events[0].capacityError.instanceTypes[0]: unknown instance type"),
+        ("events:\n- {at: 1m, capacityError: {zones: [mars-1a]}}\n", "events[0].capacityError.zones[0]: unknown zone"),
+        ("events:\n- {at: 1m, capacityError: {capacityType: reserved}}\n", "events[0].capacityError.capacityType: must be one of spot, on-demand"),
+        ("events:\n- {at: 2m, capacityError: {until: 1m}}\n", "events[0].capacityError.until: must be after the event's at"),
+        ("events:\n- {at: 1m, capacityError: {instanceTypes: []}}\n", "events[0].capacityError.instanceTypes: must not be empty"),
+        ("events:\n- {at: 1m, capacityError: {colour: red}}\n", "events[0].capacityError.colour: unknown field"),
+        ("events:\n- {at: 1m, rebalanceRecommendation: {nodePool: [a]}}\n", "events[0].rebalanceRecommendation.nodePool: must be a non-empty string"),
+        ("expect:\n- {costPerHourAtMost: cheap}\n", "expect[0].costPerHourAtMost: must be a non-negative number"),
+        ("expect:\n- {rebalancesHandled: 1}\n", "expect[0].rebalancesHandled: must be true or false"),
     ],
 )
 def test_malformed_scenarios_exit_2_with_one_line_naming_the_field(

@@ -16,24 +16,13 @@ from joiner.ports import ClaimRecord
 from joiner.settings import get_settings
 from tests.events.fixtures import KINDS
 from tests.events.world import CLUSTER, T0, AwsBase, SqsTime, World
-from tests.support.aws import SerialMotoServer, fake_credentials
+from tests.support.aws import fake_credentials
 from tests.support.kube_emulator import KubeEmulator
 
 #: The recording metrics stand in for EMF; powertools then has nothing to flush and says so.
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:No application metrics to publish")]
 
 TOLERATE_ALL = [{"operator": "Exists"}]
-
-
-@pytest.fixture(scope="module")
-def aws_base() -> Iterator[AwsBase]:
-    with fake_credentials():
-        server = SerialMotoServer()
-        server.start()
-        try:
-            yield AwsBase(server)
-        finally:
-            server.stop()
 
 
 @pytest.fixture

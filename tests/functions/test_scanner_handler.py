@@ -2,60 +2,25 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from dataclasses import dataclass
-from pathlib import Path
+from datetime import UTC, datetime
 from types import ModuleType
 from typing import Any
 
 import pytest
 
+from joiner.local.lambdas import LambdaContext, scheduled_event
+from joiner.local.lambdas import load_handler as load_function
 from joiner.services.provisioning import LEASE_NAME
 from tests.support.fakes import FakeWorld, fake_world, node_class_json, node_pool_json, pod_json
 
-ROOT = Path(__file__).resolve().parents[2]
 #: The fakes record metrics; powertools then has none to flush and says so.
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")
 
-SCHEDULED_EVENT = {
-    "version": "0",
-    "id": "53dc4d37-cffa-4f76-80c9-8b7d4a4d2eaa",
-    "detail-type": "Scheduled Event",
-    "source": "aws.events",
-    "account": "123456789012",
-    "time": "2025-01-06T09:00:00Z",
-    "region": "us-east-1",
-    "resources": ["arn:aws:events:us-east-1:123456789012:rule/joiner-scanner"],
-    "detail": {},
-}
+SCHEDULED_EVENT = scheduled_event("joiner-scanner", datetime(2025, 1, 6, 9, tzinfo=UTC))
 
 
 def load_handler() -> ModuleType:
-    name = "joiner_function_scanner"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, ROOT / "functions" / "scanner" / "handler.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-@dataclass
-class LambdaContext:
-    aws_request_id: str = "request-1"
-    function_name: str = "joiner-scanner"
-    function_version: str = "$LATEST"
-    memory_limit_in_mb: int = 512
-    invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:joiner-scanner"
-    log_group_name: str = "/aws/lambda/joiner-scanner"
-    log_stream_name: str = "test"
-    remaining_ms: int = 90_000
-
-    def get_remaining_time_in_millis(self) -> int:
-        return self.remaining_ms
+    return load_function("scanner")
 
 
 @pytest.fixture

@@ -3,13 +3,10 @@ in-process) and the Kubernetes API emulator over HTTP through the real adapters.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -21,6 +18,8 @@ from joiner.adapters.ec2 import Ec2Adapter
 from joiner.adapters.kubernetes import KubernetesClient
 from joiner.adapters.state import StateAdapter
 from joiner.domain import labels as wk
+from joiner.local.lambdas import LambdaContext, scheduled_event
+from joiner.local.lambdas import load_handler as load_function
 from joiner.ports import ClaimRecord
 from joiner.services.context import Runtime, build_runtime
 from joiner.services.gc import LEASE_NAME, TEMPLATE_MARK_KIND
@@ -29,48 +28,15 @@ from tests.support.aws import REGION, Network, create_network, create_state_tabl
 from tests.support.fakes import FakeClock, RecordingMetrics, node_class_json, node_json
 from tests.support.kube_emulator import KubeEmulator
 
-ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = "test-cluster"
 #: powertools warns when an invocation emitted no EMF metric (ours go to RecordingMetrics)
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")
 
-SCHEDULED_EVENT = {
-    "version": "0",
-    "id": "53dc4d37-cffa-4f76-80c9-8b7d4a4d2eab",
-    "detail-type": "Scheduled Event",
-    "source": "aws.events",
-    "account": "123456789012",
-    "time": "2025-01-06T09:00:00Z",
-    "region": REGION,
-    "resources": [f"arn:aws:events:{REGION}:123456789012:rule/joiner-gc"],
-    "detail": {},
-}
+SCHEDULED_EVENT = scheduled_event("joiner-gc", datetime(2025, 1, 6, 9, tzinfo=UTC), region=REGION)
 
 
 def load_handler() -> ModuleType:
-    name = "joiner_function_gc"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, ROOT / "functions" / "gc" / "handler.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-@dataclass
-class LambdaContext:
-    aws_request_id: str = "request-1"
-    function_name: str = "joiner-gc"
-    function_version: str = "$LATEST"
-    memory_limit_in_mb: int = 512
-    invoked_function_arn: str = f"arn:aws:lambda:{REGION}:123456789012:function:joiner-gc"
-    log_group_name: str = "/aws/lambda/joiner-gc"
-    log_stream_name: str = "test"
-
-    def get_remaining_time_in_millis(self) -> int:
-        return 100_000
+    return load_function("gc")
 
 
 @dataclass
