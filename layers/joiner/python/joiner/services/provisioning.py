@@ -755,6 +755,7 @@ class _Round:
                     obj, "Nominated",
                     f"Pod should schedule on nodeclaim {launched.claim_id} ({launched.instance_type} {launched.capacity_type} in {launched.zone}, {launched.instance_id})",
                 )
+        return True
 
     def _launch_overtaken(self, outcome: _Outcome, current: ClaimRecord) -> bool:
         """``record_launch`` found the claim no longer ``reserved``. True when the claim
