@@ -193,6 +193,37 @@ def test_a_crash_between_launch_and_record_launches_once_and_is_adopted_later() 
     assert list(world.state.reservations("default")) == [claim.claim_id]  # reserved once, kept until registration
 
 
+def test_a_crash_after_create_fleet_then_a_changed_pending_set_never_buys_twice_for_the_same_pods() -> None:
+    """Issue 10, defect 2: the round dies after CreateFleet, before its claim is ``launched``.
+    New pods arrive, so the next round's pending set (and so its claim ids) differ; the
+    ``reserved`` claim still holds web-0..2 and nothing else may be bought for them."""
+    world = fake_world()
+    world.state = CrashingState()
+    setup_cluster(world, pods=3)
+    first = provision(world.runtime("invocation-1"), world.clock.now())
+    (crashed,) = world.state.open_claims()
+    assert crashed.state == "reserved" and len(first.launched) == 1
+
+    for name in ("web-3", "web-4"):  # five 1-CPU pods fit one c5.2xlarge: a new claim id
+        world.kube.add("pods", pod_json(name, cpu="1", memory="256Mi"))
+    world.clock.advance(20)
+    second = provision(world.runtime("invocation-2"), world.clock.now())
+
+    promised: dict[str, list[str]] = {}
+    for claim in world.state.open_claims():
+        for pod in claim.pods:
+            promised.setdefault(pod, []).append(claim.claim_id)
+    assert {pod: claims for pod, claims in promised.items() if len(claims) > 1} == {}
+    assert [sorted(launched.pods) for launched in second.launched] == [["default/web-3", "default/web-4"]]
+    assert crashed.claim_id in second.existing_claims
+    assert len(world.ec2.running_instances()) == 2
+
+    world.clock.advance(ORPHAN_AFTER.total_seconds())  # then the orphan is adopted, never launched again
+    third = provision(world.runtime("invocation-3"), world.clock.now())
+    assert third.orphans_adopted == (crashed.claim_id,) and not third.launched
+    assert len(world.ec2.running_instances()) == 2
+
+
 def test_orphaned_reservation_is_adopted_or_closed(world: FakeWorld) -> None:
     setup_cluster(world, pods=0)
     stale = ClaimRecord("default-orphan", "default", "reserved", world.clock.now(), pods=("default/gone",), reserved=Resources({"cpu": 2000}))

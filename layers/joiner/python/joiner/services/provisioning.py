@@ -484,6 +484,25 @@ class _Round:
             )
         return sorted(result, key=lambda c: c.name)
 
+    def promised_to_reserved(self) -> dict[str, str]:
+        """Pod key -> the ``reserved`` claim its pods were reserved for.
+
+        A ``reserved`` claim's CreateFleet may already have run: a live round is launching
+        it, or a round died between CreateFleet and recording the launch (the instance is
+        found by its ``joiner.dev/nodeclaim`` tag once the claim is :data:`ORPHAN_AFTER`
+        old). Its instance type is not known yet, so it cannot serve as in-flight capacity;
+        its pods are therefore not planned at all until it is launched (then it is in-flight
+        capacity), adopted, or closed (then they are pending again). A changed pending set
+        would otherwise derive another claim id for the same pods and buy capacity twice.
+        Claims of nodes being taken away (:attr:`retiring_claims`) promise nothing."""
+        promised: dict[str, str] = {}
+        for claim in sorted(self.open_by_id.values(), key=lambda c: c.claim_id):
+            if claim.state != RESERVED or claim.claim_id in self.retiring_claims:
+                continue
+            for pod in claim.pods:
+                promised.setdefault(pod, claim.claim_id)
+        return promised
+
     # ------------------------------------------------------------ planning
 
     def solve(self, pending: Sequence[Pod], in_flight: Sequence[InFlightClaim]) -> Plan:
@@ -909,14 +928,17 @@ def _run_round(runtime: Runtime, now: datetime, owner: str) -> RoundResult:
     ages = [(now - (p.unschedulable_since or p.created or now)).total_seconds() for p in pending]
     runtime.count("PodsPending", len(pending))
     runtime.count("PendingPodAgeSeconds", max(ages, default=0.0), "Seconds")
+    promised = work.promised_to_reserved()
+    work.existing_claims.extend(sorted({promised[p.key] for p in pending if p.key in promised}))
+    to_plan = [p for p in pending if p.key not in promised]
     read_done = time.perf_counter()
 
     plan_seconds = 0.0
     launch_seconds = 0.0
-    if pending:
-        pods_by_key = {p.key: p for p in pending}
+    if to_plan:
+        pods_by_key = {p.key: p for p in to_plan}
         plan_started = time.perf_counter()
-        plan = work.solve(pending, in_flight)
+        plan = work.solve(to_plan, in_flight)
         plan_seconds += time.perf_counter() - plan_started
         for item in plan.unschedulable:
             pod = pods_by_key.get(item.pod)
