@@ -18,6 +18,7 @@ from joiner.domain.resources import Resources
 from joiner.ports import ClaimRecord, Ec2Error
 from joiner.services.provisioning import (
     LEASE_NAME,
+    LEASE_TTL_SECONDS,
     LIMIT_REACHED,
     MAX_LAUNCH_ATTEMPTS,
     ORPHAN_AFTER,
@@ -254,8 +255,8 @@ def test_limits_hold_and_refused_pods_say_limit_reached(world: FakeWorld) -> Non
     assert len(events) == 3 and all(LIMIT_REACHED in e.message and e.event_type == "Warning" for e in events)
 
 
-def test_registered_nodes_count_against_the_limit_instead_of_their_reservation(world: FakeWorld) -> None:
-    pool = node_pool_json(requirements=[{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c5.large"]}], limits={"cpu": "4"})
+def test_registered_nodes_keep_their_reservation_and_count_once_against_the_limit(world: FakeWorld) -> None:
+    pool = node_pool_json(requirements=[{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c5.large"]}], limits={"cpu": "6"})
     setup_cluster(world, pods=2, cpu="1500m", pool=pool)
     first = provision(world.runtime(), world.clock.now())
     assert len(first.launched) == 2
@@ -263,13 +264,18 @@ def test_registered_nodes_count_against_the_limit_instead_of_their_reservation(w
         world.kube.add("nodes", node_json(f"node-{index}", instance_id=launched.instance_id, zone=launched.zone))
         for key in launched.pods:
             world.kube.bind("default", key.split("/")[1], f"node-{index}")
-    world.kube.add("pods", pod_json("late", cpu="1500m", memory="256Mi"))
+    world.kube.add("pods", pod_json("late-0", cpu="1500m", memory="256Mi"))
+    world.kube.add("pods", pod_json("late-1", cpu="1500m", memory="256Mi"))
     world.clock.advance(60)
     second = provision(world.runtime("invocation-2"), world.clock.now())
 
     assert set(second.registration.registered) == {l.claim_id for l in first.launched}
-    assert world.state.reservations("default") == {}  # released: the Nodes count now
-    assert not second.launched and LIMIT_REACHED in (second.reason_for("default/late") or "")
+    # registration moves nothing: the reservations stay until the capacity is gone...
+    assert set(world.state.reservations("default")) == {l.claim_id for l in first.launched} | {l.claim_id for l in second.launched}
+    # ...and a registered Node is not counted a second time: 2 + 2 + 2 CPU fit the 6-CPU limit
+    assert len(second.launched) == 1
+    refused = [p for p in ("default/late-0", "default/late-1") if LIMIT_REACHED in (second.reason_for(p) or "")]
+    assert len(refused) == 1
 
 
 class Signalling:
@@ -339,6 +345,64 @@ def test_two_scanners_racing_past_an_expired_lease_stay_within_the_limit() -> No
     assert sum(r.get("cpu") for r in world.state.reservations("default").values()) == 6 * CPU
     refused = [f for r in results.values() for f in r.failures if f.reason == "LimitReached"]  # type: ignore[attr-defined]
     assert len(refused) == 3 and all(LIMIT_REACHED in f.message for f in refused)
+
+
+class PausingState:
+    """Delegates to a state port; the first ``reserve_capacity`` waits until ``resume`` is set
+    (``paused`` tells the test it got there): a round frozen between reading and reserving."""
+
+    def __init__(self, port: FakeState, paused: threading.Event, resume: threading.Event) -> None:
+        self._port = port
+        self._paused = paused
+        self._resume = resume
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._port, name)
+
+    def reserve_capacity(self, *args: object, **kwargs: object) -> bool:
+        if not self._paused.is_set():
+            self._paused.set()
+            assert self._resume.wait(timeout=10)
+        return self._port.reserve_capacity(*args, **kwargs)  # type: ignore[arg-type]
+
+
+def running_cpu(world: FakeWorld) -> int:
+    return sum(world.catalog.instance_type(r.instance_type).capacity.get("cpu", 0) for r in world.ec2.running_instances())
+
+
+def test_a_paused_round_and_a_registration_in_between_never_exceed_the_limit() -> None:
+    """Issue 10, defect 3. Round A reads the cluster while claim C1 is launched but not yet a
+    Node, and pauses before reserving. C1's Node registers; round B (after A's lease expired)
+    registers C1 and launches for another pod. A's reservation must then be refused: before
+    the fix it passed against A's stale "in use" figure (C1's capacity had moved from
+    "reserved" to "in use") and 6 CPU ran under a 4-CPU limit."""
+    world = fake_world()
+    pool = node_pool_json(requirements=[{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c5.large"]}], limits={"cpu": "4"})
+    setup_cluster(world, pods=1, cpu="1500m", pool=pool)
+    (c1,) = provision(world.runtime("round-0"), world.clock.now()).launched
+    world.kube.add("pods", pod_json("a-only", cpu="1500m", memory="256Mi"))
+
+    paused, resume = threading.Event(), threading.Event()
+    runtime_a = world.runtime("round-a", state_port=PausingState(world.state, paused, resume))
+    start = world.clock.now() + timedelta(seconds=30)
+    results = {}
+    thread_a = threading.Thread(target=lambda: results.setdefault("a", provision(runtime_a, start)))
+    thread_a.start()
+    assert paused.wait(timeout=10)
+
+    world.kube.add("nodes", node_json("node-c1", instance_id=c1.instance_id, zone=c1.zone))
+    world.kube.bind("default", "web-0", "node-c1")
+    world.kube.remove("pods", "default", "a-only")  # the pending set changed: B plans another pod
+    world.kube.add("pods", pod_json("b-only", cpu="1500m", memory="256Mi"))
+    second = provision(world.runtime("round-b"), start + timedelta(seconds=LEASE_TTL_SECONDS + 1))
+    assert second.registration.registered == (c1.claim_id,) and len(second.launched) == 1
+
+    resume.set()
+    thread_a.join(timeout=10)
+    assert not thread_a.is_alive()
+    assert running_cpu(world) <= 4 * CPU
+    assert [f.reason for f in results["a"].failures] == ["LimitReached"]
+    assert LIMIT_REACHED in (results["a"].reason_for("default/a-only") or "")
 
 
 # ---------------------------------------------------------------- capacity errors

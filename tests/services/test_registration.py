@@ -42,7 +42,7 @@ def register(world: FakeWorld, pools: dict[str, NodePool] | None = None):  # typ
     return reconcile_registration(world.runtime(), world.state.open_claims(), nodes(world), pools or {"default": NodePool("default")}, world.clock.now())
 
 
-def test_a_node_with_the_claims_instance_registers_it_labels_it_and_releases_the_reservation(world: FakeWorld) -> None:
+def test_a_node_with_the_claims_instance_registers_it_labels_it_and_keeps_the_reservation(world: FakeWorld) -> None:
     claim = launched_claim(world)
     world.kube.add("nodes", node_json("ip-10-0-0-1", instance_id=claim.instance_id, ready=False))
     result = register(world)
@@ -51,7 +51,8 @@ def test_a_node_with_the_claims_instance_registers_it_labels_it_and_releases_the
     stored = world.state.get_claim(claim.claim_id)
     assert stored is not None and stored.state == "registered" and stored.node_name == "ip-10-0-0-1"
     assert stored.registered_at == world.clock.now()
-    assert world.state.reservations("default") == {}
+    # the reservation is the NodePool's usage figure until the capacity is gone
+    assert world.state.reservations("default") == {claim.claim_id: Resources({"cpu": 2000})}
     labels = world.kube.get("nodes", None, "ip-10-0-0-1")["metadata"]["labels"]
     assert labels[wk.NODECLAIM] == claim.claim_id and labels[wk.NODEPOOL] == "default"
     assert labels[wk.CAPACITY_TYPE] == "spot" and labels[wk.REGISTERED] == "true" and wk.INITIALIZED not in labels

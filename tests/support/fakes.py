@@ -43,6 +43,7 @@ from joiner.ports import (
     LaunchTemplateInfo,
     LaunchTemplateNotFound,
     LaunchTemplateRef,
+    StateError,
     Subnet,
 )
 
@@ -676,13 +677,24 @@ class FakeState:
         with self._lock:
             self._reservations.get(node_pool, {}).pop(claim_id, None)
 
+    def shrink_reservation(self, node_pool: str, claim_id: str, amount: Resources) -> None:
+        self._call("shrink_reservation")
+        with self._lock:
+            held = self._reservations.get(node_pool, {}).get(claim_id)
+            if held is None:
+                return
+            if any(value > held.get(name, 0) for name, value in amount.items()):
+                raise StateError(f"shrink_reservation({node_pool}, {claim_id}): {amount} exceeds the {held} held")
+            self._reservations[node_pool][claim_id] = amount
+
     def reserved_capacity(self, node_pool: str) -> Resources:
         self._call("reserved_capacity")
         with self._lock:
             return self._total(self._reservations.get(node_pool, {}))
 
     def reservations(self, node_pool: str) -> dict[str, Resources]:
-        """Test helper: claim id -> reserved amount."""
+        """Claim id -> reserved amount."""
+        self._call("reservations")
         with self._lock:
             return dict(self._reservations.get(node_pool, {}))
 

@@ -334,14 +334,29 @@ class StatePort(Protocol):
         ...
 
     def reserve_capacity(self, node_pool: str, claim_id: str, amount: Resources, limits: Resources | None, in_use: Resources) -> bool:
-        """Atomically add ``amount`` to the pool's reserved total unless ``in_use`` (what
-        running nodes not yet counted use) + reserved + amount would exceed ``limits``.
-        Idempotent per claim id. False when the limit would be exceeded."""
+        """Atomically add ``amount`` to the pool's reserved total unless ``in_use`` + reserved +
+        amount would exceed ``limits``. Idempotent per claim id. False when the limit would be
+        exceeded.
+
+        The reserved total is the NodePool's one authoritative usage figure: a claim's
+        reservation stays in it from before its launch until its capacity is really gone
+        (instance terminated, launch failed or abandoned); registering a Node does not move it.
+        ``in_use`` is only what Nodes no reservation covers use (Nodes of claims released by an
+        older version, Nodes Joiner has no claim for): nothing a concurrent round does can
+        make it shrink while the capacity still exists."""
         ...
     def release_capacity(self, node_pool: str, claim_id: str) -> None:
-        """Return a claim's reservation (no-op if already released)."""
+        """Return a claim's reservation (no-op if already released): only once its capacity is gone."""
+        ...
+    def shrink_reservation(self, node_pool: str, claim_id: str, amount: Resources) -> None:
+        """Lower a claim's reservation to ``amount`` (at most what it holds, per resource) in one
+        atomic step, e.g. from the largest candidate to the instance type launched. A no-op
+        when the claim holds no reservation."""
         ...
     def reserved_capacity(self, node_pool: str) -> Resources: ...
+    def reservations(self, node_pool: str) -> dict[str, Resources]:
+        """Claim id -> its reservation, for every claim the pool's reserved total holds."""
+        ...
 
     def acquire_lease(self, name: str, owner: str, now: datetime, ttl_seconds: int) -> bool:
         """Take or renew a lease with a conditional write; False when another owner holds an unexpired one."""

@@ -488,10 +488,53 @@ class StateAdapter:
                 # Changed under us: re-read; gone means a concurrent release already did it.
         raise StateError(f"release_capacity({node_pool}, {claim_id}): the reservation kept changing", code="ConcurrentChange")
 
+    def shrink_reservation(self, node_pool: str, claim_id: str, amount: Resources) -> None:
+        """Lower a claim's reservation to ``amount`` and the pool's totals by the difference in
+        one conditional UpdateItem (conditional on the amounts read, like a release), so the
+        pool never looks emptier than it is, not even for one round trip. No-op when the
+        claim holds no reservation; :class:`StateError` when ``amount`` exceeds what it holds."""
+        if amount.any_negative():
+            raise StateError(f"shrink_reservation({node_pool}, {claim_id}): amount must not be negative: {amount}")
+        for _ in range(3):
+            held = self._pool_claims(node_pool).get(claim_id)
+            if held is None:
+                return
+            amounts = {name: int(value) for name, value in dict(held).items()}
+            if any(int(value) > amounts.get(name, 0) for name, value in amount.items()):
+                raise StateError(f"shrink_reservation({node_pool}, {claim_id}): {dict(amount)} exceeds the {amounts} held")
+            names: dict[str, str] = {"#claims": "claims", "#reserved": "reserved", "#cid": claim_id}
+            values: dict[str, Any] = {":amount": _resources_to_item(amount)}
+            sets = ["#claims.#cid = :amount"]
+            conditions = ["attribute_exists(#claims.#cid)"]
+            for index, resource in enumerate(sorted(amounts)):
+                names[f"#r{index}"] = resource
+                values[f":h{index}"] = amounts[resource]
+                conditions.append(f"#claims.#cid.#r{index} = :h{index}")
+                difference = amounts[resource] - int(amount.get(resource, 0))
+                if difference:
+                    values[f":d{index}"] = difference
+                    sets.append(f"#reserved.#r{index} = #reserved.#r{index} - :d{index}")
+            try:
+                self._call(
+                    "UpdateItem", self._table.update_item, Key=self._pool_key(node_pool),
+                    UpdateExpression="SET " + ", ".join(sets), ConditionExpression=" AND ".join(conditions),
+                    ExpressionAttributeNames=names, ExpressionAttributeValues=values,
+                )
+                return
+            except ClientError as error:
+                if not self._is_conditional_failure(error):
+                    raise
+                # Changed under us (released, or shrunk by a concurrent retry): read again.
+        raise StateError(f"shrink_reservation({node_pool}, {claim_id}): the reservation kept changing", code="ConcurrentChange")
+
     def reserved_capacity(self, node_pool: str) -> Resources:
         key = self._pool_key(node_pool)
         item = self._get(key["pk"], key["sk"]) or {}
         return _resources_from_item(item.get("reserved"))
+
+    def reservations(self, node_pool: str) -> dict[str, Resources]:
+        """Claim id -> reservation, as the pool item holds them (strongly consistent read)."""
+        return {str(claim_id): _resources_from_item(amount) for claim_id, amount in sorted(self._pool_claims(node_pool).items())}
 
     # ------------------------------------------------------------ leases
 

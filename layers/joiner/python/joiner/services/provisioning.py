@@ -347,6 +347,9 @@ class _Round:
         cache["pods"] = current  # only what exists now: the cache never outgrows the cluster
         self.pods = tuple(pods)
         self.nodes = tuple(n for n in (self._parse(snap.parse_node, o) for o in nodes_raw) if n is not None)
+        #: every Node read, also those a replacement round leaves out of planning (going away):
+        #: they count against limits until their capacity is released
+        self.all_nodes = self.nodes
         self.daemonsets = tuple(d for d in (self._parse(lambda o: snap.parse_daemonset(o, runtime_classes), o) for o in daemonsets_raw) if d is not None)
         self.pools_raw = {str((o.get("metadata") or {}).get("name")): o for o in pools_raw}
         self.pools = {p.name: p for p in (self._parse(snap.parse_node_pool, o, event_object=True) for o in pools_raw) if p is not None}
@@ -430,8 +433,15 @@ class _Round:
     # ------------------------------------------------------------ usage and limits
 
     def compute_usage(self, registration: RegistrationResult) -> None:
-        """What each NodePool's Nodes use (capacity plus a ``nodes`` count) and what is
-        reserved for its unregistered claims."""
+        """What each NodePool's Nodes use (capacity plus a ``nodes`` count: NodePool status),
+        and the figure its limit is checked against.
+
+        The limit figure is the pool's reserved total (every claim from its reservation until
+        its capacity is released, registered or not: one DynamoDB item, checked and updated
+        atomically by :meth:`~joiner.ports.StatePort.reserve_capacity`) plus what Nodes that
+        no reservation covers use (:attr:`unreserved`). Registration moves nothing between
+        the two, so a round that read the cluster before a concurrent round registered a
+        Node still checks against a figure that contains that Node's capacity."""
         in_use: dict[str, Resources] = {}
         node_counts: dict[str, int] = {}
         for node in self.nodes:
@@ -444,12 +454,30 @@ class _Round:
             node_counts[pool] = node_counts.get(pool, 0) + 1
         self.in_use = in_use
         self.node_counts = node_counts
-        self.reserved = {name: self.state.reserved_capacity(name) for name in sorted(self.pools) if self.pools[name].limits is not None}
+        limited = [name for name in sorted(self.pools) if self.pools[name].limits is not None]
+        self.reservations = {name: self.state.reservations(name) for name in limited}
+        self.reserved = {name: _total(held.values()) for name, held in self.reservations.items()}
+        claim_of_instance = {c.instance_id: c.claim_id for c in self.claims if c.instance_id}
+        unreserved: dict[str, Resources] = {}
+        for node in self.all_nodes:
+            pool = node.labels.get(wk.NODEPOOL) or registration.node_pools.get(node.name)
+            if pool not in self.reservations:
+                continue
+            claim_id = node.labels.get(wk.NODECLAIM) or claim_of_instance.get(node.instance_id or "")
+            if claim_id and claim_id in self.reservations[pool]:
+                continue
+            # Counted while deleting too: the instance may still run until termination ends.
+            unreserved[pool] = unreserved.get(pool, EMPTY) + node.capacity + {NODES: 1000}
+        self.unreserved = unreserved
+
+    def limit_usage(self, pool: str) -> Resources:
+        """What counts against ``pool``'s limit (see :meth:`compute_usage`)."""
+        return self.unreserved.get(pool, EMPTY) + self.reserved.get(pool, EMPTY)
 
     def remaining(self, pool: NodePool) -> Resources | None:
         if pool.limits is None:
             return None
-        used = self.in_use.get(pool.name, EMPTY) + self.reserved.get(pool.name, EMPTY)
+        used = self.limit_usage(pool.name)
         return Resources({name: pool.limits.get(name, 0) - used.get(name, 0) for name in pool.limits})
 
     # ------------------------------------------------------------ in-flight claims
@@ -509,7 +537,7 @@ class _Round:
         """Plan ``pending`` with this round's zonal instance types; limits see the Nodes'
         capacity plus every reservation (launched and about-to-launch claims)."""
         problem = build_problem(self.snapshot, self.runtime.catalog, pending=pending, in_flight=in_flight, unavailable=frozenset(self.unavailable))
-        usage = {name: self.in_use.get(name, EMPTY) + self.reserved.get(name, EMPTY) for name in sorted(self.pools)}
+        usage = {name: self.limit_usage(name) for name in sorted(self.pools)}
         self.plans += 1
         return solve(dataclasses.replace(problem, instance_types=self.types_by_pool, pool_usage=usage))
 
@@ -548,7 +576,7 @@ class _Round:
 
         if existing is not None:
             amount = existing.reserved  # reserving is idempotent per claim: the first amount stands
-        if not self.state.reserve_capacity(pool.name, claim_id, amount, pool.limits, self.in_use.get(pool.name, EMPTY)):
+        if not self.state.reserve_capacity(pool.name, claim_id, amount, pool.limits, self.unreserved.get(pool.name, EMPTY)):
             self._limit_reached(claim_plan, pods, pool, claim_id, existing)
             return None
         if pool.limits is not None and existing is None:
@@ -750,13 +778,10 @@ class _Round:
                 return False
             actual = held  # another writer recorded this very instance: leave its reservation be
         self.launched.append(launched)
-        if actual != held:
-            # The reservation covered the largest candidate; keep only what was launched.
-            # Release-then-reserve (without a limit check: the instance exists) leaves one
-            # DynamoDB round trip in which the pool looks emptier than it is; only a round
-            # racing past an expired lease could use it, and then by at most this difference.
-            self.state.release_capacity(launched.node_pool, launched.claim_id)
-            self.state.reserve_capacity(launched.node_pool, launched.claim_id, actual, None, EMPTY)
+        if actual != held and all(value <= held.get(name, 0) for name, value in actual.items()):
+            # The reservation covered the largest candidate; keep only what was launched, in
+            # one conditional write (the pool never looks emptier than it is).
+            self.state.shrink_reservation(launched.node_pool, launched.claim_id, actual)
             if launched.node_pool in self.reserved:
                 self.reserved[launched.node_pool] = self.reserved[launched.node_pool] - held + actual
         self.runtime.count("ClaimsLaunched", 1)
@@ -1205,6 +1230,13 @@ def _reservation(types: Sequence[InstanceType]) -> Resources:
     for instance_type in types:
         amount = amount.maximum(instance_type.capacity)
     return amount + {NODES: 1000}
+
+
+def _total(amounts: Iterable[Resources]) -> Resources:
+    total = EMPTY
+    for amount in amounts:
+        total = total + amount
+    return total
 
 
 def _prices(types: Iterable[InstanceType]) -> dict[OfferingKey, float]:

@@ -4,9 +4,11 @@ Runs at the start of every provisioning round, on the Nodes and open claims the 
 has just read:
 
 * A launched claim whose instance has a Node (``providerID aws:///<zone>/<instance-id>``)
-  becomes ``registered`` (time, node name). Its limit reservation is released in the same
-  step: from now on the Node's own capacity counts against the NodePool limit, so the
-  capacity is never counted twice and never dropped.
+  becomes ``registered`` (time, node name). Its limit reservation stays: it is released only
+  when the capacity is gone (termination, garbage collection). A round that read the cluster
+  before the Node registered checks the limit against the same figure as one that read it
+  after; nothing moves between "reserved" and "in use" (see
+  :meth:`joiner.services.provisioning.ProvisioningRound.compute_usage`).
 * The Node gets the labels the claim implies when they are missing:
   ``joiner.dev/nodeclaim``, ``joiner.dev/nodepool``, ``joiner.dev/capacity-type`` and
   ``joiner.dev/registered`` (``joiner.dev/initialized`` once initialized).
@@ -124,10 +126,6 @@ def reconcile_registration(
         node_pools_by_node[node.name] = claim.node_pool
         try:
             if claim.state == LAUNCHED:
-                # From now on the Node's own capacity counts against the limit: drop the
-                # reservation first, so a failure in between never counts it twice (the
-                # next round repeats both steps; releasing is idempotent).
-                state.release_capacity(claim.node_pool, claim.claim_id)
                 claim = state.update_claim(claim.claim_id, state=REGISTERED, registered_at=now, node_name=node.name)
                 registered.append(claim.claim_id)
                 runtime.count("NodesRegistered", 1)
