@@ -57,3 +57,25 @@ def test_a_burst_of_spot_warnings_launches_capacity_once_per_pod_set(world: Worl
     assert len(launched) == len(replacements)  # one instance per claim
     # 9 x 500m = 4.5 vCPU of requests: one plan never needs more than 4 + 2 vCPU for them
     assert sum(VCPU[i["type"]] for i in launched) <= 6, [(i["type"], i["tags"][wk.NODECLAIM]) for i in launched]
+
+
+def test_a_replacement_never_takes_a_nodepool_past_its_limit(world: World) -> None:
+    """Issue 10, defect 3: replacement rounds take no lease, so they must pass the same
+    reservation as scanner rounds, against a figure that still holds the interrupted node
+    (it runs until the reclaim). Two c5.xlarge under an 8-CPU limit: a replacement would make
+    12 CPU run at once; it is refused, and the drain goes ahead (the scanner provisions once
+    the node is gone). Before the fix the replacement launched."""
+    world.node_pool(limits={"cpu": "8"})
+    instances = {}
+    for node in ("n0", "n1"):
+        instances[node] = world.launch_node(node)
+        world.add_pod(f"{node}-web", node, app=f"web-{node}", cpu="3")
+    world.publish("spot_interruption.json", instances["n0"])
+    response, _ = world.deliver_interruptions()
+    assert response == {"batchItemFailures": []}
+
+    running = [i for i in world.fleet_instances() if i["state"] in ("pending", "running")]
+    assert sum(VCPU[i["type"]] for i in running) <= 8, [(i["type"], i["tags"][wk.NODECLAIM]) for i in running]
+    stored = world.runtime.state.get_item("TERMINATION", "n0")
+    assert stored is not None and not stored.get("replacementClaims")
+    assert world.evictions() == ["default/n0-web"]  # the drain goes ahead
