@@ -253,6 +253,25 @@ def test_concurrent_releases_subtract_once(moto_server: SerialMotoServer) -> Non
         assert adapter.reserved_capacity("p") == cpu(2)
 
 
+def test_a_shrink_racing_a_release_subtracts_each_amount_once(moto_server: SerialMotoServer) -> None:
+    """A launch recording its smaller instance type while termination releases the claim: the
+    pool ends with the other claims' reservations only, whichever wins."""
+    with fake_credentials():
+        clients = AwsClients(REGION, moto_server.endpoint)
+        create_state_table(clients.dynamodb, "race-shrink")
+        adapter = StateAdapter(clients.table("race-shrink"), Clock())
+        for round_index in range(3):
+            claim = f"a{round_index}"
+            adapter.reserve_capacity("p", claim, cpu(8), None, Resources())
+            adapter.reserve_capacity("p", f"b{round_index}", cpu(1), None, Resources())
+            _race(
+                moto_server, "race-shrink", 2,
+                lambda other, i, claim=claim: other.shrink_reservation("p", claim, cpu(2)) if i == 0 else other.release_capacity("p", claim),
+            )
+            assert adapter.reservations("p") == {f"b{i}": cpu(1) for i in range(round_index + 1)}
+            assert adapter.reserved_capacity("p") == cpu(round_index + 1)
+
+
 def test_closing_and_recording_a_launch_race_exactly_one_wins(moto_server: SerialMotoServer) -> None:
     """gc closing an abandoned reservation and provisioning recording its launch, at once:
     both conditional on ``reserved``, so exactly one transition happens, and the loser sees

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-
 from joiner.domain import labels as wk
+
 from tests.events.world import AwsBase, SqsTime, World
 from tests.support.aws import fake_credentials
 from tests.support.kube_emulator import KubeEmulator

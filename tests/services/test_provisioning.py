@@ -803,6 +803,24 @@ def test_state_contract_reservations(any_state) -> None:  # type: ignore[no-unty
     assert not any_state.reserve_capacity("r", "y", two, zero, Resources())
 
 
+def test_state_contract_shrinking_a_reservation(any_state) -> None:  # type: ignore[no-untyped-def]
+    from joiner.ports import StateError
+
+    four = Resources({"cpu": 4000, "nodes": 1000})
+    two = Resources({"cpu": 2000, "nodes": 1000})
+    assert any_state.reserve_capacity("p", "a", four, None, Resources())
+    assert any_state.reserve_capacity("p", "b", two, None, Resources())
+    any_state.shrink_reservation("p", "a", two)
+    assert any_state.reservations("p") == {"a": two, "b": two}
+    assert any_state.reserved_capacity("p") == Resources({"cpu": 4000, "nodes": 2000})
+    with pytest.raises(StateError):
+        any_state.shrink_reservation("p", "a", four)  # never grows: that would skip the limit check
+    any_state.shrink_reservation("p", "unknown", two)  # nothing held: nothing to do
+    any_state.release_capacity("p", "a")
+    any_state.shrink_reservation("p", "a", Resources({"cpu": 1000}))  # released meanwhile: a no-op
+    assert any_state.reservations("p") == {"b": two} and any_state.reserved_capacity("p") == two
+
+
 def test_state_contract_lease_and_unavailable(any_state) -> None:  # type: ignore[no-untyped-def]
     now = EPOCH
     assert any_state.acquire_lease("provisioning", "a", now, 60)

@@ -50,6 +50,7 @@ from joiner.domain.launch import (
 from joiner.domain.model import (
     InFlightClaim,
     InstanceType,
+    Node,
     NodeClaimPlan,
     NodeClass,
     NodePool,
@@ -84,7 +85,7 @@ if TYPE_CHECKING:
 __all__ = [
     "LEASE_NAME", "LEASE_TTL_SECONDS", "UNAVAILABLE_FOR", "MAX_LAUNCH_ATTEMPTS", "LIMIT_REACHED",
     "LaunchedClaim", "LaunchFailure", "RoundResult", "ScanSummary", "provision", "run_scanner", "claim_id_for",
-    "ProvisioningRound", "launch_plan",
+    "ProvisioningRound", "launch_plan", "unreserved_usage",
 ]
 
 log = logging.getLogger(__name__)
@@ -457,18 +458,7 @@ class _Round:
         limited = [name for name in sorted(self.pools) if self.pools[name].limits is not None]
         self.reservations = {name: self.state.reservations(name) for name in limited}
         self.reserved = {name: _total(held.values()) for name, held in self.reservations.items()}
-        claim_of_instance = {c.instance_id: c.claim_id for c in self.claims if c.instance_id}
-        unreserved: dict[str, Resources] = {}
-        for node in self.all_nodes:
-            pool = node.labels.get(wk.NODEPOOL) or registration.node_pools.get(node.name)
-            if pool not in self.reservations:
-                continue
-            claim_id = node.labels.get(wk.NODECLAIM) or claim_of_instance.get(node.instance_id or "")
-            if claim_id and claim_id in self.reservations[pool]:
-                continue
-            # Counted while deleting too: the instance may still run until termination ends.
-            unreserved[pool] = unreserved.get(pool, EMPTY) + node.capacity + {NODES: 1000}
-        self.unreserved = unreserved
+        self.unreserved = unreserved_usage(self.all_nodes, self.claims, self.reservations, registration.node_pools)
 
     def limit_usage(self, pool: str) -> Resources:
         """What counts against ``pool``'s limit (see :meth:`compute_usage`)."""
@@ -1230,6 +1220,31 @@ def _reservation(types: Sequence[InstanceType]) -> Resources:
     for instance_type in types:
         amount = amount.maximum(instance_type.capacity)
     return amount + {NODES: 1000}
+
+
+def unreserved_usage(
+    nodes: Iterable[Node],
+    claims: Iterable[ClaimRecord],
+    reservations: Mapping[str, Mapping[str, Resources]],
+    node_pools: Mapping[str, str] | None = None,
+) -> dict[str, Resources]:
+    """Per limited NodePool (the keys of ``reservations``: pool -> claim id -> amount), the
+    capacity plus one ``nodes`` of its Nodes that no reservation covers. A Node is covered when
+    its ``joiner.dev/nodeclaim`` label, or the open claim that launched its instance, names a
+    claim the pool's reservations hold. ``node_pools`` (node name -> pool, from registration)
+    places Nodes whose labels are not set yet. Deleting Nodes count too: their instance may
+    run until termination ends."""
+    claim_of_instance = {c.instance_id: c.claim_id for c in claims if c.instance_id}
+    result: dict[str, Resources] = {}
+    for node in nodes:
+        pool = node.labels.get(wk.NODEPOOL) or (node_pools or {}).get(node.name)
+        if pool is None or pool not in reservations:
+            continue
+        claim_id = node.labels.get(wk.NODECLAIM) or claim_of_instance.get(node.instance_id or "")
+        if claim_id and claim_id in reservations[pool]:
+            continue
+        result[pool] = result.get(pool, EMPTY) + node.capacity + {NODES: 1000}
+    return result
 
 
 def _total(amounts: Iterable[Resources]) -> Resources:
