@@ -278,6 +278,20 @@ def test_registered_nodes_keep_their_reservation_and_count_once_against_the_limi
     assert len(refused) == 1
 
 
+def test_a_reservation_left_behind_by_a_closed_claim_is_released_by_the_next_round(world: FakeWorld) -> None:
+    """A caller died between closing a claim and releasing its reservation (every path does
+    both, in that order): the next round releases it, so the limit is not held forever."""
+    pool = node_pool_json(requirements=[{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c5.large"]}], limits={"cpu": "2"})
+    setup_cluster(world, pods=1, cpu="1500m", pool=pool)
+    world.state.put_claim(ClaimRecord("default-gone", "default", "closed", world.clock.now(), reason="registration timeout"))
+    world.state.reserve_capacity("default", "default-gone", Resources({"cpu": 2000, "nodes": 1000}), None, Resources())
+    world.state.reserve_capacity("default", "default-being-written", Resources({"cpu": 0, "nodes": 0}), None, Resources())
+    result = provision(world.runtime(), world.clock.now())
+    assert len(result.launched) == 1 and not result.failures
+    assert "default-gone" not in world.state.reservations("default")
+    assert "default-being-written" in world.state.reservations("default")  # no claim record yet: kept
+
+
 class Signalling:
     """Delegates to a port and sets ``event`` on the first call: "this scanner holds the lease now"."""
 

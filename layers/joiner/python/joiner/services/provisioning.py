@@ -456,9 +456,26 @@ class _Round:
         self.in_use = in_use
         self.node_counts = node_counts
         limited = [name for name in sorted(self.pools) if self.pools[name].limits is not None]
-        self.reservations = {name: self.state.reservations(name) for name in limited}
+        self.reservations = {name: self._settled(name, self.state.reservations(name)) for name in limited}
         self.reserved = {name: _total(held.values()) for name, held in self.reservations.items()}
         self.unreserved = unreserved_usage(self.all_nodes, self.claims, self.reservations, registration.node_pools)
+
+    def _settled(self, pool: str, held: dict[str, Resources]) -> dict[str, Resources]:
+        """``held`` without reservations of closed claims, which are released now: a caller
+        that died between closing a claim and releasing it (both idempotent, in that order)
+        would otherwise hold the limit forever. A closed claim's capacity is gone (every path
+        terminates the instance, or never had one, before closing). A reservation with no
+        claim record is kept: :meth:`prepare` reserves just before it writes the claim."""
+        open_ids = {c.claim_id for c in self.claims}
+        for claim_id in sorted(set(held) - open_ids):
+            try:
+                claim = self.state.get_claim(claim_id)
+                if claim is not None and claim.state == CLOSED:
+                    self.state.release_capacity(pool, claim_id)
+                    del held[claim_id]
+            except Exception as error:  # noqa: BLE001 - counted as held; tried again next round
+                log.warning("releasing the reservation of closed claim %s failed: %s", claim_id, error)
+        return held
 
     def limit_usage(self, pool: str) -> Resources:
         """What counts against ``pool``'s limit (see :meth:`compute_usage`)."""
