@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 
 from joiner.domain.snapshot import parse_node_class
+from joiner.domain.resources import Resources
 from joiner.ports import ClaimRecord, FleetOverride, FleetRequest
 from joiner.services.disruption import DRIFT_UNKNOWN_METRIC, read_input, run_disruption
 from joiner.services.termination import TERMINATION_KIND
@@ -129,3 +130,17 @@ def test_instance_without_security_groups_is_unknown(world: FakeWorld) -> None:
     world.ec2.instances[instance_id] = dataclasses.replace(world.ec2.instances[instance_id], security_group_ids=())
     assert read_input(world.runtime(), world.clock.now()).facts["n1"].launch.security_groups is None  # type: ignore[union-attr]
     assert run_disruption(world.runtime(), dry_run=True).pending == ()
+
+
+def test_pool_usage_counts_a_registered_node_once_whether_or_not_its_claim_holds_a_reservation(world: FakeWorld) -> None:
+    """Registration keeps a claim's limit reservation (issue 10, defect 3): the usage disruption
+    plans against is that reservation or, for a Node no reservation covers, its capacity;
+    never both."""
+    limited = pool(types=["c5.xlarge"])
+    limited["spec"]["limits"] = {"cpu": "100"}
+    world.kube.add("node_pools", limited)
+    launch(world, "reserved")
+    launch(world, "legacy")  # a claim released at registration by an older version
+    world.state.reserve_capacity("default", "claim-reserved", Resources({"cpu": 4000, "nodes": 1000}), None, Resources())
+    usage = read_input(world.runtime(), world.clock.now()).pool_usage["default"]
+    assert usage["cpu"] == 8000 and usage["nodes"] == 2000

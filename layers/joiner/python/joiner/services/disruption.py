@@ -52,7 +52,6 @@ from joiner.domain.disruption import (
     validate,
 )
 from joiner.domain.model import InstanceType, Node
-from joiner.domain.resources import EMPTY
 from joiner.observability import logger
 
 if TYPE_CHECKING:
@@ -160,7 +159,7 @@ def read_input(runtime: Runtime, now: datetime) -> DisruptionInput:
             security_groups=frozenset(env.security_groups) if ok else None,
             ami_by_arch=amis.get(name, {}),
         )
-    usage = {name: work.in_use.get(name, EMPTY) + work.reserved.get(name, EMPTY) for name in sorted(work.pools)}
+    usage = {name: work.limit_usage(name) for name in sorted(work.pools)}
     return DisruptionInput(
         snapshot=snapshot,
         instance_types=types,
