@@ -1104,6 +1104,55 @@ def test_e2e_two_scanners_racing_never_exceed_the_limit_nor_launch_twice(e2e: E2
 
 
 @pytest.mark.slow
+def test_e2e_a_paused_round_and_a_registration_in_between_never_exceed_the_limit(e2e: E2E) -> None:
+    """Issue 10, defect 3 over HTTP: round A (its own DynamoDB client) is held by a botocore
+    hook just before its conditional reservation, after reading the cluster without C1's
+    Node. C1's Node registers; round B registers it and launches. A's reservation must fail."""
+    from joiner.adapters.aws import AwsClients
+    from tests.support.aws import REGION
+
+    pool = node_pool_json(requirements=[{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c5.large"]}], limits={"cpu": "4"})
+    e2e.emulator.apply(pool)
+    e2e.emulator.apply(pod_json("web-0", cpu="1500m", memory="256Mi"))
+    (c1,) = provision(e2e.runtime("round-0"), e2e.clock.now()).launched
+    e2e.emulator.apply(pod_json("a-only", cpu="1500m", memory="256Mi"))
+
+    clients_a = AwsClients(REGION, e2e.server.endpoint)
+    paused, resume = threading.Event(), threading.Event()
+
+    def hold_reservation(params: dict, **_: object) -> None:
+        pk = params.get("Key", {}).get("pk")
+        reserving = str(pk.get("S", "") if isinstance(pk, dict) else pk).startswith("POOL#") and "ConditionExpression" in params
+        if reserving and not paused.is_set():
+            paused.set()
+            assert resume.wait(timeout=30)
+
+    clients_a.table(E2E_TABLE).meta.client.meta.events.register("before-parameter-build.dynamodb.UpdateItem", hold_reservation)
+    start = e2e.clock.now() + timedelta(seconds=30)
+    runtime_a = e2e.runtime("round-a", clock=FakeClock(start), clients=clients_a)
+    results: dict[str, object] = {}
+    thread_a = threading.Thread(target=lambda: results.setdefault("a", provision(runtime_a, start)))
+    thread_a.start()
+    assert paused.wait(timeout=30)
+
+    e2e.emulator.apply(node_json("node-c1", instance_id=c1.instance_id, zone=c1.zone, instance_type="c5.large", cpu="2", memory="4Gi"))
+    e2e.emulator.delete("Pod", "web-0", "default")  # kube-scheduler binds it (the emulator: re-created bound)
+    e2e.emulator.apply(pod_json("web-0", cpu="1500m", memory="256Mi", node_name="node-c1"))
+    e2e.emulator.delete("Pod", "a-only", "default")
+    e2e.emulator.apply(pod_json("b-only", cpu="1500m", memory="256Mi"))
+    e2e.clock.advance(30 + LEASE_TTL_SECONDS + 1)
+    second = provision(e2e.runtime("round-b"), e2e.clock.now())
+    assert second.registration.registered == (c1.claim_id,) and len(second.launched) == 1
+
+    resume.set()
+    thread_a.join(timeout=60)
+    assert not thread_a.is_alive()
+    running = e2e.instances()
+    assert len(running) == 2 and all(i["InstanceType"] == "c5.large" for i in running)  # 4 CPU
+    assert [f.reason for f in results["a"].failures] == ["LimitReached"]  # type: ignore[attr-defined]
+
+
+@pytest.mark.slow
 def test_e2e_a_launch_template_deleted_behind_the_adapters_back_is_recreated_in_the_same_round(e2e: E2E) -> None:
     e2e.emulator.apply(node_pool_json())
     e2e.emulator.apply(pod_json("web", cpu="1", memory="256Mi"))
