@@ -147,3 +147,20 @@ def test_dynamodb_state_never_lets_existing_capacity_exceed_the_limit(dynamodb: 
     model = Model(StateAdapter(table, FakeClock()))
     for op in ops:
         model.step(*op)
+
+
+def test_a_node_counts_once_and_a_self_applied_claim_label_covers_nothing() -> None:
+    one = Resources({"cpu": 2000})
+    claims = [ClaimRecord("c1", POOL, "registered", T0, instance_id="i-c1"), ClaimRecord("c2", POOL, "reserved", T0)]
+    held = {POOL: {"c1": one + {"nodes": 1000}, "c2": one + {"nodes": 1000}}}
+
+    def node(name: str, instance: str, claim: str | None) -> Node:
+        labels = {wk.NODEPOOL: POOL} | ({wk.NODECLAIM: claim} if claim else {})
+        return Node(name, labels=labels, capacity=one, provider_id=f"aws:///z/{instance}")
+
+    covered = [node("n1", "i-c1", None), node("n2", "i-c2", "c2")]  # by its claim's instance; by label (launch not recorded)
+    assert unreserved_usage(covered, claims, held) == {}
+    impostor = node("n3", "i-other", "c1")  # names a claim that records another instance
+    unlabelled = node("n4", "i-unknown", None)
+    assert unreserved_usage([*covered, impostor, unlabelled], claims, held) == {POOL: Resources({"cpu": 4000, "nodes": 2000})}
+    assert unreserved_usage([impostor], claims, {}) == {}  # pools without limits are not computed

@@ -1247,17 +1247,23 @@ def unreserved_usage(
 ) -> dict[str, Resources]:
     """Per limited NodePool (the keys of ``reservations``: pool -> claim id -> amount), the
     capacity plus one ``nodes`` of its Nodes that no reservation covers. A Node is covered when
-    its ``joiner.dev/nodeclaim`` label, or the open claim that launched its instance, names a
-    claim the pool's reservations hold. ``node_pools`` (node name -> pool, from registration)
-    places Nodes whose labels are not set yet. Deleting Nodes count too: their instance may
-    run until termination ends."""
+    the open claim that launched its instance holds a reservation, or, for an instance no open
+    claim records yet (a launch not recorded), when its ``joiner.dev/nodeclaim`` label names a
+    reserved claim that records no instance: a kubelet can label itself, so a label naming
+    another instance's claim covers nothing. ``node_pools`` (node name -> pool, from
+    registration) places Nodes whose labels are not set yet. Deleting Nodes count too: their
+    instance may run until termination ends."""
     claim_of_instance = {c.instance_id: c.claim_id for c in claims if c.instance_id}
+    with_instance = set(claim_of_instance.values())
     result: dict[str, Resources] = {}
     for node in nodes:
         pool = node.labels.get(wk.NODEPOOL) or (node_pools or {}).get(node.name)
         if pool is None or pool not in reservations:
             continue
-        claim_id = node.labels.get(wk.NODECLAIM) or claim_of_instance.get(node.instance_id or "")
+        claim_id = claim_of_instance.get(node.instance_id or "")
+        if claim_id is None:
+            label = node.labels.get(wk.NODECLAIM)
+            claim_id = label if label and label not in with_instance else None
         if claim_id and claim_id in reservations[pool]:
             continue
         result[pool] = result.get(pool, EMPTY) + node.capacity + {NODES: 1000}
