@@ -9,13 +9,14 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
-
 from joiner.domain import labels as wk
 from joiner.domain.model import OfferingKey
+from joiner.local.lambdas import next_visible_in
 from joiner.ports import ClaimRecord
 from joiner.settings import get_settings
+
 from tests.events.fixtures import KINDS
-from tests.events.world import CLUSTER, T0, AwsBase, SqsTime, World
+from tests.events.world import CLUSTER, REGION, T0, AwsBase, SqsTime, World
 from tests.support.aws import fake_credentials
 from tests.support.kube_emulator import KubeEmulator
 
@@ -77,7 +78,8 @@ def test_spot_warning_cordons_drains_in_order_and_terminates(world: World) -> No
     assert OfferingKey("c5.xlarge", "us-east-1a", "spot") in unavailable
     assert world.runtime.state.unavailable_offerings(world.clock.now() + timedelta(minutes=3, seconds=1)) == frozenset()
     assert world.runtime.state.get_claim("default-n1").state == "terminating"
-    assert world.queue_bodies(world.work) == [{"generation": 1, "kind": "termination", "node": "n1"}]
+    # the step scheduled before the replacement launch (stale now), then the first step's successor
+    assert world.queue_bodies(world.work) == [{"generation": g, "kind": "termination", "node": "n1"} for g in (1, 2)]
 
     world.run_work_queue()
     assert world.evictions() == ["default/n1-web-1", "default/n1-web-2", "default/n1-logs", "default/n1-dns"]
@@ -146,6 +148,7 @@ def test_duplicate_delivery_of_the_same_event_acts_once(world: World) -> None:
     world.invoke(world.interruption_handler, messages, world.interruption)
     patches = len(world.emulator.requests("PATCH", "/api/v1/nodes/n1"))
     evictions = list(world.evictions())
+    scheduled = len(world.queue_bodies(world.work))
     # EventBridge (at-least-once) delivers the very same event again
     world.sqs.send_message(QueueUrl=world.interruption.url, MessageBody=body)
     response, _ = world.deliver_interruptions()
@@ -153,7 +156,7 @@ def test_duplicate_delivery_of_the_same_event_acts_once(world: World) -> None:
     assert len(world.emulator.requests("PATCH", "/api/v1/nodes/n1")) == patches
     assert world.evictions() == evictions
     assert world.metrics.total("InterruptionActions") == 1
-    assert len(world.queue_bodies(world.work)) == 1
+    assert len(world.queue_bodies(world.work)) == scheduled
     item = world.dynamodb.scan(TableName=world.settings.idempotency_table)["Items"]
     assert len(item) == 1 and item[0]["status"]["S"] == "COMPLETED"
 
@@ -215,32 +218,37 @@ def test_a_failing_message_is_retried_then_dead_lettered(world: World) -> None:
     assert world.dynamodb.scan(TableName=world.settings.idempotency_table)["Items"] == []
 
 
-def test_lambda_timeout_mid_drain_is_resumed_from_durable_state(world: World) -> None:
+def test_failures_mid_drain_are_retried_within_seconds_from_durable_state(world: World) -> None:
     instance = world.launch_node("n1")
     for name in ("a", "b", "c"):
         world.add_pod(name, "n1", app=name)
     world.add_pod("logs", "n1", app="logs", daemonset=True)
     world.add_pod("dns", "n1", app="dns", critical=True)
     world.publish("health_scheduled_change_arn.json", instance)
-    # the interruption invocation dies after evicting "a": the eviction of "b" never answers
-    world.emulator.fail_next("POST", r"/namespaces/default/pods/b/eviction$", status=503, times=10)
-    response, messages = world.deliver_interruptions()
-    assert response["batchItemFailures"] == [{"itemIdentifier": messages[0]["MessageId"]}]
-    assert world.evictions() == ["default/a"]
-    assert world.node("n1")["spec"]["unschedulable"] is True
-    world.emulator.clear_faults()
-    world.advance(400)
-    response, _ = world.deliver_interruptions()  # the redelivery picks up where it stopped
+    # the eviction of "b" fails beyond the client's retries: "b" alone is retried later
+    world.emulator.fail_next("POST", r"/namespaces/default/pods/b/eviction$", status=503, times=4)
+    response, _ = world.deliver_interruptions()
     assert response == {"batchItemFailures": []}
+    assert sorted(world.evictions()) == ["default/a", "default/c"]
+    assert world.runtime.state.get_item("TERMINATION", "n1")["progress"]["default/b"]["failed"] == 1
+    assert world.node("n1")["spec"]["unschedulable"] is True
+    for _ in range(4):  # the step scheduled before the replacement launch is stale by now; b's backoff is 5 s
+        world.run_work_queue(max_invocations=1)
+        if "default/b" in world.evictions():
+            break
     assert sorted(world.evictions()) == ["default/a", "default/b", "default/c"]
-    # a continuation step crashes (Kubernetes unreachable): the message comes back after the
-    # visibility timeout, finds the node's lease expired and the state as the last step left it
-    world.emulator.fail_next("GET", r"/api/v1/nodes/n1$", status=500, times=8)
+    assert len(world.queue_bodies(world.work)) == 1
+    # a continuation step fails as a whole (Kubernetes unreachable): it schedules its own
+    # retry a few seconds later, from the state the last step left
+    world.emulator.fail_next("GET", r"/api/v1/nodes/n1$", status=500, times=4)
     responses = world.run_work_queue(max_invocations=1)
-    assert responses[0]["batchItemFailures"]
+    assert responses[0] == {"batchItemFailures": []}
+    assert world.metrics.total("TerminationStepFailed") == 1
+    wait = next_visible_in(world.work.url, REGION)
+    assert wait is not None and wait <= 5
     world.emulator.clear_faults()
     world.run_work_queue()
-    assert world.evictions() == ["default/a", "default/b", "default/c", "default/logs", "default/dns"]
+    assert world.evictions() == ["default/a", "default/c", "default/b", "default/logs", "default/dns"]
     assert_terminated(world, "n1", instance, "default-n1")
 
 

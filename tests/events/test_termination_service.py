@@ -7,7 +7,6 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-
 from joiner.domain import labels as wk
 from joiner.domain.resources import Resources
 from joiner.ports import ClaimRecord, KubernetesError
@@ -21,7 +20,18 @@ from joiner.services.termination import (
     resume_stalled_terminations,
 )
 from joiner.settings import Settings
-from tests.support.fakes import EPOCH, DrainingKubernetes, FakeClock, FakeEc2, FakeQueue, FakeState, RecordingMetrics, node_json, pod_json
+
+from tests.support.fakes import (
+    EPOCH,
+    DrainingKubernetes,
+    FakeClock,
+    FakeEc2,
+    FakeQueue,
+    FakeState,
+    RecordingMetrics,
+    node_json,
+    pod_json,
+)
 
 SETTINGS = Settings(cluster_name="test-cluster", region="us-east-1", state_table="state", idempotency_table="idem")
 INSTANCE = "i-00000000000000001"
@@ -171,29 +181,39 @@ def test_stale_and_duplicate_continuations_are_dropped(world: World) -> None:
     assert continue_termination(world.runtime, "nope", world.clock.now(), generation=3).status == "unknown"
 
 
-def test_a_crash_mid_step_is_resumed_by_redelivery(world: World) -> None:
+def test_a_failed_eviction_fails_its_pod_alone_and_a_failed_step_is_retried_within_seconds(world: World) -> None:
     for name in ("a", "b", "c"):
         world.pod(name)
     world.kube.fail("evict_pod", KubernetesError("internal error", status=500), times=1)
-    with pytest.raises(KubernetesError):
-        begin_termination(world.runtime, "n1", "spot-interruption", None, EPOCH)
-    assert world.queue.messages == []  # nothing scheduled: the interruption message itself is retried
-    # ... its retry finishes the job
-    world.clock.advance(30)
-    result = begin_termination(world.runtime, "n1", "spot-interruption", None, world.clock.now())
-    assert sorted(result.evicted) == ["default/a", "default/b", "default/c"]
+    result = begin_termination(world.runtime, "n1", "spot-interruption", None, EPOCH)
+    # the failure is a's alone: b and c are evicted in the same step, a is retried after a backoff
+    assert result.failed == ("default/a",)
+    assert sorted(result.evicted) == ["default/b", "default/c"]
+    assert ("default/a", "eviction failed 1 time(s) (HTTP 500); retrying") in result.waiting
+    assert world.metrics.total("EvictionsFailed") == 1
+    body, delay = world.next_message()
+    assert delay == 5
+    world.clock.advance(delay)
+    world.kube.finish_terminating()
+    again = handle_continuation(world.runtime, body, world.clock.now())
+    assert again.evicted == ("default/a",)
 
-    # a crash in a continuation step: the step's message is redelivered and the lease has expired
+    # a step that fails as a whole (listing the pods times out) schedules its own retry
+    # within seconds: the chain never waits for the work queue's visibility timeout
     world.pod("d")
     body, _ = world.next_message()
     world.kube.fail("list_pods_on_node", KubernetesError("timeout", status=504))
     world.clock.advance(5)
-    with pytest.raises(KubernetesError):
-        handle_continuation(world.runtime, body, world.clock.now())
-    world.clock.advance(300)
+    failed = handle_continuation(world.runtime, body, world.clock.now())
+    assert failed.status == "retrying" and "timeout" in failed.error
+    body, delay = world.next_message()
+    assert delay == 5 and body["generation"] == failed.generation
+    assert world.metrics.total("TerminationStepFailed") == 1
+    world.clock.advance(delay)
     world.kube.finish_terminating()
     resumed = handle_continuation(world.runtime, body, world.clock.now())
     assert resumed.evicted == ("default/d",)
+    assert world.state.get_item(TERMINATION_KIND, "n1")["stepFailures"] == 0
 
 
 def test_a_held_lease_makes_the_step_retry_later(world: World, monkeypatch: pytest.MonkeyPatch) -> None:

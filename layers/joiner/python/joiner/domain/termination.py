@@ -12,6 +12,9 @@ The rules (Karpenter's terminator, made explicit):
   (they die with the instance, nothing waits for them to reschedule).
 * **Eviction** goes through the Eviction API so PodDisruptionBudgets hold. A blocked
   eviction (HTTP 429) is retried after a backoff: 5 s, 10 s, 20 s, 40 s, then every 60 s.
+  A failed eviction (any other error: 500 for a pod two PodDisruptionBudgets select, 403,
+  5xx after the client's retries) is that pod's alone: it is retried on the same backoff
+  and holds the drain exactly as a blocked one does, never the other pods.
 * **do-not-disrupt** (``joiner.dev/do-not-disrupt`` or ``karpenter.sh/do-not-disrupt``)
   pods are not evicted; they hold the drain until the deadline.
 * **Deadline rule**: with a deadline ``D`` (spot notice, scheduled change start,
@@ -22,7 +25,8 @@ The rules (Karpenter's terminator, made explicit):
   their full grace and are deleted as late as possible, pods with grace periods longer
   than the time left get exactly the time left. A pod already terminating whose grace
   ends after ``D`` is deleted again with the shorter grace (the API server only ever
-  shortens a grace period).
+  shortens a grace period). The rule depends on nothing the evictions did: a pod whose
+  evictions all failed is deleted on time like any other.
 * **Done**: the node is empty when every group is clear; at or after ``D`` the node is
   terminated whatever is left.
 
@@ -40,10 +44,32 @@ from joiner.domain import labels as wk
 from joiner.domain.model import Pod, Taint
 
 __all__ = [
-    "DISRUPTED_TAINT", "EXCLUDE_FROM_LB_LABEL", "GROUPS", "BACKOFF_BASE", "BACKOFF_MAX", "POLL_INTERVAL",
-    "IDLE_POLL_INTERVAL", "DELETE_SLACK", "PHASE_REPLACING", "PHASE_DRAINING", "PodProgress", "PodDeletion",
-    "DrainStep", "TerminationState", "drain_group", "is_drainable", "backoff", "fitting_grace", "plan_drain",
-    "record_eviction", "record_deletion", "reschedulable_pods", "cordon_patch",
+    "BACKOFF_BASE",
+    "BACKOFF_MAX",
+    "DELETE_SLACK",
+    "DISRUPTED_TAINT",
+    "ERROR_LIMIT",
+    "EXCLUDE_FROM_LB_LABEL",
+    "GROUPS",
+    "IDLE_POLL_INTERVAL",
+    "NEAR_DEADLINE",
+    "PHASE_DRAINING",
+    "PHASE_REPLACING",
+    "POLL_INTERVAL",
+    "DrainStep",
+    "PodDeletion",
+    "PodProgress",
+    "TerminationState",
+    "backoff",
+    "cordon_patch",
+    "drain_group",
+    "fitting_grace",
+    "is_drainable",
+    "plan_drain",
+    "record_deletion",
+    "record_eviction",
+    "reschedulable_pods",
+    "step_retry_delay",
 ]
 
 DISRUPTED_TAINT = Taint(wk.DISRUPTED_TAINT_KEY, "", "NoSchedule")
@@ -91,7 +117,22 @@ def backoff(blocked_attempts: int) -> timedelta:
     exponent = max(0, blocked_attempts - 1)
     if exponent >= 8:
         return BACKOFF_MAX
-    return min(BACKOFF_BASE * (2**exponent), BACKOFF_MAX)
+    return min(BACKOFF_BASE * (1 << exponent), BACKOFF_MAX)
+
+
+#: While a deadline is this near, a step that failed as a whole is retried every :data:`POLL_INTERVAL`.
+NEAR_DEADLINE = timedelta(minutes=15)
+
+
+def step_retry_delay(failures: int, now: datetime, deadline: datetime | None) -> timedelta:
+    """How soon to run a step again after ``failures`` consecutive steps failed as a whole
+    (the Kubernetes API or EC2 failing beyond the clients' retries): :func:`backoff`, but
+    at most :data:`POLL_INTERVAL` while a deadline is near, so a deletion window of the
+    deadline rule is never missed by more than that."""
+    delay = backoff(max(1, failures))
+    if deadline is not None and deadline - now <= NEAR_DEADLINE:
+        delay = min(delay, POLL_INTERVAL)
+    return delay
 
 
 def fitting_grace(pod: Pod, now: datetime, deadline: datetime) -> int:
@@ -113,6 +154,8 @@ class PodProgress:
     """What the drain has done to one pod so far (durable between invocations)."""
 
     blocked: int = 0
+    failed: int = 0
+    error: str | None = None  # the last failed eviction's error, cleared by any other outcome
     next_attempt_at: datetime | None = None
     evicted_at: datetime | None = None
     deleted_at: datetime | None = None
@@ -122,6 +165,10 @@ class PodProgress:
         out: dict[str, Any] = {}
         if self.blocked:
             out["blocked"] = self.blocked
+        if self.failed:
+            out["failed"] = self.failed
+        if self.error:
+            out["error"] = self.error
         for name, value in (("nextAttemptAt", self.next_attempt_at), ("evictedAt", self.evicted_at), ("deletedAt", self.deleted_at), ("deleteBy", self.delete_by)):
             if value is not None:
                 out[name] = _iso(value)
@@ -131,6 +178,8 @@ class PodProgress:
     def from_dict(cls, data: Mapping[str, Any]) -> PodProgress:
         return cls(
             blocked=int(data.get("blocked", 0)),
+            failed=int(data.get("failed", 0)),
+            error=str(data["error"]) if data.get("error") else None,
             next_attempt_at=_parse(data.get("nextAttemptAt")),
             evicted_at=_parse(data.get("evictedAt")),
             deleted_at=_parse(data.get("deletedAt")),
@@ -138,13 +187,22 @@ class PodProgress:
         )
 
 
-def record_eviction(progress: PodProgress | None, status: str, now: datetime) -> PodProgress:
-    """Progress after an eviction attempt with outcome ``status`` (evicted, blocked, gone)."""
+#: A failed eviction's error is kept this long (characters) in the durable progress.
+ERROR_LIMIT = 200
+
+
+def record_eviction(progress: PodProgress | None, status: str, now: datetime, error: str | None = None) -> PodProgress:
+    """Progress after an eviction attempt with outcome ``status`` (evicted, blocked, gone,
+    failed). Blocked and failed attempts are retried after :func:`backoff` of their count."""
     progress = progress or PodProgress()
     if status == "blocked":
         attempts = progress.blocked + 1
-        return replace(progress, blocked=attempts, next_attempt_at=now + backoff(attempts))
-    return replace(progress, evicted_at=now, next_attempt_at=None)
+        return replace(progress, blocked=attempts, error=None, next_attempt_at=now + backoff(attempts))
+    if status == "failed":
+        attempts = progress.failed + 1
+        text = (error or "eviction failed")[:ERROR_LIMIT]
+        return replace(progress, failed=attempts, error=text, next_attempt_at=now + backoff(attempts))
+    return replace(progress, evicted_at=now, error=None, next_attempt_at=None)
 
 
 def record_deletion(progress: PodProgress | None, grace_seconds: int, now: datetime) -> PodProgress:
@@ -244,7 +302,10 @@ def plan_drain(
             continue
         record = progress.get(pod.key)
         if record is not None and record.next_attempt_at is not None and now < record.next_attempt_at:
-            waiting.append((pod.key, f"eviction blocked by a PodDisruptionBudget {record.blocked} time(s); retrying"))
+            if record.error is not None:
+                waiting.append((pod.key, f"eviction failed {record.failed} time(s) ({record.error}); retrying"))
+            else:
+                waiting.append((pod.key, f"eviction blocked by a PodDisruptionBudget {record.blocked} time(s); retrying"))
             wake.append(record.next_attempt_at)
             continue
         evict.append(pod)
@@ -292,6 +353,9 @@ class TerminationState:
     ``generation`` increases with every step; a continuation message carrying another
     generation is stale and dropped. ``replacement_claims`` are waited for (phase
     ``replacing``) until Ready or ``replacement_deadline`` before draining starts.
+    ``launching_since``: a replacement launch is under way (outside the node's lease) since
+    then. ``step_failures``: consecutive steps that failed as a whole (reset by a step that
+    completes).
     """
 
     node: str
@@ -307,6 +371,8 @@ class TerminationState:
     replacement_deadline: datetime | None = None
     progress: Mapping[str, PodProgress] = field(default_factory=dict)
     events: tuple[str, ...] = ()  # event ids that asked for this termination
+    launching_since: datetime | None = None
+    step_failures: int = 0
 
     def tightened(self, deadline: datetime | None) -> TerminationState:
         """The earlier of the two deadlines (None = no deadline)."""
@@ -329,6 +395,8 @@ class TerminationState:
             "replacementDeadline": _iso(self.replacement_deadline),
             "progress": {key: value.to_dict() for key, value in sorted(self.progress.items())},
             "events": list(self.events),
+            "launchingSince": _iso(self.launching_since),
+            "stepFailures": self.step_failures,
         }
 
     @classmethod
@@ -350,4 +418,6 @@ class TerminationState:
             replacement_deadline=_parse(data.get("replacementDeadline")),
             progress={str(k): PodProgress.from_dict(v) for k, v in (data.get("progress") or {}).items()},
             events=tuple(data.get("events") or ()),
+            launching_since=_parse(data.get("launchingSince")),
+            step_failures=int(data.get("stepFailures", 0)),
         )

@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from joiner.domain import labels as wk
 from joiner.domain.model import Pod
@@ -37,25 +37,34 @@ from joiner.domain.termination import (
     GROUPS,
     PHASE_DRAINING,
     PHASE_REPLACING,
-    DrainStep,
+    PodDeletion,
     PodProgress,
     TerminationState,
     cordon_patch,
     plan_drain,
     record_deletion,
     record_eviction,
+    step_retry_delay,
 )
 from joiner.observability import logger
 from joiner.ports import ClaimRecord, Ec2Error, JsonDict, KubernetesError
-
 
 if TYPE_CHECKING:
     from joiner.services.context import Runtime
 
 __all__ = [
-    "TERMINATION_KIND", "CONTINUATION_KIND", "LEASE_TTL_SECONDS", "REPLACEMENT_TIMEOUT", "TerminationBusy",
-    "TerminationResult", "InvalidWorkMessage", "begin_termination", "continue_termination", "cordon_node",
-    "handle_continuation", "parse_continuation",
+    "CONTINUATION_KIND",
+    "LEASE_TTL_SECONDS",
+    "REPLACEMENT_TIMEOUT",
+    "TERMINATION_KIND",
+    "InvalidWorkMessage",
+    "TerminationBusy",
+    "TerminationResult",
+    "begin_termination",
+    "continue_termination",
+    "cordon_node",
+    "handle_continuation",
+    "parse_continuation",
     "resume_stalled_terminations",
 ]
 
@@ -74,6 +83,14 @@ MAX_DELAY_SECONDS = 900
 STALL_AFTER = timedelta(minutes=20)
 #: begin_termination waits this long for a running step to release the node's lease.
 LEASE_WAIT_SECONDS = 3.0
+#: A replacement launch marked this long ago belongs to an invocation that died: the
+#: replacement wait stops counting on it and a later event may launch again.
+LAUNCH_STALE_AFTER = timedelta(minutes=3)
+#: When a replacement is launched, the first drain step is scheduled this soon beforehand,
+#: so the drain never depends on the launch finishing (nor on the launching invocation living).
+FIRST_STEP_WITHIN = timedelta(seconds=5)
+#: How long the launching invocation waits for the node's lease to record its replacement.
+RECORD_WAIT_SECONDS = 10.0
 
 
 class TerminationBusy(Exception):
@@ -82,8 +99,10 @@ class TerminationBusy(Exception):
 
 @dataclass(frozen=True, slots=True)
 class TerminationResult:
-    """What one call did. ``status``: started, updated, replacing, draining, terminated,
-    stale (message for an old generation), unknown (no termination in progress)."""
+    """What one call did. ``status``: started, updated, replacing, draining, retrying (the
+    step failed as a whole and runs again within seconds; ``error`` says why), terminated,
+    stale (message for an old generation), unknown (no termination in progress).
+    ``failed``: pods whose eviction or deletion failed in this step (retried later)."""
 
     node: str
     status: str
@@ -94,6 +113,8 @@ class TerminationResult:
     waiting: tuple[tuple[str, str], ...] = ()
     next_step_in: int | None = None
     phase: str = ""
+    failed: tuple[str, ...] = ()
+    error: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -106,6 +127,8 @@ class TerminationResult:
             "deleted": list(self.deleted),
             "waiting": [list(w) for w in self.waiting],
             "nextStepIn": self.next_step_in,
+            "failed": list(self.failed),
+            "error": self.error,
         }
 
 
@@ -136,7 +159,7 @@ def _parse_pods(raw_pods: Sequence[JsonDict]) -> tuple[list[Pod], dict[str, date
         stamp = (raw.get("metadata") or {}).get("deletionTimestamp")
         if stamp:
             try:
-                deletion_deadlines[pod.key] = datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
+                deletion_deadlines[pod.key] = datetime.fromisoformat(str(stamp))
             except ValueError:
                 pass
     return pods, deletion_deadlines
@@ -147,7 +170,8 @@ def _minimal_pod(raw: JsonDict) -> Pod:
     spec = raw.get("spec") or {}
     owners = [ref for ref in meta.get("ownerReferences") or [] if isinstance(ref, dict) and ref.get("controller")]
     grace = spec.get("terminationGracePeriodSeconds")
-    annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
+    raw_annotations = meta.get("annotations")
+    annotations: Mapping[str, Any] = raw_annotations if isinstance(raw_annotations, dict) else {}
     return Pod(
         namespace=str(meta.get("namespace") or "default"),
         name=str(meta.get("name") or ""),
@@ -177,7 +201,7 @@ class _Lease:
         self.now = now
         self.wait_seconds = wait_seconds
 
-    def __enter__(self) -> _Lease:
+    def __enter__(self) -> Self:
         # Waiting for another invocation or thread to finish its step is real waiting, on
         # the wall clock (not the runtime's clock, which tests may drive by hand).
         state = self.runtime.state
@@ -275,16 +299,22 @@ def begin_termination(
 
     Idempotent: a second call for a node already terminating keeps the earlier deadline
     if it is sooner, records the event, and restarts the step chain (the old chain's
-    message becomes stale). ``wait_for_replacement`` with ``replacement_claims`` holds the
-    drain until those claims' nodes are Ready (rebalance); a later call without it (a spot
-    warning arriving) starts draining at once.
+    message becomes stale). ``wait_for_replacement`` with ``replacement_claims`` (or a
+    replacement launched here) holds the drain until those claims' nodes are Ready
+    (rebalance); a later call without it (a spot warning arriving) starts draining at once.
 
-    ``replace_pods``, when given, is called under the node's lease with the node's pods
-    (raw JSON) unless an earlier call already launched a replacement for this node; the
-    claim ids it returns are recorded with the termination before any pod is evicted, so a
-    retried or second event never launches twice. ``claim``: the node's claim when the
-    caller already read it (saves a read).
+    ``replace_pods``, when given, is called with the node's pods (raw JSON) unless an
+    earlier call already launched a replacement for this node or is launching one now; the
+    claim ids it returns are recorded with the termination. The launch can be slow, so it
+    runs *outside* the node's lease: the lease is held only to mark the launch
+    (``launching_since``, so no second call launches again) and, afterwards, to record its
+    claims. Before launching, the first drain step is scheduled :data:`FIRST_STEP_WITHIN`
+    ahead: whatever the launch does (and whether or not this invocation lives through it),
+    the drain goes on, and another event for the node (a spot warning behind a rebalance)
+    takes the lease and drains at once instead of waiting for the launch. ``claim``: the
+    node's claim when the caller already read it (saves a read).
     """
+    launch_pods: list[JsonDict] | None = None
     with _Lease(runtime, node_name, now, wait_seconds=LEASE_WAIT_SECONDS):
         current = _load(runtime, node_name)
         node = node if node is not None else runtime.kube.get_node(node_name)
@@ -295,12 +325,11 @@ def begin_termination(
             labels = (node.get("metadata") or {}).get("labels") or {}
             node_pool = node_pool or labels.get(wk.NODEPOOL)
             claim_id = claim_id or labels.get(wk.NODECLAIM)
-        pods_raw: list[JsonDict] | None = None
-        if replace_pods is not None and node is not None and not (current is not None and current.replacement_claims):
-            pods_raw = runtime.kube.list_pods_on_node(node_name)
-            replacement_claims = tuple(dict.fromkeys((*replacement_claims, *replace_pods(pods_raw))))
-        waits = bool(wait_for_replacement and replacement_claims)
-        launched_now = pods_raw is not None and bool(replacement_claims)
+        launch = (
+            replace_pods is not None and node is not None
+            and not (current is not None and (current.replacement_claims or _launching(current, now)))
+        )
+        waits = bool(wait_for_replacement and (replacement_claims or launch))
         if current is None:
             state = TerminationState(
                 node=node_name,
@@ -336,12 +365,49 @@ def begin_termination(
                 replacement_claims=tuple(dict.fromkeys((*state.replacement_claims, *replacement_claims))),
             )
             status = "updated"
-        if launched_now:
-            # Record the replacement before the first eviction: if this invocation dies
-            # mid-step, the retry must find it instead of planning the remaining pods anew.
-            _save_touched(runtime, state, now)
-        result = _step(runtime, state, now, node=node, pods_raw=pods_raw)
-        return replace(result, status=status if result.status in ("draining", "replacing") else result.status)
+        if not launch:
+            result = _step(runtime, state, now, node=node)
+            return replace(result, status=status if result.status in ("draining", "replacing") else result.status)
+        launch_pods = runtime.kube.list_pods_on_node(node_name)
+        state = replace(state, launching_since=now, generation=state.generation + 1)
+        _save_touched(runtime, state, now)
+        _schedule(runtime, state, now, now + FIRST_STEP_WITHIN)
+
+    assert replace_pods is not None
+    try:
+        launched = tuple(replace_pods(launch_pods))
+    except BaseException:
+        _record_launch(runtime, node_name, (), now, step=False)
+        raise
+    result = _record_launch(runtime, node_name, launched, now, step=True)
+    return replace(result, status=status if result.status in ("draining", "replacing") else result.status)
+
+
+def _launching(state: TerminationState, now: datetime) -> bool:
+    """A replacement launch for this node is under way in a live invocation."""
+    return state.launching_since is not None and now - state.launching_since < LAUNCH_STALE_AFTER
+
+
+def _record_launch(runtime: Runtime, node_name: str, claims: Sequence[str], now: datetime, *, step: bool) -> TerminationResult:
+    """Under the node's lease again: record the replacement ``claims`` launched outside it,
+    clear the launch mark, and (``step``) run a drain step at once (the first one, unless
+    the scheduled one or another event's ran meanwhile; its message then goes stale)."""
+    now = max(now, runtime.clock.now())
+    with _Lease(runtime, node_name, now, wait_seconds=RECORD_WAIT_SECONDS):
+        state = _load(runtime, node_name)
+        if state is None:
+            # Finished while the replacement launched (the node emptied, or its deadline
+            # passed): the claims stand on their own; the pods went pending.
+            return TerminationResult(node_name, "terminated", phase="terminated")
+        state = replace(
+            state,
+            launching_since=None,
+            replacement_claims=tuple(dict.fromkeys((*state.replacement_claims, *claims))),
+        )
+        _save_touched(runtime, state, now)
+        if not step:
+            return TerminationResult(node_name, "updated", state.generation, phase=state.phase)
+        return _step(runtime, state, now)
 
 
 def continue_termination(runtime: Runtime, node_name: str, now: datetime, *, generation: int | None = None) -> TerminationResult:
@@ -412,20 +478,59 @@ def _parse_updated(data: Mapping[str, Any]) -> datetime | None:
 # ------------------------------------------------------------------ one step
 
 
-def _step(runtime: Runtime, state: TerminationState, now: datetime, *, node: JsonDict | None = None, pods_raw: Sequence[JsonDict] | None = None) -> TerminationResult:
-    """One drain step under the lease: decide, act, save, schedule or finish. ``pods_raw``:
-    the node's pods when the caller has just listed them."""
+def _step(runtime: Runtime, state: TerminationState, now: datetime, *, node: JsonDict | None = None) -> TerminationResult:
+    """One drain step under the lease: decide, act, save, schedule or finish.
+
+    A step never ends without its successor scheduled (or the termination finished): a
+    Kubernetes or EC2 failure beyond the clients' retries fails the step as a whole, and
+    :func:`_retry_soon` schedules the next one within seconds instead of leaving it to the
+    work queue's visibility timeout. A pod whose eviction or deletion fails fails alone
+    (:func:`_execute`)."""
+    try:
+        return _run_step(runtime, state, now, node=node)
+    except (KubernetesError, Ec2Error) as error:
+        return _retry_soon(runtime, state, now, error)
+
+
+def _retry_soon(runtime: Runtime, state: TerminationState, now: datetime, error: Exception) -> TerminationResult:
+    """Save the state (as the failed step left it, or as it came) with the next generation
+    and schedule that generation after :func:`step_retry_delay`."""
+    stored = _load(runtime, state.node)
+    if stored is not None and stored.generation > state.generation:
+        state = stored
+    failures = state.step_failures + 1
+    state = replace(state, generation=state.generation + 1, step_failures=failures)
+    _save_touched(runtime, state, now)
+    wake = now + step_retry_delay(failures, now, state.deadline)
+    if state.deadline is not None and state.deadline > now:
+        wake = min(wake, state.deadline)
+    delay = _schedule(runtime, state, now, wake)
+    runtime.count("TerminationStepFailed")
+    text = f"{type(error).__name__}: {error}"
+    logger.warning("termination step failed; retrying soon", extra={"node": state.node, "error": text, "failures": failures, "next_step_in": delay})
+    return TerminationResult(state.node, "retrying", state.generation, next_step_in=delay, phase=state.phase, error=text)
+
+
+def _run_step(runtime: Runtime, state: TerminationState, now: datetime, *, node: JsonDict | None = None) -> TerminationResult:
     if node is None:
         node = runtime.kube.get_node(state.node)
     if node is None:
         return _finish(runtime, state, now, node_exists=False, why="node no longer exists")
+    cordon_failure: KubernetesError | None = None
     if (node.get("metadata") or {}).get("deletionTimestamp") is None:
-        node = cordon_node(runtime, node) or node
+        try:
+            node = cordon_node(runtime, node) or node
+        except KubernetesError as error:
+            # Evicted pods could land on the node again: no evictions this step, but the
+            # deadline rule's deletions go ahead, and the step is retried soon.
+            cordon_failure = error
 
     if state.phase == PHASE_REPLACING:
+        if cordon_failure is not None:
+            raise cordon_failure
         ready, why = _replacement_ready(runtime, state, now)
         if not ready:
-            state = replace(state, generation=state.generation + 1)
+            state = replace(state, generation=state.generation + 1, step_failures=0)
             _save_touched(runtime, state, now)
             wake = now + REPLACEMENT_POLL
             if state.deadline is not None:
@@ -435,41 +540,48 @@ def _step(runtime: Runtime, state: TerminationState, now: datetime, *, node: Jso
         state = replace(state, phase=PHASE_DRAINING)
         _record_event(runtime, node, "DrainStarted", f"replacement {why}; draining")
 
-    pods, deletion_deadlines = _parse_pods(pods_raw if pods_raw is not None else runtime.kube.list_pods_on_node(state.node))
+    pods, deletion_deadlines = _parse_pods(runtime.kube.list_pods_on_node(state.node))
     progress = dict(state.progress)
     evicted: list[str] = []
     blocked: list[str] = []
     deleted: list[str] = []
+    failed: list[str] = []
     # Act, then re-plan on what the actions imply (evicted pods terminating, DaemonSet
     # groups cleared by their evictions): the next group may start in the same step, and
-    # the next check time reflects the new backoffs.
+    # the next check time reflects the new backoffs. What failed is not tried again
+    # within the step.
     rounds = len(GROUPS) + 1
     for attempt in range(rounds + 1):
         step = plan_drain(pods, now=now, deadline=state.deadline, progress=progress, deletion_deadlines=deletion_deadlines)
-        if not (step.evict or step.delete) or attempt == rounds:
+        evict = () if cordon_failure is not None else tuple(p for p in step.evict if p.key not in failed)
+        delete = tuple(d for d in step.delete if d.key not in failed)
+        if not (evict or delete) or attempt == rounds:
             break
-        progress, done = _execute(runtime, step, progress, now)
+        progress, done = _execute(runtime, evict, delete, progress, now)
         evicted += done["evicted"]
         blocked += done["blocked"]
         deleted += done["deleted"]
+        failed += done["failed"]
         if step.finished:
             break
-        pods, deletion_deadlines = _assume_applied(pods, deletion_deadlines, done, step, now)
+        pods, deletion_deadlines = _assume_applied(pods, deletion_deadlines, done, delete, now)
     present = {p.key for p in pods} | set(deleted) | set(evicted)
     state = replace(state, progress={key: value for key, value in progress.items() if key in present})
-    evicted_t, blocked_t, deleted_t = tuple(evicted), tuple(dict.fromkeys(blocked)), tuple(deleted)
+    evicted_t, blocked_t, deleted_t, failed_t = tuple(evicted), tuple(dict.fromkeys(blocked)), tuple(deleted), tuple(dict.fromkeys(failed))
 
     if step.finished:
         why = "node is empty" if step.empty else "drain deadline reached"
         node_uid = str((node.get("metadata") or {}).get("uid") or "") or None
-        return _finish(runtime, state, now, node_exists=True, node_uid=node_uid, why=why, evicted=evicted_t, blocked=blocked_t, deleted=deleted_t)
+        return _finish(runtime, state, now, node_exists=True, node_uid=node_uid, why=why, evicted=evicted_t, blocked=blocked_t, deleted=deleted_t, failed=failed_t)
+    if cordon_failure is not None:
+        return replace(_retry_soon(runtime, state, now, cordon_failure), evicted=evicted_t, blocked=blocked_t, deleted=deleted_t, failed=failed_t)
 
-    state = replace(state, generation=state.generation + 1)
+    state = replace(state, generation=state.generation + 1, step_failures=0)
     _save_touched(runtime, state, now)
     delay = _schedule(runtime, state, now, step.next_check_at)
     return TerminationResult(
         state.node, "draining", state.generation, evicted=evicted_t, blocked=blocked_t, deleted=deleted_t,
-        waiting=step.waiting, next_step_in=delay, phase=state.phase,
+        waiting=step.waiting, next_step_in=delay, phase=state.phase, failed=failed_t,
     )
 
 
@@ -479,15 +591,31 @@ def _save_touched(runtime: Runtime, state: TerminationState, now: datetime) -> N
     runtime.state.put_item(TERMINATION_KIND, state.node, data)
 
 
-def _execute(runtime: Runtime, step: DrainStep, progress: Mapping[str, PodProgress], now: datetime) -> tuple[dict[str, PodProgress], dict[str, list[str]]]:
+def _execute(
+    runtime: Runtime, evict: Sequence[Pod], delete: Sequence[PodDeletion], progress: Mapping[str, PodProgress], now: datetime,
+) -> tuple[dict[str, PodProgress], dict[str, list[str]]]:
+    """Evict and delete, one pod at a time: a pod whose call fails (after the client's
+    retries) is recorded as ``failed`` and the others go ahead. A failed eviction backs off
+    (:func:`record_eviction`); a failed deletion is planned again by the next step."""
     progress = dict(progress)
-    done: dict[str, list[str]] = {"evicted": [], "blocked": [], "gone": [], "deleted": []}
-    for pod in step.evict:
-        outcome = runtime.kube.evict_pod(pod.namespace, pod.name)
+    done: dict[str, list[str]] = {"evicted": [], "blocked": [], "gone": [], "deleted": [], "failed": []}
+    for pod in evict:
+        try:
+            outcome = runtime.kube.evict_pod(pod.namespace, pod.name)
+        except KubernetesError as error:
+            progress[pod.key] = record_eviction(progress.get(pod.key), "failed", now, error=_error_text(error))
+            done["failed"].append(pod.key)
+            logger.warning("eviction failed; retrying later", extra={"pod": pod.key, "status": error.status, "error": str(error)})
+            continue
         progress[pod.key] = record_eviction(progress.get(pod.key), outcome.status, now)
         done[outcome.status if outcome.status in ("blocked", "gone") else "evicted"].append(pod.key)
-    for deletion in step.delete:
-        runtime.kube.delete_pod(deletion.namespace, deletion.name, grace_seconds=deletion.grace_seconds)
+    for deletion in delete:
+        try:
+            runtime.kube.delete_pod(deletion.namespace, deletion.name, grace_seconds=deletion.grace_seconds)
+        except KubernetesError as error:
+            done["failed"].append(deletion.key)
+            logger.warning("pod deletion at the deadline failed; retrying next step", extra={"pod": deletion.key, "status": error.status, "error": str(error)})
+            continue
         progress[deletion.key] = record_deletion(progress.get(deletion.key), deletion.grace_seconds, now)
         done["deleted"].append(deletion.key)
     if done["evicted"]:
@@ -496,15 +624,25 @@ def _execute(runtime: Runtime, step: DrainStep, progress: Mapping[str, PodProgre
         runtime.count("EvictionsBlocked", len(done["blocked"]))
     if done["deleted"]:
         runtime.count("PodsDeletedAtDeadline", len(done["deleted"]))
+    failed_evictions = len(set(done["failed"]) & {p.key for p in evict})
+    if failed_evictions:
+        runtime.count("EvictionsFailed", failed_evictions)
+    if len(done["failed"]) > failed_evictions:
+        runtime.count("PodDeletionsFailed", len(done["failed"]) - failed_evictions)
     return progress, done
 
 
+def _error_text(error: KubernetesError) -> str:
+    return f"HTTP {error.status}" if error.status else type(error).__name__
+
+
 def _assume_applied(
-    pods: Sequence[Pod], deletion_deadlines: Mapping[str, datetime], done: Mapping[str, list[str]], step: DrainStep, now: datetime,
+    pods: Sequence[Pod], deletion_deadlines: Mapping[str, datetime], done: Mapping[str, list[str]], delete: Sequence[PodDeletion], now: datetime,
 ) -> tuple[list[Pod], dict[str, datetime]]:
     """The pods as the actions just taken leave them: evicted ones terminating with their
     own grace, deleted ones terminating with the grace given (gone when 0), gone ones gone."""
-    graces = {d.key: d.grace_seconds for d in step.delete}
+    applied = set(done["deleted"])
+    graces = {d.key: d.grace_seconds for d in delete if d.key in applied}
     evicted = set(done["evicted"])
     gone = set(done["gone"]) | {key for key, grace in graces.items() if grace <= 0}
     deadlines = dict(deletion_deadlines)
@@ -529,6 +667,8 @@ def _replacement_ready(runtime: Runtime, state: TerminationState, now: datetime)
         return True, "wait timed out"
     if state.deadline is not None and now >= state.deadline:
         return True, "drain deadline reached"
+    if _launching(state, now):
+        return False, "launching the replacement"
     claims = [runtime.state.get_claim(claim_id) for claim_id in state.replacement_claims]
     if any(claim is None or claim.state == "closed" for claim in claims):
         return True, "launch failed"
@@ -557,7 +697,7 @@ def _ready_claim_nodes(runtime: Runtime, claim_ids: Sequence[str]) -> set[str]:
 
 def _finish(
     runtime: Runtime, state: TerminationState, now: datetime, *, node_exists: bool, why: str, node_uid: str | None = None,
-    evicted: tuple[str, ...] = (), blocked: tuple[str, ...] = (), deleted: tuple[str, ...] = (),
+    evicted: tuple[str, ...] = (), blocked: tuple[str, ...] = (), deleted: tuple[str, ...] = (), failed: tuple[str, ...] = (),
 ) -> TerminationResult:
     """Terminate the instance, then delete the Node (so the kubelet, already shutting
     down, cannot register it again), close the claim, release its reservation, forget the
@@ -587,7 +727,7 @@ def _finish(
     runtime.count("NodesTerminated", 1, reason=state.reason or "unknown")
     runtime.count("TerminationSeconds", max(0.0, (now - state.started_at).total_seconds()), "Seconds")
     logger.info("node terminated", extra={"node": state.node, "instance": state.instance_id, "why": why, "reason": state.reason})
-    return TerminationResult(state.node, "terminated", state.generation, evicted=evicted, blocked=blocked, deleted=deleted, phase="terminated")
+    return TerminationResult(state.node, "terminated", state.generation, evicted=evicted, blocked=blocked, deleted=deleted, phase="terminated", failed=failed)
 
 
 def _mark_claim_terminating(runtime: Runtime, claim_id: str, reason: str, claim: ClaimRecord | None = None) -> None:

@@ -1,0 +1,205 @@
+"""Drains under faults (issue 10, defects 4 and 5), end to end: EventBridge -> SQS -> the
+Lambda handlers -> moto over HTTP and the Kubernetes emulator over HTTP.
+
+Failures come from the emulator as the API server gives them (an eviction of a pod two
+PodDisruptionBudgets select answers 500), from its HTTP fault hooks (403, 503 beyond the
+client's retries) and from botocore event hooks on the EC2 client (a slow CreateFleet);
+Joiner's own code is never replaced.
+
+The question every test asks: at the reclaim, is any pod still on the node, and did
+every pod's shutdown end by then?
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+from joiner.domain import labels as wk
+from joiner.local.lambdas import next_visible_in
+
+from tests.events.world import REGION, AwsBase, SqsTime, World
+from tests.support.aws import fake_credentials
+from tests.support.kube_emulator import KubeEmulator
+
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:No application metrics to publish")]
+
+#: EC2's two-minute spot interruption notice.
+NOTICE = timedelta(minutes=2)
+PODS = ("web-0", "web-1", "web-2")
+
+
+@pytest.fixture
+def world(aws_base: AwsBase, kube_emulator: KubeEmulator) -> Iterator[World]:
+    with fake_credentials(), SqsTime() as sqs_time:
+        built = World(aws_base, kube_emulator, sqs_time)
+        built.node_pool()
+        try:
+            yield built
+        finally:
+            built.close()
+
+
+class Timeline:
+    """When each pod deletion or eviction was accepted (Joiner's clock), as the work queue is run."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+        self.seen = 0
+        self.removals: dict[str, tuple[datetime, int | None, str]] = {}
+
+    def note(self) -> None:
+        deletions = [d for d in self.world.emulator.deletions if d.kind == "Pod"]
+        for record in deletions[self.seen:]:
+            key = f"{record.namespace}/{record.name}"
+            self.removals.setdefault(key, (self.world.clock.now(), record.grace_period_seconds, record.via))
+        self.seen = len(deletions)
+
+    def run_until(self, until: datetime) -> None:
+        """Deliver work-queue continuations as they come due, up to ``until``."""
+        self.note()
+        for _ in range(200):
+            wait = next_visible_in(self.world.work.url, REGION)
+            if wait is None or self.world.clock.now() + timedelta(seconds=wait) > until:
+                break
+            if wait > 0:
+                self.world.advance(wait + 0.01)
+            messages = self.world.receive(self.world.work)
+            if messages:
+                self.world.invoke(self.world.termination_handler, messages, self.world.work)
+            self.note()
+
+    def shutdown_ends(self, key: str) -> datetime:
+        """When the pod's shutdown ends at the latest (an eviction uses the pod's own 30 s grace)."""
+        at, grace, _ = self.removals[key]
+        return at + timedelta(seconds=30 if grace is None else grace)
+
+
+def three_pods(world: World, node: str = "n1") -> str:
+    instance = world.launch_node(node)
+    for name in PODS:
+        world.add_pod(name, node, app="web", grace=30)
+    return instance
+
+
+def assert_nothing_left_at_reclaim(world: World, timeline: Timeline, reclaim: datetime) -> None:
+    timeline.run_until(reclaim - timedelta(seconds=1))
+    assert world.pods_on("n1") == [], f"pods still on the node one second before the reclaim: {world.pods_on('n1')}"
+    for name in PODS:
+        key = f"default/{name}"
+        assert key in timeline.removals, f"{key} was never evicted nor deleted"
+        assert timeline.shutdown_ends(key) <= reclaim, f"{key}'s shutdown ends after the reclaim: {timeline.removals[key]}"
+
+
+# ---------------------------------------------------------------- defect 4
+
+
+def test_a_pod_two_budgets_select_is_deleted_in_time_not_left_on_the_node(world: World) -> None:
+    """The API server answers 500 to the eviction of a pod two PodDisruptionBudgets select.
+    The drain must not abort: the step goes on, the next one is scheduled within seconds
+    and the deadline rule deletes the pods so their grace ends by the reclaim."""
+    instance = three_pods(world)
+    world.add_pdb("web-a", "web", min_available=0)
+    world.add_pdb("web-b", "web", min_available=0)
+    reclaim = world.clock.now() + NOTICE
+    world.publish("spot_interruption.json", instance)
+    response, _ = world.deliver_interruptions()
+    assert response == {"batchItemFailures": []}  # the drain owns the node now; the event is done
+    wait = next_visible_in(world.work.url, REGION)
+    assert wait is not None and wait <= 10, f"next drain step in {wait} s"
+    assert world.metrics.total("EvictionsFailed") == 3
+
+    timeline = Timeline(world)
+    assert_nothing_left_at_reclaim(world, timeline, reclaim)
+    assert {via for _, _, via in timeline.removals.values()} == {"delete"}  # evictions never succeeded
+    assert world.evictions() == []
+
+
+@pytest.mark.parametrize(("status", "times"), [(403, 1000), (503, 1000), (500, 1000)])
+def test_one_pod_whose_eviction_keeps_failing_holds_back_no_other_pod(world: World, status: int, times: int) -> None:
+    """403 (forbidden) and 5xx beyond the client's retries on web-1's eviction only: web-0
+    and web-2 are evicted in the first step, web-1 is retried with a backoff, then deleted by
+    the deadline rule in time."""
+    instance = three_pods(world)
+    world.emulator.fail_next("POST", r"/namespaces/default/pods/web-1/eviction$", status=status, times=times)
+    reclaim = world.clock.now() + NOTICE
+    world.publish("spot_interruption.json", instance)
+    response, _ = world.deliver_interruptions()
+    assert response == {"batchItemFailures": []}
+    assert sorted(world.evictions()) == ["default/web-0", "default/web-2"]
+    stored = world.runtime.state.get_item("TERMINATION", "n1")
+    assert stored["progress"]["default/web-1"]["failed"] == 1
+
+    timeline = Timeline(world)
+    assert_nothing_left_at_reclaim(world, timeline, reclaim)
+    at, grace, via = timeline.removals["default/web-1"]
+    assert via == "delete" and grace is not None and at + timedelta(seconds=grace) <= reclaim
+    assert world.metrics.total("EvictionsFailed") >= 2  # retried before the deadline rule took over
+    world.emulator.clear_faults()
+
+
+def test_a_failing_step_is_retried_within_seconds_not_after_the_visibility_timeout(world: World) -> None:
+    """Listing the node's pods fails beyond the client's retries in a continuation step: the
+    step schedules its own retry a few seconds later (the work queue's visibility timeout,
+    721 s, is far beyond the reclaim) and the drain finishes in time."""
+    instance = three_pods(world)
+    world.add_pdb("web", "web", min_available=3)  # nothing may be evicted: only the deadline rule can empty the node
+    reclaim = world.clock.now() + NOTICE
+    world.publish("spot_interruption.json", instance)
+    world.deliver_interruptions()
+    world.emulator.fail_next("GET", r"/api/v1/pods$", status=500, times=8)  # two steps' worth of attempts
+    timeline = Timeline(world)
+    assert_nothing_left_at_reclaim(world, timeline, reclaim)
+    assert world.metrics.total("TerminationStepFailed") == 2
+    world.emulator.clear_faults()
+
+
+# ---------------------------------------------------------------- defect 5
+
+
+class SlowCreateFleet:
+    """A botocore ``before-call`` hook that holds every CreateFleet for ``seconds`` (wall clock)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.calls = 0
+        self.lock = threading.Lock()
+
+    def __call__(self, **_: Any) -> None:
+        with self.lock:
+            self.calls += 1
+        time.sleep(self.seconds)
+
+
+def test_a_spot_warning_never_waits_behind_a_rebalance_of_the_same_node(world: World) -> None:
+    """A rebalance recommendation and a spot warning for one instance in one batch, the
+    replacement launch slowed to 5 s: the spot warning must not wait for the launch (its
+    record used to give up after 3 s and come back after the 361 s visibility timeout,
+    leaving every pod on the node at the reclaim)."""
+    instance = three_pods(world)
+    reclaim = world.clock.now() + NOTICE
+    world.publish("rebalance_recommendation.json", instance)
+    world.publish("spot_interruption.json", instance)
+    slow = SlowCreateFleet(5.0)
+    world.ec2.meta.events.register("before-call.ec2.CreateFleet", slow)
+    try:
+        response, messages = world.deliver_interruptions()
+    finally:
+        world.ec2.meta.events.unregister("before-call.ec2.CreateFleet", slow)
+    assert len(messages) == 2
+    assert slow.calls >= 1, "the replacement launch never reached CreateFleet"
+    assert response == {"batchItemFailures": []}
+    # the spot warning drained at once, within the batch, while the replacement launched
+    assert sorted(world.evictions()) == [f"default/{name}" for name in PODS]
+    # one replacement for the node's pods, never two
+    replacements = [i for i in world.fleet_instances() if i["tags"].get(wk.NODECLAIM) != "default-n1"]
+    assert replacements, "the rebalance's replacement was not launched"
+    promised = [pod for i in replacements for pod in world.runtime.state.get_claim(i["tags"][wk.NODECLAIM]).pods]
+    assert sorted(promised) == [f"default/{name}" for name in PODS]
+
+    timeline = Timeline(world)
+    assert_nothing_left_at_reclaim(world, timeline, reclaim)
