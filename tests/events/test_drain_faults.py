@@ -203,3 +203,39 @@ def test_a_spot_warning_never_waits_behind_a_rebalance_of_the_same_node(world: W
 
     timeline = Timeline(world)
     assert_nothing_left_at_reclaim(world, timeline, reclaim)
+
+
+def test_a_spot_warning_never_waits_behind_a_slow_drain_step(world: World) -> None:
+    """A scheduled change is draining the node (a PodDisruptionBudget blocks every
+    eviction) when a spot warning arrives while a continuation step holds the node's lease
+    for seconds (the API server slow to answer the evictions). The warning must not give
+    up and come back after the 361 s visibility timeout: its deadline reaches the drain at
+    once and the deadline rule empties the node by the reclaim."""
+    instance = three_pods(world)
+    world.add_pdb("web", "web", min_available=3)
+    world.publish("health_scheduled_change_arn.json", instance)
+    response, _ = world.deliver_interruptions()
+    assert response == {"batchItemFailures": []}
+    assert world.metrics.total("EvictionsBlocked") == 3
+
+    # the next continuation step answers slowly: 2 s per eviction, three pods
+    wait = next_visible_in(world.work.url, REGION)
+    assert wait is not None
+    world.advance(wait + 5.01)  # past the blocked evictions' backoff
+    step_messages = world.receive(world.work)
+    world.emulator.delay_next("POST", r"/pods/web-\d/eviction$", 2.0, times=3)
+    step = threading.Thread(target=world.invoke, args=(world.termination_handler, step_messages, world.work))
+    step.start()
+    try:
+        deadline = time.monotonic() + 5
+        while not world.emulator.requests("POST", r"/pods/web-\d/eviction$")[3:] and time.monotonic() < deadline:
+            time.sleep(0.05)  # the slow step has begun and holds the lease
+        reclaim = world.clock.now() + NOTICE
+        world.publish("spot_interruption.json", instance)
+        response, _ = world.deliver_interruptions()
+    finally:
+        step.join()
+    assert response == {"batchItemFailures": []}
+
+    timeline = Timeline(world)
+    assert_nothing_left_at_reclaim(world, timeline, reclaim)

@@ -236,6 +236,57 @@ def test_a_held_lease_makes_the_step_retry_later(world: World, monkeypatch: pyte
     assert begin_termination(world.runtime, "n1", "spot-interruption", None, EPOCH).evicted == ("default/web",)
 
 
+def test_an_urgent_event_never_waits_for_a_held_lease(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A spot warning finding the node's lease held leaves its deadline as a request and a
+    generation-less step a second ahead; the holder's own step takes the request before
+    scheduling its successor."""
+    from joiner.services import termination
+
+    monkeypatch.setattr(termination, "LEASE_WAIT_SECONDS", 0.05)
+    world.pod("web", grace=30)
+    world.kube.block("default/web", times=100)
+    begin_termination(world.runtime, "n1", "scheduled-change", EPOCH + timedelta(days=2), EPOCH, event_id="health")
+    world.queue.messages.clear()
+    holder = termination._Lease(world.runtime, "n1", EPOCH)
+    holder.acquire()
+    deadline = EPOCH + timedelta(seconds=120)
+    queued = begin_termination(world.runtime, "n1", "spot-interruption", deadline, EPOCH, event_id="spot")
+    assert queued.status == "queued"
+    assert world.next_message() == ({"kind": "termination", "node": "n1"}, 1)
+    # the holder's step (begun before the request) takes it before it schedules its successor
+    stored = termination._load(world.runtime, "n1")
+    assert stored is not None
+    result = termination._run_step(world.runtime, stored, EPOCH)
+    holder.__exit__()
+    assert result.next_step_in == 1
+    merged = world.state.get_item(TERMINATION_KIND, "n1")
+    assert merged["deadline"] == deadline.isoformat() and merged["events"] == ["health", "spot"]
+    assert world.state.get_item(termination.REQUEST_KIND, "n1") is None
+    statuses = world.run_until_done()
+    assert statuses[-1] == "terminated"
+    assert dict(world.kube.deletions)["default/web"] <= 30
+    assert world.clock.now() <= deadline
+
+
+def test_a_request_left_for_a_holder_that_died_starts_the_termination(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    from joiner.services import termination
+
+    monkeypatch.setattr(termination, "LEASE_WAIT_SECONDS", 0.05)
+    world.pod("web")
+    assert world.state.acquire_lease("termination/n1", "died-before-saving", EPOCH, 2)
+    deadline = EPOCH + timedelta(seconds=120)
+    queued = begin_termination(world.runtime, "n1", "spot-interruption", deadline, EPOCH, instance_id=INSTANCE, claim_id="c1", event_id="spot")
+    assert queued.status == "queued" and world.state.get_item(TERMINATION_KIND, "n1") is None
+    body, delay = world.next_message()
+    assert delay == 1
+    world.clock.advance(5)  # the dead holder's lease has expired
+    started = handle_continuation(world.runtime, body, world.clock.now())
+    assert started.evicted == ("default/web",)
+    stored = world.state.get_item(TERMINATION_KIND, "n1")
+    assert stored["deadline"] == deadline.isoformat() and stored["events"] == ["spot"]
+    assert world.state.get_claim("c1").state == "terminating"
+
+
 def test_a_second_event_tightens_the_deadline_and_supersedes_the_chain(world: World) -> None:
     world.pod("pinned", annotations={wk.KARPENTER_DO_NOT_DISRUPT: "true"}, grace=10)
     first = begin_termination(world.runtime, "n1", "rebalance-recommendation", None, EPOCH, event_id="e1")

@@ -69,6 +69,8 @@ __all__ = [
 ]
 
 TERMINATION_KIND = "TERMINATION"
+#: What an urgent event asks of a node whose lease it found held (see :func:`begin_termination`).
+REQUEST_KIND = "TERMINATION_REQUEST"
 CONTINUATION_KIND = "termination"
 #: Longer than one step can take (the termination function's 120 s timeout), far shorter than the
 #: work queue's visibility timeout so a crashed step's message finds the lease free again.
@@ -201,7 +203,15 @@ class _Lease:
         self.now = now
         self.wait_seconds = wait_seconds
 
+    held = False
+
     def __enter__(self) -> Self:
+        if not self.held:
+            self.acquire()
+        return self
+
+    def acquire(self) -> None:
+        """Take the lease, waiting up to ``wait_seconds``; :class:`TerminationBusy` if held."""
         # Waiting for another invocation or thread to finish its step is real waiting, on
         # the wall clock (not the runtime's clock, which tests may drive by hand).
         state = self.runtime.state
@@ -212,9 +222,10 @@ class _Lease:
                 raise TerminationBusy(f"{self.name} is held by another invocation")
             time.sleep(delay)
             delay = min(delay * 2, 0.5)
-        return self
+        self.held = True
 
     def __exit__(self, *exc: object) -> None:
+        self.held = False
         self.runtime.state.release_lease(self.name, self.owner)
 
 
@@ -315,7 +326,16 @@ def begin_termination(
     node's claim when the caller already read it (saves a read).
     """
     launch_pods: list[JsonDict] | None = None
-    with _Lease(runtime, node_name, now, wait_seconds=LEASE_WAIT_SECONDS):
+    lease = _Lease(runtime, node_name, now, wait_seconds=LEASE_WAIT_SECONDS)
+    try:
+        lease.acquire()
+    except TerminationBusy:
+        if deadline is None or wait_for_replacement:
+            raise
+        return _leave_request(
+            runtime, node_name, reason, deadline, now, instance_id=instance_id, claim_id=claim_id, node_pool=node_pool, event_id=event_id,
+        )
+    with lease:
         current = _load(runtime, node_name)
         node = node if node is not None else runtime.kube.get_node(node_name)
         if node is not None:
@@ -383,6 +403,80 @@ def begin_termination(
     return replace(result, status=status if result.status in ("draining", "replacing") else result.status)
 
 
+def _leave_request(
+    runtime: Runtime, node_name: str, reason: str, deadline: datetime, now: datetime, *,
+    instance_id: str | None, claim_id: str | None, node_pool: str | None, event_id: str | None,
+) -> TerminationResult:
+    """An urgent event (a deadline, no replacement to wait for) found the node's lease held
+    by a slower step: it never waits. It leaves its deadline in ``TERMINATION_REQUEST#<node>``
+    (the earliest of all requests kept) and schedules a step one second ahead without a
+    generation, so the step runs whatever the chain's generation is. The holder's own step
+    also takes the request before it schedules its successor (:func:`_apply_request`);
+    whichever comes first applies it."""
+    existing = runtime.state.get_item(REQUEST_KIND, node_name) or {}
+    prior = _parse_time(existing.get("deadline"))
+    events = [str(e) for e in existing.get("events") or []]
+    if event_id and event_id not in events:
+        events.append(event_id)
+    runtime.state.put_item(REQUEST_KIND, node_name, {
+        "node": node_name,
+        "reason": reason,
+        "deadline": (min(deadline, prior) if prior is not None else deadline).isoformat(),
+        "instanceId": existing.get("instanceId") or instance_id,
+        "claimId": existing.get("claimId") or claim_id,
+        "nodePool": existing.get("nodePool") or node_pool,
+        "events": events,
+        "requestedAt": now.isoformat(),
+    })
+    runtime.queue.send({"kind": CONTINUATION_KIND, "node": node_name}, delay_seconds=1)
+    runtime.count("TerminationRequestsQueued")
+    logger.info("node's termination lease busy: request left for the running step", extra={"node": node_name, "deadline": deadline.isoformat(), "event_id": event_id})
+    return TerminationResult(node_name, "queued", next_step_in=1)
+
+
+def _parse_time(value: object) -> datetime | None:
+    try:
+        return datetime.fromisoformat(value) if isinstance(value, str) and value else None
+    except ValueError:
+        return None
+
+
+def _apply_request(runtime: Runtime, state: TerminationState, now: datetime) -> TerminationState:
+    """``state`` with the node's pending request (if any) applied and saved, the request
+    deleted: the earlier deadline, draining at once, the request's events. Returns
+    ``state`` itself when there is none."""
+    request = runtime.state.get_item(REQUEST_KIND, state.node)
+    if not request:
+        return state
+    merged = state.tightened(_parse_time(request.get("deadline")))
+    if merged.phase == PHASE_REPLACING:
+        merged = replace(merged, phase=PHASE_DRAINING)
+    merged = replace(
+        merged,
+        reason=str(request.get("reason") or merged.reason),
+        events=tuple(dict.fromkeys((*merged.events, *(str(e) for e in request.get("events") or [])))),
+        instance_id=merged.instance_id or request.get("instanceId") or None,
+        claim_id=merged.claim_id or request.get("claimId") or None,
+        node_pool=merged.node_pool or request.get("nodePool") or None,
+    )
+    _save_touched(runtime, merged, now)
+    runtime.state.delete_item(REQUEST_KIND, state.node)
+    return merged
+
+
+def _state_from_request(runtime: Runtime, node_name: str, now: datetime) -> TerminationState | None:
+    """A termination to start from a request alone (the invocation that held the lease while
+    the request was left died before it saved the termination)."""
+    request = runtime.state.get_item(REQUEST_KIND, node_name)
+    if not request:
+        return None
+    state = TerminationState(node=node_name, reason=str(request.get("reason") or "requested"), started_at=now, deadline=_parse_time(request.get("deadline")))
+    claim_id = request.get("claimId")
+    if isinstance(claim_id, str) and claim_id:
+        _mark_claim_terminating(runtime, claim_id, state.reason)
+    return state
+
+
 def _launching(state: TerminationState, now: datetime) -> bool:
     """A replacement launch for this node is under way in a live invocation."""
     return state.launching_since is not None and now - state.launching_since < LAUNCH_STALE_AFTER
@@ -420,7 +514,9 @@ def continue_termination(runtime: Runtime, node_name: str, now: datetime, *, gen
     with _Lease(runtime, node_name, now):
         state = _load(runtime, node_name)
         if state is None:
-            return TerminationResult(node_name, "unknown")
+            state = _state_from_request(runtime, node_name, now)
+            if state is None:
+                return TerminationResult(node_name, "unknown")
         if generation is not None and generation != state.generation:
             return TerminationResult(node_name, "stale", generation=state.generation, phase=state.phase)
         return _step(runtime, state, now)
@@ -486,6 +582,7 @@ def _step(runtime: Runtime, state: TerminationState, now: datetime, *, node: Jso
     :func:`_retry_soon` schedules the next one within seconds instead of leaving it to the
     work queue's visibility timeout. A pod whose eviction or deletion fails fails alone
     (:func:`_execute`)."""
+    state = _apply_request(runtime, state, now)
     try:
         return _run_step(runtime, state, now, node=node)
     except (KubernetesError, Ec2Error) as error:
@@ -576,9 +673,13 @@ def _run_step(runtime: Runtime, state: TerminationState, now: datetime, *, node:
     if cordon_failure is not None:
         return replace(_retry_soon(runtime, state, now, cordon_failure), evicted=evicted_t, blocked=blocked_t, deleted=deleted_t, failed=failed_t)
 
-    state = replace(state, generation=state.generation + 1, step_failures=0)
+    # An urgent event may have left a request while this step held the lease: the next
+    # step, a second from now, plans with it.
+    requested = _apply_request(runtime, state, now)
+    wake = None if requested is not state else step.next_check_at
+    state = replace(requested, generation=state.generation + 1, step_failures=0)
     _save_touched(runtime, state, now)
-    delay = _schedule(runtime, state, now, step.next_check_at)
+    delay = _schedule(runtime, state, now, wake)
     return TerminationResult(
         state.node, "draining", state.generation, evicted=evicted_t, blocked=blocked_t, deleted=deleted_t,
         waiting=step.waiting, next_step_in=delay, phase=state.phase, failed=failed_t,
