@@ -12,8 +12,9 @@ their outcomes are reported through powertools' batch processor. Partial batch r
   (``InterruptionUnparseable``) and acknowledged, never retried;
 * events for instances Joiner does not manage: acknowledged and counted
   (``InterruptionUnmanaged``);
-* a message whose processing fails (Kubernetes or EC2 error after retries, a node's
-  termination lease busy): reported in ``batchItemFailures`` so SQS redelivers it; after 5
+* a message whose processing fails before its node's drain is recorded (Kubernetes or
+  EC2 error after retries, a node's termination lease busy for an event without a
+  deadline; an urgent event leaves a request instead): reported in ``batchItemFailures`` so SQS redelivers it; after 5
   receives the redrive policy moves it to the dead-letter queue.
 """
 

@@ -2,10 +2,12 @@
 ``{"kind": "termination", "node": ..., "generation": n}`` of a drain that outlives one
 invocation (see :mod:`joiner.services.termination`).
 
-Partial batch responses: a step that fails (Kubernetes or EC2 error after retries, the
-node's lease held by another invocation) is reported in ``batchItemFailures`` and SQS
-redelivers it; the termination state is durable, so a crash or timeout mid-step is
-resumed by that redelivery. Malformed or unknown messages are logged, counted
+Partial batch responses: a step whose Kubernetes or EC2 calls fail after their retries
+schedules its own retry within seconds and is acknowledged; a message that finds the
+node's lease held by another invocation, or whose state cannot be read or saved
+(DynamoDB, SQS errors), is reported in ``batchItemFailures`` and SQS redelivers it; the
+termination state is durable, so a crash or timeout mid-step is resumed by that
+redelivery. Malformed or unknown messages are logged, counted
 (``WorkMessageInvalid``) and acknowledged.
 """
 

@@ -21,11 +21,22 @@ For every instance an event names:
      and the scanner provisions for them;
    * **unmanaged** / **none**: acknowledge and count.
 
-The replacement is launched under the node's termination lease and recorded with the
-termination before any pod is evicted; its claim ids derive from the pods' uids. A retried
-message or a second event for the same node therefore never launches twice. A replacement
-that cannot launch (limits, capacity) never holds up the drain: the pods go pending and the
-scanner takes over.
+The replacement is recorded with the termination (a launch mark first, its claims after);
+its claim ids derive from the pods' uids. A retried message or a second event for the same
+node therefore never launches twice. A replacement that cannot launch (limits, capacity)
+never holds up the drain: the pods go pending and the scanner takes over.
+
+A spot warning never waits behind a rebalance or any slower step (issue 10). The launch,
+the slow part, runs outside the node's termination lease, with the first drain step
+scheduled seconds ahead, so a spot warning for a node whose rebalance replacement is
+launching takes the lease and drains at once with its deadline; and an urgent event that
+still finds the lease held (a slow drain step) leaves its deadline as a request the running
+step takes, instead of failing its record until the queue's visibility timeout. See
+:func:`joiner.services.termination.begin_termination`. (Processing records by urgency
+alone was not enough: the records of a batch run concurrently, and a spot warning would
+still wait for a launch. Here a spot warning waits for its own replacement launch at most
+until the step scheduled 5 s ahead, so that in the common case the replacement is recorded
+before the first eviction.)
 
 Events of one invocation may be handled concurrently (see the handler): the shared
 :class:`ClusterView` is thread-safe and plans replacements one at a time, so each plan

@@ -8,11 +8,20 @@ the next step when the delayed work-queue message ``{"kind": "termination", "nod
 the next step or, once the node is empty or out of time, terminates the instance,
 deletes the Node, closes the claim and releases its limit reservation.
 
+Failures never strand pods (issue 10): a pod whose eviction or deletion fails (500 for a
+pod two PodDisruptionBudgets select, 403, 5xx after the client's retries) fails alone and
+is retried on the eviction backoff; a step that fails as a whole saves its state and
+schedules its own retry within seconds (:func:`_retry_soon`), never waiting for the work
+queue's visibility timeout; the deadline rule's deletions run whatever the evictions did.
+
 Safety under retries and concurrency:
 
 * every step holds the lease ``termination/<node>`` (a DynamoDB conditional write), so two
-  invocations never drive one node at once; a step that finds it taken raises
-  :class:`TerminationBusy` and the message is retried by SQS;
+  invocations never drive one node at once; a continuation that finds it taken raises
+  :class:`TerminationBusy` and the message is retried by SQS; an urgent event (a deadline,
+  no replacement to wait for) that finds it taken leaves a request the running step takes
+  (:func:`_leave_request`) instead of waiting;
+* the slow replacement launch runs outside the lease (:func:`begin_termination`);
 * every step consumes generation ``n`` and schedules ``n + 1``; a message for another
   generation (a duplicate delivery, a chain superseded by a newer event) is dropped;
 * a crash or timeout mid-step loses nothing: the state is durable, evictions are
@@ -427,7 +436,7 @@ def _leave_request(
         "nodePool": existing.get("nodePool") or node_pool,
         "events": events,
         "requestedAt": now.isoformat(),
-    })
+    }, expires_at=now + timedelta(days=1))
     runtime.queue.send({"kind": CONTINUATION_KIND, "node": node_name}, delay_seconds=1)
     runtime.count("TerminationRequestsQueued")
     logger.info("node's termination lease busy: request left for the running step", extra={"node": node_name, "deadline": deadline.isoformat(), "event_id": event_id})
@@ -676,7 +685,7 @@ def _run_step(runtime: Runtime, state: TerminationState, now: datetime, *, node:
     # An urgent event may have left a request while this step held the lease: the next
     # step, a second from now, plans with it.
     requested = _apply_request(runtime, state, now)
-    wake = None if requested is not state else step.next_check_at
+    wake: datetime | None = None if requested is not state else step.next_check_at
     state = replace(requested, generation=state.generation + 1, step_failures=0)
     _save_touched(runtime, state, now)
     delay = _schedule(runtime, state, now, wake)
