@@ -685,10 +685,10 @@ def _run_step(runtime: Runtime, state: TerminationState, now: datetime, *, node:
     # An urgent event may have left a request while this step held the lease: the next
     # step, a second from now, plans with it.
     requested = _apply_request(runtime, state, now)
-    wake: datetime | None = None if requested is not state else step.next_check_at
+    next_at = None if requested is not state else step.next_check_at
     state = replace(requested, generation=state.generation + 1, step_failures=0)
     _save_touched(runtime, state, now)
-    delay = _schedule(runtime, state, now, wake)
+    delay = _schedule(runtime, state, now, next_at)
     return TerminationResult(
         state.node, "draining", state.generation, evicted=evicted_t, blocked=blocked_t, deleted=deleted_t,
         waiting=step.waiting, next_step_in=delay, phase=state.phase, failed=failed_t,
