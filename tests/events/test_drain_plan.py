@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from hypothesis import given, settings
@@ -220,3 +221,44 @@ def test_drain_invariants(pods: list[Pod], before: int, has_deadline: bool) -> N
         assert step.next_check_at is not None and step.next_check_at > NOW
         if deadline is not None:
             assert step.next_check_at <= deadline
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    graces=st.lists(st.integers(0, 300), min_size=1, max_size=6),
+    notice=st.integers(0, 600),
+    outcomes=st.lists(st.sampled_from(["evicted", "blocked", "failed"]), max_size=300),
+    lateness=st.lists(st.floats(0, 2), max_size=300),
+)
+def test_whatever_the_evictions_answer_every_pod_is_gone_or_deleted_in_time(
+    graces: list[int], notice: int, outcomes: list[str], lateness: list[float],
+) -> None:
+    """A drain followed step by step, each eviction answered evicted, blocked (429) or failed
+    (500, 403, 5xx) at random and each step up to the 2 s slack late: by the deadline every
+    pod has left, or its deletion was issued with a grace that ends by the deadline."""
+    pods = {p.key: p for p in (pod(f"p{i}", grace=grace) for i, grace in enumerate(graces))}
+    deadline = NOW + timedelta(seconds=notice)
+    answers, delays = iter(outcomes), iter(lateness)
+    progress: dict[str, PodProgress] = {}
+    leaves: dict[str, datetime] = {}  # when each terminating pod's grace ends
+    now = NOW
+    for _ in range(1000):
+        present = [replace(p, deleting=p.key in leaves) for key, p in pods.items() if key not in leaves or leaves[key] > now]
+        step = plan_drain(present, now=now, deadline=deadline, progress=progress, deletion_deadlines=leaves)
+        for p in step.evict:
+            answer = next(answers, "failed")
+            progress[p.key] = record_eviction(progress.get(p.key), answer, now, error="HTTP 500" if answer == "failed" else None)
+            if answer == "evicted":
+                leaves[p.key] = now + timedelta(seconds=p.termination_grace_seconds)
+        for d in step.delete:
+            progress[d.key] = record_deletion(progress.get(d.key), d.grace_seconds, now)
+            ends = now + timedelta(seconds=d.grace_seconds)
+            leaves[d.key] = min(ends, leaves.get(d.key, ends))
+        if step.finished:
+            break
+        assert step.next_check_at is not None
+        now = step.next_check_at + timedelta(seconds=next(delays, 0.0))
+    else:
+        raise AssertionError("the drain never finished")
+    assert set(leaves) == set(pods), f"never removed: {sorted(set(pods) - set(leaves))}"
+    assert all(ends <= max(deadline, NOW) for ends in leaves.values()), leaves
