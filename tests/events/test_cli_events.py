@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from joiner.cli import main as cli
 
+from joiner.cli import main as cli
 from tests.events.fixtures import FIXTURE_DIR, KINDS
 
 

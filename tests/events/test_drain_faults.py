@@ -19,9 +19,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+
 from joiner.domain import labels as wk
 from joiner.local.lambdas import next_visible_in
-
 from tests.events.world import REGION, AwsBase, SqsTime, World
 from tests.support.aws import fake_credentials
 from tests.support.kube_emulator import KubeEmulator

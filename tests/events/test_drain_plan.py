@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from joiner.domain import labels as wk
 from joiner.domain.model import Pod, Toleration
 from joiner.domain.termination import (

@@ -9,12 +9,12 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
+
 from joiner.domain import labels as wk
 from joiner.domain.model import OfferingKey
 from joiner.local.lambdas import next_visible_in
 from joiner.ports import ClaimRecord
 from joiner.settings import get_settings
-
 from tests.events.fixtures import KINDS
 from tests.events.world import CLUSTER, REGION, T0, AwsBase, SqsTime, World
 from tests.support.aws import fake_credentials

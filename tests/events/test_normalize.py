@@ -6,16 +6,12 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
+
 from joiner.domain import interruption as di
-from joiner.domain.interruption import (
-    InterruptionEvent,
-    decide_action,
-    instance_id_from_entity,
-)
+from joiner.domain.interruption import InterruptionEvent, decide_action, instance_id_from_entity
 from joiner.domain.model import NodePool
 from joiner.events import UnparseableEvent, normalize, normalize_body, parse_time
 from joiner.ports import ClaimRecord
-
 from tests.events.fixtures import FIXTURE_INSTANCE, KINDS, load_event
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)

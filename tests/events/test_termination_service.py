@@ -7,6 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+
 from joiner.domain import labels as wk
 from joiner.domain.resources import Resources
 from joiner.ports import ClaimRecord, KubernetesError
@@ -20,18 +21,7 @@ from joiner.services.termination import (
     resume_stalled_terminations,
 )
 from joiner.settings import Settings
-
-from tests.support.fakes import (
-    EPOCH,
-    DrainingKubernetes,
-    FakeClock,
-    FakeEc2,
-    FakeQueue,
-    FakeState,
-    RecordingMetrics,
-    node_json,
-    pod_json,
-)
+from tests.support.fakes import EPOCH, DrainingKubernetes, FakeClock, FakeEc2, FakeQueue, FakeState, RecordingMetrics, node_json, pod_json
 
 SETTINGS = Settings(cluster_name="test-cluster", region="us-east-1", state_table="state", idempotency_table="idem")
 INSTANCE = "i-00000000000000001"

@@ -26,20 +26,14 @@ from typing import Any
 
 import boto3
 import urllib3
+
 from joiner.adapters.ec2 import Ec2Adapter
 from joiner.adapters.kubernetes import KubernetesClient
 from joiner.adapters.queue import SqsQueue
 from joiner.adapters.state import StateAdapter
 from joiner.domain import labels as wk
 from joiner.domain.catalog import load_bundled_catalog
-from joiner.local.lambdas import (
-    LambdaContext,
-    SqsTime,
-    next_visible_in,
-    queue_messages,
-    sqs_event,
-)
-from joiner.local.lambdas import load_handler as _load_handler
+from joiner.local.lambdas import LambdaContext, SqsTime, next_visible_in, queue_messages, sqs_event
 from joiner.local.stack import (
     INTERRUPTION_VISIBILITY,
     WORK_VISIBILITY,
@@ -48,10 +42,10 @@ from joiner.local.stack import (
     create_idempotency_table,
     route_interruptions,
 )
+from joiner.local.lambdas import load_handler as _load_handler
 from joiner.ports import ClaimRecord
 from joiner.services.context import build_runtime
 from joiner.settings import Settings
-
 from tests.events.fixtures import load_event
 from tests.support.aws import (
     REGION,
@@ -62,12 +56,7 @@ from tests.support.aws import (
     moto_amis,
     put_eks_ami_parameters,
 )
-from tests.support.fakes import (
-    FakeClock,
-    RecordingMetrics,
-    node_class_json,
-    node_pool_json,
-)
+from tests.support.fakes import FakeClock, RecordingMetrics, node_class_json, node_pool_json
 from tests.support.kube_emulator import KubeEmulator
 
 ROOT = Path(__file__).resolve().parents[2]
