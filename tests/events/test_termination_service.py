@@ -258,6 +258,32 @@ def test_an_urgent_event_never_waits_for_a_held_lease(world: World, monkeypatch:
     assert world.clock.now() <= deadline
 
 
+def test_a_request_ends_a_rebalance_replacement_wait(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    from joiner.services import termination
+
+    monkeypatch.setattr(termination, "LEASE_WAIT_SECONDS", 0.05)
+    world.pod("web")
+    world.state.put_claim(ClaimRecord("r1", "default", "launched", EPOCH, instance_id="i-00000000000000002"))
+    waiting = begin_termination(world.runtime, "n1", "rebalance-recommendation", None, EPOCH, replacement_claims=("r1",), wait_for_replacement=True)
+    assert waiting.status == "started" and waiting.phase == "replacing"
+    world.queue.messages.clear()
+    holder = termination._Lease(world.runtime, "n1", EPOCH)
+    holder.acquire()
+    deadline = EPOCH + timedelta(seconds=120)
+    assert begin_termination(world.runtime, "n1", "spot-interruption", deadline, EPOCH, event_id="spot").status == "queued"
+    world.queue.messages.clear()  # the request's own step is lost: the holder's step must take the request
+    stored = termination._load(world.runtime, "n1")
+    assert stored is not None
+    result = termination._run_step(world.runtime, stored, EPOCH)
+    holder.__exit__()
+    assert result.status == "replacing" and result.next_step_in == 1
+    body, _ = world.next_message()
+    world.clock.advance(1)
+    drained = handle_continuation(world.runtime, body, world.clock.now())
+    assert drained.evicted == ("default/web",)
+    assert world.state.get_item(TERMINATION_KIND, "n1")["deadline"] == deadline.isoformat()
+
+
 def test_a_request_left_for_a_holder_that_died_starts_the_termination(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
     from joiner.services import termination
 

@@ -422,7 +422,8 @@ def _leave_request(
     (the earliest of all requests kept) and schedules a step one second ahead without a
     generation, so the step runs whatever the chain's generation is. The holder's own step
     also takes the request before it schedules its successor (:func:`_apply_request`);
-    whichever comes first applies it."""
+    whichever comes first applies it. (Only those two look for requests: a step costs one
+    read more, not two.)"""
     existing = runtime.state.get_item(REQUEST_KIND, node_name) or {}
     prior = _parse_time(existing.get("deadline"))
     events = [str(e) for e in existing.get("events") or []]
@@ -521,7 +522,9 @@ def continue_termination(runtime: Runtime, node_name: str, now: datetime, *, gen
     and it is dropped. Raises :class:`TerminationBusy` when another invocation holds the
     node's lease, and Kubernetes/EC2 errors after their retries (the message is retried).
     """
-    with _Lease(runtime, node_name, now):
+    # A request's step (no generation) waits a little for the step it was left for: that
+    # step takes the request itself as it ends.
+    with _Lease(runtime, node_name, now, wait_seconds=LEASE_WAIT_SECONDS if generation is None else 0.0):
         state = _load(runtime, node_name)
         if state is None:
             state = _state_from_request(runtime, node_name, now)
@@ -529,6 +532,8 @@ def continue_termination(runtime: Runtime, node_name: str, now: datetime, *, gen
                 return TerminationResult(node_name, "unknown")
         if generation is not None and generation != state.generation:
             return TerminationResult(node_name, "stale", generation=state.generation, phase=state.phase)
+        if generation is None:
+            state = _apply_request(runtime, state, now)  # an urgent event's request (see _leave_request)
         return _step(runtime, state, now)
 
 
@@ -592,7 +597,6 @@ def _step(runtime: Runtime, state: TerminationState, now: datetime, *, node: Jso
     :func:`_retry_soon` schedules the next one within seconds instead of leaving it to the
     work queue's visibility timeout. A pod whose eviction or deletion fails fails alone
     (:func:`_execute`)."""
-    state = _apply_request(runtime, state, now)
     try:
         return _run_step(runtime, state, now, node=node)
     except (KubernetesError, Ec2Error) as error:
@@ -637,9 +641,10 @@ def _run_step(runtime: Runtime, state: TerminationState, now: datetime, *, node:
             raise cordon_failure
         ready, why = _replacement_ready(runtime, state, now)
         if not ready:
-            state = replace(state, generation=state.generation + 1, step_failures=0)
+            requested = _apply_request(runtime, state, now)  # a spot warning meanwhile: drain a second from now
+            state = replace(requested, generation=state.generation + 1, step_failures=0)
             _save_touched(runtime, state, now)
-            wake = now + REPLACEMENT_POLL
+            wake = now + REPLACEMENT_POLL if requested.phase == PHASE_REPLACING else now
             if state.deadline is not None:
                 wake = min(wake, state.deadline)
             delay = _schedule(runtime, state, now, wake)
