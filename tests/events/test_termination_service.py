@@ -233,6 +233,7 @@ def test_an_urgent_event_never_waits_for_a_held_lease(world: World, monkeypatch:
     from joiner.services import termination
 
     monkeypatch.setattr(termination, "LEASE_WAIT_SECONDS", 0.05)
+    monkeypatch.setattr(termination, "SLOW_STEP_SECONDS", 0.0)  # the holder's step counts as slow
     world.pod("web", grace=30)
     world.kube.block("default/web", times=100)
     begin_termination(world.runtime, "n1", "scheduled-change", EPOCH + timedelta(days=2), EPOCH, event_id="health")
@@ -262,6 +263,7 @@ def test_a_request_ends_a_rebalance_replacement_wait(world: World, monkeypatch: 
     from joiner.services import termination
 
     monkeypatch.setattr(termination, "LEASE_WAIT_SECONDS", 0.05)
+    monkeypatch.setattr(termination, "SLOW_STEP_SECONDS", 0.0)
     world.pod("web")
     world.state.put_claim(ClaimRecord("r1", "default", "launched", EPOCH, instance_id="i-00000000000000002"))
     waiting = begin_termination(world.runtime, "n1", "rebalance-recommendation", None, EPOCH, replacement_claims=("r1",), wait_for_replacement=True)

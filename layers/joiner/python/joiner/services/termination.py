@@ -103,6 +103,8 @@ LAUNCH_STALE_AFTER = timedelta(minutes=3)
 FIRST_STEP_WITHIN = timedelta(seconds=5)
 #: How long the launching invocation waits for the node's lease to record its replacement.
 RECORD_WAIT_SECONDS = 10.0
+#: A step that held the lease this long (wall clock) looks for urgent requests left meanwhile.
+SLOW_STEP_SECONDS = 2.0
 
 
 class TerminationBusy(Exception):
@@ -422,8 +424,8 @@ def _leave_request(
     (the earliest of all requests kept) and schedules a step one second ahead without a
     generation, so the step runs whatever the chain's generation is. The holder's own step
     also takes the request before it schedules its successor (:func:`_apply_request`);
-    whichever comes first applies it. (Only those two look for requests: a step costs one
-    read more, not two.)"""
+    whichever comes first applies it. (Only those two look for requests, and the holder only
+    when its step was slow: :func:`_take_request_if_slow`.)"""
     existing = runtime.state.get_item(REQUEST_KIND, node_name) or {}
     prior = _parse_time(existing.get("deadline"))
     events = [str(e) for e in existing.get("events") or []]
@@ -473,6 +475,16 @@ def _apply_request(runtime: Runtime, state: TerminationState, now: datetime) -> 
     _save_touched(runtime, merged, now)
     runtime.state.delete_item(REQUEST_KIND, state.node)
     return merged
+
+
+def _take_request_if_slow(runtime: Runtime, state: TerminationState, now: datetime, began: float) -> TerminationState:
+    """:func:`_apply_request` at the end of a step that held the lease for at least
+    :data:`SLOW_STEP_SECONDS` (wall clock). A quicker step needs no look: a request left
+    during it has its own step, which arrives a second later and waits up to
+    :data:`LEASE_WAIT_SECONDS` for the lease, so it starts after this step ends."""
+    if time.monotonic() - began < SLOW_STEP_SECONDS:
+        return state
+    return _apply_request(runtime, state, now)
 
 
 def _state_from_request(runtime: Runtime, node_name: str, now: datetime) -> TerminationState | None:
@@ -623,6 +635,7 @@ def _retry_soon(runtime: Runtime, state: TerminationState, now: datetime, error:
 
 
 def _run_step(runtime: Runtime, state: TerminationState, now: datetime, *, node: JsonDict | None = None) -> TerminationResult:
+    began = time.monotonic()
     if node is None:
         node = runtime.kube.get_node(state.node)
     if node is None:
@@ -641,7 +654,7 @@ def _run_step(runtime: Runtime, state: TerminationState, now: datetime, *, node:
             raise cordon_failure
         ready, why = _replacement_ready(runtime, state, now)
         if not ready:
-            requested = _apply_request(runtime, state, now)  # a spot warning meanwhile: drain a second from now
+            requested = _take_request_if_slow(runtime, state, now, began)  # a spot warning meanwhile: drain a second from now
             state = replace(requested, generation=state.generation + 1, step_failures=0)
             _save_touched(runtime, state, now)
             wake = now + REPLACEMENT_POLL if requested.phase == PHASE_REPLACING else now
@@ -690,7 +703,7 @@ def _run_step(runtime: Runtime, state: TerminationState, now: datetime, *, node:
 
     # An urgent event may have left a request while this step held the lease: the next
     # step, a second from now, plans with it.
-    requested = _apply_request(runtime, state, now)
+    requested = _take_request_if_slow(runtime, state, now, began)
     next_at = None if requested is not state else step.next_check_at
     state = replace(requested, generation=state.generation + 1, step_failures=0)
     _save_touched(runtime, state, now)
