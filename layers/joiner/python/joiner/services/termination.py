@@ -411,7 +411,7 @@ def begin_termination(
     except BaseException:
         _record_launch(runtime, node_name, (), now, step=False)
         raise
-    result = _record_launch(runtime, node_name, launched, now, step=True)
+    result = _record_launch(runtime, node_name, launched, now, step=True, seen=(state.generation, node, launch_pods))
     return replace(result, status=status if result.status in ("draining", "replacing") else result.status)
 
 
@@ -505,10 +505,16 @@ def _launching(state: TerminationState, now: datetime) -> bool:
     return state.launching_since is not None and now - state.launching_since < LAUNCH_STALE_AFTER
 
 
-def _record_launch(runtime: Runtime, node_name: str, claims: Sequence[str], now: datetime, *, step: bool) -> TerminationResult:
+def _record_launch(
+    runtime: Runtime, node_name: str, claims: Sequence[str], now: datetime, *, step: bool,
+    seen: tuple[int, JsonDict | None, Sequence[JsonDict] | None] = (-1, None, None),
+) -> TerminationResult:
     """Under the node's lease again: record the replacement ``claims`` launched outside it,
     clear the launch mark, and (``step``) run a drain step at once (the first one, unless
-    the scheduled one or another event's ran meanwhile; its message then goes stale)."""
+    the scheduled one or another event's ran meanwhile; its message then goes stale).
+    ``seen``: (generation, Node, pods) as read before the launch; when no step ran
+    meanwhile (same generation), the step uses them instead of reading them again, as it
+    would have without the launch."""
     now = max(now, runtime.clock.now())
     with _Lease(runtime, node_name, now, wait_seconds=RECORD_WAIT_SECONDS):
         state = _load(runtime, node_name)
@@ -524,7 +530,10 @@ def _record_launch(runtime: Runtime, node_name: str, claims: Sequence[str], now:
         _save_touched(runtime, state, now)
         if not step:
             return TerminationResult(node_name, "updated", state.generation, phase=state.phase)
-        return _step(runtime, state, now)
+        generation, node, pods_raw = seen
+        if generation != state.generation:
+            node, pods_raw = None, None
+        return _step(runtime, state, now, node=node, pods_raw=pods_raw)
 
 
 def continue_termination(runtime: Runtime, node_name: str, now: datetime, *, generation: int | None = None) -> TerminationResult:
@@ -601,7 +610,9 @@ def _parse_updated(data: Mapping[str, Any]) -> datetime | None:
 # ------------------------------------------------------------------ one step
 
 
-def _step(runtime: Runtime, state: TerminationState, now: datetime, *, node: JsonDict | None = None) -> TerminationResult:
+def _step(
+    runtime: Runtime, state: TerminationState, now: datetime, *, node: JsonDict | None = None, pods_raw: Sequence[JsonDict] | None = None,
+) -> TerminationResult:
     """One drain step under the lease: decide, act, save, schedule or finish.
 
     A step never ends without its successor scheduled (or the termination finished): a
@@ -610,7 +621,7 @@ def _step(runtime: Runtime, state: TerminationState, now: datetime, *, node: Jso
     work queue's visibility timeout. A pod whose eviction or deletion fails fails alone
     (:func:`_execute`)."""
     try:
-        return _run_step(runtime, state, now, node=node)
+        return _run_step(runtime, state, now, node=node, pods_raw=pods_raw)
     except (KubernetesError, Ec2Error) as error:
         return _retry_soon(runtime, state, now, error)
 
@@ -634,7 +645,11 @@ def _retry_soon(runtime: Runtime, state: TerminationState, now: datetime, error:
     return TerminationResult(state.node, "retrying", state.generation, next_step_in=delay, phase=state.phase, error=text)
 
 
-def _run_step(runtime: Runtime, state: TerminationState, now: datetime, *, node: JsonDict | None = None) -> TerminationResult:
+def _run_step(
+    runtime: Runtime, state: TerminationState, now: datetime, *, node: JsonDict | None = None, pods_raw: Sequence[JsonDict] | None = None,
+) -> TerminationResult:
+    """The step itself; ``node`` and ``pods_raw``: the Node and its pods when the caller has
+    just read them."""
     began = time.monotonic()
     if node is None:
         node = runtime.kube.get_node(state.node)
@@ -665,7 +680,7 @@ def _run_step(runtime: Runtime, state: TerminationState, now: datetime, *, node:
         state = replace(state, phase=PHASE_DRAINING)
         _record_event(runtime, node, "DrainStarted", f"replacement {why}; draining")
 
-    pods, deletion_deadlines = _parse_pods(runtime.kube.list_pods_on_node(state.node))
+    pods, deletion_deadlines = _parse_pods(pods_raw if pods_raw is not None else runtime.kube.list_pods_on_node(state.node))
     progress = dict(state.progress)
     evicted: list[str] = []
     blocked: list[str] = []
