@@ -1,6 +1,6 @@
 """Disruption function: the scheduled disruption pass (EventBridge schedule, every minute).
 
-Accepts the EventBridge ``Scheduled Event`` (parsed with the powertools parser) or, for
+Accepts the EventBridge ``Scheduled Event`` (see :mod:`joiner.events.scheduled`) or, for
 manual runs (``aws lambda invoke``), ``{}`` or ``{"dryRun": true}`` (decide and validate,
 act on nothing, persist nothing); anything else is rejected with a message naming the
 problem. Runs :func:`joiner.services.disruption.run_disruption` and returns its summary

@@ -1,6 +1,6 @@
 """Garbage-collection function (EventBridge schedule, every 5 minutes).
 
-Accepts the EventBridge ``Scheduled Event`` (parsed with the powertools parser) or, for
+Accepts the EventBridge ``Scheduled Event`` (see :mod:`joiner.events.scheduled`) or, for
 manual runs (``aws lambda invoke``), ``{}``; anything else is rejected with a message naming
 the problem. Runs :func:`joiner.services.gc.collect_garbage` and returns a small JSON
 summary: ``{"ran", "skippedReason", "terminatedInstances", "closedClaims", "deletedNodes",

@@ -24,10 +24,13 @@ import json
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.batch import (
+    BatchProcessor,
+    EventType,
+    process_partial_response,
+)
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
-
-from joiner.observability import handler_entry, logger
+from joiner.observability import handler_entry, logger, set_trace_entity, trace_entity
 
 #: Idempotency records live this long: far beyond SQS redelivery (visibility timeout x 5 receives).
 IDEMPOTENCY_TTL_SECONDS = 24 * 3600
@@ -46,7 +49,11 @@ def configure(runtime: Any = None, *, dynamodb_client: Any = None) -> dict[str, 
     """Build the cold-start objects: the runtime (default: from the environment's settings)
     and the idempotent event processor on the idempotency table. Called on the first
     invocation; tests call it with a runtime of their own."""
-    from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer, IdempotencyConfig, idempotent_function
+    from aws_lambda_powertools.utilities.idempotency import (
+        DynamoDBPersistenceLayer,
+        IdempotencyConfig,
+        idempotent_function,
+    )
 
     if runtime is None:
         from joiner.services.context import build_runtime
@@ -114,10 +121,10 @@ def _replay(record: SQSRecord) -> dict[str, Any]:
 def _handle_concurrently(records: list[dict[str, Any]]) -> dict[str, Future[dict[str, Any]]]:
     """Run the batch's records on worker threads: each event waits mostly on Kubernetes,
     EC2 and DynamoDB calls. The X-Ray trace entity, when tracing, is carried into the threads."""
-    entity = _trace_entity()
+    entity = trace_entity()
 
     def run(raw: dict[str, Any]) -> dict[str, Any]:
-        _set_trace_entity(entity)
+        set_trace_entity(entity)
         return record_handler(SQSRecord(raw))
 
     workers = min(MAX_CONCURRENCY, len(records))
@@ -139,30 +146,6 @@ def _instances_named(records: list[dict[str, Any]]) -> list[str]:
         if event.kind != NOOP:
             found.extend(event.instance_ids)
     return sorted(set(found))
-
-
-def _trace_entity() -> Any:
-    from joiner.observability import tracer
-
-    if getattr(tracer, "disabled", True):
-        return None
-    try:
-        from aws_xray_sdk.core import xray_recorder
-
-        return xray_recorder.get_trace_entity()
-    except Exception:  # noqa: BLE001 - tracing is optional and must never fail an event
-        return None
-
-
-def _set_trace_entity(entity: Any) -> None:
-    if entity is None:
-        return
-    try:
-        from aws_xray_sdk.core import xray_recorder
-
-        xray_recorder.set_trace_entity(entity)
-    except Exception:  # noqa: BLE001
-        pass
 
 
 @handler_entry

@@ -1,6 +1,6 @@
 """Scanner function: the periodic pending-pod scan (EventBridge schedule, every minute).
 
-Accepts the EventBridge ``Scheduled Event`` (parsed with the powertools parser) or, for
+Accepts the EventBridge ``Scheduled Event`` (see :mod:`joiner.events.scheduled`) or, for
 manual runs (``aws lambda invoke``), ``{}`` or ``{"mode": "economy" | "responsive"}``;
 anything else is rejected with a message naming the problem. Runs
 :func:`joiner.services.provisioning.run_scanner` and returns a small JSON summary

@@ -460,7 +460,8 @@ def test_from_settings_on_eks_uses_describe_cluster_and_signed_tokens(kube_emula
             stub.assert_no_pending_responses()
         assert [n["metadata"]["name"] for n in client.list_nodes()] == ["n1"]
 
-    assert client._api.configuration.ca_cert_data == ca_pem
+    assert client._pool.connection_pool_kw["ca_cert_data"] == ca_pem  # the pool verifies the endpoint against the cluster CA
+    assert client._pool.connection_pool_kw["cert_reqs"] == "CERT_REQUIRED"
     [token] = presented
     url = base64.urlsafe_b64decode(token[len(TOKEN_PREFIX):] + "==").decode()
     assert urlparse(url).hostname == "sts.eu-west-1.amazonaws.com"

@@ -5,8 +5,14 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
-
-from joiner.events.scheduled import ColdStart, ScheduledEventError, manual_run_fields
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from joiner.events.scheduled import (
+    ColdStart,
+    ScheduledEventError,
+    envelope_problems,
+    manual_run_fields,
+)
 
 SCHEDULED = {
     "version": "0", "id": "53dc4d37-cffa-4f76-80c9-8b7d4a4d2eaa", "detail-type": "Scheduled Event", "source": "aws.events",
@@ -54,3 +60,47 @@ def test_cold_start_keeps_one_runtime_and_hands_it_to_each_request() -> None:
     other = SimpleNamespace(invocation_id="local")
     cold.configure(other)
     assert cold.runtime() is other
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        ({"detail": None}, "detail: must be an object"),
+        ({"resources": "arn"}, "resources: must be a list of strings"),
+        ({"account": 123456789012}, "account: must be a string"),
+        ({"time": "2025-01-06"}, "time: not an RFC 3339 date-time"),
+        ({"time": "2025-13-06T09:00:00Z"}, "time: not an RFC 3339 date-time"),
+    ],
+)
+def test_the_envelope_is_checked_field_by_field(change: dict[str, object], problem: str) -> None:
+    with pytest.raises(ScheduledEventError, match=f"^f: malformed EventBridge event: {problem}"):
+        manual_run_fields({**SCHEDULED, **change}, "f")
+    missing = {key: value for key, value in SCHEDULED.items() if key != "region"}
+    with pytest.raises(ScheduledEventError, match="^f: malformed EventBridge event: region: field required$"):
+        manual_run_fields(missing, "f")
+
+
+_field_values = st.one_of(
+    st.none(), st.integers(), st.text(max_size=12), st.lists(st.text(max_size=5), max_size=2),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+    st.sampled_from(["2025-01-06T09:00:00Z", "2025-01-06T09:00:00.5+02:00", "2025-01-06", "Scheduled Event"]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(changes=st.dictionaries(st.sampled_from(sorted(SCHEDULED)), _field_values, max_size=4),
+       dropped=st.sets(st.sampled_from(sorted(SCHEDULED)), max_size=2))
+def test_the_envelope_check_accepts_only_what_the_powertools_model_accepts(changes: dict[str, object], dropped: set[str]) -> None:
+    """The hand-written check (no pydantic at cold start) is never laxer than powertools'
+    ``EventBridgeModel``: whatever it accepts, the model parses to the same detail-type."""
+    from aws_lambda_powertools.utilities.parser import ValidationError, parse
+    from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
+
+    event = {key: value for key, value in {**SCHEDULED, **changes}.items() if key not in dropped}
+    if envelope_problems(event):
+        return
+    try:
+        parsed = parse(event=event, model=EventBridgeModel)
+    except ValidationError as invalid:
+        raise AssertionError(f"accepted what the model rejects: {event!r}: {invalid}") from None
+    assert parsed.detail_type == event["detail-type"]

@@ -10,9 +10,28 @@ import pytest
 
 from infra.functions import ARCHITECTURE, RUNTIME
 from infra.layer import (
-    LAYER_PLATFORMS, LAYER_PYTHON_VERSION, LAYER_REQUIREMENTS, PACKAGE_SOURCE, LayerBuildError, LayerBundler, copy_package,
-    pip_install_command, prune_layer,
+    LAYER_PLATFORMS,
+    LAYER_PYTHON_ENV,
+    LAYER_PYTHON_VERSION,
+    LAYER_REQUIREMENTS,
+    PACKAGE_SOURCE,
+    LayerBuildError,
+    LayerBundler,
+    compile_bytecode,
+    copy_package,
+    find_layer_python,
+    pip_install_command,
+    prune_layer,
 )
+
+
+@pytest.fixture(scope="module")
+def layer_python() -> str:
+    """The runtime's Python, as the bundler finds it (the layer cannot be built without one)."""
+    try:
+        return find_layer_python()
+    except LayerBuildError as missing:
+        pytest.skip(str(missing))
 
 
 def test_pip_command_targets_the_functions_platform(tmp_path):
@@ -102,18 +121,71 @@ class FakePip:
         return subprocess.CompletedProcess(command, self.returncode, "", self.stderr)
 
 
-def test_try_bundle_installs_copies_the_package_and_prunes(tmp_path):
+def test_try_bundle_installs_copies_the_package_and_prunes(tmp_path, layer_python):
     pip = FakePip()
-    bundler = LayerBundler(runner=pip)
+    bundler = LayerBundler(runner=pip, bytecode_python=layer_python)
     assert bundler.try_bundle(str(tmp_path), None) is True
     (command,) = pip.commands
     assert command[command.index("--target") + 1] == str(tmp_path / "python")
     site = tmp_path / "python"
     assert (site / "joiner" / "settings.py").read_text() == (PACKAGE_SOURCE / "settings.py").read_text()
-    assert not (site / "kubernetes" / "aio").exists() and not list(site.rglob("__pycache__"))
+    assert not (site / "kubernetes" / "aio").exists()
+    compiled = {p.relative_to(site).as_posix() for p in site.rglob("*.pyc")}
+    tag = f"cpython-{LAYER_PYTHON_VERSION.replace('.', '')}"
+    assert compiled == {
+        f"{p.parent.relative_to(site).as_posix()}/__pycache__/{p.stem}.{tag}.pyc" for p in site.rglob("*.py")
+    }  # every module, for the runtime's Python only: the stale 3.11 caches pip's target held are gone
 
 
-def test_try_bundle_raises_with_pips_last_lines_on_failure(tmp_path):
+def test_try_bundle_raises_with_pips_last_lines_on_failure(tmp_path, layer_python):
     pip = FakePip(returncode=1, stderr="Collecting x\nERROR: No matching distribution found for pydantic-core\n")
     with pytest.raises(LayerBuildError, match=r"(?s)exit 1\):\n.*No matching distribution found for pydantic-core"):
-        LayerBundler(runner=pip).try_bundle(str(tmp_path))
+        LayerBundler(runner=pip, bytecode_python=layer_python).try_bundle(str(tmp_path))
+
+
+def test_the_bytecode_interpreter_is_the_runtimes_python(layer_python):
+    version = subprocess.run([layer_python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    assert version == LAYER_PYTHON_VERSION == RUNTIME.name.removeprefix("python")
+
+
+def test_an_interpreter_of_another_version_is_refused(monkeypatch):
+    monkeypatch.setenv(LAYER_PYTHON_ENV, sys.executable)
+    if sys.version_info[:2] == tuple(int(part) for part in LAYER_PYTHON_VERSION.split(".")):
+        pytest.skip("the test interpreter is the runtime's version")
+    with pytest.raises(LayerBuildError, match=rf"{LAYER_PYTHON_ENV}=.* is Python 3\.\d+, the functions run {LAYER_PYTHON_VERSION}"):
+        find_layer_python()
+
+
+def _compiled_site(root: Path, layer_python: str) -> Path:
+    site = root / "python"
+    (site / "pkg").mkdir(parents=True)
+    (site / "pkg" / "__init__.py").write_text("")
+    (site / "pkg" / "mod.py").write_text("NAMES = frozenset({'alpha', 'beta', 'gamma', 'delta'})\nVALUE = 'compiled'\n")
+    compile_bytecode(site, layer_python)
+    return site
+
+
+def test_bytecode_is_used_from_a_read_only_layer_without_looking_at_the_sources(tmp_path, layer_python):
+    site = _compiled_site(tmp_path, layer_python)
+    cached = site / "pkg" / "__pycache__" / f"mod.cpython-{LAYER_PYTHON_VERSION.replace('.', '')}.pyc"
+    header = cached.read_bytes()[:16]
+    assert int.from_bytes(header[4:8], "little") == 0b01  # hash-based, source not checked (unchecked-hash)
+    # Changing the source after the build changes nothing: the interpreter trusts the .pyc
+    # (a timestamp .pyc would be recompiled, which a read-only /opt cannot store).
+    (site / "pkg" / "mod.py").write_text("VALUE = 'source'\n")
+    loaded = subprocess.run(
+        [layer_python, "-I", "-S", "-B", "-c",
+         f"import sys; sys.path.insert(0, {str(site)!r}); import pkg.mod; print(pkg.mod.VALUE, pkg.mod.__spec__.cached)"],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()
+    assert loaded == ["compiled", str(cached)]
+
+
+def test_bytecode_is_reproducible_and_names_the_lambda_mount(tmp_path, layer_python):
+    first = _compiled_site(tmp_path / "a", layer_python)
+    second = _compiled_site(tmp_path / "b", layer_python)
+    name = f"mod.cpython-{LAYER_PYTHON_VERSION.replace('.', '')}.pyc"
+    one, two = (site / "pkg" / "__pycache__" / name for site in (first, second))
+    assert one.read_bytes() == two.read_bytes()  # same asset hash on every build, wherever it is built
+    assert b"/opt/python/pkg/mod.py" in one.read_bytes() and str(tmp_path).encode() not in one.read_bytes()

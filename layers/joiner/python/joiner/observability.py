@@ -2,33 +2,117 @@
 Lambda handler wears: ``@handler_entry``.
 
 Metrics are EMF in the ``Joiner`` namespace; one business metric per decision.
+
+Tracing is lazy: the X-Ray SDK (about a third of a cold start's imports) is imported only
+when tracing is on, that is in Lambda (``LAMBDA_TASK_ROOT`` set) unless
+``POWERTOOLS_TRACE_DISABLED`` is true, powertools' own rule. It is imported on the first
+invocation, and only the clients Joiner calls through are patched: botocore (AWS) and
+``http.client`` (the Kubernetes API over urllib3), not every library X-Ray supports
+(which would import aiohttp, requests and sqlite3 for nothing).
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import os
+import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
-__all__ = ["logger", "tracer", "metrics", "MetricUnit", "handler_entry", "count"]
+__all__ = [
+    "TRACED_MODULES",
+    "MetricUnit",
+    "count",
+    "handler_entry",
+    "logger",
+    "metrics",
+    "set_trace_entity",
+    "trace_entity",
+    "tracer",
+    "tracing_enabled",
+]
 
 NAMESPACE = "Joiner"
+#: What the tracer patches (X-Ray SDK names).
+TRACED_MODULES: tuple[str, ...] = ("botocore", "httplib")
 
 logger = Logger(service="joiner")
-tracer = Tracer(service="joiner")
 metrics = Metrics(namespace=NAMESPACE, service="joiner")
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+_tracer: Any = None
+_tracer_lock = threading.Lock()
+
+
+def tracing_enabled() -> bool:
+    """Powertools' rule: in Lambda (``LAMBDA_TASK_ROOT``), not SAM/Chalice local, unless
+    ``POWERTOOLS_TRACE_DISABLED`` is true."""
+    if os.environ.get("POWERTOOLS_TRACE_DISABLED", "false").strip().lower() in ("1", "true", "yes", "on", "y", "t"):
+        return False
+    if os.environ.get("AWS_SAM_LOCAL") or os.environ.get("AWS_CHALICE_CLI_MODE"):
+        return False
+    return bool(os.environ.get("LAMBDA_TASK_ROOT"))
+
+
+def tracer() -> Any:
+    """The powertools ``Tracer`` (created, and the X-Ray SDK imported and its patches applied,
+    on first use), or None when tracing is off."""
+    global _tracer
+    if not tracing_enabled():
+        return None
+    if _tracer is None:
+        with _tracer_lock:
+            if _tracer is None:
+                from aws_lambda_powertools import Tracer
+
+                created = Tracer(service="joiner", auto_patch=False)
+                created.patch(list(TRACED_MODULES))
+                _tracer = created
+    return _tracer
+
 
 def handler_entry(function: F) -> F:
-    """Logger context (cleared per invocation), X-Ray capture and EMF flush with a cold-start metric."""
-    wrapped = metrics.log_metrics(capture_cold_start_metric=True)(function)
-    wrapped = tracer.capture_lambda_handler(wrapped)
-    wrapped = logger.inject_lambda_context(clear_state=True)(wrapped)
-    return wrapped  # type: ignore[return-value]
+    """Logger context (cleared per invocation), X-Ray capture when tracing is on (decided and
+    set up on the first invocation) and EMF flush with a cold-start metric."""
+    measured = metrics.log_metrics(capture_cold_start_metric=True)(function)
+    chosen: list[Callable[..., Any]] = []
+
+    @functools.wraps(function)
+    def traced(event: Any, context: Any) -> Any:
+        if not chosen:
+            active = tracer()
+            chosen.append(active.capture_lambda_handler(measured) if active is not None else measured)
+        return chosen[0](event, context)
+
+    wrapped = logger.inject_lambda_context(clear_state=True)(traced)
+    return cast(F, wrapped)
+
+
+def trace_entity() -> Any:
+    """The current X-Ray segment or subsegment (to carry into worker threads), or None."""
+    if tracer() is None:
+        return None
+    try:
+        from aws_xray_sdk.core import xray_recorder  # type: ignore[import-untyped]
+
+        return xray_recorder.get_trace_entity()
+    except Exception:  # noqa: BLE001 - tracing is optional and must never fail an event
+        return None
+
+
+def set_trace_entity(entity: Any) -> None:
+    """Make ``entity`` (from :func:`trace_entity`) current in this thread; None does nothing."""
+    if entity is None:
+        return
+    with contextlib.suppress(Exception):  # tracing is optional and must never fail an event
+        from aws_xray_sdk.core import xray_recorder
+
+        xray_recorder.set_trace_entity(entity)
 
 
 def count(name: str, value: float = 1, unit: str = MetricUnit.Count, **dimensions: str) -> None:
