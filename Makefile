@@ -7,7 +7,21 @@ export PATH := $(BIN):$(PATH)
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 
-.PHONY: install demo test bench synth lint clean
+# The CDK CLI: pinned in package.json/package-lock.json, installed by `npm ci` into node_modules/
+# and run with the venv's Python as the app (cdk.json's "python3" may be another interpreter).
+NPM ?= npm
+CDK := $(CURDIR)/node_modules/.bin/cdk
+CDK_STAMP := node_modules/.installed-stamp
+CDK_APP := $(BIN)/python $(CURDIR)/app.py
+# No update check, no notices or telemetry fetched: the CLI talks only to the account it deploys to.
+CDK_ENV := CDK_DISABLE_VERSION_CHECK=true CDK_DISABLE_CLI_TELEMETRY=true
+CDK_FLAGS = --app "$(CDK_APP)" --no-notices -c clusterName=$(CLUSTER) $(if $(REGION),-c region=$(REGION))
+CDK_REGION_ENV = $(if $(REGION),AWS_REGION=$(REGION) AWS_DEFAULT_REGION=$(REGION))
+CLUSTER ?=
+REGION ?=
+CDK_ARGS ?=
+
+.PHONY: install demo test bench synth lint clean cdk-cli deploy bootstrap destroy require-cluster
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -c 'import sys; sys.exit("Joiner needs Python >= 3.11") if sys.version_info < (3, 11) else None'
@@ -32,9 +46,31 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.scan
 	$(BIN)/python -m bench.interruption
 	$(BIN)/python -m bench.disruption
+	$(BIN)/python -m bench.coldstart
 
 synth: $(STAMP)
 	$(BIN)/python -m infra.synth
 
+$(CDK_STAMP): package.json package-lock.json
+	$(NPM) ci --no-audit --no-fund
+	touch $(CDK_STAMP)
+
+## The pinned CDK CLI in node_modules/ (npm ci).
+cdk-cli: $(CDK_STAMP)
+
+require-cluster:
+	@test -n "$(CLUSTER)" || { echo "usage: make $(MAKECMDGOALS) CLUSTER=<eks-cluster-name> [REGION=<aws-region>] [CDK_ARGS='-c alarmEmail=ops@example.com']" >&2; exit 2; }
+
+## Deploy Joiner for an EKS cluster: make deploy CLUSTER=my-cluster [REGION=eu-west-1] [CDK_ARGS=...]
+deploy: require-cluster $(STAMP) $(CDK_STAMP)
+	$(CDK_ENV) $(CDK_REGION_ENV) $(CDK) deploy $(CDK_FLAGS) $(CDK_ARGS)
+
+## The CDK bootstrap stack in the target account and region (once per account and region).
+bootstrap: require-cluster $(STAMP) $(CDK_STAMP)
+	$(CDK_ENV) $(CDK_REGION_ENV) $(CDK) bootstrap $(CDK_FLAGS) $(CDK_ARGS)
+
+destroy: require-cluster $(STAMP) $(CDK_STAMP)
+	$(CDK_ENV) $(CDK_REGION_ENV) $(CDK) destroy $(CDK_FLAGS) $(CDK_ARGS)
+
 clean:
-	rm -rf $(VENV) cdk.out .pytest_cache .hypothesis
+	rm -rf $(VENV) node_modules cdk.out .pytest_cache .hypothesis

@@ -37,6 +37,7 @@ from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
 __all__ = [
+    "LAYER_BUNDLING_CONTEXT",
     "LAYER_MOUNT",
     "LAYER_PLATFORMS",
     "LAYER_PYTHON_ENV",
@@ -63,6 +64,8 @@ PACKAGE_SOURCE = LAYER_SOURCE / "python" / "joiner"
 LAYER_PYTHON_VERSION = "3.13"
 #: Names the interpreter that compiles the layer's bytecode (a CPython ``LAYER_PYTHON_VERSION``).
 LAYER_PYTHON_ENV = "JOINER_LAYER_PYTHON"
+#: Context key: ``false`` ships the layer's source directory unbundled (offline synth).
+LAYER_BUNDLING_CONTEXT = "layerBundling"
 #: Where Lambda mounts the layer's ``python/`` directory (the file names compiled into the bytecode).
 LAYER_MOUNT = "/opt/python"
 #: Amazon Linux 2023 (the python3.12+ runtimes) has glibc 2.34, so manylinux_2_28 and older
@@ -255,8 +258,9 @@ class LayerBundler:
 class JoinerLayer(Construct):
     """``layer``: the shared :class:`aws_lambda.LayerVersion` for every Joiner function.
 
-    Skip bundling (offline synth, tests) with the context ``aws:cdk:bundling-stacks=[]``:
-    the asset is then the source directory as it is.
+    Skip bundling (offline synth, tests) with the context ``aws:cdk:bundling-stacks=[]``
+    (``python -m infra.synth --no-bundling``) or, through the CDK CLI, which reserves
+    ``aws:`` keys, ``-c layerBundling=false``: the asset is then the source directory as it is.
     """
 
     def __init__(
@@ -269,6 +273,7 @@ class JoinerLayer(Construct):
         bundler: LayerBundler | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
+        bundling = str(self.node.try_get_context(LAYER_BUNDLING_CONTEXT)).strip().lower() not in ("false", "0", "no")
         self.layer = lambda_.LayerVersion(
             self,
             "Layer",
@@ -281,6 +286,6 @@ class JoinerLayer(Construct):
                 bundling=BundlingOptions(
                     image=DockerImage.from_registry("local-only"),
                     local=bundler or LayerBundler(),
-                ),
+                ) if bundling else None,
             ),
         )

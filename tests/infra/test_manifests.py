@@ -4,6 +4,7 @@ validate against the CRDs and parse with Joiner's own parser."""
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 
 import jsonschema
@@ -143,3 +144,38 @@ def test_rbac_grants_only_what_joiner_uses():
     }
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "joiner:controller"}]
+
+
+#: The names Karpenter's CRDs (karpenter.sh/v1 NodePool and NodeClaim, karpenter.k8s.aws/v1
+#: EC2NodeClass) answer to in kubectl, short names included.
+KARPENTER_NAMES = frozenset({"nodepools", "nodepool", "nodeclaims", "nodeclaim", "ec2nodeclasses", "ec2nodeclass", "ec2nc", "ec2ncs"})
+#: A resource argument kubectl could resolve to either project's CRD while both are installed.
+AMBIGUOUS = re.compile(r"^(nodepools?|nodeclass(es)?|nodeclaims?)$", re.IGNORECASE)
+
+
+@pytest.mark.parametrize(("file_name", "short"), [("nodepools.joiner.dev.yaml", ["jnp"]), ("nodeclasses.joiner.dev.yaml", ["jnc"])])
+def test_crds_have_short_names_karpenter_does_not_use(file_name, short):
+    names = crd(file_name)["spec"]["names"]
+    assert names["shortNames"] == short and not set(short) & KARPENTER_NAMES
+
+
+def kubectl_commands() -> list[tuple[str, str]]:
+    """Every ``kubectl`` command the README, docs and manifests show: (where, command)."""
+    root = MANIFESTS.parent
+    files = [root / "README.md", *sorted((root / "docs").glob("*.md")), *sorted(MANIFESTS.rglob("*.yaml"))]
+    found = []
+    for path in files:
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            for command in re.findall(r"kubectl [^`#|>]*", line):
+                found.append((f"{path.relative_to(root)}:{number}", command.strip()))
+    return found
+
+
+def test_documented_kubectl_commands_name_joiner_and_karpenter_resources_unambiguously():
+    commands = kubectl_commands()
+    assert any("nodepools.joiner.dev" in command for _, command in commands)
+    ambiguous = [
+        (where, command) for where, command in commands
+        for argument in command.split()[2:] for resource in argument.split(",") if AMBIGUOUS.match(resource)
+    ]
+    assert ambiguous == []
