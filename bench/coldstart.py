@@ -188,12 +188,13 @@ def sqs_batch(body: str) -> dict[str, Any]:
     }]}
 
 
-def measure(python: str, layer: Path, name: str, environment: Mapping[str, str]) -> dict[str, Any]:
+def measure(python: str, layer: Path, name: str, environment: Mapping[str, str], *, tracing: bool = True,
+            functions_dir: Path = ROOT / "functions") -> dict[str, Any]:
     """One fresh interpreter: import the handler and invoke it once."""
-    code = ROOT / "functions" / name
+    code = functions_dir / name
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", **environment,
            "AWS_LAMBDA_FUNCTION_NAME": f"joiner-{name}", "AWS_LAMBDA_LOG_GROUP_NAME": f"/aws/lambda/joiner-{name}",
-           "LAMBDA_TASK_ROOT": str(code)}
+           "LAMBDA_TASK_ROOT": str(code), **({} if tracing else {"POWERTOOLS_TRACE_DISABLED": "true"})}
     command = [python, "-I", "-S", "-B", "-c", CHILD, str(code), str(layer), json.dumps(first_event(name)), name]
     completed = subprocess.run(command, env=env, capture_output=True, text=True, check=False, timeout=300)
     for line in completed.stdout.splitlines():
@@ -212,7 +213,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5, help="fresh processes per function (default 5)")
     parser.add_argument("--layer", type=Path, help="a built layer's python/ directory (default: build one now)")
     parser.add_argument("--python", help="the runtime interpreter (default: infra.layer.find_layer_python())")
+    parser.add_argument("--functions-dir", type=Path, default=ROOT / "functions",
+                        help="where the handlers are (default: functions/; to measure another tree with --layer)")
     parser.add_argument("--function", action="append", choices=FUNCTIONS, help="only these functions")
+    parser.add_argument("--no-tracing", action="store_true", help="POWERTOOLS_TRACE_DISABLED=true (default: X-Ray on, as deployed)")
     args = parser.parse_args(argv)
 
     from infra.layer import LAYER_PYTHON_VERSION, find_layer_python
@@ -226,14 +230,15 @@ def main(argv: list[str] | None = None) -> int:
         try:
             with local_world() as environment:
                 for name in args.function or FUNCTIONS:
-                    runs = [measure(python, layer, name, environment) for _ in range(args.repeats)]
+                    runs = [measure(python, layer, name, environment, tracing=not args.no_tracing, functions_dir=args.functions_dir)
+                            for _ in range(args.repeats)]
                     imports = [run["import_s"] for run in runs]
                     calls = [run["first_call_s"] for run in runs]
                     totals = [run["import_s"] + run["first_call_s"] for run in runs]
                     cpu = [run["cpu_s"] for run in runs]
                     print(json.dumps({
                         "benchmark": "coldstart", "function": name, "python": LAYER_PYTHON_VERSION,
-                        "platform": platforms[0], "repeats": args.repeats,
+                        "platform": platforms[0], "repeats": args.repeats, "tracing": not args.no_tracing,
                         "import_s": summary(imports), "first_call_s": summary(calls), "total_s": summary(totals), "cpu_s": summary(cpu),
                         "target_s": 1.0, "within_target": statistics.median(totals) <= 1.0,
                         "result": runs[-1]["result"],
