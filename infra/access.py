@@ -1,11 +1,16 @@
 """Least-privilege IAM for the functions and their Kubernetes identity (EKS access entries).
 
-Each function has its own role. EC2 writes are fenced by the ``joiner.dev/cluster`` tag:
-resources are created only when the request tags them with this cluster's name, and
-only resources carrying that tag can be terminated, re-tagged or deleted. The launch
-path therefore has to tag every resource it creates (fleet, instance, volume, network
-interface, spot request, launch template) with ``joiner.dev/cluster: <cluster>`` in its
-``TagSpecifications``, as Karpenter does with its cluster tag.
+Each function has its own role, granted what its code calls and nothing else (the test
+suite's IAM guard, ``tests/support/iam_guard.py``, evaluates every AWS request the
+handlers make against these policies and lists grants no test exercises). EC2 writes are
+fenced by the ``joiner.dev/cluster`` tag: resources are created only when the request
+tags them with this cluster's name, and only resources carrying that tag can be
+terminated or deleted. The launch path therefore tags every resource it creates (fleet,
+instance, volume and network interface, launch template) with
+``joiner.dev/cluster: <cluster>``, as Karpenter does with its cluster tag. Spot instance
+requests are authorised without a request tag, as in Karpenter's policy: an instant EC2
+Fleet cannot tag them (its TagSpecifications accept ``fleet`` and ``instance``), and
+Joiner's launch templates serve both capacity types.
 """
 
 from __future__ import annotations
@@ -20,44 +25,61 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 __all__ = [
-    "CLUSTER_TAG", "KUBERNETES_GROUP", "CAPABILITIES", "FunctionAccess",
-    "LAUNCH_CREATED_RESOURCE_TYPES", "LAUNCH_SHARED_RESOURCE_TYPES", "EXISTING_TAG_KEYS",
+    "CLUSTER_TAG", "KUBERNETES_GROUP", "CAPABILITIES", "FunctionAccess", "READ_ACTIONS", "LAUNCH_READ_ACTIONS",
+    "CLEAN_UP_READ_ACTIONS", "LAUNCH_CREATED_RESOURCE_TYPES", "LAUNCH_SHARED_RESOURCE_TYPES", "EKS_AMI_PARAMETERS",
 ]
 
 CLUSTER_TAG = "joiner.dev/cluster"
 #: Kubernetes group of the functions' access entries; manifests/rbac.yaml binds it.
 KUBERNETES_GROUP = "joiner:controller"
 
-#: What each function may do beyond reading (every function may discover, use the tables
-#: and send continuations to the work queue). Consumers get their queue through the
-#: event source mapping.
+#: What each function may do beyond reading instances and its cluster and using the state
+#: table. ``idempotency``: the powertools idempotency table (interruption events);
+#: ``continue``: send drain continuations to the work queue (whoever begins or continues a
+#: termination). Consumers get their queue through the event source mapping.
 CAPABILITIES: Mapping[str, frozenset[str]] = {
-    "scanner": frozenset({"launch"}),
-    "interruption": frozenset({"launch", "terminate"}),  # replacement on rebalance, terminate after drain
-    "termination": frozenset({"terminate"}),
-    "disruption": frozenset({"launch", "terminate"}),  # consolidation replaces, empty nodes are deleted
-    "gc": frozenset({"terminate", "clean-up"}),  # leaked instances and stale launch templates
+    # launches nodes; terminates an instance whose node never registered
+    "scanner": frozenset({"launch", "terminate"}),
+    # replacement on rebalance, terminate after drain
+    "interruption": frozenset({"launch", "terminate", "idempotency", "continue"}),
+    "termination": frozenset({"terminate", "continue"}),
+    # consolidation replaces, empty nodes are deleted
+    "disruption": frozenset({"launch", "terminate", "continue"}),
+    # leaked instances and stale launch templates
+    "gc": frozenset({"terminate", "clean-up"}),
 }
 
-#: Resource types a launch creates: allowed only when the request tags them for this cluster.
-LAUNCH_CREATED_RESOURCE_TYPES: tuple[str, ...] = (
-    "fleet", "instance", "volume", "network-interface", "launch-template", "spot-instances-request",
+#: EC2 reads every function makes (instance records prove ownership before any action).
+READ_ACTIONS: tuple[str, ...] = ("ec2:DescribeInstances",)
+#: EC2 reads of the launch path: selectors, AMIs, launch templates, spot prices.
+LAUNCH_READ_ACTIONS: tuple[str, ...] = (
+    "ec2:DescribeImages", "ec2:DescribeLaunchTemplates", "ec2:DescribeSecurityGroups", "ec2:DescribeSpotPriceHistory",
+    "ec2:DescribeSubnets",
 )
-#: Existing resources a launch reads: AMIs, their snapshots, subnets, security groups, reservations.
-LAUNCH_SHARED_RESOURCE_TYPES: tuple[str, ...] = ("image", "snapshot", "subnet", "security-group", "capacity-reservation")
-#: Tag keys the functions may set on instances that already carry the cluster tag.
-EXISTING_TAG_KEYS: tuple[str, ...] = ("joiner.dev/*", "Name", "kubernetes.io/cluster/*")
+#: EC2 reads of launch-template garbage collection.
+CLEAN_UP_READ_ACTIONS: tuple[str, ...] = ("ec2:DescribeLaunchTemplates",)
+#: The public SSM parameters alias AMI selectors read (EKS-optimised AL2023).
+EKS_AMI_PARAMETERS = "aws/service/eks/optimized-ami/*"
+#: Resource types a launch creates: allowed only when the request tags them for this cluster.
+LAUNCH_CREATED_RESOURCE_TYPES: tuple[str, ...] = ("fleet", "instance", "volume", "network-interface", "launch-template")
+#: Existing resources a launch uses (AMIs, their snapshots, subnets, security groups,
+#: reservations) and spot instance requests, which an instant fleet cannot tag.
+LAUNCH_SHARED_RESOURCE_TYPES: tuple[str, ...] = (
+    "image", "snapshot", "subnet", "security-group", "capacity-reservation", "spot-instances-request",
+)
 
 
 class FunctionAccess(Construct):
     """``roles``: one Lambda role per function, with policies per :data:`CAPABILITIES`.
 
-    Policies: ``Discover`` (EC2 Describe*, EKS-optimised AMI parameters, price list, this
-    cluster's DescribeCluster), ``Launch`` (CreateFleet/RunInstances/CreateLaunchTemplate/
-    CreateTags on create under the request-tag condition, iam:PassRole for the node role
-    to EC2 only), ``Terminate`` (TerminateInstances and re-tagging of this cluster's
-    instances), ``CleanUp`` (DeleteLaunchTemplate of this cluster's templates). DynamoDB,
-    SQS and KMS grants name our resources only.
+    Policies: ``Discover`` (every role: :data:`READ_ACTIONS` in this region and this
+    cluster's DescribeCluster), ``Launch`` (the launch path's reads, the EKS AMI parameters,
+    CreateFleet/RunInstances/CreateLaunchTemplate and CreateTags on create under the
+    request-tag condition, iam:PassRole for the node role to EC2 only), ``Terminate``
+    (TerminateInstances of this cluster's instances), ``CleanUp`` (DescribeLaunchTemplates,
+    DeleteLaunchTemplate of this cluster's templates). The state table is granted to every
+    role; the idempotency table and SendMessage to the work queue only per
+    :data:`CAPABILITIES`.
     """
 
     def __init__(
@@ -89,6 +111,7 @@ class FunctionAccess(Construct):
                 arns.append(stack.format_arn(service="ec2", account=account, resource=resource_type, resource_name="*"))
             return arns
 
+        in_this_region = {"StringEquals": {"aws:RequestedRegion": stack.region}}
         cluster_request_tag = {"StringEquals": {f"aws:RequestTag/{CLUSTER_TAG}": cluster_name}}
         cluster_resource_tag = {"StringEquals": {f"aws:ResourceTag/{CLUSTER_TAG}": cluster_name}}
 
@@ -115,20 +138,8 @@ class FunctionAccess(Construct):
             "Discover",
             statements=[
                 iam.PolicyStatement(
-                    sid="DescribeEc2InThisRegion",
-                    actions=["ec2:Describe*"],
-                    resources=["*"],
-                    conditions={"StringEquals": {"aws:RequestedRegion": stack.region}},
+                    sid="DescribeInstancesInThisRegion", actions=list(READ_ACTIONS), resources=["*"], conditions=in_this_region,
                 ),
-                iam.PolicyStatement(
-                    sid="ReadEksOptimizedAmiParameters",
-                    actions=["ssm:GetParameter"],
-                    resources=[
-                        stack.format_arn(service="ssm", account="", resource="parameter", resource_name="aws/service/eks/optimized-ami/*"),
-                        stack.format_arn(service="ssm", account="", resource="parameter", resource_name="aws/service/bottlerocket/*"),
-                    ],
-                ),
-                iam.PolicyStatement(sid="ReadOnDemandPrices", actions=["pricing:GetProducts"], resources=["*"]),
                 iam.PolicyStatement(sid="DescribeThisCluster", actions=["eks:DescribeCluster"], resources=[self.cluster_arn]),
             ],
             roles=list(self.roles.values()),
@@ -141,6 +152,15 @@ class FunctionAccess(Construct):
                 self,
                 "Launch",
                 statements=[
+                    iam.PolicyStatement(
+                        sid="DescribeLaunchInputsInThisRegion", actions=list(LAUNCH_READ_ACTIONS), resources=["*"],
+                        conditions=in_this_region,
+                    ),
+                    iam.PolicyStatement(
+                        sid="ReadEksOptimizedAmiParameters",
+                        actions=["ssm:GetParameter"],
+                        resources=[stack.format_arn(service="ssm", account="", resource="parameter", resource_name=EKS_AMI_PARAMETERS)],
+                    ),
                     iam.PolicyStatement(
                         sid="LaunchFromSharedInputs",
                         actions=["ec2:RunInstances", "ec2:CreateFleet"],
@@ -192,15 +212,6 @@ class FunctionAccess(Construct):
                         resources=ec2_arns(("instance",)),
                         conditions=cluster_resource_tag,
                     ),
-                    iam.PolicyStatement(
-                        sid="TagThisClustersInstances",
-                        actions=["ec2:CreateTags"],
-                        resources=ec2_arns(("instance",)),
-                        conditions={
-                            **cluster_resource_tag,
-                            "ForAllValues:StringLike": {"aws:TagKeys": list(EXISTING_TAG_KEYS)},
-                        },
-                    ),
                 ],
                 roles=terminators,
             )
@@ -212,6 +223,10 @@ class FunctionAccess(Construct):
                 self,
                 "CleanUp",
                 statements=[
+                    iam.PolicyStatement(
+                        sid="DescribeLaunchTemplatesInThisRegion", actions=list(CLEAN_UP_READ_ACTIONS), resources=["*"],
+                        conditions=in_this_region,
+                    ),
                     iam.PolicyStatement(
                         sid="DeleteThisClustersLaunchTemplates",
                         actions=["ec2:DeleteLaunchTemplate"],
@@ -230,10 +245,12 @@ class FunctionAccess(Construct):
                                     if capability in CAPABILITIES[name] and policy is not None)]
             for name in self.roles
         }
-        for role in self.roles.values():
+        for name, role in self.roles.items():
             state_table.grant_read_write_data(role)
-            idempotency_table.grant_read_write_data(role)
-            work_queue.grant_send_messages(role)
+            if "idempotency" in CAPABILITIES[name]:
+                idempotency_table.grant_read_write_data(role)
+            if "continue" in CAPABILITIES[name]:
+                work_queue.grant_send_messages(role)
 
         self.access_entries: dict[str, eks.CfnAccessEntry] = {}
         if create_access_entries:

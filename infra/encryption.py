@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from constructs import Construct
 
-__all__ = ["JoinerKey"]
+__all__ = ["JoinerKey", "alarm_source_conditions"]
 
 
 class JoinerKey(Construct):
@@ -30,12 +30,23 @@ class JoinerKey(Construct):
             removal_policy=RemovalPolicy.RETAIN,
         )
         # CloudWatch alarms publish to a KMS-encrypted topic only if CloudWatch may use the
-        # key (documented key-policy statement for alarm actions on encrypted topics).
+        # key (documented key-policy statement for alarm actions on encrypted topics); only
+        # for this account's alarms (confused-deputy guard).
         self.key.add_to_resource_policy(
             iam.PolicyStatement(
                 sid="AllowCloudWatchAlarmsToEncryptedTopic",
                 principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
                 actions=["kms:Decrypt", "kms:GenerateDataKey*"],
                 resources=["*"],
+                conditions=alarm_source_conditions(Stack.of(self)),
             )
         )
+
+
+def alarm_source_conditions(stack: Stack) -> dict[str, dict[str, str]]:
+    """``aws:SourceAccount`` and ``aws:SourceArn``: requests CloudWatch makes for this
+    account's alarms in this region, and no one else's."""
+    return {
+        "StringEquals": {"aws:SourceAccount": stack.account},
+        "ArnLike": {"aws:SourceArn": stack.format_arn(service="cloudwatch", resource="alarm", resource_name="*", arn_format=ArnFormat.COLON_RESOURCE_NAME)},
+    }

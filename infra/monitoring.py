@@ -11,15 +11,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from aws_cdk import Duration
+from aws_cdk import Duration, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as actions
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
+
+from infra.encryption import alarm_source_conditions
 
 __all__ = [
     "Monitoring", "METRICS_NAMESPACE", "METRIC_DIMENSIONS", "PENDING_PODS", "PENDING_POD_AGE", "NODES_LAUNCHED",
@@ -78,8 +81,10 @@ def summed_over_dimensions(name: str, label: str, period: Duration) -> cloudwatc
 
 
 class Monitoring(Construct):
-    """``topic`` (created, KMS-encrypted and TLS-only, optionally with an e-mail
-    subscription; or the existing ``alarm_topic_arn``), ``alarms`` by name, ``dashboard``.
+    """``topic`` (created, KMS-encrypted and TLS-only, publishable by this account's
+    CloudWatch alarms, optionally with an e-mail subscription; or the existing
+    ``alarm_topic_arn``, whose policy must let CloudWatch publish), ``alarms`` by name,
+    ``dashboard``.
 
     Every alarm notifies the topic on ALARM and on OK.
     """
@@ -102,6 +107,17 @@ class Monitoring(Construct):
             self.topic: sns.ITopic = sns.Topic.from_topic_arn(self, "AlarmTopic", alarm_topic_arn)
         else:
             topic = sns.Topic(self, "AlarmTopic", display_name=f"Joiner alarms ({cluster_name})", master_key=key, enforce_ssl=True)
+            # A topic policy replaces SNS's default one: without this statement nothing may
+            # publish, so alarms would never notify.
+            topic.add_to_resource_policy(
+                iam.PolicyStatement(
+                    sid="AllowThisAccountsAlarmsToPublish",
+                    principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
+                    actions=["sns:Publish"],
+                    resources=[topic.topic_arn],
+                    conditions=alarm_source_conditions(Stack.of(self)),
+                )
+            )
             if alarm_email is not None:
                 topic.add_subscription(subscriptions.EmailSubscription(alarm_email))
             self.topic = topic

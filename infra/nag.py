@@ -23,7 +23,7 @@ from aws_cdk import aws_iam as iam
 from cdk_nag import AwsSolutionsChecks
 from constructs import IConstruct
 
-from infra.access import CLUSTER_TAG, LAUNCH_SHARED_RESOURCE_TYPES
+from infra.access import CLEAN_UP_READ_ACTIONS, CLUSTER_TAG, LAUNCH_READ_ACTIONS, LAUNCH_SHARED_RESOURCE_TYPES, READ_ACTIONS
 
 __all__ = [
     "add_nag_checks", "acknowledge", "flatten_reference", "wildcard_findings", "JustifiedFindings",
@@ -106,7 +106,9 @@ def _has_cluster_tag_condition(statement: dict[str, Any]) -> bool:
 
 
 #: Actions AWS offers no resource-level permissions for; all are reads or telemetry.
-RESOURCELESS_ACTIONS = frozenset({"ec2:Describe*", "pricing:GetProducts", "xray:PutTraceSegments", "xray:PutTelemetryRecords"})
+RESOURCELESS_ACTIONS = frozenset(
+    {*READ_ACTIONS, *LAUNCH_READ_ACTIONS, *CLEAN_UP_READ_ACTIONS, "xray:PutTraceSegments", "xray:PutTelemetryRecords"}
+)
 # Partition and region are tokens in environment-agnostic stacks and literals otherwise.
 _PARTITION_REGION = r"(?:<AWS::Partition>|aws[a-z-]*):%s:(?:<AWS::Region>|[a-z]{2}(?:-[a-z]+)+-\d)"
 _SHARED_LAUNCH_INPUT = re.compile(
@@ -119,19 +121,19 @@ _OWN_RESOURCE = re.compile(r"^<[A-Za-z0-9]+\.Arn>$")
 
 WILDCARD_JUSTIFICATIONS: tuple[Justification, ...] = (
     Justification(
-        "EC2 Describe*, pricing:GetProducts and X-Ray trace upload have no resource-level permissions; "
-        "all are read-only or telemetry (Describe* is limited to this region by aws:RequestedRegion).",
-        lambda finding, statement: (finding in ("Resource::*", "Action::ec2:Describe*"))
-        and _actions(statement) <= RESOURCELESS_ACTIONS,
+        "The EC2 Describe actions the functions call and X-Ray trace upload have no resource-level permissions; "
+        "all are read-only or telemetry (the Describe actions are limited to this region by aws:RequestedRegion).",
+        lambda finding, statement: finding == "Resource::*" and _actions(statement) <= RESOURCELESS_ACTIONS,
     ),
     Justification(
         f"EC2 writes are fenced by the {CLUSTER_TAG} tag: created resources must be tagged with this cluster "
-        "(aws:RequestTag) and only resources carrying it can be terminated, re-tagged or deleted (aws:ResourceTag).",
+        "(aws:RequestTag) and only resources carrying it can be terminated or deleted (aws:ResourceTag).",
         lambda finding, statement: bool(_EC2_RESOURCE.match(finding)) and _has_cluster_tag_condition(statement),
     ),
     Justification(
         "RunInstances/CreateFleet must read the AMI, its snapshots, the subnets, security groups and capacity "
-        "reservations a NodeClass selects; these are chosen at run time, so the grant covers the type only.",
+        "reservations a NodeClass selects; these are chosen at run time, so the grant covers the type only. "
+        "Spot instance requests are created by the fleet, which cannot tag them (as in Karpenter's policy).",
         lambda finding, statement: bool(_SHARED_LAUNCH_INPUT.match(finding))
         and _actions(statement) <= {"ec2:RunInstances", "ec2:CreateFleet"},
     ),

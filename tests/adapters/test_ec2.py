@@ -232,7 +232,10 @@ def test_launch_template_contents(world: World, ec2: Ec2Adapter) -> None:
         {"DeviceName": "/dev/xvda", "Ebs": {"DeleteOnTermination": True, "Encrypted": True, "VolumeSize": 20, "VolumeType": "gp3"}}
     ]
     specs = {s["ResourceType"]: {t["Key"]: t["Value"] for t in s["Tags"]} for s in data["TagSpecifications"]}
-    for resource in ("instance", "volume"):
+    # Every resource the launch creates carries the cluster tag the launch policy requires
+    # (aws:RequestTag on network-interface too, as Karpenter tags it).
+    assert {"instance", "network-interface", "volume"} <= set(specs)  # moto lists the launch-template tags here too
+    for resource in ("instance", "volume", "network-interface"):
         assert specs[resource]["joiner.dev/cluster"] == CLUSTER
         assert specs[resource][f"kubernetes.io/cluster/{CLUSTER}"] == "owned"
         assert specs[resource]["team"] == "a"

@@ -46,7 +46,8 @@ def test_cdk_nag_passes_with_every_acknowledgement_justified(request, variant):
             assert len(reason) > 30, (logical_id, rule_id, reason)
     launch = next(rules for logical_id, rules in acknowledged.items() if "AccessLaunch" in logical_id)
     assert any(rule.endswith(":instance/*]") for rule in launch)
-    assert not any(rule == "AwsSolutions-IAM5[Resource::*]" for rule in launch)  # Launch has no Resource "*"
+    # Launch grants Resource "*" only for the Describe actions it calls (no write is resource-less)
+    assert "Describe actions" in launch["AwsSolutions-IAM5[Resource::*]"]
     functions = [rules for logical_id, rules in acknowledged.items() if logical_id.startswith("JoinerFunctions") and "Logs" not in logical_id]
     assert sum("AwsSolutions-L1" in rules for rules in functions) == 5
 

@@ -93,6 +93,19 @@ def test_eventbridge_may_use_the_key_for_this_account_only(synthesized):
     assert events_statement["Condition"] == {"StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}}
 
 
+def this_accounts_alarms(condition: dict) -> bool:
+    """aws:SourceAccount is this account and aws:SourceArn this account's alarms in this region."""
+    arn = json.dumps(condition["ArnLike"]["aws:SourceArn"])
+    return (condition["StringEquals"] == {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}
+            and ":cloudwatch:" in arn and ":alarm:*" in arn and "AWS::AccountId" in arn and "AWS::Region" in arn)
+
+
+def test_cloudwatch_may_use_the_key_for_this_accounts_alarms_only(synthesized):
+    (key,) = synthesized.resources("AWS::KMS::Key").values()
+    (statement_,) = [s for s in key["Properties"]["KeyPolicy"]["Statement"] if s.get("Principal") == {"Service": "cloudwatch.amazonaws.com"}]
+    assert this_accounts_alarms(statement_["Condition"])
+
+
 # ---------------------------------------------------------------- queues
 
 
@@ -177,8 +190,11 @@ def test_creation_requires_the_cluster_request_tag(synthesized):
     assert sorted(create["Action"]) == ["ec2:CreateFleet", "ec2:CreateLaunchTemplate", "ec2:RunInstances"]
     assert create["Condition"] == {"StringEquals": {"aws:RequestTag/joiner.dev/cluster": CLUSTER}}
     resources = json.dumps(create["Resource"])
-    for resource_type in ("fleet", "instance", "volume", "network-interface", "launch-template", "spot-instances-request"):
+    for resource_type in ("fleet", "instance", "volume", "network-interface", "launch-template"):
         assert f":{resource_type}/*" in resources
+    # An instant fleet cannot tag its spot requests: they are authorised untagged, as in Karpenter's policy.
+    assert ":spot-instances-request/*" not in resources
+    assert ":spot-instances-request/*" in json.dumps(statement(synthesized, "AccessLaunch", "LaunchFromSharedInputs")["Resource"])
     tag_on_create = statement(synthesized, "AccessLaunch", "TagOnCreate")
     assert tag_on_create["Action"] == "ec2:CreateTags"
     assert tag_on_create["Condition"]["StringEquals"]["aws:RequestTag/joiner.dev/cluster"] == CLUSTER
@@ -191,8 +207,11 @@ def test_destructive_actions_require_the_cluster_resource_tag(synthesized):
     resource_tag = {"aws:ResourceTag/joiner.dev/cluster": CLUSTER}
     terminate = statement(synthesized, "AccessTerminate", "TerminateThisClustersInstances")
     assert terminate["Action"] == "ec2:TerminateInstances" and terminate["Condition"]["StringEquals"] == resource_tag
-    retag = statement(synthesized, "AccessTerminate", "TagThisClustersInstances")
-    assert retag["Action"] == "ec2:CreateTags" and retag["Condition"]["StringEquals"] == resource_tag
+    # CreateTags exists only as tag-on-create (ec2:CreateAction); no role re-tags existing resources.
+    for policy in synthesized.resources("AWS::IAM::Policy").values():
+        for s in policy["Properties"]["PolicyDocument"]["Statement"]:
+            if "ec2:CreateTags" in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]]):
+                assert s["Sid"] == "TagOnCreate" and "ec2:CreateAction" in s["Condition"]["StringEquals"]
     delete = statement(synthesized, "AccessCleanUp", "DeleteThisClustersLaunchTemplates")
     assert delete["Action"] == "ec2:DeleteLaunchTemplate" and delete["Condition"]["StringEquals"] == resource_tag
     # Nothing else anywhere grants these actions.
@@ -218,13 +237,23 @@ def test_describe_cluster_names_this_cluster_only(synthesized):
 
 
 def test_read_only_grants(synthesized):
-    ssm = statement(synthesized, "AccessDiscover", "ReadEksOptimizedAmiParameters")
+    ssm = statement(synthesized, "AccessLaunch", "ReadEksOptimizedAmiParameters")
     assert ssm["Action"] == "ssm:GetParameter"
-    assert any(part.endswith("::parameter/aws/service/eks/optimized-ami/*") for r in ssm["Resource"] for part in r["Fn::Join"][1] if isinstance(part, str))
-    assert statement(synthesized, "AccessDiscover", "ReadOnDemandPrices")["Action"] == "pricing:GetProducts"
-    describe = statement(synthesized, "AccessDiscover", "DescribeEc2InThisRegion")
-    assert describe["Action"] == "ec2:Describe*"  # includes DescribeSpotPriceHistory
-    assert describe["Condition"] == {"StringEquals": {"aws:RequestedRegion": {"Ref": "AWS::Region"}}}
+    (parameters,) = ssm["Resource"] if isinstance(ssm["Resource"], list) else [ssm["Resource"]]
+    assert [part for part in parameters["Fn::Join"][1] if isinstance(part, str)][-1].endswith("::parameter/aws/service/eks/optimized-ami/*")
+    in_region = {"StringEquals": {"aws:RequestedRegion": {"Ref": "AWS::Region"}}}
+    describe = statement(synthesized, "AccessDiscover", "DescribeInstancesInThisRegion")
+    assert (describe["Action"], describe["Condition"]) == ("ec2:DescribeInstances", in_region)
+    launch = statement(synthesized, "AccessLaunch", "DescribeLaunchInputsInThisRegion")
+    assert sorted(launch["Action"]) == ["ec2:DescribeImages", "ec2:DescribeLaunchTemplates", "ec2:DescribeSecurityGroups",
+                                        "ec2:DescribeSpotPriceHistory", "ec2:DescribeSubnets"]
+    assert launch["Condition"] == in_region
+    # No wildcard action anywhere (Describe* would let a role read every instance's user data),
+    # and nothing unused: no price list, no Bottlerocket parameters.
+    every_action = [a for policy in synthesized.resources("AWS::IAM::Policy").values() for st in policy["Properties"]["PolicyDocument"]["Statement"]
+                    for a in (st["Action"] if isinstance(st["Action"], list) else [st["Action"]])]
+    assert not [a for a in every_action if a.startswith("ec2:") and "*" in a]
+    assert "pricing:GetProducts" not in every_action and "bottlerocket" not in json.dumps(synthesized.template)
 
 
 def test_capability_policies_are_attached_per_function(synthesized):
@@ -237,7 +266,8 @@ def test_capability_policies_are_attached_per_function(synthesized):
 
     assert holders("AccessDiscover") == set(roles)
     assert holders("AccessLaunch") == {"scanner", "interruption", "disruption"}
-    assert holders("AccessTerminate") == {"interruption", "termination", "disruption", "gc"}
+    # the scanner terminates instances whose node never registered
+    assert holders("AccessTerminate") == {"scanner", "interruption", "termination", "disruption", "gc"}
     assert holders("AccessCleanUp") == {"gc"}
     # Functions start only after their permissions exist.
     scanner = synthesized.template["Resources"][function_id(synthesized, "scanner")]
@@ -254,6 +284,19 @@ def test_data_grants_are_scoped_to_our_resources(synthesized):
     scanner = statements(synthesized, "ScannerRoleDefaultPolicy")
     assert any(s["Resource"] == [{"Fn::GetAtt": [table, "Arn"]}, {"Fn::Join": ["", [{"Fn::GetAtt": [table, "Arn"]}, "/index/*"]]}]
                for s in scanner)
+
+
+def test_idempotency_table_and_work_queue_are_granted_only_to_their_users(synthesized):
+    idempotency = logical_id(synthesized, "AWS::DynamoDB::Table", "IdempotencyTable")
+    work_queue = logical_id(synthesized, "AWS::SQS::Queue", "WorkQueueWorkQueue")
+
+    def granted(name: str, target: str, action_prefix: str) -> bool:
+        return any(action_prefix in json.dumps(s["Action"]) and target in json.dumps(s["Resource"])
+                   for s in statements(synthesized, f"{name.capitalize()}RoleDefaultPolicy"))
+
+    assert {spec.name for spec in FUNCTION_SPECS if granted(spec.name, idempotency, "dynamodb:")} == {"interruption"}
+    assert {spec.name for spec in FUNCTION_SPECS if granted(spec.name, work_queue, "sqs:SendMessage")} == {
+        "interruption", "termination", "disruption"}
 
 
 def test_access_entries_map_every_function_role_to_the_controller_group(synthesized):
@@ -358,6 +401,11 @@ def test_every_alarm_notifies_the_encrypted_topic(synthesized):
     (topic_policy,) = synthesized.resources("AWS::SNS::TopicPolicy").values()
     assert any(s["Effect"] == "Deny" and s["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
                for s in topic_policy["Properties"]["PolicyDocument"]["Statement"])
+    # The topic policy replaces SNS's default one: it must let this account's alarms publish.
+    (publish,) = [s for s in topic_policy["Properties"]["PolicyDocument"]["Statement"] if s["Effect"] == "Allow"]
+    assert (publish["Principal"], publish["Action"], publish["Resource"]) == (
+        {"Service": "cloudwatch.amazonaws.com"}, "sns:Publish", {"Ref": topic_id})
+    assert this_accounts_alarms(publish["Condition"])
     for alarm in synthesized.resources("AWS::CloudWatch::Alarm").values():
         assert alarm["Properties"]["AlarmActions"] == [{"Ref": topic_id}]
         assert alarm["Properties"]["OKActions"] == [{"Ref": topic_id}]

@@ -54,6 +54,9 @@ SPOT_PRODUCT_DESCRIPTIONS = ("Linux/UNIX", "Linux/UNIX (Amazon VPC)")
 #: A claim already has an instance when one is in these states (shutting-down ones are on their way out).
 _CLAIM_GUARD_STATES = ("pending", "running", "stopping", "stopped")
 NODECLASS_TAG = "joiner.dev/nodeclass"
+#: Resources a launch template tags at launch. Spot instance requests are not among them: the
+#: template serves both capacity types, and the launch policy authorises them untagged.
+TEMPLATE_TAGGED_RESOURCES = ("instance", "volume", "network-interface")
 _EC2_ARCH = {"amd64": "x86_64", "x86_64": "x86_64", "arm64": "arm64", "aarch64": "arm64"}
 _K8S_ARCH = {"x86_64": "amd64", "arm64": "arm64"}
 _ALIAS = re.compile(r"^al2023@(latest|v\d{8})$")
@@ -418,9 +421,10 @@ class Ec2Adapter:
             "ImageId": ami_id,
             "MetadataOptions": self._metadata_options(node_class),
             "SecurityGroupIds": sorted(set(security_groups)),
+            # Every resource the launch creates, so the launch policy's aws:RequestTag condition
+            # holds for each (the fleet tags itself, its instances and volumes again).
             "TagSpecifications": [
-                {"ResourceType": "instance", "Tags": _tag_list(resource_tags)},
-                {"ResourceType": "volume", "Tags": _tag_list(resource_tags)},
+                {"ResourceType": resource, "Tags": _tag_list(resource_tags)} for resource in TEMPLATE_TAGGED_RESOURCES
             ],
             "UserData": encode_user_data(user_data),
         }
