@@ -8,11 +8,13 @@ Development-only (imports moto); shared by ``joiner demo`` and the tests.
 
 from __future__ import annotations
 
+import contextvars
+import functools
 import importlib.util
 import json
 import sys
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,8 +25,8 @@ import moto.sqs.models as moto_sqs
 from moto.core import DEFAULT_ACCOUNT_ID
 
 __all__ = [
-    "FUNCTIONS_DIR", "LambdaContext", "SqsTime", "handler_path", "load_handler", "queue_messages",
-    "next_visible_in", "scheduled_event", "sqs_event",
+    "FUNCTIONS_DIR", "Invocation", "LambdaContext", "SqsTime", "current_invocation", "handler_path", "load_handler",
+    "queue_messages", "next_visible_in", "scheduled_event", "sqs_event",
 ]
 
 #: ``functions/`` of the source tree this package was installed from (editable install).
@@ -40,10 +42,53 @@ def handler_path(name: str, functions_dir: Path | None = None) -> Path:
     return (functions_dir or FUNCTIONS_DIR) / name / "handler.py"
 
 
+@dataclass(frozen=True)
+class Invocation:
+    """The function whose handler is running: ``name`` and its handler ``module`` (whose
+    configured runtime holds the settings the deployment would give it)."""
+
+    name: str
+    module: ModuleType
+
+    def settings(self) -> Any:
+        """The :class:`joiner.settings.Settings` of the handler's cold-start runtime; raises
+        ``LookupError`` when the handler has none yet (it builds one before any AWS call)."""
+        cold_start = getattr(self.module, "cold_start", None)
+        runtime = getattr(cold_start, "_runtime", None) if cold_start is not None else None
+        if runtime is None:
+            runtime = (getattr(self.module, "_cold", None) or {}).get("runtime")
+        if runtime is None:
+            raise LookupError(f"the {self.name} handler has no runtime configured")
+        return runtime.settings
+
+
+_INVOCATION: contextvars.ContextVar[Invocation | None] = contextvars.ContextVar("joiner_invocation", default=None)
+
+
+def current_invocation() -> Invocation | None:
+    """The function whose handler is running in this context (None outside handlers). The
+    test suite's IAM guard attributes each AWS request to that function's role."""
+    return _INVOCATION.get()
+
+
+def _attributed(name: str, module: ModuleType, handler: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(handler)
+    def invoke(*args: Any, **kwargs: Any) -> Any:
+        token = _INVOCATION.set(Invocation(name, module))
+        try:
+            return handler(*args, **kwargs)
+        finally:
+            _INVOCATION.reset(token)
+
+    invoke.__joiner_function__ = name  # type: ignore[attr-defined]
+    return invoke
+
+
 def load_handler(name: str, functions_dir: Path | None = None) -> ModuleType:
     """``functions/<name>/handler.py`` as a module named ``joiner_function_<name>`` (each function
     directory is its own code asset, so they are not importable as a package). Loaded once per
-    process; callers ``configure()`` it with their runtime."""
+    process; callers ``configure()`` it with their runtime. While ``module.handler`` runs,
+    :func:`current_invocation` names the function."""
     module_name = f"joiner_function_{name}"
     if module_name in sys.modules:
         return sys.modules[module_name]
@@ -58,6 +103,8 @@ def load_handler(name: str, functions_dir: Path | None = None) -> ModuleType:
     except BaseException:
         del sys.modules[module_name]
         raise
+    if callable(getattr(module, "handler", None)):
+        module.handler = _attributed(name, module, module.handler)  # type: ignore[attr-defined]
     return module
 
 
