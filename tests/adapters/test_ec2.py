@@ -270,6 +270,31 @@ def test_block_devices_metadata_and_profile_from_the_node_class(world: World, ec
 
 
 @pytest.mark.parametrize(
+    ("changes", "allowed"),
+    [
+        ({}, True),  # the node role, by ARN
+        ({"role": f"JoinerNodeRole-{CLUSTER}"}, True),  # by name
+        ({"role": None, "instance_profile": f"JoinerNodeRole-{CLUSTER}"}, True),  # its instance profile
+        ({"role": "arn:aws:iam::123456789012:role/AdminRole"}, False),
+        ({"role": None, "instance_profile": "AdminProfile"}, False),
+    ],
+)
+def test_a_deployed_adapter_passes_only_its_node_role(world: World, changes, allowed) -> None:
+    """iam:PassRole covers only the stack's node role: a NodeClass naming another role or
+    profile is rejected with a clear message instead of failing every launch with AccessDenied."""
+    deployed = Ec2Adapter(world.clients.ec2, world.clients.ssm, world.clients.eks, CLUSTER, world.clock,
+                          default_instance_profile=f"JoinerNodeRole-{CLUSTER}")
+    nc = node_class(world, **changes)
+    launch = lambda: deployed.ensure_launch_template(nc, "amd64", cluster_info(deployed), world.network.security_groups, world.amis["x86_64"])  # noqa: E731
+    if allowed:
+        assert template_data(world, launch().id)["IamInstanceProfile"] == {"Name": f"JoinerNodeRole-{CLUSTER}"}
+    else:
+        with pytest.raises(NodeClassConfigError, match=f"only its node role JoinerNodeRole-{CLUSTER}") as error:
+            launch()
+        assert nc.name in str(error.value)
+
+
+@pytest.mark.parametrize(
     ("changes", "message"),
     [
         ({"role": None, "instance_profile": None}, "spec.role or spec.instanceProfile"),

@@ -315,13 +315,27 @@ class Ec2Adapter:
     # ------------------------------------------------------------ launch templates
 
     def _instance_profile(self, node_class: NodeClass) -> str:
-        if node_class.instance_profile:
-            return node_class.instance_profile
-        role = node_class.role or self._default_instance_profile
-        if not role:
+        """The instance profile to launch with. A deployed adapter (``default_instance_profile``
+        set from ``JOINER_NODE_ROLE``) accepts only the stack's node role or its same-named
+        profile: the functions' ``iam:PassRole`` covers that role alone, so any other would
+        fail every launch with AccessDenied."""
+        def name(value: str) -> str:
+            # arn:aws:iam::123456789012:role/path/Name -> Name; the stack names the profile like the role.
+            return value.rsplit("/", 1)[-1] if value.startswith("arn:") else value
+
+        field, chosen = (
+            ("spec.instanceProfile", node_class.instance_profile) if node_class.instance_profile else ("spec.role", node_class.role)
+        )
+        default = name(self._default_instance_profile) if self._default_instance_profile else None
+        if chosen and default and name(chosen) != default:
+            raise NodeClassConfigError(
+                f"NodeClass {node_class.name}: {field} {chosen!r} is not allowed: Joiner may pass only its node role "
+                f"{default} (iam:PassRole is scoped to it); name that role, or leave spec.role unset"
+            )
+        profile = chosen or default
+        if not profile:
             raise NodeClassConfigError(f"NodeClass {node_class.name}: set spec.role or spec.instanceProfile")
-        # arn:aws:iam::123456789012:role/path/Name -> Name; the stack names the profile like the role.
-        return role.rsplit("/", 1)[-1] if role.startswith("arn:") else role
+        return name(profile)
 
     @staticmethod
     def _metadata_options(node_class: NodeClass) -> dict[str, Any]:
