@@ -25,8 +25,16 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 __all__ = [
-    "CLUSTER_TAG", "KUBERNETES_GROUP", "CAPABILITIES", "FunctionAccess", "READ_ACTIONS", "LAUNCH_READ_ACTIONS",
-    "CLEAN_UP_READ_ACTIONS", "LAUNCH_CREATED_RESOURCE_TYPES", "LAUNCH_SHARED_RESOURCE_TYPES", "EKS_AMI_PARAMETERS",
+    "CAPABILITIES",
+    "CLEAN_UP_READ_ACTIONS",
+    "CLUSTER_TAG",
+    "EKS_AMI_PARAMETERS",
+    "KUBERNETES_GROUP",
+    "LAUNCH_CREATED_RESOURCE_TYPES",
+    "LAUNCH_READ_ACTIONS",
+    "LAUNCH_SHARED_RESOURCE_TYPES",
+    "READ_ACTIONS",
+    "FunctionAccess",
 ]
 
 CLUSTER_TAG = "joiner.dev/cluster"

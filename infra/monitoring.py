@@ -25,10 +25,22 @@ from constructs import Construct
 from infra.encryption import alarm_source_conditions
 
 __all__ = [
-    "Monitoring", "METRICS_NAMESPACE", "METRIC_DIMENSIONS", "PENDING_PODS", "PENDING_POD_AGE", "NODES_LAUNCHED",
-    "NODES_TERMINATED", "CAPACITY_ERRORS", "LIMIT_REACHED", "INTERRUPTIONS", "SCAN_COMPLETED",
-    "MANAGED_COST_PER_HOUR", "PENDING_POD_AGE_THRESHOLD_SECONDS", "CAPACITY_ERROR_THRESHOLD",
-    "joiner_metric", "summed_over_dimensions",
+    "CAPACITY_ERRORS",
+    "CAPACITY_ERROR_THRESHOLD",
+    "INTERRUPTIONS",
+    "LIMIT_REACHED",
+    "MANAGED_COST_PER_HOUR",
+    "METRICS_NAMESPACE",
+    "METRIC_DIMENSIONS",
+    "NODES_LAUNCHED",
+    "NODES_TERMINATED",
+    "PENDING_PODS",
+    "PENDING_POD_AGE",
+    "PENDING_POD_AGE_THRESHOLD_SECONDS",
+    "SCAN_COMPLETED",
+    "Monitoring",
+    "joiner_metric",
+    "summed_over_dimensions",
 ]
 
 METRICS_NAMESPACE = "Joiner"

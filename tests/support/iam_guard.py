@@ -45,11 +45,24 @@ from urllib.parse import urlparse
 from policy_sentry.querying.actions import get_action_data, get_actions_for_service
 from policy_sentry.querying.arns import get_arn_type_details
 
-from tests.support.iam_policy import Authorization, Decision, UnsupportedPolicy, evaluate
+from tests.support.iam_policy import (
+    Authorization,
+    Decision,
+    UnsupportedPolicy,
+    evaluate,
+)
 
 __all__ = [
-    "SENTINEL_CLUSTER", "ACCOUNT", "Deployment", "Finding", "Guard", "authorizations", "build_arn", "install",
-    "load_deployment", "RUNTIME_USED_ACTIONS",
+    "ACCOUNT",
+    "RUNTIME_USED_ACTIONS",
+    "SENTINEL_CLUSTER",
+    "Deployment",
+    "Finding",
+    "Guard",
+    "authorizations",
+    "build_arn",
+    "install",
+    "load_deployment",
 ]
 
 SENTINEL_CLUSTER = "iamguardsentinel"
@@ -75,7 +88,7 @@ RUNTIME_USED_ACTIONS = frozenset({
 # ---------------------------------------------------------------- ARNs and actions from policy_sentry
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _action_entries(service: str, action: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
     data = get_action_data(service, action)
     entries = data.get(service) if isinstance(data, dict) else None
@@ -84,7 +97,7 @@ def _action_entries(service: str, action: str) -> tuple[tuple[str, tuple[str, ..
     return tuple((entry["resource_arn_format"], tuple(entry["condition_keys"])) for entry in entries)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _raw_arn(service: str, resource_type: str) -> str:
     details = get_arn_type_details(service, resource_type)
     raw = details.get("raw_arn") if isinstance(details, dict) else None
@@ -125,7 +138,7 @@ def _check_resource_type(action: str, resource_type: str | None) -> None:
         raise UnsupportedPolicy(f"{action} does not authorize {service} {resource_type} per the IAM database")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def service_actions(service: str) -> tuple[str, ...]:
     return tuple(sorted(get_actions_for_service(service)))
 
@@ -545,7 +558,7 @@ class Guard:
     def granted(self) -> dict[str, set[str]]:
         """Per function: every action its policies allow somewhere (wildcards expanded with
         the IAM database), for any cluster this run saw (sentinel if none)."""
-        deployment = self._load(sorted(self.clusters)[0] if self.clusters else SENTINEL_CLUSTER)
+        deployment = self._load(min(self.clusters) if self.clusters else SENTINEL_CLUSTER)
         out: dict[str, set[str]] = {}
         for function, statements in deployment.statements.items():
             actions: set[str] = set()
@@ -555,7 +568,7 @@ class Guard:
                 for pattern in statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]:
                     if "*" in pattern:
                         service = pattern.split(":", 1)[0]
-                        actions |= {a for a in service_actions(service) if re.fullmatch(pattern.replace("*", ".*"), a, re.I)}
+                        actions |= {a for a in service_actions(service) if re.fullmatch(pattern.replace("*", ".*"), a, re.IGNORECASE)}
                     else:
                         actions.add(pattern)
             out[function] = actions

@@ -25,8 +25,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
-    "Authorization", "Decision", "UnsupportedPolicy", "evaluate", "action_matches", "resource_matches",
     "SUPPORTED_OPERATORS",
+    "Authorization",
+    "Decision",
+    "UnsupportedPolicy",
+    "action_matches",
+    "evaluate",
+    "resource_matches",
 ]
 
 

@@ -7,7 +7,13 @@ from typing import Any
 
 import pytest
 
-from tests.support.iam_guard import Guard, authorizations, bind, build_arn, load_deployment
+from tests.support.iam_guard import (
+    Guard,
+    authorizations,
+    bind,
+    build_arn,
+    load_deployment,
+)
 from tests.support.iam_policy import Authorization, UnsupportedPolicy, evaluate
 
 REGION = "eu-west-1"

@@ -25,8 +25,17 @@ import moto.sqs.models as moto_sqs
 from moto.core import DEFAULT_ACCOUNT_ID
 
 __all__ = [
-    "FUNCTIONS_DIR", "Invocation", "LambdaContext", "SqsTime", "current_invocation", "handler_path", "load_handler",
-    "queue_messages", "next_visible_in", "scheduled_event", "sqs_event",
+    "FUNCTIONS_DIR",
+    "Invocation",
+    "LambdaContext",
+    "SqsTime",
+    "current_invocation",
+    "handler_path",
+    "load_handler",
+    "next_visible_in",
+    "queue_messages",
+    "scheduled_event",
+    "sqs_event",
 ]
 
 #: ``functions/`` of the source tree this package was installed from (editable install).
