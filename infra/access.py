@@ -29,12 +29,17 @@ __all__ = [
     "CLEAN_UP_READ_ACTIONS",
     "CLUSTER_TAG",
     "EKS_AMI_PARAMETERS",
+    "IDEMPOTENCY_TABLE_ACTIONS",
     "KUBERNETES_GROUP",
     "LAUNCH_CREATED_RESOURCE_TYPES",
     "LAUNCH_READ_ACTIONS",
     "LAUNCH_SHARED_RESOURCE_TYPES",
+    "QUEUE_PRODUCER_KEY_ACTIONS",
     "READ_ACTIONS",
+    "STATE_TABLE_ACTIONS",
+    "TABLE_KEY_ACTIONS",
     "FunctionAccess",
+    "grant_table",
 ]
 
 CLUSTER_TAG = "joiner.dev/cluster"
@@ -68,6 +73,15 @@ LAUNCH_READ_ACTIONS: tuple[str, ...] = (
 CLEAN_UP_READ_ACTIONS: tuple[str, ...] = ("ec2:DescribeLaunchTemplates",)
 #: The public SSM parameters alias AMI selectors read (EKS-optimised AL2023).
 EKS_AMI_PARAMETERS = "aws/service/eks/optimized-ami/*"
+#: DynamoDB calls of the state adapter (joiner.adapters.state) and of powertools' idempotency layer.
+STATE_TABLE_ACTIONS: tuple[str, ...] = (
+    "dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:Scan", "dynamodb:UpdateItem",
+)
+IDEMPOTENCY_TABLE_ACTIONS: tuple[str, ...] = ("dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem")
+#: What DynamoDB does with a table's customer-managed key on the caller's behalf (the
+#: key-use permissions AWS documents for principals of a CMK-encrypted table; CDK's own set).
+TABLE_KEY_ACTIONS: tuple[str, ...] = ("kms:Decrypt", "kms:DescribeKey", "kms:Encrypt", "kms:GenerateDataKey*", "kms:ReEncrypt*")
+QUEUE_PRODUCER_KEY_ACTIONS: tuple[str, ...] = ("kms:Decrypt", "kms:GenerateDataKey")
 #: Resource types a launch creates: allowed only when the request tags them for this cluster.
 LAUNCH_CREATED_RESOURCE_TYPES: tuple[str, ...] = ("fleet", "instance", "volume", "network-interface", "launch-template")
 #: Existing resources a launch uses (AMIs, their snapshots, subnets, security groups,
@@ -75,6 +89,13 @@ LAUNCH_CREATED_RESOURCE_TYPES: tuple[str, ...] = ("fleet", "instance", "volume",
 LAUNCH_SHARED_RESOURCE_TYPES: tuple[str, ...] = (
     "image", "snapshot", "subnet", "security-group", "capacity-reservation", "spot-instances-request",
 )
+
+
+def grant_table(table: dynamodb.ITable, role: iam.IRole, actions: tuple[str, ...]) -> None:
+    """``actions`` on the table and its indexes, and the table key's use (:data:`TABLE_KEY_ACTIONS`)."""
+    table.grant(role, *actions)
+    if table.encryption_key is not None:
+        table.encryption_key.grant(role, *TABLE_KEY_ACTIONS)
 
 
 class FunctionAccess(Construct):
@@ -254,11 +275,14 @@ class FunctionAccess(Construct):
             for name in self.roles
         }
         for name, role in self.roles.items():
-            state_table.grant_read_write_data(role)
+            grant_table(state_table, role, STATE_TABLE_ACTIONS)
             if "idempotency" in CAPABILITIES[name]:
-                idempotency_table.grant_read_write_data(role)
+                grant_table(idempotency_table, role, IDEMPOTENCY_TABLE_ACTIONS)
             if "continue" in CAPABILITIES[name]:
-                work_queue.grant_send_messages(role)
+                work_queue.grant(role, "sqs:SendMessage")
+                if work_queue.encryption_master_key is not None:
+                    # A producer on a KMS-encrypted queue needs the data-key actions (SQS documentation).
+                    work_queue.encryption_master_key.grant(role, *QUEUE_PRODUCER_KEY_ACTIONS)
 
         self.access_entries: dict[str, eks.CfnAccessEntry] = {}
         if create_access_entries:

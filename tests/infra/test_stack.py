@@ -297,6 +297,16 @@ def test_idempotency_table_and_work_queue_are_granted_only_to_their_users(synthe
     assert {spec.name for spec in FUNCTION_SPECS if granted(spec.name, idempotency, "dynamodb:")} == {"interruption"}
     assert {spec.name for spec in FUNCTION_SPECS if granted(spec.name, work_queue, "sqs:SendMessage")} == {
         "interruption", "termination", "disruption"}
+    # Only the calls the adapters make: no batch, stream or table-description actions, nothing else on queues.
+    granted_actions = {a for spec in FUNCTION_SPECS for st in statements(synthesized, f"{spec.name.capitalize()}RoleDefaultPolicy")
+                       for a in (st["Action"] if isinstance(st["Action"], list) else [st["Action"]])}
+    assert {a for a in granted_actions if a.startswith("dynamodb:")} == {
+        "dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:Scan", "dynamodb:UpdateItem"}
+    # Functions that consume no queue (their event source mapping grants receive/delete) only send.
+    for name in ("scanner", "disruption", "gc"):
+        sqs_actions = {a for st in statements(synthesized, f"{name.capitalize()}RoleDefaultPolicy")
+                       for a in (st["Action"] if isinstance(st["Action"], list) else [st["Action"]]) if a.startswith("sqs:")}
+        assert sqs_actions <= {"sqs:SendMessage"}, (name, sqs_actions)
 
 
 def test_access_entries_map_every_function_role_to_the_controller_group(synthesized):

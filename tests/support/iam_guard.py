@@ -75,13 +75,15 @@ ENVIRONMENT_SETTINGS = {
     "JOINER_WORK_QUEUE_URL": "work_queue_url",
     "JOINER_INTERRUPTION_QUEUE_URL": "interruption_queue_url",
 }
-#: Granted actions the Lambda service (not the handler's code) uses with the function's
-#: role: log delivery, X-Ray segments, the SQS event source mapping and the KMS decryption
-#: it needs. Listed apart in the report, never flagged.
+#: Granted actions AWS services (not the handler's code) use with the function's role: log
+#: delivery, X-Ray segments, the SQS event source mapping, and the key of the encrypted
+#: tables and queues. Listed apart in the report, never flagged.
 RUNTIME_USED_ACTIONS = frozenset({
     "logs:CreateLogStream", "logs:PutLogEvents", "xray:PutTraceSegments", "xray:PutTelemetryRecords",
     "sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueAttributes", "sqs:GetQueueUrl",
-    "kms:Decrypt",
+    # DynamoDB's use of a customer-managed table key on the caller's behalf (infra.access.TABLE_KEY_ACTIONS)
+    "kms:Decrypt", "kms:DescribeKey", "kms:Encrypt", "kms:GenerateDataKey", "kms:GenerateDataKeyPair",
+    "kms:GenerateDataKeyPairWithoutPlaintext", "kms:GenerateDataKeyWithoutPlaintext", "kms:ReEncryptFrom", "kms:ReEncryptTo",
 })
 
 
