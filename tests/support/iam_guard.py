@@ -398,6 +398,10 @@ def authorizations(
         # AWS's public parameters (/aws/service/...) have no account in their ARN.
         owner = "" if name.startswith("aws/service/") else None
         b.add("ssm:GetParameter", "parameter", b.arn("ssm", "parameter", name, account=owner))
+    elif service == "pricing" and operation == "GetProducts":
+        # The Price List API is served from a few regions only (us-east-1 ...): the client's
+        # region is what aws:RequestedRegion holds, not the deployment's.
+        b.add("pricing:GetProducts", None, "*")
     elif service == "eks" and operation == "DescribeCluster":
         b.add("eks:DescribeCluster", "cluster", b.arn("eks", "cluster", str(params["name"])))
     else:

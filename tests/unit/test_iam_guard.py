@@ -194,7 +194,7 @@ def test_unmodelled_operations_fail_loudly() -> None:
     with pytest.raises(UnsupportedPolicy, match="no model"):
         authorizations("ec2", "ModifyInstanceAttribute", {}, region=REGION, state=FakeState({}, {}))  # type: ignore[arg-type]
     with pytest.raises(UnsupportedPolicy, match="no model"):
-        authorizations("pricing", "GetProducts", {}, region=REGION)
+        authorizations("iam", "CreateRole", {}, region=REGION)
 
 
 # ---------------------------------------------------------------- against the synthesized stack
