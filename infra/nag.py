@@ -53,7 +53,7 @@ def flatten_reference(value: Any) -> str:
     if isinstance(value, dict):
         if "Fn::Join" in value:
             delimiter, items = value["Fn::Join"]
-            return delimiter.join(flatten_reference(item) for item in items)
+            return str(delimiter).join(flatten_reference(item) for item in items)
         if "Fn::Sub" in value:
             return flatten_reference(value["Fn::Sub"])
         if "Fn::GetAtt" in value:
