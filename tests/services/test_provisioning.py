@@ -916,7 +916,7 @@ class E2E:
         return build_runtime(
             settings,
             kube_port=kube,
-            ec2_port=Ec2Adapter(clients.ec2, clients.ssm, clients.eks, E2E_CLUSTER, clock, default_instance_profile="JoinerNodeRole"),
+            ec2_port=Ec2Adapter(clients.ec2, clients.ssm, clients.eks, E2E_CLUSTER, clock, default_instance_profile=f"JoinerNodeRole-{E2E_CLUSTER}"),
             state_port=StateAdapter(clients.table(E2E_TABLE), clock),
             catalog_value=small_catalog(),
             clock=clock,
