@@ -37,8 +37,13 @@ demo: $(STAMP)
 	$(BIN)/joiner demo
 
 ## The README's second command: the whole suite (unit, handler, end-to-end, synth, cfn-lint, cdk-nag).
-test: $(STAMP)
+test: lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+## Static checks: ruff (rules in pyproject.toml) and mypy (strict on layers/, functions/, infra/; basic on bench/, tests/).
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.schedule
@@ -73,4 +78,4 @@ destroy: require-cluster $(STAMP) $(CDK_STAMP)
 	$(CDK_ENV) $(CDK_REGION_ENV) $(CDK) destroy $(CDK_FLAGS) $(CDK_ARGS)
 
 clean:
-	rm -rf $(VENV) node_modules cdk.out .pytest_cache .hypothesis
+	rm -rf $(VENV) node_modules cdk.out .pytest_cache .hypothesis .mypy_cache .ruff_cache
