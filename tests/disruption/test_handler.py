@@ -12,8 +12,8 @@ import pytest
 
 from joiner.adapters.ec2 import ami_parameter_path
 from joiner.domain import labels as wk
-from joiner.services.termination import TERMINATION_KIND
 from joiner.local.lambdas import LambdaContext, scheduled_event
+from joiner.services.termination import TERMINATION_KIND
 from tests.events.world import CLUSTER, AwsBase, SqsTime, World, load_handler
 from tests.support.aws import K8S_VERSION, fake_credentials, put_public_parameter
 from tests.support.kube_emulator import KubeEmulator
@@ -130,4 +130,4 @@ def test_rejects_other_events(world: World) -> None:
     with pytest.raises(DisruptionEventError, match="detail-type"):
         invoke(world, {**SCHEDULED, "detail-type": "Something Else"})
     assert invoke(world, {"dryRun": True})["status"] == "computed"
-    assert CLUSTER == world.settings.cluster_name
+    assert world.settings.cluster_name == CLUSTER

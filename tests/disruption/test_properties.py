@@ -60,7 +60,7 @@ def test_commands_never_strand_a_pod_never_exceed_budgets_and_always_save(cluste
             nodes=tuple(n for n in snap.nodes if n.name not in command.nodes),
             bound_pods=tuple(p for p in snap.bound_pods if p.node_name not in command.nodes),
             node_pools=snap.node_pools,
-            instance_types=instance_types if command.replacements else {k: () for k in instance_types},
+            instance_types=instance_types if command.replacements else dict.fromkeys(instance_types, ()),
         ))
         assert plan.unschedulable == ()
         assert len(plan.node_claims) == len(command.replacements)

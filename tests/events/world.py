@@ -34,6 +34,7 @@ from joiner.adapters.state import StateAdapter
 from joiner.domain import labels as wk
 from joiner.domain.catalog import load_bundled_catalog
 from joiner.local.lambdas import LambdaContext, SqsTime, next_visible_in, queue_messages, sqs_event
+from joiner.local.lambdas import load_handler as _load_handler
 from joiner.local.stack import (
     INTERRUPTION_VISIBILITY,
     WORK_VISIBILITY,
@@ -42,7 +43,6 @@ from joiner.local.stack import (
     create_idempotency_table,
     route_interruptions,
 )
-from joiner.local.lambdas import load_handler as _load_handler
 from joiner.ports import ClaimRecord
 from joiner.services.context import build_runtime
 from joiner.settings import Settings

@@ -13,8 +13,8 @@ import pytest
 from joiner.domain import labels as wk
 from joiner.domain.launch import client_token
 from joiner.domain.model import OfferingKey, nodeclass_hash, nodepool_hash
-from joiner.domain.snapshot import parse_node_class, parse_node_pool
 from joiner.domain.resources import Resources
+from joiner.domain.snapshot import parse_node_class, parse_node_pool
 from joiner.ports import ClaimRecord, Ec2Error
 from joiner.services.provisioning import (
     LEASE_NAME,
@@ -269,9 +269,9 @@ def test_registered_nodes_keep_their_reservation_and_count_once_against_the_limi
     world.clock.advance(60)
     second = provision(world.runtime("invocation-2"), world.clock.now())
 
-    assert set(second.registration.registered) == {l.claim_id for l in first.launched}
+    assert set(second.registration.registered) == {launch.claim_id for launch in first.launched}
     # registration moves nothing: the reservations stay until the capacity is gone...
-    assert set(world.state.reservations("default")) == {l.claim_id for l in first.launched} | {l.claim_id for l in second.launched}
+    assert set(world.state.reservations("default")) == {launch.claim_id for launch in first.launched} | {launch.claim_id for launch in second.launched}
     # ...and a registered Node is not counted a second time: 2 + 2 + 2 CPU fit the 6-CPU limit
     assert len(second.launched) == 1
     refused = [p for p in ("default/late-0", "default/late-1") if LIMIT_REACHED in (second.reason_for(p) or "")]
@@ -630,7 +630,7 @@ def test_a_pod_changed_between_rounds_is_planned_as_it_is_now(world: FakeWorld) 
     world.kube.add("pods", smaller)
     world.clock.advance(10)
     result = provision(runtime, world.clock.now())
-    assert [l.pods for l in result.launched] == [("default/resized",)] and not result.unschedulable
+    assert [launch.pods for launch in result.launched] == [("default/resized",)] and not result.unschedulable
 
 
 def test_a_malformed_pod_is_reported_and_does_not_block_the_others(world: FakeWorld) -> None:

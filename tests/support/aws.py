@@ -32,7 +32,6 @@ from joiner.local.aws import (  # noqa: F401  (re-exported for the tests)
 from joiner.local.faults import CapacityInjector, aws_response  # noqa: F401  (re-exported for the tests)
 from joiner.local.faults import inject_capacity_errors as _inject
 
-
 # ---------------------------------------------------------------- failure injection
 
 

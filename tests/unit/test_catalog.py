@@ -14,9 +14,20 @@ from hypothesis import strategies as st
 
 from joiner.domain import labels as wk
 from joiner.domain.catalog import (
-    Catalog, CatalogError, DeclaredInstanceType, InstanceTypeInfo, catalog_from_bundled_document,
-    eks_capacity, eni_limited_pods, eviction_signal_bytes, kube_reserved_cpu_milli,
-    kube_reserved_memory_mib, load_bundled_catalog, load_catalog_file, max_pods, vm_memory_capacity_mib,
+    Catalog,
+    CatalogError,
+    DeclaredInstanceType,
+    InstanceTypeInfo,
+    catalog_from_bundled_document,
+    eks_capacity,
+    eni_limited_pods,
+    eviction_signal_bytes,
+    kube_reserved_cpu_milli,
+    kube_reserved_memory_mib,
+    load_bundled_catalog,
+    load_catalog_file,
+    max_pods,
+    vm_memory_capacity_mib,
 )
 from joiner.domain.model import KubeletConfig, Offering
 from joiner.domain.requirements import Requirements

@@ -8,7 +8,6 @@ import jsonschema
 import pytest
 import yaml
 
-from joiner.cli import import_karpenter
 from joiner.cli.import_karpenter import ConversionError, convert_documents
 from joiner.cli.main import main
 from joiner.domain.snapshot import parse_node_class, parse_node_pool
@@ -367,8 +366,8 @@ def test_cli_prints_to_stdout_without_output(tmp_path, capsys):
         ("kind: NodePool\n  bad: [", "invalid YAML at line"),
         ("- just\n- a list\n", "document 1: expected a Kubernetes object"),
         ("apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: x}\n", "NodePool x: spec: is required"),
-        ("apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: x}\nspec:\n  template:\n    spec:\n"
-         "      nodeClassRef: {name: d}\n      requirements: {key: a}\n",
+        (("apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: x}\nspec:\n  template:\n    spec:\n"
+         "      nodeClassRef: {name: d}\n      requirements: {key: a}\n"),
          "NodePool x: spec.template.spec.requirements: expected a list, got dict"),
         ("apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {}\nspec: {}\n", "NodePool has no metadata.name"),
         ("apiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {name: c}\nspec:\n  subnetSelectorTerms: []\n",

@@ -143,4 +143,4 @@ class TestResources:
         assert dict(limits.items()) == {"cpu": 0, "memory": 5}
         assert limits != Resources.of(memory=5)  # a zero limit is not the same as no limit
         assert Resources.of(cpu=1).exceeding(limits) == ["cpu"]
-        assert EMPTY.keeping_zeros({}) == EMPTY and EMPTY == Resources()  # the shared empty vector is untouched
+        assert EMPTY.keeping_zeros({}) == EMPTY and Resources() == EMPTY  # the shared empty vector is untouched

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import textwrap
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -270,9 +270,9 @@ class TestPodConstraints:
         )
         pod = parse_pod(obj)
         assert pod.uid == "u-1"
-        assert pod.created == datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)
+        assert pod.created == datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
         assert pod.deleting
-        assert pod.unschedulable_since == datetime(2024, 5, 1, 12, 1, tzinfo=timezone.utc)
+        assert pod.unschedulable_since == datetime(2024, 5, 1, 12, 1, tzinfo=UTC)
         assert (pod.owner_kind, pod.owner_name) == ("ReplicaSet", "web-abc")
         assert (pod.priority, pod.priority_class_name, pod.termination_grace_seconds) == (1000, "high", 120)
         assert pod.scheduling_gated and pod.do_not_disrupt and not pod.is_pending
@@ -405,7 +405,7 @@ def test_node() -> None:
     assert node.allocatable == Resources({"cpu": 1930, "memory": 3 * GI, "pods": 29000})
     assert node.capacity["cpu"] == 2000
     assert node.ready and node.unschedulable and node.deleting
-    assert node.created == datetime(2024, 5, 1, tzinfo=timezone.utc)
+    assert node.created == datetime(2024, 5, 1, tzinfo=UTC)
     not_ready = parse_node({"kind": "Node", "metadata": {"name": "n"}, "status": {"conditions": [{"type": "Ready", "status": "Unknown"}]}})
     assert not not_ready.ready and not not_ready.deleting
     error = error_of(parse_node, {"kind": "Node", "metadata": {"name": "n"}, "spec": {"taints": [{"key": "k", "effect": "Sometimes"}]}})
@@ -848,7 +848,7 @@ class TestLoadYaml:
         snapshot = load_snapshot_yaml(text)
         (pod,) = snapshot.pods
         assert pod.key == "shop/web-1" and pod.requests == Resources({"cpu": 1000, "memory": GI // 2, **POD_SLOT})
-        assert pod.created == datetime(2024, 5, 1, 12, tzinfo=timezone.utc)
+        assert pod.created == datetime(2024, 5, 1, 12, tzinfo=UTC)
         assert snapshot.daemonsets[0].pod.requests["cpu"] == 50
         assert snapshot.pdbs[0].selects(pod)
         assert load_snapshot_yaml("") == Snapshot() and load_snapshot_yaml("---\n---\n") == Snapshot()

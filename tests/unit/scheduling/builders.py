@@ -6,8 +6,19 @@ from collections.abc import Iterable, Mapping
 
 from joiner.domain import labels as wk
 from joiner.domain.model import (
-    DaemonSet, HostPort, InstanceType, LabelSelector, Node, NodePool, Offering, Pod, PodAffinityTerm, PreferredNodeTerm,
-    Taint, Toleration, TopologySpreadConstraint,
+    DaemonSet,
+    HostPort,
+    InstanceType,
+    LabelSelector,
+    Node,
+    NodePool,
+    Offering,
+    Pod,
+    PodAffinityTerm,
+    PreferredNodeTerm,
+    Taint,
+    Toleration,
+    TopologySpreadConstraint,
 )
 from joiner.domain.quantity import parse_milli
 from joiner.domain.requirements import Requirement, Requirements

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from joiner.domain.scheduling.packer import Bin, PackType, _Packer, _repack_neighbourhoods, pack
+from joiner.domain.scheduling.packer import PackType, _Packer, _repack_neighbourhoods, pack
 
 # (cpu, memory) in whole units; limits count capacity against a NodePool budget.
 CPU_HEAVY = PackType((8, 4), 1.0, (8, 4))

@@ -25,14 +25,14 @@ from joiner.domain.model import NodeClass, SelectorTerm, Taint
 from joiner.domain.quantity import QuantityError, parse_quantity
 from joiner.domain.userdata import ClusterBootstrap, UserDataError, build_user_data, encode_user_data
 from joiner.ports import (
-    ClusterInfo,
+    LAUNCH_TEMPLATE_NOT_FOUND_CODES,
     Clock,
+    ClusterInfo,
     Ec2Error,
     FleetError,
     FleetRequest,
     FleetResult,
     InstanceRecord,
-    LAUNCH_TEMPLATE_NOT_FOUND_CODES,
     LaunchedInstance,
     LaunchTemplateInfo,
     LaunchTemplateNotFound,

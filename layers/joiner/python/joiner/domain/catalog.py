@@ -38,7 +38,15 @@ from joiner.domain.model import InstanceType, KubeletConfig, Offering
 from joiner.domain.quantity import QuantityError, parse_quantity
 from joiner.domain.requirements import Requirement, Requirements
 from joiner.domain.resources import (
-    AMD_GPU, CPU, EFA, EPHEMERAL_STORAGE, MEMORY, NEURON, NVIDIA_GPU, PODS, Resources,
+    AMD_GPU,
+    CPU,
+    EFA,
+    EPHEMERAL_STORAGE,
+    MEMORY,
+    NEURON,
+    NVIDIA_GPU,
+    PODS,
+    Resources,
 )
 
 __all__ = [

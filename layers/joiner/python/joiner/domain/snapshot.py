@@ -22,7 +22,7 @@ import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
 from typing import Any, NoReturn
 
@@ -266,7 +266,7 @@ class _Fields:
                 self.fail(path, f"invalid timestamp {value!r}: expected RFC 3339 such as 2024-05-01T12:00:00Z")
         else:
             self.fail(path, f"expected an RFC 3339 timestamp string, got {_describe(value)}")
-        return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
+        return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
     def duration(self, value: object, path: str, *, default: timedelta | None, allow_never: bool = True) -> timedelta | None:
         if value is None:

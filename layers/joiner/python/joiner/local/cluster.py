@@ -319,7 +319,7 @@ class SimulatedCluster:
                 continue
             if node.ready and not node.unschedulable and not node.deleting:
                 parsed_nodes[name] = node
-        used: dict[str, Resources] = {name: EMPTY for name in parsed_nodes}
+        used: dict[str, Resources] = dict.fromkeys(parsed_nodes, EMPTY)
         pending: list[tuple[Pod, dict[str, Any]]] = []
         for raw in pods:
             try:
@@ -334,7 +334,7 @@ class SimulatedCluster:
         pending.sort(key=lambda item: (-item[0].priority, item[1]["metadata"].get("creationTimestamp", ""), item[0].key))
         unschedulable: dict[str, str] = {}
         bound: list[tuple[str, str]] = []
-        for pod, raw in pending:
+        for pod, _raw in pending:
             best: tuple[float, str] | None = None
             reasons: dict[str, int] = {}
             for name, node in parsed_nodes.items():

@@ -605,8 +605,8 @@ def _validate(rtype: ResourceType, obj: Mapping[str, Any]) -> None:
     name = str(meta.get("name") or "")
     causes: list[tuple[str, str]] = []
     if not _NAME.match(name) or len(name) > 253:
-        causes.append(("metadata.name", f"Invalid value: {name!r}: a lowercase RFC 1123 subdomain must consist of "
-                                        "lower case alphanumeric characters, '-' or '.'"))
+        causes.append(("metadata.name", (f"Invalid value: {name!r}: a lowercase RFC 1123 subdomain must consist of "
+                                        "lower case alphanumeric characters, '-' or '.'")))
     for section in ("labels", "annotations"):
         values = meta.get(section)
         if values is None:
@@ -1291,7 +1291,7 @@ class KubeEmulator:
             asyncio.set_event_loop(loop)
             try:
                 loop.run_until_complete(self._serve(started))
-            except BaseException as error:  # surfaced through `started` when startup fails
+            except BaseException as error:  # noqa: BLE001 - surfaced through `started` when startup fails
                 if not started.done():
                     started.set_exception(error)
             finally:

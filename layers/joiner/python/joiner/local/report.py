@@ -142,10 +142,10 @@ def _chart(samples: Sequence[Sample], total: float, marks: Sequence[tuple[float,
     nodes = [(s.at.total_seconds(), float(sum(s.nodes.values()))) for s in samples]
     pending = [(s.at.total_seconds(), float(s.pending)) for s in samples]
     cost = [(s.at.total_seconds(), s.cost) for s in samples]
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img" '
-             'aria-label="nodes, pending pods and cost per hour over simulated time">']
+    parts = [(f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img" '
+             'aria-label="nodes, pending pods and cost per hour over simulated time">')]
     parts.append(f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="#fafafa" stroke="#ccc"/>')
-    for i in range(0, 5):
+    for i in range(5):
         value = y_max * i / 4
         parts.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{y(value, y_max):.1f}" y2="{y(value, y_max):.1f}" stroke="#eee"/>')
         parts.append(f'<text x="{left - 6}" y="{y(value, y_max) + 4:.1f}" text-anchor="end" font-size="11">{value:.0f}</text>')

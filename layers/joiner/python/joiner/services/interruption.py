@@ -61,7 +61,6 @@ from joiner.observability import logger
 from joiner.ports import ClaimRecord, Ec2Error, JsonDict
 from joiner.services.termination import TerminationResult, begin_termination, cordon_node
 
-
 if TYPE_CHECKING:
     from joiner.services.context import Runtime
 
@@ -224,7 +223,7 @@ class ClusterView:
             batch, self._waiting = self._waiting, []
         try:
             self._plan_batch(batch, now)
-        except BaseException as error:
+        except BaseException as error:  # noqa: BLE001 - handed to every waiter, re-raised by request.result()
             for item in batch:
                 if not item.done:
                     item.error, item.done = error, True

@@ -42,7 +42,6 @@ from joiner.domain.launch import (
     NoOfferingsError,
     build_fleet_request,
     choose_capacity_type,
-    client_token,
     launch_tags,
     node_labels,
     node_taints,

@@ -58,7 +58,6 @@ from joiner.domain.termination import (
 from joiner.observability import logger
 from joiner.ports import ClaimRecord, Ec2Error, JsonDict, KubernetesError
 
-
 if TYPE_CHECKING:
     from joiner.services.context import Runtime
 

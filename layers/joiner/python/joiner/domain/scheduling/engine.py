@@ -27,7 +27,16 @@ from joiner.domain.resources import EMPTY, Resources
 from joiner.domain.scheduling.context import EPHEMERAL_TAINT_KEYS, Context, node_labels
 from joiner.domain.scheduling.shapes import Pool, PoolType, Shape, format_taint, untolerated
 from joiner.domain.scheduling.topology import (
-    AFFINITY, ANTI, INVERSE, SPREAD, UNLIMITED, SkipIndex, TopologyGroup, group_key_for_spread, hard_taints, resolve_namespaces,
+    AFFINITY,
+    ANTI,
+    INVERSE,
+    SPREAD,
+    UNLIMITED,
+    SkipIndex,
+    TopologyGroup,
+    group_key_for_spread,
+    hard_taints,
+    resolve_namespaces,
 )
 from joiner.domain.scheduling.variants import PodSpec, RelaxState, Variant, effective_selector, spec_signature
 
@@ -419,7 +428,7 @@ class Engine:
         ``TopologyGroup.Get``, with deterministic choices)."""
         kind = group.kind
         counts = group.counts
-        if kind == ANTI or kind == INVERSE:
+        if kind in (ANTI, INVERSE):
             free = domains if not group.positive else frozenset(d for d in domains if not counts.get(d))
             if kind == ANTI and len(free) > 1 and self.selects(group, variant.spec):
                 # Self anti-affinity: commit to one domain so the next replica can use

@@ -109,8 +109,8 @@ def _pool_groups(problem: SchedulingProblem) -> tuple[Context, dict[int, dict[tu
     ctx = Context(problem)
     engine = Engine(ctx, optimize=False)
     groups_by_pool: dict[int, dict[tuple[int, ...], int]] = {}
-    for pod, spec in engine.pod_specs:
-        variant = engine.prepare(spec.variant(spec.variants and next(iter(spec.variants)) or _root()))
+    for _pod, spec in engine.pod_specs:
+        variant = engine.prepare(spec.variant((spec.variants and next(iter(spec.variants))) or _root()))
         for pool in ctx.pools:
             check = ctx.pool_check(pool, variant)
             if isinstance(check, str):

@@ -277,12 +277,12 @@ class _Packer:
     def _open_best_bin(self) -> bool:
         duals = self._duals()
         active = [i for i, c in enumerate(self.remaining) if c]
-        values = [sum(l * s for l, s in zip(duals, size)) for size in self.sizes]
+        values = [sum(dual * s for dual, s in zip(duals, size)) for size in self.sizes]
         order = sorted(active, key=lambda i: (-values[i], tuple(-s for s in self.sizes[i]), i))
         ranked = []
         for t in self._affordable():
             pt = self.types[t]
-            upper = sum(l * c for l, c in zip(duals, pt.capacity)) / pt.price if pt.price > 0 else float("inf")
+            upper = sum(dual * c for dual, c in zip(duals, pt.capacity)) / pt.price if pt.price > 0 else float("inf")
             ranked.append((-upper, -pt.price, t))
         ranked.sort()
         best: tuple[float, float, int] | None = None
@@ -628,7 +628,7 @@ def _repack_neighbourhoods(packer: _Packer) -> None:
         scored = []
         for b in packer.bins:
             price = packer.types[b.type_index].price
-            waste = price - sum(l * u for l, u in zip(duals, b.used))
+            waste = price - sum(dual * u for dual, u in zip(duals, b.used))
             scored.append((-round(waste, 9), _bin_order_key(packer, b), b))
         scored.sort(key=lambda row: (row[0], row[1]))
         improved = False

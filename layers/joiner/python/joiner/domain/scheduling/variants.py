@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from joiner.domain.model import LabelSelector, Pod, PodAffinityTerm, TopologySpreadConstraint, Toleration
+from joiner.domain.model import LabelSelector, Pod, PodAffinityTerm, Toleration, TopologySpreadConstraint
 from joiner.domain.requirements import Requirements
 from joiner.domain.resources import CPU, MEMORY, Resources
 
