@@ -118,7 +118,9 @@ class JoinerFunctions(Construct):
             )
             # The layer's compiled wheels (pydantic-core, PyYAML, aiohttp) are built for and tested
             # on CPython 3.13 (infra/layer.py); moving to a newer runtime is a deliberate change.
-            acknowledge(function.node.default_child, "AwsSolutions-L1", "Python 3.13 is pinned to match the layer's cp313 arm64 wheels.")
+            cfn_function = function.node.default_child
+            assert cfn_function is not None  # a Function always wraps its CfnFunction
+            acknowledge(cfn_function, "AwsSolutions-L1", "Python 3.13 is pinned to match the layer's cp313 arm64 wheels.")
             log_group.grant_write(roles[spec.name])
             function.node.add_dependency(*role_policies.get(spec.name, ()))
             queue = queue_sources.get(spec.name)

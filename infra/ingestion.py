@@ -7,7 +7,7 @@ interruption function consumes it with partial batch responses.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jsii
 from aws_cdk import Duration, Stack
@@ -18,6 +18,9 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from infra.queues import DeadLetteredQueue, visibility_timeout_for
+
+if TYPE_CHECKING:
+    from aws_cdk.interfaces.aws_events import IRuleRef
 
 __all__ = ["InterruptionIngestion", "InterruptionRule", "INTERRUPTION_RULES", "INTERRUPTION_QUEUE_RETENTION"]
 
@@ -71,7 +74,7 @@ class _QueueTarget:
         self.queue = queue
         self.dead_letter_queue = dead_letter_queue
 
-    def bind(self, rule: events.IRule, id: str | None = None) -> events.RuleTargetConfig:  # noqa: A002 (jsii name)
+    def bind(self, rule: IRuleRef, id: str | None = None) -> events.RuleTargetConfig:  # noqa: A002 (jsii name)
         return events.RuleTargetConfig(
             arn=self.queue.queue_arn,
             target_resource=self.queue,

@@ -52,6 +52,7 @@ def flatten_reference(value: Any) -> str:
         return value.replace("${", "<").replace("}", ">")
     if isinstance(value, dict):
         if "Fn::Join" in value:
+            delimiter: str
             delimiter, items = value["Fn::Join"]
             return str(delimiter).join(flatten_reference(item) for item in items)
         if "Fn::Sub" in value:

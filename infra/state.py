@@ -3,6 +3,8 @@ generic records) and the powertools idempotency table."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from aws_cdk import RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_kms as kms
@@ -23,7 +25,7 @@ class StateTables(Construct):
 
     def __init__(self, scope: Construct, construct_id: str, *, key: kms.IKey) -> None:
         super().__init__(scope, construct_id)
-        common = dict(
+        common: dict[str, Any] = dict(
             billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
             encryption=dynamodb.TableEncryption.CUSTOMER_MANAGED,
             encryption_key=key,

@@ -19,7 +19,7 @@ from typing import Any
 REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
 CDK_JSON = REPOSITORY_ROOT / "cdk.json"
 #: Context that tells CDK to bundle no stack's assets (offline synth, tests).
-SKIP_BUNDLING = {"aws:cdk:bundling-stacks": []}
+SKIP_BUNDLING: dict[str, list[str]] = {"aws:cdk:bundling-stacks": []}
 
 __all__ = ["build_app", "cdk_json_context", "main", "SKIP_BUNDLING"]
 

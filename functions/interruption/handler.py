@@ -24,11 +24,8 @@ import json
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from aws_lambda_powertools.utilities.batch import (
-    BatchProcessor,
-    EventType,
-    process_partial_response,
-)
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from joiner.observability import handler_entry, logger, set_trace_entity, trace_entity
 
@@ -68,7 +65,7 @@ def configure(runtime: Any = None, *, dynamodb_client: Any = None) -> dict[str, 
     )
     config = IdempotencyConfig(event_key_jmespath="id", raise_on_no_idempotency_key=True, expires_after_seconds=IDEMPOTENCY_TTL_SECONDS)
 
-    @idempotent_function(data_keyword_argument="event", persistence_store=persistence, config=config)
+    @idempotent_function(data_keyword_argument="event", persistence_store=persistence, config=config)  # type: ignore[untyped-decorator]  # powertools leaves it untyped
     def process_event(event: dict[str, Any]) -> dict[str, Any]:
         """Act on one EventBridge event once per event id; the returned summary is what a
         duplicate delivery gets back."""
@@ -106,7 +103,8 @@ def record_handler(record: SQSRecord) -> dict[str, Any]:
         runtime.count("InterruptionUnparseable")
         logger.warning("unparseable interruption message acknowledged", extra={"message_id": record.message_id, "error": str(error)})
         return {"messageId": record.message_id, "status": "unparseable"}
-    return cold["process_event"](event=event)
+    summary: dict[str, Any] = cold["process_event"](event=event)
+    return summary
 
 
 def _replay(record: SQSRecord) -> dict[str, Any]:
@@ -115,7 +113,8 @@ def _replay(record: SQSRecord) -> dict[str, Any]:
     future = _invocation.get("outcomes", {}).get(record.message_id)
     if future is None:
         return record_handler(record)
-    return future.result()
+    replayed: dict[str, Any] = future.result()
+    return replayed
 
 
 def _handle_concurrently(records: list[dict[str, Any]]) -> dict[str, Future[dict[str, Any]]]:
@@ -149,7 +148,7 @@ def _instances_named(records: list[dict[str, Any]]) -> list[str]:
 
 
 @handler_entry
-def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+def handler(event: dict[str, Any], context: Any) -> PartialItemFailureResponse:
     from joiner.services.interruption import ClusterView
 
     cold = _cold_start()

@@ -17,6 +17,7 @@ import json
 from typing import Any
 
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from joiner.observability import handler_entry, logger
@@ -62,7 +63,7 @@ def record_handler(record: SQSRecord) -> dict[str, Any]:
 
 
 @handler_entry
-def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+def handler(event: dict[str, Any], context: Any) -> PartialItemFailureResponse:
     runtime = _runtime()
     runtime.invocation_id = getattr(context, "aws_request_id", runtime.invocation_id)
     return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)

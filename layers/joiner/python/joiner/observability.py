@@ -115,12 +115,12 @@ def set_trace_entity(entity: Any) -> None:
         xray_recorder.set_trace_entity(entity)
 
 
-def count(name: str, value: float = 1, unit: str = MetricUnit.Count, **dimensions: str) -> None:
+def count(name: str, value: float = 1, unit: str = MetricUnit.Count.value, **dimensions: str) -> None:
     """Emit one business metric; dimensions, when given, go into their own EMF blob so they
     do not leak onto the invocation's other metrics."""
     if not dimensions:
         metrics.add_metric(name=name, unit=unit, value=value)
         return
-    with single_metric(name=name, unit=unit, value=value, namespace=NAMESPACE) as metric:
+    with single_metric(name=name, unit=MetricUnit(unit), value=value, namespace=NAMESPACE) as metric:
         for key, dim in sorted(dimensions.items()):
             metric.add_dimension(name=key, value=str(dim))

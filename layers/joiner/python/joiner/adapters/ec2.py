@@ -586,10 +586,10 @@ class Ec2Adapter:
                 return FleetResult(instances=tuple(existing))
         zone_of_subnet = {o.subnet_id: o.zone for o in request.overrides}
         overrides = []
-        for override in request.overrides:
-            item: dict[str, Any] = {"InstanceType": override.instance_type, "SubnetId": override.subnet_id, "AvailabilityZone": override.zone}
-            if override.priority is not None:
-                item["Priority"] = float(override.priority)
+        for requested in request.overrides:
+            item: dict[str, Any] = {"InstanceType": requested.instance_type, "SubnetId": requested.subnet_id, "AvailabilityZone": requested.zone}
+            if requested.priority is not None:
+                item["Priority"] = float(requested.priority)
             overrides.append(item)
         tags = dict(request.tags)
         tags.setdefault(CLIENT_TOKEN_TAG, request.client_token)

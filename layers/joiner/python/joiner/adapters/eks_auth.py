@@ -56,12 +56,13 @@ def presigned_caller_identity_url(sts_client: Any, cluster_name: str, expires_in
     events = sts_client.meta.events
     events.register("provide-client-params.sts.GetCallerIdentity", _stash_cluster_id, unique_id=f"{_HANDLER_ID}-params")
     events.register("before-sign.sts.GetCallerIdentity", _add_cluster_id_header, unique_id=f"{_HANDLER_ID}-sign")
-    return sts_client.generate_presigned_url(
+    url: str = sts_client.generate_presigned_url(
         "get_caller_identity",
         Params={CLUSTER_ID_HEADER: cluster_name},
         ExpiresIn=expires_in,
         HttpMethod="GET",
     )
+    return url
 
 
 def generate_token(sts_client: Any, cluster_name: str) -> str:

@@ -287,6 +287,7 @@ class KubernetesClient:
         return self._list("/api/v1/nodes", "Node", "v1")
 
     def get_node(self, name: str) -> JsonDict | None:
+        node: JsonDict
         status, node = self._request("GET", f"/api/v1/nodes/{_segment(name)}", accept={404})
         if status == 404:
             return None
@@ -314,6 +315,7 @@ class KubernetesClient:
     def patch_node(self, name: str, patch: JsonDict) -> JsonDict:
         """JSON merge patch (labels, annotations, spec.taints as a whole list, spec.unschedulable);
         a ``metadata.resourceVersion`` in the patch makes it conditional (409 -> KubernetesError)."""
+        node: JsonDict
         _, node = self._request("PATCH", f"/api/v1/nodes/{_segment(name)}", body=patch, content_type=MERGE_PATCH)
         node.setdefault("apiVersion", "v1")
         node.setdefault("kind", "Node")

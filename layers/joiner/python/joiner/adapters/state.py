@@ -127,13 +127,14 @@ class StateAdapter:
     def _old_item(error: ClientError) -> dict[str, Any] | None:
         """The item as it was when the condition failed (ReturnValuesOnConditionCheckFailure)."""
         raw = error.response.get("Item")
-        if not raw:
+        if not raw or not isinstance(raw, Mapping):
             return None
         return {name: _DESERIALIZER.deserialize(value) for name, value in raw.items()}
 
     def _get(self, pk: str, sk: str) -> dict[str, Any] | None:
         response = self._call("GetItem", self._table.get_item, Key={"pk": pk, "sk": sk}, ConsistentRead=True)
-        return response.get("Item")
+        item: dict[str, Any] | None = response.get("Item")
+        return item
 
     def _query(self, **kwargs: Any) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = []
@@ -666,7 +667,8 @@ class StateAdapter:
         item = self._get(key["pk"], key["sk"])
         if not item or self._expired(item):
             return None
-        return json.loads(item["data"])
+        data: JsonDict = json.loads(item["data"])
+        return data
 
     def delete_item(self, kind: str, item_id: str) -> None:
         self._call("DeleteItem", self._table.delete_item, Key=self._generic_key(kind, item_id))

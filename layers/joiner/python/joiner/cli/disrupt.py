@@ -19,10 +19,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from joiner.cli.inputs import add_snapshot_arguments, load_snapshot_and_catalog
 from joiner.cli.main import UsageError
+
+if TYPE_CHECKING:
+    from joiner.domain.disruption import Decision, NodeFacts, ResolvedNodeClass
+    from joiner.domain.model import SelectorTerm
+    from joiner.domain.snapshot import Snapshot
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -42,13 +49,13 @@ def _now(text: str | None) -> datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
-def offline_node_classes(snapshot):  # type: ignore[no-untyped-def]
+def offline_node_classes(snapshot: Snapshot) -> dict[str, ResolvedNodeClass]:
     """Resolved launch inputs a snapshot alone can tell: selector terms that name IDs."""
     from joiner.domain.disruption import ResolvedNodeClass
 
-    result = {}
+    result: dict[str, ResolvedNodeClass] = {}
     for node_class in snapshot.node_classes:
-        def ids(terms):  # type: ignore[no-untyped-def]
+        def ids(terms: Sequence[SelectorTerm]) -> frozenset[str] | None:
             if not terms or any(t.id is None for t in terms):
                 return None
             return frozenset(str(t.id) for t in terms)
@@ -61,11 +68,11 @@ def offline_node_classes(snapshot):  # type: ignore[no-untyped-def]
     return result
 
 
-def offline_facts(snapshot):  # type: ignore[no-untyped-def]
+def offline_facts(snapshot: Snapshot) -> dict[str, NodeFacts]:
     """Per node, the launch inputs its annotations state (nodes without them: unknown)."""
     from joiner.domain.disruption import NodeFacts, launch_inputs_from_annotations
 
-    result = {}
+    result: dict[str, NodeFacts] = {}
     for node in snapshot.nodes:
         launch = launch_inputs_from_annotations(node)
         if launch is not None:
@@ -95,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def render_table(decision) -> str:  # type: ignore[no-untyped-def]
+def render_table(decision: Decision) -> str:
     """Human-readable decision: one block per command, then blocked nodes."""
     lines = []
     if not decision.commands:

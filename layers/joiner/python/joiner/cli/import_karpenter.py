@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from joiner.cli.main import UsageError
 from joiner.domain import labels as wk
@@ -161,7 +161,7 @@ class _Context:
     def warn(self, path: str, message: str) -> None:
         self.warnings.append(f"{self.label}: {path}: {message}")
 
-    def fail(self, path: str, message: str) -> None:
+    def fail(self, path: str, message: str) -> NoReturn:
         raise ConversionError(f"{self.label}: {path}: {message}")
 
     def mapping(self, value: Any, path: str, *, required: bool = False) -> dict[str, Any]:
@@ -248,7 +248,7 @@ def _requirements(context: _Context, value: Any, path: str) -> list[dict[str, An
 
 
 def _taints(context: _Context, value: Any, path: str) -> list[dict[str, Any]]:
-    taints = []
+    taints: list[dict[str, Any]] = []
     for index, item in enumerate(context.sequence(value, path)):
         taint = context.mapping(item, f"{path}[{index}]")
         taints.append({key: taint[key] for key in ("key", "value", "effect") if key in taint})  # timeAdded is runtime state
@@ -378,7 +378,7 @@ def _node_class(context: _Context) -> dict[str, Any]:
     for index, item in enumerate(context.sequence(spec.get("blockDeviceMappings"), "spec.blockDeviceMappings")):
         path = f"spec.blockDeviceMappings[{index}]"
         mapping = context.mapping(item, path)
-        converted = {key: copy.deepcopy(mapping[key]) for key in ("deviceName", "rootVolume") if key in mapping}
+        converted: dict[str, Any] = {key: copy.deepcopy(mapping[key]) for key in ("deviceName", "rootVolume") if key in mapping}
         if mapping.get("ebs") is not None:
             ebs = context.mapping(mapping["ebs"], f"{path}.ebs")
             context.drop_unknown(ebs, _EBS_FIELDS, f"{path}.ebs")

@@ -375,7 +375,8 @@ class Catalog:
         """``offerings`` maps a type name to its offerings; types it leaves out get one
         on-demand offering per zone of their info at the on-demand price (none if unpriced)."""
         entries: dict[str, InstanceTypeInfo | DeclaredInstanceType] = {}
-        for entry in (*infos, *declared):
+        defined: list[InstanceTypeInfo | DeclaredInstanceType] = [*infos, *declared]
+        for entry in defined:
             if entry.name in entries:
                 raise CatalogError(f"instance type {entry.name!r} is defined twice")
             entries[entry.name] = entry
@@ -539,7 +540,7 @@ _TUPLE_FIELDS = frozenset({"architectures", "usage_classes", "zones"})
 
 
 def _info_from_bundled(raw: Mapping[str, Any]) -> InstanceTypeInfo:
-    kwargs = {}
+    kwargs: dict[str, Any] = {}
     for key, value in raw.items():
         attribute = _INFO_FIELDS.get(key)
         if attribute is None:

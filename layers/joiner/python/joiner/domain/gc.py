@@ -210,6 +210,11 @@ def instance_of_provider_id(provider_id: str | None) -> str | None:
     return tail if tail.startswith("i-") else None
 
 
+def _mapping(value: object) -> Mapping[str, Any]:
+    """``value`` when it is a mapping, else an empty one (unreadable fields read as absent)."""
+    return value if isinstance(value, Mapping) else {}
+
+
 def _timestamp(value: Any) -> datetime | None:
     if not isinstance(value, str) or not value:
         return None
@@ -225,10 +230,10 @@ def parse_gc_node(raw: Mapping[str, Any]) -> GcNode:
     unreadable creation time leaves the Node too young to delete, and an unreadable
     ``status.conditions`` counts as Ready (kept). With a conditions list, the Node is Ready
     only when its ``Ready`` condition says ``True``."""
-    meta = raw.get("metadata") if isinstance(raw.get("metadata"), Mapping) else {}
-    spec = raw.get("spec") if isinstance(raw.get("spec"), Mapping) else {}
-    status = raw.get("status") if isinstance(raw.get("status"), Mapping) else {}
-    labels = meta.get("labels") if isinstance(meta.get("labels"), Mapping) else {}
+    meta = _mapping(raw.get("metadata"))
+    spec = _mapping(raw.get("spec"))
+    status = _mapping(raw.get("status"))
+    labels = _mapping(meta.get("labels"))
     conditions = status.get("conditions")
     ready = True  # unreadable status: assume healthy
     if isinstance(conditions, list):
@@ -506,7 +511,9 @@ def plan_gc(inputs: GcInputs, policy: GcPolicy = GcPolicy()) -> GcPlan:
 
 def terminating_names(items: Iterable[Mapping[str, Any]]) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
     """(nodes, instances, claims) named by termination items (``TERMINATION`` kind data)."""
-    nodes, instances, claims = set(), set(), set()
+    nodes: set[str] = set()
+    instances: set[str] = set()
+    claims: set[str] = set()
     for item in items:
         for key, bucket in (("node", nodes), ("instanceId", instances), ("claimId", claims)):
             value = item.get(key)

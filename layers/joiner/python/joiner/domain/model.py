@@ -330,8 +330,8 @@ def nodepool_hash(pool: NodePool) -> str:
     material = {
         "labels": sorted(pool.labels.items()),
         "annotations": sorted(pool.annotations.items()),
-        "taints": sorted(t.to_dict().items() for t in pool.taints),  # type: ignore[misc]
-        "startupTaints": sorted(t.to_dict().items() for t in pool.startup_taints),  # type: ignore[misc]
+        "taints": sorted(t.to_dict().items() for t in pool.taints),
+        "startupTaints": sorted(t.to_dict().items() for t in pool.startup_taints),
         "nodeClass": pool.node_class,
     }
     return hashlib.sha256(json.dumps(material, sort_keys=True, default=list).encode()).hexdigest()[:16]

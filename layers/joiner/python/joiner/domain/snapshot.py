@@ -369,7 +369,8 @@ def _ref(kind: str, obj: object, *, namespaced: bool, origin: str = "") -> str:
 
 
 def _name(fields: _Fields, metadata: Mapping[str, Any]) -> str:
-    return fields.string(metadata.get("name"), "metadata.name", required=True)
+    name: str = fields.string(metadata.get("name"), "metadata.name", required=True)
+    return name
 
 
 def _object(obj: object, kind: str, origin: str) -> Mapping[str, Any]:
@@ -1019,7 +1020,8 @@ def parse_node_class(obj: Mapping[str, Any], *, origin: str = "") -> NodeClass:
     EC2NodeClass fields Joiner does not model (detailedMonitoring,
     associatePublicIPAddress, instanceStorePolicy, ...) are ignored.
     """
-    kind = obj.get("kind") if isinstance(obj, Mapping) and isinstance(obj.get("kind"), str) else "NodeClass"
+    declared = obj.get("kind") if isinstance(obj, Mapping) else None
+    kind = declared if isinstance(declared, str) else "NodeClass"
     obj = _object(obj, kind, origin)
     fields = _Fields(_ref(kind, obj, namespaced=False, origin=origin))
     name = _name(fields, _metadata(fields, obj))
@@ -1194,12 +1196,12 @@ def parse_objects(objects: Iterable[Mapping[str, Any]]) -> Snapshot:
 class _SnapshotLoader(yaml.SafeLoader):
     """Safe YAML as kubectl reads it: timestamps stay strings, duplicate keys are errors."""
 
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:  # type: ignore[override]
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[object] = set()
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
                 continue  # ``<<: *anchor`` merges; explicit keys may override merged ones
-            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            key = self.construct_object(key_node, deep=deep)
             if isinstance(key, (str, int, float, bool)) or key is None:
                 if key in seen:
                     raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)

@@ -25,7 +25,8 @@ import email.policy
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from email.message import Message
+from typing import Any, cast
 
 import yaml
 
@@ -328,7 +329,7 @@ def parse_user_data(text: str, *, where: str = "user data") -> list[UserDataPart
     if not message.is_multipart():
         raise UserDataError(f"{where}: MIME user data must be multipart (Content-Type: multipart/mixed)")
     parts: list[UserDataPart] = []
-    for part in message.get_payload():
+    for part in cast("list[Message]", message.get_payload()):  # a multipart payload is its list of parts
         if part.is_multipart():
             raise UserDataError(f"{where}: nested multipart archives are not supported")
         content_type = " ".join(str(part.get("Content-Type", "text/plain")).split())

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from moto.core import DEFAULT_ACCOUNT_ID
+from moto.core.models import DEFAULT_ACCOUNT_ID
 from moto.moto_server.threaded_moto_server import ThreadedMotoServer
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
 from moto.ssm.models import Parameter, ssm_backends
@@ -95,7 +95,8 @@ def create_eks_cluster(eks: Any, name: str, subnet_ids: Sequence[str], *, versio
         resourcesVpcConfig={"subnetIds": list(subnet_ids)},
         kubernetesNetworkConfig={"serviceIpv4Cidr": service_cidr},
     )
-    return eks.describe_cluster(name=name)["cluster"]
+    cluster: dict[str, Any] = eks.describe_cluster(name=name)["cluster"]
+    return cluster
 
 
 def moto_amis(ec2: Any) -> dict[str, str]:
@@ -111,9 +112,10 @@ def put_public_parameter(name: str, value: str, region: str = REGION) -> None:
     """Write an ``/aws/service/...`` SSM parameter (moto refuses PutParameter on that namespace)."""
     backend = ssm_backends[DEFAULT_ACCOUNT_ID][region]
     backend._parameters[name].append(
-        Parameter(
+        # moto types Parameter as abstract (CloudFormationModel) and its date as a datetime; it serialises 0 as the epoch.
+        Parameter(  # type: ignore[abstract]
             account_id=DEFAULT_ACCOUNT_ID, name=name, value=value, parameter_type="String", description=None,
-            allowed_pattern=None, keyid=None, last_modified_date=0, version=len(backend._parameters[name]) + 1, data_type="aws:ec2:image",
+            allowed_pattern=None, keyid=None, last_modified_date=0, version=len(backend._parameters[name]) + 1, data_type="aws:ec2:image",  # type: ignore[arg-type]
         )
     )
 
@@ -150,7 +152,8 @@ def create_state_table(dynamodb: Any, name: str = "joiner-state") -> str:
 
 def create_work_queue(sqs: Any, name: str = "joiner-work") -> str:
     """A plain SQS queue; returns its URL."""
-    return sqs.create_queue(QueueName=name)["QueueUrl"]
+    url: str = sqs.create_queue(QueueName=name)["QueueUrl"]
+    return url
 
 
 # ---------------------------------------------------------------- moto over HTTP

@@ -25,6 +25,7 @@ leave as soon as they are evicted or deleted).
 from __future__ import annotations
 
 import base64
+import functools
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -355,8 +356,8 @@ class SimulatedCluster:
                 continue
             name = best[1]
             used[name] = used[name] + pod.requests
-            self.emulator._call(lambda ns=pod.namespace, n=pod.name, node=name: self.emulator.handler.bind(  # noqa: SLF001
-                ns, n, {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": n}, "target": {"apiVersion": "v1", "kind": "Node", "name": node}}))
+            self.emulator._call(functools.partial(self.emulator.handler.bind,  # noqa: SLF001
+                pod.namespace, pod.name, {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod.name}, "target": {"apiVersion": "v1", "kind": "Node", "name": name}}))
             record = self.pods.get(pod.key)
             if record is not None and record.bound is None:
                 record.bound, record.node = self.now(), name

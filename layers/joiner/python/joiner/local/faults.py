@@ -32,7 +32,8 @@ _TEMPLATE = "LaunchTemplateConfigs.1.LaunchTemplateSpecification."
 
 def aws_response(status: int, body: str) -> AWSResponse:
     """A raw HTTP response as botocore would have received it."""
-    return AWSResponse("https://ec2.amazonaws.com/", status, {"Content-Type": "text/xml"}, MockRawResponse(body))
+    # botocore's stub asks for HTTPHeaders; AWSResponse wraps any mapping in a HeadersDict.
+    return AWSResponse("https://ec2.amazonaws.com/", status, {"Content-Type": "text/xml"}, MockRawResponse(body))  # type: ignore[arg-type]
 
 
 def _fleet_overrides(body: Mapping[str, Any]) -> list[dict[str, str]]:
@@ -81,7 +82,8 @@ class CapacityInjector:
         overrides = _fleet_overrides(body)
         lifecycle = body.get("TargetCapacitySpecification.DefaultTargetCapacityType", "on-demand")
         template = {k[len(_TEMPLATE):]: v for k, v in body.items() if k.startswith(_TEMPLATE)}
-        kept, failed = [], []
+        kept: list[dict[str, str]] = []
+        failed: list[dict[str, str]] = []
         for override in overrides:
             fails = self.failing(override["InstanceType"], override.get("AvailabilityZone", ""), lifecycle)
             (failed if fails else kept).append(override)

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import builtins
 import concurrent.futures
 import copy
 import hashlib
@@ -56,7 +57,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp.test_utils
 import aiohttp.web
@@ -85,6 +86,7 @@ __all__ = [
 ]
 
 JsonDict = dict[str, Any]
+_T = TypeVar("_T")
 
 #: How many past versions of each object the store keeps (kmock keeps all by default).
 HISTORY_LIMIT = 32
@@ -241,7 +243,9 @@ _EXISTS_TERM = re.compile(rf"^\s*(?P<neg>!?)\s*(?P<key>{_LABEL_KEY})\s*$")
 
 def _split_terms(text: str) -> list[str]:
     """Split on commas outside parentheses."""
-    terms, depth, current = [], 0, []
+    terms: list[str] = []
+    depth = 0
+    current: list[str] = []
     for char in text:
         if char == "(":
             depth += 1
@@ -528,7 +532,7 @@ def _meta(obj: Mapping[str, Any]) -> JsonDict:
     return meta if isinstance(meta, dict) else {}
 
 
-def _conditions(obj: Mapping[str, Any]) -> dict[str, JsonDict]:
+def _conditions(obj: Mapping[str, Any]) -> dict[Any, Mapping[str, Any]]:
     status = obj.get("status") or {}
     return {c.get("type"): c for c in status.get("conditions") or [] if isinstance(c, Mapping)}
 
@@ -623,7 +627,7 @@ def _validate(rtype: ResourceType, obj: Mapping[str, Any]) -> None:
         spec = obj.get("spec") or {}
         if "unschedulable" in spec and not isinstance(spec["unschedulable"], bool):
             causes.append(("spec.unschedulable", f"Invalid value: {spec['unschedulable']!r}: must be a boolean"))
-        seen: set[tuple[str, str]] = set()
+        seen: set[tuple[Any, Any]] = set()
         for index, taint in enumerate(spec.get("taints") or []):
             if not isinstance(taint, Mapping) or not taint.get("key"):
                 causes.append((f"spec.taints[{index}].key", "Required value"))
@@ -1021,7 +1025,8 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
         current = self._current(rtype, namespace, name)
         if current is None:
             raise _not_found(rtype, name)
-        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+        given = obj.get("metadata")
+        meta = given if isinstance(given, dict) else {}
         if meta.get("name") not in (None, name):
             raise ApiError(400, f"the name of the object ({meta.get('name')}) does not match the name on the URL ({name})")
         if check_version:
@@ -1032,7 +1037,8 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
                 raise _conflict(rtype, name)
         return self._update(rtype, current, obj, status_only=status_only)
 
-    def patch(self, rtype: ResourceType, namespace: str | None, name: str, patch: Any, content_type: str, *,
+    # patch/delete replace kmock's HTTP-client shortcuts of the same names, which kmock itself never calls.
+    def patch(self, rtype: ResourceType, namespace: str | None, name: str, patch: Any, content_type: str, *,  # type: ignore[override]
               status_only: bool = False) -> JsonDict:
         current = self._current(rtype, namespace, name)
         if current is None:
@@ -1107,7 +1113,7 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
             return self._remove(rtype, meta.get("namespace"), meta["name"])
         return self._store(rtype, result, "MODIFIED")
 
-    def delete(self, rtype: ResourceType, namespace: str | None, name: str, options: Mapping[str, Any] | None = None,
+    def delete(self, rtype: ResourceType, namespace: str | None, name: str, options: Mapping[str, Any] | None = None,  # type: ignore[override]  # see patch
                *, via: str = "delete") -> JsonDict:
         options = options or {}
         current = self._current(rtype, namespace, name)
@@ -1218,7 +1224,7 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
 
     # ------------------------------------------------ harness API (loop thread)
 
-    async def harness(self, operation: Callable[[], Any]) -> Any:
+    async def harness(self, operation: Callable[[], _T]) -> _T:
         """Run a store operation under the lock (used by :class:`KubeEmulator`)."""
         try:
             async with self._lock:
@@ -1228,14 +1234,14 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
 
     def apply_object(self, obj: Mapping[str, Any]) -> JsonDict:
         """Create, or replace keeping identity; status is taken as given (the harness plays kubelet)."""
-        obj = copy.deepcopy(dict(obj))
-        rtype = self.resource_type(obj.get("kind", ""), obj.get("apiVersion"))
-        meta = obj.setdefault("metadata", {})
+        stored: JsonDict = copy.deepcopy(dict(obj))
+        rtype = self.resource_type(stored.get("kind", ""), stored.get("apiVersion"))
+        meta = stored.setdefault("metadata", {})
         namespace = (meta.get("namespace") or "default") if rtype.namespaced else None
         current = self._current(rtype, namespace, meta.get("name", ""))
         if current is None:
-            return self.create(rtype, namespace, obj)
-        return self._update(rtype, current, obj, status_only=False, whole=True)
+            return self.create(rtype, namespace, stored)
+        return self._update(rtype, current, stored, status_only=False, whole=True)
 
 
 # ---------------------------------------------------------------- the threaded server
@@ -1332,7 +1338,7 @@ class KubeEmulator:
             raise RuntimeError("the emulator is not running; call start()")
         return f"http://{self._host}:{self._bound_port}"
 
-    def _call(self, operation: Callable[[], Any]) -> Any:
+    def _call(self, operation: Callable[[], _T]) -> _T:
         if self._loop is None or self._thread is None:
             raise RuntimeError("the emulator is not running; call start()")
         future = asyncio.run_coroutine_threadsafe(self.handler.harness(operation), self._loop)
@@ -1355,7 +1361,8 @@ class KubeEmulator:
         result = self._call(lambda: self.handler.list_objects(rtype, namespace if rtype.namespaced else None,
                                                               label_selector=label_selector, field_selector=field_selector,
                                                               type_meta=True))
-        return result["items"]
+        items: list[JsonDict] = result["items"]
+        return items
 
     def patch(self, kind: str, name: str, patch: Mapping[str, Any], namespace: str | None = None) -> JsonDict:
         """JSON merge patch, status included (no subresource rules); KeyError when missing."""
@@ -1384,7 +1391,7 @@ class KubeEmulator:
         return self._call(operation)
 
     @property
-    def deletions(self) -> list[DeletionRecord]:
+    def deletions(self) -> builtins.list[DeletionRecord]:
         return list(self.handler.deletions)
 
     @property
@@ -1411,7 +1418,7 @@ class KubeEmulator:
     def clear_faults(self) -> None:
         self.handler.clear_faults()
 
-    def requests(self, method: str | None = None, path: str | None = None) -> list[kmock.Request]:
+    def requests(self, method: str | None = None, path: str | None = None) -> builtins.list[kmock.Request]:
         """Recorded requests (kmock ``Request`` objects), optionally filtered by method and path regex."""
         wanted = _method(method)
         pattern = re.compile(path) if path is not None else None

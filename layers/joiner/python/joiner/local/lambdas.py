@@ -22,7 +22,7 @@ from types import ModuleType
 from typing import Any, Protocol
 
 import moto.sqs.models as moto_sqs
-from moto.core import DEFAULT_ACCOUNT_ID
+from moto.core.models import DEFAULT_ACCOUNT_ID
 
 __all__ = [
     "FUNCTIONS_DIR",
@@ -161,6 +161,10 @@ def sqs_event(messages: Sequence[Mapping[str, Any]], queue_arn: str, *, region: 
     ]}
 
 
+#: moto.sqs.models' globals: its messages read the time through ``unix_time`` and ``unix_time_millis`` there.
+_SQS_GLOBALS: dict[str, Any] = vars(moto_sqs)
+
+
 class SqsTime:
     """moto's SQS clock, moved so delays and visibility timeouts expire without waiting.
 
@@ -172,21 +176,21 @@ class SqsTime:
     def __init__(self, clock: _Clock | None = None) -> None:
         self.offset_ms = 0
         self.clock = clock
-        self._originals = (moto_sqs.unix_time_millis, moto_sqs.unix_time)
+        self._originals: tuple[Callable[..., float], Callable[..., float]] = (_SQS_GLOBALS["unix_time_millis"], _SQS_GLOBALS["unix_time"])
 
     def __enter__(self) -> SqsTime:
         millis, seconds = self._originals
         if self.clock is not None:
             clock = self.clock
-            moto_sqs.unix_time_millis = lambda *a: clock.now().timestamp() * 1000  # type: ignore[assignment]
-            moto_sqs.unix_time = lambda *a: clock.now().timestamp()  # type: ignore[assignment]
+            _SQS_GLOBALS["unix_time_millis"] = lambda *a: clock.now().timestamp() * 1000
+            _SQS_GLOBALS["unix_time"] = lambda *a: clock.now().timestamp()
         else:
-            moto_sqs.unix_time_millis = lambda *a: millis(*a) + self.offset_ms  # type: ignore[assignment]
-            moto_sqs.unix_time = lambda *a: seconds(*a) + self.offset_ms / 1000  # type: ignore[assignment]
+            _SQS_GLOBALS["unix_time_millis"] = lambda *a: millis(*a) + self.offset_ms
+            _SQS_GLOBALS["unix_time"] = lambda *a: seconds(*a) + self.offset_ms / 1000
         return self
 
     def __exit__(self, *exc: object) -> None:
-        moto_sqs.unix_time_millis, moto_sqs.unix_time = self._originals  # type: ignore[assignment]
+        _SQS_GLOBALS["unix_time_millis"], _SQS_GLOBALS["unix_time"] = self._originals
 
     def advance(self, seconds: float) -> None:
         """Move the offset (ignored when following a clock)."""
@@ -205,8 +209,8 @@ def queue_messages(url: str, region: str = "us-east-1") -> list[dict[str, Any]]:
 
 def next_visible_in(url: str, region: str = "us-east-1") -> float | None:
     """Seconds until the queue's next message can be received (0: now; None: the queue is empty)."""
-    now = moto_sqs.unix_time_millis()
-    times = [max(m.delayed_until, m.visible_at) for m in _moto_queue(url, region)._messages]
+    now: float = _SQS_GLOBALS["unix_time_millis"]()
+    times: list[float] = [max(m.delayed_until, m.visible_at) for m in _moto_queue(url, region)._messages]
     if not times:
         return None
     return max(0.0, (min(times) - now) / 1000)

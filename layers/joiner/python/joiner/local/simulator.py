@@ -34,7 +34,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from joiner.local.cloud import Interruption, Rebalance
 
 __all__ = [
     "MAX_STEP", "QUEUE_CONSUMERS", "SCHEDULED", "CapacityFailure", "CheckResult", "Entry", "PodDeletion", "Sample", "SimClock",
@@ -450,7 +453,8 @@ class Simulation:
             node = self.cluster.register_node(instance.instance_id, instance.private_dns, instance.instance_type, instance.zone, boot)
             self._note("kubelet", f"node {node['metadata']['name']} registered",
                        f"{instance.instance_type} ({instance.capacity_type}, {instance.zone}) Ready")
-            for record in [*self.ec2.interruptions, *self.ec2.rebalances]:
+            warned: list[Interruption | Rebalance] = [*self.ec2.interruptions, *self.ec2.rebalances]
+            for record in warned:
                 if instance.instance_id in self._replacements.get(record.instance_id, []) and record.replacement_ready is None:
                     record.replacement_ready = now
         self.cluster.reconcile()
@@ -585,7 +589,8 @@ class Simulation:
             by_kind = Counter(f"{i.instance_type} ({i.capacity_type})" for i in launched)
             actions.append("launched " + ", ".join(f"{n} x {k}" if n > 1 else k for k, n in sorted(by_kind.items())))
             if name == "interruption":
-                for record in [*self.ec2.interruptions, *self.ec2.rebalances]:
+                warned: list[Interruption | Rebalance] = [*self.ec2.interruptions, *self.ec2.rebalances]
+                for record in warned:
                     if record.replacement_ready is None and record.terminated is None:
                         self._replacements.setdefault(record.instance_id, []).extend(i.instance_id for i in launched)
         nodes_after = {n["metadata"]["name"]: bool((n.get("spec") or {}).get("unschedulable")) for n in self.emulator.list("Node")}

@@ -153,10 +153,10 @@ def read_input(runtime: Runtime, now: datetime) -> DisruptionInput:
     envs = getattr(work, "envs", {})
     for name in sorted(set(envs) | set(amis)):
         env = envs.get(name)
-        ok = env is not None and not env.error
+        resolved = env if env is not None and not env.error else None
         classes[name] = ResolvedNodeClass(
-            subnets=frozenset(s.id for s in env.subnets) if ok else None,
-            security_groups=frozenset(env.security_groups) if ok else None,
+            subnets=frozenset(s.id for s in resolved.subnets) if resolved is not None else None,
+            security_groups=frozenset(resolved.security_groups) if resolved is not None else None,
             ami_by_arch=amis.get(name, {}),
         )
     usage = {name: work.limit_usage(name) for name in sorted(work.pools)}

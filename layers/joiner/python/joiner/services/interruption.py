@@ -327,17 +327,13 @@ def _replacement_round(runtime: Runtime, now: datetime) -> Any:
     rounds never launch twice for the same pods nor past a limit. The round's lease renewal
     is therefore switched off.
     """
-    import inspect
-
     from joiner.services import provisioning as prov
 
-    if "owner" in inspect.signature(prov._Round).parameters:
-        work = prov._Round(runtime, now, owner=f"interruption/{getattr(runtime, 'invocation_id', 'local')}")
-    else:
-        work = prov._Round(runtime, now)
-    if hasattr(work, "renew_lease"):
-        work.renew_lease = lambda: None
-    return work
+    class _UnleasedRound(prov._Round):
+        def renew_lease(self) -> None:
+            """No lease to renew (see above)."""
+
+    return _UnleasedRound(runtime, now, owner=f"interruption/{getattr(runtime, 'invocation_id', 'local')}")
 
 
 def _is_disrupted(node: JsonDict) -> bool:
@@ -395,6 +391,7 @@ def _handle_instance(runtime: Runtime, view: ClusterView, event: InterruptionEve
         return _close_without_node(runtime, claim, instance_id, event, now, base)
 
     node = cordon_node(runtime, node) or node
+    node_name = node["metadata"]["name"]
     view.disrupted.add(node_name)
     launched: list[str] = []
 

@@ -70,6 +70,7 @@ from joiner.ports import (
     Ec2Error,
     FleetRequest,
     FleetResult,
+    InstanceRecord,
     JsonDict,
     KubernetesError,
     LaunchTemplateNotFound,
@@ -704,13 +705,13 @@ class _Round:
 
     def _launch_template(self, job: _Job, capacity_type: str) -> LaunchTemplateRef:
         key = ("launch-template", repr(job.env.node_class), repr(job.pool), job.arch, capacity_type, job.env.security_groups)
-        cached = self.runtime.resolved.get(key, self.now)
+        cached: LaunchTemplateRef | None = self.runtime.resolved.get(key, self.now)
         if cached is not None:
             return cached
         cluster = self.runtime.cluster()
         ec2 = self.runtime.ec2
         ami = ec2.resolve_ami(job.env.node_class, cluster.version, job.arch)
-        template = ec2.ensure_launch_template(  # type: ignore[call-arg]
+        template = ec2.ensure_launch_template(
             job.env.node_class, job.arch, cluster, job.env.security_groups, ami,
             labels=node_labels(job.pool, capacity_type), taints=node_taints(job.pool),
         )
@@ -1140,11 +1141,11 @@ def _settle_orphans(work: _Round, claims: list[ClaimRecord]) -> tuple[list[str],
     except Ec2Error as error:
         log.warning("cannot look up instances of orphaned claims: %s", error)
         return [], []
-    by_claim = {}
-    for record in instances:
-        claim_id = record.tags.get(wk.NODECLAIM)
-        if claim_id and record.state in ("pending", "running"):
-            by_claim.setdefault(claim_id, record)
+    by_claim: dict[str, InstanceRecord] = {}
+    for instance in instances:
+        claim_id = instance.tags.get(wk.NODECLAIM)
+        if claim_id and instance.state in ("pending", "running"):
+            by_claim.setdefault(claim_id, instance)
     for claim in orphans:
         record = by_claim.get(claim.claim_id)
         try:
@@ -1183,7 +1184,7 @@ def _patch_pool_status(work: _Round) -> None:
             problem, reason = work.invalid_by_name.get((str(raw.get("kind")), name), "cannot be read"), "InvalidSpec"
         else:
             problem, reason = work.pool_problem(pool), "NodeClassNotReady"
-        ready = {
+        ready: dict[str, Any] = {
             "type": "Ready",
             "status": "False" if problem else "True",
             "reason": reason if problem else "Ready",
@@ -1312,7 +1313,7 @@ def _summarize_errors(errors: Sequence[Any], request: FleetRequest) -> str:
 def _zonal(runtime: Runtime, types: tuple[InstanceType, ...], zones: frozenset[str], now: datetime) -> tuple[InstanceType, ...]:
     """``types`` with offerings outside ``zones`` removed (memoised per runtime)."""
     key = ("zonal", id(types), zones)
-    cached = runtime.resolved.get(key, now)
+    cached: tuple[tuple[InstanceType, ...], tuple[InstanceType, ...]] | None = runtime.resolved.get(key, now)
     if cached is not None and cached[0] is types:
         return cached[1]
     result = []
@@ -1366,8 +1367,8 @@ def run_scanner(
     last_error: Exception | None = None
 
     if mode == "economy":
-        result = provision(runtime, clock.now(), owner=owner)
-        return ScanSummary(mode, rounds=int(result.ran), skipped=int(not result.ran), results=(result,))
+        single = provision(runtime, clock.now(), owner=owner)
+        return ScanSummary(mode, rounds=int(single.ran), skipped=int(not single.ran), results=(single,))
 
     start = clock.now()
     window_end = start + timedelta(seconds=settings.scan_window_seconds)

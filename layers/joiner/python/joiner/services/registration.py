@@ -97,10 +97,10 @@ def reconcile_registration(
     stop the pass (one broken Node must not block registration of the others).
     """
     by_instance: dict[str, Node] = {}
-    for node in sorted(nodes, key=lambda n: n.name):
-        instance_id = node.instance_id
-        if instance_id is not None and not node.deleting:
-            by_instance.setdefault(instance_id, node)
+    for candidate in sorted(nodes, key=lambda n: n.name):
+        instance_id = candidate.instance_id
+        if instance_id is not None and not candidate.deleting:
+            by_instance.setdefault(instance_id, candidate)
 
     state, kube = runtime.state, runtime.kube
     remaining: list[ClaimRecord] = []

@@ -7,7 +7,7 @@ filtering, shapes and compatibility checks are computed once.
 from __future__ import annotations
 
 from joiner.domain import labels as wk
-from joiner.domain.model import Node, NodePool
+from joiner.domain.model import Node, NodePool, Taint
 from joiner.domain.requirements import Requirements
 from joiner.domain.resources import EMPTY, Resources
 from joiner.domain.scheduling.problem import SchedulingProblem
@@ -125,7 +125,7 @@ def node_pool_of(pools: list[Pool], name: str | None) -> Pool | None:
     return None
 
 
-def pool_startup_taints(node_pools: tuple[NodePool, ...], name: str | None) -> tuple:
+def pool_startup_taints(node_pools: tuple[NodePool, ...], name: str | None) -> tuple[Taint, ...]:
     for pool in node_pools:
         if pool.name == name:
             return pool.startup_taints

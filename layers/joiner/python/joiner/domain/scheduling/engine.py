@@ -21,11 +21,11 @@ from collections import deque
 from collections.abc import Iterable
 
 from joiner.domain import labels as wk
-from joiner.domain.model import DaemonSet, Pod, Taint
+from joiner.domain.model import DaemonSet, HostPort, Pod, Taint
 from joiner.domain.requirements import Requirements
 from joiner.domain.resources import EMPTY, Resources
 from joiner.domain.scheduling.context import EPHEMERAL_TAINT_KEYS, Context, node_labels
-from joiner.domain.scheduling.shapes import Pool, PoolType, Shape, format_taint, untolerated
+from joiner.domain.scheduling.shapes import Pool, PoolType, Shape, TypeKey, format_taint, untolerated
 from joiner.domain.scheduling.topology import (
     AFFINITY,
     ANTI,
@@ -69,7 +69,7 @@ class Target:
         self.used: list[int] = []
         self.remaining: list[int] = []
         self.pods: list[Pod] = []
-        self.ports: list = []
+        self.ports: list[HostPort] = []
         self.static_cache: dict[int, object] = {}
         self.reservation: tuple[int, ...] | None = None
         self.new_pods = 0
@@ -246,7 +246,7 @@ class Engine:
             if required:
                 bound_inverse.append((pod, [self._inverse_group(pod.namespace, pod.labels, t) for t in required]))
         own = list(self.own_groups.values())
-        by_labels: dict[tuple[str, frozenset], list[TopologyGroup]] = {}
+        by_labels: dict[tuple[str, frozenset[tuple[str, str]]], list[TopologyGroup]] = {}
         if own:
             for pod in self.ctx.problem.bound_pods:
                 if pod.deleting or pod.is_terminal:
@@ -821,12 +821,12 @@ class Engine:
         for entry in entries:
             keep = []
             for pod in entry.pods:
-                target = wanted.get(pod.key)
-                if target is None:
+                home = wanted.get(pod.key)
+                if home is None:
                     keep.append(pod)
                     continue
                 single = Entry(-1, entry.spec, entry.variant, [pod])
-                if not self.try_target(entry.variant, target, 1, single):
+                if not self.try_target(entry.variant, home, 1, single):
                     keep.append(pod)
             entry.pods = keep
 
@@ -884,6 +884,7 @@ class Engine:
 
 def _satisfies_min_values(types: list[PoolType], min_values: dict[str, int]) -> bool:
     for key, needed in min_values.items():
+        values: set[TypeKey]
         if key == wk.INSTANCE_TYPE:
             values = {pt.name for pt in types}
         else:

@@ -303,8 +303,8 @@ class IncrementalCoveringLP:
                             break
             if entering is None:
                 return True
-            col = self._dense(entering)
-            u = [sum(b * c for b, c in zip(row, col) if c) for row in self.binv]
+            dense = self._dense(entering)
+            u = [sum(b * c for b, c in zip(row, dense) if c) for row in self.binv]
             leave = -1
             ratio = 0.0
             for i in range(m):
@@ -334,8 +334,8 @@ class IncrementalCoveringLP:
                 for candidate in candidates:
                     if candidate in in_basis:
                         continue
-                    col = self._dense(candidate)
-                    u = [sum(b * c for b, c in zip(row, col) if c) for row in self.binv]
+                    dense = self._dense(candidate)
+                    u = [sum(b * c for b, c in zip(row, dense) if c) for row in self.binv]
                     if abs(u[i]) > 1e-7:
                         _pivot(self.binv, self.xb, u, i)
                         self.basis[i] = candidate

@@ -15,6 +15,7 @@ from __future__ import annotations
 from joiner.domain.scheduling.context import Context
 from joiner.domain.scheduling.engine import Engine
 from joiner.domain.scheduling.problem import SchedulingProblem
+from joiner.domain.scheduling.variants import RelaxState
 
 __all__ = ["lp_lower_bound", "covering_lp_value", "whole_pod_lower_bound"]
 
@@ -123,7 +124,5 @@ def _pool_groups(problem: SchedulingProblem) -> tuple[Context, dict[int, dict[tu
     return ctx, groups_by_pool
 
 
-def _root():  # type: ignore[no-untyped-def]
-    from joiner.domain.scheduling.variants import RelaxState
-
+def _root() -> RelaxState:
     return RelaxState()

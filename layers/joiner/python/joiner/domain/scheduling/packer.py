@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from joiner.domain.scheduling.lp import IncrementalCoveringLP, maximize_packing, solve_covering_lp
+from joiner.domain.scheduling.lp import CoveringSolution, IncrementalCoveringLP, maximize_packing, solve_covering_lp
 
 __all__ = ["PackType", "Bin", "pack"]
 
@@ -139,7 +139,7 @@ class _Packer:
                     demand[i] += s * count
         return demand
 
-    def _aggregate_lp(self):  # type: ignore[no-untyped-def]
+    def _aggregate_lp(self) -> tuple[list[int], CoveringSolution | None]:
         columns = self._affordable(self.lp_columns) or self._affordable()
         solution = solve_covering_lp([self.types[t].price for t in columns], [self.types[t].capacity for t in columns], self._demand(self.remaining)) if columns else None
         return columns, solution

@@ -53,17 +53,21 @@ def pareto_frontier(vectors: Iterable[tuple[int, ...]]) -> list[tuple[int, ...]]
     return frontier
 
 
-def _type_key_check(requirement: Requirement, value: object) -> bool:
+#: An instance type's value for a label key: its single value, None (DoesNotExist) or a multi-valued Requirement.
+TypeKey = str | Requirement | None
+
+
+def _type_key_check(requirement: Requirement, value: TypeKey) -> bool:
     """Can an instance type with ``value`` for a key (a single string, None for
     DoesNotExist, or a multi-valued Requirement) satisfy ``requirement``?"""
     if value is None:
         return requirement.operator() in NEGATIVE_OPERATORS
     if isinstance(value, str):
         return requirement.has(value)
-    merged = value.intersection(requirement)  # type: ignore[union-attr]
+    merged = value.intersection(requirement)
     if merged.complement or merged.values:
         return True
-    return requirement.operator() in NEGATIVE_OPERATORS and value.operator() in NEGATIVE_OPERATORS  # type: ignore[union-attr]
+    return requirement.operator() in NEGATIVE_OPERATORS and value.operator() in NEGATIVE_OPERATORS
 
 
 @dataclass(eq=False, slots=True)
@@ -74,7 +78,7 @@ class PoolType:
     index: int  # position in the pool's type list (sorted by name)
     instance_type: InstanceType
     name: str
-    keys: dict[str, object]  # label key -> single value, None (DoesNotExist) or Requirement
+    keys: dict[str, TypeKey]  # label key -> single value, None (DoesNotExist) or Requirement
     offerings: tuple[tuple[str, str, float], ...]  # available (zone, capacity type, price)
     effective: tuple[int, ...]  # allocatable - daemonset overhead, per dimension
     daemon_overhead: Resources
@@ -129,7 +133,7 @@ class Pool:
         self.types: list[PoolType] = []
         self.type_keys: set[str] = set()
         for it in instance_types:
-            keys: dict[str, object] = {}
+            keys: dict[str, TypeKey] = {}
             for key, requirement in it.requirements.items():
                 if key in _OFFERING_KEYS:
                     continue
@@ -166,7 +170,7 @@ class Pool:
         return any(self.template.compatible(terms) is None for terms in _daemon_terms(daemon))
 
     @staticmethod
-    def _daemon_fits_type(daemon: DaemonSet, keys: Mapping[str, object]) -> bool:
+    def _daemon_fits_type(daemon: DaemonSet, keys: Mapping[str, TypeKey]) -> bool:
         for terms in _daemon_terms(daemon):
             if all(_type_key_check(req, keys[key]) for key, req in terms.items() if key in keys):
                 return True

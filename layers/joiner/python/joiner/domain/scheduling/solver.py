@@ -226,7 +226,7 @@ def build_plan(engine: Engine) -> Plan:
         if t.new_pods
     ]
     existing.sort(key=lambda e: e.name)
-    unschedulable = []
+    unschedulable: list[UnschedulablePod] = []
     for entry in engine.unschedulable:
         reason = _reason(entry, engine)
         unschedulable.extend(UnschedulablePod(pod.key, reason) for pod in entry.pods)

@@ -10,25 +10,30 @@ node-affinity term, a ScheduleAnyway spread, and finally tolerating PreferNoSche
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from joiner.domain.model import LabelSelector, Pod, PodAffinityTerm, Toleration, TopologySpreadConstraint
 from joiner.domain.requirements import Requirements
 from joiner.domain.resources import CPU, MEMORY, Resources
+
+if TYPE_CHECKING:
+    from joiner.domain.scheduling.topology import SkipIndex, TopologyGroup
 
 __all__ = ["PodSpec", "Variant", "RelaxState", "spec_signature", "effective_selector", "PREFER_NO_SCHEDULE_TOLERATION"]
 
 PREFER_NO_SCHEDULE_TOLERATION = Toleration(operator="Exists", effect="PreferNoSchedule")
 
 
-def effective_selector(selector: LabelSelector | None, match_label_keys: tuple[str, ...], labels: dict[str, str] | object) -> LabelSelector | None:
+def effective_selector(selector: LabelSelector | None, match_label_keys: tuple[str, ...], labels: Mapping[str, str]) -> LabelSelector | None:
     """``selector`` ANDed with ``key=<pod's value>`` for each match-label key the pod
     carries (idempotent: snapshot parsing may already have merged them)."""
     if selector is None or not match_label_keys:
         return selector
     extra = []
     for key in match_label_keys:
-        value = labels.get(key)  # type: ignore[attr-defined]
+        value = labels.get(key)
         if value is None:
             continue
         if (key, value) in selector.match_labels or (key, "In", (value,)) in selector.match_expressions:
@@ -123,36 +128,23 @@ class PodSpec:
     def relax(self, state: RelaxState, any_prefer_no_schedule: bool) -> RelaxState | None:
         """The next relaxation step after ``state`` (Karpenter's order), or None."""
         if len(self.required_terms) - state.required_term > 1:
-            return _replace(state, required_term=state.required_term + 1)
+            return replace(state, required_term=state.required_term + 1)
         if state.affinity_dropped < len(self.affinity_preferred):
-            return _replace(state, affinity_dropped=state.affinity_dropped + 1)
+            return replace(state, affinity_dropped=state.affinity_dropped + 1)
         if state.anti_affinity_dropped < len(self.anti_preferred):
-            return _replace(state, anti_affinity_dropped=state.anti_affinity_dropped + 1)
+            return replace(state, anti_affinity_dropped=state.anti_affinity_dropped + 1)
         if state.node_preference_dropped < len(self.preferred_node):
-            return _replace(state, node_preference_dropped=state.node_preference_dropped + 1)
+            return replace(state, node_preference_dropped=state.node_preference_dropped + 1)
         if state.spreads_dropped < len(self.spreads_soft):
-            return _replace(state, spreads_dropped=state.spreads_dropped + 1)
+            return replace(state, spreads_dropped=state.spreads_dropped + 1)
         if any_prefer_no_schedule and not state.tolerate_prefer_no_schedule:
             if not any(_tolerates_all_prefer(t) for t in self.tolerations):
-                return _replace(state, tolerate_prefer_no_schedule=True)
+                return replace(state, tolerate_prefer_no_schedule=True)
         return None
 
 
 def _tolerates_all_prefer(toleration: Toleration) -> bool:
     return not toleration.key and toleration.operator == "Exists" and toleration.effect in ("", "PreferNoSchedule")
-
-
-def _replace(state: RelaxState, **changes: object) -> RelaxState:
-    values = {
-        "required_term": state.required_term,
-        "affinity_dropped": state.affinity_dropped,
-        "anti_affinity_dropped": state.anti_affinity_dropped,
-        "node_preference_dropped": state.node_preference_dropped,
-        "spreads_dropped": state.spreads_dropped,
-        "tolerate_prefer_no_schedule": state.tolerate_prefer_no_schedule,
-    }
-    values.update(changes)
-    return RelaxState(**values)  # type: ignore[arg-type]
 
 
 class Variant:
@@ -185,8 +177,8 @@ class Variant:
         self.static_key = (tolerations, requirements, spec.host_ports)
         self.sid = -1
         self.size: tuple[int, ...] = ()
-        self.groups: list = []  # topology groups constraining this variant (own + inverse)
-        self.monotonic_groups: list = []
-        self.selected_by: list = []
-        self.inverse_owned: list = []
-        self.bulk_groups: list = []
+        self.groups: list[TopologyGroup] = []  # topology groups constraining this variant (own + inverse)
+        self.monotonic_groups: list[tuple[TopologyGroup, SkipIndex]] = []
+        self.selected_by: list[TopologyGroup] = []
+        self.inverse_owned: list[TopologyGroup] = []
+        self.bulk_groups: list[TopologyGroup] = []
