@@ -73,7 +73,7 @@ def _pool(kind: str) -> NodePool:
     return NodePool("default", Requirements(base))
 
 
-def workload_problem(name: str, catalog=None) -> SchedulingProblem:  # type: ignore[no-untyped-def]
+def workload_problem(name: str, catalog=None) -> SchedulingProblem:
     kind, groups = WORKLOADS[name]
     catalog = catalog or load_bundled_catalog()
     pool = _pool(kind)

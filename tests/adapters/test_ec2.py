@@ -445,10 +445,8 @@ def test_capacity_errors_everywhere_launch_nothing(world: World, ec2: Ec2Adapter
 @pytest.fixture()
 def no_sleep(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """botocore sleeps between retries (endpoint.py ``time.sleep``); record instead of waiting."""
-    import botocore.endpoint
-
     slept: list[float] = []
-    monkeypatch.setattr(botocore.endpoint.time, "sleep", slept.append)
+    monkeypatch.setattr("botocore.endpoint.time.sleep", slept.append)
     return slept
 
 

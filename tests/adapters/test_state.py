@@ -7,6 +7,7 @@ import itertools
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import boto3
 import pytest
@@ -65,7 +66,7 @@ def cpu(cores: float, memory_gi: int = 0) -> Resources:
 
 
 def record(claim_id: str = "c1", pool: str = "default", **changes) -> ClaimRecord:
-    base = dict(claim_id=claim_id, node_pool=pool, state="reserved", created_at=T0)
+    base: dict[str, Any] = dict(claim_id=claim_id, node_pool=pool, state="reserved", created_at=T0)
     base.update(changes)
     return ClaimRecord(**base)
 

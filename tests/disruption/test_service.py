@@ -97,6 +97,7 @@ def test_replacement_launches_first_and_the_drain_waits_for_it(world: FakeWorld)
     termination = world.state.get_item(TERMINATION_KIND, "big")
     assert termination["phase"] == "replacing" and termination["replacementClaims"]
     assert termination["reason"] == "disruption/consolidation"
+    assert isinstance(world.kube, DrainingKubernetes)
     assert world.kube.evictions == []  # nothing evicted before the replacement is Ready
     assert world.kube.get("nodes", None, "big")["spec"]["unschedulable"] is True
     assert any(t["key"] == wk.DISRUPTED_TAINT_KEY for t in world.kube.get("nodes", None, "big")["spec"]["taints"])

@@ -49,11 +49,15 @@ def test_scheduled_event_runs_a_scan_and_returns_the_summary(handler: Any, world
     assert len(world.ec2.fleet_requests) == 1
 
 
-def test_the_request_id_owns_the_lease_and_the_runtime_is_reused(handler: Any, world: FakeWorld) -> None:
+def test_the_request_id_owns_the_lease_and_the_runtime_is_reused(handler: Any, world: FakeWorld, monkeypatch: pytest.MonkeyPatch) -> None:
     runtime = handler.cold_start.runtime()
     owners: list[str] = []
     original = world.state.acquire_lease
-    world.state.acquire_lease = lambda name, owner, now, ttl: owners.append(owner) or original(name, owner, now, ttl)  # type: ignore[method-assign]
+    def acquire_lease(name: str, owner: str, now: datetime, ttl: int) -> bool:
+        owners.append(owner)
+        return original(name, owner, now, ttl)
+
+    monkeypatch.setattr(world.state, "acquire_lease", acquire_lease)
     handler.handler(SCHEDULED_EVENT, LambdaContext(aws_request_id="r-1"))
     handler.handler(SCHEDULED_EVENT, LambdaContext(aws_request_id="r-2"))
     assert owners == ["r-1", "r-2"] and handler.cold_start.runtime() is runtime

@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import threading
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -164,7 +165,7 @@ class CrashingState(FakeState):
         super().__init__()
         self.crash = True
 
-    def update_claim(self, claim_id: str, **fields: object) -> ClaimRecord:
+    def update_claim(self, claim_id: str, **fields: Any) -> ClaimRecord:
         if self.crash and fields.get("state") == "launched":
             self.crash = False
             raise ConnectionError("Lambda timed out")
@@ -534,11 +535,11 @@ class ClosingState(FakeState):
     """Another writer (gc closing an abandoned reservation, or another round) gets to the
     claim just before this round records its launch."""
 
-    def __init__(self, current: dict[str, object]) -> None:
+    def __init__(self, current: dict[str, Any]) -> None:
         super().__init__()
         self.current = current
 
-    def update_claim(self, claim_id: str, **fields: object) -> ClaimRecord:
+    def update_claim(self, claim_id: str, **fields: Any) -> ClaimRecord:
         if self.current and fields.get("state") == "launched" and fields.get("expected_state") == "reserved":
             rival, self.current = self.current, {}
             super().update_claim(claim_id, **rival)
@@ -572,7 +573,7 @@ def test_a_launch_adopted_concurrently_is_kept() -> None:
     adopted: dict[str, object] = {}
 
     class AdoptingState(FakeState):
-        def update_claim(self, claim_id: str, **fields: object) -> ClaimRecord:
+        def update_claim(self, claim_id: str, **fields: Any) -> ClaimRecord:
             if not adopted and fields.get("expected_state") == "reserved" and fields.get("state") == "launched":
                 adopted.update(fields)
                 rival = {k: v for k, v in fields.items() if k != "expected_state"}
@@ -1017,13 +1018,11 @@ def test_e2e_capacity_errors_fall_back_in_the_same_invocation(e2e: E2E) -> None:
 
 @pytest.mark.slow
 def test_e2e_api_faults_are_retried_then_reported(e2e: E2E, monkeypatch: pytest.MonkeyPatch) -> None:
-    import botocore.endpoint
-
     from joiner.ports import KubernetesError
     from tests.support.aws import ErrorInjector, inject_error
 
     botocore_sleeps: list[float] = []
-    monkeypatch.setattr(botocore.endpoint.time, "sleep", botocore_sleeps.append)
+    monkeypatch.setattr("botocore.endpoint.time.sleep", botocore_sleeps.append)
     e2e.emulator.apply(node_pool_json(limits={"cpu": "100"}))
     e2e.emulator.apply(pod_json("web", cpu="1", memory="256Mi"))
 

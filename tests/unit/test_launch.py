@@ -259,7 +259,7 @@ def test_overrides_invariants(types, zones, price_values, unavailable_mask, max_
     assert order == sorted(order)  # cheapest first, total order
     kept = {k.instance_type for k in offered}
     assert len(kept) == min(max_types, len({k.instance_type for k in eligible}))
-    cheapest = {}
+    cheapest: dict = {}
     for k in eligible:
         cheapest[k.instance_type] = min(table[k], cheapest.get(k.instance_type, table[k]))
     worst_kept = max((cheapest[t], t) for t in kept)

@@ -84,7 +84,7 @@ class TestEffectiveRequests:
         #             init-b 1500m/1Gi + side-1 (declared before)   -> 1600m / 1088Mi
         # effective = max per resource                              -> 2000m / 1088Mi
         # + RuntimeClass kata overhead 250m/160Mi, + 1 pod          -> 2250m / 1248Mi
-        spec = {
+        spec: dict[str, Any] = {
             "runtimeClassName": "kata",
             "containers": [container("a", {"cpu": "500m", "memory": "512Mi"}), container("b", {"cpu": "250m"}, {"memory": "256Mi"})],
             "initContainers": [

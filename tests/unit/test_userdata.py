@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import email
+from email.message import Message
+from typing import cast
 
 import pytest
 import yaml
@@ -87,7 +89,8 @@ def test_user_data_is_a_mime_archive_cloud_init_can_read() -> None:
     assert message.is_multipart()
     assert message.get_content_type() == "multipart/mixed"
     assert message.get_boundary() == BOUNDARY
-    assert [part.get_content_type() for part in message.get_payload()] == [NODECONFIG_CONTENT_TYPE]
+    parts = cast("list[Message]", message.get_payload())  # a multipart payload is its list of parts
+    assert [part.get_content_type() for part in parts] == [NODECONFIG_CONTENT_TYPE]
     assert decode_user_data(encode_user_data(user_data)) == user_data
 
 

@@ -38,11 +38,11 @@ def daemon_overhead(problem: SchedulingProblem, pool_name: str, type_name: str) 
 
 def check_plan(problem: SchedulingProblem, plan: Plan) -> None:
     pods = {p.key: p for p in problem.pending}
-    seen = Counter()
+    seen: Counter[str] = Counter()
     for claim in plan.node_claims:
         seen.update(claim.pods)
-    for node in plan.existing_nodes:
-        seen.update(node.pods)
+    for existing in plan.existing_nodes:
+        seen.update(existing.pods)
     seen.update(u.pod for u in plan.unschedulable)
     assert set(seen) == set(pods), "every pending pod is placed or reported exactly once"
     assert all(n == 1 for n in seen.values()), [k for k, n in seen.items() if n > 1]
@@ -76,7 +76,7 @@ def check_plan(problem: SchedulingProblem, plan: Plan) -> None:
         assert claim.requirements.get_or_exists(wk.NODEPOOL).has(pool.name)
         for key, value in pool.labels.items():
             assert claim.requirements.get_or_exists(key).has(value)
-        ports = Counter()
+        ports: Counter[object] = Counter()
         for key in claim.pods:
             pod = pods[key]
             assert tolerates(pod, pool.taints), (key, pool.taints)
@@ -94,9 +94,9 @@ def check_plan(problem: SchedulingProblem, plan: Plan) -> None:
             for node in problem.nodes:
                 if node.labels.get(wk.NODEPOOL) == name:
                     base = base + node.capacity + Resources({"nodes": 1000})
-            for claim in problem.in_flight:
-                if claim.node_pool == name:
-                    base = base + claim.capacity + Resources({"nodes": 1000})
+            for flight in problem.in_flight:
+                if flight.node_pool == name:
+                    base = base + flight.capacity + Resources({"nodes": 1000})
         total = base + used
         for resource, limit in pool.limits.items():  # type: ignore[union-attr]
             if used.get(resource, 0):

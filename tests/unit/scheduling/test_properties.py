@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from joiner.domain import labels as wk
-from joiner.domain.model import Taint, Toleration
+from joiner.domain.model import NodeClaimPlan, Taint, Toleration
 from joiner.domain.scheduling import SchedulingProblem, ffd_cost, solve
 
 from .builders import ZONES, daemonset, instance_type, node, node_pool, pod, req, res, spread, term
@@ -65,7 +65,8 @@ def problems(draw: st.DrawFn) -> SchedulingProblem:
         node_pool("batch", taints=[Taint("dedicated", "batch", "NoSchedule")], weight=draw(st.sampled_from((0, 10))),
                   requirements=[req(wk.CAPACITY_TYPE, "In", "spot", "on-demand")]),
     ]
-    nodes, bound = (), ()
+    nodes: tuple = ()
+    bound: tuple = ()
     if draw(st.booleans()):
         nodes = (node("existing-1", cpu=4, memory_gib=16, zone=draw(st.sampled_from(ZONES)), pool="general"),)
         bound = tuple(pod(f"r{i}", "1", "1Gi", node_name="existing-1", labels={"app": "plain-0"}) for i in range(draw(st.integers(0, 3))))
@@ -76,7 +77,7 @@ def problems(draw: st.DrawFn) -> SchedulingProblem:
     )
 
 
-def _claims_by_pod(plan) -> dict[str, object]:  # type: ignore[no-untyped-def]
+def _claims_by_pod(plan) -> dict[str, NodeClaimPlan]:  # type: ignore[no-untyped-def]
     return {key: claim for claim in plan.node_claims for key in claim.pods}
 
 

@@ -49,7 +49,7 @@ class SqsQueue:
         self._sqs = sqs
         self.queue_url = queue_url
 
-    def send(self, body: JsonDict, delay_seconds: int = 0, dedup_id: str | None = None) -> None:
+    def send(self, body: JsonDict, delay_seconds: float = 0, dedup_id: str | None = None) -> None:
         """Send ``body`` as compact JSON (keys sorted), delivered after ``delay_seconds``
         (clamped to 0-900)."""
         if not self.queue_url:
