@@ -7,8 +7,8 @@ import dataclasses
 
 import pytest
 
-from joiner.domain.snapshot import parse_node_class
 from joiner.domain.resources import Resources
+from joiner.domain.snapshot import parse_node_class
 from joiner.ports import ClaimRecord, FleetOverride, FleetRequest
 from joiner.services.disruption import DRIFT_UNKNOWN_METRIC, read_input, run_disruption
 from joiner.services.termination import TERMINATION_KIND

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from joiner.domain import labels as wk
 
+from joiner.domain import labels as wk
 from tests.events.world import AwsBase, SqsTime, World
 from tests.support.aws import fake_credentials
 from tests.support.kube_emulator import KubeEmulator
@@ -49,8 +49,8 @@ def test_a_burst_of_spot_warnings_launches_capacity_once_per_pod_set(world: Worl
     assert replacements and all(c.state == "launched" for c in replacements)
     promised: dict[str, list[str]] = {}
     for claim in replacements:
-        for pod in claim.pods:
-            promised.setdefault(pod, []).append(claim.claim_id)
+        for key in claim.pods:
+            promised.setdefault(key, []).append(claim.claim_id)
     assert {p: c for p, c in promised.items() if len(c) > 1} == {}  # no pod promised to two claims
     assert set(promised) == {f"default/n{i}-web-{p}" for i in range(3) for p in range(3)}
     launched = [i for i in world.fleet_instances() if i["tags"].get(wk.NODECLAIM) not in burst_claims]

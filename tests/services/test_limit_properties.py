@@ -22,6 +22,8 @@ from datetime import UTC, datetime
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from moto import mock_aws
+
 from joiner.adapters.aws import AwsClients
 from joiner.adapters.state import StateAdapter
 from joiner.domain import labels as wk
@@ -29,8 +31,6 @@ from joiner.domain.model import Node
 from joiner.domain.resources import EMPTY, Resources
 from joiner.ports import ClaimRecord
 from joiner.services.provisioning import unreserved_usage
-from moto import mock_aws
-
 from tests.support.aws import REGION, create_state_table, fake_credentials
 from tests.support.fakes import FakeClock, FakeState
 

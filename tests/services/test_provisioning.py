@@ -24,6 +24,7 @@ from joiner.services.provisioning import (
     MAX_LAUNCH_ATTEMPTS,
     ORPHAN_AFTER,
     UNAVAILABLE_FOR,
+    RoundResult,
     claim_id_for,
     provision,
     run_scanner,
@@ -400,7 +401,7 @@ def test_a_paused_round_and_a_registration_in_between_never_exceed_the_limit() -
     paused, resume = threading.Event(), threading.Event()
     runtime_a = world.runtime("round-a", state_port=PausingState(world.state, paused, resume))
     start = world.clock.now() + timedelta(seconds=30)
-    results = {}
+    results: dict[str, RoundResult] = {}
     thread_a = threading.Thread(target=lambda: results.setdefault("a", provision(runtime_a, start)))
     thread_a.start()
     assert paused.wait(timeout=10)
