@@ -36,7 +36,7 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/joiner demo
 
-## The README's second command: the whole suite (unit, handler, end-to-end, synth, cfn-lint, cdk-nag).
+## The README's second command: static checks, then the whole suite (unit, handler, end-to-end, synth, cfn-lint, cdk-nag).
 test: lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
