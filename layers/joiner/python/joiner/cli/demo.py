@@ -19,7 +19,7 @@ from joiner.cli.main import UsageError
 DEFAULT_REPORT = "out/joiner-demo.html"
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     demo = subparsers.add_parser("demo", help="watch Joiner work on a local simulated cluster (the classic scenario)")
     _options(demo)
     demo.set_defaults(handler=run, scenario=None)

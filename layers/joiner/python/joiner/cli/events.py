@@ -16,7 +16,7 @@ from pathlib import Path
 from joiner.cli.main import UsageError
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("events", help="inspect interruption events offline")
     commands = parser.add_subparsers(dest="events_command", required=True, metavar="SUBCOMMAND")
     explain = commands.add_parser("explain", help="print, as JSON, what Joiner would do with an EventBridge event file")

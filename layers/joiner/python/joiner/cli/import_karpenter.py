@@ -57,7 +57,7 @@ class Conversion:
     warnings: list[str] = field(default_factory=list)
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "import-karpenter",
         help="convert Karpenter v1 NodePools and EC2NodeClasses to Joiner NodePools and NodeClasses",

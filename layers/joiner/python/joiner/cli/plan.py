@@ -14,7 +14,7 @@ import sys
 from joiner.cli.inputs import add_snapshot_arguments, load_snapshot_and_catalog
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("plan", help="print the node claims Joiner would launch for a cluster snapshot")
     add_snapshot_arguments(parser)
     parser.set_defaults(handler=run)

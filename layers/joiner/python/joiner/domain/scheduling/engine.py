@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from joiner.domain import labels as wk
-from joiner.domain.model import DaemonSet, HostPort, Pod, Taint
+from joiner.domain.model import DaemonSet, HostPort, Pod, PodAffinityTerm, Taint, TopologySpreadConstraint
 from joiner.domain.requirements import Requirements
 from joiner.domain.resources import EMPTY, Resources
 from joiner.domain.scheduling.context import EPHEMERAL_TAINT_KEYS, Context, node_labels
@@ -275,7 +275,7 @@ class Engine:
         for spec in self.specs.values():
             self.prepare(spec.variant(_ROOT))
 
-    def _spread_group(self, spec: PodSpec, spread) -> TopologyGroup:  # type: ignore[no-untyped-def]
+    def _spread_group(self, spec: PodSpec, spread: TopologySpreadConstraint) -> TopologyGroup:
         selector = effective_selector(spread.label_selector, spread.match_label_keys, spec.labels)
         node_filter = None
         if spread.node_affinity_policy != "Ignore":
@@ -294,7 +294,7 @@ class Engine:
             self.own_groups[key] = group
         return group
 
-    def _term_group(self, kind: int, spec: PodSpec, term) -> TopologyGroup:  # type: ignore[no-untyped-def]
+    def _term_group(self, kind: int, spec: PodSpec, term: PodAffinityTerm) -> TopologyGroup:
         selector = effective_selector(term.label_selector, term.match_label_keys, spec.labels)
         namespaces = resolve_namespaces(term, spec.namespace)
         key = (kind, term.topology_key, namespaces, selector)
@@ -304,7 +304,7 @@ class Engine:
             self.own_groups[key] = group
         return group
 
-    def _inverse_group(self, namespace: str, labels, term) -> TopologyGroup:  # type: ignore[no-untyped-def]
+    def _inverse_group(self, namespace: str, labels: Mapping[str, str], term: PodAffinityTerm) -> TopologyGroup:
         selector = effective_selector(term.label_selector, term.match_label_keys, labels)
         namespaces = resolve_namespaces(term, namespace)
         key = (INVERSE, term.topology_key, namespaces, selector)
