@@ -27,6 +27,7 @@ from typing import Any
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+
 from joiner.observability import handler_entry, logger, set_trace_entity, trace_entity
 
 #: Idempotency records live this long: far beyond SQS redelivery (visibility timeout x 5 receives).

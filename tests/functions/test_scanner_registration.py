@@ -8,11 +8,11 @@ from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
+
 from joiner.domain import labels as wk
 from joiner.local.lambdas import LambdaContext, load_handler
 from joiner.ports import ClaimRecord
 from joiner.services.registration import REGISTRATION_TIMEOUT
-
 from tests.events.world import CLUSTER, T0, AwsBase, SqsTime, World
 from tests.support.aws import fake_credentials
 from tests.support.iam_guard import Guard

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from joiner.events.scheduled import (
     ColdStart,
     ScheduledEventError,
