@@ -97,8 +97,8 @@ def test_values_of_a_key_or_together_keys_and_operators_and_together() -> None:
 
 def test_for_all_values_is_true_for_an_absent_key_and_checks_every_value() -> None:
     statement = allow("ec2:CreateTags", condition={"ForAllValues:StringLike": {"aws:TagKeys": ["joiner.dev/*", "Name"]}})
-    assert allowed([statement], request("ec2:CreateTags", **{"aws:TagKeys": ["joiner.dev/a", "Name"]}))
-    assert not allowed([statement], request("ec2:CreateTags", **{"aws:TagKeys": ["joiner.dev/a", "kubernetes.io/cluster/x"]}))
+    assert allowed([statement], request("ec2:CreateTags", INSTANCE, **{"aws:TagKeys": ["joiner.dev/a", "Name"]}))
+    assert not allowed([statement], request("ec2:CreateTags", INSTANCE, **{"aws:TagKeys": ["joiner.dev/a", "kubernetes.io/cluster/x"]}))
     assert allowed([statement], request("ec2:CreateTags"))  # no tag keys at all: vacuously true, as in IAM
     any_value = allow("ec2:CreateTags", condition={"ForAnyValue:StringEquals": {"aws:TagKeys": ["Name"]}})
     assert not allowed([any_value], request("ec2:CreateTags"))
@@ -242,7 +242,7 @@ def test_the_guard_records_a_denied_launch(deployment: Any) -> None:
     import tests.support.iam_guard as module
 
     original = module.MotoState
-    module.MotoState = lambda region, account="": state  # type: ignore[assignment,misc]
+    module.MotoState = lambda region, account="": state  # type: ignore[assignment,misc,return-value]
     try:
         guard.check("scanner", settings(), "ec2", "CreateFleet", fleet_params(), REGION)
     finally:

@@ -98,7 +98,7 @@ def trace_entity() -> Any:
     if tracer() is None:
         return None
     try:
-        from aws_xray_sdk.core import xray_recorder  # type: ignore[import-untyped]
+        from aws_xray_sdk.core import xray_recorder
 
         return xray_recorder.get_trace_entity()
     except Exception:  # noqa: BLE001 - tracing is optional and must never fail an event
