@@ -28,6 +28,7 @@ def node(world: FakeWorld, name: str, instance_type: str = "c5.xlarge", **kwargs
     obj = managed_node(name, instance_type, created=world.clock.now(), **kwargs)
     world.kube.add("nodes", obj)
     instance_id = obj["spec"]["providerID"].rsplit("/", 1)[-1]
+    world.ec2.add_instance(instance_id, instance_type)
     world.state.put_claim(ClaimRecord(
         claim_id=f"claim-{name}", node_pool="default", state="initialized", created_at=world.clock.now(), instance_id=instance_id,
         instance_type=instance_type, zone="us-east-1a", capacity_type="on-demand", node_name=name, price={"c5.xlarge": 0.17, "c5.2xlarge": 0.34}[instance_type],
@@ -118,3 +119,30 @@ def test_dry_run_persists_nothing(world: FakeWorld) -> None:
     result = run_disruption(world.runtime(), dry_run=True)
     assert [c.nodes for c in result.pending] == [("n1",)]
     assert world.state.get_item(COMMAND_KIND, PENDING_ID) is None
+
+
+@pytest.mark.parametrize("tags", [{"Name": "not-joiner"}, {"joiner.dev/cluster": "another-cluster"}], ids=["untagged", "other-cluster"])
+def test_an_empty_node_whose_instance_is_not_ours_is_never_disrupted(world: FakeWorld, tags: dict[str, str]) -> None:
+    """Issue 10, defect 7: labels a kubelet may set on itself (joiner.dev/nodepool,
+    joiner.dev/initialized) never make an instance Joiner's; its own tags decide."""
+    cluster(world)
+    node(world, "n1")
+    instance_id = world.kube.get("nodes", None, "n1")["spec"]["providerID"].rsplit("/", 1)[-1]
+    world.ec2.add_instance(instance_id, tags=tags)
+    runtime = world.runtime()
+    assert run_disruption(runtime).pending == ()
+    world.clock.advance(20)
+    assert run_disruption(runtime).executed == ()
+    assert world.kube.get("nodes", None, "n1")["spec"].get("unschedulable") is None
+    assert not world.ec2.terminated
+    assert world.metrics.total("NotOwnedSkipped", path="disruption") >= 1
+
+
+def test_an_empty_node_without_a_claim_is_never_disrupted(world: FakeWorld) -> None:
+    """A tagged instance is still not Joiner's to disrupt without a claim recording it."""
+    cluster(world)
+    obj = managed_node("n1", created=world.clock.now())
+    world.kube.add("nodes", obj)
+    world.ec2.add_instance(obj["spec"]["providerID"].rsplit("/", 1)[-1])
+    assert run_disruption(world.runtime()).pending == ()
+    assert world.metrics.total("NotOwnedSkipped", path="disruption") == 1

@@ -185,18 +185,38 @@ def test_unmanaged_instances_are_acknowledged_and_counted(world: World) -> None:
     assert world.instance_state(instance) == "running"
 
 
-def test_managed_by_tag_without_claim_or_labels_is_still_handled(world: World) -> None:
+def test_a_tagged_instance_without_a_claim_is_left_alone(world: World) -> None:
+    """Ownership needs the instance's tags and a claim recording it (issue 10, defect 7): a
+    tagged instance whose claim is gone is left to garbage collection, not drained."""
     instance = world.launch_node("lost", claim=False)
     world.add_pod("web-1", "lost")
-    node = world.node("lost")
-    labels = {k: v for k, v in node["metadata"]["labels"].items() if not k.startswith("joiner.dev/")}
-    world.emulator.apply({**node, "metadata": {**node["metadata"], "labels": labels}})
     world.publish("spot_interruption.json", instance)
-    world.deliver_interruptions()
-    assert_cordoned(world, "lost")
-    assert world.evictions() == ["default/web-1"]
+    response, _ = world.deliver_interruptions()
+    assert response == {"batchItemFailures": []}
+    assert world.node("lost")["spec"].get("unschedulable") is None
+    assert world.evictions() == []
+    assert world.instance_state(instance) == "running"
+    assert world.metrics.total("NotOwnedSkipped", path="interruption") == 1
+
+
+@pytest.mark.parametrize("fixture", ["spot_interruption.json", "rebalance_recommendation.json"])
+def test_labels_a_kubelet_may_set_on_itself_never_make_an_instance_ours(world: World, fixture: str) -> None:
+    """Defect 7: an instance with no Joiner tags whose Node carries joiner.dev/nodepool and
+    joiner.dev/initialized is neither cordoned, drained, replaced nor terminated."""
+    instance = world.launch_node("stranger", managed=False)
+    node = world.node("stranger")
+    labels = {**node["metadata"]["labels"], wk.NODEPOOL: "default", wk.INITIALIZED: "true"}
+    world.emulator.apply({**node, "metadata": {**node["metadata"], "labels": labels}})
+    world.add_pod("web-1", "stranger")
+    world.publish(fixture, instance)
+    response, _ = world.deliver_interruptions()
     world.run_work_queue()
-    assert world.node("lost") is None and world.instance_state(instance) in ("shutting-down", "terminated")
+    assert response == {"batchItemFailures": []}
+    assert world.node("stranger")["spec"].get("unschedulable") is None
+    assert world.evictions() == []
+    assert world.instance_state(instance) == "running"
+    assert world.fleet_instances() == []
+    assert world.metrics.total("NotOwnedSkipped", path="interruption") == 1
 
 
 def test_a_failing_message_is_retried_then_dead_lettered(world: World) -> None:

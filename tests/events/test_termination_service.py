@@ -31,7 +31,8 @@ class World:
     def __init__(self) -> None:
         self.clock = FakeClock()
         self.kube = DrainingKubernetes(self.clock)
-        self.ec2 = FakeEc2(clock=self.clock)
+        self.ec2 = FakeEc2(cluster_name=SETTINGS.cluster_name, clock=self.clock)
+        self.ec2.add_instance(INSTANCE)
         self.state = FakeState()
         self.queue = FakeQueue()
         self.metrics = RecordingMetrics()
@@ -402,3 +403,13 @@ def test_the_drained_node_is_deleted_by_uid_and_a_node_recreated_under_its_name_
     survivor = world.kube.get("nodes", None, "n1")
     assert survivor is not None and survivor["metadata"]["uid"] != drained_uid
     assert world.ec2.terminated == [INSTANCE] and world.state.get_claim("c1").state == "closed"
+
+
+def test_an_instance_whose_own_tags_do_not_name_the_cluster_is_never_terminated(world: World) -> None:
+    """Defect 7's last guard: whatever began the termination, the instance's own tags decide."""
+    world.ec2.add_instance(INSTANCE, tags={"Name": "someone-else"})
+    result = begin_termination(world.runtime, "n1", "state-change", EPOCH, EPOCH, instance_id=INSTANCE, claim_id="c1", node_pool="default")
+    assert result is not None
+    assert world.ec2.terminated == []
+    assert world.metrics.total("NotOwnedSkipped", path="termination") == 1
+

@@ -546,6 +546,16 @@ class FakeEc2:
                     self.instances[instance_id] = dataclasses.replace(record, state="shutting-down")
                 self.terminated.append(instance_id)
 
+    def add_instance(self, instance_id: str, instance_type: str = "c5.xlarge", zone: str = "us-east-1a", *, tags: Mapping[str, str] | None = None) -> InstanceRecord:
+        """A running instance Joiner launched (tagged ``joiner.dev/cluster``) unless ``tags`` says otherwise."""
+        record = InstanceRecord(
+            instance_id, instance_type, zone, "running", self.clock.now(),
+            dict(tags) if tags is not None else {"joiner.dev/cluster": self.cluster_name},
+        )
+        with self._lock:
+            self.instances[instance_id] = record
+        return record
+
     def describe_instances(self, instance_ids: Sequence[str]) -> list[InstanceRecord]:
         self._enter("describe_instances")
         with self._lock:

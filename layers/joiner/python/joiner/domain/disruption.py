@@ -123,7 +123,9 @@ class NodeFacts:
     initialized; ``terminating``: a termination is in progress; ``nominated_at``: when the
     provisioner last planned pending pods onto it; ``empty_since``: first time it was seen
     with no reschedulable pod (consecutive passes); ``launch``: its instance's image, subnet
-    and security groups (None: unknown, e.g. the instance was not found)."""
+    and security groups (None: unknown, e.g. the instance was not found); ``not_owned``: why
+    the node is not provably Joiner's (:mod:`joiner.domain.ownership`), None when it is. A
+    node not owned is never a candidate and counts in no NodePool's budget."""
 
     price: float | None = None
     initialized_at: datetime | None = None
@@ -131,6 +133,7 @@ class NodeFacts:
     nominated_at: datetime | None = None
     empty_since: datetime | None = None
     launch: LaunchInputs | None = None
+    not_owned: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -510,6 +513,10 @@ class _Pass:
             pool_name = node.labels.get(wk.NODEPOOL)
             if not pool_name:
                 continue  # not Joiner's
+            not_owned = self.facts(node.name).not_owned
+            if not_owned is not None:
+                self.blocked[node.name] = f"not owned by Joiner: {not_owned}"
+                continue
             self.total[pool_name] = self.total.get(pool_name, 0) + 1
             if self._terminating(node):
                 self.going.add(node.name)

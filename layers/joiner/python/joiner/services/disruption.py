@@ -52,7 +52,10 @@ from joiner.domain.disruption import (
     validate,
 )
 from joiner.domain.model import InstanceType, Node
+from joiner.domain.ownership import not_owned_reason
 from joiner.observability import logger
+from joiner.ports import InstanceRecord
+from joiner.services.ownership import refuse
 
 if TYPE_CHECKING:
     from joiner.services.context import Runtime
@@ -135,10 +138,18 @@ def read_input(runtime: Runtime, now: datetime) -> DisruptionInput:
     nominated = {str(item.get("node")): _time(item.get("at")) for item in state.list_items(NOMINATION_KIND)}
     claims = {c.node_name: c for c in work.claims if c.node_name}
     drift_nodes = _drift_nodes(snapshot, work.pools, terminating)
-    launches = _launch_inputs(runtime, drift_nodes)
+    labelled = [n for n in snapshot.nodes if n.labels.get(wk.NODEPOOL)]
+    instances = _describe_instances(runtime, labelled)
+    launches = _launch_inputs(runtime, drift_nodes, instances)
+    claimed_instances = {c.instance_id for c in work.claims if c.instance_id}
     facts: dict[str, NodeFacts] = {}
     for node in snapshot.nodes:
         claim = claims.get(node.name)
+        not_owned = None
+        if node.labels.get(wk.NODEPOOL):
+            not_owned = _not_owned(runtime, node, instances, claimed_instances)
+            if not_owned is not None:
+                refuse(runtime, "disruption", not_owned, node=node.name)
         facts[node.name] = NodeFacts(
             price=claim.price if claim is not None else None,
             initialized_at=claim.initialized_at if claim is not None else None,
@@ -147,6 +158,7 @@ def read_input(runtime: Runtime, now: datetime) -> DisruptionInput:
             # never seen empty before: it counts as empty from now on
             empty_since=empty_since.get(node.name) or now,
             launch=launches.get(node.name),
+            not_owned=not_owned,
         )
     amis = _current_amis(runtime, work, [n for n in drift_nodes if n.name in launches and launches[n.name].image_id], types, now)
     classes = {}
@@ -182,23 +194,44 @@ def _drift_nodes(snapshot: Any, pools: Mapping[str, Any], terminating: set[str])
     ]
 
 
-def _launch_inputs(runtime: Runtime, nodes: Sequence[Node]) -> dict[str, LaunchInputs]:
-    """Per node name, its instance's image, subnet and security groups (one batched
-    DescribeInstances). A failed call or a missing instance leaves the node unknown.
+def _describe_instances(runtime: Runtime, nodes: Sequence[Node]) -> dict[str, InstanceRecord] | None:
+    """The nodes' instances by id (one batched DescribeInstances); None when the call failed."""
+    ids = sorted({str(n.instance_id) for n in nodes if n.instance_id})
+    if not ids:
+        return {}
+    try:
+        return {r.instance_id: r for r in runtime.ec2.describe_instances(ids)}
+    except Exception as error:  # noqa: BLE001 - unknown instances: no node is owned, no launch input drifts
+        logger.warning("describing the nodes' instances failed; no node is disrupted and no launch input drifts this pass",
+                       extra={"error": f"{type(error).__name__}: {error}", "nodes": len(ids)})
+        return None
+
+
+def _not_owned(runtime: Runtime, node: Node, instances: Mapping[str, InstanceRecord] | None, claimed: set[str]) -> str | None:
+    """Why ``node`` is not provably Joiner's (see :mod:`joiner.domain.ownership`), or None."""
+    if instances is None:
+        return "its instance could not be described"
+    instance_id = str(node.instance_id) if node.instance_id else None
+    record = instances.get(instance_id) if instance_id else None
+    return not_owned_reason(
+        instance_id, record.tags if record is not None else None,
+        instance_id if instance_id in claimed else None, runtime.settings.cluster_name,
+    )
+
+
+def _launch_inputs(runtime: Runtime, nodes: Sequence[Node], instances: Mapping[str, InstanceRecord] | None) -> dict[str, LaunchInputs]:
+    """Per node name, its instance's image, subnet and security groups (from ``instances``,
+    the batched DescribeInstances of :func:`_describe_instances`). A failed call or a
+    missing instance leaves the node unknown.
 
     An instance reporting no security group is unknown too: an EC2 instance in a VPC always
     has one, so an empty list means the answer lacks them (emulators do), not a change."""
     if not nodes:
         return {}
-    ids = sorted({str(n.instance_id) for n in nodes})
-    try:
-        records = runtime.ec2.describe_instances(ids)
-    except Exception as error:  # noqa: BLE001 - unknown launch inputs never cause drift
+    if instances is None:
         runtime.count(DRIFT_UNKNOWN_METRIC, len(nodes), input="instance")
-        logger.warning("drift: describing the nodes' instances failed; AMI, subnet and security-group drift skipped this pass",
-                       extra={"error": f"{type(error).__name__}: {error}", "nodes": len(nodes)})
         return {}
-    by_id = {r.instance_id: r for r in records}
+    by_id = instances
     result: dict[str, LaunchInputs] = {}
     missing: list[str] = []
     for node in nodes:

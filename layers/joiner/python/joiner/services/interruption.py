@@ -3,9 +3,13 @@
 For every instance an event names:
 
 1. find what Joiner knows about it: its claim (the open claims, read once per
-   invocation, else DynamoDB ``byInstance``), its Node (by ``providerID``), its NodePool (claim, ``joiner.dev/nodepool`` label, or the instance's
-   ``joiner.dev/nodepool`` tag when it carries ``joiner.dev/managed-by: <cluster>``);
-2. :func:`joiner.domain.interruption.decide_action`;
+   invocation, else DynamoDB ``byInstance``), its Node (by ``providerID``), its NodePool
+   (claim, else the Node's ``joiner.dev/nodepool`` label);
+2. :func:`joiner.domain.interruption.decide_action`; before any action, ownership is
+   confirmed from the instance's own ``joiner.dev/cluster`` tag and a claim recording the
+   instance (:mod:`joiner.domain.ownership`): a Node's labels alone prove nothing, since a
+   kubelet may set them on itself. Anything else is left alone and counted
+   (``NotOwnedSkipped``);
 3. carry the action out:
 
    * **cordon-replace-drain** (spot warning, capacity reservation warning, scheduled
@@ -59,6 +63,7 @@ from joiner.domain.model import NodePool, OfferingKey, Pod
 from joiner.domain.termination import DISRUPTED_TAINT, reschedulable_pods
 from joiner.observability import logger
 from joiner.ports import ClaimRecord, Ec2Error, JsonDict
+from joiner.services.ownership import ownership_problem, refuse
 from joiner.services.termination import TerminationResult, begin_termination, cordon_node
 
 if TYPE_CHECKING:
@@ -365,13 +370,19 @@ def _handle_instance(runtime: Runtime, view: ClusterView, event: InterruptionEve
     node = view.node_for(instance_id, claim)
     labels = ((node or {}).get("metadata") or {}).get("labels") or {}
     pool_name = (claim.node_pool if claim else None) or labels.get(wk.NODEPOOL) or None
-    if pool_name is None and claim is None:
-        pool_name = _pool_from_tags(runtime, instance_id)
     pool = view.node_pool(pool_name) if pool_name else None
     action = decide_action(event, claim, pool)
+    not_owned = None
+    if action.kind not in (di.ACTION_UNMANAGED, di.ACTION_NONE):
+        not_owned = ownership_problem(runtime, instance_id, claim.instance_id if claim else None)
+        if not_owned is not None:
+            action = dataclasses.replace(action, kind=di.ACTION_UNMANAGED, reason=not_owned)
     node_name = node["metadata"]["name"] if node else (claim.node_name if claim else None)
     base = NodeOutcome(instance_id, action.kind, action.reason, node=node_name, node_pool=pool_name, claim_id=claim.claim_id if claim else labels.get(wk.NODECLAIM))
 
+    if not_owned is not None:
+        refuse(runtime, "interruption", not_owned, instance=instance_id, kind=event.kind, event_id=event.event_id)
+        return base
     if action.kind == di.ACTION_UNMANAGED:
         runtime.count("InterruptionUnmanaged", kind=event.kind)
         logger.info("interruption for an unmanaged instance acknowledged", extra={"instance": instance_id, "kind": event.kind, "event_id": event.event_id})
@@ -416,20 +427,6 @@ def _handle_instance(runtime: Runtime, view: ClusterView, event: InterruptionEve
         replace_pods=replace_pods if action.replace else None,
     )
     return dataclasses.replace(base, replacement_claims=tuple(launched), termination=result.status, evicted=result.evicted)
-
-
-def _pool_from_tags(runtime: Runtime, instance_id: str) -> str | None:
-    """The NodePool of an instance Joiner launched but has no claim for (state lost)."""
-    try:
-        records = runtime.ec2.describe_instances([instance_id])
-    except Ec2Error as error:
-        if "NotFound" in (error.code or ""):
-            return None
-        raise
-    for record in records:
-        if record.tags.get(wk.MANAGED_BY_TAG) == runtime.settings.cluster_name:
-            return record.tags.get(wk.NODEPOOL) or None
-    return None
 
 
 def _mark_unavailable(

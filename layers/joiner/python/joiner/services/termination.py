@@ -39,6 +39,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Self
 
 from joiner.domain import labels as wk
+from joiner.domain.launch import CLUSTER_TAG
 from joiner.domain.model import Pod
 from joiner.domain.termination import (
     DISRUPTED_TAINT,
@@ -838,6 +839,26 @@ def _ready_claim_nodes(runtime: Runtime, claim_ids: Sequence[str]) -> set[str]:
     return ready
 
 
+
+def _terminate_if_ours(runtime: Runtime, instance_id: str, node: str) -> None:
+    """Terminate ``instance_id`` only if its own tags name this cluster (a last check: every
+    path that begins a termination has confirmed ownership, see :mod:`joiner.domain.ownership`).
+    An instance EC2 no longer knows needs nothing."""
+    from joiner.services.ownership import instance_tags, refuse
+
+    tags = instance_tags(runtime, [instance_id]).get(instance_id)
+    if tags is None:
+        return
+    if tags.get(CLUSTER_TAG) != runtime.settings.cluster_name:
+        refuse(runtime, "termination", f"instance {instance_id} is not tagged {CLUSTER_TAG}={runtime.settings.cluster_name}", node=node, instance=instance_id)
+        return
+    try:
+        runtime.ec2.terminate_instances([instance_id])
+    except Ec2Error as error:
+        if "NotFound" not in (error.code or ""):
+            raise
+
+
 def _finish(
     runtime: Runtime, state: TerminationState, now: datetime, *, node_exists: bool, why: str, node_uid: str | None = None,
     evicted: tuple[str, ...] = (), blocked: tuple[str, ...] = (), deleted: tuple[str, ...] = (), failed: tuple[str, ...] = (),
@@ -847,11 +868,7 @@ def _finish(
     termination. ``node_uid``: the uid of the Node drained; the deletion is conditional on
     it, so a Node re-created under the same name (a reused private DNS name) is left alone."""
     if state.instance_id:
-        try:
-            runtime.ec2.terminate_instances([state.instance_id])
-        except Ec2Error as error:
-            if "NotFound" not in (error.code or ""):
-                raise
+        _terminate_if_ours(runtime, state.instance_id, state.node)
     if node_exists:
         try:
             if not runtime.kube.delete_node(state.node, uid=node_uid):

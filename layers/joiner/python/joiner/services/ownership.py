@@ -1,0 +1,42 @@
+"""Ownership checks before Joiner cordons, evicts from or terminates a node.
+
+See :mod:`joiner.domain.ownership` for the rule. These helpers read the instances' tags
+(one batched DescribeInstances) and record every refusal under one metric,
+``NotOwnedSkipped`` (dimension ``path``: the use case that refused)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
+
+from joiner.domain.ownership import not_owned_reason
+from joiner.observability import logger
+
+if TYPE_CHECKING:
+    from joiner.ports import InstanceRecord
+    from joiner.services.context import Runtime
+
+__all__ = ["NOT_OWNED_METRIC", "instance_tags", "ownership_problem", "refuse"]
+
+NOT_OWNED_METRIC = "NotOwnedSkipped"
+
+
+def instance_tags(runtime: Runtime, instance_ids: Iterable[str]) -> dict[str, Mapping[str, str]]:
+    """Tags of each instance EC2 still knows (terminated ones included), by id."""
+    ids = sorted({i for i in instance_ids if i})
+    if not ids:
+        return {}
+    records: list[InstanceRecord] = runtime.ec2.describe_instances(ids)
+    return {r.instance_id: r.tags for r in records}
+
+
+def ownership_problem(runtime: Runtime, instance_id: str | None, claim_instance_id: str | None) -> str | None:
+    """None when the instance is provably ours (its tags and a claim); otherwise why not."""
+    tags = instance_tags(runtime, [instance_id]).get(instance_id) if instance_id else None
+    return not_owned_reason(instance_id, tags, claim_instance_id, runtime.settings.cluster_name)
+
+
+def refuse(runtime: Runtime, path: str, reason: str, **context: object) -> None:
+    """Count and log one refusal to act on something Joiner does not own."""
+    runtime.count(NOT_OWNED_METRIC, path=path)
+    logger.warning("not acting on an instance Joiner does not own", extra={"path": path, "reason": reason, **context})
