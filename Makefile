@@ -21,7 +21,7 @@ CLUSTER ?=
 REGION ?=
 CDK_ARGS ?=
 
-.PHONY: install demo test bench synth lint clean cdk-cli deploy bootstrap destroy require-cluster
+.PHONY: install demo test bench soak synth lint clean cdk-cli deploy bootstrap destroy require-cluster
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -c 'import sys; sys.exit("Joiner needs Python >= 3.11") if sys.version_info < (3, 11) else None'
@@ -52,6 +52,10 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.interruption
 	$(BIN)/python -m bench.disruption
 	$(BIN)/python -m bench.coldstart
+
+## The fault-injection soak: 200 seeds of crashes, redeliveries, overlaps and API faults (see docs/soak.md).
+soak: $(STAMP)
+	$(BIN)/python -m bench.soak --seeds 200
 
 synth: $(STAMP)
 	$(BIN)/python -m infra.synth

@@ -307,7 +307,6 @@ class Simulation:
         from joiner.local.kube_emulator import KubeEmulator
         from joiner.local.lambdas import SqsTime, handler_path, load_handler
         from joiner.local.stack import LocalStack
-        from joiner.services.context import build_runtime
 
         self._exit = contextlib.ExitStack()
         self.moto = SerialMotoServer()
@@ -351,7 +350,7 @@ class Simulation:
                 self.result.missing_handlers.append(name)
                 continue
             module = load_handler(name, self.functions_dir)
-            runtime = build_runtime(settings, clock=self.clock, sleep=self.clock.sleep, metric=record, catalog_value=self.catalog)
+            runtime = self._build_runtime(name, settings, record)
             if hasattr(module, "reset"):
                 module.reset()
             module.configure(runtime)
@@ -365,6 +364,19 @@ class Simulation:
         self._queues = {"interruption": self.stack.interruption, "work": self.stack.work}
         self._events = list(scenario.events)
         self._replacements: dict[str, list[str]] = {}  # instance -> interrupted instance it replaces
+
+    def _build_runtime(self, name: str, settings: Any, metric: Callable[..., None]) -> Any:
+        """The runtime of function ``name``'s execution environment (the fault-injection soak
+        builds its own, with hooks on its clients)."""
+        from joiner.services.context import build_runtime
+
+        return build_runtime(settings, clock=self.clock, sleep=self.clock.sleep, metric=metric, catalog_value=self.catalog)
+
+    def _call_handler(self, name: str, module: ModuleType, event: dict[str, Any], context: Any) -> dict[str, Any] | None:
+        """One Lambda invocation of ``module``'s handler (stdout swallowed)."""
+        with contextlib.redirect_stdout(io.StringIO()):
+            response: dict[str, Any] | None = module.handler(event, context)
+        return response
 
     def _teardown(self) -> None:
         for module in self.handlers.values():
@@ -570,8 +582,7 @@ class Simulation:
         response: dict[str, Any] | None = None
         error: str | None = None
         try:
-            with contextlib.redirect_stdout(io.StringIO()):
-                response = module.handler(event, context)
+            response = self._call_handler(name, module, event, context)
         except Exception as failure:  # noqa: BLE001 - a failing invocation is reported, as Lambda would
             error = f"{type(failure).__name__}: {failure}"
             self.result.handler_errors.append(f"{_fmt_delta(self._elapsed())} {name}: {error}")

@@ -1,0 +1,65 @@
+"""The fault-injection soak in CI: a few short seeds of :mod:`joiner.local.soak` (the real
+handlers on moto and the Kubernetes emulator, crashes between external calls, SQS
+duplicates and reordering, overlapping scanners, Kubernetes 429/5xx/dropped connections,
+EC2 capacity errors and throttling), every fault kind drawn in at least one seed, and one
+test per invariant asserting it held in every seed. ``make soak`` runs 200+ seeds.
+
+Invariants that today's code is known to break carry ``xfail(strict=False)`` naming the
+defect of issue 10 (docs/soak.md lists a reproducing seed for each); remove the mark when
+the fix lands.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from joiner.local.soak import FAULT_KINDS, INVARIANTS, SoakResult, run_seed
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: (seed, fault kinds): every kind in at least one run, three kinds per run to keep CI short.
+CI_RUNS: tuple[tuple[int, tuple[str, ...]], ...] = (
+    (11, ("crash", "sqs-duplicate", "ec2-throttle")),
+    (12, ("crash-after-launch", "kube-500", "sqs-reorder")),
+    (13, ("crash-after-claim-write", "scanner-overlap", "kube-429")),
+    (14, ("crash-mid-drain", "ec2-capacity", "kube-timeout")),
+)
+
+KNOWN_BROKEN = {
+    "unowned": "issue 10 defect 7: emptiness consolidation and gc act on a Node labelled joiner.dev/nodepool whose instance has no Joiner tags",
+    "limit": "issue 10 defect 3: interruption replacements and racing rounds launch past a NodePool limit",
+    "double-launch": "issue 10 defects 1-2: a batch of interruptions, or a round that died after CreateFleet, promises pods twice",
+    "stranded-pods": "issue 10 defects 4-5: a drain aborted by an eviction error, or a spot warning behind a rebalance, strands pods",
+    "untracked": "issue 10 defect 2: an instance launched by a round that died before recording it is not adopted in time",
+}
+
+
+def test_every_fault_kind_is_drawn_in_ci() -> None:
+    assert {kind for _, kinds in CI_RUNS for kind in kinds} == set(FAULT_KINDS)
+
+
+@pytest.fixture(scope="module")
+def soak_runs() -> list[SoakResult]:
+    return [run_seed(seed, kinds, functions_dir=ROOT / "functions") for seed, kinds in CI_RUNS]
+
+
+def test_the_faults_strike(soak_runs: list[SoakResult]) -> None:
+    """Each run's faults actually happened (a soak that injects nothing proves nothing)."""
+    struck = {kind for run in soak_runs for kind in run.faults}
+    assert struck >= {"crash", "crash-after-launch", "sqs-duplicate", "sqs-reorder", "scanner-overlap", "ec2-capacity"}, struck
+    assert len(struck) >= len(FAULT_KINDS) - 2, sorted(set(FAULT_KINDS) - struck)
+    for run in soak_runs:
+        assert run.invocations["scanner"] >= 8 and run.invocations["interruption"] >= 1, (run.seed, run.invocations)
+
+
+@pytest.mark.parametrize("invariant", [
+    pytest.param(name, marks=pytest.mark.xfail(strict=False, reason=KNOWN_BROKEN[name])) if name in KNOWN_BROKEN else name
+    for name in INVARIANTS
+])
+def test_invariant_holds_in_every_run(invariant: str, soak_runs: list[SoakResult]) -> None:
+    broken = [f"seed {run.seed} ({', '.join(run.kinds)}): {v.explain()}\n  reproduce: {run.reproduce()}"
+              for run in soak_runs for v in run.violations if v.invariant == invariant]
+    assert not broken, "\n".join(broken)
