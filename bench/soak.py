@@ -30,10 +30,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=200, help="how many seeds (default 200)")
     parser.add_argument("--start", type=int, default=1, help="first seed (default 1)")
     parser.add_argument("--seed", type=int, default=None, help="run only this seed")
-    parser.add_argument("--faults", default="", help=f"comma-separated fault kinds (default: drawn per seed from {', '.join(FAULT_KINDS)})")
+    parser.add_argument("--faults", default="", help=f"comma-separated fault kinds, or none (default: drawn per seed from {', '.join(FAULT_KINDS)})")
     parser.add_argument("--verbose", action="store_true", help="print each run's timeline")
     args = parser.parse_args(argv)
-    kinds = [k for k in args.faults.split(",") if k] or None
+    kinds: list[str] | None = [k for k in args.faults.split(",") if k] or None
+    if kinds == ["none"]:
+        kinds = []  # the scenario alone: what today's code does without faults
     unknown = sorted(set(kinds or ()) - set(FAULT_KINDS))
     if unknown:
         parser.error(f"unknown fault kind {unknown[0]!r} (one of {', '.join(FAULT_KINDS)})")

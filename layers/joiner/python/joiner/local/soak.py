@@ -102,7 +102,7 @@ class SoakResult:
 
     def reproduce(self) -> str:
         """The command that runs this seed again."""
-        return f"python -m bench.soak --seed {self.seed} --faults {','.join(self.kinds)} --verbose"
+        return f"python -m bench.soak --seed {self.seed} --faults {','.join(self.kinds) or 'none'} --verbose"
 
 
 # ---------------------------------------------------------------- scenarios
@@ -112,8 +112,9 @@ def soak_scenario(rng: random.Random, cluster: str = "soak") -> Scenario:
     """A small scenario drawn from ``rng``: one spot NodePool with a CPU limit, one or two
     workloads (one behind a PodDisruptionBudget), a spot interruption and/or a rebalance
     recommendation (sometimes both for the same instance, sometimes warnings for two instances
-    at once), a scale-up and a scale-down."""
+    at once), a scale-up and a scale-down; instances boot in 40, 70 or 100 s."""
     limit = rng.choice([6, 8, 12, 16])
+    boot = rng.choice([40, 70, 100])  # launch -> Node Ready: shorter or longer than a scanner period
     web = rng.randint(3, 10)
     web_cpu = rng.choice(["500m", "1"])
     pool = {
@@ -153,7 +154,7 @@ def soak_scenario(rng: random.Random, cluster: str = "soak") -> Scenario:
     events.append({"at": f"{rng.randint(210, 270)}s", "scale": {"workload": "web", "replicas": web + rng.randint(1, 6)}})
     events.append({"at": f"{rng.randint(330, 390)}s", "scale": {"workload": "web", "replicas": rng.randint(0, 2)}})
     return parse_scenario({
-        "name": f"soak-{shape}-limit{limit}", "cluster": cluster, "duration": "9m", "bootDelay": "40s",
+        "name": f"soak-{shape}-limit{limit}-boot{boot}s", "cluster": cluster, "duration": "9m", "bootDelay": f"{boot}s",
         "objects": objects, "workloads": workloads, "events": events,
     })
 
@@ -576,7 +577,9 @@ class SoakSimulation(Simulation):
                     used[resource] += amount
             for resource, limit in sorted(limits.items()):
                 if used[resource] > limit:
-                    members = ", ".join(f"{i.instance_id} {i.instance_type}" for i in sorted(instances, key=lambda i: (i.launched, i.instance_id)))
+                    warned = {r.instance_id for r in self.ec2.interruptions}
+                    members = ", ".join(f"{i.instance_id} {i.instance_type}" + (" (spot warning)" if i.instance_id in warned else "")
+                                        for i in sorted(instances, key=lambda i: (i.launched, i.instance_id)))
                     self._violate("limit", (pool, resource), f"NodePool {pool}",
                                   f"{resource} {used[resource] / 1000:g} > limit {limit / 1000:g} across {len(instances)} running instances: {members}")
 
