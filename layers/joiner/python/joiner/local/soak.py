@@ -325,6 +325,9 @@ class SoakSimulation(Simulation):
                 kube.append((kind, rng.choice(_KUBE_PATHS), rng.randint(1, 5)))
         overlap = "scanner-overlap" in kinds and name == "scanner" and self._overlap_module is not None and rng.random() < 0.5
         pause = rng.randint(1, 20) if overlap else None
+        if "kube-500" in kinds and name in ("interruption", "termination") and rng.random() < 0.5:
+            # every eviction answers 500 beyond the client's attempts, as for a pod two PodDisruptionBudgets select
+            kube.append(("kube-500", "/eviction", rng.randint(4, 8)))
         return Armed(crash=crash, pause_after=pause, throttle_ec2=throttle, capacity=capacity), kube, overlap
 
     def _call_handler(self, name: str, module: ModuleType, event: dict[str, Any], context: Any) -> dict[str, Any] | None:
