@@ -104,7 +104,7 @@ def test_a_death_mid_drain_strikes_after_the_eviction_took_effect() -> None:
                             "spec": {"nodeName": "node-1", "containers": [{"name": "main", "image": "pause"}]}})
         client = KubernetesClient(emulator.url, sleep=lambda seconds: None)
         gate = Gate("termination")
-        gate.install_kubernetes(client._api)
+        gate.install_kubernetes(client._pool)
         gate.arm(Armed(crash=("crash-mid-drain", 1)))
         with pytest.raises(LambdaDeath, match="eviction"):
             client.evict_pod("default", "web-1")

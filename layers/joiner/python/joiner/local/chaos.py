@@ -3,7 +3,7 @@ around each external call a Lambda execution environment makes.
 
 A :class:`Gate` sits on one execution environment's clients: botocore ``before-call`` /
 ``after-call`` hooks on every AWS client of its boto3 session, and a wrapper around the
-Kubernetes client's HTTP call. Before each invocation the soak :meth:`~Gate.arm`\\ s it with
+Kubernetes adapter's HTTP transport. Before each invocation the soak :meth:`~Gate.arm`\\ s it with
 an :class:`Armed` plan; the gate counts the invocation's calls and, at the chosen one,
 
 * raises :class:`LambdaDeath` *after* the call took effect (the answer is lost, as when the
@@ -188,11 +188,12 @@ class Gate:
         operation = f"{model.service_model.endpoint_prefix}.{model.name}"
         self.after(operation, context.get("soak_tags") or call_tags(operation))
 
-    def install_kubernetes(self, api_client: Any) -> None:
-        """Wrap the official client's ``call_api`` (every Kubernetes request of the adapter)."""
-        original = api_client.call_api
+    def install_kubernetes(self, transport: Any) -> None:
+        """Wrap the Kubernetes adapter's HTTP transport (its urllib3 pool's ``request``: every
+        Kubernetes request the adapter makes)."""
+        original = transport.request
 
-        def call_api(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        def request(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
             path = url.split("://", 1)[-1].split("/", 1)[-1].split("?", 1)[0]
             operation = f"k8s.{method} /{path}"
             self.before(operation)
@@ -200,7 +201,7 @@ class Gate:
             self.after(operation, call_tags(operation))
             return answer
 
-        api_client.call_api = call_api
+        transport.request = request
 
 
 def describe_counts(counts: Counter[str]) -> str:

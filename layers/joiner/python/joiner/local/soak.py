@@ -268,7 +268,7 @@ class SoakSimulation(Simulation):
         session = boto3.Session(region_name=settings.region)
         gate.install_aws(session)
         kube = KubernetesClient.from_settings(settings, clock=self.clock, sleep=self.clock.sleep)
-        gate.install_kubernetes(kube._api)
+        gate.install_kubernetes(kube._pool)
         self.gates[name] = gate
         return build_runtime(settings, clock=self.clock, sleep=self.clock.sleep, metric=metric, catalog_value=self.catalog,
                              kube_port=kube, _aws=AwsClients(settings.region, settings.aws_endpoint_url, session=session))
