@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from joiner.local.soak import FAULT_KINDS, INVARIANTS, SoakResult, run_seed
 
 pytestmark = pytest.mark.slow
@@ -32,10 +33,7 @@ CI_RUNS: tuple[tuple[int, tuple[str, ...]], ...] = (
 )
 
 #: Seeds 2 and 11 broke ``limit`` and ``double-launch`` before defects 1-3 were fixed (46b16c4..f029045).
-KNOWN_BROKEN = {
-    "unowned": "issue 10 defect 7: emptiness consolidation terminates an instance without Joiner tags whose Node carries Joiner's labels",
-    "stranded-pods": "issue 10 defect 4: evictions answering 500 abort the drain and nothing deletes the pods by the deadline",
-}
+KNOWN_BROKEN: dict[str, str] = {}
 
 
 def test_every_fault_kind_is_drawn_in_ci() -> None:

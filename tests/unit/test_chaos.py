@@ -10,10 +10,11 @@ from typing import Any
 import boto3
 import pytest
 from botocore.exceptions import ClientError
+from moto import mock_aws
+
 from joiner.adapters.kubernetes import KubernetesClient
 from joiner.local.chaos import Armed, Gate, LambdaDeath, call_tags
 from joiner.local.kube_emulator import KubeEmulator
-from moto import mock_aws
 
 REGION = "us-east-1"
 

@@ -143,7 +143,8 @@ def soak_scenario(rng: random.Random, cluster: str = "soak") -> Scenario:
         objects.append({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "api", "namespace": "default"},
                         "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "api"}}}})
         events.append({"at": "20s", "scale": {"workload": "api", "replicas": rng.randint(2, 4)}})
-    warned = rng.randint(130, 200)
+    # after the first launch (scanner tick at 60 s) has booted, even when a crash costs one tick
+    warned = 60 + boot + rng.randint(70, 110)
     shape = rng.choice(["spot", "spot", "rebalance", "both", "burst"])
     if shape in ("spot", "both", "burst"):
         events.append({"at": f"{warned}s", "spotInterruption": {"nodePool": "spot"}})
@@ -151,8 +152,8 @@ def soak_scenario(rng: random.Random, cluster: str = "soak") -> Scenario:
         events.append({"at": f"{warned}s", "spotInterruption": {"nodePool": "spot", "index": 1}})
     if shape in ("rebalance", "both"):
         events.append({"at": f"{warned}s", "rebalanceRecommendation": {"nodePool": "spot"}})
-    events.append({"at": f"{rng.randint(210, 270)}s", "scale": {"workload": "web", "replicas": web + rng.randint(1, 6)}})
-    events.append({"at": f"{rng.randint(330, 390)}s", "scale": {"workload": "web", "replicas": rng.randint(0, 2)}})
+    events.append({"at": f"{warned + rng.randint(40, 80)}s", "scale": {"workload": "web", "replicas": web + rng.randint(1, 6)}})
+    events.append({"at": f"{warned + rng.randint(150, 200)}s", "scale": {"workload": "web", "replicas": rng.randint(0, 2)}})
     return parse_scenario({
         "name": f"soak-{shape}-limit{limit}-boot{boot}s", "cluster": cluster, "duration": "9m", "bootDelay": f"{boot}s",
         "objects": objects, "workloads": workloads, "events": events,
@@ -507,7 +508,7 @@ class SoakSimulation(Simulation):
             self._violate("unowned", ("deleted",), subject, f"its Node was deleted (after {function})")
         elif (node.get("spec") or {}).get("unschedulable"):
             self._violate("unowned", ("cordoned",), subject, f"cordoned by {function}")
-        elif any(DECOY_TAINT != t.get("key") and t.get("key", "").startswith(("joiner.dev/", "karpenter.sh/"))
+        elif any(t.get("key") != DECOY_TAINT and t.get("key", "").startswith(("joiner.dev/", "karpenter.sh/"))
                  for t in (node.get("spec") or {}).get("taints") or []):
             self._violate("unowned", ("tainted",), subject, f"tainted by {function}")
 
