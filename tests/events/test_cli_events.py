@@ -56,7 +56,7 @@ def test_node_pool_settings_change_the_answer(capsys: pytest.CaptureFixture[str]
 @pytest.mark.parametrize(
     ("content", "fragment"),
     [
-        ("{not json", "not JSON"),
+        ("{not json", "not valid JSON"),
         ('{"field1": "value1"}', "not an EventBridge event"),
         ('{"id": "1", "source": "aws.s3", "detail-type": "Object Created"}', "unknown event type"),
         ('{"id": "1", "source": "aws.ec2", "detail-type": "EC2 Spot Instance Interruption Warning", "time": "2024-05-01T12:00:00Z", "detail": {}}',

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from joiner.domain import interruption as di
 from joiner.domain.interruption import InterruptionEvent, decide_action, instance_id_from_entity
@@ -13,6 +16,7 @@ from joiner.domain.model import NodePool
 from joiner.events import UnparseableEvent, normalize, normalize_body, parse_time
 from joiner.ports import ClaimRecord
 from tests.events.fixtures import FIXTURE_INSTANCE, KINDS, load_event
+from tests.events.fuzz import event_bodies
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 
@@ -92,7 +96,7 @@ def test_instance_id_from_entity() -> None:
 @pytest.mark.parametrize(
     ("body", "fragment"),
     [
-        ("not json", "not JSON"),
+        ("not json", "not valid JSON"),
         ("[1, 2]", "expected a JSON object"),
         (json.dumps({"field1": "value1", "field2": "value2"}), "not an EventBridge event"),
         (json.dumps({"id": "x", "source": "aws.s3", "detail-type": "Object Created"}), "unknown event type"),
@@ -186,3 +190,64 @@ def test_event_requires_aware_times_and_known_kind() -> None:
         InterruptionEvent("bogus", "id", (), None, T0, "x")
     with pytest.raises(ValueError, match="timezone"):
         InterruptionEvent(di.SPOT_INTERRUPTION, "id", (), None, datetime(2024, 1, 1), "x")
+
+
+# ---------------------------------------------------------------- hostile bodies (issue 10, defect 6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(body=event_bodies(), now=st.none() | st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(UTC)))
+def test_any_body_normalises_or_is_unparseable(body: str, now: datetime | None) -> None:
+    """Whatever the body, reading it gives an event or UnparseableEvent, nothing else, and
+    every time of an accepted event is in the window deadline arithmetic is safe in."""
+    try:
+        event = normalize_body(body, now=now)
+    except UnparseableEvent as error:
+        assert str(error)
+        return
+    for moment in (event.start_time, event.deadline):
+        assert moment is None or datetime(1970, 1, 1, tzinfo=UTC) <= moment < datetime(2201, 1, 1, tzinfo=UTC)
+    if now is not None:
+        assert now - timedelta(days=30) <= event.start_time <= now + timedelta(days=1)
+
+
+@pytest.mark.parametrize(
+    ("edit", "fragment"),
+    [
+        (lambda e: e.update(time="9999-12-31T23:59:59Z"), "time: time '9999-12-31T23:59:59"),
+        (lambda e: e.update(time="1969-12-31T23:59:59Z"), "out of range"),
+        (lambda e: e["detail"].update(startTime="9999-12-31T23:59:59-01:00"), "detail.startTime: time '9999-12-31T23:59:59-01:00' is out of range"),
+        (lambda e: e["detail"].update(startTime="Fri, 31 Dec 9999 23:59:59 -0100"), "detail.startTime"),
+        (lambda e: e["detail"].update(startTime="2026-05-02T12:00:00Z"), "more than 366 days from the event's time"),
+    ],
+)
+def test_times_outside_the_window_are_unparseable(edit, fragment: str) -> None:  # type: ignore[no-untyped-def]
+    event = load_event("health_scheduled_change.json")
+    edit(event)
+    with pytest.raises(UnparseableEvent, match=re.escape(fragment)):
+        normalize(event)
+
+
+def test_the_clock_window() -> None:
+    event = load_event("spot_interruption.json", time=T0)
+    assert normalize(event, now=T0 + timedelta(days=30)).start_time == T0
+    assert normalize(event, now=T0 - timedelta(days=1)).start_time == T0
+    with pytest.raises(UnparseableEvent, match="older than 30 day"):
+        normalize(event, now=T0 + timedelta(days=30, seconds=1))
+    with pytest.raises(UnparseableEvent, match="later than 1 day"):
+        normalize(event, now=T0 - timedelta(days=1, seconds=1))
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        ("[" * 5000 + "]" * 5000, "nested more than 32 levels deep"),
+        ('{"id": ' + "9" * 401 + "}", "401 characters"),
+        ('{"id": 1e999}', "out of range"),
+        ('{"id": NaN}', "NaN is not valid JSON"),
+        (" " * (256 * 1024 + 1), "more than the 262,144 allowed"),
+    ],
+)
+def test_bodies_over_the_bounds_are_unparseable(body: str, fragment: str) -> None:
+    with pytest.raises(UnparseableEvent, match=re.escape(fragment)):
+        normalize_body(body)

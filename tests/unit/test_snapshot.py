@@ -857,7 +857,7 @@ class TestLoadYaml:
         error = error_of(load_snapshot_yaml, "apiVersion: v1\nkind: Pod\nmetadata:\n  name: [unclosed\n")
         assert error.object_ref == "snapshot" and error.field.startswith("line 5")
         error = error_of(load_snapshot_yaml, "kind: Pod\n  bad: indent\n")
-        assert str(error).startswith("snapshot: line 2, column 6: mapping values are not allowed here")
+        assert str(error).startswith("snapshot: line 2, column 6: mapping values are not allowed")  # libyaml: "in this context"
 
     def test_duplicate_keys_are_errors(self) -> None:
         text = "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: a\n    resources:\n      requests: {cpu: 1, cpu: 2}\n"

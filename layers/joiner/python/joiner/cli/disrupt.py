@@ -42,11 +42,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def _now(text: str | None) -> datetime:
     if text is None:
         return datetime.now(UTC)
+    from joiner.domain.bounded import EARLIEST_TIME, LATEST_TIME, time_in_range
+
     try:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         raise UsageError(f"--now: expected an ISO 8601 time such as 2025-01-06T09:00:00Z, got {text!r}") from None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+    moment = moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+    if not time_in_range(moment):
+        raise UsageError(f"--now: {text!r} is out of range (expected a time between {EARLIEST_TIME.year} and {LATEST_TIME.year})")
+    return moment
 
 
 def offline_node_classes(snapshot: Snapshot) -> dict[str, ResolvedNodeClass]:

@@ -1,6 +1,7 @@
 """``joiner events explain FILE``: what Joiner would do with one EventBridge event.
 
-Pure and offline: the event is normalised exactly as the interruption handler does and the
+Pure and offline: the event is read and normalised as the interruption handler does (the
+same size, depth, number and time bounds, less the window around the current time) and the
 action decided for a node of a NodePool with the given settings. It cannot know whether
 the instance is managed by Joiner, so the output says what it assumes. Prints one JSON
 object; malformed input exits with status 2 and one line saying what is wrong.
@@ -50,17 +51,14 @@ def explain_event(data: object, *, rebalance: str = "replace", termination_grace
 
 def run_explain(args: argparse.Namespace) -> int:
     from joiner.domain.durations import DurationError
-    from joiner.events import UnparseableEvent
+    from joiner.events import UnparseableEvent, parse_body
 
     try:
         text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise UsageError(f"cannot read event file {args.file!r}: {getattr(error, 'strerror', None) or error}") from None
     try:
-        data = json.loads(text)
-    except ValueError as error:
-        raise UsageError(f"{args.file}: not JSON ({error})") from None
-    try:
+        data = parse_body(text)
         result = explain_event(data, rebalance=args.rebalance, termination_grace_period=args.termination_grace_period)
     except UnparseableEvent as error:
         raise UsageError(f"{args.file}: {error}") from None

@@ -6,7 +6,8 @@ other document is passed through unchanged. Requirement keys are renamed
 (``karpenter.sh/capacity-type`` -> ``joiner.dev/capacity-type``,
 ``karpenter.k8s.aws/instance-*`` -> ``joiner.dev/instance-*``); what Joiner cannot express
 is dropped with one warning line on stderr naming the object and field. Malformed input
-exits with status 2 and one line.
+(including input over the size, nesting, alias and number bounds of
+:mod:`joiner.domain.bounded`) exits with status 2 and one line.
 """
 
 from __future__ import annotations
@@ -76,13 +77,13 @@ def run(args: argparse.Namespace) -> int:
         text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise UsageError(f"cannot read {args.file!r}: {getattr(error, 'strerror', None) or error}") from None
+    from joiner.domain.bounded import InputError, load_yaml_all
+
     try:
-        documents = [document for document in yaml.safe_load_all(text) if document is not None]
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-        raise UsageError(f"{args.file}: invalid YAML{where}: {problem}") from None
+        documents = [document for document in load_yaml_all(text) if document is not None]
+    except InputError as error:
+        where = f" at {error.where}" if error.where else ""
+        raise UsageError(f"{args.file}: invalid YAML{where}: {error.problem}") from None
     try:
         conversion = convert_documents(documents)
     except ConversionError as error:

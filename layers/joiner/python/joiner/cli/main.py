@@ -48,4 +48,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # ``python -m joiner.cli.main``: run the imported module's main, whose UsageError is the
+    # one the subcommands raise (this file, run as __main__, defines a second class).
+    from joiner.cli.main import main as imported_main
+
+    sys.exit(imported_main())

@@ -610,18 +610,20 @@ def _read(path: Path) -> str:
 
 
 def _parse_text(text: str) -> Any:
+    """JSON or YAML within :data:`joiner.domain.bounded.DEFAULT_LIMITS` (YAML is imported
+    only here: keep it off the Lambda cold-start path)."""
+    from joiner.domain.bounded import InputError, load_json, load_yaml
+
     stripped = text.lstrip()
     if stripped.startswith("{"):
         try:
-            return json.loads(text)
-        except json.JSONDecodeError as error:
-            raise CatalogError(f"not valid JSON: {error}") from None
-    import yaml  # only catalog files need YAML: keep it off the Lambda cold-start path
-
+            return load_json(text)
+        except InputError as error:
+            raise CatalogError(str(error)) from None
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise CatalogError(f"not valid YAML: {' '.join(str(error).split())}") from None
+        return load_yaml(text)
+    except InputError as error:
+        raise CatalogError(f"not valid YAML: {error}") from None
 
 
 _TOP_LEVEL_KEYS = frozenset({"instanceTypes", "region"})

@@ -4,7 +4,9 @@ NodePool fields such as ``expireAfter`` and ``consolidateAfter`` use Go's
 ``time.ParseDuration`` syntax, as Karpenter's do. We accept the same units (``ns``,
 ``us``/``µs``, ``ms``, ``s``, ``m``, ``h``), decimal fractions and concatenated parts,
 but no sign: configuration durations are never negative. ``Never`` means "no
-duration" and parses to ``None``. Values are exact down to the microsecond (the
+duration" and parses to ``None``. As in Go, a duration is at most
+:data:`MAX_DURATION` (2562047h47m16.854775807s, about 292 years), and the text is at most
+:data:`MAX_DURATION_CHARS` characters. Values are exact down to the microsecond (the
 resolution of :class:`datetime.timedelta`); finer parts round to the nearest
 microsecond.
 """
@@ -15,7 +17,7 @@ import re
 from datetime import timedelta
 from fractions import Fraction
 
-__all__ = ["DurationError", "parse_duration", "format_duration", "NEVER"]
+__all__ = ["DurationError", "parse_duration", "format_duration", "NEVER", "MAX_DURATION", "MAX_DURATION_CHARS"]
 
 NEVER = "Never"
 
@@ -30,7 +32,11 @@ _UNIT_MICROSECONDS: dict[str, Fraction] = {
     "h": Fraction(3600 * 10**6),
 }
 _PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
-_MAX = timedelta.max
+#: Go's largest ``time.Duration`` (2**63 - 1 ns), truncated to microseconds: what Karpenter
+#: accepts, and small enough to add to any time Joiner accepts (joiner.domain.bounded).
+MAX_DURATION = timedelta(microseconds=(2**63 - 1) // 1000)
+#: Longest duration text read (``2562047h47m16.854775807s`` is 24).
+MAX_DURATION_CHARS = 64
 
 
 class DurationError(ValueError):
@@ -58,6 +64,8 @@ def parse_duration(value: object) -> timedelta | None:
         return timedelta(0)
     if not text:
         raise DurationError("invalid duration '': expected a string such as 30s, 5m, 720h or Never")
+    if len(text) > MAX_DURATION_CHARS:
+        raise DurationError(f"invalid duration {text[:16]!r}...: longer than {MAX_DURATION_CHARS} characters")
     if text[0] in "+-":
         raise DurationError(f"invalid duration {value!r}: durations must not be signed")
     total = Fraction(0)
@@ -69,8 +77,8 @@ def parse_duration(value: object) -> timedelta | None:
         total += Fraction(match.group(1)) * _UNIT_MICROSECONDS[match.group(2)]
         position = match.end()
     microseconds = round(total)
-    if microseconds > _MAX // timedelta(microseconds=1):
-        raise DurationError(f"invalid duration {value!r}: too large")
+    if microseconds > MAX_DURATION // timedelta(microseconds=1):
+        raise DurationError(f"invalid duration {value!r}: too large (at most {format_duration(MAX_DURATION)}, as in Go)")
     return timedelta(microseconds=microseconds)
 
 

@@ -7,6 +7,11 @@ decimal exponent (``e3``, ``E-2``). We parse to :class:`fractions.Fraction` so t
 integer *milli-units* (``"100m"`` CPU is 100, ``"1Gi"`` memory is 1024**3 * 1000), which
 is how Kubernetes itself compares CPU. Values finer than a milli-unit round up, the same
 direction the API server rounds requests.
+
+Like the API server, we bound quantities: the text is at most :data:`MAX_QUANTITY_CHARS`
+characters and the value at most :data:`MAX_QUANTITY` base units in magnitude (2**63 - 1,
+the int64 ``Value()`` of a Kubernetes quantity), so no later arithmetic or conversion to
+float can overflow.
 """
 
 from __future__ import annotations
@@ -15,7 +20,12 @@ import math
 import re
 from fractions import Fraction
 
-__all__ = ["QuantityError", "parse_quantity", "to_milli", "format_milli", "parse_milli"]
+__all__ = ["QuantityError", "parse_quantity", "to_milli", "format_milli", "parse_milli", "MAX_QUANTITY", "MAX_QUANTITY_CHARS"]
+
+#: Largest magnitude in base units (int64, as Kubernetes' ``Quantity.Value()``).
+MAX_QUANTITY = 2**63 - 1
+#: Longest quantity text read.
+MAX_QUANTITY_CHARS = 64
 
 
 class QuantityError(ValueError):
@@ -50,14 +60,16 @@ def parse_quantity(value: str | int | float) -> Fraction:
     if isinstance(value, bool):
         raise QuantityError(f"invalid quantity {value!r}: expected a number or a quantity string")
     if isinstance(value, int):
-        return Fraction(value)
+        return _bounded(Fraction(value), value)
     if isinstance(value, float):
         if not math.isfinite(value):
             raise QuantityError(f"invalid quantity {value!r}: not a finite number")
-        return Fraction(str(value))
+        return _bounded(Fraction(str(value)), value)
     if not isinstance(value, str):
         raise QuantityError(f"invalid quantity {value!r}: expected a number or a quantity string")
     text = value.strip()
+    if len(text) > MAX_QUANTITY_CHARS:
+        raise QuantityError(f"invalid quantity {text[:16]!r}...: longer than {MAX_QUANTITY_CHARS} characters")
     match = _PATTERN.match(text)
     if match is None:
         raise QuantityError(f"invalid quantity {value!r}: expected <number><suffix> such as 100m, 1.5, 2Gi, 1e3")
@@ -70,7 +82,13 @@ def parse_quantity(value: str | int | float) -> Fraction:
     else:
         suffix = match.group("suffix") or ""
         number *= _BINARY[suffix] if suffix in _BINARY else _DECIMAL[suffix]
-    return -number if match.group("sign") == "-" else number
+    return _bounded(-number if match.group("sign") == "-" else number, value)
+
+
+def _bounded(quantity: Fraction, value: object) -> Fraction:
+    if abs(quantity) > MAX_QUANTITY:
+        raise QuantityError(f"invalid quantity {value!r}: out of range (at most {MAX_QUANTITY} base units, as Kubernetes)")
+    return quantity
 
 
 def to_milli(quantity: Fraction) -> int:

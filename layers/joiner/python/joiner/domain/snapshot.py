@@ -29,6 +29,16 @@ from typing import Any, NoReturn
 import yaml
 
 from joiner.domain import labels as wk
+from joiner.domain.bounded import (
+    DEFAULT_LIMITS,
+    EARLIEST_TIME,
+    LATEST_TIME,
+    MAX_INT,
+    InputError,
+    bounded_yaml_loader,
+    load_yaml_all,
+    time_in_range,
+)
 from joiner.domain.durations import DurationError, parse_duration
 from joiner.domain.model import (
     Budget,
@@ -105,7 +115,7 @@ _BUDGET_REASONS = ("Drifted", "Empty", "Expired", "Underutilized")
 _REBALANCE = ("replace", "ignore")
 _BUDGET_NODES = re.compile(r"^((100|[0-9]{1,2})%|[0-9]+)$")
 _CRON_MACROS = ("@annually", "@yearly", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
-_PERCENT = re.compile(r"^[0-9]+%$")
+_PERCENT = re.compile(r"^[0-9]{1,18}%$")
 _POD_LEVEL_RESOURCES = ("cpu", "memory")
 #: AMI alias family -> amiFamily (Windows AMIs are not supported).
 _AMI_FAMILIES = {"al2": "AL2", "al2023": "AL2023", "bottlerocket": "Bottlerocket"}
@@ -208,6 +218,8 @@ class _Fields:
             return default
         if isinstance(value, bool) or not isinstance(value, int):
             self.fail(path, f"expected an integer, got {_describe(value)}")
+        if abs(value) > MAX_INT:
+            self.fail(path, f"{value:.3g} is out of range (at most {MAX_INT}, a 64-bit integer)")
         if minimum is not None and value < minimum:
             self.fail(path, f"must be at least {minimum}, got {value}")
         if maximum is not None and value > maximum:
@@ -219,6 +231,8 @@ class _Fields:
             return default
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             self.fail(path, f"expected a number, got {_describe(value)}")
+        if abs(value) > MAX_INT:
+            self.fail(path, f"{value:.3g} is out of range (at most {MAX_INT})")
         if value < minimum or (maximum is not None and value > maximum):
             bounds = f"between {minimum:g} and {maximum:g}" if maximum is not None else f"at least {minimum:g}"
             self.fail(path, f"must be {bounds}, got {value:g}")
@@ -266,7 +280,10 @@ class _Fields:
                 self.fail(path, f"invalid timestamp {value!r}: expected RFC 3339 such as 2024-05-01T12:00:00Z")
         else:
             self.fail(path, f"expected an RFC 3339 timestamp string, got {_describe(value)}")
-        return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+        moment = moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
+        if not time_in_range(moment):
+            self.fail(path, f"timestamp {_describe(value)} is out of range (expected a time between {EARLIEST_TIME.year} and {LATEST_TIME.year})")
+        return moment
 
     def duration(self, value: object, path: str, *, default: timedelta | None, allow_never: bool = True) -> timedelta | None:
         if value is None:
@@ -1124,6 +1141,9 @@ def _collect(entries: Iterable[tuple[object, str]]) -> Snapshot:
     for obj, origin in objects:
         kind = obj["kind"]
         api_version = obj.get("apiVersion")
+        if api_version is not None and not isinstance(api_version, str):
+            ref = _ref(kind, obj, namespaced=kind in _NAMESPACED, origin=origin)
+            raise SnapshotError(ref, "apiVersion", f"expected a string such as v1 or joiner.dev/v1, got {_describe(api_version)}")
         target = _KINDS.get((api_version, kind))  # type: ignore[arg-type]
         if target is None:
             if kind in _MODELLED_KINDS:
@@ -1193,10 +1213,15 @@ def parse_objects(objects: Iterable[Mapping[str, Any]]) -> Snapshot:
     return _collect((obj, f"object {index + 1}") for index, obj in enumerate(objects))
 
 
-class _SnapshotLoader(yaml.SafeLoader):
-    """Safe YAML as kubectl reads it: timestamps stay strings, duplicate keys are errors."""
+def _snapshot_loader() -> type[Any]:
+    """Safe YAML as kubectl reads it: timestamps stay strings, duplicate keys are errors;
+    numbers bounded (:mod:`joiner.domain.bounded`), libyaml when available."""
+    loader = _LOADER.get("snapshot")
+    if loader is not None:
+        return loader
+    base = bounded_yaml_loader()
 
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    def construct_mapping(self: Any, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[object] = set()
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
@@ -1206,25 +1231,27 @@ class _SnapshotLoader(yaml.SafeLoader):
                 if key in seen:
                     raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
                 seen.add(key)
-        return super().construct_mapping(node, deep=deep)
+        mapping: dict[Any, Any] = base.construct_mapping(self, node, deep=deep)
+        return mapping
+
+    loader = type("SnapshotLoader", (base,), {"construct_mapping": construct_mapping, "__doc__": _snapshot_loader.__doc__})
+    loader.yaml_implicit_resolvers = {
+        first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+        for first, resolvers in base.yaml_implicit_resolvers.items()
+    }
+    _LOADER["snapshot"] = loader
+    return loader
 
 
-_SnapshotLoader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
+_LOADER: dict[str, type[Any]] = {}
 
 
 def load_snapshot_yaml(text: str) -> Snapshot:
     """A snapshot from multi-document YAML (``---`` separated objects, ``kind: List``
-    documents, empty documents skipped). Syntax errors name the line and column."""
+    documents, empty documents skipped). Syntax errors name the line and column; size,
+    nesting, aliases and numbers are bounded (:data:`joiner.domain.bounded.DEFAULT_LIMITS`)."""
     try:
-        documents = list(yaml.load_all(text, Loader=_SnapshotLoader))
-    except yaml.MarkedYAMLError as error:
-        mark = error.problem_mark or error.context_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "YAML"
-        problem = error.problem or error.context or "invalid YAML"
-        raise SnapshotError("snapshot", where, problem) from None
-    except yaml.YAMLError as error:
-        raise SnapshotError("snapshot", "", f"invalid YAML: {error}") from None
+        documents = load_yaml_all(text, DEFAULT_LIMITS, _snapshot_loader())
+    except InputError as error:
+        raise SnapshotError("snapshot", error.where, error.problem) from None
     return _collect((document, f"document {index + 1}") for index, document in enumerate(documents) if document is not None)

@@ -30,6 +30,7 @@ from typing import Any, cast
 
 import yaml
 
+from joiner.domain.bounded import InputError, load_yaml
 from joiner.domain.model import KubeletConfig, Taint
 from joiner.domain.resources import Resources
 
@@ -312,8 +313,8 @@ def _custom_parts(user_data: str, where: str) -> list[UserDataPart]:
     if head.startswith("#cloud-config"):
         return [UserDataPart(CLOUD_CONFIG_CONTENT_TYPE, text)]
     try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError:
+        document = load_yaml(text)
+    except InputError:
         document = None
     if isinstance(document, dict) and str(document.get("apiVersion", "")).startswith("node.eks.aws/"):
         return [UserDataPart(NODECONFIG_CONTENT_TYPE, text)]

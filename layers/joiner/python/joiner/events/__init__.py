@@ -16,10 +16,11 @@ if TYPE_CHECKING:
         UnparseableEvent,
         normalize,
         normalize_body,
+        parse_body,
         parse_time,
     )
 
-__all__ = ["UnparseableEvent", "normalize", "normalize_body", "parse_time"]
+__all__ = ["UnparseableEvent", "normalize", "normalize_body", "parse_body", "parse_time"]
 
 
 def __getattr__(name: str) -> Any:

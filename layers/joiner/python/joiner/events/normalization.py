@@ -1,20 +1,46 @@
-"""Turn a raw EventBridge event (the SQS message body) into one :class:`InterruptionEvent`."""
+"""Turn a raw EventBridge event (the SQS message body) into one :class:`InterruptionEvent`.
+
+Every way an event can be wrong raises :class:`UnparseableEvent` and nothing else: the body
+is read with :func:`joiner.domain.bounded.load_json` (at most 256 KiB, 32 levels deep,
+64-bit integers), and times are bounded so no deadline arithmetic can overflow:
+
+* every time lies between 1970 and 2200 (:func:`joiner.domain.bounded.time_in_range`);
+* a time in ``detail`` (a Health ``startTime``, an ``instance-termination-time``) lies within
+  :data:`MAX_DETAIL_TIME_OFFSET` of the event's ``time``;
+* with ``now`` (the interruption handler passes its clock), the event's ``time`` is at most
+  :data:`MAX_EVENT_AGE` old (SQS keeps a message 14 days, a redrive from the dead-letter
+  queue as long again) and at most :data:`MAX_EVENT_LEAD` ahead.
+"""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import Any
 
 from aws_lambda_powertools.utilities.parser import ValidationError, parse
 
 from joiner.domain import interruption as di
+from joiner.domain.bounded import (
+    EARLIEST_TIME,
+    EVENT_LIMITS,
+    LATEST_TIME,
+    InputError,
+    load_json,
+    time_in_range,
+)
 from joiner.domain.interruption import InterruptionEvent
 from joiner.events import models as m
 
-__all__ = ["UnparseableEvent", "normalize", "normalize_body", "parse_time"]
+__all__ = ["MAX_DETAIL_TIME_OFFSET", "MAX_EVENT_AGE", "MAX_EVENT_LEAD", "UnparseableEvent", "normalize", "normalize_body", "parse_body", "parse_time"]
+
+#: Oldest event ``time`` accepted, relative to ``now``.
+MAX_EVENT_AGE = timedelta(days=30)
+#: Furthest event ``time`` accepted ahead of ``now`` (clock skew, not notice).
+MAX_EVENT_LEAD = timedelta(days=1)
+#: Furthest a time in ``detail`` may lie from the event's ``time``, either way.
+MAX_DETAIL_TIME_OFFSET = timedelta(days=366)
 
 
 class UnparseableEvent(ValueError):
@@ -25,21 +51,34 @@ class UnparseableEvent(ValueError):
 def parse_time(value: str, *, where: str) -> datetime:
     """ISO 8601 (``2024-05-01T12:00:00Z``) or RFC 1123 (``Sat, 05 Jun 2016 15:10:09 GMT``,
     as AWS Health writes ``startTime``), as an aware UTC datetime."""
+    if not isinstance(value, str) or len(value) > 64:
+        raise UnparseableEvent(f"{where}: expected a time such as 2024-05-01T12:00:00Z")
     text = value.strip()
     try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
         try:
+            moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
             moment = parsedate_to_datetime(text)
-        except (TypeError, ValueError, IndexError):
-            raise UnparseableEvent(f"{where}: cannot parse time {value!r}") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        raise UnparseableEvent(f"{where}: cannot parse time {value!r}") from None
+    return _utc(moment, where, value)
+
+
+def _utc(moment: datetime, where: str = "time", raw: object = None) -> datetime:
+    """``moment`` in UTC, if inside the accepted window (checked before converting: turning
+    ``9999-12-31T23:59:59-01:00`` into UTC overflows)."""
+    moment = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    if not time_in_range(moment):
+        shown = raw if isinstance(raw, str) else moment.isoformat()
+        raise UnparseableEvent(f"{where}: time {shown!r} is out of range (expected a time between {EARLIEST_TIME.year} and {LATEST_TIME.year})")
     return moment.astimezone(UTC)
 
 
-def _utc(moment: datetime) -> datetime:
-    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).astimezone(UTC)
+def _detail_time(value: str, where: str, event_time: datetime) -> datetime:
+    moment = parse_time(value, where=where)
+    if abs(moment - event_time) > MAX_DETAIL_TIME_OFFSET:
+        raise UnparseableEvent(f"{where}: time {value!r} is more than {MAX_DETAIL_TIME_OFFSET.days} days from the event's time")
+    return moment
 
 
 def _instance(value: str, where: str) -> str:
@@ -92,7 +131,7 @@ def _state_change(event: m.StateChangeEvent) -> InterruptionEvent:
 def _capacity_reservation(event: m.CapacityReservationInterruptionEvent) -> InterruptionEvent:
     time = _utc(event.time)
     stated = event.detail.instance_termination_time
-    deadline = parse_time(stated, where="detail.instance-termination-time") if stated else time + di.CAPACITY_RESERVATION_NOTICE
+    deadline = _detail_time(stated, "detail.instance-termination-time", time) if stated else time + di.CAPACITY_RESERVATION_NOTICE
     return InterruptionEvent(
         kind=di.CAPACITY_RESERVATION_INTERRUPTION,
         event_id=event.id,
@@ -121,7 +160,7 @@ def _health(event: m.HealthEvent) -> InterruptionEvent:
     instance_ids = sorted({i for i in (di.instance_id_from_entity(v) for v in values) if i is not None})
     if not instance_ids:
         return noop("no EC2 instance among the affected entities")
-    deadline = parse_time(detail.start_time, where="detail.startTime") if detail.start_time else None
+    deadline = _detail_time(detail.start_time, "detail.startTime", time) if detail.start_time else None
     if deadline is not None:
         deadline = max(deadline, time + di.SCHEDULED_CHANGE_MIN_NOTICE)
     return InterruptionEvent(
@@ -152,9 +191,10 @@ def _describe(error: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def normalize(event: Mapping[str, Any]) -> InterruptionEvent:
+def normalize(event: Mapping[str, Any], *, now: datetime | None = None) -> InterruptionEvent:
     """The :class:`InterruptionEvent` for one EventBridge event dict; raises
-    :class:`UnparseableEvent` naming the field that is wrong."""
+    :class:`UnparseableEvent` naming the field that is wrong. With ``now``, an event whose
+    ``time`` is stale or ahead of ``now`` (see the module docstring) is unparseable too."""
     if not isinstance(event, Mapping):
         raise UnparseableEvent("event: expected a JSON object")
     try:
@@ -170,17 +210,37 @@ def normalize(event: Mapping[str, Any]) -> InterruptionEvent:
     except ValidationError as error:
         raise UnparseableEvent(f"{header.detail_type} {header.id}: {_describe(error)}") from None
     try:
-        return convert(parsed)
+        normalized = convert(parsed)
     except UnparseableEvent as error:
         raise UnparseableEvent(f"{header.detail_type} {header.id}: {error}") from None
+    if now is not None:
+        age = now - normalized.start_time
+        if age > MAX_EVENT_AGE or -age > MAX_EVENT_LEAD:
+            when = "older" if age > MAX_EVENT_AGE else "later"
+            limit = MAX_EVENT_AGE if age > MAX_EVENT_AGE else MAX_EVENT_LEAD
+            raise UnparseableEvent(
+                f"{header.detail_type} {header.id}: time {normalized.start_time.isoformat()} is {when} than {limit.days} day(s) from now ({now.isoformat()})")
+    return normalized
 
 
-def normalize_body(body: str | bytes) -> InterruptionEvent:
-    """Parse an SQS message body (the raw EventBridge event JSON) and normalise it."""
+def parse_body(body: object) -> Any:
+    """The JSON of an SQS message body, within :data:`joiner.domain.bounded.EVENT_LIMITS`;
+    raises :class:`UnparseableEvent`."""
+    if isinstance(body, bytes):
+        try:
+            body = body.decode("utf-8")
+        except UnicodeDecodeError:
+            raise UnparseableEvent("message body is not UTF-8") from None
+    if not isinstance(body, str):
+        raise UnparseableEvent(f"message body: expected text, got {type(body).__name__}")
     try:
-        data = json.loads(body)
-    except (TypeError, ValueError) as error:
-        raise UnparseableEvent(f"message body is not JSON ({error})") from None
-    return normalize(data)
+        return load_json(body, EVENT_LIMITS)
+    except InputError as error:
+        raise UnparseableEvent(f"message body: {error}") from None
+
+
+def normalize_body(body: str | bytes, *, now: datetime | None = None) -> InterruptionEvent:
+    """Parse an SQS message body (the raw EventBridge event JSON) and normalise it."""
+    return normalize(parse_body(body), now=now)
 
 

@@ -34,8 +34,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from joiner.domain.durations import parse_duration
 
 __all__ = [
@@ -442,12 +440,13 @@ def load_scenario(path: str | Path) -> Scenario:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise ScenarioError(f"cannot read scenario {str(path)!r}: {getattr(error, 'strerror', None) or error}") from None
+    from joiner.domain.bounded import InputError, load_yaml
+
     try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        position = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
-        problem = getattr(error, "problem", None) or "invalid YAML"
+        document = load_yaml(text)
+    except InputError as error:
+        position = f" ({error.where})" if error.where else ""
+        problem = error.problem.removeprefix("invalid YAML: ")
         raise ScenarioError(f"{path}: invalid YAML{position}: {problem}") from None
     return parse_scenario(document, source=str(path))
 
