@@ -8,8 +8,11 @@ event id (powertools Idempotency, DynamoDB idempotency table). The records of a 
 handled concurrently (they share one :class:`~joiner.services.interruption.ClusterView`);
 their outcomes are reported through powertools' batch processor. Partial batch responses:
 
-* unparseable or unknown messages: logged with their message id, counted
-  (``InterruptionUnparseable``) and acknowledged, never retried;
+* messages that cannot be parsed or interpreted (not JSON, over the size, depth or number
+  bounds of :func:`joiner.events.parse_body`, an unknown type, a missing field, a time
+  outside the window :mod:`joiner.events.normalization` accepts): logged with their message id,
+  counted (``InterruptionUnparseable``) and acknowledged, never retried. Reading a record
+  is isolated: whatever goes wrong there is this record's alone, never its batch's;
 * events for instances Joiner does not manage: acknowledged and counted
   (``InterruptionUnmanaged``);
 * a message whose processing fails before its node's drain is recorded (Kubernetes or
@@ -20,7 +23,6 @@ their outcomes are reported through powertools' batch processor. Partial batch r
 
 from __future__ import annotations
 
-import json
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -91,18 +93,32 @@ def reset() -> None:
     _invocation.clear()
 
 
+def read_record(body: object, now: Any) -> tuple[dict[str, Any], Any]:
+    """The event dict and its normalised form, or :class:`joiner.events.UnparseableEvent`
+    for anything that cannot be parsed or interpreted (an unexpected error while reading
+    is wrapped too: a poison message must never be retried into the dead-letter queue)."""
+    from joiner.events import UnparseableEvent, normalize, parse_body
+
+    try:
+        event = parse_body(body)
+        return event, normalize(event, now=now)
+    except UnparseableEvent:
+        raise
+    except Exception as error:  # see the docstring; logged with its type by the caller
+        raise UnparseableEvent(f"unexpected {type(error).__name__} while reading the event: {error}") from error
+
+
 def record_handler(record: SQSRecord) -> dict[str, Any]:
     """Handle one SQS record: acknowledge what cannot be parsed, act idempotently on the rest."""
-    from joiner.events import UnparseableEvent, normalize
+    from joiner.events import UnparseableEvent
 
     cold = _cold_start()
     runtime = cold["runtime"]
     try:
-        event = json.loads(record.body)
-        normalize(event)
-    except (ValueError, UnparseableEvent) as error:  # JSONDecodeError is a ValueError
+        event, _ = read_record(record.raw_event.get("body"), runtime.clock.now())
+    except UnparseableEvent as error:
         runtime.count("InterruptionUnparseable")
-        logger.warning("unparseable interruption message acknowledged", extra={"message_id": record.message_id, "error": str(error)})
+        logger.warning("unparseable interruption message acknowledged", extra={"message_id": record.message_id, "error": str(error)[:1000]})
         return {"messageId": record.message_id, "status": "unparseable"}
     summary: dict[str, Any] = cold["process_event"](event=event)
     return summary
@@ -132,15 +148,15 @@ def _handle_concurrently(records: list[dict[str, Any]]) -> dict[str, Future[dict
         return {str(raw.get("messageId")): pool.submit(run, raw) for raw in records}
 
 
-def _instances_named(records: list[dict[str, Any]]) -> list[str]:
+def _instances_named(records: list[dict[str, Any]], now: Any) -> list[str]:
     """Instances the batch's parseable events would take away (for replacement planning)."""
     from joiner.domain.interruption import NOOP
-    from joiner.events import UnparseableEvent, normalize_body
+    from joiner.events import UnparseableEvent
 
     found: list[str] = []
     for raw in records:
         try:
-            event = normalize_body(str(raw.get("body", "")))
+            _, event = read_record(raw.get("body"), now)
         except UnparseableEvent:
             continue
         if event.kind != NOOP:
@@ -160,7 +176,7 @@ def handler(event: dict[str, Any], context: Any) -> PartialItemFailureResponse:
     _invocation["view"] = view
     records = [r for r in event.get("Records") or [] if isinstance(r, dict)]
     try:
-        going = _instances_named(records)
+        going = _instances_named(records, runtime.clock.now())
         if len(going) > 1:
             try:
                 view.expect_disruption(going)

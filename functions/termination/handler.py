@@ -7,13 +7,13 @@ schedules its own retry within seconds and is acknowledged; a message that finds
 node's lease held by another invocation, or whose state cannot be read or saved
 (DynamoDB, SQS errors), is reported in ``batchItemFailures`` and SQS redelivers it; the
 termination state is durable, so a crash or timeout mid-step is resumed by that
-redelivery. Malformed or unknown messages are logged, counted
-(``WorkMessageInvalid``) and acknowledged.
+redelivery. Malformed or unknown messages (including bodies over the bounds of
+:func:`joiner.domain.bounded.load_json`: 256 KiB, 32 levels, 64-bit integers) are logged,
+counted (``WorkMessageInvalid``) and acknowledged.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
@@ -48,12 +48,13 @@ def reset() -> None:
 
 
 def record_handler(record: SQSRecord) -> dict[str, Any]:
+    from joiner.domain.bounded import EVENT_LIMITS, InputError, load_json
     from joiner.services.termination import InvalidWorkMessage, continue_termination, parse_continuation
 
     runtime = _runtime()
     try:
-        node, generation = parse_continuation(json.loads(record.body))
-    except (ValueError, InvalidWorkMessage) as error:
+        node, generation = parse_continuation(load_json(record.raw_event.get("body"), EVENT_LIMITS))
+    except (InputError, InvalidWorkMessage) as error:
         runtime.count("WorkMessageInvalid")
         logger.warning("invalid work message acknowledged", extra={"message_id": record.message_id, "error": str(error)})
         return {"messageId": record.message_id, "status": "invalid"}
