@@ -171,3 +171,17 @@ def test_quantities_stop_at_int64() -> None:
     for bad in ("8Ei", "1e30", 2**63, "9" * 65):
         with pytest.raises(QuantityError, match="out of range|longer than"):
             parse_quantity(bad)
+
+
+@pytest.mark.parametrize("field", ["weight", "perHour"])
+def test_objects_from_the_api_with_huge_numbers_name_the_field(field: str) -> None:
+    """The same bounds when objects arrive as dicts (parse_objects, the Lambda path), not YAML."""
+    from joiner.domain.snapshot import SnapshotError, parse_node_pool
+
+    spec: dict[str, object] = {"template": {"spec": {"nodeClassRef": {"name": "d"}}}}
+    if field == "weight":
+        spec["weight"] = 10**400
+    else:
+        spec["disruption"] = {"minSavings": {"perHour": 10**400}}
+    with pytest.raises(SnapshotError, match="an integer of 1329 bits is out of range"):
+        parse_node_pool({"apiVersion": "joiner.dev/v1", "kind": "NodePool", "metadata": {"name": "x"}, "spec": spec})

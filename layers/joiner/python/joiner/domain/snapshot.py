@@ -162,6 +162,13 @@ def _describe(value: object) -> str:
     return f"a {type(value).__name__}"
 
 
+def _magnitude(value: float) -> str:
+    """A huge number for a message (an int too large for a float, or for ``str``, by its size)."""
+    if isinstance(value, int):
+        return str(value) if value.bit_length() <= 128 else f"an integer of {value.bit_length()} bits"
+    return f"{value:.3g}"
+
+
 class _Fields:
     """Reads one object's fields; every failure names the object and the field path."""
 
@@ -219,7 +226,7 @@ class _Fields:
         if isinstance(value, bool) or not isinstance(value, int):
             self.fail(path, f"expected an integer, got {_describe(value)}")
         if abs(value) > MAX_INT:
-            self.fail(path, f"{value:.3g} is out of range (at most {MAX_INT}, a 64-bit integer)")
+            self.fail(path, f"{_magnitude(value)} is out of range (at most {MAX_INT}, a 64-bit integer)")
         if minimum is not None and value < minimum:
             self.fail(path, f"must be at least {minimum}, got {value}")
         if maximum is not None and value > maximum:
@@ -229,10 +236,10 @@ class _Fields:
     def number(self, value: object, path: str, *, default: float, minimum: float, maximum: float | None = None) -> float:
         if value is None:
             return default
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (isinstance(value, float) and not math.isfinite(value)):
             self.fail(path, f"expected a number, got {_describe(value)}")
-        if abs(value) > MAX_INT:
-            self.fail(path, f"{value:.3g} is out of range (at most {MAX_INT})")
+        if abs(value) > MAX_INT:  # also keeps float(value) below from overflowing on a huge int
+            self.fail(path, f"{_magnitude(value)} is out of range (at most {MAX_INT})")
         if value < minimum or (maximum is not None and value > maximum):
             bounds = f"between {minimum:g} and {maximum:g}" if maximum is not None else f"at least {minimum:g}"
             self.fail(path, f"must be {bounds}, got {value:g}")
