@@ -53,7 +53,7 @@ def record_handler(record: SQSRecord) -> dict[str, Any]:
 
     runtime = _runtime()
     try:
-        node, generation = parse_continuation(load_json(record.raw_event.get("body"), EVENT_LIMITS))
+        node, generation = parse_continuation(load_json(str(record.raw_event.get("body") or ""), EVENT_LIMITS))
     except (InputError, InvalidWorkMessage) as error:
         runtime.count("WorkMessageInvalid")
         logger.warning("invalid work message acknowledged", extra={"message_id": record.message_id, "error": str(error)})

@@ -13,8 +13,8 @@ from datetime import timedelta
 import pytest
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from hypothesis import HealthCheck, given, settings
-from joiner.domain import labels as wk
 
+from joiner.domain import labels as wk
 from tests.events.fixtures import load_event
 from tests.events.fuzz import event_bodies
 from tests.events.world import AwsBase, SqsTime, World

@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from joiner.cli.main import main
 
+from joiner.cli.main import main
 from tests.events.fixtures import FIXTURE_DIR
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -287,7 +287,7 @@ class _Fields:
                 self.fail(path, f"invalid timestamp {value!r}: expected RFC 3339 such as 2024-05-01T12:00:00Z")
         else:
             self.fail(path, f"expected an RFC 3339 timestamp string, got {_describe(value)}")
-        moment = moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
+        moment = moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
         if not time_in_range(moment):
             self.fail(path, f"timestamp {_describe(value)} is out of range (expected a time between {EARLIEST_TIME.year} and {LATEST_TIME.year})")
         return moment
