@@ -223,7 +223,10 @@ def test_node_labels_and_taints_for_the_launch_template() -> None:
         taints=(Taint("nvidia.com/gpu", "true", "NoSchedule"),),
         startup_taints=(Taint("node.cilium.io/agent-not-ready", "true", "NoExecute"), Taint("nvidia.com/gpu", "true", "NoSchedule")),
     )
-    assert node_labels(pool, "spot") == {"joiner.dev/capacity-type": "spot", "joiner.dev/nodepool": "gpu", "team": "ml", "tier": "batch"}
+    assert node_labels(pool, "spot") == {
+        "joiner.dev/capacity-type": "spot", "joiner.dev/nodepool": "gpu", "karpenter.sh/capacity-type": "spot", "karpenter.sh/nodepool": "gpu",
+        "team": "ml", "tier": "batch",
+    }
     assert node_taints(pool) == (
         Taint("nvidia.com/gpu", "true", "NoSchedule"),
         Taint("node.cilium.io/agent-not-ready", "true", "NoExecute"),

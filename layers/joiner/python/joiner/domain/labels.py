@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 __all__ = [
     "ARCH", "OS", "INSTANCE_TYPE", "ZONE", "REGION", "HOSTNAME", "CAPACITY_TYPE", "NODEPOOL",
     "NODECLAIM", "INSTANCE_FAMILY", "INSTANCE_CATEGORY", "INSTANCE_GENERATION", "INSTANCE_SIZE",
     "INSTANCE_CPU", "INSTANCE_MEMORY", "INSTANCE_GPU_COUNT", "INSTANCE_GPU_NAME", "INSTANCE_HYPERVISOR",
     "CAPACITY_TYPE_SPOT", "CAPACITY_TYPE_ON_DEMAND", "WELL_KNOWN_LABELS", "KARPENTER_ALIASES",
     "DO_NOT_DISRUPT", "KARPENTER_DO_NOT_DISRUPT", "DISRUPTED_TAINT_KEY", "INITIALIZED", "REGISTERED",
-    "MANAGED_BY_TAG", "normalize_label_key", "normalize_labels",
+    "MANAGED_BY_TAG", "normalize_label_key", "normalize_labels", "with_alias_labels",
 ]
 
 ARCH = "kubernetes.io/arch"
@@ -83,4 +85,20 @@ def normalize_labels(labels: dict[str, str]) -> dict[str, str]:
         alias = KARPENTER_ALIASES.get(key)
         if alias is not None and alias not in result:
             result[alias] = value
+    return result
+
+
+def with_alias_labels(labels: Mapping[str, str]) -> dict[str, str]:
+    """``labels`` plus, for every alias key the planner accepts (:data:`KARPENTER_ALIASES`),
+    the alias with its Joiner key's value when that key is present.
+
+    kube-scheduler matches node selectors and node affinity literally: a migrated pod
+    selecting ``karpenter.sh/capacity-type: spot`` binds only to a Node that carries that
+    very key, so every Node Joiner launches carries both spellings. An alias already
+    present keeps its value (whoever set it, the kubelet or the user, knew better).
+    """
+    result = dict(labels)
+    for alias, key in sorted(KARPENTER_ALIASES.items()):
+        if key in labels and alias not in result:
+            result[alias] = labels[key]
     return result

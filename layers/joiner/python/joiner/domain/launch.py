@@ -239,7 +239,9 @@ def launch_tags(cluster: str, node_pool: str, claim_id: str, node_class_tags: Ma
 
 def node_labels(node_pool: NodePool, capacity_type: str) -> dict[str, str]:
     """Labels a node of this pool gets from its kubelet: the template labels, labels implied by
-    single-valued requirements, the NodePool and the capacity type.
+    single-valued requirements, the NodePool and the capacity type, each Joiner key also under
+    every Karpenter or deprecated alias of it (``karpenter.sh/nodepool``,
+    ``karpenter.sh/capacity-type``, ...), so kube-scheduler can match migrated workloads.
 
     Claim-specific labels (claim name, instance attributes) are applied by Joiner at registration;
     keeping them out of the launch template lets one template serve every claim of the pool.
@@ -248,7 +250,7 @@ def node_labels(node_pool: NodePool, capacity_type: str) -> dict[str, str]:
     labels.update(node_pool.labels)
     labels[wk.NODEPOOL] = node_pool.name
     labels[wk.CAPACITY_TYPE] = capacity_type
-    return dict(sorted(labels.items()))
+    return dict(sorted(wk.with_alias_labels(labels).items()))
 
 
 def node_taints(node_pool: NodePool) -> tuple[Taint, ...]:

@@ -13,7 +13,8 @@
   workloads a budget selects, so an evicted pod counts as unavailable until its successor is
   Ready (the emulator computes the rest of the budget's status on every eviction);
 * **kube-scheduler**: binds each pending pod to a Ready, schedulable node whose labels match
-  its node selector and required node affinity, whose taints it tolerates and whose
+  its node selector and required node affinity *literally* (no alias keys: see
+  :mod:`joiner.local.node_match`), whose taints it tolerates and whose
   allocatable resources fit (least-allocated node first, as the default scoring prefers);
   marks the rest ``PodScheduled=False, reason=Unschedulable``.
 
@@ -36,11 +37,12 @@ import yaml
 
 from joiner.domain import labels as wk
 from joiner.domain.catalog import Catalog
-from joiner.domain.model import InstanceType, KubeletConfig, Node, Pod, Taint, tolerates_all
+from joiner.domain.model import InstanceType, KubeletConfig, Node, Pod, Taint
 from joiner.domain.resources import EMPTY, Resources
 from joiner.domain.snapshot import SnapshotError, parse_node, parse_pod
 from joiner.domain.userdata import NODECONFIG_CONTENT_TYPE, UserDataError, parse_user_data
 from joiner.local.kube_emulator import EXPECTED_PODS_ANNOTATION, KubeEmulator, selector_object_matches
+from joiner.local.node_match import node_affinity_misfit, untolerated_taint
 from joiner.local.scenario import Workload
 
 __all__ = ["BootSpec", "PodRecord", "SimulatedCluster", "kubelet_registration", "stamp"]
@@ -339,7 +341,7 @@ class SimulatedCluster:
             best: tuple[float, str] | None = None
             reasons: dict[str, int] = {}
             for name, node in parsed_nodes.items():
-                reason = self._misfit(pod, node, used[name])
+                reason = self._misfit(pod, raw, node, nodes[name], used[name])
                 if reason:
                     reasons[reason] = reasons.get(reason, 0) + 1
                     continue
@@ -384,14 +386,17 @@ class SimulatedCluster:
             self.note("scheduler", f"{newly} pod{'s' if newly != 1 else ''} unschedulable", "marked PodScheduled=False (Unschedulable)")
 
     @staticmethod
-    def _misfit(pod: Pod, node: Node, used: Resources) -> str | None:
-        if not pod.node_selector.matches_labels(node.labels):
-            return "didn't match node selector"
-        if pod.required_node_affinity and not any(term.matches_labels(node.labels) for term in pod.required_node_affinity):
-            return "didn't match node affinity"
-        taint = tolerates_all(pod.tolerations, node.taints)
+    def _misfit(pod: Pod, raw_pod: Mapping[str, Any], node: Node, raw_node: Mapping[str, Any], used: Resources) -> str | None:
+        """kube-scheduler's filters. Selectors, affinity and taints are matched on the raw
+        objects (:mod:`joiner.local.node_match`): the parsed ones have alias keys
+        translated, which kube-scheduler never does."""
+        reason = node_affinity_misfit(raw_pod, raw_node)
+        if reason:
+            return reason
+        taint = untolerated_taint(raw_pod, raw_node)
         if taint is not None:
-            return f"had untolerated taint {{{taint.key}: {taint.value}}}" if taint.value else f"had untolerated taint {{{taint.key}}}"
+            key, value = taint.get("key"), taint.get("value")
+            return f"had untolerated taint {{{key}: {value}}}" if value else f"had untolerated taint {{{key}}}"
         free = node.allocatable - used
         short = pod.requests.exceeding(free)
         if short:

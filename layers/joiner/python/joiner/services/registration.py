@@ -10,8 +10,11 @@ has just read:
   after; nothing moves between "reserved" and "in use" (see
   :meth:`joiner.services.provisioning.ProvisioningRound.compute_usage`).
 * The Node gets the labels the claim implies when they are missing:
-  ``joiner.dev/nodeclaim``, ``joiner.dev/nodepool``, ``joiner.dev/capacity-type`` and
-  ``joiner.dev/registered`` (``joiner.dev/initialized`` once initialized).
+  ``joiner.dev/nodeclaim``, ``joiner.dev/nodepool``, ``joiner.dev/capacity-type``, the
+  instance type's attributes (``joiner.dev/instance-family``, ...), the zone and
+  ``joiner.dev/registered`` (``joiner.dev/initialized`` once initialized), and every
+  Karpenter alias of them (``karpenter.sh/capacity-type``,
+  ``karpenter.k8s.aws/instance-family``, ...): kube-scheduler matches keys literally.
 * A registered claim becomes ``initialized`` when its Node is Ready and none of the
   NodePool's ``startupTaints`` is left on it.
 * A launched claim with no Node :data:`REGISTRATION_TIMEOUT` after launch is given up:
@@ -30,7 +33,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from joiner.domain import labels as wk
-from joiner.domain.model import NODECLASS_HASH_KEY, NODEPOOL_HASH_KEY, Node, NodePool
+from joiner.domain.model import NODECLASS_HASH_KEY, NODEPOOL_HASH_KEY, InstanceType, Node, NodePool
 from joiner.ports import ClaimRecord, Ec2Error, KubernetesError
 
 if TYPE_CHECKING:
@@ -64,14 +67,36 @@ class RegistrationResult:
     node_pools: Mapping[str, str] = field(default_factory=dict)
 
 
-def claim_labels(claim: ClaimRecord, *, initialized: bool) -> dict[str, str]:
-    """The labels a Node launched for ``claim`` must carry."""
-    labels = {wk.NODECLAIM: claim.claim_id, wk.NODEPOOL: claim.node_pool, wk.REGISTERED: "true"}
+def claim_labels(claim: ClaimRecord, *, initialized: bool, instance_type: InstanceType | None = None) -> dict[str, str]:
+    """The labels a Node launched for ``claim`` must carry: the claim's own, the attributes of
+    its instance type (``instance_type``, from the catalog) and its zone, each Joiner key also
+    under every alias the planner accepts (:func:`joiner.domain.labels.with_alias_labels`), so
+    kube-scheduler binds the pods that select ``karpenter.k8s.aws/instance-family`` and the like."""
+    labels: dict[str, str] = {}
+    if instance_type is not None:
+        labels.update((key, value) for key, value in instance_type.requirements.labels().items()
+                      if key not in (wk.ZONE, wk.CAPACITY_TYPE, wk.HOSTNAME))
+    if claim.zone:
+        labels[wk.ZONE] = claim.zone
+    labels.update({wk.NODECLAIM: claim.claim_id, wk.NODEPOOL: claim.node_pool, wk.REGISTERED: "true"})
     if claim.capacity_type:
         labels[wk.CAPACITY_TYPE] = claim.capacity_type
     if initialized:
         labels[wk.INITIALIZED] = "true"
-    return labels
+    return wk.with_alias_labels(labels)
+
+
+def _instance_type(runtime: Runtime, claim: ClaimRecord, errors: list[str]) -> InstanceType | None:
+    if not claim.instance_type:
+        return None
+    try:
+        found = runtime.catalog.instance_type(claim.instance_type)
+    except Exception as error:  # noqa: BLE001 - a catalog failure must not block the claim's other labels
+        errors.append(f"claim {claim.claim_id}: instance type {claim.instance_type}: {error}")
+        return None
+    if found is None:
+        errors.append(f"claim {claim.claim_id}: instance type {claim.instance_type} is not in the catalog: its labels are not set")
+    return found
 
 
 def is_initialized(node: Node, pool: NodePool | None) -> bool:
@@ -141,7 +166,7 @@ def reconcile_registration(
             continue
 
         if claim.state in (REGISTERED, INITIALIZED):
-            desired = claim_labels(claim, initialized=claim.state == INITIALIZED)
+            desired = claim_labels(claim, initialized=claim.state == INITIALIZED, instance_type=_instance_type(runtime, claim, errors))
             missing = {k: v for k, v in desired.items() if k not in node.labels or (k in _MARKERS and node.labels[k] != v)}
             patch: dict[str, dict[str, str]] = {"labels": missing} if missing else {}
             stamps = {key: value for key, value in ((NODEPOOL_HASH_KEY, claim.pool_hash), (NODECLASS_HASH_KEY, claim.class_hash))
