@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 import yaml
-
 from joiner.domain import labels as wk
 from joiner.local.scenario import load_scenario
 from joiner.local.simulator import Simulation, SimulationResult

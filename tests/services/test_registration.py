@@ -5,13 +5,14 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-
 from joiner.domain import labels as wk
+from joiner.domain.catalog import load_bundled_catalog
 from joiner.domain.model import NODECLASS_HASH_KEY, NODEPOOL_HASH_KEY, NodePool, Taint
 from joiner.domain.resources import Resources
 from joiner.domain.snapshot import parse_node
 from joiner.ports import ClaimRecord
 from joiner.services.registration import REGISTRATION_TIMEOUT, reconcile_registration
+
 from tests.support.fakes import FakeWorld, fake_world, node_json
 
 STARTUP = Taint("example.com/agent-not-ready", "", "NoSchedule")
@@ -144,3 +145,40 @@ def test_nodes_of_other_instances_and_deleting_nodes_do_not_register_claims(worl
     world.kube.add("nodes", leaving)
     result = register(world)
     assert result.registered == () and [c.state for c in result.claims] == ["launched"]
+
+
+def test_every_alias_label_is_patched_in_the_round_the_node_registers_while_its_startup_taint_holds() -> None:
+    """kube-scheduler matches keys literally: a Node must carry every alias the planner accepts
+    (derived from the alias table: adding an alias without labelling nodes with it fails here),
+    and carry it before the startup taint lets pods land on it."""
+    world = fake_world(catalog=load_bundled_catalog("us-east-1"))
+    claim = launched_claim(world)
+    pools = {"default": NodePool("default", startup_taints=(STARTUP,))}
+    world.kube.add("nodes", node_json("n1", instance_id=claim.instance_id, labels={}, taints=[STARTUP.to_dict()]))
+    result = register(world, pools)
+
+    assert result.registered == (claim.claim_id,) and result.initialized == () and not result.errors
+    node = world.kube.get("nodes", None, "n1")
+    assert node["spec"]["taints"] == [STARTUP.to_dict()]  # still tainted: nothing can have bound yet
+    labels = node["metadata"]["labels"]
+    expected = {wk.INSTANCE_TYPE: "c5.large", wk.ZONE: "us-east-1a", wk.CAPACITY_TYPE: "spot", wk.NODEPOOL: "default"}
+    assert {key: labels.get(key) for key in expected} == expected
+    gpu_keys = (wk.INSTANCE_GPU_COUNT, wk.INSTANCE_GPU_NAME)  # c5.large has no GPU
+    for alias, key in wk.KARPENTER_ALIASES.items():
+        if key in gpu_keys:
+            assert alias not in labels and key not in labels
+        else:
+            assert key in labels and labels.get(alias) == labels[key], (alias, key)
+    assert labels["karpenter.sh/capacity-type"] == "spot" and labels["karpenter.k8s.aws/instance-family"] == "c5"
+
+    world.kube.patch_node("n1", {"spec": {"taints": []}})  # the agent lifts its startup taint
+    assert register(world, pools).initialized == (claim.claim_id,)
+
+
+def test_registration_keeps_alias_labels_the_kubelet_or_user_set() -> None:
+    world = fake_world(catalog=load_bundled_catalog("us-east-1"))
+    claim = launched_claim(world)
+    world.kube.add("nodes", node_json("n1", instance_id=claim.instance_id, labels={"karpenter.k8s.aws/instance-family": "custom"}))
+    register(world)
+    labels = world.kube.get("nodes", None, "n1")["metadata"]["labels"]
+    assert labels["karpenter.k8s.aws/instance-family"] == "custom" and labels["karpenter.k8s.aws/instance-size"] == "large"

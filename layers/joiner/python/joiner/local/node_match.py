@@ -29,8 +29,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 __all__ = [
-    "requirement_matches", "node_selector_term_matches", "node_selector_matches", "node_affinity_misfit",
-    "toleration_tolerates", "untolerated_taint",
+    "node_affinity_misfit",
+    "node_selector_matches",
+    "node_selector_term_matches",
+    "requirement_matches",
+    "toleration_tolerates",
+    "untolerated_taint",
 ]
 
 _INTEGER = re.compile(r"^[+-]?[0-9]+$")
