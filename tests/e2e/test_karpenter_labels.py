@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from joiner.domain import labels as wk
 from joiner.local.scenario import load_scenario
 from joiner.local.simulator import Simulation, SimulationResult

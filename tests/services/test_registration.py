@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+
 from joiner.domain import labels as wk
 from joiner.domain.catalog import load_bundled_catalog
 from joiner.domain.model import NODECLASS_HASH_KEY, NODEPOOL_HASH_KEY, NodePool, Taint
@@ -12,7 +13,6 @@ from joiner.domain.resources import Resources
 from joiner.domain.snapshot import parse_node
 from joiner.ports import ClaimRecord
 from joiner.services.registration import REGISTRATION_TIMEOUT, reconcile_registration
-
 from tests.support.fakes import FakeWorld, fake_world, node_json
 
 STARTUP = Taint("example.com/agent-not-ready", "", "NoSchedule")

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from joiner.local.node_match import (
     node_affinity_misfit,
     node_selector_matches,
