@@ -337,11 +337,11 @@ class SimulatedCluster:
         pending.sort(key=lambda item: (-item[0].priority, item[1]["metadata"].get("creationTimestamp", ""), item[0].key))
         unschedulable: dict[str, str] = {}
         bound: list[tuple[str, str]] = []
-        for pod, _raw in pending:
+        for pod, raw_pod in pending:
             best: tuple[float, str] | None = None
             reasons: dict[str, int] = {}
             for name, node in parsed_nodes.items():
-                reason = self._misfit(pod, raw, node, nodes[name], used[name])
+                reason = self._misfit(pod, raw_pod, node, nodes[name], used[name])
                 if reason:
                     reasons[reason] = reasons.get(reason, 0) + 1
                     continue
