@@ -28,10 +28,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "layers" / "joiner" / "python"))
 DEFAULT_OUTPUT_DIR = REPO / "layers" / "joiner" / "python" / "joiner" / "data"
 FORMAT_VERSION = 1
-KUBE_ARCHITECTURES = {"x86_64": "amd64", "arm64": "arm64"}
-CAPACITY_TYPES = ("on-demand", "spot")
 
 
 def moto_resources() -> Path:
@@ -46,57 +45,12 @@ def load_gzip_json(path: Path) -> Any:
 
 
 def convert(record: dict[str, Any], zones: list[str], price: float) -> dict[str, Any] | None:
-    """One ``DescribeInstanceTypes`` record as the catalog's compact entry, or None to skip."""
-    processor = record.get("ProcessorInfo") or {}
-    architectures: list[str] = []
-    for arch in processor.get("SupportedArchitectures") or []:
-        mapped = KUBE_ARCHITECTURES.get(arch)
-        if mapped and mapped not in architectures:
-            architectures.append(mapped)
-    if not architectures:
-        return None
-    network = record["NetworkInfo"]
-    cards = network.get("NetworkCards") or []
-    default_card = network.get("DefaultNetworkCardIndex", 0)
-    # The VPC CNI only uses the default network card, so its interfaces bound max pods.
-    enis = next((c["MaximumNetworkInterfaces"] for c in cards if c.get("NetworkCardIndex") == default_card), network["MaximumNetworkInterfaces"])
-    entry: dict[str, Any] = {
-        "name": record["InstanceType"],
-        "vcpus": record["VCpuInfo"]["DefaultVCpus"],
-        "memoryMiB": record["MemoryInfo"]["SizeInMiB"],
-        "architectures": architectures,
-        "cpuManufacturer": processor.get("Manufacturer", ""),
-        "maxENIs": enis,
-        "ipv4PerENI": network["Ipv4AddressesPerInterface"],
-        "hypervisor": record.get("Hypervisor", ""),
-        "bareMetal": bool(record.get("BareMetal")),
-        "usageClasses": [c for c in CAPACITY_TYPES if c in (record.get("SupportedUsageClasses") or [])],
-        "zones": sorted(zones),
-        "onDemandPrice": price,
-    }
-    gpus = (record.get("GpuInfo") or {}).get("Gpus") or []
-    if gpus:
-        entry["gpuCount"] = sum(g.get("Count", 0) for g in gpus)
-        entry["gpuManufacturer"] = gpus[0].get("Manufacturer", "")
-        entry["gpuName"] = gpus[0].get("Name", "")
-        entry["gpuMemoryMiB"] = (gpus[0].get("MemoryInfo") or {}).get("SizeInMiB", 0)
-        if len(gpus) > 1:
-            entry["gpuKinds"] = len(gpus)
-    neuron_devices = (record.get("NeuronInfo") or {}).get("NeuronDevices") or []
-    if neuron_devices:
-        entry["neuronCount"] = sum(d.get("Count", 0) for d in neuron_devices)
-        entry["neuronCores"] = sum(d.get("Count", 0) * (d.get("CoreInfo") or {}).get("Count", 0) for d in neuron_devices)
-        entry["neuronName"] = neuron_devices[0].get("Name", "")
-    else:
-        accelerators = (record.get("InferenceAcceleratorInfo") or {}).get("Accelerators") or []
-        aws_accelerators = [a for a in accelerators if a.get("Manufacturer") == "AWS"]
-        if aws_accelerators:
-            entry["neuronCount"] = sum(a.get("Count", 0) for a in aws_accelerators)
-            entry["neuronName"] = aws_accelerators[0].get("Name", "")
-    efa = (network.get("EfaInfo") or {}).get("MaximumEfaInterfaces") or 0
-    if network.get("EfaSupported") and efa:
-        entry["efaCount"] = efa
-    return entry
+    """One ``DescribeInstanceTypes`` record as the catalog's compact entry, or None to skip
+    (the same conversion the runtime applies to a live ``DescribeInstanceTypes`` answer)."""
+    from joiner.domain.catalog_build import _info_document, info_from_description
+
+    info = info_from_description(record, zones, price)
+    return None if info is None else _info_document(info)
 
 
 def build(region: str, resources: Path, prices_path: Path) -> tuple[dict[str, Any], dict[str, int]]:
@@ -129,6 +83,7 @@ def build(region: str, resources: Path, prices_path: Path) -> tuple[dict[str, An
         "sources": {
             "instanceTypes": f"moto {moto.__version__} ec2/resources/instance_types.json.gz (EC2 DescribeInstanceTypes)",
             "offerings": f"moto {moto.__version__} ec2/resources/instance_type_offerings/availability-zone/{region}.json.gz",
+            "networkBandwidth": "joiner/data/ec2-network-bandwidth.json.gz (Karpenter's baseline bandwidth table)",
             "onDemandPrices": f"{prices_doc.get('source', prices_path.name)} ({prices_doc.get('currency', 'USD')} {prices_doc.get('unit', 'per instance-hour')}, generated {prices_doc.get('generated_at', 'unknown')})",
         },
         "instanceTypes": entries,

@@ -252,7 +252,34 @@ def test_labels_of_c5_2xlarge(bundled: Catalog) -> None:
         wk.INSTANCE_FAMILY: "c5", wk.INSTANCE_CATEGORY: "c", wk.INSTANCE_GENERATION: "5",
         wk.INSTANCE_SIZE: "2xlarge", wk.INSTANCE_CPU: "8", wk.INSTANCE_MEMORY: "16384",
         wk.INSTANCE_HYPERVISOR: "nitro", wk.CAPACITY_TYPE: "on-demand",
+        # Karpenter's documented values for c5.2xlarge (website instance-types reference)
+        wk.INSTANCE_CPU_MANUFACTURER: "intel", wk.INSTANCE_CPU_CLOCK: "3400", wk.INSTANCE_EBS_BANDWIDTH: "4750",
+        wk.INSTANCE_NETWORK_BANDWIDTH: "2500", wk.INSTANCE_ENCRYPTION_IN_TRANSIT: "false",
     }
+
+
+def test_every_karpenter_instance_label_is_known_and_set_where_karpenter_sets_it(bundled: Catalog) -> None:
+    """Values as Karpenter's own test expects for g4dn.8xlarge, and Inferentia accelerator labels."""
+    karpenter = {
+        "karpenter.k8s.aws/instance-encryption-in-transit-supported": "true", "karpenter.k8s.aws/instance-cpu-manufacturer": "intel",
+        "karpenter.k8s.aws/instance-ebs-bandwidth": "9500", "karpenter.k8s.aws/instance-network-bandwidth": "50000",
+        "karpenter.k8s.aws/instance-gpu-name": "t4", "karpenter.k8s.aws/instance-gpu-manufacturer": "nvidia",
+        "karpenter.k8s.aws/instance-gpu-count": "1", "karpenter.k8s.aws/instance-gpu-memory": "16384",
+        "karpenter.k8s.aws/instance-local-nvme": "900", "karpenter.k8s.aws/instance-memory": "131072",
+    }
+    labels = bundled.instance_type("g4dn.8xlarge").requirements.labels()
+    for key, value in karpenter.items():
+        assert key in wk.KARPENTER_ALIASES and wk.normalize_label_key(key) in wk.WELL_KNOWN_LABELS
+        assert labels[wk.normalize_label_key(key)] == value, key
+    inf = bundled.instance_type("inf2.xlarge").requirements.labels()
+    assert (inf[wk.INSTANCE_ACCELERATOR_NAME], inf[wk.INSTANCE_ACCELERATOR_MANUFACTURER], inf[wk.INSTANCE_ACCELERATOR_COUNT]) == ("inferentia2", "aws", "1")
+    wants_nvme = Requirements.from_node_selector_terms([{"key": "karpenter.k8s.aws/instance-local-nvme", "operator": "Gt", "values": ["100"]}])
+    assert labels_requirements(bundled, "i3.large").compatible(wants_nvme) is None
+    assert labels_requirements(bundled, "c5.large").compatible(wants_nvme) is not None
+
+
+def labels_requirements(catalog: Catalog, name: str) -> Requirements:
+    return catalog.instance_type(name).requirements
 
 
 def test_gpu_metal_and_odd_name_labels(bundled: Catalog) -> None:

@@ -86,7 +86,10 @@ _INSTANCE_TYPE_SCHEME = re.compile(r"^([a-z]+)(-[0-9]+tb)?([0-9]+).*\.")
 _ATTRIBUTE_KEYS = (
     wk.INSTANCE_FAMILY, wk.INSTANCE_CATEGORY, wk.INSTANCE_GENERATION, wk.INSTANCE_SIZE,
     wk.INSTANCE_CPU, wk.INSTANCE_MEMORY, wk.INSTANCE_GPU_COUNT, wk.INSTANCE_GPU_NAME,
-    wk.INSTANCE_HYPERVISOR,
+    wk.INSTANCE_HYPERVISOR, wk.INSTANCE_CPU_MANUFACTURER, wk.INSTANCE_CPU_CLOCK, wk.INSTANCE_EBS_BANDWIDTH,
+    wk.INSTANCE_NETWORK_BANDWIDTH, wk.INSTANCE_LOCAL_NVME, wk.INSTANCE_ENCRYPTION_IN_TRANSIT,
+    wk.INSTANCE_GPU_MANUFACTURER, wk.INSTANCE_GPU_MEMORY, wk.INSTANCE_ACCELERATOR_NAME,
+    wk.INSTANCE_ACCELERATOR_MANUFACTURER, wk.INSTANCE_ACCELERATOR_COUNT,
 )
 _MEMO_SIZE = 32
 
@@ -113,6 +116,7 @@ class InstanceTypeInfo:
     hypervisor: str = ""  # nitro | xen | "" (bare metal)
     bare_metal: bool = False
     cpu_manufacturer: str = ""
+    cpu_clock_mhz: int = 0  # sustained clock speed
     gpu_count: int = 0
     gpu_name: str = ""
     gpu_manufacturer: str = ""
@@ -125,6 +129,13 @@ class InstanceTypeInfo:
     usage_classes: tuple[str, ...] = CAPACITY_TYPES
     zones: tuple[str, ...] = ()
     on_demand_price: float | None = None
+    ebs_bandwidth_mbps: int = 0  # EBS-optimized maximum bandwidth
+    network_bandwidth_mbps: int = 0  # baseline network bandwidth
+    local_nvme_gib: int = 0  # instance-store NVMe, total
+    encryption_in_transit: bool = False
+    accelerator_name: str = ""  # single-model inference accelerators (Inferentia, Trainium, ...)
+    accelerator_manufacturer: str = ""
+    accelerator_count: int = 0
 
     @property
     def architecture(self) -> str:
@@ -302,11 +313,25 @@ def _info_labels(info: InstanceTypeInfo) -> dict[str, str]:
         wk.INSTANCE_CPU: str(info.vcpus),
         wk.INSTANCE_MEMORY: str(info.memory_mib),
         wk.INSTANCE_HYPERVISOR: info.hypervisor,
+        wk.INSTANCE_ENCRYPTION_IN_TRANSIT: "true" if info.encryption_in_transit else "false",
     }
     out.update(_name_labels(info.name))
+    optional = {
+        wk.INSTANCE_CPU_MANUFACTURER: info.cpu_manufacturer.lower(),
+        wk.INSTANCE_CPU_CLOCK: info.cpu_clock_mhz, wk.INSTANCE_EBS_BANDWIDTH: info.ebs_bandwidth_mbps,
+        wk.INSTANCE_NETWORK_BANDWIDTH: info.network_bandwidth_mbps, wk.INSTANCE_LOCAL_NVME: info.local_nvme_gib,
+    }
+    out.update((key, str(value)) for key, value in optional.items() if value)
     if info.gpu_count and info.gpu_kinds <= 1:
         out[wk.INSTANCE_GPU_COUNT] = str(info.gpu_count)
         out[wk.INSTANCE_GPU_NAME] = info.gpu_name.lower().replace(" ", "-")
+        out[wk.INSTANCE_GPU_MANUFACTURER] = info.gpu_manufacturer.lower()
+        if info.gpu_memory_mib:
+            out[wk.INSTANCE_GPU_MEMORY] = str(info.gpu_memory_mib)
+    if info.accelerator_count:
+        out[wk.INSTANCE_ACCELERATOR_NAME] = info.accelerator_name
+        out[wk.INSTANCE_ACCELERATOR_MANUFACTURER] = info.accelerator_manufacturer
+        out[wk.INSTANCE_ACCELERATOR_COUNT] = str(info.accelerator_count)
     return out
 
 
@@ -371,9 +396,12 @@ class Catalog:
         *,
         declared: Iterable[DeclaredInstanceType] = (),
         region: str | None = None,
+        price_source: str = "",
     ) -> None:
         """``offerings`` maps a type name to its offerings; types it leaves out get one
-        on-demand offering per zone of their info at the on-demand price (none if unpriced)."""
+        on-demand offering per zone of their info at the on-demand price (none if unpriced).
+        ``price_source`` says where on-demand prices came from ("" for a file or the bundled
+        catalog; see :mod:`joiner.domain.catalog_build`)."""
         entries: dict[str, InstanceTypeInfo | DeclaredInstanceType] = {}
         defined: list[InstanceTypeInfo | DeclaredInstanceType] = [*infos, *declared]
         for entry in defined:
@@ -394,6 +422,7 @@ class Catalog:
             else:
                 self._offerings[name] = ()
         self.region = region
+        self.price_source = price_source
         self._requirements: dict[str, Requirements] | None = None
         self._memo: OrderedDict[tuple[Any, ...], tuple[InstanceType, ...]] = OrderedDict()
         self._by_name: dict[tuple[Any, ...], dict[str, InstanceType]] = {}
@@ -510,7 +539,15 @@ class Catalog:
             kept = [o for o in offerings[name] if not (o.capacity_type == wk.CAPACITY_TYPE_SPOT and o.zone == zone)]
             kept.append(Offering(zone, wk.CAPACITY_TYPE_SPOT, value))
             offerings[name] = kept
-        return Catalog(self.infos, offerings, declared=self.declared, region=self.region)
+        return Catalog(self.infos, offerings, declared=self.declared, region=self.region, price_source=self.price_source)
+
+    def with_price_source(self, price_source: str) -> Catalog:
+        """The same catalog marked with where its on-demand prices came from."""
+        return Catalog(self.infos, self._offerings, declared=self.declared, region=self.region, price_source=price_source)
+
+    def missing_message(self, name: str) -> str:
+        """Why ``name`` cannot be used, for a requirement that names it."""
+        return f"instance type {name} is not in the {self.region or 'given'} catalog"
 
 
 def _declared_capacity_and_overhead(capacity: Resources, kubelet: KubeletConfig, root_volume_bytes: int) -> tuple[Resources, Resources]:
@@ -534,7 +571,11 @@ _INFO_FIELDS = {
     "gpuName": "gpu_name", "gpuManufacturer": "gpu_manufacturer", "gpuMemoryMiB": "gpu_memory_mib",
     "gpuKinds": "gpu_kinds", "neuronCount": "neuron_count", "neuronCores": "neuron_cores",
     "neuronName": "neuron_name", "efaCount": "efa_count", "usageClasses": "usage_classes",
-    "zones": "zones", "onDemandPrice": "on_demand_price",
+    "zones": "zones", "onDemandPrice": "on_demand_price", "cpuClockMHz": "cpu_clock_mhz",
+    "ebsBandwidthMbps": "ebs_bandwidth_mbps", "networkBandwidthMbps": "network_bandwidth_mbps",
+    "localNvmeGiB": "local_nvme_gib", "encryptionInTransit": "encryption_in_transit",
+    "acceleratorName": "accelerator_name", "acceleratorManufacturer": "accelerator_manufacturer",
+    "acceleratorCount": "accelerator_count",
 }
 _TUPLE_FIELDS = frozenset({"architectures", "usage_classes", "zones"})
 

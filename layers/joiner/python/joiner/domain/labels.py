@@ -8,7 +8,10 @@ __all__ = [
     "ARCH", "OS", "INSTANCE_TYPE", "ZONE", "REGION", "HOSTNAME", "CAPACITY_TYPE", "NODEPOOL",
     "NODECLAIM", "INSTANCE_FAMILY", "INSTANCE_CATEGORY", "INSTANCE_GENERATION", "INSTANCE_SIZE",
     "INSTANCE_CPU", "INSTANCE_MEMORY", "INSTANCE_GPU_COUNT", "INSTANCE_GPU_NAME", "INSTANCE_HYPERVISOR",
-    "CAPACITY_TYPE_SPOT", "CAPACITY_TYPE_ON_DEMAND", "WELL_KNOWN_LABELS", "KARPENTER_ALIASES",
+    "INSTANCE_CPU_MANUFACTURER", "INSTANCE_CPU_CLOCK", "INSTANCE_EBS_BANDWIDTH", "INSTANCE_NETWORK_BANDWIDTH",
+    "INSTANCE_LOCAL_NVME", "INSTANCE_ENCRYPTION_IN_TRANSIT", "INSTANCE_GPU_MANUFACTURER", "INSTANCE_GPU_MEMORY",
+    "INSTANCE_ACCELERATOR_NAME", "INSTANCE_ACCELERATOR_MANUFACTURER", "INSTANCE_ACCELERATOR_COUNT",
+    "INSTANCE_ATTRIBUTE_LABELS", "CAPACITY_TYPE_SPOT", "CAPACITY_TYPE_ON_DEMAND", "WELL_KNOWN_LABELS", "KARPENTER_ALIASES",
     "DO_NOT_DISRUPT", "KARPENTER_DO_NOT_DISRUPT", "DISRUPTED_TAINT_KEY", "INITIALIZED", "REGISTERED",
     "MANAGED_BY_TAG", "normalize_label_key", "normalize_labels", "with_alias_labels",
 ]
@@ -33,6 +36,23 @@ INSTANCE_MEMORY = "joiner.dev/instance-memory"
 INSTANCE_GPU_COUNT = "joiner.dev/instance-gpu-count"
 INSTANCE_GPU_NAME = "joiner.dev/instance-gpu-name"
 INSTANCE_HYPERVISOR = "joiner.dev/instance-hypervisor"
+INSTANCE_CPU_MANUFACTURER = "joiner.dev/instance-cpu-manufacturer"
+INSTANCE_CPU_CLOCK = "joiner.dev/instance-cpu-sustained-clock-speed-mhz"
+INSTANCE_EBS_BANDWIDTH = "joiner.dev/instance-ebs-bandwidth"
+INSTANCE_NETWORK_BANDWIDTH = "joiner.dev/instance-network-bandwidth"
+INSTANCE_LOCAL_NVME = "joiner.dev/instance-local-nvme"
+INSTANCE_ENCRYPTION_IN_TRANSIT = "joiner.dev/instance-encryption-in-transit-supported"
+INSTANCE_GPU_MANUFACTURER = "joiner.dev/instance-gpu-manufacturer"
+INSTANCE_GPU_MEMORY = "joiner.dev/instance-gpu-memory"
+INSTANCE_ACCELERATOR_NAME = "joiner.dev/instance-accelerator-name"
+INSTANCE_ACCELERATOR_MANUFACTURER = "joiner.dev/instance-accelerator-manufacturer"
+INSTANCE_ACCELERATOR_COUNT = "joiner.dev/instance-accelerator-count"
+#: Instance attribute labels added for every Karpenter ``instance-*`` label (see KARPENTER_ALIASES).
+INSTANCE_ATTRIBUTE_LABELS = (
+    INSTANCE_CPU_MANUFACTURER, INSTANCE_CPU_CLOCK, INSTANCE_EBS_BANDWIDTH, INSTANCE_NETWORK_BANDWIDTH,
+    INSTANCE_LOCAL_NVME, INSTANCE_ENCRYPTION_IN_TRANSIT, INSTANCE_GPU_MANUFACTURER, INSTANCE_GPU_MEMORY,
+    INSTANCE_ACCELERATOR_NAME, INSTANCE_ACCELERATOR_MANUFACTURER, INSTANCE_ACCELERATOR_COUNT,
+)
 
 CAPACITY_TYPE_SPOT = "spot"
 CAPACITY_TYPE_ON_DEMAND = "on-demand"
@@ -55,6 +75,7 @@ KARPENTER_ALIASES: dict[str, str] = {
     "karpenter.k8s.aws/instance-gpu-count": INSTANCE_GPU_COUNT,
     "karpenter.k8s.aws/instance-gpu-name": INSTANCE_GPU_NAME,
     "karpenter.k8s.aws/instance-hypervisor": INSTANCE_HYPERVISOR,
+    **{key.replace("joiner.dev/", "karpenter.k8s.aws/"): key for key in INSTANCE_ATTRIBUTE_LABELS},
     "beta.kubernetes.io/arch": ARCH,
     "beta.kubernetes.io/os": OS,
     "beta.kubernetes.io/instance-type": INSTANCE_TYPE,
@@ -69,6 +90,7 @@ WELL_KNOWN_LABELS: frozenset[str] = frozenset(
         ARCH, OS, INSTANCE_TYPE, ZONE, REGION, HOSTNAME, CAPACITY_TYPE, NODEPOOL,
         INSTANCE_FAMILY, INSTANCE_CATEGORY, INSTANCE_GENERATION, INSTANCE_SIZE, INSTANCE_CPU,
         INSTANCE_MEMORY, INSTANCE_GPU_COUNT, INSTANCE_GPU_NAME, INSTANCE_HYPERVISOR,
+        *INSTANCE_ATTRIBUTE_LABELS,
     }
 )
 
