@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import hashlib
 import itertools
 import threading
@@ -580,6 +581,16 @@ class FakeEc2:
         self._enter("spot_prices")
         return dict(self.spot_price_table)
 
+    def describe_instance_types(self) -> list[dict[str, Any]]:
+        """moto's copy of EC2's real DescribeInstanceTypes records."""
+        self._enter("describe_instance_types")
+        return list(moto_instance_types().values())
+
+    def instance_type_zones(self) -> dict[str, list[str]]:
+        """moto's copy of EC2's real offerings in the region of this fake's zones."""
+        self._enter("instance_type_zones")
+        return moto_instance_type_zones(self.subnets[0].zone[:-1])
+
     def list_launch_templates(self, cluster_name: str) -> list[LaunchTemplateInfo]:
         self._enter("list_launch_templates")
         with self._lock:
@@ -602,6 +613,52 @@ class FakeEc2:
 
 
 # ---------------------------------------------------------------- state
+
+
+@functools.lru_cache(maxsize=1)
+def moto_instance_types() -> dict[str, dict[str, Any]]:
+    import gzip
+    import json
+    from pathlib import Path
+
+    import moto.ec2
+
+    path = Path(moto.ec2.__file__).parent / "resources" / "instance_types.json.gz"
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        records: dict[str, dict[str, Any]] = json.load(handle)
+    return records
+
+
+@functools.lru_cache(maxsize=8)
+def moto_instance_type_zones(region: str) -> dict[str, list[str]]:
+    import gzip
+    import json
+    from pathlib import Path
+
+    import moto.ec2
+
+    path = Path(moto.ec2.__file__).parent / "resources" / "instance_type_offerings" / "availability-zone" / f"{region}.json.gz"
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        offerings = json.load(handle)
+    zones: dict[str, set[str]] = {}
+    for offering in offerings:
+        zones.setdefault(offering["InstanceType"], set()).add(offering["Location"])
+    return {name: sorted(found) for name, found in sorted(zones.items())}
+
+
+class FakePricing:
+    """The Pricing API as :class:`joiner.ports.PricingPort`: ``prices`` per region, or failing."""
+
+    def __init__(self, prices: dict[str, dict[str, float]] | None = None) -> None:
+        self.prices = prices or {}
+        self.calls: list[str] = []
+        self.error: Exception | None = None
+
+    def on_demand_prices(self, region: str) -> dict[str, float]:
+        self.calls.append(region)
+        if self.error is not None:
+            raise self.error
+        return dict(self.prices.get(region, {}))
 
 
 class FakeState:
@@ -983,6 +1040,7 @@ class FakeWorld:
     queue: FakeQueue
     metrics: RecordingMetrics
     catalog: Any
+    pricing: FakePricing = dataclasses.field(default_factory=FakePricing)
 
     def settings(self, **overrides: Any) -> Any:
         from joiner.settings import Settings
@@ -997,7 +1055,7 @@ class FakeWorld:
 
         values: dict[str, Any] = {
             "kube_port": self.kube, "ec2_port": self.ec2, "state_port": self.state, "queue_port": self.queue,
-            "catalog_value": self.catalog, "clock": self.clock, "sleep": self.clock.sleep, "metric": self.metrics,
+            "pricing_port": self.pricing, "catalog_value": self.catalog, "clock": self.clock, "sleep": self.clock.sleep, "metric": self.metrics,
             "invocation_id": invocation_id,
         }
         values.update(overrides)

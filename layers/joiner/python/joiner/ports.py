@@ -252,6 +252,18 @@ class Ec2Port(Protocol):
     def spot_prices(self) -> dict[tuple[str, str], float]:
         """Current Linux spot price per ``(instance type, zone)`` (EC2 spot price history)."""
         ...
+    def describe_instance_types(self) -> list[JsonDict]:
+        """Every ``DescribeInstanceTypes`` record of the region, raw."""
+        ...
+    def instance_type_zones(self) -> dict[str, list[str]]:
+        """Availability zones each instance type is offered in (``DescribeInstanceTypeOfferings``)."""
+        ...
+
+
+class PricingPort(Protocol):
+    def on_demand_prices(self, region: str) -> dict[str, float]:
+        """Linux shared-tenancy on-demand USD per hour by instance type in ``region`` (AWS Pricing API)."""
+        ...
 
 
 # ---------------------------------------------------------------- State (DynamoDB)

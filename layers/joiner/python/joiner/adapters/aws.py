@@ -19,6 +19,7 @@ import boto3
 from botocore.config import Config
 
 from joiner.adapters.ec2 import Ec2Adapter
+from joiner.adapters.pricing import PricingAdapter
 from joiner.adapters.queue import SqsQueue
 from joiner.adapters.state import StateAdapter
 from joiner.ports import Clock
@@ -26,7 +27,7 @@ from joiner.settings import Settings, get_settings
 
 __all__ = [
     "RETRY_MAX_ATTEMPTS", "CONNECT_TIMEOUT_SECONDS", "READ_TIMEOUT_SECONDS", "client_config", "AwsClients",
-    "SystemClock", "get_clients", "ec2_adapter", "state_adapter", "work_queue",
+    "SystemClock", "get_clients", "ec2_adapter", "pricing_adapter", "state_adapter", "work_queue",
 ]
 
 RETRY_MAX_ATTEMPTS = 5
@@ -77,15 +78,17 @@ class AwsClients:
             self._session = boto3.Session(region_name=self.region)
         return self._session
 
-    def client(self, service: str) -> Any:
-        """The cached client for ``service`` (built on first use)."""
+    def client(self, service: str, region: str | None = None) -> Any:
+        """The cached client for ``service`` (built on first use), in ``region`` when given
+        (the Pricing API lives in a few regions only), else the runtime's region."""
+        key = service if region is None else f"{service}@{region}"
         with self._lock:
-            client = self._clients.get(service)
+            client = self._clients.get(key)
             if client is None:
                 client = self._get_session().client(
-                    service, region_name=self.region, endpoint_url=self.endpoint_url, config=self.config
+                    service, region_name=region or self.region, endpoint_url=self.endpoint_url, config=self.config
                 )
-                self._clients[service] = client
+                self._clients[key] = client
             return client
 
     def table(self, name: str) -> Any:
@@ -125,6 +128,13 @@ class AwsClients:
     def dynamodb(self) -> Any:
         return self.client("dynamodb")
 
+    @property
+    def pricing(self) -> Any:
+        """The Pricing API client at the endpoint nearest the runtime's region."""
+        from joiner.domain.catalog_build import pricing_endpoint_region
+
+        return self.client("pricing", pricing_endpoint_region(self.region))
+
 
 @lru_cache(maxsize=1)
 def get_clients() -> AwsClients:
@@ -139,6 +149,10 @@ def ec2_adapter(settings: Settings | None = None, clients: AwsClients | None = N
         clients.ec2, clients.ssm, clients.eks, settings.cluster_name, clock or SystemClock(),
         default_instance_profile=settings.node_role or None,
     )
+
+
+def pricing_adapter(clients: AwsClients | None = None) -> PricingAdapter:
+    return PricingAdapter((clients or get_clients()).pricing)
 
 
 def state_adapter(settings: Settings | None = None, clients: AwsClients | None = None, clock: Clock | None = None) -> StateAdapter:

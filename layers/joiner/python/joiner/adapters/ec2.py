@@ -747,6 +747,23 @@ class Ec2Adapter:
                 newest[key] = (stamp, price)
         return {key: price for key, (_, price) in sorted(newest.items())}
 
+    def describe_instance_types(self) -> list[dict[str, Any]]:
+        """Every instance type EC2 describes in the region (about ten pages of 100)."""
+        return list(self._paginate(self._ec2, "ec2", "describe_instance_types", "InstanceTypes", PaginationConfig={"PageSize": 100}))
+
+    def instance_type_zones(self) -> dict[str, list[str]]:
+        """Zones per instance type, from the availability-zone offerings (sorted)."""
+        offerings = self._paginate(
+            self._ec2, "ec2", "describe_instance_type_offerings", "InstanceTypeOfferings",
+            LocationType="availability-zone", PaginationConfig={"PageSize": 1000},
+        )
+        zones: dict[str, set[str]] = {}
+        for offering in offerings:
+            name, zone = str(offering.get("InstanceType", "")), str(offering.get("Location", ""))
+            if name and zone:
+                zones.setdefault(name, set()).add(zone)
+        return {name: sorted(found) for name, found in sorted(zones.items())}
+
     # ------------------------------------------------------------ cluster
 
     def describe_cluster(self, cluster_name: str) -> ClusterInfo:

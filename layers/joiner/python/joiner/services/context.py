@@ -24,7 +24,7 @@ from joiner.settings import Settings
 
 if TYPE_CHECKING:
     from joiner.domain.catalog import Catalog
-    from joiner.ports import Clock, ClusterInfo, Ec2Port, KubernetesPort, QueuePort, StatePort
+    from joiner.ports import Clock, ClusterInfo, Ec2Port, KubernetesPort, PricingPort, QueuePort, StatePort
 
 __all__ = ["Runtime", "SystemClock", "TtlCache", "build_runtime", "SPOT_PRICE_TTL", "SPOT_PRICE_RETRY"]
 
@@ -108,6 +108,7 @@ class Runtime:
     ec2_port: Ec2Port | None = None
     state_port: StatePort | None = None
     queue_port: QueuePort | None = None
+    pricing_port: PricingPort | None = None
     catalog_value: Catalog | None = None
     clock: Clock = field(default_factory=SystemClock)
     sleep: Callable[[float], None] = time.sleep
@@ -121,7 +122,8 @@ class Runtime:
     parsed_pods: dict[str, Any] = field(default_factory=dict, repr=False)
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
     _cluster: ClusterInfo | None = field(default=None, repr=False)
-    _bundled_catalog: Catalog | None = field(default=None, repr=False)
+    _base_catalog: Catalog | None = field(default=None, repr=False)
+    _catalog_refresh_at: datetime = field(default=datetime.min.replace(tzinfo=UTC), repr=False)
     _priced_catalog: Catalog | None = field(default=None, repr=False)
     _prices_refresh_at: datetime = field(default=datetime.min.replace(tzinfo=UTC), repr=False)
     _aws: Any = field(default=None, repr=False)
@@ -161,10 +163,21 @@ class Runtime:
         return self.queue_port
 
     @property
+    def pricing(self) -> PricingPort:
+        if self.pricing_port is None:
+            with self._lock:
+                if self.pricing_port is None:
+                    from joiner.adapters.aws import pricing_adapter
+
+                    self.pricing_port = pricing_adapter(self.aws)
+        return self.pricing_port
+
+    @property
     def catalog(self) -> Catalog:
         """The instance catalog. A catalog given to the runtime (tests, the simulator, a
-        catalog file) is used as it is. Otherwise: the bundled one (on-demand prices) with
-        EC2's current spot prices overlaid, refreshed every :data:`SPOT_PRICE_TTL` (from
+        catalog file) is used as it is. Otherwise: the region's catalog built from EC2 and
+        the Pricing API (shared through the state table, rebuilt every few hours; see
+        :mod:`joiner.services.catalog`) with EC2's current spot prices overlaid, refreshed every :data:`SPOT_PRICE_TTL` (from
         the copy another function shared in the state table when it is fresh enough). When
         the spot price history cannot be read, the last prices read are kept (or on-demand
         only), the failure is logged and counted (``SpotPricesUnavailable``), and it is tried
@@ -173,15 +186,29 @@ class Runtime:
             return self.catalog_value
         with self._lock:
             now = self.clock.now()
+            if self._base_catalog is None or now >= self._catalog_refresh_at:
+                self._refresh_base_catalog(now)
             if self._priced_catalog is None or now >= self._prices_refresh_at:
                 self._priced_catalog = self._refresh_spot_prices(now)
             return self._priced_catalog
 
-    def _refresh_spot_prices(self, now: datetime) -> Catalog:
-        from joiner.domain.catalog import load_bundled_catalog
+    def _refresh_base_catalog(self, now: datetime) -> None:
+        from joiner.observability import logger
+        from joiner.services.catalog import load_region_catalog
 
-        if self._bundled_catalog is None:
-            self._bundled_catalog = load_bundled_catalog(self.settings.region)
+        built = load_region_catalog(
+            self.settings.region, now, previous=self._base_catalog, state=lambda: self.state, ec2=lambda: self.ec2,
+            pricing=lambda: self.pricing, count=lambda name: self.count(name),
+            warn=lambda message, extra: logger.warning(message, extra=extra),
+        )
+        if built.catalog is not self._base_catalog:
+            self._base_catalog = built.catalog
+            self._priced_catalog = None
+        self._catalog_refresh_at = built.refresh_at
+
+    def _refresh_spot_prices(self, now: datetime) -> Catalog:
+        base = self._base_catalog
+        assert base is not None  # set by _refresh_base_catalog first
         try:
             prices = self._shared_spot_prices(now)
             if prices is None:
@@ -194,9 +221,9 @@ class Runtime:
                            extra={"error": f"{type(error).__name__}: {error}", "have_spot_prices": self._priced_catalog is not None})
             self.count("SpotPricesUnavailable")
             self._prices_refresh_at = now + SPOT_PRICE_RETRY
-            return self._priced_catalog or self._bundled_catalog
+            return self._priced_catalog or base
         self._prices_refresh_at = now + SPOT_PRICE_TTL
-        return self._bundled_catalog.with_spot_prices(prices) if prices else self._bundled_catalog
+        return base.with_spot_prices(prices) if prices else base
 
     def _shared_spot_prices(self, now: datetime) -> dict[tuple[str, str], float] | None:
         """Spot prices another function read from EC2 within :data:`SPOT_PRICE_TTL` (one
