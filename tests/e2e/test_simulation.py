@@ -93,6 +93,20 @@ def test_classic_expectations_hold_and_the_report_is_self_contained(classic: Sim
     assert classic.simulated_seconds == 14 * 60 and classic.wall_seconds < classic.simulated_seconds
 
 
+@pytest.mark.parametrize("region", ["eu-west-1", "ap-southeast-2"])
+def test_classic_runs_in_other_regions_on_the_catalog_built_from_ec2(region: str) -> None:
+    """The whole pipeline (launch, spot interruption, drain, replacement) where no catalog is
+    bundled: the catalog comes from moto's DescribeInstanceTypes/Offerings for the region."""
+    scenario = load_scenario(ROOT / "examples" / "scenarios" / "classic.yaml")
+    result = Simulation(scenario, functions_dir=ROOT / "functions", region=region).run()
+    assert not result.handler_errors and result.passed and result.pods_lost == 0
+    assert result.instances and all(i.zone.startswith(region) for i in result.instances)
+    first_launches = [s for s in result.samples if s.at <= timedelta(minutes=4)][-1]
+    assert first_launches.pending == 0 and sum(first_launches.launched.values()) >= 2
+    [record] = result.interruptions
+    assert record.within_deadline and record.terminated_by == "joiner" and record.replacement_ready is not None
+
+
 SHORT = """
 name: short
 duration: 3m

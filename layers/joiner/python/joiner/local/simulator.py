@@ -262,8 +262,12 @@ class Simulation:
         on_progress: Callable[[timedelta, timedelta], None] | None = None,
         verbose: bool = False,
         start: datetime | None = None,
+        region: str | None = None,
     ) -> None:
+        from joiner.local.aws import REGION
+
         self.scenario = scenario
+        self.region = region or REGION
         self.functions_dir = functions_dir
         self.on_entry = on_entry or (lambda entry: None)
         self.on_progress = on_progress or (lambda at, total: None)
@@ -282,7 +286,7 @@ class Simulation:
 
         wall = time.monotonic()
         env = {"POWERTOOLS_METRICS_DISABLED": "true", "POWERTOOLS_TRACE_DISABLED": "true", "POWERTOOLS_DEV": "false"}
-        with fake_credentials(), environment(env), _quiet_logs(self._capture, self.verbose), warnings.catch_warnings():
+        with fake_credentials(self.region), environment(env), _quiet_logs(self._capture, self.verbose), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             self._setup()
             try:
@@ -300,8 +304,7 @@ class Simulation:
     def _setup(self) -> None:
         import urllib3
 
-        from joiner.domain.catalog import load_bundled_catalog
-        from joiner.local.aws import REGION, SerialMotoServer
+        from joiner.local.aws import SerialMotoServer
         from joiner.local.cloud import SimulatedEc2, spot_fleet_security_groups
         from joiner.local.cluster import SimulatedCluster
         from joiner.local.kube_emulator import KubeEmulator
@@ -319,11 +322,11 @@ class Simulation:
         self._exit.callback(self.emulator.close)
 
         scenario = self.scenario
-        self.region = REGION
-        self.stack = LocalStack(self.moto.endpoint, scenario.cluster, REGION).create()
-        self.catalog = _with_simulated_spot_prices(load_bundled_catalog(REGION))
-        self.ec2 = SimulatedEc2(self.stack.ec2, self.stack.events, scenario.cluster, self.catalog, self.clock.now, REGION)
-        self.cluster = SimulatedCluster(self.emulator, self.catalog, REGION, self.clock.now, note=self._note)
+        region = self.region
+        self.stack = LocalStack(self.moto.endpoint, scenario.cluster, region).create(tuple(f"{region}{letter}" for letter in "abc"))
+        self.catalog = _with_simulated_spot_prices(self._region_catalog())
+        self.ec2 = SimulatedEc2(self.stack.ec2, self.stack.events, scenario.cluster, self.catalog, self.clock.now, region)
+        self.cluster = SimulatedCluster(self.emulator, self.catalog, region, self.clock.now, note=self._note)
         for obj in scenario.objects:
             self.emulator.apply(obj)
         self._note("setup", "stack and cluster created",
@@ -377,6 +380,20 @@ class Simulation:
         with contextlib.redirect_stdout(io.StringIO()):
             response: dict[str, Any] | None = module.handler(event, context)
         return response
+
+    def _region_catalog(self) -> Any:
+        """us-east-1: the bundled catalog. Elsewhere: built from moto's DescribeInstanceTypes and
+        offerings for the region exactly as the functions build it (moto has no Pricing API, so
+        priced from the bundled us-east-1 table, the functions' fallback)."""
+        from joiner.adapters.ec2 import Ec2Adapter
+        from joiner.domain.catalog import BUNDLED_REGIONS, load_bundled_catalog
+        from joiner.services.catalog import build_region_catalog
+
+        if self.region in BUNDLED_REGIONS:
+            return load_bundled_catalog(self.region)
+        adapter = Ec2Adapter(self.stack.ec2, None, None, self.scenario.cluster, self.clock)
+        return build_region_catalog(adapter, None, self.region, count=lambda name: None,
+                                    warn=lambda message, extra: self._note("setup", message, str(extra)))
 
     def _teardown(self) -> None:
         for module in self.handlers.values():
