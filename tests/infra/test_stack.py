@@ -471,3 +471,30 @@ def test_private_variant_uses_the_existing_role_topic_and_no_access_entries(synt
         assert alarm["Properties"]["AlarmActions"] == ["arn:aws:sns:eu-west-1:123456789012:ops-alarms"]
     log_groups = synthesized_private.resources("AWS::Logs::LogGroup").values()
     assert {g["Properties"]["RetentionInDays"] for g in log_groups} == {14}
+
+
+# ---------------------------------------------------------------- the run-time catalog's calls
+
+#: What joiner.services.catalog calls to build a region's catalog (adapters/ec2.py, adapters/pricing.py).
+CATALOG_ACTIONS = ("ec2:DescribeInstanceTypes", "ec2:DescribeInstanceTypeOfferings", "ec2:DescribeSpotPriceHistory", "pricing:GetProducts")
+
+
+def allowed_actions(synthesized: Synthesized, role_fragment: str) -> list[str]:
+    role = logical_id(synthesized, "AWS::IAM::Role", role_fragment)
+    actions: list[str] = []
+    for policy in synthesized.resources("AWS::IAM::Policy").values():
+        if {"Ref": role} not in policy["Properties"].get("Roles", []):
+            continue
+        for found in policy["Properties"]["PolicyDocument"]["Statement"]:
+            if found["Effect"] == "Allow":
+                actions.extend([found["Action"]] if isinstance(found["Action"], str) else found["Action"])
+    return actions
+
+
+@pytest.mark.parametrize("function", ["scanner", "interruption", "disruption"])
+def test_functions_that_plan_launches_may_build_the_catalog_of_their_region(synthesized: Synthesized, function: str) -> None:
+    import fnmatch
+
+    actions = allowed_actions(synthesized, f"{function.capitalize()}Role")
+    for needed in CATALOG_ACTIONS:
+        assert any(fnmatch.fnmatchcase(needed, granted) for granted in actions), f"{function} may not call {needed}"
