@@ -130,3 +130,27 @@ def test_missing_snapshot_and_bad_catalog_are_usage_errors(tmp_path: Path, capsy
     bad_catalog.write_text(json.dumps({"instanceTypes": [{"name": "x", "capacity": {"cpu": "two"}}]}))
     code, _, err = run(capsys, "plan", str(CLASSIC), "--catalog", str(bad_catalog))
     assert code == 2 and err.startswith("joiner plan: catalog ") and err.count("\n") == 1
+
+
+def test_a_requirement_naming_a_type_the_catalog_lacks_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    objects = [pod("gpu", "1", selector={"node.kubernetes.io/instance-type": "p3.8xlarge"}),
+               pod("either", "1", selector={"karpenter.k8s.aws/instance-family": "c5"}),
+               pod("m5", "1", selector={"node.kubernetes.io/instance-type": "m5.large", "kubernetes.io/arch": "arm64"})]
+    code, out, _ = run(capsys, "plan", str(snapshot(tmp_path, *objects)), "-o", "json")
+    assert code == 0
+    reasons = {u["pod"]: u["reason"] for u in json.loads(out)["unschedulable"]}
+    assert reasons["team/gpu"] == 'nodepool "general": instance type p3.8xlarge is not in the us-east-1 catalog'
+    # A type the catalog has but other requirements exclude keeps the general reason.
+    assert "not in the" not in reasons["team/m5"] and "m5.large" in reasons["team/m5"]
+    assert "team/either" not in reasons
+
+
+def test_region_selects_a_bundled_catalog_and_names_what_is_bundled(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(snapshot(tmp_path, pod("a", "1")))
+    code, out, _ = run(capsys, "plan", path, "--region", "us-east-1", "-o", "json")
+    assert code == 0 and json.loads(out)["nodeClaims"]
+    code, _, err = run(capsys, "plan", path, "--region", "eu-west-1")
+    assert code == 2
+    assert "no bundled catalog for region 'eu-west-1' (bundled: us-east-1)" in err and len(err.strip().splitlines()) == 1
+    code, _, err = run(capsys, "plan", path, "--region", "eu-west-1", "--catalog", str(catalog_file(tmp_path)))
+    assert code == 2 and "not both" in err

@@ -18,9 +18,12 @@ __all__ = ["add_snapshot_arguments", "read_text", "load_snapshot_and_catalog"]
 
 
 def add_snapshot_arguments(parser: argparse.ArgumentParser) -> None:
-    """``SNAPSHOT``, ``--catalog FILE`` and ``-o json|table``."""
+    """``SNAPSHOT``, ``--catalog FILE``, ``--region`` and ``-o json|table``."""
     parser.add_argument("snapshot", help="YAML with Pods, Nodes, DaemonSets, PDBs, RuntimeClasses, NodePools and NodeClasses ('-' for stdin)")
     parser.add_argument("--catalog", help="instance catalog file (YAML/JSON); default: the bundled us-east-1 catalog (on-demand prices)")
+    parser.add_argument("--region", default="us-east-1",
+                        help="bundled catalog to plan with when no --catalog is given (bundled: us-east-1; "
+                             "for another region export one with a catalog file)")
     parser.add_argument("-o", "--output", choices=("json", "table"), default="table")
 
 
@@ -42,8 +45,11 @@ def load_snapshot_and_catalog(args: argparse.Namespace) -> tuple[Snapshot, Catal
         snapshot = load_snapshot_yaml(text)
     except SnapshotError as error:
         raise UsageError(str(error)) from None
+    region = getattr(args, "region", "us-east-1")
+    if args.catalog and region != "us-east-1":
+        raise UsageError("--region selects a bundled catalog: give --catalog or --region, not both")
     try:
-        catalog = load_catalog_file(read_text(args.catalog, "catalog")) if args.catalog else load_bundled_catalog()
+        catalog = load_catalog_file(read_text(args.catalog, "catalog")) if args.catalog else load_bundled_catalog(region)
     except CatalogError as error:
         raise UsageError(f"catalog {args.catalog or '(bundled)'}: {error}") from None
     return snapshot, catalog

@@ -56,6 +56,8 @@ def build_problem(
         instance_types=instance_types_by_pool(snapshot.node_pools, snapshot.node_classes, catalog),
         in_flight=tuple(sorted(in_flight, key=lambda c: c.name)),
         unavailable=unavailable,
+        catalog_names=frozenset(catalog.names),
+        catalog_region=catalog.region or "",
     )
 
 

@@ -25,6 +25,7 @@ from joiner.domain.model import DaemonSet, HostPort, Pod, PodAffinityTerm, Taint
 from joiner.domain.requirements import Requirements
 from joiner.domain.resources import EMPTY, Resources
 from joiner.domain.scheduling.context import EPHEMERAL_TAINT_KEYS, Context, node_labels
+from joiner.domain.scheduling.problem import SchedulingProblem
 from joiner.domain.scheduling.shapes import Pool, PoolType, Shape, TypeKey, format_taint, untolerated
 from joiner.domain.scheduling.topology import (
     AFFINITY,
@@ -661,7 +662,9 @@ class Engine:
                 self.fail_reason = reason
                 if not self.fail_reason:
                     if not shape.typeset.types:  # type: ignore[union-attr]
-                        self.fail_reason = "no instance type with an available offering satisfies requirements " + _describe_requirements(shape.requirements, shape.pool)  # type: ignore[union-attr]
+                        self.fail_reason = _not_in_catalog(shape.requirements, self.ctx.problem) or (  # type: ignore[union-attr]
+                            "no instance type with an available offering satisfies requirements " + _describe_requirements(shape.requirements, shape.pool)  # type: ignore[union-attr]
+                        )
                     else:
                         self.fail_reason = self._no_fit_reason(variant, shape)  # type: ignore[arg-type]
                 return 0
@@ -899,6 +902,21 @@ def _satisfies_min_values(types: list[PoolType], min_values: dict[str, int]) -> 
 
 def _format_resources(resources: Resources) -> str:
     return ", ".join(f"{name}={value}" for name, value in resources.as_quantities().items())
+
+
+def _not_in_catalog(requirements: Requirements, problem: SchedulingProblem) -> str:
+    """"instance type p3.8xlarge is not in the us-east-1 catalog" when every type a requirement
+    names is missing from the catalog ("" otherwise, or when the catalog's names are unknown)."""
+    if not problem.catalog_names or wk.INSTANCE_TYPE not in requirements:
+        return ""
+    wanted = requirements[wk.INSTANCE_TYPE]
+    if wanted.complement or not wanted.values or wanted.values & problem.catalog_names:
+        return ""
+    missing = sorted(wanted.values)
+    where = f"the {problem.catalog_region} catalog" if problem.catalog_region else "the catalog"
+    if len(missing) == 1:
+        return f"instance type {missing[0]} is not in {where}"
+    return f"instance types {', '.join(missing)} are not in {where}"
 
 
 def _describe_requirements(requirements: Requirements, pool: Pool) -> str:

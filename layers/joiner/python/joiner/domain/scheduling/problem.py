@@ -20,6 +20,8 @@ class SchedulingProblem:
     yet: their capacity takes pods and counts against limits. ``unavailable`` offerings
     (recent capacity errors) are never chosen. ``pool_usage``, when non-empty, replaces
     the usage computed from Nodes labelled ``joiner.dev/nodepool`` plus in-flight claims.
+    ``catalog_names`` (every type of the catalog, when known) and ``catalog_region`` let a
+    requirement naming a type the catalog lacks say so.
     """
 
     pending: tuple[Pod, ...]
@@ -31,6 +33,8 @@ class SchedulingProblem:
     in_flight: tuple[InFlightClaim, ...] = ()
     unavailable: frozenset[OfferingKey] = frozenset()
     pool_usage: Mapping[str, Resources] = field(default_factory=dict)
+    catalog_names: frozenset[str] = frozenset()
+    catalog_region: str = ""
 
     def canonical(self) -> SchedulingProblem:
         """The same problem with every collection in a total order, so any input order
@@ -45,4 +49,6 @@ class SchedulingProblem:
             in_flight=tuple(sorted(self.in_flight, key=lambda c: c.name)),
             unavailable=self.unavailable,
             pool_usage=dict(sorted(self.pool_usage.items())),
+            catalog_names=self.catalog_names,
+            catalog_region=self.catalog_region,
         )
