@@ -164,7 +164,7 @@ def test_the_catalog_is_built_once_shared_through_the_state_table_and_refreshed_
     world.clock.advance(CATALOG_TTL.total_seconds() - 1)
     assert provisioning.catalog.names == shared.names and world.ec2.calls.count("describe_instance_types") == 1
     world.clock.advance(1)
-    provisioning.catalog
+    assert provisioning.catalog.region == "ap-southeast-2"
     assert world.ec2.calls.count("describe_instance_types") == 2
 
 
@@ -182,7 +182,7 @@ def test_ec2_unreadable_keeps_the_last_catalog_else_bundled_where_bundled_else_a
     fresh.ec2.fail("describe_instance_types")
     cold = fresh.runtime(settings=fresh.settings(region="eu-west-1"), catalog_value=None)
     with pytest.raises(CatalogError, match="no instance catalog for region 'eu-west-1': EC2 could not be read"):
-        cold.catalog
+        _ = cold.catalog
 
     bundled_region = fake_world()
     bundled_region.ec2.fail("describe_instance_types")

@@ -15,7 +15,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from joiner.domain.catalog_build import on_demand_price_from_product
 from joiner.ports import Ec2Error
 
-__all__ = ["PricingAdapter", "PRICE_FILTERS"]
+__all__ = ["PRICE_FILTERS", "PricingAdapter"]
 
 PRICE_FILTERS = (
     ("operatingSystem", "Linux"), ("tenancy", "Shared"), ("preInstalledSw", "NA"),

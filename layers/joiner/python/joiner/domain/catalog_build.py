@@ -29,9 +29,17 @@ from joiner.domain.catalog import (
 )
 
 __all__ = [
-    "KUBE_ARCHITECTURES", "PRICE_SOURCE_PRICING_API", "PRICE_SOURCE_BUNDLED", "info_from_description",
-    "infos_from_descriptions", "build_catalog", "encode_catalog", "decode_catalog", "on_demand_price_from_product",
-    "network_bandwidth_megabits", "pricing_endpoint_region",
+    "KUBE_ARCHITECTURES",
+    "PRICE_SOURCE_BUNDLED",
+    "PRICE_SOURCE_PRICING_API",
+    "build_catalog",
+    "decode_catalog",
+    "encode_catalog",
+    "info_from_description",
+    "infos_from_descriptions",
+    "network_bandwidth_megabits",
+    "on_demand_price_from_product",
+    "pricing_endpoint_region",
 ]
 
 KUBE_ARCHITECTURES = {"x86_64": "amd64", "arm64": "arm64"}
@@ -83,7 +91,7 @@ def info_from_description(record: Mapping[str, Any], zones: Iterable[str], price
     network = record.get("NetworkInfo") or {}
     cards = network.get("NetworkCards") or []
     default_card = network.get("DefaultNetworkCardIndex", 0)
-    card = next((c for c in cards if c.get("NetworkCardIndex") == default_card), {})
+    card: Mapping[str, Any] = next((c for c in cards if c.get("NetworkCardIndex") == default_card), {})
     # The VPC CNI only uses the default network card, so its interfaces bound max pods.
     enis = int(card.get("MaximumNetworkInterfaces") or network.get("MaximumNetworkInterfaces") or 0)
     table = network_bandwidth_megabits() if bandwidth is None else bandwidth

@@ -26,8 +26,14 @@ if TYPE_CHECKING:
     from joiner.ports import Ec2Port, PricingPort, StatePort
 
 __all__ = [
-    "CATALOG_TTL", "APPROXIMATE_TTL", "CATALOG_RETRY", "CATALOG_KIND", "BuiltCatalog", "build_region_catalog",
-    "bundled_price_table", "load_region_catalog",
+    "APPROXIMATE_TTL",
+    "CATALOG_KIND",
+    "CATALOG_RETRY",
+    "CATALOG_TTL",
+    "BuiltCatalog",
+    "build_region_catalog",
+    "bundled_price_table",
+    "load_region_catalog",
 ]
 
 #: How long a catalog built from EC2 is used (instance types and prices change rarely).
@@ -69,7 +75,7 @@ def build_region_catalog(ec2: Ec2Port, pricing: PricingPort | None, region: str,
     if pricing is not None:
         try:
             prices = pricing.on_demand_prices(region) or None
-        except Exception as error:  # noqa: BLE001 - any Pricing failure falls back to the bundled table
+        except Exception as error:
             warn("on-demand prices unavailable; using the bundled us-east-1 prices as an approximation",
                  {"region": region, "error": f"{type(error).__name__}: {error}"})
     catalog = build_catalog(region, records, zones, prices, bundled_price_table())
@@ -88,7 +94,7 @@ def _shared(state: StatePort, region: str, now: datetime, warn: Warn) -> BuiltCa
         if catalog.region != region or not timedelta(0) <= now - built_at < ttl_of(catalog):
             return None
         return BuiltCatalog(catalog, built_at + ttl_of(catalog))
-    except Exception as error:  # noqa: BLE001 - a broken shared item only costs a rebuild
+    except Exception as error:
         warn("shared instance catalog unreadable; reading EC2", {"error": f"{type(error).__name__}: {error}"})
         return None
 
@@ -97,7 +103,7 @@ def _share(state: StatePort, catalog: Catalog, now: datetime, warn: Warn) -> Non
     try:
         state.put_item(CATALOG_KIND, str(catalog.region), {"builtAt": now.isoformat(), "catalog": encode_catalog(catalog)},
                        expires_at=now + CATALOG_TTL * 4)
-    except Exception as error:  # noqa: BLE001 - sharing is an optimisation
+    except Exception as error:
         warn("could not share the instance catalog", {"error": f"{type(error).__name__}: {error}"})
 
 
@@ -113,7 +119,7 @@ def load_region_catalog(
         return shared
     try:
         catalog = build_region_catalog(ec2(), pricing(), region, count=count, warn=warn)
-    except Exception as error:  # noqa: BLE001 - any failure falls back to what is known
+    except Exception as error:
         count("CatalogUnavailable")
         detail = f"{type(error).__name__}: {error}"
         if previous is not None:
