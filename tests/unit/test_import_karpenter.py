@@ -62,6 +62,9 @@ spec:
         - key: karpenter.k8s.aws/instance-local-nvme
           operator: Gt
           values: ["100"]
+        - key: karpenter.k8s.aws/instance-capability-flex
+          operator: In
+          values: ["true"]
       taints:
         - key: example.com/special
           value: "true"
@@ -269,6 +272,7 @@ def test_node_pool_requirement_keys_are_mapped_and_unsupported_ones_dropped(conv
         {"key": "joiner.dev/capacity-type", "operator": "In", "values": ["spot", "on-demand"]},
         {"key": "joiner.dev/instance-category", "operator": "In", "values": ["c", "m", "r"], "minValues": 2},
         {"key": "joiner.dev/instance-generation", "operator": "Gt", "values": ["2"]},
+        {"key": "joiner.dev/instance-local-nvme", "operator": "Gt", "values": ["100"]},
     ]
     assert spec["taints"] == [{"key": "example.com/special", "value": "true", "effect": "NoSchedule"}]
     assert spec["startupTaints"] == [{"key": "node.cilium.io/agent-not-ready", "effect": "NoExecute"}]
@@ -306,7 +310,7 @@ def test_every_dropped_field_is_warned_about_with_object_and_path(conversion):
     text = "\n".join(conversion.warnings)
     for expected in (
         "NodePool default: spec.template.spec.requirements[2].values: capacity type(s) reserved dropped",
-        "NodePool default: spec.template.spec.requirements[5]: requirement on karpenter.k8s.aws/instance-local-nvme dropped",
+        "NodePool default: spec.template.spec.requirements[6]: requirement on karpenter.k8s.aws/instance-capability-flex dropped",
         "NodePool default: spec.template.metadata.labels.karpenter.sh/nodepool: dropped",
         "NodePool gpu: spec.template.spec.requirements[1]: requirement dropped: no capacity type",
         "NodePool gpu: spec.template.spec.requirements[2]: requirement on kubernetes.io/hostname dropped",
