@@ -187,3 +187,13 @@ def test_ec2_unreadable_keeps_the_last_catalog_else_bundled_where_bundled_else_a
     bundled_region = fake_world()
     bundled_region.ec2.fail("describe_instance_types")
     assert bundled_region.runtime(catalog_value=None).catalog.names == load_bundled_catalog("us-east-1").names
+
+
+def test_a_broken_shared_catalog_item_costs_only_a_rebuild() -> None:
+    world = regional_world("eu-west-1")
+    world.state.put_item(CATALOG_KIND, "eu-west-1", {"builtAt": world.clock.now().isoformat(), "catalog": "bm90IGd6aXA="})
+    catalog = world.runtime(settings=world.settings(region="eu-west-1"), catalog_value=None).catalog
+    assert catalog.region == "eu-west-1" and "m5.large" in catalog
+    assert world.ec2.calls.count("describe_instance_types") == 1
+    rebuilt = world.state.get_item(CATALOG_KIND, "eu-west-1")
+    assert rebuilt is not None and rebuilt["catalog"] != "bm90IGd6aXA="

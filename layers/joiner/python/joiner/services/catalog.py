@@ -75,7 +75,7 @@ def build_region_catalog(ec2: Ec2Port, pricing: PricingPort | None, region: str,
     if pricing is not None:
         try:
             prices = pricing.on_demand_prices(region) or None
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001 - any Pricing failure falls back to the bundled table
             warn("on-demand prices unavailable; using the bundled us-east-1 prices as an approximation",
                  {"region": region, "error": f"{type(error).__name__}: {error}"})
     catalog = build_catalog(region, records, zones, prices, bundled_price_table())
@@ -84,9 +84,9 @@ def build_region_catalog(ec2: Ec2Port, pricing: PricingPort | None, region: str,
     return catalog
 
 
-def _shared(state: StatePort, region: str, now: datetime, warn: Warn) -> BuiltCatalog | None:
+def _shared(state: Callable[[], StatePort], region: str, now: datetime, warn: Warn) -> BuiltCatalog | None:
     try:
-        item = state.get_item(CATALOG_KIND, region)
+        item = state().get_item(CATALOG_KIND, region)
         if not item:
             return None
         built_at = datetime.fromisoformat(str(item["builtAt"]))
@@ -94,16 +94,16 @@ def _shared(state: StatePort, region: str, now: datetime, warn: Warn) -> BuiltCa
         if catalog.region != region or not timedelta(0) <= now - built_at < ttl_of(catalog):
             return None
         return BuiltCatalog(catalog, built_at + ttl_of(catalog))
-    except Exception as error:
+    except Exception as error:  # noqa: BLE001 - a broken shared item only costs a rebuild
         warn("shared instance catalog unreadable; reading EC2", {"error": f"{type(error).__name__}: {error}"})
         return None
 
 
-def _share(state: StatePort, catalog: Catalog, now: datetime, warn: Warn) -> None:
+def _share(state: Callable[[], StatePort], catalog: Catalog, now: datetime, warn: Warn) -> None:
     try:
-        state.put_item(CATALOG_KIND, str(catalog.region), {"builtAt": now.isoformat(), "catalog": encode_catalog(catalog)},
+        state().put_item(CATALOG_KIND, str(catalog.region), {"builtAt": now.isoformat(), "catalog": encode_catalog(catalog)},
                        expires_at=now + CATALOG_TTL * 4)
-    except Exception as error:
+    except Exception as error:  # noqa: BLE001 - sharing is an optimisation
         warn("could not share the instance catalog", {"error": f"{type(error).__name__}: {error}"})
 
 
@@ -114,7 +114,7 @@ def load_region_catalog(
     """The shared catalog when fresh, else one built from EC2 (and shared). When EC2 cannot
     be read: the ``previous`` catalog, else the bundled one where bundled (both retried
     after :data:`CATALOG_RETRY`), else :class:`CatalogError`."""
-    shared = _shared(state(), region, now, warn)
+    shared = _shared(state, region, now, warn)
     if shared is not None:
         return shared
     try:
@@ -129,5 +129,5 @@ def load_region_catalog(
             warn("instance catalog unavailable from EC2; using the bundled one", {"error": detail})
             return BuiltCatalog(load_bundled_catalog(region), now + CATALOG_RETRY)
         raise CatalogError(f"no instance catalog for region {region!r}: EC2 could not be read ({detail})") from error
-    _share(state(), catalog, now, warn)
+    _share(state, catalog, now, warn)
     return BuiltCatalog(catalog, now + ttl_of(catalog))
