@@ -35,6 +35,7 @@ __all__ = [
     "LAUNCH_READ_ACTIONS",
     "LAUNCH_SHARED_RESOURCE_TYPES",
     "QUEUE_PRODUCER_KEY_ACTIONS",
+    "PRICING_ACTIONS",
     "READ_ACTIONS",
     "STATE_TABLE_ACTIONS",
     "TABLE_KEY_ACTIONS",
@@ -64,11 +65,15 @@ CAPABILITIES: Mapping[str, frozenset[str]] = {
 
 #: EC2 reads every function makes (instance records prove ownership before any action).
 READ_ACTIONS: tuple[str, ...] = ("ec2:DescribeInstances",)
-#: EC2 reads of the launch path: selectors, AMIs, launch templates, spot prices.
+#: EC2 reads of the launch path: selectors, AMIs, launch templates, spot prices, and the
+#: instance types and zone offerings the run-time catalog is built from (services/catalog.py).
 LAUNCH_READ_ACTIONS: tuple[str, ...] = (
-    "ec2:DescribeImages", "ec2:DescribeLaunchTemplates", "ec2:DescribeSecurityGroups", "ec2:DescribeSpotPriceHistory",
-    "ec2:DescribeSubnets",
+    "ec2:DescribeImages", "ec2:DescribeInstanceTypeOfferings", "ec2:DescribeInstanceTypes", "ec2:DescribeLaunchTemplates",
+    "ec2:DescribeSecurityGroups", "ec2:DescribeSpotPriceHistory", "ec2:DescribeSubnets",
 )
+#: On-demand prices of the run-time catalog (the Price List API has no resources and is served
+#: from us-east-1, eu-central-1 and ap-south-1 only, so no aws:RequestedRegion condition).
+PRICING_ACTIONS: tuple[str, ...] = ("pricing:GetProducts",)
 #: EC2 reads of launch-template garbage collection.
 CLEAN_UP_READ_ACTIONS: tuple[str, ...] = ("ec2:DescribeLaunchTemplates",)
 #: The public SSM parameters alias AMI selectors read (EKS-optimised AL2023).
@@ -185,6 +190,7 @@ class FunctionAccess(Construct):
                         sid="DescribeLaunchInputsInThisRegion", actions=list(LAUNCH_READ_ACTIONS), resources=["*"],
                         conditions=in_this_region,
                     ),
+                    iam.PolicyStatement(sid="ReadOnDemandPrices", actions=list(PRICING_ACTIONS), resources=["*"]),
                     iam.PolicyStatement(
                         sid="ReadEksOptimizedAmiParameters",
                         actions=["ssm:GetParameter"],

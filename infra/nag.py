@@ -23,7 +23,7 @@ from aws_cdk import aws_iam as iam
 from cdk_nag import AwsSolutionsChecks
 from constructs import IConstruct
 
-from infra.access import CLEAN_UP_READ_ACTIONS, CLUSTER_TAG, LAUNCH_READ_ACTIONS, LAUNCH_SHARED_RESOURCE_TYPES, READ_ACTIONS
+from infra.access import CLEAN_UP_READ_ACTIONS, CLUSTER_TAG, LAUNCH_READ_ACTIONS, LAUNCH_SHARED_RESOURCE_TYPES, PRICING_ACTIONS, READ_ACTIONS
 
 __all__ = [
     "add_nag_checks", "acknowledge", "flatten_reference", "wildcard_findings", "JustifiedFindings",
@@ -108,7 +108,7 @@ def _has_cluster_tag_condition(statement: dict[str, Any]) -> bool:
 
 #: Actions AWS offers no resource-level permissions for; all are reads or telemetry.
 RESOURCELESS_ACTIONS = frozenset(
-    {*READ_ACTIONS, *LAUNCH_READ_ACTIONS, *CLEAN_UP_READ_ACTIONS, "xray:PutTraceSegments", "xray:PutTelemetryRecords"}
+    {*READ_ACTIONS, *LAUNCH_READ_ACTIONS, *CLEAN_UP_READ_ACTIONS, *PRICING_ACTIONS, "xray:PutTraceSegments", "xray:PutTelemetryRecords"}
 )
 # Partition and region are tokens in environment-agnostic stacks and literals otherwise.
 _PARTITION_REGION = r"(?:<AWS::Partition>|aws[a-z-]*):%s:(?:<AWS::Region>|[a-z]{2}(?:-[a-z]+)+-\d)"
@@ -122,7 +122,7 @@ _OWN_RESOURCE = re.compile(r"^<[A-Za-z0-9]+\.Arn>$")
 
 WILDCARD_JUSTIFICATIONS: tuple[Justification, ...] = (
     Justification(
-        "The EC2 Describe actions the functions call and X-Ray trace upload have no resource-level permissions; "
+        "The EC2 Describe actions the functions call, pricing:GetProducts and X-Ray trace upload have no resource-level permissions; "
         "all are read-only or telemetry (the Describe actions are limited to this region by aws:RequestedRegion).",
         lambda finding, statement: finding == "Resource::*" and _actions(statement) <= RESOURCELESS_ACTIONS,
     ),

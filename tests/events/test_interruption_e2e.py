@@ -445,3 +445,24 @@ def test_two_events_for_one_node_in_one_batch_act_once_and_keep_the_earlier_dead
     assert stored["deadline"] is not None
     launched = [i for i in world.fleet_instances() if i["tags"].get(wk.NODECLAIM) != "default-n1"]
     assert len(launched) == len(stored["replacementClaims"])  # one replacement, not two
+
+
+def test_a_replacement_plans_on_the_catalog_the_function_builds_from_ec2_under_its_own_role(world: World) -> None:
+    """No catalog handed in: the interruption function builds it (DescribeInstanceTypes and
+    Offerings on moto; the Pricing API, which moto lacks, falls back to the bundled prices),
+    shares it in the state table, and the IAM guard evaluates those calls against its role."""
+    from joiner.services.catalog import CATALOG_KIND
+    from joiner.services.context import build_runtime
+
+    runtime = build_runtime(
+        world.settings, kube_port=world.kube, ec2_port=world.runtime.ec2, state_port=world.runtime.state,
+        queue_port=world.runtime.queue, clock=world.clock, metric=world.metrics, sleep=world.clock.sleep,
+    )
+    world.interruption_handler.configure(runtime, dynamodb_client=world.dynamodb)
+    instance = populate(world)
+    world.publish("spot_interruption.json", instance)
+    response, _ = world.deliver_interruptions()
+    assert response == {"batchItemFailures": []}
+    assert world.metrics.total("InterruptionActions", action="cordon-replace-drain") == 1
+    shared = world.runtime.state.get_item(CATALOG_KIND, world.settings.region)
+    assert shared is not None and runtime.catalog.region == world.settings.region and "c5.large" in runtime.catalog

@@ -245,15 +245,17 @@ def test_read_only_grants(synthesized):
     describe = statement(synthesized, "AccessDiscover", "DescribeInstancesInThisRegion")
     assert (describe["Action"], describe["Condition"]) == ("ec2:DescribeInstances", in_region)
     launch = statement(synthesized, "AccessLaunch", "DescribeLaunchInputsInThisRegion")
-    assert sorted(launch["Action"]) == ["ec2:DescribeImages", "ec2:DescribeLaunchTemplates", "ec2:DescribeSecurityGroups",
+    assert sorted(launch["Action"]) == ["ec2:DescribeImages", "ec2:DescribeInstanceTypeOfferings", "ec2:DescribeInstanceTypes",
+                                        "ec2:DescribeLaunchTemplates", "ec2:DescribeSecurityGroups",
                                         "ec2:DescribeSpotPriceHistory", "ec2:DescribeSubnets"]
     assert launch["Condition"] == in_region
     # No wildcard action anywhere (Describe* would let a role read every instance's user data),
-    # and nothing unused: no price list, no Bottlerocket parameters.
+    # and nothing unused: the price list only where the run-time catalog is built, no Bottlerocket parameters.
     every_action = [a for policy in synthesized.resources("AWS::IAM::Policy").values() for st in policy["Properties"]["PolicyDocument"]["Statement"]
                     for a in (st["Action"] if isinstance(st["Action"], list) else [st["Action"]])]
     assert not [a for a in every_action if a.startswith("ec2:") and "*" in a]
-    assert "pricing:GetProducts" not in every_action and "bottlerocket" not in json.dumps(synthesized.template)
+    assert statement(synthesized, "AccessLaunch", "ReadOnDemandPrices")["Action"] == "pricing:GetProducts"
+    assert every_action.count("pricing:GetProducts") == 1 and "bottlerocket" not in json.dumps(synthesized.template)
 
 
 def test_capability_policies_are_attached_per_function(synthesized):
