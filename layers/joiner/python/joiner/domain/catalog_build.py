@@ -25,7 +25,12 @@ from importlib import resources as importlib_resources
 from typing import Any
 
 from joiner.domain.catalog import (
-    _INFO_FIELDS, CAPACITY_TYPES, Catalog, CatalogError, InstanceTypeInfo, catalog_from_bundled_document,
+    _INFO_FIELDS,
+    CAPACITY_TYPES,
+    Catalog,
+    CatalogError,
+    InstanceTypeInfo,
+    catalog_from_bundled_document,
 )
 
 __all__ = [
