@@ -33,7 +33,13 @@ CI_RUNS: tuple[tuple[int, tuple[str, ...]], ...] = (
 )
 
 #: Seeds 2 and 11 broke ``limit`` and ``double-launch`` before defects 1-3 were fixed (46b16c4..f029045).
-KNOWN_BROKEN: dict[str, str] = {}
+KNOWN_BROKEN: dict[str, str] = {
+    "stranded-pods": (
+        "issue 10: a Lambda death mid-drain (crash-mid-drain) leaves the node's termination lease held "
+        "for its 130 s TTL and the step's message invisible until the work queue's visibility timeout, "
+        "past a spot warning's 2-minute deadline (docs/soak.md)"
+    ),
+}
 
 
 def test_every_fault_kind_is_drawn_in_ci() -> None:
