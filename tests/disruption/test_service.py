@@ -146,3 +146,17 @@ def test_an_empty_node_without_a_claim_is_never_disrupted(world: FakeWorld) -> N
     world.ec2.add_instance(obj["spec"]["providerID"].rsplit("/", 1)[-1])
     assert run_disruption(world.runtime()).pending == ()
     assert world.metrics.total("NotOwnedSkipped", path="disruption") == 1
+
+
+def test_ownership_rule() -> None:
+    from joiner.domain.ownership import not_owned_reason
+
+    ours = {"joiner.dev/cluster": "c"}
+    assert not_owned_reason("i-1", ours, "i-1", "c") is None
+    assert not_owned_reason("i-1", ours, "", "c") is None  # the claim has not recorded its instance yet
+    assert "another instance" in str(not_owned_reason("i-1", ours, "i-2", "c"))
+    assert "no claim" in str(not_owned_reason("i-1", ours, None, "c"))
+    assert "not found" in str(not_owned_reason("i-1", None, "i-1", "c"))
+    assert "'d' in its" in str(not_owned_reason("i-1", {"joiner.dev/cluster": "d"}, "i-1", "c"))
+    assert "no joiner.dev/cluster" in str(not_owned_reason("i-1", {}, "i-1", "c"))
+    assert "providerID" in str(not_owned_reason(None, ours, "i-1", "c"))

@@ -199,6 +199,20 @@ def test_a_tagged_instance_without_a_claim_is_left_alone(world: World) -> None:
     assert world.metrics.total("NotOwnedSkipped", path="interruption") == 1
 
 
+def test_a_tagged_instance_whose_claim_has_not_recorded_it_yet_is_drained(world: World) -> None:
+    """A launch whose invocation died after CreateFleet leaves its claim without the instance
+    id; the instance's own joiner.dev/nodeclaim tag names that claim, which proves it ours."""
+    instance = world.launch_node("fresh", claim=False)
+    world.runtime.state.put_claim(ClaimRecord(
+        claim_id="default-fresh", node_pool="default", state="reserved", created_at=T0 - timedelta(minutes=2),
+    ))
+    world.add_pod("web-1", "fresh")
+    world.publish("spot_interruption.json", instance)
+    world.deliver_interruptions()
+    assert_cordoned(world, "fresh")
+    assert world.metrics.total("NotOwnedSkipped", path="interruption") == 0
+
+
 @pytest.mark.parametrize("fixture", ["spot_interruption.json", "rebalance_recommendation.json"])
 def test_labels_a_kubelet_may_set_on_itself_never_make_an_instance_ours(world: World, fixture: str) -> None:
     """Defect 7: an instance with no Joiner tags whose Node carries joiner.dev/nodepool and

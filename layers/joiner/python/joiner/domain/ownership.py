@@ -26,7 +26,10 @@ def not_owned_reason(
     """None when ``instance_id`` is provably Joiner's in ``cluster``; otherwise why not.
 
     ``instance_tags``: the instance's tags as EC2 reports them (None: the instance was not
-    found); ``claim_instance_id``: the instance id on the claim found for it (None: no claim)."""
+    found); ``claim_instance_id``: what the claim covering the instance (found by instance id,
+    or by the instance's own ``joiner.dev/nodeclaim`` tag) records as its instance: "" when
+    it has recorded none yet (a launch whose invocation died before recording it), None when
+    there is no such claim."""
     if not instance_id:
         return "no instance id (the Node has no AWS providerID)"
     if instance_tags is None:
@@ -35,6 +38,8 @@ def not_owned_reason(
     if tagged != cluster:
         shown = "no" if tagged is None else f"{tagged!r} in its"
         return f"instance {instance_id} has {shown} {CLUSTER_TAG} tag, not {cluster!r}"
-    if claim_instance_id != instance_id:
+    if claim_instance_id is None:
         return f"no claim records instance {instance_id}"
+    if claim_instance_id not in ("", instance_id):
+        return f"its claim records another instance ({claim_instance_id})"
     return None

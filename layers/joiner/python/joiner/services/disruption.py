@@ -141,13 +141,14 @@ def read_input(runtime: Runtime, now: datetime) -> DisruptionInput:
     labelled = [n for n in snapshot.nodes if n.labels.get(wk.NODEPOOL)]
     instances = _describe_instances(runtime, labelled)
     launches = _launch_inputs(runtime, drift_nodes, instances)
-    claimed_instances = {c.instance_id for c in work.claims if c.instance_id}
+    claimed_instances = {c.instance_id: c.instance_id for c in work.claims if c.instance_id}
+    claim_ids = {c.claim_id: c.instance_id or "" for c in work.claims}
     facts: dict[str, NodeFacts] = {}
     for node in snapshot.nodes:
         claim = claims.get(node.name)
         not_owned = None
         if node.labels.get(wk.NODEPOOL):
-            not_owned = _not_owned(runtime, node, instances, claimed_instances)
+            not_owned = _not_owned(runtime, node, instances, claimed_instances, claim_ids)
             if not_owned is not None:
                 refuse(runtime, "disruption", not_owned, node=node.name)
         facts[node.name] = NodeFacts(
@@ -207,16 +208,21 @@ def _describe_instances(runtime: Runtime, nodes: Sequence[Node]) -> dict[str, In
         return None
 
 
-def _not_owned(runtime: Runtime, node: Node, instances: Mapping[str, InstanceRecord] | None, claimed: set[str]) -> str | None:
-    """Why ``node`` is not provably Joiner's (see :mod:`joiner.domain.ownership`), or None."""
+def _not_owned(
+    runtime: Runtime, node: Node, instances: Mapping[str, InstanceRecord] | None, claimed: Mapping[str, str], claim_ids: Mapping[str, str],
+) -> str | None:
+    """Why ``node`` is not provably Joiner's (see :mod:`joiner.domain.ownership`), or None.
+    ``claimed``: instance ids the open claims record; ``claim_ids``: open claim id -> the
+    instance it records ("" none yet), for an instance whose own ``joiner.dev/nodeclaim`` tag
+    names a claim that has not recorded it."""
     if instances is None:
         return "its instance could not be described"
     instance_id = str(node.instance_id) if node.instance_id else None
     record = instances.get(instance_id) if instance_id else None
-    return not_owned_reason(
-        instance_id, record.tags if record is not None else None,
-        instance_id if instance_id in claimed else None, runtime.settings.cluster_name,
-    )
+    claim_instance = claimed.get(instance_id) if instance_id else None
+    if claim_instance is None and record is not None:
+        claim_instance = claim_ids.get(record.tags.get(wk.NODECLAIM, ""))
+    return not_owned_reason(instance_id, record.tags if record is not None else None, claim_instance, runtime.settings.cluster_name)
 
 
 def _launch_inputs(runtime: Runtime, nodes: Sequence[Node], instances: Mapping[str, InstanceRecord] | None) -> dict[str, LaunchInputs]:

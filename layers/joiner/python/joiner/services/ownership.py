@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
+from joiner.domain.labels import NODECLAIM
 from joiner.domain.ownership import not_owned_reason
 from joiner.observability import logger
 
@@ -31,8 +32,17 @@ def instance_tags(runtime: Runtime, instance_ids: Iterable[str]) -> dict[str, Ma
 
 
 def ownership_problem(runtime: Runtime, instance_id: str | None, claim_instance_id: str | None) -> str | None:
-    """None when the instance is provably ours (its tags and a claim); otherwise why not."""
+    """None when the instance is provably ours (its tags and a claim); otherwise why not.
+
+    ``claim_instance_id``: the instance id on the claim found for the instance, None when
+    none was found by instance id; the claim named by the instance's own
+    ``joiner.dev/nodeclaim`` tag is then looked up (a launch whose invocation died before
+    recording the instance on its claim)."""
     tags = instance_tags(runtime, [instance_id]).get(instance_id) if instance_id else None
+    if claim_instance_id is None and tags is not None and tags.get(NODECLAIM):
+        claim = runtime.state.get_claim(tags[NODECLAIM])
+        if claim is not None:
+            claim_instance_id = claim.instance_id or ""
     return not_owned_reason(instance_id, tags, claim_instance_id, runtime.settings.cluster_name)
 
 
