@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from joiner.domain import labels as wk
+from joiner.domain.catalog import load_bundled_catalog
 from joiner.local.scenario import load_scenario
 from joiner.local.simulator import Simulation, SimulationResult
 
@@ -107,9 +108,10 @@ def test_every_alias_the_planner_accepts_is_on_every_node_with_its_joiner_keys_v
         instance = launched[node["metadata"]["name"]]
         assert labels[wk.INSTANCE_TYPE] == instance.instance_type and labels[wk.ZONE] == instance.zone
         assert labels[wk.CAPACITY_TYPE] == instance.capacity_type and labels[wk.NODEPOOL] == instance.node_pool
+        type_labels = load_bundled_catalog("us-east-1").instance_type(instance.instance_type).requirements.labels()
         for alias, key in wk.KARPENTER_ALIASES.items():
-            if instance.instance_type != "g4dn.xlarge" and key in (wk.INSTANCE_GPU_COUNT, wk.INSTANCE_GPU_NAME):
-                assert alias not in labels and key not in labels  # no GPU: neither spelling
+            if key.startswith("joiner.dev/instance-") and key not in type_labels:
+                assert alias not in labels and key not in labels  # an attribute the type lacks: neither spelling
                 continue
             assert key in labels, f"{node['metadata']['name']} lacks {key}"
             assert labels.get(alias) == labels[key], f"{node['metadata']['name']}: {alias}={labels.get(alias)!r}, {key}={labels[key]!r}"
