@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -22,26 +21,13 @@ import pytest
 
 from joiner.domain import labels as wk
 from joiner.local.lambdas import next_visible_in
-from tests.events.world import REGION, AwsBase, SqsTime, World
-from tests.support.aws import fake_credentials
-from tests.support.kube_emulator import KubeEmulator
+from tests.events.world import REGION, World
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:No application metrics to publish")]
 
 #: EC2's two-minute spot interruption notice.
 NOTICE = timedelta(minutes=2)
 PODS = ("web-0", "web-1", "web-2")
-
-
-@pytest.fixture
-def world(aws_base: AwsBase, kube_emulator: KubeEmulator) -> Iterator[World]:
-    with fake_credentials(), SqsTime() as sqs_time:
-        built = World(aws_base, kube_emulator, sqs_time)
-        built.node_pool()
-        try:
-            yield built
-        finally:
-            built.close()
 
 
 class Timeline:

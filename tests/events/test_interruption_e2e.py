@@ -5,7 +5,6 @@ HTTP) and the Kubernetes emulator (PDB-aware eviction) over HTTP."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -16,25 +15,12 @@ from joiner.local.lambdas import next_visible_in
 from joiner.ports import ClaimRecord
 from joiner.settings import get_settings
 from tests.events.fixtures import KINDS
-from tests.events.world import CLUSTER, REGION, T0, AwsBase, SqsTime, World
-from tests.support.aws import fake_credentials
-from tests.support.kube_emulator import KubeEmulator
+from tests.events.world import CLUSTER, REGION, T0, World
 
 #: The recording metrics stand in for EMF; powertools then has nothing to flush and says so.
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:No application metrics to publish")]
 
 TOLERATE_ALL = [{"operator": "Exists"}]
-
-
-@pytest.fixture
-def world(aws_base: AwsBase, kube_emulator: KubeEmulator) -> Iterator[World]:
-    with fake_credentials(), SqsTime() as sqs_time:
-        built = World(aws_base, kube_emulator, sqs_time)
-        built.node_pool()
-        try:
-            yield built
-        finally:
-            built.close()
 
 
 def populate(world: World, node: str = "n1", **launch: object) -> str:

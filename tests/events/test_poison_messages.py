@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
@@ -17,24 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from joiner.domain import labels as wk
 from tests.events.fixtures import load_event
 from tests.events.fuzz import event_bodies
-from tests.events.world import AwsBase, SqsTime, World
-from tests.support.aws import fake_credentials
-from tests.support.kube_emulator import KubeEmulator
+from tests.events.world import World
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:No application metrics to publish")]
 
 DEEP_ARRAY = "[" * 5000 + "]" * 5000
-
-
-@pytest.fixture
-def world(aws_base: AwsBase, kube_emulator: KubeEmulator) -> Iterator[World]:
-    with fake_credentials(), SqsTime() as sqs_time:
-        built = World(aws_base, kube_emulator, sqs_time)
-        built.node_pool()
-        try:
-            yield built
-        finally:
-            built.close()
 
 
 def poison_bodies(world: World, instance: str) -> list[str]:

@@ -3,30 +3,15 @@ the NodePool limit held against scanner rounds running at the same time (defect 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from joiner.domain import labels as wk
-from tests.events.world import AwsBase, SqsTime, World
-from tests.support.aws import fake_credentials
-from tests.support.kube_emulator import KubeEmulator
+from tests.events.world import World
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:No application metrics to publish")]
 
 #: vCPU of the instance types the test NodePool allows
 VCPU = {"c5.large": 2, "c5.xlarge": 4, "c5.2xlarge": 8, "m5.large": 2, "m5.xlarge": 4}
-
-
-@pytest.fixture
-def world(aws_base: AwsBase, kube_emulator: KubeEmulator) -> Iterator[World]:
-    with fake_credentials(), SqsTime() as sqs_time:
-        built = World(aws_base, kube_emulator, sqs_time)
-        built.node_pool()
-        try:
-            yield built
-        finally:
-            built.close()
 
 
 def test_a_burst_of_spot_warnings_launches_capacity_once_per_pod_set(world: World) -> None:
