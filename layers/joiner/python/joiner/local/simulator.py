@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from joiner.local.cloud import Interruption, Rebalance
+    from joiner.local.stack import LocalQueue
 
 __all__ = [
     "MAX_STEP", "QUEUE_CONSUMERS", "SCHEDULED", "CapacityFailure", "CheckResult", "Entry", "PodDeletion", "Sample", "SimClock",
@@ -663,8 +664,6 @@ class Simulation:
                     rebalance.drain_started = now
 
     def _drain_queues(self) -> None:
-        from joiner.local.lambdas import sqs_event
-
         for _ in range(MAX_BATCHES_PER_INSTANT):
             delivered = False
             for queue_name, function in QUEUE_CONSUMERS.items():
@@ -675,14 +674,26 @@ class Simulation:
                 if not messages:
                     continue
                 delivered = True
-                response = self._invoke(function, sqs_event(messages, queue.arn, region=self.region), self._describe_batch(messages))
-                failed = {item["itemIdentifier"] for item in (response or {}).get("batchItemFailures", [])} if response is not None else {
-                    m["MessageId"] for m in messages}
-                for message in messages:
-                    if message["MessageId"] not in failed:
-                        self.stack.sqs.delete_message(QueueUrl=queue.url, ReceiptHandle=message["ReceiptHandle"])
+                self._deliver_messages(function, queue, messages)
             if not delivered:
                 return
+
+    def _deliver_messages(self, function: str, queue: LocalQueue, messages: list[dict[str, Any]]) -> None:
+        """One Lambda invocation for the received ``messages`` (the fault-injection soak
+        overrides this to duplicate, reorder and split batches)."""
+        from joiner.local.lambdas import sqs_event
+
+        response = self._invoke(function, sqs_event(messages, queue.arn, region=self.region), self._describe_batch(messages))
+        self._acknowledge(queue, messages, response)
+
+    def _acknowledge(self, queue: LocalQueue, batch: list[dict[str, Any]], response: dict[str, Any] | None) -> None:
+        """Delete what the invocation acknowledged, as Lambda's SQS poller does; a crashed
+        invocation (no response) acknowledges nothing."""
+        failed = {item["itemIdentifier"] for item in (response or {}).get("batchItemFailures", [])} if response is not None else {
+            m["MessageId"] for m in batch}
+        for message in batch:
+            if message["MessageId"] not in failed:
+                self.stack.sqs.delete_message(QueueUrl=queue.url, ReceiptHandle=message["ReceiptHandle"])
 
     @staticmethod
     def _describe_batch(messages: list[dict[str, Any]]) -> str:

@@ -54,7 +54,8 @@ from typing import Any
 
 from joiner.local.chaos import CRASH_KINDS, Armed, Gate, LambdaDeath, SimulatedCrash
 from joiner.local.scenario import Scenario, parse_scenario
-from joiner.local.simulator import MAX_BATCHES_PER_INSTANT, QUEUE_CONSUMERS, Simulation
+from joiner.local.simulator import Simulation
+from joiner.local.stack import LocalQueue
 
 __all__ = [
     "FAULT_KINDS", "INVARIANTS", "TRACK_GRACE", "SoakResult", "SoakSimulation", "Violation", "run_seed", "soak_scenario",
@@ -413,43 +414,27 @@ class SoakSimulation(Simulation):
 
     # ------------------------------------------------------------ SQS: duplicates, reordering, redelivery
 
-    def _drain_queues(self) -> None:
+    def _deliver_messages(self, function: str, queue: LocalQueue, messages: list[dict[str, Any]]) -> None:
         from joiner.local.lambdas import sqs_event
 
-        for _ in range(MAX_BATCHES_PER_INSTANT):
-            delivered = False
-            for queue_name, function in QUEUE_CONSUMERS.items():
-                queue = self._queues.get(queue_name)
-                if function not in self.handlers or queue is None:
-                    continue
-                sqs = self.stack.sqs
-                messages = sqs.receive_message(QueueUrl=queue.url, MaxNumberOfMessages=10, AttributeNames=["All"]).get("Messages", [])
-                if not messages:
-                    continue
-                delivered = True
-                batches = [messages]
-                if "sqs-reorder" in self.kinds and self.rng.random() < 0.5:
-                    shuffled = list(messages)
-                    self.rng.shuffle(shuffled)
-                    if len(shuffled) > 1 and self.rng.random() < 0.5:
-                        held = shuffled.pop()
-                        sqs.change_message_visibility(QueueUrl=queue.url, ReceiptHandle=held["ReceiptHandle"],
-                                                      VisibilityTimeout=self.rng.randint(5, 90))
-                    cut = self.rng.randint(1, len(shuffled)) if shuffled else 0
-                    batches = [b for b in (shuffled[:cut], shuffled[cut:]) if b]
-                    self.faults["sqs-reorder"] += 1
-                for batch in batches:
-                    response = self._deliver(function, sqs_event(batch, queue.arn, region=self.region), batch)
-                    if "sqs-duplicate" in self.kinds and self.rng.random() < 0.3:
-                        self.faults["sqs-duplicate"] += 1
-                        self._deliver(function, sqs_event(batch, queue.arn, region=self.region), batch, duplicate=True)
-                    failed = {item["itemIdentifier"] for item in (response or {}).get("batchItemFailures", [])} if response is not None else {
-                        m["MessageId"] for m in batch}
-                    for message in batch:
-                        if message["MessageId"] not in failed:
-                            sqs.delete_message(QueueUrl=queue.url, ReceiptHandle=message["ReceiptHandle"])
-            if not delivered:
-                return
+        sqs = self.stack.sqs
+        batches = [messages]
+        if "sqs-reorder" in self.kinds and self.rng.random() < 0.5:
+            shuffled = list(messages)
+            self.rng.shuffle(shuffled)
+            if len(shuffled) > 1 and self.rng.random() < 0.5:
+                held = shuffled.pop()
+                sqs.change_message_visibility(QueueUrl=queue.url, ReceiptHandle=held["ReceiptHandle"],
+                                              VisibilityTimeout=self.rng.randint(5, 90))
+            cut = self.rng.randint(1, len(shuffled)) if shuffled else 0
+            batches = [b for b in (shuffled[:cut], shuffled[cut:]) if b]
+            self.faults["sqs-reorder"] += 1
+        for batch in batches:
+            response = self._deliver(function, sqs_event(batch, queue.arn, region=self.region), batch)
+            if "sqs-duplicate" in self.kinds and self.rng.random() < 0.3:
+                self.faults["sqs-duplicate"] += 1
+                self._deliver(function, sqs_event(batch, queue.arn, region=self.region), batch, duplicate=True)
+            self._acknowledge(queue, batch, response)
 
     def _deliver(self, function: str, event: dict[str, Any], batch: list[dict[str, Any]], *, duplicate: bool = False) -> dict[str, Any] | None:
         trigger = ("duplicate delivery, " if duplicate else "") + self._describe_batch(batch)
