@@ -46,9 +46,9 @@ class FunctionSpec:
 
 FUNCTION_SPECS: tuple[FunctionSpec, ...] = (
     FunctionSpec("scanner", "Pending-pod scan: plans and launches nodes", 75, 1024, reserved_concurrency=1),
-    FunctionSpec("interruption", "Spot interruptions, rebalance, state changes, scheduled maintenance", 60, 512,
+    FunctionSpec("interruption", "Spot interruptions, rebalance, state changes, scheduled maintenance", 30, 512,
                  sqs_max_concurrency=10),
-    FunctionSpec("termination", "Cordon, drain and terminate nodes (continued through the work queue)", 120, 512,
+    FunctionSpec("termination", "Cordon, drain and terminate nodes (continued through the work queue)", 60, 512,
                  sqs_max_concurrency=5),
     FunctionSpec("disruption", "Consolidation, expiry and drift", 120, 1024, reserved_concurrency=1),
     FunctionSpec("gc", "Garbage collection: leaked instances, orphaned nodes, stale launch templates", 120, 512,

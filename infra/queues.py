@@ -7,7 +7,7 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-__all__ = ["DeadLetteredQueue", "MAX_RECEIVE_COUNT", "DEAD_LETTER_RETENTION", "visibility_timeout_for"]
+__all__ = ["DEAD_LETTER_RETENTION", "MAX_RECEIVE_COUNT", "VISIBILITY_MARGIN_SECONDS", "DeadLetteredQueue", "visibility_timeout_for"]
 
 #: A message that failed this many receives goes to the dead-letter queue.
 MAX_RECEIVE_COUNT = 5
@@ -15,11 +15,23 @@ MAX_RECEIVE_COUNT = 5
 DEAD_LETTER_RETENTION = Duration.days(14)
 
 
+#: Seconds past the consumer's timeout (and the batching window) before a message comes back.
+VISIBILITY_MARGIN_SECONDS = 5
+
+
 def visibility_timeout_for(consumer_timeout_seconds: int, batching_window_seconds: int) -> Duration:
-    """AWS's guidance for Lambda-consumed queues: at least six times the function timeout
-    plus the batching window, so retries of a throttled or slow batch do not redeliver
-    messages still being processed."""
-    return Duration.seconds(6 * consumer_timeout_seconds + batching_window_seconds)
+    """The function timeout plus the batching window plus :data:`VISIBILITY_MARGIN_SECONDS`:
+    the shortest a Lambda-consumed queue allows without redelivering a message still being
+    processed.
+
+    AWS suggests six times the function timeout so that a batch whose invocation is
+    throttled is not redelivered too often; Joiner chooses promptness instead (issue 10): a
+    message whose invocation *died* (a crash, a timeout) is seen again only after the
+    visibility timeout, and a spot warning gives two minutes. Throttling is unlikely (each
+    event source mapping caps its concurrency) and costs a receive each time; the redrive
+    policy still bounds the retries. Failures the handlers catch come back sooner still,
+    through ChangeMessageVisibility (:func:`joiner.adapters.queue.redeliver_sooner`)."""
+    return Duration.seconds(consumer_timeout_seconds + batching_window_seconds + VISIBILITY_MARGIN_SECONDS)
 
 
 class DeadLetteredQueue(Construct):

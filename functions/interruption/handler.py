@@ -16,9 +16,12 @@ their outcomes are reported through powertools' batch processor. Partial batch r
 * events for instances Joiner does not manage: acknowledged and counted
   (``InterruptionUnmanaged``);
 * a message whose processing fails before its node's drain is recorded (Kubernetes or
-  EC2 error after retries, a node's termination lease busy for an event without a
-  deadline; an urgent event leaves a request instead): reported in ``batchItemFailures`` so SQS redelivers it; after 5
-  receives the redrive policy moves it to the dead-letter queue.
+  EC2 error after retries reading the cluster, a node's termination lease busy for an
+  event without a deadline; an urgent event whose cordon or first step fails leaves a
+  termination request instead): reported in ``batchItemFailures``, its visibility cut to
+  5, 10, 20, 40 s by receive count (:func:`joiner.adapters.queue.redeliver_sooner`) so
+  SQS redelivers it within seconds, not after the visibility timeout; after 5 receives
+  the redrive policy moves it to the dead-letter queue.
 """
 
 from __future__ import annotations
@@ -120,8 +123,26 @@ def record_handler(record: SQSRecord) -> dict[str, Any]:
         runtime.count("InterruptionUnparseable")
         logger.warning("unparseable interruption message acknowledged", extra={"message_id": record.message_id, "error": str(error)[:1000]})
         return {"messageId": record.message_id, "status": "unparseable"}
-    summary: dict[str, Any] = cold["process_event"](event=event)
+    try:
+        summary: dict[str, Any] = cold["process_event"](event=event)
+    except Exception:
+        _redeliver_sooner(runtime, record)
+        raise
     return summary
+
+
+def _redeliver_sooner(runtime: Any, record: SQSRecord) -> None:
+    """A record whose handling failed comes back within seconds (5, 10, 20, ... s by receive
+    count), not after the queue's visibility timeout: a spot warning gives two minutes."""
+    from joiner.adapters.queue import redeliver_sooner
+
+    try:
+        receive_count = int(record.attributes.approximate_receive_count or 1)
+    except (TypeError, ValueError):
+        receive_count = 1
+    delay = redeliver_sooner(runtime.aws_client("sqs"), runtime.settings.interruption_queue_url, record.receipt_handle, receive_count)
+    runtime.count("InterruptionRetried")
+    logger.warning("interruption message failed; redelivered sooner", extra={"message_id": record.message_id, "receive_count": receive_count, "redelivered_in": delay})
 
 
 def _replay(record: SQSRecord) -> dict[str, Any]:

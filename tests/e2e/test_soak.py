@@ -4,9 +4,8 @@ duplicates and reordering, overlapping scanners, Kubernetes 429/5xx/dropped conn
 EC2 capacity errors and throttling), every fault kind drawn in at least one seed, and one
 test per invariant asserting it held in every seed. ``make soak`` runs 200+ seeds.
 
-Invariants that today's code is known to break carry ``xfail(strict=False)`` naming the
-defect of issue 10 (docs/soak.md lists a reproducing seed for each); remove the mark when
-the fix lands.
+Every invariant must hold in every run; docs/soak.md lists the seeds that reproduced each
+defect of issue 10 before its fix.
 """
 
 from __future__ import annotations
@@ -32,14 +31,8 @@ CI_RUNS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (4, ("crash", "crash-mid-drain", "sqs-duplicate", "sqs-reorder", "kube-timeout", "ec2-throttle")),
 )
 
-#: Seeds 2 and 11 broke ``limit`` and ``double-launch`` before defects 1-3 were fixed (46b16c4..f029045).
-KNOWN_BROKEN: dict[str, str] = {
-    "stranded-pods": (
-        "issue 10: a Lambda death mid-drain (crash-mid-drain) leaves the node's termination lease held "
-        "for its 130 s TTL and the step's message invisible until the work queue's visibility timeout, "
-        "past a spot warning's 2-minute deadline (docs/soak.md)"
-    ),
-}
+#: Seeds 2 and 11 broke ``limit`` and ``double-launch`` before defects 1-3 were fixed (46b16c4..f029045);
+#: seed 4 broke ``stranded-pods`` (a death mid-drain) until steps sent safety continuations.
 
 
 def test_every_fault_kind_is_drawn_in_ci() -> None:
@@ -60,10 +53,7 @@ def test_the_faults_strike(soak_runs: list[SoakResult]) -> None:
         assert run.invocations["scanner"] >= 7 and run.invocations["interruption"] >= 1, (run.seed, run.invocations)
 
 
-@pytest.mark.parametrize("invariant", [
-    pytest.param(name, marks=pytest.mark.xfail(strict=False, reason=KNOWN_BROKEN[name])) if name in KNOWN_BROKEN else name
-    for name in INVARIANTS
-])
+@pytest.mark.parametrize("invariant", INVARIANTS)
 def test_invariant_holds_in_every_run(invariant: str, soak_runs: list[SoakResult]) -> None:
     broken = [f"seed {run.seed} ({', '.join(run.kinds)}): {v.explain()}\n  reproduce: {run.reproduce()}"
               for run in soak_runs for v in run.violations if v.invariant == invariant]

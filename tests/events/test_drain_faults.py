@@ -144,6 +144,25 @@ def test_a_failing_step_is_retried_within_seconds_not_after_the_visibility_timeo
     world.emulator.clear_faults()
 
 
+def test_a_warning_whose_cordon_fails_leaves_a_drain_that_starts_within_seconds(world: World) -> None:
+    """Cordoning the node answers 500 beyond the client's retries while the spot warning is
+    handled. The warning must not wait for its redelivery (the interruption queue's
+    visibility timeout, 361 s, is past the reclaim): it is acknowledged with a termination
+    request whose step runs a second later, cordons and drains in time."""
+    instance = three_pods(world)
+    reclaim = world.clock.now() + NOTICE
+    world.emulator.fail_next("PATCH", r"/api/v1/nodes/n1$", status=500, times=4)  # the interruption's attempts only
+    world.publish("spot_interruption.json", instance)
+    response, _ = world.deliver_interruptions()
+    assert response == {"batchItemFailures": []}
+    assert world.metrics.total("InterruptionDeferredToTermination") == 1
+    wait = next_visible_in(world.work.url, REGION)
+    assert wait is not None and wait <= 2, f"first drain step in {wait} s"
+    timeline = Timeline(world)
+    assert_nothing_left_at_reclaim(world, timeline, reclaim)
+    world.emulator.clear_faults()
+
+
 # ---------------------------------------------------------------- defect 5
 
 

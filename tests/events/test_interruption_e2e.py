@@ -64,8 +64,9 @@ def test_spot_warning_cordons_drains_in_order_and_terminates(world: World) -> No
     assert OfferingKey("c5.xlarge", "us-east-1a", "spot") in unavailable
     assert world.runtime.state.unavailable_offerings(world.clock.now() + timedelta(minutes=3, seconds=1)) == frozenset()
     assert world.runtime.state.get_claim("default-n1").state == "terminating"
-    # the step scheduled before the replacement launch (stale now), then the first step's successor
-    assert world.queue_bodies(world.work) == [{"generation": g, "kind": "termination", "node": "n1"} for g in (1, 2)]
+    # the step scheduled before the replacement launch (stale now), the first step's safety
+    # continuation (same generation: stale once the step ended), then the step's successor
+    assert world.queue_bodies(world.work) == [{"generation": g, "kind": "termination", "node": "n1"} for g in (1, 1, 2)]
 
     world.run_work_queue()
     assert world.evictions() == ["default/n1-web-1", "default/n1-web-2", "default/n1-logs", "default/n1-dns"]
@@ -219,17 +220,24 @@ def test_labels_a_kubelet_may_set_on_itself_never_make_an_instance_ours(world: W
     assert world.metrics.total("NotOwnedSkipped", path="interruption") == 1
 
 
-def test_a_failing_message_is_retried_then_dead_lettered(world: World) -> None:
+def test_a_failing_message_is_retried_within_seconds_then_dead_lettered(world: World) -> None:
+    """The cluster cannot be read (listing Nodes fails beyond the client's retries): the
+    warning is reported failed and comes back 5, 10, 20 and 40 s later (its visibility cut
+    by receive count), not after the queue's visibility timeout; the 6th receive moves it to
+    the dead-letter queue."""
     instance = populate(world)
-    world.emulator.fail_next("PATCH", r"/api/v1/nodes/n1$", status=500, times=1000)
+    world.emulator.fail_next("GET", r"/api/v1/nodes$", status=500, times=1000)
     world.publish("spot_interruption.json", instance)
     response, messages = world.deliver_interruptions()
     assert response == {"batchItemFailures": [{"itemIdentifier": messages[0]["MessageId"]}]}
-    for _ in range(4):
-        world.advance(400)  # past the visibility timeout: SQS redelivers
+    for delay in (5, 10, 20, 40):
+        wait = next_visible_in(world.interruption.url, REGION)
+        assert wait is not None and delay - 1 <= wait <= delay, (delay, wait)
+        world.advance(wait + 0.01)
         response, again = world.deliver_interruptions()
         assert response["batchItemFailures"] == [{"itemIdentifier": messages[0]["MessageId"]}]
         assert again[0]["MessageId"] == messages[0]["MessageId"]
+    assert world.metrics.total("InterruptionRetried") == 5
     world.advance(400)
     assert world.receive(world.interruption) == []  # the 6th receive moves it to the DLQ
     dead = world.sqs.receive_message(QueueUrl=world.interruption.dlq_url).get("Messages", [])
@@ -257,7 +265,9 @@ def test_failures_mid_drain_are_retried_within_seconds_from_durable_state(world:
         if "default/b" in world.evictions():
             break
     assert sorted(world.evictions()) == ["default/a", "default/b", "default/c"]
-    assert len(world.queue_bodies(world.work)) == 1
+    current = world.runtime.state.get_item("TERMINATION", "n1")["generation"]
+    # the chain's next step, and each step's safety continuation (stale once its step ended)
+    assert [b for b in world.queue_bodies(world.work) if b["generation"] == current] == [{"kind": "termination", "node": "n1", "generation": current}]
     # a continuation step fails as a whole (Kubernetes unreachable): it schedules its own
     # retry a few seconds later, from the state the last step left
     world.emulator.fail_next("GET", r"/api/v1/nodes/n1$", status=500, times=4)

@@ -13,6 +13,7 @@ from joiner.domain.resources import Resources
 from joiner.ports import ClaimRecord, KubernetesError
 from joiner.services.context import build_runtime
 from joiner.services.termination import (
+    SAFETY_DELAY_SECONDS,
     TERMINATION_KIND,
     TerminationBusy,
     begin_termination,
@@ -27,6 +28,22 @@ SETTINGS = Settings(cluster_name="test-cluster", region="us-east-1", state_table
 INSTANCE = "i-00000000000000001"
 
 
+class ChainQueue(FakeQueue):
+    """The work queue, with each step's safety continuation (same generation, sent before the
+    step acts, stale once the step ends) kept apart in ``safety``: ``messages`` is the step
+    chain itself. Tests of crashes mid-step deliver ``safety`` explicitly."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.safety: list[tuple[dict[str, Any], int]] = []
+
+    def send(self, body: dict[str, Any], delay_seconds: int = 0, dedup_id: str | None = None) -> None:
+        if delay_seconds == SAFETY_DELAY_SECONDS and "generation" in body:
+            self.safety.append((dict(body), delay_seconds))
+            return
+        super().send(body, delay_seconds, dedup_id)
+
+
 class World:
     def __init__(self) -> None:
         self.clock = FakeClock()
@@ -34,7 +51,7 @@ class World:
         self.ec2 = FakeEc2(cluster_name=SETTINGS.cluster_name, clock=self.clock)
         self.ec2.add_instance(INSTANCE)
         self.state = FakeState()
-        self.queue = FakeQueue()
+        self.queue = ChainQueue()
         self.metrics = RecordingMetrics()
         self.runtime = build_runtime(
             SETTINGS, kube_port=self.kube, ec2_port=self.ec2, state_port=self.state, queue_port=self.queue,
@@ -215,8 +232,13 @@ def test_a_held_lease_makes_the_step_retry_later(world: World, monkeypatch: pyte
     monkeypatch.setattr(termination, "LEASE_WAIT_SECONDS", 0.2)
     world.pod("web")
     assert world.state.acquire_lease("termination/n1", "someone-else", EPOCH, 120)
-    with pytest.raises(TerminationBusy):
-        continue_termination(world.runtime, "n1", EPOCH)
+    # a continuation finding the lease held comes back a few seconds later (never the
+    # work queue's visibility timeout): the same message, sent again
+    busy = continue_termination(world.runtime, "n1", EPOCH, generation=3)
+    assert busy.status == "busy" and world.next_message() == ({"kind": "termination", "node": "n1", "generation": 3}, termination.BUSY_RETRY_SECONDS)
+    busy = continue_termination(world.runtime, "n1", EPOCH)
+    assert busy.status == "busy" and world.next_message() == ({"kind": "termination", "node": "n1"}, termination.BUSY_RETRY_SECONDS)
+    assert world.metrics.total("TerminationBusyRequeued") == 2
     started = time.monotonic()
     with pytest.raises(TerminationBusy):
         begin_termination(world.runtime, "n1", "spot-interruption", None, EPOCH)
@@ -248,7 +270,7 @@ def test_an_urgent_event_never_waits_for_a_held_lease(world: World, monkeypatch:
     # the holder's step (begun before the request) takes it before it schedules its successor
     stored = termination._load(world.runtime, "n1")
     assert stored is not None
-    result = termination._run_step(world.runtime, stored, EPOCH)
+    result = termination._run_step(world.runtime, stored, EPOCH, holder)
     holder.__exit__()
     assert result.next_step_in == 1
     merged = world.state.get_item(TERMINATION_KIND, "n1")
@@ -277,7 +299,7 @@ def test_a_request_ends_a_rebalance_replacement_wait(world: World, monkeypatch: 
     world.queue.messages.clear()  # the request's own step is lost: the holder's step must take the request
     stored = termination._load(world.runtime, "n1")
     assert stored is not None
-    result = termination._run_step(world.runtime, stored, EPOCH)
+    result = termination._run_step(world.runtime, stored, EPOCH, holder)
     holder.__exit__()
     assert result.status == "replacing" and result.next_step_in == 1
     body, _ = world.next_message()
@@ -413,3 +435,87 @@ def test_an_instance_whose_own_tags_do_not_name_the_cluster_is_never_terminated(
     assert world.ec2.terminated == []
     assert world.metrics.total("NotOwnedSkipped", path="termination") == 1
 
+
+
+class _EnvironmentGone(BaseException):
+    """The Lambda execution environment died (nothing after it runs, not even a release)."""
+
+
+def _die_after_evictions(world: World, monkeypatch: pytest.MonkeyPatch, evictions: int) -> None:
+    """The invocation dies right after its ``evictions``-th eviction; the lease's release
+    never reaches the table (a dead environment makes no calls)."""
+    evict = world.kube.evict_pod
+    seen = {"n": 0}
+
+    def dying_evict(namespace: str, name: str) -> Any:
+        outcome = evict(namespace, name)
+        seen["n"] += 1
+        if seen["n"] == evictions:
+            monkeypatch.setattr(world.state, "release_lease", lambda name, owner: None)
+            monkeypatch.setattr(world.kube, "evict_pod", evict)
+            raise _EnvironmentGone
+        return outcome
+
+    monkeypatch.setattr(world.kube, "evict_pod", dying_evict)
+
+
+def test_a_step_that_dies_mid_drain_is_resumed_by_its_safety_continuation_within_seconds(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 10 (crash-mid-drain): the first step dies after one eviction, holding the lease
+    and with no successor scheduled. Its safety continuation, sent before it acted, runs the
+    step again once the dead step's lease has expired: the drain goes on about half a minute
+    later, long before the 2-minute deadline, instead of after the work queue's visibility
+    timeout."""
+    for name in ("a", "b", "c"):
+        world.pod(name)
+    _die_after_evictions(world, monkeypatch, 1)
+    deadline = EPOCH + timedelta(minutes=2)
+    with pytest.raises(_EnvironmentGone):
+        begin_termination(world.runtime, "n1", "spot-interruption", deadline, EPOCH, instance_id=INSTANCE, claim_id="c1")
+    assert world.kube.evictions == ["default/a"] and world.queue.messages == []
+    stored = world.state.get_item(TERMINATION_KIND, "n1")
+    assert stored is not None and stored["deadline"] == deadline.isoformat()  # saved before the step acted
+    (body, delay), = world.queue.safety
+    assert body == {"kind": "termination", "node": "n1", "generation": stored["generation"]}
+    assert delay < 60
+    world.clock.advance(delay)
+    resumed = handle_continuation(world.runtime, body, world.clock.now())
+    assert resumed.status == "draining" and set(resumed.evicted) == {"default/b", "default/c"}
+    assert world.run_until_done()[-1] == "terminated"
+    assert world.clock.now() < deadline
+
+
+def test_a_safety_continuation_of_a_step_that_ended_is_stale(world: World) -> None:
+    world.pod("pinned", annotations={wk.DO_NOT_DISRUPT: "true"})
+    begin_termination(world.runtime, "n1", "rebalance-recommendation", None, EPOCH)
+    (safety, delay), = world.queue.safety
+    world.clock.advance(delay)
+    assert handle_continuation(world.runtime, safety, world.clock.now()).status == "stale"
+    assert world.kube.evictions == []
+
+
+def test_a_step_that_loses_its_lease_stops_acting(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step renews its lease between actions; when it cannot (it stalled past the lease's
+    expiry and another invocation took the node), it stops evicting at once and reports busy."""
+    from joiner.services import termination
+
+    monkeypatch.setattr(termination, "LEASE_RENEW_SECONDS", 0.0)  # renew before every action
+    for name in ("a", "b", "c"):
+        world.pod(name)
+        world.kube.block(f"default/{name}", times=1)  # the first step's evictions are refused (PDB)
+    begin_termination(world.runtime, "n1", "rebalance-recommendation", None, EPOCH)
+    assert world.kube.evictions == []
+    evict = world.kube.evict_pod
+
+    def stall_then_lose(namespace: str, name: str) -> Any:
+        outcome = evict(namespace, name)
+        world.clock.advance(termination.LEASE_TTL_SECONDS + 1)
+        world.state.acquire_lease("termination/n1", "the-safety-continuation", world.clock.now(), termination.LEASE_TTL_SECONDS)
+        return outcome
+
+    monkeypatch.setattr(world.kube, "evict_pod", stall_then_lose)
+    body, delay = world.next_message()
+    world.clock.advance(delay)
+    result = handle_continuation(world.runtime, body, world.clock.now())
+    assert result.status == "busy"
+    assert len(world.kube.evictions) == 1  # the other two are left to the lease's new holder
+    assert world.state.acquire_lease("termination/n1", "the-safety-continuation", world.clock.now(), 5)  # still theirs

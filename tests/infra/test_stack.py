@@ -8,6 +8,7 @@ import pytest
 from aws_cdk.assertions import Match, Template
 
 from infra.functions import BATCHING_WINDOW_SECONDS, FUNCTION_SPECS, SPECS_BY_NAME
+from joiner.local.stack import FUNCTION_TIMEOUTS, INTERRUPTION_VISIBILITY, WORK_VISIBILITY
 from tests.infra.conftest import CLUSTER, Synthesized
 
 
@@ -109,20 +110,32 @@ def test_cloudwatch_may_use_the_key_for_this_accounts_alarms_only(synthesized):
 # ---------------------------------------------------------------- queues
 
 
-@pytest.mark.parametrize(("queue_fragment", "consumer"), [("IngestionInterruption", "interruption"), ("WorkQueueWork", "termination")])
-def test_queues_redrive_after_5_and_hide_messages_6x_the_consumer_timeout(synthesized, queue_fragment, consumer):
+@pytest.mark.parametrize(("queue_fragment", "consumer", "local_visibility"), [
+    ("IngestionInterruption", "interruption", INTERRUPTION_VISIBILITY), ("WorkQueueWork", "termination", WORK_VISIBILITY),
+])
+def test_queues_redrive_after_5_and_bring_back_a_dead_invocations_messages_promptly(synthesized, queue_fragment, consumer, local_visibility):
+    """A message whose invocation died comes back once the consumer's timeout has surely
+    passed, and no later: within the two minutes a spot warning gives (issue 10). The local
+    stack (simulator, soak, end-to-end tests) uses the same figure."""
     queue = synthesized.template["Resources"][logical_id(synthesized, "AWS::SQS::Queue", f"{queue_fragment}Queue")]
     dlq_id = logical_id(synthesized, "AWS::SQS::Queue", f"{queue_fragment}DeadLetterQueue")
     properties = queue["Properties"]
     assert properties["RedrivePolicy"] == {"deadLetterTargetArn": {"Fn::GetAtt": [dlq_id, "Arn"]}, "maxReceiveCount": 5}
     timeout = SPECS_BY_NAME[consumer].timeout_seconds
-    assert properties["VisibilityTimeout"] >= 6 * timeout + BATCHING_WINDOW_SECONDS
+    assert properties["VisibilityTimeout"] == timeout + BATCHING_WINDOW_SECONDS + 5 == local_visibility
+    assert properties["VisibilityTimeout"] <= 70
     function = synthesized.template["Resources"][function_id(synthesized, consumer)]
     assert function["Properties"]["Timeout"] == timeout
     assert properties["MessageRetentionPeriod"] >= 86400
     assert properties["KmsMasterKeyId"] == {"Fn::GetAtt": [logical_id(synthesized, "AWS::KMS::Key", "Encryption"), "Arn"]}
     dlq = synthesized.template["Resources"][dlq_id]["Properties"]
     assert dlq["MessageRetentionPeriod"] == 14 * 86400 and "KmsMasterKeyId" in dlq
+
+
+def test_the_local_stack_reports_the_deployed_function_timeouts() -> None:
+    """The simulator's Lambda context reports each function's deployed timeout as its remaining
+    time: powertools Idempotency expires a dead invocation's in-progress record by it."""
+    assert {spec.name: spec.timeout_seconds for spec in FUNCTION_SPECS} == FUNCTION_TIMEOUTS
 
 
 @pytest.mark.parametrize(("consumer", "queue_fragment"), [("interruption", "IngestionInterruptionQueue"), ("termination", "WorkQueueWorkQueue")])

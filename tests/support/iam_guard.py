@@ -393,6 +393,9 @@ def authorizations(
             # SQS server-side encryption with a customer key: the producer needs the data-key actions.
             for action in ("kms:GenerateDataKey", "kms:Decrypt"):
                 b.add(action, "key", key, reason=f"{operation} to a KMS-encrypted queue")
+    elif service == "sqs" and operation == "ChangeMessageVisibility":
+        # The interruption handler shortens a failed message's visibility (adapters.queue.redeliver_sooner).
+        b.add("sqs:ChangeMessageVisibility", "queue", b.arn("sqs", "queue", _queue_name(params["QueueUrl"])))
     elif service == "ssm" and operation == "GetParameter":
         name = str(params["Name"]).lstrip("/")
         # AWS's public parameters (/aws/service/...) have no account in their ARN.

@@ -16,7 +16,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from joiner.ports import JsonDict
 
-__all__ = ["SqsQueue", "QueueError", "MAX_DELAY_SECONDS", "DEDUP_ATTRIBUTE", "clamp_delay"]
+__all__ = ["DEDUP_ATTRIBUTE", "MAX_DELAY_SECONDS", "QueueError", "SqsQueue", "clamp_delay", "redeliver_sooner", "redelivery_delay"]
 
 MAX_DELAY_SECONDS = 900
 DEDUP_ATTRIBUTE = "dedupId"
@@ -71,3 +71,30 @@ class SqsQueue:
             raise QueueError(f"SQS SendMessage failed: {code}: {info.get('Message', '')}", code=code) from error
         except BotoCoreError as error:
             raise QueueError(f"SQS SendMessage failed: {error}", code=type(error).__name__) from error
+
+
+#: A failed message of a Lambda-consumed queue comes back after 5, 10, 20, 40, ... seconds (capped).
+REDELIVERY_BASE_SECONDS = 5
+REDELIVERY_CAP_SECONDS = 120
+
+
+def redelivery_delay(receive_count: int) -> int:
+    """Seconds until a message that failed on its ``receive_count``-th receive is delivered again."""
+    count = max(1, min(receive_count, 16))
+    delay: int = REDELIVERY_BASE_SECONDS << (count - 1)
+    return min(REDELIVERY_CAP_SECONDS, delay)
+
+
+def redeliver_sooner(sqs: Any, queue_url: str, receipt_handle: str, receive_count: int) -> int | None:
+    """Make a message whose processing failed visible again after :func:`redelivery_delay`
+    instead of the queue's visibility timeout (six times the consumer's timeout, minutes);
+    SQS's receive count and the redrive policy still bound the retries. Returns the delay,
+    or None when the change failed (the visibility timeout then applies; logged by the caller)."""
+    if not queue_url or not receipt_handle:
+        return None
+    delay = redelivery_delay(receive_count)
+    try:
+        sqs.change_message_visibility(QueueUrl=queue_url, ReceiptHandle=receipt_handle, VisibilityTimeout=delay)
+    except (ClientError, BotoCoreError):
+        return None
+    return delay

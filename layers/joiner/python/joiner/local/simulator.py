@@ -588,6 +588,7 @@ class Simulation:
 
     def _invoke(self, name: str, event: dict[str, Any], trigger: str) -> dict[str, Any] | None:
         from joiner.local.lambdas import LambdaContext
+        from joiner.local.stack import FUNCTION_TIMEOUTS
 
         module = self.handlers[name]
         nodes_before = {n["metadata"]["name"]: bool((n.get("spec") or {}).get("unschedulable")) for n in self.emulator.list("Node")}
@@ -596,7 +597,7 @@ class Simulation:
         self._invoking = name
         self.result.invocations[name] += 1
         context = LambdaContext(aws_request_id=str(uuid.uuid4()), function_name=f"{self.scenario.cluster}-{name}",
-                                remaining_ms=60_000 if name in SCHEDULED else 300_000)
+                                remaining_ms=1000 * FUNCTION_TIMEOUTS[name])
         response: dict[str, Any] | None = None
         error: str | None = None
         try:

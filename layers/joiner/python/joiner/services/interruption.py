@@ -62,9 +62,9 @@ from joiner.domain.interruption import InterruptionEvent, decide_action
 from joiner.domain.model import NodePool, OfferingKey, Pod
 from joiner.domain.termination import DISRUPTED_TAINT, reschedulable_pods
 from joiner.observability import logger
-from joiner.ports import ClaimRecord, Ec2Error, JsonDict
+from joiner.ports import ClaimRecord, Ec2Error, JsonDict, KubernetesError
 from joiner.services.ownership import ownership_problem, refuse
-from joiner.services.termination import TerminationResult, begin_termination, cordon_node
+from joiner.services.termination import TerminationResult, begin_termination, cordon_node, request_termination
 
 if TYPE_CHECKING:
     from joiner.services.context import Runtime
@@ -401,7 +401,6 @@ def _handle_instance(runtime: Runtime, view: ClusterView, event: InterruptionEve
             return dataclasses.replace(base, reason="no Node yet: nothing to rebalance")
         return _close_without_node(runtime, claim, instance_id, event, now, base)
 
-    node = cordon_node(runtime, node) or node
     node_name = node["metadata"]["name"]
     view.disrupted.add(node_name)
     launched: list[str] = []
@@ -411,21 +410,38 @@ def _handle_instance(runtime: Runtime, view: ClusterView, event: InterruptionEve
         launched.extend(claims)
         return claims
 
-    result: TerminationResult = begin_termination(
-        runtime,
-        node_name,
-        event.kind,
-        action.deadline,
-        now,
-        instance_id=instance_id,
-        claim_id=base.claim_id,
-        node_pool=pool_name,
-        wait_for_replacement=action.wait_for_replacement,
-        event_id=event.event_id,
-        node=node,
-        claim=claim,
-        replace_pods=replace_pods if action.replace else None,
-    )
+    try:
+        node = cordon_node(runtime, node) or node
+        result: TerminationResult = begin_termination(
+            runtime,
+            node_name,
+            event.kind,
+            action.deadline,
+            now,
+            instance_id=instance_id,
+            claim_id=base.claim_id,
+            node_pool=pool_name,
+            wait_for_replacement=action.wait_for_replacement,
+            event_id=event.event_id,
+            node=node,
+            claim=claim,
+            replace_pods=replace_pods if action.replace else None,
+        )
+    except (KubernetesError, Ec2Error) as error:
+        if action.deadline is None or action.wait_for_replacement:
+            raise  # nothing urgent: the message is redelivered
+        # An urgent event never waits for the message's redelivery (the queue's visibility
+        # timeout): its deadline is left as a request whose termination step runs a second
+        # from now and retries on its own (issue 10).
+        runtime.count("InterruptionDeferredToTermination", kind=event.kind)
+        logger.warning(
+            "interruption could not start the drain; left a termination request",
+            extra={"node": node_name, "instance": instance_id, "error": f"{type(error).__name__}: {error}", "event_id": event.event_id},
+        )
+        result = request_termination(
+            runtime, node_name, event.kind, action.deadline, now,
+            instance_id=instance_id, claim_id=base.claim_id, node_pool=pool_name, event_id=event.event_id,
+        )
     return dataclasses.replace(base, replacement_claims=tuple(launched), termination=result.status, evicted=result.evicted)
 
 

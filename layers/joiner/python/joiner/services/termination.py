@@ -16,16 +16,22 @@ queue's visibility timeout; the deadline rule's deletions run whatever the evict
 
 Safety under retries and concurrency:
 
-* every step holds the lease ``termination/<node>`` (a DynamoDB conditional write), so two
-  invocations never drive one node at once; a continuation that finds it taken raises
-  :class:`TerminationBusy` and the message is retried by SQS; an urgent event (a deadline,
-  no replacement to wait for) that finds it taken leaves a request the running step takes
-  (:func:`_leave_request`) instead of waiting;
+* every step holds the lease ``termination/<node>`` (a DynamoDB conditional write with a
+  :data:`LEASE_TTL_SECONDS` expiry the step renews while it works), so two invocations
+  never drive one node at once; a continuation that finds it taken is sent again
+  :data:`BUSY_RETRY_SECONDS` later and acknowledged (never left to the work queue's
+  visibility timeout); an urgent event (a deadline, no replacement to wait for) that finds
+  it taken leaves a request the running step takes (:func:`_leave_request`) instead of
+  waiting;
 * the slow replacement launch runs outside the lease (:func:`begin_termination`);
 * every step consumes generation ``n`` and schedules ``n + 1``; a message for another
   generation (a duplicate delivery, a chain superseded by a newer event) is dropped;
-* a crash or timeout mid-step loses nothing: the state is durable, evictions are
-  idempotent, and the undeleted message becomes visible again (the lease expires first).
+* a crash or timeout mid-step loses nothing and costs seconds, not the visibility
+  timeout: before it acts, every step saves its state and sends a *safety continuation*
+  of its own generation :data:`SAFETY_DELAY_SECONDS` ahead, just after its lease would
+  expire. A step that ends bumps the generation, so the safety message goes stale and is
+  dropped; a step that died leaves it current, and it runs the step again (evictions and
+  deletions are idempotent).
 """
 
 from __future__ import annotations
@@ -68,6 +74,7 @@ __all__ = [
     "REPLACEMENT_TIMEOUT",
     "TERMINATION_KIND",
     "InvalidWorkMessage",
+    "LeaseLost",
     "TerminationBusy",
     "TerminationResult",
     "begin_termination",
@@ -75,6 +82,7 @@ __all__ = [
     "cordon_node",
     "handle_continuation",
     "parse_continuation",
+    "request_termination",
     "resume_stalled_terminations",
 ]
 
@@ -82,9 +90,15 @@ TERMINATION_KIND = "TERMINATION"
 #: What an urgent event asks of a node whose lease it found held (see :func:`begin_termination`).
 REQUEST_KIND = "TERMINATION_REQUEST"
 CONTINUATION_KIND = "termination"
-#: Longer than one step can take (the termination function's 120 s timeout), far shorter than the
-#: work queue's visibility timeout so a crashed step's message finds the lease free again.
-LEASE_TTL_SECONDS = 130
+#: A step's lease lasts this long from its last renewal (a working step renews it every
+#: :data:`LEASE_RENEW_SECONDS` of wall time), so a step that died blocks its node for at most this.
+LEASE_TTL_SECONDS = 10
+LEASE_RENEW_SECONDS = 3.0
+#: A step's safety continuation (same generation) arrives this long after the step began: after
+#: the lease of a step that died has expired (see the module docstring).
+SAFETY_DELAY_SECONDS = LEASE_TTL_SECONDS + 2
+#: A continuation that finds the node's lease held comes back this much later.
+BUSY_RETRY_SECONDS = 5
 #: How long a rebalance replacement is waited for before draining anyway.
 REPLACEMENT_TIMEOUT = timedelta(minutes=10)
 #: How often a ``replacing`` termination looks at its replacement.
@@ -109,6 +123,10 @@ SLOW_STEP_SECONDS = 2.0
 
 class TerminationBusy(Exception):
     """Another invocation holds this node's termination lease; retry later."""
+
+
+class LeaseLost(TerminationBusy):
+    """The step's lease expired and another invocation took it: the step stops acting."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +232,7 @@ class _Lease:
         self.owner = f"{getattr(runtime, 'invocation_id', 'local')}/{uuid.uuid4().hex[:12]}"
         self.now = now
         self.wait_seconds = wait_seconds
+        self.renewed = time.monotonic()
 
     held = False
 
@@ -235,8 +254,22 @@ class _Lease:
             time.sleep(delay)
             delay = min(delay * 2, 0.5)
         self.held = True
+        self.renewed = time.monotonic()
+
+    def keep(self) -> None:
+        """Renew the lease when :data:`LEASE_RENEW_SECONDS` of wall time have passed since it
+        was taken or last renewed; :class:`LeaseLost` when another invocation has it now.
+        Called between a step's actions, so a long step never outlives its lease."""
+        if not self.held or time.monotonic() - self.renewed < LEASE_RENEW_SECONDS:
+            return
+        if not self.runtime.state.acquire_lease(self.name, self.owner, self.runtime.clock.now(), LEASE_TTL_SECONDS):
+            self.held = False
+            raise LeaseLost(f"{self.name} expired and was taken by another invocation")
+        self.renewed = time.monotonic()
 
     def __exit__(self, *exc: object) -> None:
+        if not self.held:
+            return
         self.held = False
         self.runtime.state.release_lease(self.name, self.owner)
 
@@ -398,7 +431,10 @@ def begin_termination(
             )
             status = "updated"
         if not launch:
-            result = _step(runtime, state, now, node=node)
+            try:
+                result = _step(runtime, state, now, lease, node=node)
+            except LeaseLost:
+                return TerminationResult(node_name, "busy", state.generation, phase=state.phase)
             return replace(result, status=status if result.status in ("draining", "replacing") else result.status)
         launch_pods = runtime.kube.list_pods_on_node(node_name)
         state = replace(state, launching_since=now, generation=state.generation + 1)
@@ -413,6 +449,17 @@ def begin_termination(
         raise
     result = _record_launch(runtime, node_name, launched, now, step=True, seen=(state.generation, node, launch_pods))
     return replace(result, status=status if result.status in ("draining", "replacing") else result.status)
+
+
+def request_termination(
+    runtime: Runtime, node_name: str, reason: str, deadline: datetime, now: datetime, *,
+    instance_id: str | None = None, claim_id: str | None = None, node_pool: str | None = None, event_id: str | None = None,
+) -> TerminationResult:
+    """Leave ``deadline`` for the node's termination as a durable request and schedule its
+    step a second from now, without touching the node or taking its lease: for an urgent
+    event whose own attempt failed (a Kubernetes error after the client's retries). The
+    step starts or tightens the termination and retries on its own."""
+    return _leave_request(runtime, node_name, reason, deadline, now, instance_id=instance_id, claim_id=claim_id, node_pool=node_pool, event_id=event_id)
 
 
 def _leave_request(
@@ -443,7 +490,7 @@ def _leave_request(
     }, expires_at=now + timedelta(days=1))
     runtime.queue.send({"kind": CONTINUATION_KIND, "node": node_name}, delay_seconds=1)
     runtime.count("TerminationRequestsQueued")
-    logger.info("node's termination lease busy: request left for the running step", extra={"node": node_name, "deadline": deadline.isoformat(), "event_id": event_id})
+    logger.info("termination request left for the next step", extra={"node": node_name, "deadline": deadline.isoformat(), "event_id": event_id})
     return TerminationResult(node_name, "queued", next_step_in=1)
 
 
@@ -516,7 +563,7 @@ def _record_launch(
     meanwhile (same generation), the step uses them instead of reading them again, as it
     would have without the launch."""
     now = max(now, runtime.clock.now())
-    with _Lease(runtime, node_name, now, wait_seconds=RECORD_WAIT_SECONDS):
+    with _Lease(runtime, node_name, now, wait_seconds=RECORD_WAIT_SECONDS) as lease:
         state = _load(runtime, node_name)
         if state is None:
             # Finished while the replacement launched (the node emptied, or its deadline
@@ -533,20 +580,32 @@ def _record_launch(
         generation, node, pods_raw = seen
         if generation != state.generation:
             node, pods_raw = None, None
-        return _step(runtime, state, now, node=node, pods_raw=pods_raw)
+        try:
+            return _step(runtime, state, now, lease, node=node, pods_raw=pods_raw, stored=True)
+        except LeaseLost:
+            return TerminationResult(node_name, "busy", state.generation, phase=state.phase)
 
 
 def continue_termination(runtime: Runtime, node_name: str, now: datetime, *, generation: int | None = None) -> TerminationResult:
     """Run the next step of a termination in progress (a work-queue continuation).
 
     ``generation`` is the one the message carries; a mismatch means the message is stale
-    and it is dropped. Raises :class:`TerminationBusy` when another invocation holds the
-    node's lease, and Kubernetes/EC2 errors after their retries (the message is retried).
+    and it is dropped. When another invocation holds the node's lease, the same message is
+    sent again :data:`BUSY_RETRY_SECONDS` later and this one is done (status ``busy``): the
+    holder either finishes its step (the message then goes stale) or died (its lease
+    expires within :data:`LEASE_TTL_SECONDS`). Raises on DynamoDB or SQS errors (the message
+    is retried).
     """
     # A request's step (no generation) waits a little for the step it was left for: that
     # step takes the request itself as it ends.
-    with _Lease(runtime, node_name, now, wait_seconds=LEASE_WAIT_SECONDS if generation is None else 0.0):
+    lease = _Lease(runtime, node_name, now, wait_seconds=LEASE_WAIT_SECONDS if generation is None else 0.0)
+    try:
+        lease.acquire()
+    except TerminationBusy:
+        return _busy(runtime, node_name, generation)
+    with lease:
         state = _load(runtime, node_name)
+        stored = state is not None
         if state is None:
             state = _state_from_request(runtime, node_name, now)
             if state is None:
@@ -554,8 +613,22 @@ def continue_termination(runtime: Runtime, node_name: str, now: datetime, *, gen
         if generation is not None and generation != state.generation:
             return TerminationResult(node_name, "stale", generation=state.generation, phase=state.phase)
         if generation is None:
-            state = _apply_request(runtime, state, now)  # an urgent event's request (see _leave_request)
-        return _step(runtime, state, now)
+            state = _apply_request(runtime, state, now)  # an urgent event's request (see _leave_request); saved if any
+        try:
+            return _step(runtime, state, now, lease, stored=stored)
+        except LeaseLost:
+            runtime.count("TerminationLeaseLost")
+            return TerminationResult(node_name, "busy", state.generation, phase=state.phase)
+
+
+def _busy(runtime: Runtime, node_name: str, generation: int | None) -> TerminationResult:
+    """The node's lease is held: come back :data:`BUSY_RETRY_SECONDS` later with the same message."""
+    body: dict[str, Any] = {"kind": CONTINUATION_KIND, "node": node_name}
+    if generation is not None:
+        body["generation"] = generation
+    runtime.queue.send(body, delay_seconds=BUSY_RETRY_SECONDS)
+    runtime.count("TerminationBusyRequeued")
+    return TerminationResult(node_name, "busy", generation or 0, next_step_in=BUSY_RETRY_SECONDS)
 
 
 class InvalidWorkMessage(ValueError):
@@ -611,17 +684,23 @@ def _parse_updated(data: Mapping[str, Any]) -> datetime | None:
 
 
 def _step(
-    runtime: Runtime, state: TerminationState, now: datetime, *, node: JsonDict | None = None, pods_raw: Sequence[JsonDict] | None = None,
+    runtime: Runtime, state: TerminationState, now: datetime, lease: _Lease, *,
+    node: JsonDict | None = None, pods_raw: Sequence[JsonDict] | None = None, stored: bool = False,
 ) -> TerminationResult:
-    """One drain step under the lease: decide, act, save, schedule or finish.
+    """One drain step under ``lease``: decide, act, save, schedule or finish.
 
-    A step never ends without its successor scheduled (or the termination finished): a
-    Kubernetes or EC2 failure beyond the clients' retries fails the step as a whole, and
-    :func:`_retry_soon` schedules the next one within seconds instead of leaving it to the
-    work queue's visibility timeout. A pod whose eviction or deletion fails fails alone
-    (:func:`_execute`)."""
+    A step never ends without its successor scheduled (or the termination finished), even
+    when the invocation dies inside it: before acting, it saves ``state`` (unless
+    ``stored``: already saved as it is) and sends its safety continuation (see the module
+    docstring). A Kubernetes or EC2 failure beyond the clients' retries fails the step as a
+    whole, and :func:`_retry_soon` schedules the next one within seconds. A pod whose
+    eviction or deletion fails fails alone (:func:`_execute`). Raises :class:`LeaseLost`
+    when the lease could not be renewed."""
+    if not stored:
+        _save_touched(runtime, state, now)
+    runtime.queue.send({"kind": CONTINUATION_KIND, "node": state.node, "generation": state.generation}, delay_seconds=SAFETY_DELAY_SECONDS)
     try:
-        return _run_step(runtime, state, now, node=node, pods_raw=pods_raw)
+        return _run_step(runtime, state, now, lease, node=node, pods_raw=pods_raw)
     except (KubernetesError, Ec2Error) as error:
         return _retry_soon(runtime, state, now, error)
 
@@ -646,7 +725,7 @@ def _retry_soon(runtime: Runtime, state: TerminationState, now: datetime, error:
 
 
 def _run_step(
-    runtime: Runtime, state: TerminationState, now: datetime, *, node: JsonDict | None = None, pods_raw: Sequence[JsonDict] | None = None,
+    runtime: Runtime, state: TerminationState, now: datetime, lease: _Lease, *, node: JsonDict | None = None, pods_raw: Sequence[JsonDict] | None = None,
 ) -> TerminationResult:
     """The step itself; ``node`` and ``pods_raw``: the Node and its pods when the caller has
     just read them."""
@@ -697,7 +776,7 @@ def _run_step(
         delete = tuple(d for d in step.delete if d.key not in failed)
         if not (evict or delete) or attempt == rounds:
             break
-        progress, done = _execute(runtime, evict, delete, progress, now)
+        progress, done = _execute(runtime, evict, delete, progress, now, lease.keep)
         evicted += done["evicted"]
         blocked += done["blocked"]
         deleted += done["deleted"]
@@ -737,6 +816,7 @@ def _save_touched(runtime: Runtime, state: TerminationState, now: datetime) -> N
 
 def _execute(
     runtime: Runtime, evict: Sequence[Pod], delete: Sequence[PodDeletion], progress: Mapping[str, PodProgress], now: datetime,
+    keep_lease: Callable[[], None],
 ) -> tuple[dict[str, PodProgress], dict[str, list[str]]]:
     """Evict and delete, one pod at a time: a pod whose call fails (after the client's
     retries) is recorded as ``failed`` and the others go ahead. A failed eviction backs off
@@ -744,6 +824,7 @@ def _execute(
     progress = dict(progress)
     done: dict[str, list[str]] = {"evicted": [], "blocked": [], "gone": [], "deleted": [], "failed": []}
     for pod in evict:
+        keep_lease()
         try:
             outcome = runtime.kube.evict_pod(pod.namespace, pod.name)
         except KubernetesError as error:
@@ -754,6 +835,7 @@ def _execute(
         progress[pod.key] = record_eviction(progress.get(pod.key), outcome.status, now)
         done[outcome.status if outcome.status in ("blocked", "gone") else "evicted"].append(pod.key)
     for deletion in delete:
+        keep_lease()
         try:
             runtime.kube.delete_pod(deletion.namespace, deletion.name, grace_seconds=deletion.grace_seconds)
         except KubernetesError as error:
