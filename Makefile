@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(CURDIR)/$(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+LOCAL_STAMP := $(VENV)/.local-stamp
 export PATH := $(BIN):$(PATH)
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
@@ -23,17 +24,32 @@ CDK_ARGS ?=
 
 .PHONY: install demo test bench soak synth lint clean cdk-cli deploy bootstrap destroy require-cluster
 
-$(STAMP): pyproject.toml
+# Two install purposes, so the demo does not wait for the development toolset (CDK, Node, SciPy,
+# checkers: about 1 GB): LOCAL_STAMP is the runtime plus moto's server and the Kubernetes API
+# emulator (what `make demo` runs); STAMP adds the rest (tests, lint, synth, benchmarks).
+# pip prints what it collects and installs, so a first run shows its progress.
+PIP_INSTALL = $(BIN)/python -m pip install --progress-bar off --disable-pip-version-check
+
+$(VENV)/.venv-stamp:
 	$(PYTHON) -c 'import sys; sys.exit("Joiner needs Python >= 3.11") if sys.version_info < (3, 11) else None'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
+	touch $@
+
+$(LOCAL_STAMP): pyproject.toml $(VENV)/.venv-stamp
+	@echo "==> installing Joiner with its runtime, moto and the Kubernetes API emulator into $(VENV)/ (the demo's needs)"
+	$(PIP_INSTALL) -e '.[local]'
+	touch $(LOCAL_STAMP)
+
+$(STAMP): pyproject.toml $(LOCAL_STAMP)
+	@echo "==> installing the development toolset into $(VENV)/ (CDK, cfn-lint, cdk-nag, pytest, mypy, ruff, SciPy)"
+	$(PIP_INSTALL) -e '.[local,dev]'
 	touch $(STAMP)
 
 install: $(STAMP)
 
 ## The README's first command: the main job on the embedded local default.
-demo: $(STAMP)
+demo: $(LOCAL_STAMP)
 	$(BIN)/joiner demo
 
 ## The README's second command: static checks, then the whole suite (unit, handler, end-to-end, synth, cfn-lint, cdk-nag).
