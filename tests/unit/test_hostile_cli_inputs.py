@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -127,7 +128,9 @@ def test_5000_deep_yaml(tmp_path: Path, capsys: pytest.CaptureFixture[str], comm
     path = tmp_path / "deep.yaml"
     path.write_text(DEEP_YAML, encoding="utf-8")
     code, out, err = run(capsys, command, str(path))
-    assert_one_line_exit_2(code, out, err, "line 1, column 101", "nested more than 100 levels deep")
+    # At the 101st level, or where libyaml's scanner stops looking ahead (its own 1,000-level limit).
+    assert_one_line_exit_2(code, out, err, "nested more than 100 levels deep")
+    assert re.search(r"line 1, column (101|1001):", err), err
 
 
 def test_5000_deep_json_event(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

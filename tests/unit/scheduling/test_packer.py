@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from joiner.domain.scheduling.packer import PackType, _Packer, _repack_neighbourhoods, pack
 
@@ -65,3 +67,47 @@ def test_pack_finds_the_balanced_packing_from_any_group_order():
     second, _ = pack(list(reversed(SIZES)), [1, 4, 4], TYPES)
     assert sum(TYPES[b.type_index].price for b in first) == pytest.approx(1.65)
     assert sorted(b.type_index for b in first) == sorted(b.type_index for b in second)
+
+
+def test_a_pattern_from_an_earlier_lp_round_never_overfills_nor_leaves_a_negative_count() -> None:
+    """Found by tests/unit/scheduling/test_properties.py: a column-generation pattern asked
+    for more of an item than remained, one copy was opened anyway (remaining went to -2) and
+    the fallback pattern then carried the -2 into a bin: the solver took pods away from a
+    claim and planned 2.2 CPUs on a 2-CPU c5.large."""
+    gib = 1 << 30
+    sizes = [(3000, gib // 2, 1), (3000, gib // 8, 1), (1500, gib // 2, 1), (1500, gib // 8, 1), (100, gib // 2, 1), (100, gib // 8, 1)]
+    counts = [1, 3, 1, 2, 1, 16]
+    types = [PackType((2000, 4 * gib, 110), 0.035), PackType((2000, 8 * gib, 110), 0.096), PackType((2000, 16 * gib, 29), 0.126),
+             PackType((8000, 16 * gib, 110), 0.14), PackType((4000, 16 * gib, 110), 0.192), PackType((16000, 64 * gib, 110), 0.768)]
+    bins, remaining = pack(sizes, counts, types)
+    assert remaining == [0] * len(sizes)
+    assert all(n > 0 for b in bins for n in b.counts.values()), [b.counts for b in bins]
+    _check_bins(bins, sizes, counts, types)
+
+
+def _check_bins(bins, sizes, counts, types) -> None:  # type: ignore[no-untyped-def]
+    placed = [0] * len(counts)
+    for b in bins:
+        used = [0] * len(sizes[0])
+        for i, n in b.counts.items():
+            placed[i] += n
+            used = [u + n * s for u, s in zip(used, sizes[i])]
+        assert used == list(b.used) and all(u <= c for u, c in zip(used, types[b.type_index].capacity))
+    assert placed == counts
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 4000), st.integers(1, 16)), min_size=1, max_size=8, unique=True),
+    st.data(),
+)
+def test_every_packing_places_each_item_exactly_once_within_capacity(shapes, data) -> None:  # type: ignore[no-untyped-def]
+    sizes = [(cpu, memory, 1) for cpu, memory in shapes]
+    counts = [data.draw(st.integers(1, 30)) for _ in sizes]
+    menu = [((2000, 4, 110), 0.035), ((2000, 8, 110), 0.096), ((2000, 16, 29), 0.126), ((8000, 16, 110), 0.14),
+            ((4000, 16, 110), 0.192), ((16000, 64, 110), 0.768)]
+    types = [PackType(capacity, price) for capacity, price in data.draw(st.lists(st.sampled_from(menu), min_size=1, max_size=6, unique=True))]
+    bins, remaining = pack(sizes, counts, types)
+    assert all(r >= 0 for r in remaining)
+    assert all(n > 0 for b in bins for n in b.counts.values())
+    _check_bins(bins, sizes, [c - r for c, r in zip(counts, remaining)], types)

@@ -150,3 +150,35 @@ def test_plan_does_not_depend_on_input_order(problem: SchedulingProblem, random)
         instance_types={name: tuple(reversed(types)) for name, types in problem.instance_types.items()},
     )
     assert solve(shuffled) == solve(problem)
+
+
+def test_an_emptied_claim_that_takes_pods_again_counts_against_the_limit() -> None:
+    """Found by the property above: the absorb step emptied a packed claim into others but
+    kept its reservation, the greedy then placed leftovers on it and the limit bookkeeping
+    subtracted the stale reservation: 26 CPUs planned under a 24-CPU limit (with a 4-CPU
+    node already in the pool)."""
+    cpus = ["100m"] * 3 + ["100m", "500m", "1500m", "1500m", "1500m", "3", "3"] + ["100m"] * 6 + ["250m", "3", "3"] + ["100m"] * 3 + ["1", "1500m"]
+    kinds = {3: "zone-spread-0", 4: "zone-spread-0", 6: "zone-pinned-0", 7: "zone-spread-1", 16: "host-anti-0", 17: "zone-pinned-0", 18: "plain-1"}
+    pods = []
+    for index, cpu in enumerate(cpus):
+        app = kinds.get(index, "plain-0")
+        options: dict = {"labels": {"app": app}}
+        if app.startswith("zone-spread"):
+            options["spread"] = [spread(wk.ZONE, app=app)]
+        elif app.startswith("zone-pinned"):
+            options["node_selector"] = {wk.ZONE: ZONES[0]}
+        elif app.startswith("host-anti"):
+            options["anti_affinity"] = [term(wk.HOSTNAME, app=app)]
+        pods.append(pod(f"p{index:03d}", cpu, "128Mi", **options))
+    pools = [
+        node_pool("general", limits=res(cpu="24")),
+        node_pool("batch", taints=[Taint("dedicated", "batch", "NoSchedule")], requirements=[req(wk.CAPACITY_TYPE, "In", "spot", "on-demand")]),
+    ]
+    problem = SchedulingProblem(
+        pending=tuple(pods), nodes=(node("existing-1", cpu=4, memory_gib=16, zone=ZONES[0], pool="general"),),
+        bound_pods=(pod("r0", "1", "1Gi", node_name="existing-1", labels={"app": "plain-0"}),),
+        node_pools=tuple(pools), instance_types={p.name: TYPES for p in pools},
+    )
+    plan = solve(problem)
+    check_plan(problem, plan)
+    assert not plan.unschedulable

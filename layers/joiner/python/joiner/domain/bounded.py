@@ -219,8 +219,18 @@ def check_yaml_events(loader: Any, limits: InputLimits) -> None:
             frame[1] += nodes
             frame[2] = max(frame[2], height)
 
-    while loader.check_event():
-        event = loader.get_event()
+    while True:
+        try:
+            if not loader.check_event():
+                break
+            event = loader.get_event()
+        except yaml.MarkedYAMLError as error:
+            # libyaml (PyYAML >= 6.0.3's wheels) stops at 1,000 levels of flow nesting while
+            # scanning ahead for a simple key, before this walk sees the 101st level: the
+            # same limit, reported as ours.
+            if "maximum nesting depth" in str(error.problem):
+                raise _marked(f"nested more than {limits.max_depth} levels deep", error.problem_mark) from None
+            raise
         if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
             distinct += 1
             stack.append([event.anchor, 1, 0])

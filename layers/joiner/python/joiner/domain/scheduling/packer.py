@@ -167,12 +167,14 @@ class _Packer:
         return [(a + b) / 2 for a, b in zip(solution.duals, split)]
 
     def _copies(self, t: int, fill: dict[int, int]) -> int:
+        """How many bins of ``t`` holding ``fill`` the remaining items and the budget allow
+        (0 when ``fill`` asks for more than remains: a pattern of an earlier LP round)."""
         copies = min(self.remaining[i] // n for i, n in fill.items())
         if self.budget is not None:
             for b, c in zip(self.budget, self.types[t].limit):
                 if c > 0:
                     copies = min(copies, b // c)
-        return max(1, copies)
+        return max(0, copies)
 
     def _add_bin(self, t: int, fill: dict[int, int]) -> None:
         used = [0] * self.ndims
@@ -305,7 +307,8 @@ class _Packer:
         if best is None:
             return False
         t = best[2]
-        for _ in range(self._copies(t, best_fill)):
+        # The fill takes only remaining items and the type is affordable: at least one copy.
+        for _ in range(max(1, self._copies(t, best_fill))):
             self._add_bin(t, dict(best_fill))
         return True
 
@@ -451,7 +454,7 @@ class _Packer:
                     opened = True
             if not opened:
                 y, t, pattern = columns[0]
-                pattern = {i: min(n, self.remaining[i]) for i, n in pattern.items() if self.remaining[i]}
+                pattern = {i: min(n, self.remaining[i]) for i, n in pattern.items() if self.remaining[i] > 0}
                 if not pattern or (self.budget is not None and not _fits(self.budget, self.types[t].limit)):
                     break
                 self._add_bin(t, pattern)

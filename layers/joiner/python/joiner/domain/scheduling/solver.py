@@ -136,8 +136,16 @@ def _absorb(engine: Engine, packed: list[Target], variant_of: dict) -> None:  # 
             if pool is not None and pool.limited and victim.reservation is not None:
                 reserved[pool.index] = [r - v for r, v in zip(engine.reserved[pool.index], victim.reservation)]
                 engine.reserved[pool.index] = reserved[pool.index]
+            # An emptied claim is a fresh one again: the greedy may still place pods on it,
+            # and a stale reservation would make that placement subtract what was already
+            # given back (the plan then exceeded the NodePool's limit).
             victim.pods = []
             victim.new_pods = 0
+            victim.used = [0] * engine.ndims
+            victim.reservation = None
+            victim.ports = []
+            if pool is not None:
+                victim.shape = engine.ctx.template_shapes[pool.index]
             continue
         for target, shape, used, count, new_pods, reservation in saved:
             target.shape = shape
