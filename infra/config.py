@@ -38,6 +38,18 @@ CONTEXT_KEYS: dict[str, str] = {
     "alarmTopicArn": "alarm_topic_arn",
     "nodeRoleArn": "node_role_arn",
     "createAccessEntry": "create_access_entry",
+    "dashboardName": "dashboard_name",
+    "pendingPodAgeAlarmSeconds": "pending_pod_age_alarm_seconds",
+    "capacityErrorsAlarmThreshold": "capacity_errors_alarm_threshold",
+    "interruptionQueueAgeAlarmSeconds": "interruption_queue_age_alarm_seconds",
+}
+
+#: Integer settings: context key -> (smallest, largest) accepted value.
+_INTEGER_BOUNDS: dict[str, tuple[int, int]] = {
+    "pendingPodAgeAlarmSeconds": (60, 86_400),
+    "capacityErrorsAlarmThreshold": (0, 100_000),
+    # A spot warning gives 120 s: an alarm later than that can only report a reclaim.
+    "interruptionQueueAgeAlarmSeconds": (5, 110),
 }
 
 # EKS: 1-100 characters, alphanumerics, hyphens and underscores, starting alphanumeric.
@@ -48,6 +60,7 @@ _SUBNET_ID = re.compile(r"^subnet-[0-9a-f]{8,17}$")
 _SECURITY_GROUP_ID = re.compile(r"^sg-[0-9a-f]{8,17}$")
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 _TOPIC_ARN = re.compile(r"^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_-]{1,256}$")
+_DASHBOARD_NAME = re.compile(r"^[A-Za-z0-9_-]{1,255}$")
 _ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/(?:[\w+=,.@-]+/)*([\w+=,.@-]{1,64})$")
 
 
@@ -74,6 +87,11 @@ class JoinerConfig:
     alarm_topic_arn: str | None = None
     node_role_arn: str | None = None
     create_access_entry: bool = True
+    #: The CloudWatch dashboard's name (default ``Joiner-<cluster>``; unique per account and region).
+    dashboard_name: str | None = None
+    pending_pod_age_alarm_seconds: int = 300
+    capacity_errors_alarm_threshold: int = 10
+    interruption_queue_age_alarm_seconds: int = 30
 
     def __post_init__(self) -> None:
         def fail(key: str, message: str) -> None:
@@ -116,6 +134,17 @@ class JoinerConfig:
             fail("nodeRoleArn", f"{self.node_role_arn!r} is not an IAM role ARN")
         if not isinstance(self.create_access_entry, bool):
             fail("createAccessEntry", f"must be true or false, got {self.create_access_entry!r}")
+        if self.dashboard_name is not None and not _DASHBOARD_NAME.match(self.dashboard_name):
+            fail("dashboardName", f"{self.dashboard_name!r} is not a dashboard name (1-255 letters, digits, '-' and '_')")
+        for key, (smallest, largest) in _INTEGER_BOUNDS.items():
+            value = getattr(self, CONTEXT_KEYS[key])
+            if isinstance(value, bool) or not isinstance(value, int) or not smallest <= value <= largest:
+                fail(key, f"must be a whole number from {smallest} to {largest}, got {value!r}")
+
+    @property
+    def dashboard(self) -> str:
+        """The dashboard's name: ``dashboard_name`` or ``Joiner-<cluster>``."""
+        return self.dashboard_name or f"Joiner-{self.cluster_name}"
 
     @property
     def node_role_name(self) -> str:
@@ -163,12 +192,12 @@ def _coerce(key: str, raw: Any) -> Any:
         if not isinstance(raw, Sequence) or isinstance(raw, str) or not all(isinstance(item, str) for item in raw):
             raise ConfigError(f"context 'subnetIds': must be a list of subnet ids, got {raw!r}")
         return tuple(raw)
-    if key == "logRetentionDays":
+    if key == "logRetentionDays" or key in _INTEGER_BOUNDS:
         if isinstance(raw, str):
             try:
                 return int(raw.strip())
             except ValueError:
-                raise ConfigError(f"context 'logRetentionDays': {raw!r} is not a whole number of days") from None
+                raise ConfigError(f"context {key!r}: {raw!r} is not a whole number") from None
         return raw
     if key == "createAccessEntry":
         if isinstance(raw, str):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aws_cdk import AspectPriority, Aspects, CfnOutput
+from aws_cdk import AspectPriority, Aspects, CfnOutput, Stack
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
@@ -89,6 +89,10 @@ class Joiner(Construct):
             self, "Monitoring", cluster_name=cluster, key=key, functions=self.functions.functions,
             dead_letter_queues={"Interruption": self.ingestion.dead_letter_queue, "Work": self.work.dead_letter_queue},
             interruption_queue=self.ingestion.queue, alarm_email=config.alarm_email, alarm_topic_arn=config.alarm_topic_arn,
+            dashboard_name=config.dashboard,
+            pending_pod_age_threshold_seconds=config.pending_pod_age_alarm_seconds,
+            capacity_error_threshold=config.capacity_errors_alarm_threshold,
+            interruption_queue_age_threshold_seconds=config.interruption_queue_age_alarm_seconds,
         )
         # Before cdk-nag's own aspect copies acknowledgements into the template metadata.
         Aspects.of(self).add(JustifiedFindings(), priority=AspectPriority.MUTATING)
@@ -99,6 +103,11 @@ class Joiner(Construct):
             "WorkQueueUrl": (self.work.queue.queue_url, "SQS work queue (drain continuations)"),
             "NodeRoleName": (self.node_role.role_name, "Role for NodeClass spec.role"),
             "AlarmTopicArn": (self.monitoring.topic.topic_arn, "SNS topic the alarms notify"),
+            "DashboardName": (self.monitoring.dashboard.dashboard_name, "CloudWatch dashboard"),
+            "DashboardUrl": (
+                f"https://console.aws.amazon.com/cloudwatch/home?region={Stack.of(self).region}#dashboards:name={config.dashboard}",
+                "CloudWatch dashboard in the console",
+            ),
         }
         for name, function in self.functions.functions.items():
             outputs[f"{name.capitalize()}FunctionName"] = (function.function_name, f"The {name} function")

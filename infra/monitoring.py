@@ -1,10 +1,12 @@
 """Alarms, the alarm topic and the dashboard.
 
 Business metrics come from the functions as powertools EMF in the ``Joiner`` namespace
-with the ``service=joiner`` dimension (``joiner.observability.count(name, value)``). The
-alarms read exactly that dimension set, so an alarmed metric must be emitted without
-extra dimensions (per-NodePool or per-reason breakdowns can be emitted in addition); the
-dashboard sums dimensioned metrics with SEARCH.
+with the dimensions ``service=joiner`` and ``cluster=<cluster name>``
+(``joiner.observability.count(name, value)``). The alarms read exactly that dimension set,
+so an alarmed metric must be emitted without extra dimensions (per-NodePool or per-reason
+breakdowns can be emitted in addition), and two clusters in one account and region have
+alarms of their own; the dashboard sums this cluster's dimensioned metrics with SEARCH.
+Thresholds come from :class:`infra.config.JoinerConfig` (CDK context).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ __all__ = [
     "LIMIT_REACHED",
     "MANAGED_COST_PER_HOUR",
     "METRICS_NAMESPACE",
-    "METRIC_DIMENSIONS",
+    "INTERRUPTION_QUEUE_AGE_THRESHOLD_SECONDS",
     "NODES_LAUNCHED",
     "NODES_TERMINATED",
     "PENDING_PODS",
@@ -40,11 +42,17 @@ __all__ = [
     "SCAN_COMPLETED",
     "Monitoring",
     "joiner_metric",
+    "metric_dimensions",
     "summed_over_dimensions",
 ]
 
 METRICS_NAMESPACE = "Joiner"
-METRIC_DIMENSIONS: Mapping[str, str] = {"service": "joiner"}
+
+
+def metric_dimensions(cluster_name: str) -> dict[str, str]:
+    """The dimension set of an alarmed Joiner metric (``joiner.observability``)."""
+    return {"service": "joiner", "cluster": cluster_name}
+
 
 # The metrics the functions emit (joiner.services.*) that this module reads.
 PENDING_PODS = "PodsPending"  # gauge, per scan: pods waiting for a node
@@ -65,27 +73,31 @@ SPOT_PRICES_UNAVAILABLE = "SpotPricesUnavailable"  # count: spot price history c
 
 PENDING_POD_AGE_THRESHOLD_SECONDS = 300
 CAPACITY_ERROR_THRESHOLD = 10
+#: A spot warning gives two minutes: a message older than 30 s means the interruption function
+#: is not keeping up (throttled, failing, or the batch stuck) while there is still time to act.
+INTERRUPTION_QUEUE_AGE_THRESHOLD_SECONDS = 30
 FIVE_MINUTES = Duration.minutes(5)
 
 
-def joiner_metric(name: str, statistic: str, period: Duration = FIVE_MINUTES, label: str | None = None) -> cloudwatch.Metric:
-    """A Joiner business metric with the ``service=joiner`` dimension only."""
+def joiner_metric(name: str, statistic: str, cluster_name: str, period: Duration = FIVE_MINUTES, label: str | None = None) -> cloudwatch.Metric:
+    """A Joiner business metric of one cluster, with the ``service`` and ``cluster`` dimensions only."""
     return cloudwatch.Metric(
         namespace=METRICS_NAMESPACE,
         metric_name=name,
-        dimensions_map=dict(METRIC_DIMENSIONS),
+        dimensions_map=metric_dimensions(cluster_name),
         statistic=statistic,
         period=period,
         label=label,
     )
 
 
-def summed_over_dimensions(name: str, label: str, period: Duration) -> cloudwatch.MathExpression:
-    """A dashboard line summing ``name`` over all its dimension sets (per reason, per kind ...).
-    Alarms cannot use SEARCH, which is why alarmed metrics carry no extra dimensions."""
+def summed_over_dimensions(name: str, label: str, period: Duration, cluster_name: str) -> cloudwatch.MathExpression:
+    """A dashboard line summing one cluster's ``name`` over all its dimension sets (per reason,
+    per kind ...). Alarms cannot use SEARCH, which is why alarmed metrics carry no extra dimensions."""
     seconds = int(period.to_seconds())
+    search = f'Namespace=\"{METRICS_NAMESPACE}\" MetricName=\"{name}\" cluster=\"{cluster_name}\"'
     return cloudwatch.MathExpression(
-        expression=f"SUM(SEARCH('Namespace=\"{METRICS_NAMESPACE}\" MetricName=\"{name}\"', 'Sum', {seconds}))",
+        expression=f"SUM(SEARCH('{search}', 'Sum', {seconds}))",
         label=label,
         period=period,
         using_metrics={},
@@ -96,7 +108,7 @@ class Monitoring(Construct):
     """``topic`` (created, KMS-encrypted and TLS-only, publishable by this account's
     CloudWatch alarms, optionally with an e-mail subscription; or the existing
     ``alarm_topic_arn``, whose policy must let CloudWatch publish), ``alarms`` by name,
-    ``dashboard``.
+    ``dashboard`` (named ``dashboard_name``).
 
     Every alarm notifies the topic on ALARM and on OK.
     """
@@ -113,6 +125,10 @@ class Monitoring(Construct):
         interruption_queue: sqs.IQueue,
         alarm_email: str | None,
         alarm_topic_arn: str | None,
+        dashboard_name: str,
+        pending_pod_age_threshold_seconds: int = PENDING_POD_AGE_THRESHOLD_SECONDS,
+        capacity_error_threshold: int = CAPACITY_ERROR_THRESHOLD,
+        interruption_queue_age_threshold_seconds: int = INTERRUPTION_QUEUE_AGE_THRESHOLD_SECONDS,
     ) -> None:
         super().__init__(scope, construct_id)
         if alarm_topic_arn is not None:
@@ -163,50 +179,63 @@ class Monitoring(Construct):
             # Three periods: one overlapping run of a reserved-concurrency-1 function now and then is expected.
             alarm(f"{title}Throttles", f"the {name} function is throttled for 15 minutes",
                   function.metric_throttles(statistic="Sum", period=FIVE_MINUTES), threshold=0, periods=3)
-        alarm("PendingPodAge", f"a pod has been pending for more than {PENDING_POD_AGE_THRESHOLD_SECONDS} s",
-              joiner_metric(PENDING_POD_AGE, "Maximum"), threshold=PENDING_POD_AGE_THRESHOLD_SECONDS)
-        alarm("LimitReached", "a NodePool limit stopped a launch", joiner_metric(LIMIT_REACHED, "Sum"), threshold=0)
-        alarm("CapacityErrors", f"more than {CAPACITY_ERROR_THRESHOLD} EC2 capacity errors in 5 minutes",
-              joiner_metric(CAPACITY_ERRORS, "Sum"), threshold=CAPACITY_ERROR_THRESHOLD)
-        alarm("ScannerNotRunning", "no completed scan for 10 minutes", joiner_metric(SCAN_COMPLETED, "Sum"), threshold=1,
+        one_minute = Duration.minutes(1)
+        alarm("InterruptionQueueAge", f"an interruption event has waited more than {interruption_queue_age_threshold_seconds} s "
+              "(a spot warning gives 120 s)",
+              interruption_queue.metric_approximate_age_of_oldest_message(statistic="Maximum", period=one_minute),
+              threshold=interruption_queue_age_threshold_seconds)
+
+        def metric(name: str, statistic: str, period: Duration = FIVE_MINUTES, label: str | None = None) -> cloudwatch.Metric:
+            return joiner_metric(name, statistic, cluster_name, period, label)
+
+        def summed(name: str, label: str, period: Duration) -> cloudwatch.MathExpression:
+            return summed_over_dimensions(name, label, period, cluster_name)
+
+        alarm("PendingPodAge", f"a pod has been pending for more than {pending_pod_age_threshold_seconds} s",
+              metric(PENDING_POD_AGE, "Maximum"), threshold=pending_pod_age_threshold_seconds)
+        alarm("LimitReached", "a NodePool limit stopped a launch", metric(LIMIT_REACHED, "Sum"), threshold=0)
+        alarm("CapacityErrors", f"more than {capacity_error_threshold} EC2 capacity errors in 5 minutes",
+              metric(CAPACITY_ERRORS, "Sum"), threshold=capacity_error_threshold)
+        alarm("ScannerNotRunning", "no completed scan for 10 minutes", metric(SCAN_COMPLETED, "Sum"), threshold=1,
               comparison=cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD, periods=2,
               missing=cloudwatch.TreatMissingData.BREACHING)
 
-        one_minute = Duration.minutes(1)
-        self.dashboard = cloudwatch.Dashboard(self, "Dashboard", default_interval=Duration.hours(3))
+        self.dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=dashboard_name, default_interval=Duration.hours(3))
         self.dashboard.add_widgets(cloudwatch.TextWidget(markdown=f"# Joiner: {cluster_name}", width=24, height=1))
         self.dashboard.add_widgets(
             cloudwatch.GraphWidget(
                 title="Pending pods",
-                left=[joiner_metric(PENDING_PODS, "Maximum", one_minute, "pending pods")],
-                right=[joiner_metric(PENDING_POD_AGE, "Maximum", one_minute, "oldest pending (s)")],
+                left=[metric(PENDING_PODS, "Maximum", one_minute, "pending pods")],
+                right=[metric(PENDING_POD_AGE, "Maximum", one_minute, "oldest pending (s)")],
                 width=8,
             ),
             cloudwatch.GraphWidget(
                 title="Launches",
                 left=[
-                    joiner_metric(NODES_LAUNCHED, "Sum", one_minute, "nodes launched"),
-                    summed_over_dimensions(NODES_TERMINATED, "nodes terminated", one_minute),
+                    metric(NODES_LAUNCHED, "Sum", one_minute, "nodes launched"),
+                    summed(NODES_TERMINATED, "nodes terminated", one_minute),
                 ],
                 right=[
-                    joiner_metric(CAPACITY_ERRORS, "Sum", one_minute, "capacity errors"),
-                    joiner_metric(LIMIT_REACHED, "Sum", one_minute, "limit reached"),
+                    metric(CAPACITY_ERRORS, "Sum", one_minute, "capacity errors"),
+                    metric(LIMIT_REACHED, "Sum", one_minute, "limit reached"),
                 ],
                 width=8,
             ),
             cloudwatch.GraphWidget(
                 title="Interruptions",
                 left=[
-                    summed_over_dimensions(INTERRUPTIONS, "events acted upon", one_minute),
+                    summed(INTERRUPTIONS, "events acted upon", one_minute),
                     interruption_queue.metric_number_of_messages_received(statistic="Sum", period=one_minute, label="events received"),
                 ],
+                right=[interruption_queue.metric_approximate_age_of_oldest_message(statistic="Maximum", period=one_minute,
+                                                                                 label="oldest waiting event (s)")],
                 width=8,
             ),
         )
         self.dashboard.add_widgets(
             cloudwatch.GraphWidget(
                 title="Cost per hour of managed nodes (USD)",
-                left=[joiner_metric(MANAGED_COST_PER_HOUR, "Average", FIVE_MINUTES, "USD/hour")],
+                left=[metric(MANAGED_COST_PER_HOUR, "Average", FIVE_MINUTES, "USD/hour")],
                 width=8,
             ),
             cloudwatch.GraphWidget(
@@ -225,18 +254,18 @@ class Monitoring(Construct):
             cloudwatch.GraphWidget(
                 title="Disruption",
                 left=[
-                    summed_over_dimensions(DISRUPTION_COMMANDS, "commands executed", FIVE_MINUTES),
-                    summed_over_dimensions(NODES_DISRUPTED, "nodes disrupted", FIVE_MINUTES),
-                    joiner_metric(DISRUPTION_DROPPED, "Sum", FIVE_MINUTES, "dropped at validation"),
+                    summed(DISRUPTION_COMMANDS, "commands executed", FIVE_MINUTES),
+                    summed(NODES_DISRUPTED, "nodes disrupted", FIVE_MINUTES),
+                    metric(DISRUPTION_DROPPED, "Sum", FIVE_MINUTES, "dropped at validation"),
                 ],
                 width=12,
             ),
             cloudwatch.GraphWidget(
                 title="Garbage collection and spot prices",
                 left=[
-                    summed_over_dimensions(GARBAGE_COLLECTED, "collected", FIVE_MINUTES),
-                    summed_over_dimensions(GARBAGE_COLLECTION_ERRORS, "gc errors", FIVE_MINUTES),
-                    joiner_metric(SPOT_PRICES_UNAVAILABLE, "Sum", FIVE_MINUTES, "spot prices unavailable"),
+                    summed(GARBAGE_COLLECTED, "collected", FIVE_MINUTES),
+                    summed(GARBAGE_COLLECTION_ERRORS, "gc errors", FIVE_MINUTES),
+                    metric(SPOT_PRICES_UNAVAILABLE, "Sum", FIVE_MINUTES, "spot prices unavailable"),
                 ],
                 width=12,
             ),

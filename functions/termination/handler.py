@@ -7,7 +7,10 @@ schedules its own retry within seconds and is acknowledged; a message that finds
 node's lease held by another invocation, or whose state cannot be read or saved
 (DynamoDB, SQS errors), is reported in ``batchItemFailures`` and SQS redelivers it; the
 termination state is durable, so a crash or timeout mid-step is resumed by that
-redelivery. Malformed or unknown messages (including bodies over the bounds of
+redelivery. On receipt every message of the batch is made visible again 20 s later
+(:data:`joiner.services.termination.RECEIVED_VISIBILITY_SECONDS`, one
+``ChangeMessageVisibilityBatch``): a death before a step's safety continuation is sent costs
+seconds, not the queue's visibility timeout, and a failed record is retried as soon. Malformed or unknown messages (including bodies over the bounds of
 :func:`joiner.domain.bounded.load_json`: 256 KiB, 32 levels, 64-bit integers) are logged,
 counted (``WorkMessageInvalid``) and acknowledged.
 """
@@ -63,8 +66,21 @@ def record_handler(record: SQSRecord) -> dict[str, Any]:
     return result.to_dict()
 
 
+def _shorten_visibility(runtime: Any, event: dict[str, Any]) -> None:
+    from joiner.adapters.queue import shorten_visibility
+    from joiner.services.termination import RECEIVED_VISIBILITY_SECONDS
+
+    records = event.get("Records") if isinstance(event, dict) else None
+    if not isinstance(records, list) or not runtime.settings.work_queue_url:
+        return
+    handles = [str(record.get("receiptHandle") or "") for record in records if isinstance(record, dict)]
+    if handles:
+        shorten_visibility(runtime.aws_client("sqs"), runtime.settings.work_queue_url, handles, RECEIVED_VISIBILITY_SECONDS)
+
+
 @handler_entry
 def handler(event: dict[str, Any], context: Any) -> PartialItemFailureResponse:
     runtime = _runtime()
     runtime.invocation_id = getattr(context, "aws_request_id", runtime.invocation_id)
+    _shorten_visibility(runtime, event)
     return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)

@@ -67,6 +67,10 @@ def synthesized_private(tmp_path_factory: pytest.TempPathFactory) -> Synthesized
             "alarmTopicArn": "arn:aws:sns:eu-west-1:123456789012:ops-alarms",
             "nodeRoleArn": "arn:aws:iam::123456789012:role/eks/MyNodeRole",
             "createAccessEntry": "false",
+            "pendingPodAgeAlarmSeconds": "900",
+            "capacityErrorsAlarmThreshold": 25,
+            "interruptionQueueAgeAlarmSeconds": "45",
+            "dashboardName": "platform-private",
         },
         tmp_path_factory.mktemp("cdk-private"),
     )

@@ -50,6 +50,12 @@ def test_node_role_name_comes_from_the_arn_path():
         ({"clusterName": "a", "alarmTopicArn": "arn:aws:sqs:us-east-1:123456789012:q"}, "context 'alarmTopicArn'"),
         ({"clusterName": "a", "nodeRoleArn": "NodeRole"}, "context 'nodeRoleArn': 'NodeRole' is not an IAM role ARN"),
         ({"clusterName": "a", "createAccessEntry": "maybe"}, "context 'createAccessEntry': must be true or false"),
+        ({"clusterName": "a", "dashboardName": "my dashboard"}, "context 'dashboardName': 'my dashboard' is not a dashboard name"),
+        ({"clusterName": "a", "pendingPodAgeAlarmSeconds": "10"}, "context 'pendingPodAgeAlarmSeconds': must be a whole number from 60 to 86400"),
+        ({"clusterName": "a", "pendingPodAgeAlarmSeconds": "5m"}, "context 'pendingPodAgeAlarmSeconds': '5m' is not a whole number"),
+        ({"clusterName": "a", "interruptionQueueAgeAlarmSeconds": 120}, "context 'interruptionQueueAgeAlarmSeconds': must be a whole number from 5 to 110"),
+        ({"clusterName": "a", "capacityErrorsAlarmThreshold": True}, "context 'capacityErrorsAlarmThreshold': must be a whole number"),
+        ({"clusterName": "a", "capacityErrorsAlarmThreshold": "1" * 500}, "context 'capacityErrorsAlarmThreshold'"),
     ],
 )
 def test_bad_settings_fail_with_one_line_naming_the_key(context, message):

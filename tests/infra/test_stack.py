@@ -386,7 +386,8 @@ def test_state_table_keys_indexes_ttl_pitr_encryption(template, synthesized):
 def custom_alarm(synthesized: Synthesized, metric_name: str) -> dict:
     (alarm,) = [a["Properties"] for a in synthesized.resources("AWS::CloudWatch::Alarm").values()
                 if a["Properties"].get("Namespace") == "Joiner" and a["Properties"].get("MetricName") == metric_name]
-    assert alarm["Dimensions"] == [{"Name": "service", "Value": "joiner"}]
+    # Exactly the dimensions the functions emit (tests/unit/test_metric_dimensions.py), this cluster's.
+    assert sorted(alarm["Dimensions"], key=lambda d: d["Name"]) == [{"Name": "cluster", "Value": "demo"}, {"Name": "service", "Value": "joiner"}]
     return alarm
 
 
@@ -399,6 +400,26 @@ def test_business_alarms(synthesized):
     assert (errors["Statistic"], errors["Threshold"], errors["Period"]) == ("Sum", 10, 300)
     scans = custom_alarm(synthesized, "ScanCompleted")
     assert scans["TreatMissingData"] == "breaching" and scans["ComparisonOperator"] == "LessThanThreshold"
+
+
+def test_an_interruption_event_waiting_30_s_alarms(synthesized):
+    queue = logical_id(synthesized, "AWS::SQS::Queue", "IngestionInterruptionQueue")
+    (age,) = [a["Properties"] for a in synthesized.resources("AWS::CloudWatch::Alarm").values()
+              if a["Properties"].get("MetricName") == "ApproximateAgeOfOldestMessage"]
+    assert age["Dimensions"] == [{"Name": "QueueName", "Value": {"Fn::GetAtt": [queue, "QueueName"]}}]
+    assert (age["Statistic"], age["Period"], age["Threshold"], age["ComparisonOperator"]) == ("Maximum", 60, 30, "GreaterThanThreshold")
+
+
+def test_the_dashboard_is_named_after_the_cluster_and_in_the_outputs(synthesized):
+    (dashboard,) = synthesized.resources("AWS::CloudWatch::Dashboard").values()
+    assert dashboard["Properties"]["DashboardName"] == "Joiner-demo"
+    outputs = {key.rstrip("0123456789ABCDEF"): value["Value"] for key, value in synthesized.template["Outputs"].items()}
+    assert outputs["JoinerDashboardName"] == {"Ref": logical_id(synthesized, "AWS::CloudWatch::Dashboard", "Dashboard")}
+    url = outputs["JoinerDashboardUrl"]["Fn::Join"][1]
+    assert url[0].startswith("https://console.aws.amazon.com/cloudwatch/home?region=") and url[-1] == "#dashboards:name=Joiner-demo"
+    # The dashboard's sums over breakdowns read this cluster's metrics only.
+    body = "".join(part for part in dashboard["Properties"]["DashboardBody"]["Fn::Join"][1] if isinstance(part, str))
+    assert body.count("SEARCH(") >= 5 and body.count("SEARCH(") == body.count('cluster=\\"demo\\"')
 
 
 def test_dead_letter_alarms_for_both_queues(synthesized):
@@ -460,6 +481,17 @@ def test_dashboard_shows_pending_pods_launches_interruptions_and_cost(synthesize
 
 
 # ---------------------------------------------------------------- private-cluster variant
+
+
+def test_alarm_thresholds_and_the_dashboard_name_are_configurable(synthesized_private):
+    thresholds = {a["Properties"]["MetricName"]: a["Properties"]["Threshold"] for a in synthesized_private.resources("AWS::CloudWatch::Alarm").values()
+                  if a["Properties"].get("MetricName") in ("PendingPodAgeSeconds", "CapacityErrors", "ApproximateAgeOfOldestMessage")}
+    assert thresholds == {"PendingPodAgeSeconds": 900, "CapacityErrors": 25, "ApproximateAgeOfOldestMessage": 45}
+    (dashboard,) = synthesized_private.resources("AWS::CloudWatch::Dashboard").values()
+    assert dashboard["Properties"]["DashboardName"] == "platform-private"
+    for alarm in synthesized_private.resources("AWS::CloudWatch::Alarm").values():
+        if alarm["Properties"].get("Namespace") == "Joiner":
+            assert {"Name": "cluster", "Value": "private-cluster"} in alarm["Properties"]["Dimensions"]
 
 
 def test_private_variant_runs_functions_in_the_given_subnets(synthesized_private):

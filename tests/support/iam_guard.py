@@ -393,8 +393,10 @@ def authorizations(
             # SQS server-side encryption with a customer key: the producer needs the data-key actions.
             for action in ("kms:GenerateDataKey", "kms:Decrypt"):
                 b.add(action, "key", key, reason=f"{operation} to a KMS-encrypted queue")
-    elif service == "sqs" and operation == "ChangeMessageVisibility":
-        # The interruption handler shortens a failed message's visibility (adapters.queue.redeliver_sooner).
+    elif service == "sqs" and operation in ("ChangeMessageVisibility", "ChangeMessageVisibilityBatch"):
+        # The interruption handler shortens a failed message's visibility (adapters.queue.redeliver_sooner),
+        # the termination handler a received batch's (adapters.queue.shorten_visibility); the batch
+        # call is authorized as sqs:ChangeMessageVisibility.
         b.add("sqs:ChangeMessageVisibility", "queue", b.arn("sqs", "queue", _queue_name(params["QueueUrl"])))
     elif service == "ssm" and operation == "GetParameter":
         name = str(params["Name"]).lstrip("/")

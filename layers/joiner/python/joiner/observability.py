@@ -1,7 +1,10 @@
 """One place for logging, tracing and metrics (powertools), and the decorators every
 Lambda handler wears: ``@handler_entry``.
 
-Metrics are EMF in the ``Joiner`` namespace; one business metric per decision.
+Metrics are EMF in the ``Joiner`` namespace; one business metric per decision. Every metric
+carries the dimensions ``service=joiner`` and ``cluster=<EKS cluster name>`` (set on each
+invocation from the function's settings), so two clusters in one account and region never
+share a metric or an alarm; breakdowns (``kind``, ``reason``...) add to those two.
 
 Tracing is lazy: the X-Ray SDK (about a third of a cold start's imports) is imported only
 when tracing is on, that is in Lambda (``LAMBDA_TASK_ROOT`` set) unless
@@ -24,12 +27,14 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
 __all__ = [
+    "CLUSTER_DIMENSION",
     "TRACED_MODULES",
     "MetricUnit",
     "count",
     "handler_entry",
     "logger",
     "metrics",
+    "set_cluster",
     "set_trace_entity",
     "trace_entity",
     "tracer",
@@ -37,11 +42,15 @@ __all__ = [
 ]
 
 NAMESPACE = "Joiner"
+SERVICE = "joiner"
+#: The dimension naming the EKS cluster on every Joiner metric (infra.monitoring alarms on it).
+CLUSTER_DIMENSION = "cluster"
 #: What the tracer patches (X-Ray SDK names).
 TRACED_MODULES: tuple[str, ...] = ("botocore", "httplib")
 
-logger = Logger(service="joiner")
-metrics = Metrics(namespace=NAMESPACE, service="joiner")
+logger = Logger(service=SERVICE)
+metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
+_cluster_dimensions: dict[str, str] = {}
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -76,14 +85,32 @@ def tracer() -> Any:
     return _tracer
 
 
+def set_cluster(name: str) -> None:
+    """Put ``cluster=name`` on every metric this execution environment emits from now on."""
+    if _cluster_dimensions.get(CLUSTER_DIMENSION) != name:
+        _cluster_dimensions[CLUSTER_DIMENSION] = name
+        metrics.set_default_dimensions(**{CLUSTER_DIMENSION: name})
+
+
+def _tag_cluster() -> None:
+    from joiner.settings import SettingsError, get_settings
+
+    try:
+        set_cluster(get_settings().cluster_name)
+    except SettingsError:
+        return  # the handler reports the missing setting itself
+
+
 def handler_entry(function: F) -> F:
-    """Logger context (cleared per invocation), X-Ray capture when tracing is on (decided and
-    set up on the first invocation) and EMF flush with a cold-start metric."""
+    """Logger context (cleared per invocation), the cluster dimension on every metric, X-Ray
+    capture when tracing is on (decided and set up on the first invocation) and EMF flush
+    with a cold-start metric."""
     measured = metrics.log_metrics(capture_cold_start_metric=True)(function)
     chosen: list[Callable[..., Any]] = []
 
     @functools.wraps(function)
     def traced(event: Any, context: Any) -> Any:
+        _tag_cluster()
         if not chosen:
             active = tracer()
             chosen.append(active.capture_lambda_handler(measured) if active is not None else measured)
@@ -116,11 +143,12 @@ def set_trace_entity(entity: Any) -> None:
 
 
 def count(name: str, value: float = 1, unit: str = MetricUnit.Count.value, **dimensions: str) -> None:
-    """Emit one business metric; dimensions, when given, go into their own EMF blob so they
-    do not leak onto the invocation's other metrics."""
+    """Emit one business metric; dimensions, when given, go into their own EMF blob (with
+    ``service`` and ``cluster``) so they do not leak onto the invocation's other metrics."""
     if not dimensions:
         metrics.add_metric(name=name, unit=unit, value=value)
         return
-    with single_metric(name=name, unit=MetricUnit(unit), value=value, namespace=NAMESPACE) as metric:
+    defaults = {"service": SERVICE, **_cluster_dimensions}
+    with single_metric(name=name, unit=MetricUnit(unit), value=value, namespace=NAMESPACE, default_dimensions=defaults) as metric:
         for key, dim in sorted(dimensions.items()):
             metric.add_dimension(name=key, value=str(dim))

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from joiner.ports import JsonDict
 
-__all__ = ["DEDUP_ATTRIBUTE", "MAX_DELAY_SECONDS", "QueueError", "SqsQueue", "clamp_delay", "redeliver_sooner", "redelivery_delay"]
+__all__ = [
+    "DEDUP_ATTRIBUTE", "MAX_DELAY_SECONDS", "QueueError", "SqsQueue", "clamp_delay", "redeliver_sooner", "redelivery_delay", "shorten_visibility",
+]
 
 MAX_DELAY_SECONDS = 900
 DEDUP_ATTRIBUTE = "dedupId"
@@ -87,7 +90,7 @@ def redelivery_delay(receive_count: int) -> int:
 
 def redeliver_sooner(sqs: Any, queue_url: str, receipt_handle: str, receive_count: int) -> int | None:
     """Make a message whose processing failed visible again after :func:`redelivery_delay`
-    instead of the queue's visibility timeout (six times the consumer's timeout, minutes);
+    instead of the queue's visibility timeout (the consumer's timeout plus a margin);
     SQS's receive count and the redrive policy still bound the retries. Returns the delay,
     or None when the change failed (the visibility timeout then applies; logged by the caller)."""
     if not queue_url or not receipt_handle:
@@ -98,3 +101,21 @@ def redeliver_sooner(sqs: Any, queue_url: str, receipt_handle: str, receive_coun
     except (ClientError, BotoCoreError):
         return None
     return delay
+
+
+def shorten_visibility(sqs: Any, queue_url: str, receipt_handles: Sequence[str], seconds: int) -> int:
+    """Make the received messages visible again ``seconds`` from now unless they are deleted
+    first: an invocation that dies (timeout, crash) then leaves its batch to another one
+    within seconds instead of the queue's visibility timeout. One
+    ``ChangeMessageVisibilityBatch`` per 10 messages; returns how many were changed (a
+    failure leaves the visibility timeout in force, which is only slower)."""
+    handles = [handle for handle in receipt_handles if handle]
+    changed = 0
+    for start in range(0, len(handles), 10):
+        entries = [{"Id": str(index), "ReceiptHandle": handle, "VisibilityTimeout": seconds} for index, handle in enumerate(handles[start:start + 10])]
+        try:
+            answer = sqs.change_message_visibility_batch(QueueUrl=queue_url, Entries=entries)
+        except (ClientError, BotoCoreError):
+            continue
+        changed += len(answer.get("Successful", []))
+    return changed

@@ -71,6 +71,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CONTINUATION_KIND",
     "LEASE_TTL_SECONDS",
+    "RECEIVED_VISIBILITY_SECONDS",
     "REPLACEMENT_TIMEOUT",
     "TERMINATION_KIND",
     "InvalidWorkMessage",
@@ -99,6 +100,12 @@ LEASE_RENEW_SECONDS = 3.0
 SAFETY_DELAY_SECONDS = LEASE_TTL_SECONDS + 2
 #: A continuation that finds the node's lease held comes back this much later.
 BUSY_RETRY_SECONDS = 5
+#: How long a received work-queue message stays invisible while its invocation runs (the
+#: termination handler sets it on receipt): an invocation that dies before its step sent the
+#: safety continuation leaves the message to another one this soon, not after the queue's
+#: visibility timeout (66 s). A live invocation still working past it meets a duplicate
+#: delivery, which finds the lease held (requeued) or its generation stale (dropped).
+RECEIVED_VISIBILITY_SECONDS = SAFETY_DELAY_SECONDS + 8
 #: How long a rebalance replacement is waited for before draining anyway.
 REPLACEMENT_TIMEOUT = timedelta(minutes=10)
 #: How often a ``replacing`` termination looks at its replacement.
