@@ -457,12 +457,13 @@ class FakeEc2:
         self._enter("resolve_security_groups")
         return sorted(gid for gid, name, tags in self.security_groups if any(_term_matches(t, gid, tags, name) for t in terms))
 
-    def resolve_ami(self, node_class: NodeClass, kubernetes_version: str, arch: str) -> str:
+    def resolve_ami(self, node_class: NodeClass, kubernetes_version: str, arch: str, variant: str = "standard") -> str:
         self._enter("resolve_ami")
         for term in node_class.ami_selector_terms:
             if term.id:
                 return term.id
-        return f"ami-{arch}-{kubernetes_version.replace('.', '')}"
+        suffix = "" if variant == "standard" else f"-{variant}"
+        return f"ami-{arch}{suffix}-{kubernetes_version.replace('.', '')}"
 
     def ensure_launch_template(
         self,
@@ -519,6 +520,7 @@ class FakeEc2:
                     )
                     continue
                 instance_id = f"i-{next(self._ids):017x}"
+                template_id = (override.launch_template or request.launch_template).id
                 self.instances[instance_id] = InstanceRecord(
                     instance_id=instance_id,
                     instance_type=override.instance_type,
@@ -528,9 +530,9 @@ class FakeEc2:
                     tags=dict(request.tags),
                     capacity_type=request.capacity_type,
                     # what the launch template says, as EC2 reports it on the instance
-                    image_id=str(self.template_inputs.get(request.launch_template.id, {}).get("ami", "")),
+                    image_id=str(self.template_inputs.get(template_id, {}).get("ami", "")),
                     subnet_id=override.subnet_id,
-                    security_group_ids=tuple(sorted(set(self.template_inputs.get(request.launch_template.id, {}).get("security_groups", ())))),
+                    security_group_ids=tuple(sorted(set(self.template_inputs.get(template_id, {}).get("security_groups", ())))),
                 )
                 instances.append(LaunchedInstance(instance_id, override.instance_type, override.zone, request.capacity_type, override.subnet_id))
                 break

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from joiner.domain import labels as wk
 from joiner.domain import snapshot as snap
+from joiner.domain.amis import STANDARD, VARIANTS, variant_of
 from joiner.domain.launch import (
     LaunchError,
     NoOfferingsError,
@@ -656,11 +657,11 @@ class _Round:
             self.attempts[job.claim_id] = attempt + 1
             try:
                 capacity_type = choose_capacity_type(job.plan, prices, unavailable, job.env.subnets)
-                template = self._launch_template(job, capacity_type)
+                plan, template, templates = self._launch_templates(job, capacity_type)
                 request = build_fleet_request(
-                    job.plan, job.claim_id, capacity_type, job.env.subnets, template, prices, unavailable,
+                    plan, job.claim_id, capacity_type, job.env.subnets, template, prices, unavailable,
                     launch_tags(runtime.settings.cluster_name, job.pool.name, job.claim_id, job.env.node_class.tags),
-                    attempt=attempt,
+                    attempt=attempt, templates=templates,
                 )
             except NoOfferingsError as error:
                 outcome.capacity_failure = True
@@ -681,7 +682,8 @@ class _Round:
                 # same client token, so EC2 deduplicates as for any retried call (a token it
                 # did record answers IdempotentParameterMismatch: the next attempt below).
                 template_refreshed = True
-                self._forget_launch_template(request.launch_template.id)
+                for stale in request.launch_templates:
+                    self._forget_launch_template(stale.id)
                 log.warning("claim %s: launch template %s is gone (%s); re-creating it", job.claim_id, request.launch_template.name, error.code)
                 self.attempts[job.claim_id] = attempt
                 tries -= 1
@@ -703,14 +705,40 @@ class _Round:
             and isinstance(value, LaunchTemplateRef) and value.id == template_id
         )
 
-    def _launch_template(self, job: _Job, capacity_type: str) -> LaunchTemplateRef:
-        key = ("launch-template", repr(job.env.node_class), repr(job.pool), job.arch, capacity_type, job.env.security_groups)
+    def _launch_templates(self, job: _Job, capacity_type: str) -> tuple[NodeClaimPlan, LaunchTemplateRef, dict[str, LaunchTemplateRef]]:
+        """The launch template of each candidate type: one per AL2023 variant the types need
+        (``standard``, ``nvidia``, ``neuron``: :mod:`joiner.domain.amis`). Types whose variant
+        has no AMI (an alias EKS publishes no such variant for) are left out of the plan while
+        another variant launches; when none resolves, the first error is raised. Returns the
+        plan, the cheapest type's template and the template per type."""
+        variant_of_type = {t.name: variant_of(t) for t in job.types}
+        wanted = sorted({variant_of_type.get(name, STANDARD) for name in job.plan.instance_types}, key=VARIANTS.index)
+        by_variant: dict[str, LaunchTemplateRef] = {}
+        first_error: Ec2Error | None = None
+        for variant in wanted:
+            try:
+                by_variant[variant] = self._variant_template(job, capacity_type, variant)
+            except Ec2Error as error:
+                if error.code != "AMINotFound" or len(wanted) == 1:
+                    raise
+                first_error = first_error or error
+                log.warning("claim %s: no %s AMI (%s); its instance types are left out", job.claim_id, variant, error)
+        if not by_variant:
+            assert first_error is not None
+            raise first_error
+        names = tuple(name for name in job.plan.instance_types if variant_of_type.get(name, STANDARD) in by_variant)
+        plan = job.plan if len(names) == len(job.plan.instance_types) else dataclasses.replace(job.plan, instance_types=names)
+        templates = {name: by_variant[variant_of_type.get(name, STANDARD)] for name in names}
+        return plan, templates[names[0]], templates
+
+    def _variant_template(self, job: _Job, capacity_type: str, variant: str) -> LaunchTemplateRef:
+        key = ("launch-template", repr(job.env.node_class), repr(job.pool), job.arch, capacity_type, job.env.security_groups, variant)
         cached: LaunchTemplateRef | None = self.runtime.resolved.get(key, self.now)
         if cached is not None:
             return cached
         cluster = self.runtime.cluster()
         ec2 = self.runtime.ec2
-        ami = ec2.resolve_ami(job.env.node_class, cluster.version, job.arch)
+        ami = ec2.resolve_ami(job.env.node_class, cluster.version, job.arch, variant)
         template = ec2.ensure_launch_template(
             job.env.node_class, job.arch, cluster, job.env.security_groups, ami,
             labels=node_labels(job.pool, capacity_type), taints=node_taints(job.pool),
