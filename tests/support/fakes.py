@@ -202,6 +202,7 @@ class FakeKubernetes:
         self.events: list[RecordedEvent] = []
         self.node_patches: list[tuple[str, JsonDict]] = []
         self.status_patches: list[tuple[str, JsonDict]] = []
+        self.class_status_patches: list[tuple[str, JsonDict]] = []
         self.calls: list[str] = []
         self._failures: dict[str, list[Exception]] = {}
         self._uids = itertools.count(1)
@@ -373,6 +374,15 @@ class FakeKubernetes:
                 )
             )
 
+    def patch_node_class_status(self, name: str, status: JsonDict) -> None:
+        self._enter("patch_node_class_status")
+        with self._lock:
+            node_class = self._objects["node_classes"].get(name)
+            if node_class is None:
+                return
+            self._objects["node_classes"][name] = merge_patch(node_class, {"status": status, "metadata": {"resourceVersion": self._next_version()}})
+            self.class_status_patches.append((name, copy.deepcopy(status)))
+
     def patch_node_pool_status(self, name: str, status: JsonDict) -> None:
         self._enter("patch_node_pool_status")
         with self._lock:
@@ -420,6 +430,8 @@ class FakeEc2:
             Subnet(id=f"subnet-{index:08x}", zone=zone, available_ips=250, tags={tag_key: tag_value}) for index, zone in enumerate(zones, start=1)
         ]
         self.security_groups: list[tuple[str, str, dict[str, str]]] = [("sg-00000001", "nodes", {tag_key: tag_value})]
+        #: the only role/profile launches may pass (the stack's node role), None: any
+        self.node_role: str | None = None
         self.insufficient: set[OfferingKey] = set()
         #: (instance type, zone) -> current spot price, as DescribeSpotPriceHistory reports it
         self.spot_price_table: dict[tuple[str, str], float] = {}
@@ -456,6 +468,13 @@ class FakeEc2:
     def resolve_security_groups(self, terms: Sequence[SelectorTerm]) -> list[str]:
         self._enter("resolve_security_groups")
         return sorted(gid for gid, name, tags in self.security_groups if any(_term_matches(t, gid, tags, name) for t in terms))
+
+    def instance_profile(self, node_class: NodeClass) -> str:
+        self._enter("instance_profile")
+        profile = node_class.instance_profile or node_class.role or self.node_role
+        if self.node_role and profile != self.node_role:
+            raise Ec2Error(f"NodeClass {node_class.name}: {profile!r} is not allowed: Joiner may pass only its node role {self.node_role}", code="InvalidNodeClass")
+        return profile or "JoinerNodeRole"
 
     def resolve_ami(self, node_class: NodeClass, kubernetes_version: str, arch: str, variant: str = "standard") -> str:
         self._enter("resolve_ami")

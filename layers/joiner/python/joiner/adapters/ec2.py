@@ -320,6 +320,11 @@ class Ec2Adapter:
 
     # ------------------------------------------------------------ launch templates
 
+    def instance_profile(self, node_class: NodeClass) -> str:
+        """The instance profile to launch with (see :meth:`_instance_profile`); raises
+        :class:`NodeClassConfigError` when Joiner may not pass it."""
+        return self._instance_profile(node_class)
+
     def _instance_profile(self, node_class: NodeClass) -> str:
         """The instance profile to launch with. A deployed adapter (``default_instance_profile``
         set from ``JOINER_NODE_ROLE``) accepts only the stack's node role or its same-named

@@ -21,7 +21,7 @@ from joiner.domain.model import InstanceType, Node
 
 __all__ = [
     "AMI_FAMILY", "ALIAS_PATTERN", "STANDARD", "NVIDIA", "NEURON", "VARIANTS", "EC2_ARCH",
-    "AmiError", "parse_alias", "variant_of_labels", "variant_of", "node_variant", "ami_key", "al2023_parameter",
+    "PUBLISHED", "AmiError", "parse_alias", "variant_requirements", "variant_of_labels", "variant_of", "node_variant", "ami_key", "al2023_parameter",
 ]
 
 #: The one supported ``spec.amiFamily``.
@@ -35,6 +35,8 @@ VARIANTS = (STANDARD, NVIDIA, NEURON)
 EC2_ARCH = {"amd64": "x86_64", "x86_64": "x86_64", "arm64": "arm64", "aarch64": "arm64"}
 #: Variants EKS publishes per architecture (no Neuron AMI for arm64).
 _PUBLISHED = {"x86_64": frozenset(VARIANTS), "arm64": frozenset({STANDARD, NVIDIA})}
+#: (``kubernetes.io/arch``, variant) pairs EKS publishes AL2023 AMIs for, in report order.
+PUBLISHED = (("amd64", STANDARD), ("amd64", NVIDIA), ("amd64", NEURON), ("arm64", STANDARD), ("arm64", NVIDIA))
 _K8S_VERSION = re.compile(r"^[0-9]+\.[0-9]+$")
 #: Accelerator makers whose devices the Neuron AMI drives (Inferentia and Trainium).
 _NEURON_MANUFACTURERS = frozenset({"aws"})
@@ -83,6 +85,19 @@ def node_variant(node: Node, types: Mapping[str, InstanceType]) -> str:
         return variant_of_labels(labels)
     instance_type = types.get(labels.get(wk.INSTANCE_TYPE, ""))
     return variant_of(instance_type) if instance_type is not None else STANDARD
+
+
+def variant_requirements(variant: str) -> list[dict[str, object]]:
+    """The instance types a variant serves, as node selector requirements (NodeClass
+    ``status.amis``): NVIDIA GPUs, AWS accelerators, or neither."""
+    if variant == NVIDIA:
+        return [{"key": wk.INSTANCE_GPU_MANUFACTURER, "operator": "In", "values": ["nvidia"]}]
+    if variant == NEURON:
+        return [{"key": wk.INSTANCE_ACCELERATOR_MANUFACTURER, "operator": "In", "values": sorted(_NEURON_MANUFACTURERS)}]
+    return [
+        {"key": wk.INSTANCE_GPU_MANUFACTURER, "operator": "NotIn", "values": ["nvidia"]},
+        {"key": wk.INSTANCE_ACCELERATOR_MANUFACTURER, "operator": "NotIn", "values": sorted(_NEURON_MANUFACTURERS)},
+    ]
 
 
 def ami_key(arch: str, variant: str) -> str:
