@@ -15,7 +15,7 @@ from joiner.domain.catalog import parse_catalog
 from joiner.services.provisioning import provision
 from tests.services.test_provisioning import E2E, E2E_CLUSTER, moto_server  # noqa: F401 - moto_server is a fixture
 from tests.support.aws import ZONES, put_eks_ami_parameters
-from tests.support.fakes import node_class_json, node_pool_json, pod_json
+from tests.support.fakes import fake_world, node_class_json, node_pool_json, pod_json
 
 CRD = Path(__file__).resolve().parents[2] / "manifests" / "crds" / "nodeclasses.joiner.dev.yaml"
 
@@ -198,3 +198,46 @@ def test_node_classes_that_cannot_launch_say_why(world: E2E) -> None:
     assert pool_ready["status"] == "False" and "iam:PassRole" in pool_ready["message"]
     healthy = custom.status("default")["status"]
     assert [c["status"] for c in healthy["conditions"]] == ["True"]  # an unused NodeClass is resolved too
+
+
+# ---------------------------------------------------------------- with fakes: AMI choice per claim
+
+
+def mixed_pool_world(missing: set[str]):  # type: ignore[no-untyped-def]
+    world = fake_world(catalog=accelerated_catalog())
+    world.ec2.missing_variants = missing
+    world.kube.add("node_classes", node_class_json(discovery=world.cluster))
+    world.kube.add("node_pools", node_pool_json(requirements=[
+        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c5.xlarge", "g5.xlarge"]}]))
+    return world
+
+
+def test_types_whose_variant_has_no_ami_are_left_out_while_another_launches() -> None:
+    world = mixed_pool_world({"nvidia"})
+    world.kube.add("pods", pod_json("web", cpu="1", memory="1Gi"))
+    result = provision(world.runtime(), world.clock.now())
+    (launched,) = result.launched
+    (request,) = world.ec2.fleet_requests
+    assert {o.instance_type for o in request.overrides} == {"c5.xlarge"} and launched.instance_type == "c5.xlarge"
+    assert world.ec2.instances[launched.instance_id].image_id == "ami-amd64-131"
+
+
+def test_both_variants_resolved_each_type_names_its_template() -> None:
+    world = mixed_pool_world(set())
+    world.kube.add("pods", pod_json("web", cpu="1", memory="1Gi"))
+    provision(world.runtime(), world.clock.now())
+    (request,) = world.ec2.fleet_requests
+    templates = {o.instance_type: (o.launch_template or request.launch_template).id for o in request.overrides}
+    amis = {name: world.ec2.template_inputs[template]["ami"] for name, template in templates.items()}
+    assert amis == {"c5.xlarge": "ami-amd64-131", "g5.xlarge": "ami-amd64-nvidia-131"}
+    assert request.launch_template.id == templates["c5.xlarge"]  # the cheapest type's template leads
+
+
+def test_a_gpu_claim_without_its_ami_fails_with_the_lookup_error() -> None:
+    world = mixed_pool_world({"nvidia"})
+    world.kube.add("pods", pod_json("train", cpu="1", memory="1Gi", extra_spec={
+        "containers": [{"name": "main", "image": "cuda", "resources": {"requests": {"cpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}]}))
+    result = provision(world.runtime(), world.clock.now())
+    assert not result.launched and not world.ec2.fleet_requests
+    (failure,) = result.failures
+    assert failure.reason == "AMINotFound" and "nvidia" in failure.message

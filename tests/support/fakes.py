@@ -432,6 +432,8 @@ class FakeEc2:
         self.security_groups: list[tuple[str, str, dict[str, str]]] = [("sg-00000001", "nodes", {tag_key: tag_value})]
         #: the only role/profile launches may pass (the stack's node role), None: any
         self.node_role: str | None = None
+        #: AL2023 variants (nvidia, neuron) whose alias lookup answers AMINotFound
+        self.missing_variants: set[str] = set()
         self.insufficient: set[OfferingKey] = set()
         #: (instance type, zone) -> current spot price, as DescribeSpotPriceHistory reports it
         self.spot_price_table: dict[tuple[str, str], float] = {}
@@ -478,6 +480,8 @@ class FakeEc2:
 
     def resolve_ami(self, node_class: NodeClass, kubernetes_version: str, arch: str, variant: str = "standard") -> str:
         self._enter("resolve_ami")
+        if variant in self.missing_variants:
+            raise Ec2Error(f"SSM parameter for the {variant} {arch} AMI does not exist", code="AMINotFound")
         for term in node_class.ami_selector_terms:
             if term.id:
                 return term.id
