@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import date
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -10,6 +12,7 @@ from joiner.domain import labels as wk
 from joiner.domain.amis import (
     NEURON,
     NVIDIA,
+    PUBLISHED,
     STANDARD,
     AmiError,
     al2023_parameter,
@@ -111,3 +114,27 @@ def test_ami_keys_are_distinct_per_arch_and_variant(arch: str, variant: str) -> 
     assert (key == arch) == (variant == STANDARD)
     others = {ami_key(a, v) for a in ("amd64", "arm64") for v in (STANDARD, NVIDIA, NEURON) if (a, v) != (arch, variant)}
     assert key not in others
+
+
+@pytest.fixture(scope="module")
+def ami_grant() -> str:
+    from infra.access import EKS_AMI_PARAMETERS  # imports CDK: once per module
+
+    return EKS_AMI_PARAMETERS
+
+
+@given(
+    minor=st.integers(min_value=23, max_value=40), published=st.sampled_from(PUBLISHED),
+    release=st.one_of(st.just("latest"), st.dates(min_value=date(2023, 1, 1), max_value=date(2099, 12, 31)).map(lambda d: f"v{d:%Y%m%d}")),
+)
+def test_the_iam_grant_covers_every_parameter_read_and_nothing_else(ami_grant: str, minor: int, published: tuple[str, str], release: str) -> None:
+    """infra/access.py grants ssm:GetParameter on exactly the AL2023 parameters this module names."""
+    from tests.support.iam_policy import resource_matches
+
+    grant = f"arn:aws:ssm:us-east-1::parameter/{ami_grant}"
+    arch, variant = published
+    path = al2023_parameter(f"1.{minor}", arch, variant, release)
+    assert resource_matches(grant, f"arn:aws:ssm:us-east-1::parameter{path}")
+    for other in (f"/aws/service/eks/optimized-ami/1.{minor}/amazon-linux-2/recommended/image_id",
+                  f"/aws/service/bottlerocket/aws-k8s-1.{minor}/x86_64/latest/image_id"):
+        assert not resource_matches(grant, f"arn:aws:ssm:us-east-1::parameter{other}")
