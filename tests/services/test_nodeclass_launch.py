@@ -241,3 +241,26 @@ def test_a_gpu_claim_without_its_ami_fails_with_the_lookup_error() -> None:
     assert not result.launched and not world.ec2.fleet_requests
     (failure,) = result.failures
     assert failure.reason == "AMINotFound" and "nvidia" in failure.message
+
+
+def test_status_stays_within_the_crds_bounds_and_invalid_objects_say_why() -> None:
+    from joiner.ports import Subnet
+    from joiner.services.provisioning import STATUS_MAX_ITEMS
+
+    world = fake_world()
+    tag = ("joiner.dev/discovery", world.cluster)
+    world.ec2.subnets = [Subnet(id=f"subnet-{i:08x}", zone="us-east-1a", available_ips=10, tags=dict([tag])) for i in range(STATUS_MAX_ITEMS + 200)]
+    world.kube.add("node_classes", node_class_json(discovery=world.cluster))
+    broken: dict[str, Any] = node_class_json("broken", discovery=world.cluster)
+    broken["spec"]["amiFamily"] = "Bottlerocket"  # what the CRD refuses, should it get past it (an older CRD)
+    world.kube.add("node_classes", broken)
+    provision(world.runtime(), world.clock.now())
+    statuses = dict(world.kube.class_status_patches)
+    assert len(statuses["default"]["subnets"]) == STATUS_MAX_ITEMS
+    assert statuses["default"]["subnets"][0]["id"] == "subnet-00000000"
+    (ready,) = statuses["broken"]["conditions"]
+    assert (ready["status"], ready["reason"]) == ("False", "InvalidSpec") and "'Bottlerocket' is not supported" in ready["message"]
+    # the next round changes nothing and writes nothing
+    world.clock.advance(30)
+    provision(world.runtime(), world.clock.now())
+    assert len(world.kube.class_status_patches) == 2

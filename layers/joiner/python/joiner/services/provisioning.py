@@ -1239,6 +1239,10 @@ def _patch_pool_status(work: _Round) -> None:
             log.warning("NodePool %s status patch failed: %s", name, error)
 
 
+#: ``maxItems`` of a NodeClass's ``status.subnets`` and ``status.securityGroups`` in the CRD.
+STATUS_MAX_ITEMS = 1000
+
+
 def _class_amis(work: _Round, node_class: NodeClass) -> tuple[list[JsonDict], str]:
     """The AMIs a launch of this NodeClass uses now, one per architecture and AL2023 variant
     (:data:`~joiner.domain.amis.PUBLISHED`; one per architecture for AMIs chosen by id, name
@@ -1293,8 +1297,9 @@ def _patch_class_status(work: _Round) -> None:
         elif env is None:
             problem, reason = "not resolved", "ResolutionFailed"
         else:
-            subnets = [{"id": s.id, "zone": s.zone} for s in sorted(env.subnets, key=lambda s: (s.zone, s.id))]
-            groups = [{"id": group} for group in sorted(env.security_groups)]
+            # within the CRD's maxItems, or the API server would refuse the whole patch
+            subnets = [{"id": s.id, "zone": s.zone} for s in sorted(env.subnets, key=lambda s: (s.zone, s.id))][:STATUS_MAX_ITEMS]
+            groups = [{"id": group} for group in sorted(env.security_groups)][:STATUS_MAX_ITEMS]
             problem, reason = env.error, env.reason or "ResolutionFailed"
             if not problem:
                 amis, ami_error = _class_amis(work, node_class)
