@@ -76,8 +76,10 @@ LAUNCH_READ_ACTIONS: tuple[str, ...] = (
 PRICING_ACTIONS: tuple[str, ...] = ("pricing:GetProducts",)
 #: EC2 reads of launch-template garbage collection.
 CLEAN_UP_READ_ACTIONS: tuple[str, ...] = ("ec2:DescribeLaunchTemplates",)
-#: The public SSM parameters alias AMI selectors read (EKS-optimised AL2023).
-EKS_AMI_PARAMETERS = "aws/service/eks/optimized-ami/*"
+#: The public SSM parameters alias AMI selectors read: the EKS-optimised AL2023 AMIs of every
+#: Kubernetes version, architecture and variant (standard, nvidia, neuron), and nothing else
+#: (joiner.domain.amis.al2023_parameter builds every name read).
+EKS_AMI_PARAMETERS = "aws/service/eks/optimized-ami/*/amazon-linux-2023/*"
 #: DynamoDB calls of the state adapter (joiner.adapters.state) and of powertools' idempotency layer.
 STATE_TABLE_ACTIONS: tuple[str, ...] = (
     "dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:Scan", "dynamodb:UpdateItem",

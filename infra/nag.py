@@ -116,7 +116,7 @@ _SHARED_LAUNCH_INPUT = re.compile(
     r"^Resource::arn:%s:\*?:(%s)/\*$" % (_PARTITION_REGION % "ec2", "|".join(LAUNCH_SHARED_RESOURCE_TYPES))
 )
 _EC2_RESOURCE = re.compile(r"^Resource::arn:%s:\*?:[a-z-]+/\*$" % (_PARTITION_REGION % "ec2"))
-_PUBLIC_AMI_PARAMETER = re.compile(r"^Resource::arn:%s::parameter/aws/service/[a-z0-9/-]+/\*$" % (_PARTITION_REGION % "ssm"))
+_PUBLIC_AMI_PARAMETER = re.compile(r"^Resource::arn:%s::parameter/aws/service/[a-z0-9/*-]+/\*$" % (_PARTITION_REGION % "ssm"))
 _TABLE_INDEXES = re.compile(r"^Resource::<[A-Za-z0-9]+\.Arn>/index/\*$")
 _OWN_RESOURCE = re.compile(r"^<[A-Za-z0-9]+\.Arn>$")
 

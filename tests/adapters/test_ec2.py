@@ -69,7 +69,20 @@ def world() -> Iterator[World]:
         amis = moto_amis(clients.ec2)
         put_eks_ami_parameters(amis)
         put_eks_ami_parameters({"x86_64": amis["arm64"]}, release="v20240807")  # a distinct pinned value
+        accelerated = accelerated_amis(clients.ec2)
+        put_eks_ami_parameters({"x86_64": accelerated["nvidia"], "arm64": accelerated["nvidia-arm64"]}, variant="nvidia")
+        put_eks_ami_parameters({"x86_64": accelerated["neuron"]}, variant="neuron")
+        amis.update(accelerated)
         yield World(clients, network, amis, FixedClock())
+
+
+def accelerated_amis(ec2) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    """Moto AMIs other than :func:`moto_amis`'s, standing in for the NVIDIA and Neuron variants."""
+    def images(arch: str) -> list[str]:
+        found = ec2.describe_images(Filters=[{"Name": "architecture", "Values": [arch]}, {"Name": "owner-alias", "Values": ["amazon"]}])["Images"]
+        return sorted(image["ImageId"] for image in found)
+    x86, arm = images("x86_64"), images("arm64")
+    return {"nvidia": x86[1], "neuron": x86[2], "nvidia-arm64": arm[1]}
 
 
 @pytest.fixture()
@@ -155,6 +168,20 @@ def test_pinned_alias_reads_the_release_parameter(world: World, ec2: Ec2Adapter)
     with pytest.raises(Ec2Error) as error:
         ec2.resolve_ami(missing, K8S_VERSION, "amd64")
     assert error.value.code == "AMINotFound"
+
+
+def test_accelerated_variants_read_their_own_parameters(world: World, ec2: Ec2Adapter) -> None:
+    nc = node_class(world)
+    assert ec2.resolve_ami(nc, K8S_VERSION, "amd64", "nvidia") == world.amis["nvidia"]
+    assert ec2.resolve_ami(nc, K8S_VERSION, "arm64", "nvidia") == world.amis["nvidia-arm64"]
+    assert ec2.resolve_ami(nc, K8S_VERSION, "amd64", "neuron") == world.amis["neuron"]
+    assert ec2.resolve_ami(nc, K8S_VERSION, "amd64", "standard") == world.amis["x86_64"]
+    assert len({world.amis[k] for k in ("x86_64", "nvidia", "neuron")}) == 3
+    with pytest.raises(Ec2Error) as error:  # EKS publishes no arm64 Neuron AMI: never asked for
+        ec2.resolve_ami(nc, K8S_VERSION, "arm64", "neuron")
+    assert error.value.code == "AMINotFound" and "neuron" in str(error.value)
+    pinned = node_class(world, ami_selector_terms=(SelectorTerm(id=world.amis["x86_64"]),))
+    assert ec2.resolve_ami(pinned, K8S_VERSION, "amd64", "nvidia") == world.amis["x86_64"]  # chosen AMIs serve every type
 
 
 def test_unsupported_alias_and_mixed_terms_are_config_errors(world: World, ec2: Ec2Adapter) -> None:
@@ -391,6 +418,38 @@ def test_create_fleet_launches_the_first_override_with_tags(world: World, ec2: E
     assert (raw.get("InstanceLifecycle") == "spot") == (capacity_type == "spot")
     record = ec2.describe_instances([launched.instance_id])[0]
     assert record.capacity_type == capacity_type and record.zone == first.zone and record.state == "running"
+
+
+def test_one_launch_template_config_per_ami_variant(world: World, ec2: Ec2Adapter) -> None:
+    """GPU types in a claim name the NVIDIA template, the rest the standard one: one
+    LaunchTemplateConfig each, cheapest first, and the instance runs its type's AMI."""
+    nc = node_class(world)
+    info, groups = cluster_info(ec2), world.network.security_groups
+    standard = ec2.ensure_launch_template(nc, "amd64", info, groups, world.amis["x86_64"])
+    nvidia = ec2.ensure_launch_template(nc, "amd64", info, groups, world.amis["nvidia"])
+    assert standard != nvidia
+    types = ("g5.xlarge", "c5.large")  # the GPU type is the cheaper one here
+    claim_id = f"claim-{next(_ids)}"
+    plan = NodeClaimPlan("default", types, ZONES, ("on-demand",), ("ns/p",), 0.1, Requirements(), Resources())
+    prices = {OfferingKey(t, z, "on-demand"): 0.01 * (i + 1) for i, t in enumerate(types) for z in ZONES}
+    request = build_fleet_request(
+        plan, claim_id, "on-demand", ec2.resolve_subnets(discovery(world)), nvidia, prices, frozenset(),
+        launch_tags(CLUSTER, "default", claim_id, nc.tags), templates={"g5.xlarge": nvidia, "c5.large": standard},
+    )
+    assert request.launch_templates == (nvidia, standard)
+    sent: list[dict] = []
+    world.clients.ec2.meta.events.register("provide-client-params.ec2.CreateFleet", lambda params, **_: sent.append(params))
+    try:
+        result = ec2.create_fleet(request)
+    finally:
+        world.clients.ec2.meta.events.unregister("provide-client-params.ec2.CreateFleet")
+    configs = sent[0]["LaunchTemplateConfigs"]
+    assert [c["LaunchTemplateSpecification"]["LaunchTemplateId"] for c in configs] == [nvidia.id, standard.id]
+    assert {o["InstanceType"] for o in configs[0]["Overrides"]} == {"g5.xlarge"}
+    assert {o["InstanceType"] for o in configs[1]["Overrides"]} == {"c5.large"}
+    (launched,) = result.instances
+    raw = instance(world, launched.instance_id)
+    assert (raw["InstanceType"], raw["ImageId"]) == ("g5.xlarge", world.amis["nvidia"])
 
 
 def test_same_client_token_twice_launches_once(world: World, ec2: Ec2Adapter) -> None:

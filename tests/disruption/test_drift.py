@@ -80,6 +80,26 @@ def test_ami_is_compared_with_the_nodes_architecture():
     assert drifted(decide_with({"n1": LaunchInputs(image_id="ami-anything")}, amd64_only, arch="arm64")) == ()
 
 
+def test_gpu_node_is_compared_with_the_nvidia_variant():
+    """A node whose labels say NVIDIA GPU runs the AL2023 NVIDIA AMI: that, not the standard
+    AMI, is its current one (comparing with the standard AMI drifted every GPU node)."""
+    gpu_labels = {"kubernetes.io/arch": "amd64", "joiner.dev/instance-gpu-count": "1", "joiner.dev/instance-gpu-manufacturer": "nvidia"}
+    resolved = ResolvedNodeClass(ami_by_arch={"amd64": "ami-new", "amd64/nvidia": "ami-gpu-new"})
+
+    def decide(image: str) -> Decision:
+        objects = [pool(types=["c5.xlarge"]), managed_node("n1", labels=gpu_labels), running_pod("p1", "n1", cpu="3")]
+        return run(*objects, facts={"n1": NodeFacts(launch=LaunchInputs(image_id=image))}, node_classes={"default": resolved})
+
+    assert drifted(decide("ami-gpu-new")) == ()
+    (command,) = decide("ami-gpu-old").commands
+    assert command.nodes == ("n1",) and "not the NodeClass's current amd64 nvidia AMI ami-gpu-new" in command.reason
+    assert drifted(decide("ami-new")) == ("n1",)  # the standard AMI cannot drive its GPU
+    # no NVIDIA resolution (lookup failed): unknown, not drift
+    assert drifted(run(pool(types=["c5.xlarge"]), managed_node("n1", labels=gpu_labels), running_pod("p1", "n1", cpu="3"),
+                       facts={"n1": NodeFacts(launch=LaunchInputs(image_id="ami-anything"))},
+                       node_classes={"default": ResolvedNodeClass(ami_by_arch={"amd64": "ami-new"})})) == ()
+
+
 def test_missing_instance_or_unknown_resolution_is_never_drift():
     # instance not found: no launch inputs at all
     assert decide_with({"n1": None, "n2": None}).commands == ()

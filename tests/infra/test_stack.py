@@ -253,7 +253,7 @@ def test_read_only_grants(synthesized):
     ssm = statement(synthesized, "AccessLaunch", "ReadEksOptimizedAmiParameters")
     assert ssm["Action"] == "ssm:GetParameter"
     (parameters,) = ssm["Resource"] if isinstance(ssm["Resource"], list) else [ssm["Resource"]]
-    assert [part for part in parameters["Fn::Join"][1] if isinstance(part, str)][-1].endswith("::parameter/aws/service/eks/optimized-ami/*")
+    assert [part for part in parameters["Fn::Join"][1] if isinstance(part, str)][-1].endswith("::parameter/aws/service/eks/optimized-ami/*/amazon-linux-2023/*")
     in_region = {"StringEquals": {"aws:RequestedRegion": {"Ref": "AWS::Region"}}}
     describe = statement(synthesized, "AccessDiscover", "DescribeInstancesInThisRegion")
     assert (describe["Action"], describe["Condition"]) == ("ec2:DescribeInstances", in_region)

@@ -899,7 +899,7 @@ class E2E:
         self.kube_clients: list = []
         emulator.apply(node_class_json(discovery=E2E_CLUSTER))
 
-    def runtime(self, invocation_id: str = "invocation-1", *, clock: FakeClock | None = None, clients=None):  # type: ignore[no-untyped-def]
+    def runtime(self, invocation_id: str = "invocation-1", *, clock: FakeClock | None = None, clients=None, catalog=None):  # type: ignore[no-untyped-def]
         from joiner.adapters.ec2 import Ec2Adapter
         from joiner.adapters.kubernetes import KubernetesClient
         from joiner.adapters.state import StateAdapter
@@ -920,7 +920,7 @@ class E2E:
             kube_port=kube,
             ec2_port=Ec2Adapter(clients.ec2, clients.ssm, clients.eks, E2E_CLUSTER, clock, default_instance_profile=f"JoinerNodeRole-{E2E_CLUSTER}"),
             state_port=StateAdapter(clients.table(E2E_TABLE), clock),
-            catalog_value=small_catalog(),
+            catalog_value=catalog or small_catalog(),
             clock=clock,
             sleep=clock.sleep,
             metric=self.metrics,

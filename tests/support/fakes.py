@@ -202,6 +202,7 @@ class FakeKubernetes:
         self.events: list[RecordedEvent] = []
         self.node_patches: list[tuple[str, JsonDict]] = []
         self.status_patches: list[tuple[str, JsonDict]] = []
+        self.class_status_patches: list[tuple[str, JsonDict]] = []
         self.calls: list[str] = []
         self._failures: dict[str, list[Exception]] = {}
         self._uids = itertools.count(1)
@@ -373,6 +374,15 @@ class FakeKubernetes:
                 )
             )
 
+    def patch_node_class_status(self, name: str, status: JsonDict) -> None:
+        self._enter("patch_node_class_status")
+        with self._lock:
+            node_class = self._objects["node_classes"].get(name)
+            if node_class is None:
+                return
+            self._objects["node_classes"][name] = merge_patch(node_class, {"status": status, "metadata": {"resourceVersion": self._next_version()}})
+            self.class_status_patches.append((name, copy.deepcopy(status)))
+
     def patch_node_pool_status(self, name: str, status: JsonDict) -> None:
         self._enter("patch_node_pool_status")
         with self._lock:
@@ -420,6 +430,10 @@ class FakeEc2:
             Subnet(id=f"subnet-{index:08x}", zone=zone, available_ips=250, tags={tag_key: tag_value}) for index, zone in enumerate(zones, start=1)
         ]
         self.security_groups: list[tuple[str, str, dict[str, str]]] = [("sg-00000001", "nodes", {tag_key: tag_value})]
+        #: the only role/profile launches may pass (the stack's node role), None: any
+        self.node_role: str | None = None
+        #: AL2023 variants (nvidia, neuron) whose alias lookup answers AMINotFound
+        self.missing_variants: set[str] = set()
         self.insufficient: set[OfferingKey] = set()
         #: (instance type, zone) -> current spot price, as DescribeSpotPriceHistory reports it
         self.spot_price_table: dict[tuple[str, str], float] = {}
@@ -457,12 +471,22 @@ class FakeEc2:
         self._enter("resolve_security_groups")
         return sorted(gid for gid, name, tags in self.security_groups if any(_term_matches(t, gid, tags, name) for t in terms))
 
-    def resolve_ami(self, node_class: NodeClass, kubernetes_version: str, arch: str) -> str:
+    def instance_profile(self, node_class: NodeClass) -> str:
+        self._enter("instance_profile")
+        profile = node_class.instance_profile or node_class.role or self.node_role
+        if self.node_role and profile != self.node_role:
+            raise Ec2Error(f"NodeClass {node_class.name}: {profile!r} is not allowed: Joiner may pass only its node role {self.node_role}", code="InvalidNodeClass")
+        return profile or "JoinerNodeRole"
+
+    def resolve_ami(self, node_class: NodeClass, kubernetes_version: str, arch: str, variant: str = "standard") -> str:
         self._enter("resolve_ami")
+        if variant in self.missing_variants:
+            raise Ec2Error(f"SSM parameter for the {variant} {arch} AMI does not exist", code="AMINotFound")
         for term in node_class.ami_selector_terms:
             if term.id:
                 return term.id
-        return f"ami-{arch}-{kubernetes_version.replace('.', '')}"
+        suffix = "" if variant == "standard" else f"-{variant}"
+        return f"ami-{arch}{suffix}-{kubernetes_version.replace('.', '')}"
 
     def ensure_launch_template(
         self,
@@ -519,6 +543,7 @@ class FakeEc2:
                     )
                     continue
                 instance_id = f"i-{next(self._ids):017x}"
+                template_id = (override.launch_template or request.launch_template).id
                 self.instances[instance_id] = InstanceRecord(
                     instance_id=instance_id,
                     instance_type=override.instance_type,
@@ -528,9 +553,9 @@ class FakeEc2:
                     tags=dict(request.tags),
                     capacity_type=request.capacity_type,
                     # what the launch template says, as EC2 reports it on the instance
-                    image_id=str(self.template_inputs.get(request.launch_template.id, {}).get("ami", "")),
+                    image_id=str(self.template_inputs.get(template_id, {}).get("ami", "")),
                     subnet_id=override.subnet_id,
-                    security_group_ids=tuple(sorted(set(self.template_inputs.get(request.launch_template.id, {}).get("security_groups", ())))),
+                    security_group_ids=tuple(sorted(set(self.template_inputs.get(template_id, {}).get("security_groups", ())))),
                 )
                 instances.append(LaunchedInstance(instance_id, override.instance_type, override.zone, request.capacity_type, override.subnet_id))
                 break

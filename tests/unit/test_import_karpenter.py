@@ -303,7 +303,44 @@ def test_node_class_keeps_what_joiner_supports(conversion):
     assert spec["tags"] == {"team": "web"}
     assert spec["userData"] == 'echo "hello"\n'
     bottlerocket = by_kind_and_name(conversion.documents)[("NodeClass", "bottlerocket")]
-    assert bottlerocket["spec"]["amiFamily"] == "Bottlerocket"  # implied by the alias
+    # Joiner launches AL2023 only: the alias-implied Bottlerocket becomes AL2023, and says so
+    assert bottlerocket["spec"]["amiFamily"] == "AL2023" and bottlerocket["spec"]["amiSelectorTerms"] == [{"alias": "al2023@latest"}]
+    assert parse_node_class(bottlerocket).ami_family == "AL2023"
+    assert any("EC2NodeClass bottlerocket: spec.amiFamily: Bottlerocket replaced by AL2023" in w for w in conversion.warnings)
+    assert any("spec.amiSelectorTerms[0].alias: bottlerocket@latest replaced by al2023@latest" in w for w in conversion.warnings)
+
+
+@pytest.mark.parametrize(
+    ("spec", "problem"),
+    [
+        ({"amiFamily": "Custom", "amiSelectorTerms": [{"id": "ami-0123456789abcdef0"}]}, "spec.amiFamily 'Custom'"),
+        ({"amiFamily": "Bottlerocket", "amiSelectorTerms": [{"tags": {"os": "br"}}]}, "select Bottlerocket AMIs by id, name or tags"),
+    ],
+)
+def test_node_classes_joiner_cannot_launch_are_not_converted(spec, problem):
+    document = {
+        "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "x"},
+        "spec": {"role": "r", "subnetSelectorTerms": [{"id": "subnet-1"}], "securityGroupSelectorTerms": [{"id": "sg-1"}], **spec},
+    }
+    conversion = convert_documents([document])
+    assert not [d for d in conversion.documents if d.get("apiVersion") == "joiner.dev/v1"]
+    assert any(problem in line for line in conversion.warnings), conversion.warnings
+
+
+def test_bottlerocket_user_data_is_dropped_al2_user_data_kept():
+    def convert(family: str) -> tuple[dict, list[str]]:
+        document = {
+            "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "x"},
+            "spec": {"amiFamily": family, "role": "r", "userData": "[settings]\n", "subnetSelectorTerms": [{"id": "subnet-1"}],
+                     "securityGroupSelectorTerms": [{"id": "sg-1"}]},
+        }
+        conversion = convert_documents([document])
+        return conversion.documents[0]["spec"], conversion.warnings
+    spec, warnings = convert("Bottlerocket")
+    assert spec["amiFamily"] == "AL2023" and "userData" not in spec
+    assert any("spec.userData: dropped" in w for w in warnings)
+    spec, _ = convert("AL2")
+    assert spec["amiFamily"] == "AL2023" and spec["userData"] == "[settings]\n"
 
 
 def test_every_dropped_field_is_warned_about_with_object_and_path(conversion):

@@ -659,8 +659,13 @@ class TestNodeClass:
         assert node_class.metadata_options == {"httpEndpoint": "enabled", "httpProtocolIPv6": "disabled", "httpPutResponseHopLimit": 1, "httpTokens": "required"}
         assert node_class.kubelet.kube_reserved is None and node_class.kubelet.max_pods is None
         assert node_class.role is None and node_class.user_data is None
-        bottlerocket = parse_node_class({"kind": "NodeClass", "metadata": {"name": "b"}, "spec": {"amiFamily": "Bottlerocket"}})
+        # A Karpenter EC2NodeClass (planning only) keeps Karpenter's families; a NodeClass admits AL2023 only.
+        bottlerocket = parse_node_class({"kind": "EC2NodeClass", "metadata": {"name": "b"}, "spec": {"amiFamily": "Bottlerocket"}})
         assert bottlerocket.ami_selector_terms == (SelectorTerm(alias="bottlerocket@latest"),)
+        with pytest.raises(SnapshotError, match="'Bottlerocket' is not supported"):
+            parse_node_class({"kind": "NodeClass", "metadata": {"name": "b"}, "spec": {"amiFamily": "Bottlerocket"}})
+        pinned = parse_node_class({"kind": "NodeClass", "metadata": {"name": "p"}, "spec": {"amiSelectorTerms": [{"alias": "al2023@v20240807"}]}})
+        assert pinned.ami_family == "AL2023" and pinned.ami_selector_terms == (SelectorTerm(alias="al2023@v20240807"),)
 
     def test_explicit_zero_kube_reserved_is_kept(self) -> None:
         kubelet = parse_node_class({"kind": "NodeClass", "metadata": {"name": "d"}, "spec": {"kubelet": {"kubeReserved": {"cpu": "0", "memory": "1Gi"}}}}).kubelet
@@ -699,9 +704,14 @@ class TestNodeClass:
     @pytest.mark.parametrize(
         ("spec", "field", "problem"),
         [
-            ({"amiFamily": "Ubuntu"}, "spec.amiFamily", "'Ubuntu' is not one of"),
-            ({"amiFamily": "Windows2022"}, "spec.amiFamily", "'Windows2022' is not one of AL2, AL2023, Bottlerocket, Custom"),
-            ({"amiSelectorTerms": [{"alias": "al2023@newest"}]}, "spec.amiSelectorTerms[0].alias", "version latest or v<digits>"),
+            ({"amiFamily": "Ubuntu"}, "spec.amiFamily", "'Ubuntu' is not supported"),
+            ({"amiFamily": "Windows2022"}, "spec.amiFamily", "Joiner launches AL2023 only"),
+            ({"amiFamily": "Bottlerocket"}, "spec.amiFamily", "'Bottlerocket' is not supported"),
+            ({"amiFamily": "AL2"}, "spec.amiFamily", "AL2 is end-of-life"),
+            ({"amiSelectorTerms": [{"alias": "bottlerocket@latest"}]}, "spec.amiSelectorTerms[0].alias", "expected al2023@latest or al2023@vYYYYMMDD"),
+            ({"amiSelectorTerms": [{"alias": "al2@latest"}]}, "spec.amiSelectorTerms[0].alias", "expected al2023@latest"),
+            ({"amiSelectorTerms": [{"alias": "al2023@v1.2"}]}, "spec.amiSelectorTerms[0].alias", "expected al2023@latest"),
+            ({"amiSelectorTerms": [{"alias": "al2023@newest"}]}, "spec.amiSelectorTerms[0].alias", "expected al2023@latest"),
             ({"amiSelectorTerms": [{"id": "i-123"}]}, "spec.amiSelectorTerms[0].id", "such as ami-0123abcd"),
             ({"subnetSelectorTerms": [{"id": "sg-123"}]}, "spec.subnetSelectorTerms[0].id", "such as subnet-0123abcd"),
             ({"securityGroupSelectorTerms": [{"id": "subnet-1"}]}, "spec.securityGroupSelectorTerms[0].id", "such as sg-0123abcd"),
@@ -712,14 +722,14 @@ class TestNodeClass:
                 "spec.blockDeviceMappings[1].rootVolume",
                 "at most one",
             ),
-            ({"amiFamily": "AL2", "amiSelectorTerms": [{"alias": "al2023@latest"}]}, "spec.amiFamily", "contradicts alias"),
-            ({"amiSelectorTerms": [{"alias": "ubuntu@latest"}]}, "spec.amiSelectorTerms[0].alias", "<family>@<version>"),
-            ({"amiSelectorTerms": [{"alias": "al2023"}]}, "spec.amiSelectorTerms[0].alias", "<family>@<version>"),
+            ({"amiFamily": "AL2", "amiSelectorTerms": [{"alias": "al2023@latest"}]}, "spec.amiFamily", "'AL2' is not supported"),
+            ({"amiSelectorTerms": [{"alias": "ubuntu@latest"}]}, "spec.amiSelectorTerms[0].alias", "expected al2023@latest"),
+            ({"amiSelectorTerms": [{"alias": "al2023"}]}, "spec.amiSelectorTerms[0].alias", "expected al2023@latest"),
             ({"amiSelectorTerms": [{"alias": "al2023@latest"}, {"id": "ami-1"}]}, "spec.amiSelectorTerms[0].alias", "only AMI selector term"),
             ({"amiSelectorTerms": [{"id": "ami-1", "name": "x"}]}, "spec.amiSelectorTerms[0].id", "cannot be combined with name"),
             ({"amiSelectorTerms": [{"ssmParameter": "/aws/x"}]}, "spec.amiSelectorTerms[0].ssmParameter", "not supported"),
             ({"amiSelectorTerms": [{"owner": "self"}]}, "spec.amiSelectorTerms[0].owner", "needs name or tags"),
-            ({"amiFamily": "Custom"}, "spec.amiSelectorTerms", "required when amiFamily is Custom"),
+            ({"amiFamily": "Custom", "amiSelectorTerms": [{"id": "ami-1"}]}, "spec.amiFamily", "'Custom' is not supported"),
             ({"subnetSelectorTerms": [{}]}, "spec.subnetSelectorTerms[0]", "needs one of id, tags"),
             ({"subnetSelectorTerms": [{"name": "x"}]}, "spec.subnetSelectorTerms[0].name", "not supported"),
             ({"subnetSelectorTerms": [{"tags": {"k": ""}}]}, "spec.subnetSelectorTerms[0].tags", "must not be empty"),

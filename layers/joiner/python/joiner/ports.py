@@ -72,6 +72,9 @@ class KubernetesPort(Protocol):
         """Record a core/v1 Event; ``involved`` is an object (its kind, name, namespace, uid are used)."""
         ...
     def patch_node_pool_status(self, name: str, status: JsonDict) -> None: ...
+    def patch_node_class_status(self, name: str, status: JsonDict) -> None:
+        """Merge patch on a NodeClass's status subresource; a NodeClass deleted meanwhile is skipped."""
+        ...
 
 
 # ---------------------------------------------------------------- EC2
@@ -104,10 +107,14 @@ class LaunchTemplateRef:
 
 @dataclass(frozen=True, slots=True)
 class FleetOverride:
+    """One (instance type, subnet) a fleet may launch; ``launch_template`` when this type
+    needs another template than the request's (another AMI variant, e.g. NVIDIA)."""
+
     instance_type: str
     subnet_id: str
     zone: str
     priority: float | None = None
+    launch_template: LaunchTemplateRef | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +127,15 @@ class FleetRequest:
     overrides: tuple[FleetOverride, ...]
     tags: Mapping[str, str]
     target_capacity: int = 1
+
+    @property
+    def launch_templates(self) -> tuple[LaunchTemplateRef, ...]:
+        """Every template the request names, the request's own first, then in override order."""
+        found = {self.launch_template.id: self.launch_template}
+        for override in self.overrides:
+            if override.launch_template is not None:
+                found.setdefault(override.launch_template.id, override.launch_template)
+        return tuple(found.values())
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,7 +236,13 @@ class LaunchTemplateNotFound(Ec2Error):
 class Ec2Port(Protocol):
     def resolve_subnets(self, terms: Sequence[SelectorTerm]) -> list[Subnet]: ...
     def resolve_security_groups(self, terms: Sequence[SelectorTerm]) -> list[str]: ...
-    def resolve_ami(self, node_class: NodeClass, kubernetes_version: str, arch: str) -> str: ...
+    def instance_profile(self, node_class: NodeClass) -> str:
+        """The instance profile launches of this NodeClass pass; raises the adapter's config
+        error (an :class:`Ec2Error`) when Joiner may not pass it (``iam:PassRole`` scope)."""
+        ...
+    def resolve_ami(self, node_class: NodeClass, kubernetes_version: str, arch: str, variant: str = "standard") -> str:
+        """The AMI a launch of this architecture and AL2023 variant uses (see joiner.domain.amis)."""
+        ...
     def ensure_launch_template(
         self,
         node_class: NodeClass,

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from botocore.exceptions import BotoCoreError, ClientError
 
 from joiner.domain import labels as wk
+from joiner.domain.amis import AMI_FAMILY, STANDARD, AmiError, al2023_parameter, parse_alias
 from joiner.domain.launch import CLIENT_TOKEN_TAG, CLUSTER_TAG, cluster_tags
 from joiner.domain.model import NodeClass, SelectorTerm, Taint
 from joiner.domain.quantity import QuantityError, parse_quantity
@@ -59,7 +60,6 @@ NODECLASS_TAG = "joiner.dev/nodeclass"
 TEMPLATE_TAGGED_RESOURCES = ("instance", "volume", "network-interface")
 _EC2_ARCH = {"amd64": "x86_64", "x86_64": "x86_64", "arm64": "arm64", "aarch64": "arm64"}
 _K8S_ARCH = {"x86_64": "amd64", "arm64": "arm64"}
-_ALIAS = re.compile(r"^al2023@(latest|v\d{8})$")
 _K8S_VERSION = re.compile(r"^\d+\.\d+$")
 _LAUNCH_TEMPLATE_NOT_FOUND = LAUNCH_TEMPLATE_NOT_FOUND_CODES
 _DEFAULT_METADATA_OPTIONS = {
@@ -96,16 +96,16 @@ class NodeClassConfigError(Ec2Error):
         super().__init__(message, code="InvalidNodeClass")
 
 
-def ami_parameter_path(kubernetes_version: str, arch: str, release: str = "latest") -> str:
-    """SSM parameter holding the EKS-optimised AL2023 (standard variant) AMI id.
+def ami_parameter_path(kubernetes_version: str, arch: str, release: str = "latest", variant: str = STANDARD) -> str:
+    """SSM parameter holding the EKS-optimised AL2023 AMI id of ``variant`` (see
+    :func:`joiner.domain.amis.al2023_parameter`).
 
     ``release`` is ``latest`` (the ``recommended`` parameter) or a pinned release ``vYYYYMMDD``.
     """
-    ec2_arch = _EC2_ARCH.get(arch)
-    if ec2_arch is None:
-        raise NodeClassConfigError(f"architecture {arch!r} is not supported (amd64 or arm64)")
-    name = "recommended" if release == "latest" else f"amazon-eks-node-al2023-{ec2_arch}-standard-{kubernetes_version}-{release}"
-    return f"/aws/service/eks/optimized-ami/{kubernetes_version}/amazon-linux-2023/{ec2_arch}/standard/{name}/image_id"
+    try:
+        return al2023_parameter(kubernetes_version, arch, variant, release)
+    except AmiError as error:
+        raise NodeClassConfigError(str(error)) from None
 
 
 def template_name(cluster: str, node_class: str, arch: str, digest: str) -> str:
@@ -262,17 +262,18 @@ class Ec2Adapter:
         self._ssm_cache[path] = (value, now)
         return value
 
-    def resolve_ami(self, node_class: NodeClass, kubernetes_version: str, arch: str) -> str:
-        """The AMI for this NodeClass, Kubernetes version and architecture.
+    def resolve_ami(self, node_class: NodeClass, kubernetes_version: str, arch: str, variant: str = STANDARD) -> str:
+        """The AMI for this NodeClass, Kubernetes version, architecture and AL2023 variant.
 
         Alias terms (``al2023@latest``, ``al2023@vYYYYMMDD``) read the EKS-optimised AL2023 AMI
+        of ``variant`` (``standard``, ``nvidia``, ``neuron``: see :mod:`joiner.domain.amis`)
         from SSM (cached for a few minutes). Other terms (id / tags / name, optional owner) go
-        through DescribeImages restricted to the architecture; the newest match wins (ties: id).
-        Name-only terms default to owners ``self`` and ``amazon`` so a public look-alike AMI
-        can never be picked up.
+        through DescribeImages restricted to the architecture, whatever the variant; the newest
+        match wins (ties: id). Name-only terms default to owners ``self`` and ``amazon`` so a
+        public look-alike AMI can never be picked up.
         """
         where = f"NodeClass {node_class.name}"
-        if (node_class.ami_family or "AL2023") != "AL2023":
+        if (node_class.ami_family or AMI_FAMILY) != AMI_FAMILY:
             raise NodeClassConfigError(f"{where}: spec.amiFamily {node_class.ami_family!r} is not supported (AL2023 only)")
         ec2_arch = _EC2_ARCH.get(arch)
         if ec2_arch is None:
@@ -285,12 +286,17 @@ class Ec2Adapter:
             if len(terms) > 1:
                 raise NodeClassConfigError(f"{where}: spec.amiSelectorTerms: an alias term must be the only term")
             alias = aliases[0].alias or ""
-            match = _ALIAS.match(alias)
-            if not match or aliases[0].tags or aliases[0].id or aliases[0].name:
-                raise NodeClassConfigError(
-                    f"{where}: spec.amiSelectorTerms[0].alias {alias!r} is not supported (al2023@latest or al2023@vYYYYMMDD, alone in its term)"
-                )
-            return self._ssm_parameter(ami_parameter_path(kubernetes_version, arch, match.group(1)))
+            if aliases[0].tags or aliases[0].id or aliases[0].name:
+                raise NodeClassConfigError(f"{where}: spec.amiSelectorTerms[0]: alias cannot be combined with other fields")
+            try:
+                release = parse_alias(alias)
+            except AmiError as error:
+                raise NodeClassConfigError(f"{where}: spec.amiSelectorTerms[0]: {error}") from None
+            try:
+                path = al2023_parameter(kubernetes_version, arch, variant, release)
+            except AmiError as error:
+                raise Ec2Error(f"{where}: {error}", code="AMINotFound") from None
+            return self._ssm_parameter(path)
 
         candidates: dict[str, tuple[str, str]] = {}
         for index, term in enumerate(terms):
@@ -313,6 +319,11 @@ class Ec2Adapter:
         return max(candidates.values())[1]
 
     # ------------------------------------------------------------ launch templates
+
+    def instance_profile(self, node_class: NodeClass) -> str:
+        """The instance profile to launch with (see :meth:`_instance_profile`); raises
+        :class:`NodeClassConfigError` when Joiner may not pass it."""
+        return self._instance_profile(node_class)
 
     def _instance_profile(self, node_class: NodeClass) -> str:
         """The instance profile to launch with. A deployed adapter (``default_instance_profile``
@@ -585,22 +596,25 @@ class Ec2Adapter:
             if existing:
                 return FleetResult(instances=tuple(existing))
         zone_of_subnet = {o.subnet_id: o.zone for o in request.overrides}
-        overrides = []
+        by_template: dict[str, tuple[LaunchTemplateRef, list[dict[str, Any]]]] = {}
         for requested in request.overrides:
             item: dict[str, Any] = {"InstanceType": requested.instance_type, "SubnetId": requested.subnet_id, "AvailabilityZone": requested.zone}
             if requested.priority is not None:
                 item["Priority"] = float(requested.priority)
-            overrides.append(item)
+            template = requested.launch_template or request.launch_template
+            by_template.setdefault(template.id, (template, []))[1].append(item)
         tags = dict(request.tags)
         tags.setdefault(CLIENT_TOKEN_TAG, request.client_token)
         params: dict[str, Any] = {
             "Type": "instant",
             "ClientToken": request.client_token,
+            # One config per template (AMI variant), in the order of their cheapest override.
             "LaunchTemplateConfigs": [
                 {
-                    "LaunchTemplateSpecification": {"LaunchTemplateId": request.launch_template.id, "Version": request.launch_template.version},
+                    "LaunchTemplateSpecification": {"LaunchTemplateId": template.id, "Version": template.version},
                     "Overrides": overrides,
                 }
+                for template, overrides in by_template.values()
             ],
             "TargetCapacitySpecification": {
                 "TotalTargetCapacity": request.target_capacity,
@@ -618,7 +632,7 @@ class Ec2Adapter:
             response = self._call("ec2", "create_fleet", self._ec2.create_fleet, **params)
         except Ec2Error as error:
             if error.code in _LAUNCH_TEMPLATE_NOT_FOUND:
-                self._forget_template(request.launch_template.id)
+                self._forget_templates(request)
                 raise LaunchTemplateNotFound(str(error), error.code, request.launch_template) from error
             raise
 
@@ -654,14 +668,15 @@ class Ec2Adapter:
             )
         missing = next((e for e in errors if e.code in _LAUNCH_TEMPLATE_NOT_FOUND), None)
         if missing is not None and not instances:
-            self._forget_template(request.launch_template.id)
+            self._forget_templates(request)
             raise LaunchTemplateNotFound(
                 f"ec2 CreateFleet failed: {missing.code}: {missing.message}", missing.code, request.launch_template,
             )
         return FleetResult(instances=tuple(instances), errors=tuple(errors))
 
-    def _forget_template(self, template_id: str) -> None:
-        self._templates = {n: r for n, r in self._templates.items() if r.id != template_id}
+    def _forget_templates(self, request: FleetRequest) -> None:
+        ids = {template.id for template in request.launch_templates}
+        self._templates = {n: r for n, r in self._templates.items() if r.id not in ids}
 
     # ------------------------------------------------------------ instances
 

@@ -406,6 +406,14 @@ class KubernetesClient:
             log.info("kubernetes: NodePool %s is gone; status not written", name)
 
 
+    def patch_node_class_status(self, name: str, status: JsonDict) -> None:
+        """Merge patch on the NodeClass status subresource; a NodeClass deleted meanwhile is skipped."""
+        code, _ = self._request("PATCH", f"{NODE_CLASSES_PATH}/{_segment(name)}/status", body={"status": status},
+                                content_type=MERGE_PATCH, accept={404})
+        if code == 404:
+            log.info("kubernetes: NodeClass %s is gone; status not written", name)
+
+
 def _segment(value: str) -> str:
     if not value:
         raise ValueError("a Kubernetes object name or namespace must not be empty")

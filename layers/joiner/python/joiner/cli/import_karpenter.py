@@ -33,7 +33,9 @@ _AWS_INSTANCE_PREFIX = "karpenter.k8s.aws/instance-"
 _KARPENTER_PREFIXES = ("karpenter.sh/", "karpenter.k8s.aws/")
 _CAPACITY_TYPES = (wk.CAPACITY_TYPE_SPOT, wk.CAPACITY_TYPE_ON_DEMAND)
 _AMI_ALIAS_FAMILIES = {"al2023": "AL2023", "al2": "AL2", "bottlerocket": "Bottlerocket"}
-_AMI_FAMILIES = ("AL2023", "AL2", "Bottlerocket", "Custom")
+#: Karpenter families Joiner converts: AL2023 as it is; AL2 (end-of-life) and Bottlerocket to AL2023
+#: with a warning (Joiner launches AL2023 only). Custom AMIs cannot be known to bootstrap with nodeadm.
+_AMI_FAMILIES = ("AL2023", "AL2", "Bottlerocket")
 _KUBELET_FIELDS = ("maxPods", "podsPerCore", "systemReserved", "kubeReserved", "evictionHard")
 _EBS_FIELDS = ("volumeSize", "volumeType", "iops", "throughput", "encrypted", "kmsKeyID", "deleteOnTermination", "snapshotID")
 _METADATA_OPTIONS = ("httpEndpoint", "httpProtocolIPv6", "httpPutResponseHopLimit", "httpTokens")
@@ -352,10 +354,20 @@ def _node_class(context: _Context) -> dict[str, Any]:
         if alias_family not in _AMI_ALIAS_FAMILIES:
             raise _Unconvertible(f"spec.amiSelectorTerms alias {aliases[0]!r} (Joiner supports {', '.join(sorted(_AMI_ALIAS_FAMILIES))} aliases)")
         family = _AMI_ALIAS_FAMILIES[alias_family]
+    if family is not None and family not in _AMI_FAMILIES:
+        raise _Unconvertible(f"spec.amiFamily {family!r} (Joiner launches AL2023, and converts AL2 and Bottlerocket to it)")
+    if family not in (None, "AL2023"):
+        if aliases:
+            context.warn("spec.amiSelectorTerms[0].alias", f"{aliases[0]} replaced by al2023@latest (Joiner launches AL2023 only)")
+            ami_terms = [{"alias": "al2023@latest"}]
+        elif ami_terms:
+            raise _Unconvertible(f"spec.amiSelectorTerms select {family} AMIs by id, name or tags (Joiner launches AL2023 only)")
+        context.warn("spec.amiFamily", f"{family} replaced by AL2023 (Joiner launches AL2023 only; AL2 is end-of-life, Bottlerocket not supported)")
+        if family == "Bottlerocket" and spec.get("userData") is not None:
+            context.warn("spec.userData", "dropped (Bottlerocket TOML settings do not apply to AL2023)")
+            spec = {key: value for key, value in spec.items() if key != "userData"}
     if family is not None:
-        if family not in _AMI_FAMILIES:
-            raise _Unconvertible(f"spec.amiFamily {family!r} (Joiner supports {', '.join(_AMI_FAMILIES)})")
-        out["amiFamily"] = family
+        out["amiFamily"] = "AL2023"
     if ami_terms:
         out["amiSelectorTerms"] = ami_terms
     for terms_field, fields in (("subnetSelectorTerms", ("id", "tags")), ("securityGroupSelectorTerms", ("id", "name", "tags"))):

@@ -35,6 +35,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from joiner.domain import labels as wk
+from joiner.domain.amis import STANDARD, ami_key, node_variant
 from joiner.domain.model import (
     NODECLASS_HASH_KEY,
     NODEPOOL_HASH_KEY,
@@ -141,7 +142,8 @@ class ResolvedNodeClass:
     """A NodeClass's current launch inputs. Anything None or missing is unknown (never a
     drift reason).
 
-    ``ami_by_arch``: per architecture (``kubernetes.io/arch``), the one AMI the NodeClass
+    ``ami_by_arch``: per architecture (``kubernetes.io/arch``) and AL2023 variant, keyed by
+    :func:`joiner.domain.amis.ami_key` (``amd64``, ``amd64/nvidia``), the one AMI the NodeClass
     resolves to now (what a launch would use); ``amis``: images that are current whatever
     the architecture, used for a node whose architecture has no entry in ``ami_by_arch``
     (offline: selector terms naming IDs); ``subnets``/``security_groups``: what the
@@ -786,10 +788,12 @@ class _Pass:
         image = launch.image_id
         if image:
             arch = self.node_arch(candidate)
-            current = resolved.ami_by_arch.get(arch) if arch else None
+            variant = node_variant(candidate.node, self.types.get(candidate.pool.name, {}))
+            current = resolved.ami_by_arch.get(ami_key(arch, variant)) if arch else None
             if current:
                 if image != current:
-                    return f"AMI {image} is not the NodeClass's current {arch} AMI {current}"
+                    kind = arch if variant == STANDARD else f"{arch} {variant}"
+                    return f"AMI {image} is not the NodeClass's current {kind} AMI {current}"
             elif resolved.amis and image not in resolved.amis:
                 return f"AMI {image} is no longer selected"
         subnet = launch.subnet_id

@@ -157,13 +157,16 @@ def build_fleet_request(
     max_types: int = MAX_INSTANCE_TYPES,
     *,
     attempt: int = 0,
+    templates: Mapping[str, LaunchTemplateRef] | None = None,
 ) -> FleetRequest:
     """The CreateFleet request for one claim in one capacity type.
 
     Keeps the ``max_types`` instance types whose cheapest eligible offering is cheapest (ties on
     name), crossed with one subnet per zone the claim allows; overrides are ordered by (price,
     instance type, zone) and capped at :data:`MAX_OVERRIDES`. Offerings in ``unavailable``, or
-    without a price for this capacity type and zone, are left out.
+    without a price for this capacity type and zone, are left out. ``templates`` names the
+    launch template of instance types that need another one than ``launch_template`` (an
+    NVIDIA or Neuron AMI); their overrides carry it.
     """
     if capacity_type not in CAPACITY_TYPE_PREFERENCE:
         raise LaunchError(f"capacity type {capacity_type!r} must be one of {list(CAPACITY_TYPE_PREFERENCE)}")
@@ -191,7 +194,10 @@ def build_fleet_request(
     kept_set = set(kept)
     ordered = sorted((o for o in offerings if o[1] in kept_set), key=lambda o: (o[0], o[1], o[2]))[:MAX_OVERRIDES]
     overrides = tuple(
-        FleetOverride(instance_type=instance_type, subnet_id=by_zone[zone].id, zone=zone)
+        FleetOverride(
+            instance_type=instance_type, subnet_id=by_zone[zone].id, zone=zone,
+            launch_template=_other_template(templates, instance_type, launch_template),
+        )
         for _price, instance_type, zone in ordered
     )
     token = client_token(claim_id, attempt)
@@ -204,6 +210,13 @@ def build_fleet_request(
         overrides=overrides,
         tags=fleet_tags,
     )
+
+
+def _other_template(
+    templates: Mapping[str, LaunchTemplateRef] | None, instance_type: str, default: LaunchTemplateRef,
+) -> LaunchTemplateRef | None:
+    template = (templates or {}).get(instance_type)
+    return template if template is not None and template != default else None
 
 
 def _check_user_tags(tags: Mapping[str, str], where: str) -> None:

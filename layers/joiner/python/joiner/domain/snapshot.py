@@ -29,6 +29,7 @@ from typing import Any, NoReturn
 import yaml
 
 from joiner.domain import labels as wk
+from joiner.domain.amis import ALIAS_PATTERN, AMI_FAMILY
 from joiner.domain.bounded import (
     DEFAULT_LIMITS,
     EARLIEST_TIME,
@@ -928,9 +929,19 @@ def _selector_terms(fields: _Fields, value: object, path: str, allowed_keys: tup
     return tuple(terms)
 
 
-def _ami(fields: _Fields, spec: Mapping[str, Any]) -> tuple[str, tuple[SelectorTerm, ...]]:
-    """amiFamily and amiSelectorTerms; an alias implies its family, no terms mean ``<family>@latest``."""
-    family = fields.string(spec.get("amiFamily"), "spec.amiFamily", allowed=_AMI_FAMILY_NAMES)
+def _ami(fields: _Fields, spec: Mapping[str, Any], *, launchable: bool) -> tuple[str, tuple[SelectorTerm, ...]]:
+    """amiFamily and amiSelectorTerms; an alias implies its family, no terms mean ``<family>@latest``.
+
+    ``launchable`` (a Joiner NodeClass, which the functions launch from) admits only what the
+    launch path supports: amiFamily AL2023 and ``al2023@latest``/``al2023@vYYYYMMDD`` aliases,
+    as the CRD's schema and CEL rules do. A Karpenter EC2NodeClass (planning only) keeps
+    Karpenter's families."""
+    if launchable:
+        family = fields.string(spec.get("amiFamily"), "spec.amiFamily")
+        if family is not None and family != AMI_FAMILY:
+            fields.fail("spec.amiFamily", f"{family!r} is not supported: Joiner launches {AMI_FAMILY} only (AL2 is end-of-life; Bottlerocket and Custom are not supported)")
+    else:
+        family = fields.string(spec.get("amiFamily"), "spec.amiFamily", allowed=_AMI_FAMILY_NAMES)
     terms = _selector_terms(fields, spec.get("amiSelectorTerms"), "spec.amiSelectorTerms", ("alias", "id", "name", "owner", "tags"), "ami")
     aliases = [(i, term.alias) for i, term in enumerate(terms) if term.alias is not None]
     if aliases:
@@ -938,6 +949,8 @@ def _ami(fields: _Fields, spec: Mapping[str, Any]) -> tuple[str, tuple[SelectorT
         path = f"spec.amiSelectorTerms[{index}].alias"
         if len(terms) > 1:
             fields.fail(path, "an alias term must be the only AMI selector term")
+        if launchable and not ALIAS_PATTERN.match(alias):
+            fields.fail(path, f"expected al2023@latest or al2023@vYYYYMMDD (the EKS-optimised AL2023 AMIs Joiner launches), got {alias!r}")
         if not _AMI_ALIAS.match(alias):
             fields.fail(path, f"expected <family>@<version> with family one of {', '.join(sorted(_AMI_FAMILIES))} and version latest or v<digits> (e.g. al2023@latest), got {alias!r}")
         implied = _AMI_FAMILIES[alias.partition("@")[0]]
@@ -1050,7 +1063,7 @@ def parse_node_class(obj: Mapping[str, Any], *, origin: str = "") -> NodeClass:
     fields = _Fields(_ref(kind, obj, namespaced=False, origin=origin))
     name = _name(fields, _metadata(fields, obj))
     spec = fields.mapping(obj.get("spec"), "spec")
-    family, ami_terms = _ami(fields, spec)
+    family, ami_terms = _ami(fields, spec, launchable=kind == "NodeClass")
     role = fields.string(spec.get("role"), "spec.role") or None
     instance_profile = fields.string(spec.get("instanceProfile"), "spec.instanceProfile") or None
     if role and instance_profile:

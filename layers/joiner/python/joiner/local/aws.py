@@ -120,11 +120,14 @@ def put_public_parameter(name: str, value: str, region: str = REGION) -> None:
     )
 
 
-def put_eks_ami_parameters(amis: Mapping[str, str], version: str = K8S_VERSION, release: str | None = None, region: str = REGION) -> None:
-    """The EKS-optimised AL2023 parameters (``recommended``, or a pinned ``release``) per arch."""
+def put_eks_ami_parameters(
+    amis: Mapping[str, str], version: str = K8S_VERSION, release: str | None = None, region: str = REGION, variant: str = "standard",
+) -> None:
+    """The EKS-optimised AL2023 parameters of ``variant`` (``standard``, ``nvidia``,
+    ``neuron``; ``recommended``, or a pinned ``release``) per arch."""
     for arch, ami in amis.items():
-        name = "recommended" if release is None else f"amazon-eks-node-al2023-{arch}-standard-{version}-{release}"
-        put_public_parameter(f"/aws/service/eks/optimized-ami/{version}/amazon-linux-2023/{arch}/standard/{name}/image_id", ami, region)
+        name = "recommended" if release is None else f"amazon-eks-node-al2023-{arch}-{variant}-{version}-{release}"
+        put_public_parameter(f"/aws/service/eks/optimized-ami/{version}/amazon-linux-2023/{arch}/{variant}/{name}/image_id", ami, region)
 
 
 # ---------------------------------------------------------------- DynamoDB and SQS

@@ -126,6 +126,9 @@ class LocalStack:
         self.network = create_network(self.ec2, self.cluster, zones)
         self.amis = moto_amis(self.ec2)
         put_eks_ami_parameters(self.amis, region=self.region)
+        # GPU and Inferentia/Trainium types launch the NVIDIA and Neuron variants (x86_64 only for Neuron).
+        put_eks_ami_parameters(self.amis, region=self.region, variant="nvidia")
+        put_eks_ami_parameters({"x86_64": self.amis["x86_64"]}, region=self.region, variant="neuron")
         create_eks_cluster(self.client("eks"), self.cluster, list(self.network.subnets.values()))
         create_state_table(self.dynamodb, self.state_table)
         create_idempotency_table(self.dynamodb, self.idempotency_table)

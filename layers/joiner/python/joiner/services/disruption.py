@@ -39,6 +39,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from joiner.domain import labels as wk
+from joiner.domain.amis import ami_key, node_variant
 from joiner.domain.disruption import (
     NOMINATION_WINDOW,
     VALIDATION_DELAY,
@@ -269,16 +270,17 @@ def _node_arch(node: Node, types: Mapping[str, InstanceType]) -> str | None:
 def _current_amis(
     runtime: Runtime, work: Any, nodes: Sequence[Node], types: Mapping[str, tuple[InstanceType, ...]], now: datetime,
 ) -> dict[str, dict[str, str]]:
-    """Per NodeClass, per architecture its nodes run: the AMI a launch would use now
+    """Per NodeClass, per architecture and AL2023 variant its nodes run (keyed by
+    :func:`~joiner.domain.amis.ami_key`): the AMI a launch would use now
     (``resolve_ami``, as provisioning calls it; cached in ``runtime.resolved`` like the
     NodeClass's subnets). A failed lookup leaves that NodeClass and architecture unknown."""
-    wanted: dict[str, set[str]] = {}
+    wanted: dict[str, set[tuple[str, str]]] = {}
     by_pool = {name: {t.name: t for t in pool_types} for name, pool_types in types.items()}
     for node in nodes:
         pool = work.pools[node.labels[wk.NODEPOOL]]
         arch = _node_arch(node, by_pool.get(pool.name, {}))
         if arch and pool.node_class in work.classes:
-            wanted.setdefault(pool.node_class, set()).add(arch)
+            wanted.setdefault(pool.node_class, set()).add((arch, node_variant(node, by_pool.get(pool.name, {}))))
     if not wanted:
         return {}
     try:
@@ -290,12 +292,12 @@ def _current_amis(
     result: dict[str, dict[str, str]] = {}
     for name in sorted(wanted):
         node_class = work.classes[name]
-        for arch in sorted(wanted[name]):
-            key = ("ami", repr(node_class), version, arch)
+        for arch, variant in sorted(wanted[name]):
+            key = ("ami", repr(node_class), version, arch, variant)
             ami = runtime.resolved.get(key, now)
             if ami is None:
                 try:
-                    ami = runtime.ec2.resolve_ami(node_class, version, arch)
+                    ami = runtime.ec2.resolve_ami(node_class, version, arch, variant)
                 except Exception as error:  # noqa: BLE001 - unknown AMI never causes drift
                     runtime.count(DRIFT_UNKNOWN_METRIC, input="ami")
                     logger.warning("drift: resolving the NodeClass's AMI failed; AMI drift skipped for it",
@@ -304,7 +306,7 @@ def _current_amis(
                 if not ami:
                     continue
                 runtime.resolved.put(key, ami, now)
-            result.setdefault(name, {})[arch] = str(ami)
+            result.setdefault(name, {})[ami_key(arch, variant)] = str(ami)
     return result
 
 

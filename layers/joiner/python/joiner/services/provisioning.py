@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from joiner.domain import labels as wk
 from joiner.domain import snapshot as snap
+from joiner.domain.amis import PUBLISHED, STANDARD, VARIANTS, variant_of, variant_requirements
 from joiner.domain.launch import (
     LaunchError,
     NoOfferingsError,
@@ -232,6 +233,8 @@ class _ClassEnv:
     subnets: tuple[Subnet, ...] = ()
     security_groups: tuple[str, ...] = ()
     error: str = ""
+    #: the Ready condition's reason when ``error`` is set
+    reason: str = ""
 
     @property
     def zones(self) -> frozenset[str]:
@@ -354,6 +357,7 @@ class _Round:
         self.daemonsets = tuple(d for d in (self._parse(lambda o: snap.parse_daemonset(o, runtime_classes), o) for o in daemonsets_raw) if d is not None)
         self.pools_raw = {str((o.get("metadata") or {}).get("name")): o for o in pools_raw}
         self.pools = {p.name: p for p in (self._parse(snap.parse_node_pool, o, event_object=True) for o in pools_raw) if p is not None}
+        self.classes_raw = {str((o.get("metadata") or {}).get("name")): o for o in classes_raw}
         self.classes = {c.name: c for c in (self._parse(snap.parse_node_class, o, event_object=True) for o in classes_raw) if c is not None}
         self.snapshot = snap.Snapshot(
             pods=self.pods,
@@ -380,12 +384,11 @@ class _Round:
     # ------------------------------------------------------------ environment
 
     def resolve_classes(self) -> None:
-        """Subnets and security groups per NodeClass a NodePool uses (cached briefly per runtime)."""
+        """Subnets and security groups of every NodeClass, and whether Joiner may pass its
+        instance profile (cached briefly per runtime; failures are tried again next round)."""
         self.envs: dict[str, _ClassEnv] = {}
-        for name in sorted({p.node_class for p in self.pools.values()}):
-            node_class = self.classes.get(name)
-            if node_class is None:
-                continue
+        for name in sorted(self.classes):
+            node_class = self.classes[name]
             key = ("class-env", repr(node_class))  # NodeClass holds dicts: its repr is the cache key
             cached = self.runtime.resolved.get(key, self.now)
             if cached is not None:
@@ -396,11 +399,16 @@ class _Round:
                 env.subnets = tuple(self.runtime.ec2.resolve_subnets(node_class.subnet_selector_terms))
                 env.security_groups = tuple(self.runtime.ec2.resolve_security_groups(node_class.security_group_selector_terms))
                 if not env.subnets:
-                    env.error = "no subnet matches subnetSelectorTerms"
+                    env.error, env.reason = "no subnet matches subnetSelectorTerms", "SubnetsNotFound"
                 elif not env.security_groups:
-                    env.error = "no security group matches securityGroupSelectorTerms"
+                    env.error, env.reason = "no security group matches securityGroupSelectorTerms", "SecurityGroupsNotFound"
             except Ec2Error as error:
-                env.error = f"resolving selectors failed: {error}"
+                env.error, env.reason = f"resolving selectors failed: {error}", "ResolutionFailed"
+            if not env.error:
+                try:
+                    self.runtime.ec2.instance_profile(node_class)
+                except Ec2Error as error:
+                    env.error, env.reason = str(error), "InstanceProfileNotAllowed"
             self.envs[name] = env
             if not env.error:
                 self.runtime.resolved.put(key, env, self.now)
@@ -656,11 +664,11 @@ class _Round:
             self.attempts[job.claim_id] = attempt + 1
             try:
                 capacity_type = choose_capacity_type(job.plan, prices, unavailable, job.env.subnets)
-                template = self._launch_template(job, capacity_type)
+                plan, template, templates = self._launch_templates(job, capacity_type)
                 request = build_fleet_request(
-                    job.plan, job.claim_id, capacity_type, job.env.subnets, template, prices, unavailable,
+                    plan, job.claim_id, capacity_type, job.env.subnets, template, prices, unavailable,
                     launch_tags(runtime.settings.cluster_name, job.pool.name, job.claim_id, job.env.node_class.tags),
-                    attempt=attempt,
+                    attempt=attempt, templates=templates,
                 )
             except NoOfferingsError as error:
                 outcome.capacity_failure = True
@@ -681,7 +689,8 @@ class _Round:
                 # same client token, so EC2 deduplicates as for any retried call (a token it
                 # did record answers IdempotentParameterMismatch: the next attempt below).
                 template_refreshed = True
-                self._forget_launch_template(request.launch_template.id)
+                for stale in request.launch_templates:
+                    self._forget_launch_template(stale.id)
                 log.warning("claim %s: launch template %s is gone (%s); re-creating it", job.claim_id, request.launch_template.name, error.code)
                 self.attempts[job.claim_id] = attempt
                 tries -= 1
@@ -703,14 +712,40 @@ class _Round:
             and isinstance(value, LaunchTemplateRef) and value.id == template_id
         )
 
-    def _launch_template(self, job: _Job, capacity_type: str) -> LaunchTemplateRef:
-        key = ("launch-template", repr(job.env.node_class), repr(job.pool), job.arch, capacity_type, job.env.security_groups)
+    def _launch_templates(self, job: _Job, capacity_type: str) -> tuple[NodeClaimPlan, LaunchTemplateRef, dict[str, LaunchTemplateRef]]:
+        """The launch template of each candidate type: one per AL2023 variant the types need
+        (``standard``, ``nvidia``, ``neuron``: :mod:`joiner.domain.amis`). Types whose variant
+        has no AMI (an alias EKS publishes no such variant for) are left out of the plan while
+        another variant launches; when none resolves, the first error is raised. Returns the
+        plan, the cheapest type's template and the template per type."""
+        variant_of_type = {t.name: variant_of(t) for t in job.types}
+        wanted = sorted({variant_of_type.get(name, STANDARD) for name in job.plan.instance_types}, key=VARIANTS.index)
+        by_variant: dict[str, LaunchTemplateRef] = {}
+        first_error: Ec2Error | None = None
+        for variant in wanted:
+            try:
+                by_variant[variant] = self._variant_template(job, capacity_type, variant)
+            except Ec2Error as error:
+                if error.code != "AMINotFound" or len(wanted) == 1:
+                    raise
+                first_error = first_error or error
+                log.warning("claim %s: no %s AMI (%s); its instance types are left out", job.claim_id, variant, error)
+        if not by_variant:
+            assert first_error is not None
+            raise first_error
+        names = tuple(name for name in job.plan.instance_types if variant_of_type.get(name, STANDARD) in by_variant)
+        plan = job.plan if len(names) == len(job.plan.instance_types) else dataclasses.replace(job.plan, instance_types=names)
+        templates = {name: by_variant[variant_of_type.get(name, STANDARD)] for name in names}
+        return plan, templates[names[0]], templates
+
+    def _variant_template(self, job: _Job, capacity_type: str, variant: str) -> LaunchTemplateRef:
+        key = ("launch-template", repr(job.env.node_class), repr(job.pool), job.arch, capacity_type, job.env.security_groups, variant)
         cached: LaunchTemplateRef | None = self.runtime.resolved.get(key, self.now)
         if cached is not None:
             return cached
         cluster = self.runtime.cluster()
         ec2 = self.runtime.ec2
-        ami = ec2.resolve_ami(job.env.node_class, cluster.version, job.arch)
+        ami = ec2.resolve_ami(job.env.node_class, cluster.version, job.arch, variant)
         template = ec2.ensure_launch_template(
             job.env.node_class, job.arch, cluster, job.env.security_groups, ami,
             labels=node_labels(job.pool, capacity_type), taints=node_taints(job.pool),
@@ -984,6 +1019,7 @@ def _run_round(runtime: Runtime, now: datetime, owner: str) -> RoundResult:
 
     work.flush_pod_events()
     _patch_pool_status(work)
+    _patch_class_status(work)
     cost = sum(c.price or 0.0 for c in work.open_by_id.values() if c.state in (LAUNCHED, REGISTERED, INITIALIZED))
     runtime.count("ManagedCostPerHour", round(cost, 6), "None")
     runtime.count("ScanCompleted", 1)
@@ -1201,6 +1237,97 @@ def _patch_pool_status(work: _Round) -> None:
             work.kube.patch_node_pool_status(name, status)
         except KubernetesError as error:
             log.warning("NodePool %s status patch failed: %s", name, error)
+
+
+#: ``maxItems`` of a NodeClass's ``status.subnets`` and ``status.securityGroups`` in the CRD.
+STATUS_MAX_ITEMS = 1000
+
+
+def _class_amis(work: _Round, node_class: NodeClass) -> tuple[list[JsonDict], str]:
+    """The AMIs a launch of this NodeClass uses now, one per architecture and AL2023 variant
+    (:data:`~joiner.domain.amis.PUBLISHED`; one per architecture for AMIs chosen by id, name
+    or tags), as ``status.amis`` entries, and the first lookup error. Shares the disruption
+    pass's cache keys; lookups EKS answers with no such AMI are remembered as misses."""
+    try:
+        version = work.runtime.cluster().version
+    except Exception as error:  # noqa: BLE001 - reported in the condition, tried again next round
+        return [], f"reading the cluster's Kubernetes version failed: {error}"
+    by_alias = any(term.alias for term in node_class.ami_selector_terms) or not node_class.ami_selector_terms
+    wanted = PUBLISHED if by_alias else tuple((arch, STANDARD) for arch in sorted({arch for arch, _ in PUBLISHED}))
+    amis: list[JsonDict] = []
+    first_error = ""
+    for arch, variant in wanted:
+        key = ("ami", repr(node_class), version, arch, variant)
+        missing = ("ami-missing", *key[1:])
+        ami = work.runtime.resolved.get(key, work.now)
+        if ami is None and work.runtime.resolved.get(missing, work.now) is None:
+            try:
+                ami = work.runtime.ec2.resolve_ami(node_class, version, arch, variant)
+            except Ec2Error as error:
+                first_error = first_error or str(error)
+                if error.code == "AMINotFound":
+                    work.runtime.resolved.put(missing, str(error), work.now)
+                continue
+            if ami:
+                work.runtime.resolved.put(key, ami, work.now)
+        if ami:
+            requirements: list[JsonDict] = [{"key": wk.ARCH, "operator": "In", "values": [arch]}]
+            if by_alias:
+                requirements += variant_requirements(variant)
+            amis.append({"id": str(ami), "requirements": requirements})
+    if not amis and not first_error:
+        first_error = str(work.runtime.resolved.get(("ami-missing", repr(node_class), version, *wanted[0]), work.now) or "no AMI resolved")
+    return amis, first_error
+
+
+def _patch_class_status(work: _Round) -> None:
+    """NodeClass status: what its selectors resolve to (subnets, security groups, AMIs) and a
+    Ready condition saying whether nodes can launch from it, and if not, why. Written only
+    when something changed (the condition's transition time is kept while it holds)."""
+    for name in sorted(work.classes_raw):
+        raw = work.classes_raw[name]
+        current = raw.get("status") or {}
+        node_class = work.classes.get(name)
+        env = work.envs.get(name)
+        subnets: list[JsonDict] = []
+        groups: list[JsonDict] = []
+        amis: list[JsonDict] = []
+        if node_class is None:
+            problem, reason = work.invalid_by_name.get((str(raw.get("kind")), name), "cannot be read"), "InvalidSpec"
+        elif env is None:
+            problem, reason = "not resolved", "ResolutionFailed"
+        else:
+            # within the CRD's maxItems, or the API server would refuse the whole patch
+            subnets = [{"id": s.id, "zone": s.zone} for s in sorted(env.subnets, key=lambda s: (s.zone, s.id))][:STATUS_MAX_ITEMS]
+            groups = [{"id": group} for group in sorted(env.security_groups)][:STATUS_MAX_ITEMS]
+            problem, reason = env.error, env.reason or "ResolutionFailed"
+            if not problem:
+                amis, ami_error = _class_amis(work, node_class)
+                if not amis:
+                    problem, reason = f"no AMI: {ami_error}", "AMINotFound"
+        ready: JsonDict = {
+            "type": "Ready",
+            "status": "False" if problem else "True",
+            "reason": reason if problem else "Ready",
+            "message": problem,
+        }
+        generation = (raw.get("metadata") or {}).get("generation")
+        if isinstance(generation, int):
+            ready["observedGeneration"] = generation
+        previous = next((c for c in current.get("conditions") or [] if isinstance(c, dict) and c.get("type") == "Ready"), None)
+        unchanged = previous is not None and all(previous.get(k) == v for k, v in ready.items())
+        ready["lastTransitionTime"] = (
+            previous.get("lastTransitionTime") if previous is not None and previous.get("status") == ready["status"] and previous.get("lastTransitionTime")
+            else work.now.strftime("%Y-%m-%dT%H:%M:%SZ")
+        )
+        others = [c for c in current.get("conditions") or [] if isinstance(c, dict) and c.get("type") != "Ready"]
+        status: JsonDict = {"subnets": subnets, "securityGroups": groups, "amis": amis, "conditions": [*others, ready]}
+        if unchanged and all(current.get(field) == status[field] for field in ("subnets", "securityGroups", "amis")):
+            continue
+        try:
+            work.kube.patch_node_class_status(name, status)
+        except KubernetesError as error:
+            log.warning("NodeClass %s status patch failed: %s", name, error)
 
 
 # ---------------------------------------------------------------- helpers
