@@ -295,6 +295,10 @@ class KubernetesClient:
         node.setdefault("kind", "Node")
         return node
 
+    def list_events(self) -> list[JsonDict]:
+        """Core v1 Events in every namespace (``joiner status``; the functions never read them)."""
+        return self._list("/api/v1/events", "Event", "v1")
+
     def list_daemonsets(self) -> list[JsonDict]:
         return self._list("/apis/apps/v1/daemonsets", "DaemonSet", "apps/v1")
 

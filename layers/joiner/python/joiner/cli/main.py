@@ -17,6 +17,7 @@ COMMANDS: dict[str, str] = {
     "disrupt": "disrupt",
     "events": "events",
     "import-karpenter": "import_karpenter",
+    "status": "status",
     "demo": "demo",
     "simulate": "demo",
 }
