@@ -13,6 +13,7 @@ from joiner.domain.resources import Resources
 from joiner.ports import ClaimRecord, KubernetesError
 from joiner.services.context import build_runtime
 from joiner.services.termination import (
+    LEASE_TTL_SECONDS,
     SAFETY_DELAY_SECONDS,
     TERMINATION_KIND,
     TerminationBusy,
@@ -519,3 +520,39 @@ def test_a_step_that_loses_its_lease_stops_acting(world: World, monkeypatch: pyt
     assert result.status == "busy"
     assert len(world.kube.evictions) == 1  # the other two are left to the lease's new holder
     assert world.state.acquire_lease("termination/n1", "the-safety-continuation", world.clock.now(), 5)  # still theirs
+
+
+def test_a_step_that_dies_between_scheduling_and_saving_its_successor_is_carried_on(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Soak seed 73: a step died right after it saved its next generation and before it sent
+    that generation's message, so its safety continuation (one generation behind) was
+    dropped as stale and the drain stopped 105 s before the reclaim. Now a step schedules
+    its successor first and saves second: a death between the two leaves a message one
+    generation ahead of the stored state, which runs the next step."""
+    for name in ("a", "b"):
+        world.pod(name)
+    world.pod("pinned", annotations={wk.DO_NOT_DISRUPT: "true"})  # keeps the drain going past the first step
+    deadline = EPOCH + timedelta(minutes=2)
+    real_put = world.state.put_item
+    calls = {"saves": 0}
+
+    def dying_put(kind: str, item_id: str, data: Any, **options: Any) -> Any:
+        if kind == TERMINATION_KIND and data.get("generation", 0) >= 1:
+            calls["saves"] += 1
+            monkeypatch.setattr(world.state, "put_item", real_put)
+            monkeypatch.setattr(world.state, "release_lease", lambda name, owner: None)
+            raise _EnvironmentGone  # the step's closing save never happens
+        return real_put(kind, item_id, data, **options)
+
+    monkeypatch.setattr(world.state, "put_item", dying_put)
+    with pytest.raises(_EnvironmentGone):
+        begin_termination(world.runtime, "n1", "spot-interruption", deadline, EPOCH, instance_id=INSTANCE, claim_id="c1")
+    assert calls["saves"] == 1 and sorted(world.kube.evictions) == ["default/a", "default/b"]
+    stored = world.state.get_item(TERMINATION_KIND, "n1")
+    assert stored is not None and stored["generation"] == 0  # the successor's generation was never saved
+    body, delay = world.next_message()
+    assert body["generation"] == 1 and delay < 60  # ... but its message was sent
+    world.clock.advance(LEASE_TTL_SECONDS + 1)  # the dead step's lease expires
+    carried = handle_continuation(world.runtime, body, world.clock.now())
+    assert carried.status in ("draining", "terminated") and carried.generation >= 1
+    assert world.run_until_done()[-1] == "terminated"
+    assert world.clock.now() <= deadline

@@ -286,6 +286,17 @@ def _load(runtime: Runtime, node: str) -> TerminationState | None:
     return TerminationState.from_dict(data) if data else None
 
 
+def _advance(runtime: Runtime, state: TerminationState, now: datetime, at: datetime | None) -> int:
+    """Schedule the step of ``state.generation``, then save ``state``. In this order a death
+    between the two calls leaves a message whose generation is ahead of the stored one, which
+    :func:`continue_termination` runs; the other order would leave a saved generation that no
+    message carries, and the step's safety continuation, one generation behind, would be
+    dropped as stale (soak seed 73: a drain stopped 105 s before the reclaim)."""
+    delay = _schedule(runtime, state, now, at)
+    _save_touched(runtime, state, now)
+    return delay
+
+
 def _schedule(runtime: Runtime, state: TerminationState, now: datetime, at: datetime | None) -> int:
     delay = 1 if at is None else math.ceil((at - now).total_seconds())
     delay = max(1, min(MAX_DELAY_SECONDS, delay))
@@ -445,8 +456,7 @@ def begin_termination(
             return replace(result, status=status if result.status in ("draining", "replacing") else result.status)
         launch_pods = runtime.kube.list_pods_on_node(node_name)
         state = replace(state, launching_since=now, generation=state.generation + 1)
-        _save_touched(runtime, state, now)
-        _schedule(runtime, state, now, now + FIRST_STEP_WITHIN)
+        _advance(runtime, state, now, now + FIRST_STEP_WITHIN)
 
     assert replace_pods is not None
     try:
@@ -596,8 +606,9 @@ def _record_launch(
 def continue_termination(runtime: Runtime, node_name: str, now: datetime, *, generation: int | None = None) -> TerminationResult:
     """Run the next step of a termination in progress (a work-queue continuation).
 
-    ``generation`` is the one the message carries; a mismatch means the message is stale
-    and it is dropped. When another invocation holds the node's lease, the same message is
+    ``generation`` is the one the message carries; an older one means the message is stale
+    and it is dropped (a newer one: the step that sent it died before saving, and this one
+    goes on from the stored state). When another invocation holds the node's lease, the same message is
     sent again :data:`BUSY_RETRY_SECONDS` later and this one is done (status ``busy``): the
     holder either finishes its step (the message then goes stale) or died (its lease
     expires within :data:`LEASE_TTL_SECONDS`). Raises on DynamoDB or SQS errors (the message
@@ -617,8 +628,10 @@ def continue_termination(runtime: Runtime, node_name: str, now: datetime, *, gen
             state = _state_from_request(runtime, node_name, now)
             if state is None:
                 return TerminationResult(node_name, "unknown")
-        if generation is not None and generation != state.generation:
+        if generation is not None and generation < state.generation:
             return TerminationResult(node_name, "stale", generation=state.generation, phase=state.phase)
+        # generation > stored: the step that scheduled this message died before saving
+        # (see _advance); its state is the stored one, and this message carries the chain on.
         if generation is None:
             state = _apply_request(runtime, state, now)  # an urgent event's request (see _leave_request); saved if any
         try:
@@ -720,11 +733,10 @@ def _retry_soon(runtime: Runtime, state: TerminationState, now: datetime, error:
         state = stored
     failures = state.step_failures + 1
     state = replace(state, generation=state.generation + 1, step_failures=failures)
-    _save_touched(runtime, state, now)
     wake = now + step_retry_delay(failures, now, state.deadline)
     if state.deadline is not None and state.deadline > now:
         wake = min(wake, state.deadline)
-    delay = _schedule(runtime, state, now, wake)
+    delay = _advance(runtime, state, now, wake)
     runtime.count("TerminationStepFailed")
     text = f"{type(error).__name__}: {error}"
     logger.warning("termination step failed; retrying soon", extra={"node": state.node, "error": text, "failures": failures, "next_step_in": delay})
@@ -757,11 +769,10 @@ def _run_step(
         if not ready:
             requested = _take_request_if_slow(runtime, state, now, began)  # a spot warning meanwhile: drain a second from now
             state = replace(requested, generation=state.generation + 1, step_failures=0)
-            _save_touched(runtime, state, now)
             wake = now + REPLACEMENT_POLL if requested.phase == PHASE_REPLACING else now
             if state.deadline is not None:
                 wake = min(wake, state.deadline)
-            delay = _schedule(runtime, state, now, wake)
+            delay = _advance(runtime, state, now, wake)
             return TerminationResult(state.node, "replacing", state.generation, next_step_in=delay, phase=state.phase, waiting=(("replacement", why),))
         state = replace(state, phase=PHASE_DRAINING)
         _record_event(runtime, node, "DrainStarted", f"replacement {why}; draining")
@@ -807,8 +818,7 @@ def _run_step(
     requested = _take_request_if_slow(runtime, state, now, began)
     next_at = None if requested is not state else step.next_check_at
     state = replace(requested, generation=state.generation + 1, step_failures=0)
-    _save_touched(runtime, state, now)
-    delay = _schedule(runtime, state, now, next_at)
+    delay = _advance(runtime, state, now, next_at)
     return TerminationResult(
         state.node, "draining", state.generation, evicted=evicted_t, blocked=blocked_t, deleted=deleted_t,
         waiting=step.waiting, next_step_in=delay, phase=state.phase, failed=failed_t,
