@@ -39,6 +39,7 @@ CONTEXT_KEYS: dict[str, str] = {
     "nodeRoleArn": "node_role_arn",
     "createAccessEntry": "create_access_entry",
     "dashboardName": "dashboard_name",
+    "logLevel": "log_level",
     "pendingPodAgeAlarmSeconds": "pending_pod_age_alarm_seconds",
     "capacityErrorsAlarmThreshold": "capacity_errors_alarm_threshold",
     "interruptionQueueAgeAlarmSeconds": "interruption_queue_age_alarm_seconds",
@@ -60,6 +61,7 @@ _SUBNET_ID = re.compile(r"^subnet-[0-9a-f]{8,17}$")
 _SECURITY_GROUP_ID = re.compile(r"^sg-[0-9a-f]{8,17}$")
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 _TOPIC_ARN = re.compile(r"^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_-]{1,256}$")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 _DASHBOARD_NAME = re.compile(r"^[A-Za-z0-9_-]{1,255}$")
 _ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/(?:[\w+=,.@-]+/)*([\w+=,.@-]{1,64})$")
 
@@ -87,6 +89,8 @@ class JoinerConfig:
     alarm_topic_arn: str | None = None
     node_role_arn: str | None = None
     create_access_entry: bool = True
+    #: The functions' log level (POWERTOOLS_LOG_LEVEL).
+    log_level: str = "INFO"
     #: The CloudWatch dashboard's name (default ``Joiner-<cluster>``; unique per account and region).
     dashboard_name: str | None = None
     pending_pod_age_alarm_seconds: int = 300
@@ -134,6 +138,8 @@ class JoinerConfig:
             fail("nodeRoleArn", f"{self.node_role_arn!r} is not an IAM role ARN")
         if not isinstance(self.create_access_entry, bool):
             fail("createAccessEntry", f"must be true or false, got {self.create_access_entry!r}")
+        if self.log_level not in LOG_LEVELS:
+            fail("logLevel", f"must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
         if self.dashboard_name is not None and not _DASHBOARD_NAME.match(self.dashboard_name):
             fail("dashboardName", f"{self.dashboard_name!r} is not a dashboard name (1-255 letters, digits, '-' and '_')")
         for key, (smallest, largest) in _INTEGER_BOUNDS.items():
@@ -199,6 +205,8 @@ def _coerce(key: str, raw: Any) -> Any:
             except ValueError:
                 raise ConfigError(f"context {key!r}: {raw!r} is not a whole number") from None
         return raw
+    if key == "logLevel" and isinstance(raw, str):
+        return raw.strip().upper()
     if key == "createAccessEntry":
         if isinstance(raw, str):
             lowered = raw.strip().lower()

@@ -77,6 +77,7 @@ class Joiner(Construct):
             "JOINER_NODE_ROLE": self.node_role.role_name,
             "POWERTOOLS_SERVICE_NAME": "joiner",
             "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
+            "POWERTOOLS_LOG_LEVEL": config.log_level,
         }
         self.functions = JoinerFunctions(
             self, "Functions", layer=self.layer.layer, roles=self.access.roles, role_policies=self.access.policies,

@@ -71,6 +71,7 @@ def synthesized_private(tmp_path_factory: pytest.TempPathFactory) -> Synthesized
             "capacityErrorsAlarmThreshold": 25,
             "interruptionQueueAgeAlarmSeconds": "45",
             "dashboardName": "platform-private",
+            "logLevel": "debug",
         },
         tmp_path_factory.mktemp("cdk-private"),
     )

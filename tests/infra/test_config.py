@@ -50,6 +50,7 @@ def test_node_role_name_comes_from_the_arn_path():
         ({"clusterName": "a", "alarmTopicArn": "arn:aws:sqs:us-east-1:123456789012:q"}, "context 'alarmTopicArn'"),
         ({"clusterName": "a", "nodeRoleArn": "NodeRole"}, "context 'nodeRoleArn': 'NodeRole' is not an IAM role ARN"),
         ({"clusterName": "a", "createAccessEntry": "maybe"}, "context 'createAccessEntry': must be true or false"),
+        ({"clusterName": "a", "logLevel": "loud"}, "context 'logLevel': must be one of DEBUG, INFO, WARNING, ERROR, got 'LOUD'"),
         ({"clusterName": "a", "dashboardName": "my dashboard"}, "context 'dashboardName': 'my dashboard' is not a dashboard name"),
         ({"clusterName": "a", "pendingPodAgeAlarmSeconds": "10"}, "context 'pendingPodAgeAlarmSeconds': must be a whole number from 60 to 86400"),
         ({"clusterName": "a", "pendingPodAgeAlarmSeconds": "5m"}, "context 'pendingPodAgeAlarmSeconds': '5m' is not a whole number"),

@@ -483,6 +483,13 @@ def test_dashboard_shows_pending_pods_launches_interruptions_and_cost(synthesize
 # ---------------------------------------------------------------- private-cluster variant
 
 
+def test_the_functions_log_level_is_configurable(synthesized, synthesized_private):
+    for synth, level in ((synthesized, "INFO"), (synthesized_private, "DEBUG")):
+        for spec in FUNCTION_SPECS:
+            variables = synth.template["Resources"][function_id(synth, spec.name)]["Properties"]["Environment"]["Variables"]
+            assert variables["POWERTOOLS_LOG_LEVEL"] == level
+
+
 def test_alarm_thresholds_and_the_dashboard_name_are_configurable(synthesized_private):
     thresholds = {a["Properties"]["MetricName"]: a["Properties"]["Threshold"] for a in synthesized_private.resources("AWS::CloudWatch::Alarm").values()
                   if a["Properties"].get("MetricName") in ("PendingPodAgeSeconds", "CapacityErrors", "ApproximateAgeOfOldestMessage")}
