@@ -35,9 +35,26 @@ def test_scheduled_budget_window_stops_consolidation(capsys):
 
 def test_table_output(capsys):
     assert main(["disrupt", str(EXAMPLE), "--now", "2025-01-06T12:00:00Z"]) == 0
-    out = capsys.readouterr().out
-    assert "consolidation: ip-10-0-1-10.ec2.internal, ip-10-0-1-11.ec2.internal  saves $0.3400/h" in out
-    assert "blocked ip-10-0-1-13.ec2.internal" in out
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["METHOD", "NODES", "SAVES/H", "REPLACEMENTS", "REASON"]
+    method, nodes, saves, replacements, *reason = lines[1].split()
+    assert (method, nodes, saves, replacements) == ("consolidation", "ip-10-0-1-10.ec2.internal,ip-10-0-1-11.ec2.internal", "0.3400", "-")
+    assert lines[1].endswith("...") and len(lines[1]) < 200  # the reason is cut in the table ...
+    blocked = lines.index("") + 1
+    assert lines[blocked].split() == ["NOT", "DISRUPTED", "REASON"]
+    assert lines[blocked + 1].startswith("ip-10-0-1-13.ec2.internal") and "do-not-disrupt" in lines[blocked + 1]
+
+
+def test_wide_and_yaml_output(capsys):
+    import yaml
+
+    assert main(["disrupt", str(EXAMPLE), "--now", "2025-01-06T12:00:00Z", "-o", "wide"]) == 0
+    wide = capsys.readouterr().out.splitlines()
+    assert not wide[1].endswith("...")  # ... and whole in wide
+    assert main(["disrupt", str(EXAMPLE), "--now", "2025-01-06T12:00:00Z", "-o", "json"]) == 0
+    as_json = json.loads(capsys.readouterr().out)
+    assert main(["disrupt", str(EXAMPLE), "--now", "2025-01-06T12:00:00Z", "-o", "yaml"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out) == as_json
 
 
 def test_replacement_in_json(tmp_path, capsys):

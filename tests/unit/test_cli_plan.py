@@ -154,3 +154,32 @@ def test_region_selects_a_bundled_catalog_and_names_what_is_bundled(tmp_path: Pa
     assert "no bundled catalog for region 'eu-west-1' (bundled: us-east-1)" in err and len(err.strip().splitlines()) == 1
     code, _, err = run(capsys, "plan", path, "--region", "eu-west-1", "--catalog", str(catalog_file(tmp_path)))
     assert code == 2 and "not both" in err
+
+
+def test_no_new_nodes_is_told_apart_from_pods_nothing_can_host(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    snapshot = (ROOT / "examples/snapshots/classic.yaml").read_text()
+    lines = snapshot.splitlines()
+    ref = next(i for i, line in enumerate(lines) if "nodeClassRef" in line)
+    name = next(i for i in range(ref, ref + 4) if lines[i].strip() == "name: default")
+    lines[name] = lines[name].replace("name: default", "name: missing")
+    path = tmp_path / "missing.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    assert main(["plan", str(path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "no new nodes: 20 pod(s) that no NodePool can host"
+    assert out[1] == "unschedulable default/inflate-00: nodepool \"default\": its NodeClass 'missing' does not exist"
+    empty = tmp_path / "empty.yaml"
+    empty.write_text(snapshot.split("---\napiVersion: v1\nkind: Pod")[0])  # the NodeClass and NodePool, no pods
+    assert main(["plan", str(empty)]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "no new nodes needed"
+
+
+def test_wide_lists_every_instance_type_and_yaml_is_the_json_object(capsys: pytest.CaptureFixture[str]) -> None:
+    example = str(ROOT / "examples/snapshots/classic.yaml")
+    assert main(["plan", example, "-o", "json"]) == 0
+    as_json = json.loads(capsys.readouterr().out)
+    assert main(["plan", example, "-o", "yaml"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out) == as_json
+    assert main(["plan", example, "-o", "wide"]) == 0
+    wide = capsys.readouterr().out.splitlines()
+    assert wide[0].split()[:3] == ["NODEPOOL", "INSTANCE", "TYPE"] and len(wide) >= 1 + len(as_json["nodeClaims"])

@@ -1,4 +1,4 @@
-"""``joiner disrupt SNAPSHOT [--catalog FILE] [--now TIME] [-o json|table]``: what one
+"""``joiner disrupt SNAPSHOT [--catalog FILE] [--now TIME] [-o table|wide|json|yaml]``: what one
 disruption pass would do to a cluster snapshot.
 
 The contract: ``-o json`` prints exactly one JSON object
@@ -17,14 +17,13 @@ resolution only where every term names an ID (any other term: unknown, no drift)
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from joiner.cli.inputs import add_snapshot_arguments, load_snapshot_and_catalog
 from joiner.cli.main import UsageError
+from joiner.cli.output import columns, emit
 
 if TYPE_CHECKING:
     from joiner.domain.disruption import Decision, NodeFacts, ResolvedNodeClass
@@ -99,25 +98,28 @@ def run(args: argparse.Namespace) -> int:
     decision = decide(DisruptionInput(
         snapshot=snapshot, instance_types=types, now=now, facts=offline_facts(snapshot), node_classes=offline_node_classes(snapshot),
     ))
-    if args.output == "json":
-        json.dump(decision.to_dict(), sys.stdout, separators=(",", ":"))
-        sys.stdout.write("\n")
-        return 0
-    sys.stdout.write(render_table(decision))
+    emit(args.output, decision.to_dict(), lambda wide: render_table(decision, wide=wide))
     return 0
 
 
-def render_table(decision: Decision) -> str:
-    """Human-readable decision: one block per command, then blocked nodes."""
+def render_table(decision: Decision, *, wide: bool = False) -> str:
+    """The commands as a table (``wide``: every replacement type and the reason in full),
+    then the nodes that were not disrupted and why."""
     lines = []
-    if not decision.commands:
+    if decision.commands:
+        rows = []
+        for command in decision.commands:
+            replacements = []
+            for replacement in command.replacements:
+                types = replacement.instance_types if wide else replacement.instance_types[:1]
+                more = "" if wide or len(replacement.instance_types) == 1 else f" (+{len(replacement.instance_types) - 1})"
+                replacements.append(f"{'|'.join(types)}{more} <= ${replacement.price:.4f}/h")
+            reason = command.reason if wide or len(command.reason) <= 80 else command.reason[:77] + "..."
+            rows.append((command.method, ",".join(command.nodes), f"{command.savings_per_hour:.4f}", "; ".join(replacements) or "-", reason))
+        lines += columns(("METHOD", "NODES", "SAVES/H", "REPLACEMENTS", "REASON"), rows, frozenset({2}))
+    else:
         lines.append("no disruption")
-    for command in decision.commands:
-        lines.append(f"{command.method}: {', '.join(command.nodes)}  saves ${command.savings_per_hour:.4f}/h")
-        for replacement in command.replacements:
-            more = f" (+{len(replacement.instance_types) - 1} more)" if len(replacement.instance_types) > 1 else ""
-            lines.append(f"  replace with {replacement.instance_types[0]}{more} at most ${replacement.price:.4f}/h")
-        lines.append(f"  {command.reason}")
-    for item in decision.blocked:
-        lines.append(f"blocked {item.node}: {item.reason}")
+    if decision.blocked:
+        lines.append("")
+        lines += columns(("NOT DISRUPTED", "REASON"), [(item.node, item.reason) for item in decision.blocked])
     return "\n".join(lines) + "\n"

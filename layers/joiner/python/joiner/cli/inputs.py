@@ -18,13 +18,15 @@ __all__ = ["add_snapshot_arguments", "read_text", "load_snapshot_and_catalog"]
 
 
 def add_snapshot_arguments(parser: argparse.ArgumentParser) -> None:
-    """``SNAPSHOT``, ``--catalog FILE``, ``--region`` and ``-o json|table``."""
+    """``SNAPSHOT``, ``--catalog FILE``, ``--region`` and ``-o table|wide|json|yaml``."""
     parser.add_argument("snapshot", help="YAML with Pods, Nodes, DaemonSets, PDBs, RuntimeClasses, NodePools and NodeClasses ('-' for stdin)")
     parser.add_argument("--catalog", help="instance catalog file (YAML/JSON); default: the bundled us-east-1 catalog (on-demand prices)")
     parser.add_argument("--region", default="us-east-1",
                         help="bundled catalog to plan with when no --catalog is given (bundled: us-east-1; "
                              "for another region export one with a catalog file)")
-    parser.add_argument("-o", "--output", choices=("json", "table"), default="table")
+    from joiner.cli.output import add_output_argument
+
+    add_output_argument(parser)
 
 
 def read_text(path: str, what: str) -> str:

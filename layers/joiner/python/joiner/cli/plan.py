@@ -1,4 +1,4 @@
-"""``joiner plan SNAPSHOT [--catalog FILE] [-o json|table]``: the nodes Joiner would launch.
+"""``joiner plan SNAPSHOT [--catalog FILE] [-o table|wide|json|yaml]``: the nodes Joiner would launch.
 
 The contract other tools rely on: ``-o json`` prints exactly one JSON object
 (``nodeClaims``, ``existingNodes``, ``unschedulable``, ``costPerHour``); malformed input
@@ -8,10 +8,9 @@ exits with status 2 and one line naming the object and field.
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 
 from joiner.cli.inputs import add_snapshot_arguments, load_snapshot_and_catalog
+from joiner.cli.output import columns, emit
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -25,33 +24,29 @@ def run(args: argparse.Namespace) -> int:
 
     snapshot, catalog = load_snapshot_and_catalog(args)
     plan = plan_snapshot(snapshot, catalog)
-    if args.output == "json":
-        json.dump(plan.to_dict(), sys.stdout, separators=(",", ":"))
-        sys.stdout.write("\n")
-        return 0
-    sys.stdout.write(render_table(plan))
+    emit(args.output, plan.to_dict(), lambda wide: render_table(plan, wide=wide))
     return 0
 
 
-def render_table(plan) -> str:  # type: ignore[no-untyped-def]
-    """Human-readable plan: one row per claim, then existing placements and unschedulable pods."""
+def render_table(plan, *, wide: bool = False) -> str:  # type: ignore[no-untyped-def]
+    """Human-readable plan: one row per claim (``wide``: every instance type it may launch as),
+    then existing placements and the pods nothing can host."""
     lines = []
     if plan.node_claims:
-        rows = [("NODEPOOL", "INSTANCE TYPE", "PRICE/H", "PODS", "ZONES", "CAPACITY", "ALTERNATIVES")]
+        rows = []
         for claim in plan.node_claims:
-            alternatives = ", ".join(claim.instance_types[1:4]) + (" ..." if len(claim.instance_types) > 4 else "")
+            shown = claim.instance_types[1:] if wide else claim.instance_types[1:4]
+            alternatives = ", ".join(shown) + (" ..." if not wide and len(claim.instance_types) > 4 else "")
             rows.append((claim.node_pool, claim.instance_types[0], f"{claim.price:.4f}", str(len(claim.pods)),
-                         ",".join(claim.zones), ",".join(claim.capacity_types), alternatives))
-        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
-        numeric = {2, 3}
-        for row in rows:
-            cells = [cell.rjust(widths[i]) if i in numeric else cell.ljust(widths[i]) for i, cell in enumerate(row[:-1])]
-            lines.append("  ".join(cells + [row[-1]]).rstrip())
+                         ",".join(claim.zones), ",".join(claim.capacity_types), alternatives or "-"))
+        lines += columns(("NODEPOOL", "INSTANCE TYPE", "PRICE/H", "PODS", "ZONES", "CAPACITY", "ALTERNATIVES"), rows, frozenset({2, 3}))
+    elif plan.unschedulable:
+        lines.append(f"no new nodes: {len(plan.unschedulable)} pod(s) that no NodePool can host")
     else:
         lines.append("no new nodes needed")
     for node in plan.existing_nodes:
         if node.pods:
-            lines.append(f"existing node {node.name}: {len(node.pods)} pod(s)")
+            lines.append(f"existing node {node.name}: {len(node.pods)} pod(s)" + (f" ({', '.join(node.pods)})" if wide else ""))
     for item in plan.unschedulable:
         lines.append(f"unschedulable {item.pod}: {item.reason}")
     lines.append(f"new nodes: {len(plan.node_claims)}, cost per hour: ${plan.cost_per_hour:.4f}")

@@ -8,13 +8,12 @@ is ``--table``, or the ``StateTableName`` output of ``--stack`` (CloudFormation)
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import sys
 from datetime import UTC, datetime
 from typing import Any
 
 from joiner.cli.main import UsageError
+from joiner.cli.output import add_output_argument, emit
 
 #: infra.stack.stack_name_for: the stack `make deploy` creates is Joiner-<cluster>.
 DEFAULT_STACK_PREFIX = "Joiner-"
@@ -29,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
     parser.add_argument("--context", help="kubeconfig context (default: the current one)")
     parser.add_argument("--at", help="evaluate ages and expiries as of this ISO 8601 time (default: now)")
-    parser.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    add_output_argument(parser)
     parser.set_defaults(handler=run)
 
 
@@ -66,11 +65,8 @@ def run(args: argparse.Namespace) -> int:
         if type(error).__module__.startswith("kubernetes"):
             raise UsageError(f"kubeconfig {kubeconfig}: {error}") from None
         raise
-    if args.output == "json":
-        json.dump(status.to_dict(), sys.stdout, indent=2 if sys.stdout.isatty() else None, separators=None if sys.stdout.isatty() else (",", ":"))
-        sys.stdout.write("\n")
-    else:
-        sys.stdout.write(render_table(status.to_dict()))
+    data = status.to_dict()
+    emit(args.output, data, lambda wide: render_table(data, wide=wide))
     return 0
 
 
@@ -110,8 +106,8 @@ def _quantities(values: dict[str, str]) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(values.items())) or "-"
 
 
-def render_table(status: dict[str, Any]) -> str:
-    """The sections of ``joiner status`` as kubectl-like tables."""
+def render_table(status: dict[str, Any], *, wide: bool = False) -> str:
+    """The sections of ``joiner status`` as kubectl-like tables (``wide``: messages in full)."""
     out: list[str] = []
     pools = status["nodePools"]
     out += ["NODEPOOLS"] + (_rows(("NAME", "NODECLASS", "READY", "NODES", "CAPACITY", "RESERVED", "LIMITS", "IN FLIGHT"), [
@@ -133,5 +129,5 @@ def render_table(status: dict[str, Any]) -> str:
         out += ["", "UNAVAILABLE OFFERINGS"] + _rows(("TYPE", "ZONE", "CAPACITY"), [(u["instanceType"], u["zone"], u["capacityType"]) for u in unavailable])
     decisions = status["recentDecisions"]
     out += ["", "RECENT DECISIONS"] + (_rows(("TIME", "OBJECT", "REASON", "MESSAGE"), [
-        (d["time"], d["object"], str(d["reason"]), str(d["message"] or "")[:120]) for d in decisions]) if decisions else ["  none"])
+        (d["time"], d["object"], str(d["reason"]), str(d["message"] or "") if wide else str(d["message"] or "")[:120]) for d in decisions]) if decisions else ["  none"])
     return "\n".join(out) + "\n"

@@ -58,6 +58,7 @@ def build_problem(
         unavailable=unavailable,
         catalog_names=frozenset(catalog.names),
         catalog_region=catalog.region or "",
+        node_classes=frozenset(node_class.name for node_class in snapshot.node_classes),
     )
 
 

@@ -108,6 +108,9 @@ class Context:
         if hostname is not None and hostname.operator() not in NEGATIVE_OPERATORS:
             return f"incompatible requirements, key {wk.HOSTNAME}, a new node's hostname is not known in advance"
         if not pool.types:
+            known = self.problem.node_classes
+            if known is not None and pool.pool.node_class not in known:
+                return f"its NodeClass {pool.pool.node_class!r} does not exist"
             return "no instance types available"
         return self.template_shapes[pool.index].merge(variant.sid, variant.requirements)
 

@@ -35,6 +35,9 @@ class SchedulingProblem:
     pool_usage: Mapping[str, Resources] = field(default_factory=dict)
     catalog_names: frozenset[str] = frozenset()
     catalog_region: str = ""
+    #: The NodeClasses that exist (None: not known), so a NodePool naming another one is
+    #: reported as such rather than as having no instance types.
+    node_classes: frozenset[str] | None = None
 
     def canonical(self) -> SchedulingProblem:
         """The same problem with every collection in a total order, so any input order
@@ -51,4 +54,5 @@ class SchedulingProblem:
             pool_usage=dict(sorted(self.pool_usage.items())),
             catalog_names=self.catalog_names,
             catalog_region=self.catalog_region,
+            node_classes=self.node_classes,
         )
