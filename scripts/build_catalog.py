@@ -4,6 +4,8 @@ Inputs (read only here, never by the package at run time):
 
 * moto's bundled copy of real EC2 ``DescribeInstanceTypes`` records and the per-zone
   ``DescribeInstanceTypeOfferings`` for the region (``moto/ec2/resources/``);
+* ``scripts/data/instance-types-supplement.json``: the same facts for the priced types moto
+  lacks (p2, p3, g2, g3, g4ad, f1, dl1, i3.metal, cr1, u-*tb1), with the zones of a sibling type;
 * a JSON file of on-demand Linux shared-tenancy prices,
   ``{"prices": {"<region>": {"<type>": <USD per hour>}}, "generated_at": ..., "source": ...}``.
 
@@ -30,6 +32,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "layers" / "joiner" / "python"))
 DEFAULT_OUTPUT_DIR = REPO / "layers" / "joiner" / "python" / "joiner" / "data"
+DEFAULT_SUPPLEMENT = REPO / "scripts" / "data" / "instance-types-supplement.json"
 FORMAT_VERSION = 1
 
 
@@ -53,7 +56,38 @@ def convert(record: dict[str, Any], zones: list[str], price: float) -> dict[str,
     return None if info is None else _info_document(info)
 
 
-def build(region: str, resources: Path, prices_path: Path) -> tuple[dict[str, Any], dict[str, int]]:
+def supplement_record(row: list[Any]) -> dict[str, Any]:
+    """A ``DescribeInstanceTypes``-shaped record from one supplement row (the fields the
+    catalog reads)."""
+    name, vcpus, memory, manufacturer, hypervisor, bare_metal, enis, ipv4, ebs, storage, gpu, usage, _ = row
+    record: dict[str, Any] = {
+        "InstanceType": name, "VCpuInfo": {"DefaultVCpus": vcpus}, "MemoryInfo": {"SizeInMiB": memory},
+        "ProcessorInfo": {"Manufacturer": manufacturer, "SupportedArchitectures": ["x86_64"]},
+        "Hypervisor": hypervisor, "BareMetal": bare_metal, "SupportedUsageClasses": list(usage),
+        "NetworkInfo": {"MaximumNetworkInterfaces": enis, "Ipv4AddressesPerInterface": ipv4, "DefaultNetworkCardIndex": 0,
+                        "NetworkCards": [{"NetworkCardIndex": 0, "MaximumNetworkInterfaces": enis}]},
+        "EbsInfo": {"EbsOptimizedInfo": {"MaximumBandwidthInMbps": ebs}} if ebs else {},
+    }
+    if storage:
+        record["InstanceStorageInfo"] = {"TotalSizeInGB": storage["gb"], "NvmeSupport": "required" if storage["nvme"] else "unsupported"}
+    if gpu:
+        record["GpuInfo"] = {"Gpus": [{"Count": gpu["count"], "Manufacturer": gpu["manufacturer"], "Name": gpu["name"],
+                                       "MemoryInfo": {"SizeInMiB": gpu["memoryMiB"]}}]}
+    return record
+
+
+def load_supplement(path: Path, zones: dict[str, list[str]]) -> tuple[dict[str, dict[str, Any]], dict[str, list[str]]]:
+    """Records and zones for the supplement's types (zones: those of each row's ``zonesLike``)."""
+    document = json.loads(path.read_text(encoding="utf-8"))
+    records: dict[str, dict[str, Any]] = {}
+    extra_zones: dict[str, list[str]] = {}
+    for row in document["types"]:
+        records[row[0]] = supplement_record(row)
+        extra_zones[row[0]] = list(zones.get(row[-1], []))
+    return records, extra_zones
+
+
+def build(region: str, resources: Path, prices_path: Path, supplement: Path | None = DEFAULT_SUPPLEMENT) -> tuple[dict[str, Any], dict[str, int]]:
     records = load_gzip_json(resources / "instance_types.json.gz")
     offerings = load_gzip_json(resources / "instance_type_offerings" / "availability-zone" / f"{region}.json.gz")
     prices_doc = json.loads(prices_path.read_text(encoding="utf-8"))
@@ -61,6 +95,12 @@ def build(region: str, resources: Path, prices_path: Path) -> tuple[dict[str, An
     zones: dict[str, list[str]] = defaultdict(list)
     for offering in offerings:
         zones[offering["InstanceType"]].append(offering["Location"])
+    if supplement is not None:
+        extra_records, extra_zones = load_supplement(supplement, zones)
+        for name, record in extra_records.items():
+            if name not in records:  # moto's own record wins once it has one
+                records[name] = record
+                zones[name] = extra_zones[name]
     skipped = {"no price": 0, "not offered in region": 0, "no kubernetes architecture": 0}
     entries = []
     for name in sorted(records):
@@ -83,6 +123,7 @@ def build(region: str, resources: Path, prices_path: Path) -> tuple[dict[str, An
         "sources": {
             "instanceTypes": f"moto {moto.__version__} ec2/resources/instance_types.json.gz (EC2 DescribeInstanceTypes)",
             "offerings": f"moto {moto.__version__} ec2/resources/instance_type_offerings/availability-zone/{region}.json.gz",
+            "supplement": "scripts/data/instance-types-supplement.json (priced types moto lacks; zones of a sibling type)",
             "networkBandwidth": "joiner/data/ec2-network-bandwidth.json.gz (Karpenter's baseline bandwidth table)",
             "onDemandPrices": f"{prices_doc.get('source', prices_path.name)} ({prices_doc.get('currency', 'USD')} {prices_doc.get('unit', 'per instance-hour')}, generated {prices_doc.get('generated_at', 'unknown')})",
         },

@@ -133,13 +133,13 @@ def test_missing_snapshot_and_bad_catalog_are_usage_errors(tmp_path: Path, capsy
 
 
 def test_a_requirement_naming_a_type_the_catalog_lacks_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    objects = [pod("gpu", "1", selector={"node.kubernetes.io/instance-type": "p3.8xlarge"}),
+    objects = [pod("gpu", "1", selector={"node.kubernetes.io/instance-type": "p9.8xlarge"}),
                pod("either", "1", selector={"karpenter.k8s.aws/instance-family": "c5"}),
                pod("m5", "1", selector={"node.kubernetes.io/instance-type": "m5.large", "kubernetes.io/arch": "arm64"})]
     code, out, _ = run(capsys, "plan", str(snapshot(tmp_path, *objects)), "-o", "json")
     assert code == 0
     reasons = {u["pod"]: u["reason"] for u in json.loads(out)["unschedulable"]}
-    assert reasons["team/gpu"] == 'nodepool "general": instance type p3.8xlarge is not in the us-east-1 catalog'
+    assert reasons["team/gpu"] == 'nodepool "general": instance type p9.8xlarge is not in the us-east-1 catalog'
     # A type the catalog has but other requirements exclude keeps the general reason.
     assert "not in the" not in reasons["team/m5"] and "m5.large" in reasons["team/m5"]
     assert "team/either" not in reasons
