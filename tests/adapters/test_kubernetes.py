@@ -84,7 +84,8 @@ def test_lists_every_kind_with_type_meta(kube_emulator: KubeEmulator, kube_clien
     kube_emulator.apply({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "gvisor"}, "handler": "runsc",
                          "overhead": {"podFixed": {"cpu": "250m"}}})
     kube_emulator.apply(node_pool("default"))
-    kube_emulator.apply({"apiVersion": "joiner.dev/v1", "kind": "NodeClass", "metadata": {"name": "default"}, "spec": {"role": "r"}})
+    kube_emulator.apply({"apiVersion": "joiner.dev/v1", "kind": "NodeClass", "metadata": {"name": "default"},
+                         "spec": {"role": "r", "subnetSelectorTerms": [{"tags": {"a": "b"}}], "securityGroupSelectorTerms": [{"tags": {"a": "b"}}]}})
 
     assert [(n["kind"], n["apiVersion"], n["metadata"]["name"]) for n in kube_client.list_nodes()] == [("Node", "v1", "n1")]
     assert [(d["kind"], d["metadata"]["namespace"]) for d in kube_client.list_daemonsets()] == [("DaemonSet", "kube-system")]

@@ -603,6 +603,8 @@ class TestNodePool:
             ({"template": {"spec": {"requirements": [{"key": "a", "operator": "In", "values": ["x"], "minValues": 2}]}}}, "spec.template.spec.requirements[0].minValues", "more than the 1 values"),
             ({"template": {"spec": {"requirements": [{"key": "a", "operator": "Gt", "values": [3]}]}}}, "spec.template.spec.requirements[0].values[0]", "(quote it)"),
             ({"template": {"spec": {"requirements": [{"key": "karpenter.sh/nodepool", "operator": "In", "values": ["x"]}]}}}, "spec.template.spec.requirements[0].key", "set by Joiner"),
+            ({"template": {"spec": {"requirements": [{"key": "joiner.dev/instance-cpu", "operator": "Lt", "values": ["-4"]}]}}},
+             "spec.template.spec.requirements[0].values", "single non-negative integer"),
             ({"template": {"metadata": {"labels": {"joiner.dev/nodepool": "x"}}}}, "spec.template.metadata.labels.joiner.dev/nodepool", "set by Joiner"),
             ({"template": {"spec": {"nodeClassRef": {"group": "example.com", "kind": "Other", "name": "x"}}}}, "spec.template.spec.nodeClassRef", "must reference"),
             ({"template": {"spec": {"nodeClassRef": {"kind": "NodeClass"}}}}, "spec.template.spec.nodeClassRef.name", "required"),

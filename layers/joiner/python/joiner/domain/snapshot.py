@@ -320,6 +320,8 @@ class _Fields:
                 requirement = Requirement.create(key, operator, values, min_values)
             except RequirementError as error:
                 self.fail(item_path, str(error))
+            if node_pool and operator in ("Gt", "Lt", "Gte", "Lte") and values and values[0].startswith("-"):
+                self.fail(f"{item_path}.values", f"operator {operator} needs a single non-negative integer value (as the CRD and Karpenter require)")
             if node_pool and requirement.key in _RESTRICTED_POOL_LABELS:
                 self.fail(f"{item_path}.key", f"{key} is set by Joiner on each node and cannot be required by a NodePool")
             parsed.append(requirement)

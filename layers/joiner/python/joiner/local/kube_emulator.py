@@ -31,13 +31,16 @@ Joiner adapters depend on it behaving like a real API server:
 * ``pods/eviction`` (policy/v1) honouring PodDisruptionBudgets, ``pods/binding``;
 * PodDisruptionBudget status computed on read, as the disruption controller would;
 * CustomResourceDefinitions: creating one registers its resource; ``joiner.dev/v1``
-  NodePools and NodeClasses are registered from the start;
+  NodePools and NodeClasses are registered from the start with the repository's CRDs
+  (``manifests/crds``): custom resources are admitted as the API server admits them, through
+  their schema (types, enums, patterns, bounds, required fields, defaults, pruning) and
+  ``x-kubernetes-validations`` CEL rules (:mod:`joiner.local.admission`);
 * light validation (names, label values, node taints) answering 422 like the real server;
 * fault injection: the next N requests matching (method, path regex) fail with a status,
   are delayed, or have their connection dropped;
 * optional bearer-token authentication (401 otherwise).
 
-Not emulated: admission, defaulting beyond pod phase, server-side apply, field managers,
+Not emulated: admission webhooks, defaulting of built-in kinds beyond pod phase, server-side apply, field managers,
 watch bookmarks and selectors on watches, deletecollection, the namespaces resource.
 """
 
@@ -48,6 +51,7 @@ import base64
 import builtins
 import concurrent.futures
 import copy
+import functools
 import hashlib
 import json
 import math
@@ -57,12 +61,15 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, TypeVar
 
 import aiohttp.test_utils
 import aiohttp.web
 import attrs
 import kmock
+
+from joiner.local.admission import CrdSchema, schemas_of
 
 __all__ = [
     "ApiError",
@@ -700,6 +707,19 @@ class Fault:
 # ---------------------------------------------------------------- the API handler
 
 
+#: The repository's CRDs (a checkout: tests, ``joiner demo``); their schemas and CEL rules
+#: admit every NodePool and NodeClass the emulator stores.
+CRD_DIR = Path(__file__).resolve().parents[5] / "manifests" / "crds"
+
+
+@functools.cache
+def joiner_crds() -> tuple[JsonDict, ...]:
+    """Joiner's CustomResourceDefinitions from :data:`CRD_DIR` (none outside a checkout)."""
+    import yaml
+
+    return tuple(yaml.safe_load(path.read_text(encoding="utf-8")) for path in sorted(CRD_DIR.glob("*.yaml")))
+
+
 @attrs.define(kw_only=True)
 class KubernetesApiEmulator(kmock.KubernetesEmulator):
     """kmock's emulator with the API semantics listed in the module docstring.
@@ -719,12 +739,15 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
     _faults: list[Fault] = attrs.field(factory=list, init=False)
     _faults_lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
     _pending_events: list[tuple[kmock.resource, JsonDict]] = attrs.field(factory=list, init=False)
+    _schemas: dict[tuple[str, str, str], CrdSchema] = attrs.field(factory=dict, init=False)
     deletions: list[DeletionRecord] = attrs.field(factory=list, init=False)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
         for rtype in BUILTIN_RESOURCES:
             self.register(rtype)
+        for crd in joiner_crds():
+            self._register_crd(crd)
 
     # ------------------------------------------------ registry
 
@@ -1008,6 +1031,7 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
                            details={"name": meta["name"], "group": rtype.group, "kind": rtype.plural})
         obj["apiVersion"], obj["kind"] = rtype.api_version, rtype.kind
         _validate(rtype, obj)
+        self._admit(rtype, obj, None)
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = self._now()
         for transient in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds"):
@@ -1106,6 +1130,7 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
                       {k: v for k, v in current.items() if k not in ("metadata", "status")}
             meta["generation"] = old_meta.get("generation", 1) + (1 if changed else 0)
         _validate(rtype, result)
+        self._admit(rtype, result, current)
         if rtype.kind == "CustomResourceDefinition":
             self._register_crd(result)
         if old_meta.get("deletionTimestamp") and not meta.get("finalizers"):
@@ -1209,12 +1234,28 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
                 updated["status"] = status
                 self._store(budgets, updated, "MODIFIED")
 
+    def _admit(self, rtype: ResourceType, obj: JsonDict, old: JsonDict | None) -> None:
+        """A custom resource through its CRD's schema and CEL rules (:mod:`joiner.local.admission`):
+        defaults applied and unknown fields pruned in place, or 422 Invalid naming every cause."""
+        schema = self._schemas.get((rtype.group, rtype.version, rtype.plural)) if rtype.custom else None
+        if schema is None:
+            return
+        admitted, causes = schema.admit(obj, old)
+        if causes:
+            raise _invalid(rtype, str(_meta(obj).get("name") or ""), causes)
+        admitted["metadata"] = obj.get("metadata")  # the caller goes on filling in this very dict
+        obj.clear()
+        obj.update(admitted)
+
     def _register_crd(self, crd: JsonDict) -> None:
         spec = crd.get("spec") or {}
         names = spec.get("names") or {}
+        schemas = schemas_of(crd)
         for version in spec.get("versions") or []:
             if not version.get("served", True):
                 continue
+            if version.get("name") in schemas:
+                self._schemas[(spec.get("group", ""), str(version.get("name")), names.get("plural", ""))] = schemas[str(version.get("name"))]
             self.register(ResourceType(
                 group=spec.get("group", ""), version=version.get("name", "v1"), plural=names.get("plural", ""),
                 kind=names.get("kind", ""), namespaced=spec.get("scope") == "Namespaced",
