@@ -420,3 +420,65 @@ def test_constrained_and_free_pods_together_are_feasible_and_cheaper_than_ffd():
     plan = solved(pr)
     assert not plan.unschedulable
     assert plan.cost_per_hour <= ffd_cost(pr) + 1e-9
+
+
+@pytest.mark.parametrize("key", ["karpenter.sh/capacity-type", wk.CAPACITY_TYPE])
+def test_a_karpenter_alias_as_topology_key_names_the_same_domains(key: str) -> None:
+    """Issue 12 item 1: a spread or anti-affinity keyed on karpenter.sh/capacity-type found no
+    domains and left even unconstrained pods unschedulable. The alias and Joiner's key now
+    plan alike, and a node Karpenter launched (only karpenter.sh labels) counts in its domain."""
+    types = (instance_type("c5.large", 2, 4, 0.085, capacity_types=("on-demand", "spot"), spot_price=0.035),)
+    pool = node_pool("general")
+    spread_pods = tuple(pod(f"s{i}", "500m", "512Mi", labels={"app": "s"}, spread=[spread(key, app="s")]) for i in range(4))
+    anti_pods = tuple(pod(f"a{i}", "500m", "512Mi", labels={"app": "a"}, anti_affinity=[term(key, app="a")]) for i in range(2))
+    problem = SchedulingProblem(pending=spread_pods + anti_pods, node_pools=(pool,), instance_types={"general": types})
+    plan = solve(problem)
+    check_plan(problem, plan)
+    assert not plan.unschedulable
+    by_type = Counter(c.capacity_types for c in plan.node_claims for p in c.pods if p.startswith("default/s"))
+    assert by_type == Counter({("on-demand",): 2, ("spot",): 2})
+    assert sorted(c.capacity_types for c in plan.node_claims if any(p.startswith("default/a") for p in c.pods)) == [("on-demand",), ("spot",)]
+
+    karpenter_node = node("k1", pool="general", labels={"karpenter.sh/capacity-type": "spot"})
+    karpenter_node = type(karpenter_node)(**{**{f: getattr(karpenter_node, f) for f in karpenter_node.__dataclass_fields__},
+                                             "labels": {k: v for k, v in karpenter_node.labels.items() if k != wk.CAPACITY_TYPE}})
+    bound = (pod("b0", "500m", "512Mi", labels={"app": "a"}, node_name="k1"),)
+    problem = SchedulingProblem(pending=anti_pods[:1], nodes=(karpenter_node,), bound_pods=bound, node_pools=(pool,), instance_types={"general": types})
+    (claim,) = solve(problem).node_claims
+    assert claim.capacity_types == ("on-demand",)  # the spot domain is taken by the Karpenter node's pod
+
+
+def test_daemonset_overhead_counts_every_resource_the_daemonsets_request() -> None:
+    """Issue 12 item 2: a CPU-only pod ignored a DaemonSet's memory, so a type too small for
+    the DaemonSet was chosen (c5.large: 4 GiB, the DaemonSet 6 GiB)."""
+    types = (instance_type("c5.large", 2, 4, 0.085), instance_type("m5.large", 2, 8, 0.096))
+    pool = node_pool("general")
+    cpu_only = pod("c", "500m", "0")
+    problem = SchedulingProblem(pending=(cpu_only,), daemonsets=(daemonset("agent", "100m", "6Gi"),), node_pools=(pool,),
+                                instance_types={"general": types})
+    (claim,) = solve(problem).node_claims
+    assert claim.instance_types == ("m5.large",)
+
+
+def test_a_daemonset_runs_on_a_pool_whose_prefer_no_schedule_taint_it_does_not_tolerate() -> None:
+    """Issue 12 item 4: PreferNoSchedule keeps no DaemonSet pod off a node, so its overhead counts."""
+    types = (instance_type("c5.large", 2, 4, 0.085), instance_type("c5.xlarge", 4, 8, 0.17))
+    pool = node_pool("soft", taints=[Taint("spot", "true", "PreferNoSchedule")])
+    problem = SchedulingProblem(pending=(pod("p", "1500m", "1Gi"),), daemonsets=(daemonset("agent", "1", "256Mi"),), node_pools=(pool,),
+                                instance_types={"soft": types})
+    (claim,) = solve(problem).node_claims
+    assert claim.instance_types[0] == "c5.xlarge"  # 1.5 + 1 CPU do not fit a c5.large's 2
+
+
+def test_daemonset_host_ports_are_taken_on_every_new_node() -> None:
+    """Issue 12 item 3: a node-exporter DaemonSet holds port 9100 on every node, so a pending pod
+    asking for 9100 cannot run on a new node of that pool; another port is free."""
+    types = (instance_type("c5.large", 2, 4, 0.085),)
+    pool = node_pool("general")
+    ds = daemonset("node-exporter", "100m", "128Mi", host_ports=(9100,))
+    problem = SchedulingProblem(pending=(pod("clash", "100m", "128Mi", host_ports=(9100,)), pod("free", "100m", "128Mi", host_ports=(8080,))),
+                                daemonsets=(ds,), node_pools=(pool,), instance_types={"general": types})
+    plan = solve(problem)
+    assert [c.pods for c in plan.node_claims] == [("default/free",)]
+    (stuck,) = plan.unschedulable
+    assert stuck.pod == "default/clash" and "host port 9100" in stuck.reason

@@ -36,6 +36,10 @@ class Context:
         names: set[str] = set()
         for pod in problem.pending:
             names.update(name for name, value in pod.requests.items() if value > 0)
+        # Every resource a DaemonSet requests: a type too small for the DaemonSets in any of
+        # them cannot host the pending pods, whatever those request.
+        for daemon in problem.daemonsets:
+            names.update(name for name, value in daemon.pod.requests.items() if value > 0)
         self.dims: tuple[str, ...] = tuple(sorted(names))
         self.dim_index = {name: i for i, name in enumerate(self.dims)}
         usage = self._usage(problem)

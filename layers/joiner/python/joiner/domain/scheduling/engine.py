@@ -728,6 +728,7 @@ class Engine:
         target.shape = self.ctx.template_shapes[pool.index]
         target.used = [0] * self.ndims
         target.taints = pool.taints
+        target.ports = list(pool.daemon_ports)
         return target
 
     def _skip_index(self, table: dict, key: object) -> SkipIndex:  # type: ignore[type-arg]

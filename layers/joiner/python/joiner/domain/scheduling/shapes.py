@@ -130,6 +130,9 @@ class Pool:
         self.usage = usage
         self.min_values = any(r.min_values for r in self.template.values())
         daemons = [d for d in daemonsets if self._daemon_runs(d)]
+        #: Host ports the pool's DaemonSets hold on every new node (a pending pod asking for one
+        #: of them cannot run there).
+        self.daemon_ports = tuple(port for daemon in daemons for port in daemon.pod.host_ports)
         self.types: list[PoolType] = []
         self.type_keys: set[str] = set()
         for it in instance_types:
@@ -164,8 +167,10 @@ class Pool:
             self.type_keys.update(keys)
 
     def _daemon_runs(self, daemon: DaemonSet) -> bool:
+        """Whether the DaemonSet's pod lands on the pool's nodes: it tolerates every taint that
+        keeps pods off (a PreferNoSchedule taint does not: the DaemonSet runs there anyway)."""
         pod = daemon.pod
-        if untolerated(pod.tolerations, self.taints) is not None:
+        if untolerated(pod.tolerations, (t for t in self.taints if t.effect != "PreferNoSchedule")) is not None:
             return False
         return any(self.template.compatible(terms) is None for terms in _daemon_terms(daemon))
 

@@ -143,7 +143,7 @@ def _absorb(engine: Engine, packed: list[Target], variant_of: dict) -> None:  # 
             victim.new_pods = 0
             victim.used = [0] * engine.ndims
             victim.reservation = None
-            victim.ports = []
+            victim.ports = list(pool.daemon_ports) if pool is not None else []
             if pool is not None:
                 victim.shape = engine.ctx.template_shapes[pool.index]
             continue

@@ -87,7 +87,9 @@ class TopologyGroup:
     ) -> None:
         self.gid = gid
         self.kind = kind
-        self.key = key
+        # Karpenter aliases (karpenter.sh/capacity-type ...) name the same domains as Joiner's keys:
+        # nodes carry both, and existing nodes are read with their aliases normalised.
+        self.key = wk.normalize_label_key(key)
         self.namespaces = namespaces
         self.selector = selector
         self.max_skew = max_skew
