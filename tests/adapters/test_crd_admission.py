@@ -124,3 +124,9 @@ def test_updates_are_admitted_too(api: k8s.CustomObjectsApi) -> None:
         api.patch_cluster_custom_object(GROUP, VERSION, "nodeclasses", "default",  # type: ignore[call-overload]
                                         {"spec": {"amiSelectorTerms": [{"alias": "bottlerocket@latest"}]}})
     assert error.value.status == 422 and "spec.amiSelectorTerms[0].alias in body should match '^al2023@" in json.loads(error.value.body)["message"]
+
+
+def test_not_in_the_empty_value_is_admitted(api: k8s.CustomObjectsApi) -> None:
+    requirement = {"key": "karpenter.k8s.aws/instance-hypervisor", "operator": "NotIn", "values": [""]}
+    stored = create(api, edited(NODE_POOL, "spec.template.spec.requirements", [requirement]))
+    assert stored["spec"]["template"]["spec"]["requirements"] == [requirement]

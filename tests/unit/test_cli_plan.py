@@ -183,3 +183,35 @@ def test_wide_lists_every_instance_type_and_yaml_is_the_json_object(capsys: pyte
     assert main(["plan", example, "-o", "wide"]) == 0
     wide = capsys.readouterr().out.splitlines()
     assert wide[0].split()[:3] == ["NODEPOOL", "INSTANCE", "TYPE"] and len(wide) >= 1 + len(as_json["nodeClaims"])
+
+
+def test_not_in_the_empty_hypervisor_excludes_bare_metal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 12 item 10: ``NotIn [""]`` on the hypervisor label (Karpenter's idiom to keep bare
+    metal out) was refused as "must not be empty"; "" is a label value."""
+    text = CLASSIC.read_text()
+    ref = text.index("      requirements:\n")
+    hypervisor = ("      requirements:\n      - key: karpenter.k8s.aws/instance-hypervisor\n        operator: NotIn\n        values: ['']\n"
+                  "      - key: karpenter.k8s.aws/instance-family\n        operator: In\n        values: [c5]\n")
+    types = text.index("      - key: node.kubernetes.io/instance-type")
+    end = text.index("      - key:", types + 10)
+    path = tmp_path / "no-metal.yaml"
+    path.write_text(text[:ref] + hypervisor + text[end:])
+    assert main(["plan", str(path), "-o", "json"]) == 0
+    planned = {t for claim in json.loads(capsys.readouterr().out)["nodeClaims"] for t in claim["instanceTypes"]}
+    assert planned and not any(t.endswith(".metal") for t in planned)
+    path.write_text((text[:ref] + hypervisor + text[end:]).replace("operator: NotIn\n        values: ['']", "operator: In\n        values: ['']"))
+    assert main(["plan", str(path), "-o", "json"]) == 0
+    planned = {t for claim in json.loads(capsys.readouterr().out)["nodeClaims"] for t in claim["instanceTypes"]}
+    assert planned and all(t.endswith(".metal") for t in planned)
+
+
+def test_a_node_pool_being_deleted_launches_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 12 item 8: a NodePool with a deletionTimestamp is not used for new launches."""
+    text = CLASSIC.read_text()
+    pool = text.index("kind: NodePool\nmetadata:\n")
+    deleting = text[:pool] + text[pool:].replace("metadata:\n", "metadata:\n  deletionTimestamp: '2025-01-06T09:00:00Z'\n", 1)
+    path = tmp_path / "deleting.yaml"
+    path.write_text(deleting)
+    assert main(["plan", str(path), "-o", "json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["nodeClaims"] == [] and len(plan["unschedulable"]) == 20

@@ -608,7 +608,7 @@ class _Pass:
             nodes=nodes,
             bound_pods=bound,
             daemonsets=snap.daemonsets,
-            node_pools=snap.node_pools,
+            node_pools=tuple(pool for pool in snap.node_pools if not pool.deleting),  # no replacement from a pool being deleted
             instance_types=self.inp.instance_types,
             in_flight=self.inp.in_flight,
             unavailable=self.inp.unavailable,

@@ -311,6 +311,8 @@ class NodePool:
     termination_grace_period: timedelta | None = None
     disruption: Disruption = Disruption()
     rebalance: str = "replace"  # "replace" or "ignore"
+    #: The NodePool has a deletionTimestamp: nothing new launches from it (Karpenter's rule).
+    deleting: bool = False
 
     def template_requirements(self) -> Requirements:
         """Requirements plus template labels and the nodepool label, as a launch would carry."""

@@ -52,7 +52,8 @@ def build_problem(
         nodes=nodes,
         bound_pods=bound,
         daemonsets=tuple(sorted(snapshot.daemonsets, key=lambda d: (d.namespace, d.name))),
-        node_pools=tuple(sorted(snapshot.node_pools, key=lambda p: p.name)),
+        # A NodePool being deleted launches nothing new (its nodes stay until it is gone).
+        node_pools=tuple(sorted((p for p in snapshot.node_pools if not p.deleting), key=lambda p: p.name)),
         instance_types=instance_types_by_pool(snapshot.node_pools, snapshot.node_classes, catalog),
         in_flight=tuple(sorted(in_flight, key=lambda c: c.name)),
         unavailable=unavailable,

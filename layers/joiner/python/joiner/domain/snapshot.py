@@ -257,8 +257,10 @@ class _Fields:
         mapping = self.mapping(value, path)
         return {key: self.string(item, f"{path}.{key}", default="") for key, item in mapping.items()}
 
-    def string_list(self, value: object, path: str) -> list[str]:
-        return [self.string(item, f"{path}[{i}]", required=True) for i, item in enumerate(self.sequence(value, path))]
+    def string_list(self, value: object, path: str, *, allow_empty: bool = False) -> list[str]:
+        """Strings; ``allow_empty`` for label values, where "" is a value (``NotIn [""]``)."""
+        return [self.string(item, f"{path}[{i}]", required=not allow_empty, default="") if allow_empty and item is not None
+                else self.string(item, f"{path}[{i}]", required=True) for i, item in enumerate(self.sequence(value, path))]
 
     def resources(self, value: object, path: str, *, keep_zeros: bool = False) -> Resources:
         """Non-negative quantities in milli-units (``Resources.parse`` rules, with our paths)."""
@@ -310,7 +312,7 @@ class _Fields:
         for item_path, item in self.items(value, path):
             key = self.string(item.get("key"), f"{item_path}.key", required=True)
             operator = self.string(item.get("operator"), f"{item_path}.operator", required=True)
-            values = self.string_list(item.get("values"), f"{item_path}.values")
+            values = self.string_list(item.get("values"), f"{item_path}.values", allow_empty=True)
             min_values = item.get("minValues") if node_pool else None
             if min_values is not None:
                 self.integer(min_values, f"{item_path}.minValues", minimum=1, maximum=50)
@@ -850,7 +852,8 @@ def parse_node_pool(obj: Mapping[str, Any], *, origin: str = "") -> NodePool:
     minSavings 10 %, rebalance ``replace``, weight 0, no limits, NodeClass ``default``."""
     obj = _object(obj, "NodePool", origin)
     fields = _Fields(_ref("NodePool", obj, namespaced=False, origin=origin))
-    name = _name(fields, _metadata(fields, obj))
+    metadata = _metadata(fields, obj)
+    name = _name(fields, metadata)
     spec = fields.mapping(obj.get("spec"), "spec")
     template = fields.mapping(spec.get("template"), "spec.template")
     template_metadata = fields.mapping(template.get("metadata"), "spec.template.metadata")
@@ -889,6 +892,7 @@ def parse_node_pool(obj: Mapping[str, Any], *, origin: str = "") -> NodePool:
         termination_grace_period=fields.duration(template_spec.get("terminationGracePeriod"), "spec.template.spec.terminationGracePeriod", default=None, allow_never=False),
         disruption=_disruption(fields, spec.get("disruption"), "spec.disruption"),
         rebalance=fields.string(interruption.get("rebalance"), "spec.interruption.rebalance", default="replace", allowed=_REBALANCE),
+        deleting=metadata.get("deletionTimestamp") is not None,
     )
 
 
