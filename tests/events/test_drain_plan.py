@@ -263,3 +263,13 @@ def test_whatever_the_evictions_answer_every_pod_is_gone_or_deleted_in_time(
         raise AssertionError("the drain never finished")
     assert set(leaves) == set(pods), f"never removed: {sorted(set(pods) - set(leaves))}"
     assert all(ends <= max(deadline, NOW) for ends in leaves.values()), leaves
+
+
+def test_a_duration_valued_do_not_disrupt_holds_the_drain_only_that_long() -> None:
+    young = replace(pod("young"), annotations={wk.KARPENTER_DO_NOT_DISRUPT: "30m"}, created=NOW - timedelta(minutes=10))
+    old = replace(pod("old"), annotations={wk.KARPENTER_DO_NOT_DISRUPT: "30m"}, created=NOW - timedelta(minutes=31))
+    step = plan_drain([young, old], now=NOW, deadline=None)
+    assert keys(step.evict) == ["default/old"]
+    assert ("default/young", "do-not-disrupt") in step.waiting
+    later = plan_drain([young], now=NOW + timedelta(minutes=21), deadline=None)
+    assert keys(later.evict) == ["default/young"]

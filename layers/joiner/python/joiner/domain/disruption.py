@@ -550,7 +550,7 @@ class _Pass:
             protected = "node has the do-not-disrupt annotation"
         else:
             for pod in sorted(live, key=lambda p: p.key):
-                if pod.do_not_disrupt and not pod.deleting:
+                if pod.do_not_disrupt and not pod.deleting and pod.protected_at(self.inp.now):
                     protected = f"pod {pod.key} has the do-not-disrupt annotation"
                     break
         pdb_blocked = None

@@ -208,7 +208,29 @@ class Pod:
 
     @property
     def do_not_disrupt(self) -> bool:
-        return self.annotations.get(wk.DO_NOT_DISRUPT) == "true" or self.annotations.get(wk.KARPENTER_DO_NOT_DISRUPT) == "true"
+        """The pod carries a do-not-disrupt annotation (``"true"`` or a duration: see
+        :meth:`protected_at` for whether it still protects)."""
+        return bool(self.annotations.get(wk.DO_NOT_DISRUPT) or self.annotations.get(wk.KARPENTER_DO_NOT_DISRUPT))
+
+    def protected_at(self, now: datetime) -> bool:
+        """Whether the do-not-disrupt annotation protects the pod at ``now``: ``"true"`` always;
+        a Go duration (``"30m"``, Karpenter's grace period) for that long after the pod was
+        created; ``"false"`` never; any other value (a typo) protects, the cautious reading."""
+        from joiner.domain.durations import DurationError, parse_duration
+
+        values = [v for v in (self.annotations.get(wk.DO_NOT_DISRUPT), self.annotations.get(wk.KARPENTER_DO_NOT_DISRUPT)) if v]
+        for value in values:
+            if value == "true":
+                return True
+            if value == "false":
+                continue
+            try:
+                grace = parse_duration(value)
+            except DurationError:
+                return True
+            if grace is None or self.created is None or now < self.created + grace:
+                return True
+        return False
 
     @property
     def deletion_cost(self) -> int:

@@ -297,7 +297,7 @@ def plan_drain(
             continue
         if drain_group(pod) != current:
             continue
-        if pod.do_not_disrupt:
+        if pod.do_not_disrupt and pod.protected_at(now):
             waiting.append((pod.key, "do-not-disrupt" + (" until the deadline" if deadline is not None else "")))
             continue
         record = progress.get(pod.key)
