@@ -437,3 +437,29 @@ def test_a_duration_valued_do_not_disrupt_protects_for_that_long(value: str, age
     blocked = [b.reason for b in decision.blocked if b.node == "n1"]
     assert (blocked == ["pod default/p1 has the do-not-disrupt annotation"]) is protected
     assert bool(decision.commands) is not protected
+
+
+def test_a_terminating_statefulset_pod_keeps_its_node_from_being_empty() -> None:
+    """Issue 13 item 4: the StatefulSet controller recreates a terminating pod under the same
+    name, so it still needs a home; any other terminating pod leaves the node empty."""
+    for owner, empty in (("StatefulSet", False), ("ReplicaSet", True)):
+        terminating = running_pod("db-0", "n1", owner=owner)
+        terminating["metadata"]["deletionTimestamp"] = T0.isoformat()
+        decision = run(pool(consolidate_after="0s"), managed_node("n1", "c5.2xlarge", created=T0 - timedelta(days=1)), terminating)
+        assert ("n1" in decision.empty) is empty, (owner, decision)
+        assert any(c.method == "emptiness" for c in decision.commands) is empty
+
+
+@pytest.mark.parametrize("state", ["uninitialized", "NotReady"])
+def test_pods_are_never_simulated_onto_a_node_that_cannot_take_them_now(state: str) -> None:
+    """Issue 13 item 3: an uninitialized or NotReady node is no destination; without it, n1's
+    pod needs a replacement, so n1 is not simply deleted onto it."""
+    spare = managed_node("n2", "c5.2xlarge", initialized=state != "uninitialized")
+    if state == "NotReady":
+        spare["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+    objects = [pool(types=["c5.large", "c5.2xlarge"]), managed_node("n1", "c5.2xlarge"), spare, running_pod("p1", "n1", cpu="500m")]
+    decision = run(*objects)
+    assert not any(c.nodes == ("n1",) and c.replacements == () for c in decision.commands), decision.commands
+    ready = run(pool(types=["c5.large", "c5.2xlarge"]), managed_node("n1", "c5.2xlarge"), managed_node("n2", "c5.2xlarge"),
+                running_pod("p1", "n1", cpu="500m"))
+    assert any(set(c.nodes) & {"n1", "n2"} and c.replacements == () for c in ready.commands)  # a Ready one is used

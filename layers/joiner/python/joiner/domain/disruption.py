@@ -541,8 +541,11 @@ class _Pass:
     def _candidate(self, node: Node, pool: NodePool, pdbs: Sequence[PodDisruptionBudget]) -> _Candidate:
         facts = self.facts(node.name)
         live = [p for p in self.pods_by_node.get(node.name, []) if not p.is_terminal]
+        # A terminating pod is on its way out, except a StatefulSet's: its controller recreates
+        # it under the same name once it is gone, so it still needs a home (Karpenter's rule).
         movable = tuple(sorted(
-            (replace(p, node_name=None, phase="Pending") for p in live if not (p.is_daemonset_pod or p.is_mirror or p.deleting)),
+            (replace(p, node_name=None, phase="Pending", deleting=False) for p in live
+             if not (p.is_daemonset_pod or p.is_mirror or (p.deleting and p.owner_kind != "StatefulSet"))),
             key=lambda p: p.key,
         ))
         protected = None
@@ -598,7 +601,12 @@ class _Pass:
         planner puts them on their claims first), so room promised to them never passes for
         free space; the returned plan speaks only of ``pending``."""
         snap = self.inp.snapshot
-        nodes = tuple(n for n in snap.nodes if n.name not in exclude and not n.deleting)
+        # Pods are never simulated onto a node that cannot take them now: NotReady, or one of
+        # Joiner's still initializing (Karpenter's rule; they could fail to come up).
+        nodes = tuple(
+            n for n in snap.nodes
+            if n.name not in exclude and not n.deleting and n.ready and (wk.NODEPOOL not in n.labels or n.labels.get(wk.INITIALIZED) == "true")
+        )
         bound = tuple(p for p in self.bound_pods if p.node_name not in exclude)
         requested = {p.key for p in pending}
         promised = tuple(p for p in self.promised_pods if p.key not in requested)
