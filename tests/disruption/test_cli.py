@@ -33,6 +33,14 @@ def test_scheduled_budget_window_stops_consolidation(capsys):
     assert json.loads(capsys.readouterr().out)["commands"] == []
 
 
+@pytest.mark.parametrize(("now", "in_window"), [("2025-01-06T10:30:00+01:00", True), ("2025-01-06T09:30:00-02:00", False)])
+def test_a_time_with_an_offset_is_the_same_instant_for_budget_schedules(capsys, now, in_window):
+    """Issue 13 item 7: schedules are UTC crontabs; 10:30+01:00 is 09:30Z (inside the window),
+    09:30-02:00 is 11:30Z (outside)."""
+    assert main(["disrupt", str(EXAMPLE), "--now", now, "-o", "json"]) == 0
+    assert (json.loads(capsys.readouterr().out)["commands"] == []) is in_window
+
+
 def test_table_output(capsys):
     assert main(["disrupt", str(EXAMPLE), "--now", "2025-01-06T12:00:00Z"]) == 0
     lines = capsys.readouterr().out.splitlines()

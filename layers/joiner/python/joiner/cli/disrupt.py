@@ -47,7 +47,9 @@ def _now(text: str | None) -> datetime:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         raise UsageError(f"--now: expected an ISO 8601 time such as 2025-01-06T09:00:00Z, got {text!r}") from None
-    moment = moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+    # Budget schedules are UTC crontabs (as Karpenter's): a time given with an offset is the
+    # same instant in UTC.
+    moment = moment.astimezone(UTC) if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
     if not time_in_range(moment):
         raise UsageError(f"--now: {text!r} is out of range (expected a time between {EARLIEST_TIME.year} and {LATEST_TIME.year})")
     return moment
