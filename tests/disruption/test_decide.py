@@ -463,3 +463,20 @@ def test_pods_are_never_simulated_onto_a_node_that_cannot_take_them_now(state: s
     ready = run(pool(types=["c5.large", "c5.2xlarge"]), managed_node("n1", "c5.2xlarge"), managed_node("n2", "c5.2xlarge"),
                 running_pod("p1", "n1", cpu="500m"))
     assert any(set(c.nodes) & {"n1", "n2"} and c.replacements == () for c in ready.commands)  # a Ready one is used
+
+
+def test_a_pod_two_budgets_select_blocks_its_node_whatever_they_allow() -> None:
+    """Issue 13 item 10: the Eviction API refuses a pod several PodDisruptionBudgets select."""
+    objects = [pool(), managed_node("n1", "c5.2xlarge"), running_pod("p1", "n1")]
+    assert run(*objects, pdb("a", "web", allowed=5)).commands  # one generous budget: consolidated
+    decision = run(*objects, pdb("a", "web", allowed=5), pdb("b", "web", allowed=5))
+    assert decision.commands == ()
+    assert decision.blocked[0].reason == "pod default/p1 is selected by 2 PodDisruptionBudgets (default/a, default/b): the Eviction API refuses it"
+
+
+def test_a_budget_on_a_daemonset_pod_blocks_the_node() -> None:
+    """Issue 13 item 5: the drain evicts DaemonSet pods too, so their budgets count."""
+    objects = [pool(), managed_node("n1", "c5.2xlarge"), running_pod("p1", "n1"), running_pod("agent", "n1", app="agent", owner="DaemonSet")]
+    assert run(*objects).commands
+    decision = run(*objects, pdb("agent", "agent", allowed=0))
+    assert decision.commands == () and "allows no eviction of pod default/agent" in decision.blocked[0].reason

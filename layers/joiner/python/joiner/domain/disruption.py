@@ -556,10 +556,17 @@ class _Pass:
                 if pod.do_not_disrupt and not pod.deleting and pod.protected_at(self.inp.now):
                     protected = f"pod {pod.key} has the do-not-disrupt annotation"
                     break
+        # DaemonSet pods count: the drain evicts them too. A pod two budgets select cannot be
+        # evicted at all (the Eviction API answers 500), whatever the budgets allow.
         pdb_blocked = None
         for pod in sorted(live, key=lambda p: p.key):
-            if pod.is_daemonset_pod or pod.is_mirror or pod.deleting:
+            if pod.is_mirror or pod.deleting:
                 continue
+            selecting = [pdb for pdb in self.inp.snapshot.pdbs if pdb.selects(pod)]
+            if len(selecting) > 1:
+                names = ", ".join(sorted(f"{pdb.namespace}/{pdb.name}" for pdb in selecting))
+                pdb_blocked = f"pod {pod.key} is selected by {len(selecting)} PodDisruptionBudgets ({names}): the Eviction API refuses it"
+                break
             for pdb in pdbs:
                 if pdb.selects(pod):
                     pdb_blocked = f"PodDisruptionBudget {pdb.namespace}/{pdb.name} allows no eviction of pod {pod.key}"
