@@ -480,3 +480,17 @@ def test_a_budget_on_a_daemonset_pod_blocks_the_node() -> None:
     assert run(*objects).commands
     decision = run(*objects, pdb("agent", "agent", allowed=0))
     assert decision.commands == () and "allows no eviction of pod default/agent" in decision.blocked[0].reason
+
+
+def test_not_ready_nodes_use_up_budget_and_uninitialized_ones_are_not_counted() -> None:
+    """Issue 13 item 6 (Karpenter's accounting): with a 30 % budget over 9 empty Ready nodes,
+    a NotReady node is in the total and uses one disruption (ceil(3) - 1 = 2 left), while an
+    uninitialized one is in neither (ceil(2.7) = 3)."""
+    nodes = [managed_node(f"n{i:02d}") for i in range(9)]
+    sick = managed_node("sick")
+    sick["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+    (command,) = run(pool(budgets=[{"nodes": "30%"}]), *nodes, sick).commands
+    assert len(command.nodes) == 2
+    young = managed_node("young", initialized=False)
+    (command,) = run(pool(budgets=[{"nodes": "30%"}]), *nodes, young).commands
+    assert len(command.nodes) == 3

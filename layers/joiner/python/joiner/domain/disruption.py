@@ -519,18 +519,26 @@ class _Pass:
             if not_owned is not None:
                 self.blocked[node.name] = f"not owned by Joiner: {not_owned}"
                 continue
-            self.total[pool_name] = self.total.get(pool_name, 0) + 1
+            # Budgets as Karpenter counts them: an uninitialized node is not in the total; a
+            # NotReady one uses up budget as a terminating one does.
+            initialized = node.labels.get(wk.INITIALIZED) == "true"
             if self._terminating(node):
+                self.total[pool_name] = self.total.get(pool_name, 0) + 1
                 self.going.add(node.name)
                 self.disrupting[pool_name] = self.disrupting.get(pool_name, 0) + 1
                 self.blocked[node.name] = "already terminating"
                 continue
+            if not initialized:
+                self.blocked[node.name] = "not initialized"
+                continue
+            self.total[pool_name] = self.total.get(pool_name, 0) + 1
+            if not node.ready:
+                self.disrupting[pool_name] = self.disrupting.get(pool_name, 0) + 1
+                self.blocked[node.name] = "NotReady"
+                continue
             pool = self.pools.get(pool_name)
             if pool is None:
                 self.blocked[node.name] = f"nodepool {pool_name} not found"
-                continue
-            if not node.ready or node.labels.get(wk.INITIALIZED) != "true":
-                self.blocked[node.name] = "not initialized"
                 continue
             if node.name in self.nominated:
                 self.blocked[node.name] = "nominated for pending pods"
