@@ -55,6 +55,13 @@ def test_health_start_time_already_passed_still_leaves_two_minutes() -> None:
     assert normalize(raw).deadline == T0 + timedelta(minutes=2)
 
 
+def test_health_without_a_start_time_drains_by_event_time_plus_two_minutes() -> None:
+    """Issue 13: without a deadline do-not-disrupt pods and PDBs would hold the drain forever."""
+    raw = load_event("health_scheduled_change.json")
+    del raw["detail"]["startTime"]
+    assert normalize(raw).deadline == T0 + timedelta(minutes=2)
+
+
 def test_health_accepts_arns_and_bare_ids_and_skips_other_entities() -> None:
     raw = load_event("health_scheduled_change.json")
     raw["detail"]["affectedEntities"] = [

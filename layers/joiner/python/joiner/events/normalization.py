@@ -160,9 +160,10 @@ def _health(event: m.HealthEvent) -> InterruptionEvent:
     instance_ids = sorted({i for i in (di.instance_id_from_entity(v) for v in values) if i is not None})
     if not instance_ids:
         return noop("no EC2 instance among the affected entities")
-    deadline = _detail_time(detail.start_time, "detail.startTime", time) if detail.start_time else None
-    if deadline is not None:
-        deadline = max(deadline, time + di.SCHEDULED_CHANGE_MIN_NOTICE)
+    # Without a startTime the change may start at once: drain by the shortest notice, so
+    # do-not-disrupt pods and PodDisruptionBudgets cannot hold the drain forever.
+    deadline = _detail_time(detail.start_time, "detail.startTime", time) if detail.start_time else time + di.SCHEDULED_CHANGE_MIN_NOTICE
+    deadline = max(deadline, time + di.SCHEDULED_CHANGE_MIN_NOTICE)
     return InterruptionEvent(
         kind=di.SCHEDULED_CHANGE,
         event_id=event.id,
