@@ -210,7 +210,7 @@ class Pod:
     def do_not_disrupt(self) -> bool:
         """The pod carries a do-not-disrupt annotation (``"true"`` or a duration: see
         :meth:`protected_at` for whether it still protects)."""
-        return bool(self.annotations.get(wk.DO_NOT_DISRUPT) or self.annotations.get(wk.KARPENTER_DO_NOT_DISRUPT))
+        return any(value and value != "false" for value in (self.annotations.get(wk.DO_NOT_DISRUPT), self.annotations.get(wk.KARPENTER_DO_NOT_DISRUPT)))
 
     def protected_at(self, now: datetime) -> bool:
         """Whether the do-not-disrupt annotation protects the pod at ``now``: ``"true"`` always;
