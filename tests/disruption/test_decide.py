@@ -62,14 +62,16 @@ def test_replace_with_one_cheaper_node():
     assert replacement.pods == ("default/p1",)
 
 
-def test_multi_node_merge_into_one_larger_node():
+def test_multi_node_consolidation_deletes_onto_a_candidate_rather_than_buying_a_larger_node():
+    # Merging the three c5.xlarge into one c5.2xlarge would save 0.17/h; a c5.xlarge (a
+    # candidate's own type) can hold the pods, so the replacement would have to be cheaper
+    # than 0.17/h (Karpenter's filterOutSameType), and deleting two of them onto the third
+    # saves 0.34/h with no new node.
     nodes = [managed_node(f"n{i}", "c5.xlarge") for i in range(3)]
     pods = [running_pod(f"p{i}", f"n{i}") for i in range(3)]
     (command,) = run(pool(), *nodes, *pods).commands
-    assert command.nodes == ("n0", "n1", "n2")
-    (replacement,) = command.replacements
-    assert replacement.instance_types == ("c5.2xlarge",)  # c5.xlarge would be a same-type merge
-    assert command.savings_per_hour == pytest.approx(0.51 - 0.34)
+    assert command.nodes == ("n0", "n1") and command.replacements == ()
+    assert command.savings_per_hour == pytest.approx(0.34)
 
 
 def test_never_merge_into_a_node_of_the_same_type():
@@ -494,3 +496,16 @@ def test_not_ready_nodes_use_up_budget_and_uninitialized_ones_are_not_counted() 
     young = managed_node("young", initialized=False)
     (command,) = run(pool(budgets=[{"nodes": "30%"}]), *nodes, young).commands
     assert len(command.nodes) == 3
+
+
+def test_two_nodes_of_one_type_are_not_merged_into_a_dearer_type() -> None:
+    """Issue 13 item 1 (Karpenter's filterOutSameType): two c5.large (0.085/h each) would merge
+    into one m5.large (0.096/h: saves 0.074/h, moves two pods) where deleting one c5.large
+    saves 0.085/h and moves one pod. A replacement that could be a candidate's own type must be
+    cheaper than that candidate."""
+    objects = [pool(types=["c5.large", "m5.large"], min_savings={"percent": 0}),
+               managed_node("n1", "c5.large"), managed_node("n2", "c5.large"),
+               running_pod("p1", "n1", cpu="600m", memory="512Mi"), running_pod("p2", "n2", cpu="600m", memory="512Mi")]
+    (command,) = run(*objects).commands
+    assert len(command.nodes) == 1 and command.replacements == ()
+    assert command.savings_per_hour == pytest.approx(0.085)

@@ -702,7 +702,16 @@ class _Pass:
                 return None, f"saving ${savings:.4f}/h is below the ${required:.4f}/h required"
             return Command(CONSOLIDATION, tuple(c.name for c in group), (), savings, f"underutilized: pods of {names} fit on other nodes"), ""
         same = frozenset(c.instance_type for c in group if c.instance_type)
-        replacement = self._replacement(plan.node_claims[0], drop_types=same, max_price=current - required)
+        cap = current - required
+        if len(group) > 1:
+            # Karpenter's filterOutSameType: when a candidate's own type could hold the pods,
+            # the replacement must be cheaper than that candidate, or deleting candidates one
+            # at a time saves more and moves fewer pods.
+            options = set(plan.node_claims[0].instance_types)
+            own = [c.price for c in group if c.instance_type in options and c.price is not None]
+            if own:
+                cap = min(cap, min(own) - _EPSILON)
+        replacement = self._replacement(plan.node_claims[0], drop_types=same, max_price=cap)
         if replacement is None:
             return None, f"no replacement cheaper by ${required:.4f}/h at its worst-case price"
         if len(group) == 1 and _is_spot(group[0]) and replacement.capacity_types == (wk.CAPACITY_TYPE_SPOT,):
