@@ -370,32 +370,43 @@ def test_room_promised_to_pending_pods_on_an_in_flight_claim_is_not_free():
 # ---------------------------------------------------------------- spot to spot
 
 
-def _spot_catalog(count: int):  # type: ignore[no-untyped-def]
-    """``count`` two-CPU spot types priced 0.010, 0.011, ... and one eight-CPU type at 0.40."""
+def _spot_catalog(count: int, on_demand: bool = False):  # type: ignore[no-untyped-def]
+    """``count`` two-CPU spot types priced 0.010, 0.011, ... and one eight-CPU type at 0.40
+    (``on_demand``: each type also on demand, at 0.020 more)."""
     from joiner.domain.catalog import parse_catalog
 
     def entry(name: str, cpu: str, memory: str, price: float) -> dict:
+        offerings = [{"zone": "us-east-1a", "capacityType": "spot", "price": price}]
+        if on_demand:
+            offerings.append({"zone": "us-east-1a", "capacityType": "on-demand", "price": round(price + 0.020, 3)})
         return {"name": name, "capacity": {"cpu": cpu, "memory": memory, "pods": "29"}, "labels": {"kubernetes.io/arch": "amd64"},
-                "offerings": [{"zone": "us-east-1a", "capacityType": "spot", "price": price}]}
+                "offerings": offerings}
 
     entries = [entry(f"s{index:02d}.large", "2", "4Gi", round(0.010 + index / 1000, 3)) for index in range(count)]
     entries.append(entry("c5.2xlarge", "8", "16Gi", 0.40))
     return parse_catalog({"region": "us-east-1", "instanceTypes": entries})
 
 
-def _spot_decision(count: int):  # type: ignore[no-untyped-def]
+def _spot_decision(count: int, capacity_types: tuple[str, ...] = ("spot",)):  # type: ignore[no-untyped-def]
     from joiner.domain.disruption import DisruptionInput, decide
     from joiner.domain.planning import instance_types_by_pool
 
     names = [f"s{index:02d}.large" for index in range(count)] + ["c5.2xlarge"]
-    snap = snapshot(pool(types=names, capacity_types=["spot"]), managed_node("n1", "c5.2xlarge", capacity_type="spot"), running_pod("p1", "n1"))
-    types = instance_types_by_pool(snap.node_pools, snap.node_classes, _spot_catalog(count))
+    snap = snapshot(pool(types=names, capacity_types=list(capacity_types)), managed_node("n1", "c5.2xlarge", capacity_type="spot"), running_pod("p1", "n1"))
+    types = instance_types_by_pool(snap.node_pools, snap.node_classes, _spot_catalog(count, on_demand="on-demand" in capacity_types))
     return decide(DisruptionInput(snapshot=snap, instance_types=types, now=T0))
 
 
 def test_spot_to_spot_replacement_needs_fifteen_cheaper_types():
     # Fourteen cheaper spot types would save 94%, but the replacement would sit in shallow pools.
     assert _spot_decision(14).commands == ()
+
+
+def test_the_spot_to_spot_rule_holds_when_the_pool_allows_both_capacity_types():
+    """Issue 13 item 2: a replacement that may launch as spot is a spot-to-spot move too."""
+    assert _spot_decision(14, ("spot", "on-demand")).commands == ()
+    (command,) = _spot_decision(20, ("spot", "on-demand")).commands
+    assert len(command.replacements[0].instance_types) == 15
 
 
 def test_spot_to_spot_replacement_offers_only_the_fifteen_cheapest_types():

@@ -714,8 +714,9 @@ class _Pass:
         replacement = self._replacement(plan.node_claims[0], drop_types=same, max_price=cap)
         if replacement is None:
             return None, f"no replacement cheaper by ${required:.4f}/h at its worst-case price"
-        if len(group) == 1 and _is_spot(group[0]) and replacement.capacity_types == (wk.CAPACITY_TYPE_SPOT,):
-            # Spot to spot (Karpenter's rule): replacing one spot node with a cheaper spot node
+        if len(group) == 1 and _is_spot(group[0]) and wk.CAPACITY_TYPE_SPOT in replacement.capacity_types:
+            # Spot to spot (Karpenter's rule), whenever the replacement may launch as spot (a
+            # NodePool allowing both capacity types included): replacing one spot node with a cheaper spot node
             # is only worth it with enough cheaper types for price-capacity-optimized to choose
             # from, else the replacement lands in the shallow pools that get interrupted first;
             # and only the cheapest of them are offered, so the next pass has no reason to
