@@ -160,3 +160,27 @@ def test_ownership_rule() -> None:
     assert "'d' in its" in str(not_owned_reason("i-1", {"joiner.dev/cluster": "d"}, "i-1", "c"))
     assert "no joiner.dev/cluster" in str(not_owned_reason("i-1", {}, "i-1", "c"))
     assert "providerID" in str(not_owned_reason(None, ours, "i-1", "c"))
+
+
+def test_why_nodes_are_not_disrupted_is_told_in_events_rate_limited(world: FakeWorld) -> None:
+    """Issue 13 item 12: DisruptionBlocked on the Node (do-not-disrupt, a budget) and on the
+    NodePool its budget held back, Unconsolidatable on a node consolidation declined; the same
+    message again only after 15 minutes."""
+    cluster(world, budgets=[{"nodes": "1"}], consolidate_after="0s", min_savings={"perHour": 1.0})
+    node(world, "guarded")
+    world.kube.add("pods", running_pod("keep", "guarded", annotations={wk.KARPENTER_DO_NOT_DISRUPT: "true"}, created=world.clock.now()))
+    node(world, "busy", "c5.2xlarge")
+    world.kube.add("pods", running_pod("p", "busy", cpu="3", created=world.clock.now()))
+    runtime = world.runtime()
+    world.clock.advance(60)
+    run_disruption(runtime)
+    events = {(e.kind, e.name, e.reason): e.message for e in world.kube.events}
+    assert events[("Node", "guarded", "DisruptionBlocked")] == "pod default/keep has the do-not-disrupt annotation"
+    assert events[("Node", "busy", "Unconsolidatable")].startswith("saving $0.3400/h is below the $1.0")
+    seen = len(world.kube.events)
+    world.clock.advance(60)
+    run_disruption(runtime)
+    assert len(world.kube.events) == seen  # unchanged messages within 15 minutes: no new event
+    world.clock.advance(16 * 60)
+    run_disruption(runtime)
+    assert len(world.kube.events) > seen

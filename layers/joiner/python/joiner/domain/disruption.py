@@ -260,6 +260,9 @@ class Decision:
     nominated: tuple[str, ...] = ()
     empty: tuple[str, ...] = ()
     simulations: int = 0
+    #: candidates single-node consolidation evaluated and declined, and why (not cheaper
+    #: enough, pods would not fit, ...): the ``Unconsolidatable`` events.
+    unconsolidatable: tuple[Blocked, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The ``joiner disrupt`` contract: ``commands`` and ``blocked``."""
@@ -481,6 +484,7 @@ class _Pass:
         self._launchable_cache: list[tuple[str, Resources, float]] | None = None
         self.blocked: dict[str, str] = {}
         self.going: set[str] = set()  # nodes already terminating or deleting
+        self.declined: dict[str, str] = {}  # single-node consolidation declined, and why
         self.total: dict[str, int] = {}
         self.disrupting: dict[str, int] = {}
         self.candidates: list[_Candidate] = []
@@ -993,9 +997,10 @@ class _Pass:
             if not self._may_pay_off(candidate, fits):
                 continue
             budget -= 1
-            command, _ = self.consolidate([candidate])
+            command, why = self.consolidate([candidate])
             if command is not None:
                 return [command]
+            self.declined[candidate.name] = why
         return []
 
     def run(self) -> Decision:
@@ -1014,7 +1019,8 @@ class _Pass:
                 blocked += (Blocked(candidate.name, candidate.pdb_blocked),)
         blocked = tuple(sorted(blocked, key=lambda b: (b.node, b.reason)))
         empty = tuple(sorted(c.name for c in self.candidates if not c.pods))
-        return Decision(tuple(commands), blocked, tuple(sorted(self.nominated)), empty, self.simulations)
+        declined = tuple(Blocked(node, why) for node, why in sorted(self.declined.items()) if node not in chosen and why)
+        return Decision(tuple(commands), blocked, tuple(sorted(self.nominated)), empty, self.simulations, declined)
 
 
 def decide(inp: DisruptionInput) -> Decision:

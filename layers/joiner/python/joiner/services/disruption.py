@@ -55,7 +55,7 @@ from joiner.domain.disruption import (
 from joiner.domain.model import InstanceType, Node
 from joiner.domain.ownership import not_owned_reason
 from joiner.observability import logger
-from joiner.ports import InstanceRecord
+from joiner.ports import InstanceRecord, KubernetesError
 from joiner.services.ownership import refuse
 
 if TYPE_CHECKING:
@@ -77,6 +77,13 @@ LEASE_TTL_SECONDS = 150
 PENDING_MAX_AGE = timedelta(minutes=10)
 #: Counted (dimension ``input``: instance, ami) when drift data cannot be read.
 DRIFT_UNKNOWN_METRIC = "DisruptionDriftInputsUnknown"
+#: Decision events (``DisruptionBlocked``, ``Unconsolidatable``): the same message on the same
+#: object is repeated at most this often, at most :data:`MAX_DECISION_EVENTS` per pass.
+DECISION_EVENT_KIND = "DECISION_EVENT"
+DECISION_EVENT_REPEAT = timedelta(minutes=15)
+MAX_DECISION_EVENTS = 25
+#: Blocked reasons a user can act on (the rest: initializing, nominated, terminating ...).
+_BLOCKING_MARKERS = ("do-not-disrupt", "PodDisruptionBudget", "disruption budget", "would not schedule")
 
 
 @dataclass(frozen=True)
@@ -389,6 +396,44 @@ def _remember(runtime: Runtime, inp: DisruptionInput, decision: Decision, now: d
         state.put_item(NOMINATION_KIND, name, {"node": name, "at": now.isoformat()}, expires_at=now + NOMINATION_WINDOW)
 
 
+def _explain(runtime: Runtime, decision: Decision, now: datetime) -> None:
+    """Kubernetes events saying why nodes are not disrupted: ``DisruptionBlocked`` on the Node
+    (do-not-disrupt, a PodDisruptionBudget, pods with nowhere to go) and on its NodePool when
+    a disruption budget held nodes back; ``Unconsolidatable`` on a Node consolidation
+    declined (not cheaper enough, no replacement). Rate-limited through the state table; an
+    API error costs the event, never the pass."""
+    wanted: list[tuple[str, str, str, str]] = []  # (kind, name, reason, message)
+    held_back: dict[str, int] = {}
+    for item in decision.blocked:
+        if not any(marker in item.reason for marker in _BLOCKING_MARKERS):
+            continue
+        wanted.append(("Node", item.node, "DisruptionBlocked", item.reason))
+        if "disruption budget of nodepool " in item.reason:
+            pool = item.reason.split("disruption budget of nodepool ", 1)[1].split(" ", 1)[0]
+            held_back[pool] = held_back.get(pool, 0) + 1
+    for pool, count in sorted(held_back.items()):
+        wanted.append(("NodePool", pool, "DisruptionBlocked", f"the disruption budget held back {count} node(s) this pass"))
+    wanted += [("Node", item.node, "Unconsolidatable", item.reason) for item in decision.unconsolidatable]
+    sent = 0
+    for kind, name, reason, message in wanted:
+        if sent >= MAX_DECISION_EVENTS:
+            break
+        key = f"{kind}.{name}.{reason}"
+        previous = runtime.state.get_item(DECISION_EVENT_KIND, key)
+        if previous and previous.get("message") == message and (_time(previous.get("at")) or now) > now - DECISION_EVENT_REPEAT:
+            continue
+        involved = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}} if kind == "Node" else \
+            {"apiVersion": "joiner.dev/v1", "kind": "NodePool", "metadata": {"name": name}}
+        try:
+            runtime.kube.create_event(involved, reason, message, "Normal")
+        except KubernetesError as error:
+            logger.warning("decision event not recorded", extra={"object": f"{kind}/{name}", "error": str(error)})
+            continue
+        runtime.state.put_item(DECISION_EVENT_KIND, key, {"message": message, "at": now.isoformat()}, expires_at=now + 4 * DECISION_EVENT_REPEAT)
+        runtime.count("DisruptionDecisionEvents", reason=reason)
+        sent += 1
+
+
 def run_disruption(runtime: Runtime, now: datetime | None = None, *, dry_run: bool = False) -> DisruptionSummary:
     """One disruption pass (see the module docstring). ``dry_run`` decides and validates
     but neither executes nor persists commands."""
@@ -443,6 +488,7 @@ def _pass(runtime: Runtime, now: datetime, dry_run: bool) -> DisruptionSummary:
     decision = decide(dataclasses.replace(inp, facts=facts))
     if not dry_run:
         _remember(runtime, inp, decision, now)
+        _explain(runtime, decision, now)
         if decision.commands:
             state.put_item(COMMAND_KIND, PENDING_ID, {"computedAt": now.isoformat(), "status": "pending", "commands": [c.to_state() for c in decision.commands]})
     seconds = time.monotonic() - started
