@@ -198,20 +198,6 @@ spec:
   securityGroupSelectorTerms:
     - id: sg-0123456789abcdef0
 ---
-apiVersion: karpenter.k8s.aws/v1
-kind: EC2NodeClass
-metadata:
-  name: windows
-spec:
-  amiFamily: Windows2022
-  role: KarpenterNodeRole-my-cluster
-  amiSelectorTerms:
-    - alias: windows2022@latest
-  subnetSelectorTerms:
-    - tags: {karpenter.sh/discovery: my-cluster}
-  securityGroupSelectorTerms:
-    - tags: {karpenter.sh/discovery: my-cluster}
----
 apiVersion: v1
 kind: ConfigMap
 metadata:
@@ -315,16 +301,20 @@ def test_node_class_keeps_what_joiner_supports(conversion):
     [
         ({"amiFamily": "Custom", "amiSelectorTerms": [{"id": "ami-0123456789abcdef0"}]}, "spec.amiFamily 'Custom'"),
         ({"amiFamily": "Bottlerocket", "amiSelectorTerms": [{"tags": {"os": "br"}}]}, "select Bottlerocket AMIs by id, name or tags"),
+        ({"amiFamily": "Windows2022", "amiSelectorTerms": [{"alias": "windows2022@latest"}]}, "alias 'windows2022@latest'"),
+        ({"amiSelectorTerms": [{"ssmParameter": "/my/ami"}]}, "spec.amiSelectorTerms[0].ssmParameter '/my/ami'"),
     ],
 )
-def test_node_classes_joiner_cannot_launch_are_not_converted(spec, problem):
+def test_node_classes_joiner_cannot_launch_are_refused(spec, problem):
+    """A NodeClass passed through unchanged would leave the NodePools converted to use it
+    pointing at a NodeClass that does not exist, or launching another AMI: refused (issue 13)."""
     document = {
         "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "x"},
         "spec": {"role": "r", "subnetSelectorTerms": [{"id": "subnet-1"}], "securityGroupSelectorTerms": [{"id": "sg-1"}], **spec},
     }
-    conversion = convert_documents([document])
-    assert not [d for d in conversion.documents if d.get("apiVersion") == "joiner.dev/v1"]
-    assert any(problem in line for line in conversion.warnings), conversion.warnings
+    with pytest.raises(ConversionError) as error:
+        convert_documents([document])
+    assert str(error.value).startswith("EC2NodeClass x: cannot be converted: ") and problem in str(error.value)
 
 
 def test_bottlerocket_user_data_is_dropped_al2_user_data_kept():
@@ -361,19 +351,17 @@ def test_every_dropped_field_is_warned_about_with_object_and_path(conversion):
         "EC2NodeClass default: spec.blockDeviceMappings[0].ebs.volumeInitializationRate: dropped",
         "EC2NodeClass default: spec.tags.kubernetes.io/cluster/my-cluster: dropped",
         "EC2NodeClass default: spec.role: KarpenterNodeRole-my-cluster",
-        "EC2NodeClass windows: passed through unchanged",
     ):
         assert expected in text, f"missing warning {expected!r} in:\n{text}"
     # Everything that was kept is not warned about.
     assert "kubelet.maxPods" not in text and "metadataOptions" not in text
 
 
-def test_other_kinds_and_unconvertible_objects_pass_through_unchanged(conversion):
+def test_other_kinds_pass_through_unchanged(conversion):
     originals = by_kind_and_name(yaml.safe_load_all(KARPENTER_MANIFEST))
     docs = by_kind_and_name(conversion.documents)
     assert docs[("ConfigMap", "unrelated")] == originals[("ConfigMap", "unrelated")]
-    assert docs[("EC2NodeClass", "windows")] == originals[("EC2NodeClass", "windows")]
-    assert [doc["kind"] for doc in conversion.documents] == ["NodePool", "NodeClass", "NodePool", "NodeClass", "EC2NodeClass", "ConfigMap"]
+    assert [doc["kind"] for doc in conversion.documents] == ["NodePool", "NodeClass", "NodePool", "NodeClass", "ConfigMap"]
 
 
 def test_kind_list_items_are_converted():
@@ -450,3 +438,46 @@ def test_output_has_no_yaml_anchors_even_for_shared_values(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "&" not in out and "*" not in out
     assert yaml.safe_load(out)["metadata"]["annotations"] == {"team": "a"}
+
+
+NODE_CLASS_V1 = {"apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "default"},
+                 "spec": {"role": "r", "subnetSelectorTerms": [{"id": "subnet-1"}], "securityGroupSelectorTerms": [{"id": "sg-1"}]}}
+
+
+def _node_pool(ref: dict, requirements: list[dict]) -> dict:
+    return {"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "p"},
+            "spec": {"template": {"spec": {"nodeClassRef": ref, "requirements": requirements}}}}
+
+
+def test_v1beta1_input_is_refused_not_passed_through():
+    beta = {"apiVersion": "karpenter.sh/v1beta1", "kind": "NodePool", "metadata": {"name": "old"}, "spec": {}}
+    with pytest.raises(ConversionError, match="NodePool karpenter.sh/v1beta1 is not converted .*migrate to Karpenter v1 first"):
+        convert_documents([NODE_CLASS_V1, beta])
+
+
+def test_an_eks_auto_mode_node_pool_is_refused_and_its_keys_converted_elsewhere():
+    auto = _node_pool({"group": "eks.amazonaws.com", "kind": "NodeClass", "name": "default"},
+                      [{"key": "eks.amazonaws.com/instance-category", "operator": "In", "values": ["c", "m", "r"]}])
+    with pytest.raises(ConversionError, match="EKS Auto Mode NodePool"):
+        convert_documents([auto])
+    keyed = _node_pool({"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}, [
+        {"key": "eks.amazonaws.com/instance-category", "operator": "In", "values": ["c", "m", "r"]},
+        {"key": "eks.amazonaws.com/instance-generation", "operator": "Gt", "values": ["2"]},
+    ])
+    conversion = convert_documents([NODE_CLASS_V1, keyed])
+    pool = next(d for d in conversion.documents if d["kind"] == "NodePool")
+    assert [r["key"] for r in pool["spec"]["template"]["spec"]["requirements"]] == ["joiner.dev/instance-category", "joiner.dev/instance-generation"]
+    assert any("eks.amazonaws.com/instance-category (EKS Auto Mode) read as joiner.dev/instance-category" in w for w in conversion.warnings)
+
+
+def test_a_windows_node_pool_is_refused():
+    windows = _node_pool({"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                         [{"key": "kubernetes.io/os", "operator": "In", "values": ["windows"]}])
+    with pytest.raises(ConversionError, match="asks for windows nodes; Joiner launches Linux"):
+        convert_documents([NODE_CLASS_V1, windows])
+
+
+def test_output_joiner_would_reject_is_refused():
+    both = {**NODE_CLASS_V1, "spec": {**NODE_CLASS_V1["spec"], "instanceProfile": "profile"}}
+    with pytest.raises(ConversionError, match="EC2NodeClass default: Joiner would reject the converted object: "):
+        convert_documents([both])

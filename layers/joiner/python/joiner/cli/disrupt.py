@@ -49,7 +49,10 @@ def _now(text: str | None) -> datetime:
         raise UsageError(f"--now: expected an ISO 8601 time such as 2025-01-06T09:00:00Z, got {text!r}") from None
     # Budget schedules are UTC crontabs (as Karpenter's): a time given with an offset is the
     # same instant in UTC.
-    moment = moment.astimezone(UTC) if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+    try:
+        moment = moment.astimezone(UTC) if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+    except OverflowError:
+        moment = LATEST_TIME + (LATEST_TIME - EARLIEST_TIME)  # beyond the range: reported below
     if not time_in_range(moment):
         raise UsageError(f"--now: {text!r} is out of range (expected a time between {EARLIEST_TIME.year} and {LATEST_TIME.year})")
     return moment

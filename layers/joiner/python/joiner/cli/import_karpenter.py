@@ -137,8 +137,10 @@ def _convert_one(document: Any, where: str, warnings: list[str]) -> Any:
     elif kind == "EC2NodeClass" and api_version == KARPENTER_NODECLASS_API:
         converter = _node_class
     elif isinstance(api_version, str) and api_version.split("/")[0] in ("karpenter.sh", "karpenter.k8s.aws") and kind in ("NodePool", "EC2NodeClass"):
-        warnings.append(f"{where}: {kind} {api_version} passed through unchanged (only {KARPENTER_NODEPOOL_API} NodePool "
-                        f"and {KARPENTER_NODECLASS_API} EC2NodeClass are converted; upgrade to Karpenter v1 first)")
+        # Passed through, it would be an object Joiner never reads next to converted ones
+        # pointing at it: a migration that launches nothing. Refused instead.
+        raise ConversionError(f"{where}: {kind} {api_version} is not converted (only {KARPENTER_NODEPOOL_API} NodePool and "
+                              f"{KARPENTER_NODECLASS_API} EC2NodeClass are): migrate to Karpenter v1 first, then import")
     if converter is None:
         return document
     metadata = document.get("metadata")
@@ -147,10 +149,25 @@ def _convert_one(document: Any, where: str, warnings: list[str]) -> Any:
         raise ConversionError(f"{where}: {kind} has no metadata.name")
     context = _Context(f"{kind} {name}", document, warnings)
     try:
-        return converter(context)
+        converted = converter(context)
     except _Unconvertible as reason:
-        warnings.append(f"{context.label}: passed through unchanged: {reason}")
-        return document
+        # Passed through, the NodePools converted to use it would name a NodeClass that does
+        # not exist, or launch another AMI than the one asked for: refused.
+        raise ConversionError(f"{context.label}: cannot be converted: {reason}") from None
+    _check_output(context, converted)
+    return converted
+
+
+def _check_output(context: _Context, converted: Mapping[str, Any]) -> None:
+    """Parse the converted object as ``joiner plan`` and the functions would: an object Joiner
+    would reject is a refusal, never written."""
+    from joiner.domain.snapshot import SnapshotError, parse_node_class, parse_node_pool
+
+    parse = parse_node_pool if converted.get("kind") == "NodePool" else parse_node_class
+    try:
+        parse(converted)
+    except SnapshotError as error:
+        raise ConversionError(f"{context.label}: Joiner would reject the converted object: {error}") from None
 
 
 @dataclass
@@ -204,7 +221,14 @@ def _metadata(context: _Context) -> dict[str, Any]:
 # ---------------------------------------------------------------- NodePool
 
 
+_EKS_AUTO_PREFIX = "eks.amazonaws.com/"
+
+
 def _requirement_key(key: str) -> str:
+    if key.startswith(_EKS_AUTO_PREFIX + "instance-"):
+        key = _AWS_INSTANCE_PREFIX + key[len(_EKS_AUTO_PREFIX + "instance-"):]  # EKS Auto Mode's names for the same labels
+    elif key == _EKS_AUTO_PREFIX + "compute-type":
+        return key
     if key in wk.KARPENTER_ALIASES:
         return wk.KARPENTER_ALIASES[key]
     if key.startswith(_AWS_INSTANCE_PREFIX):
@@ -224,7 +248,12 @@ def _requirements(context: _Context, value: Any, path: str) -> list[dict[str, An
         if not isinstance(operator, str) or not operator:
             context.fail(f"{item_path}.operator", "is required")
         joiner_key = _requirement_key(key)
-        if key.startswith(_KARPENTER_PREFIXES) and joiner_key not in wk.WELL_KNOWN_LABELS:
+        if joiner_key == wk.OS and requirement.get("operator") == "In" and "linux" not in [str(v) for v in requirement.get("values") or []]:
+            raise _Unconvertible(f"{item_path} asks for {', '.join(str(v) for v in requirement.get('values') or [])} nodes; "
+                                 "Joiner launches Linux (AL2023) only")
+        if key.startswith(_EKS_AUTO_PREFIX) and joiner_key.startswith("joiner.dev/"):
+            context.warn(f"{item_path}.key", f"{key} (EKS Auto Mode) read as {joiner_key}")
+        if key.startswith((*_KARPENTER_PREFIXES, _EKS_AUTO_PREFIX)) and joiner_key not in wk.WELL_KNOWN_LABELS:
             context.warn(f"{item_path}", f"requirement on {key} dropped: Joiner does not label nodes with it, "
                                          "so the pool may now allow instance types this requirement excluded")
             continue
@@ -280,8 +309,11 @@ def _node_pool(context: _Context) -> dict[str, Any]:
     ref_name = ref.get("name")
     if not isinstance(ref_name, str) or not ref_name:
         context.fail("spec.template.spec.nodeClassRef.name", "is required")
+    if ref.get("group") == "eks.amazonaws.com":
+        raise _Unconvertible("an EKS Auto Mode NodePool (nodeClassRef eks.amazonaws.com/NodeClass): its NodeClass has no "
+                             "Joiner equivalent; write a karpenter.k8s.aws/v1 EC2NodeClass for it and point the NodePool at that")
     if (ref.get("group"), ref.get("kind")) not in (("karpenter.k8s.aws", "EC2NodeClass"), (None, None)):
-        context.warn("spec.template.spec.nodeClassRef", f"{ref.get('group')}/{ref.get('kind')} rewritten to joiner.dev/NodeClass")
+        raise _Unconvertible(f"spec.template.spec.nodeClassRef names {ref.get('group')}/{ref.get('kind')}, not a karpenter.k8s.aws EC2NodeClass")
     out_spec: dict[str, Any] = {"nodeClassRef": {"group": "joiner.dev", "kind": "NodeClass", "name": ref_name}}
     requirements = _requirements(context, template_spec.get("requirements"), "spec.template.spec.requirements")
     if requirements:
@@ -346,6 +378,10 @@ def _node_class(context: _Context) -> dict[str, Any]:
     spec = context.mapping(context.document.get("spec"), "spec", required=True)
     out: dict[str, Any] = {}
 
+    for index, term in enumerate(context.sequence(spec.get("amiSelectorTerms"), "spec.amiSelectorTerms")):
+        if isinstance(term, Mapping) and "ssmParameter" in term:
+            raise _Unconvertible(f"spec.amiSelectorTerms[{index}].ssmParameter {term['ssmParameter']!r}: Joiner cannot resolve AMIs from an "
+                                 "SSM parameter; select the AMI by id, name or tags, or use al2023@latest")
     ami_terms = _selector_terms(context, spec.get("amiSelectorTerms"), "spec.amiSelectorTerms", ("alias", "id", "name", "owner", "tags"))
     family = spec.get("amiFamily")
     aliases = [term["alias"] for term in ami_terms if "alias" in term]
