@@ -482,3 +482,16 @@ def test_daemonset_host_ports_are_taken_on_every_new_node() -> None:
     assert [c.pods for c in plan.node_claims] == [("default/free",)]
     (stuck,) = plan.unschedulable
     assert stuck.pod == "default/clash" and "host port 9100" in stuck.reason
+
+
+def test_daemonset_overhead_comes_from_its_running_pods_when_there_are_any() -> None:
+    """Issue 12 item 5: a LimitRange gave the DaemonSet's pods 1 GiB more than its template
+    asks; the overhead must use what the running pods request."""
+    types = (instance_type("c5.large", 2, 4, 0.085), instance_type("m5.large", 2, 8, 0.096))
+    ds = daemonset("agent", "100m", "512Mi")
+    existing = node("n0", cpu=2, memory_gib=4, pool="general")
+    running = pod("agent-x", "100m", "3Gi", node_name="n0", owner=("DaemonSet", "agent"), namespace="kube-system")
+    problem = SchedulingProblem(pending=(pod("p", "500m", "1536Mi"),), nodes=(existing,), bound_pods=(running,), daemonsets=(ds,),
+                                node_pools=(node_pool("general"),), instance_types={"general": types})
+    (claim,) = solve(problem).node_claims
+    assert claim.instance_types == ("m5.large",)  # 3 GiB + 1 GiB do not fit a c5.large's allocatable

@@ -6,8 +6,10 @@ filtering, shapes and compatibility checks are computed once.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from joiner.domain import labels as wk
-from joiner.domain.model import Node, NodePool, Taint
+from joiner.domain.model import DaemonSet, Node, NodePool, Pod, Taint
 from joiner.domain.requirements import Requirements
 from joiner.domain.resources import EMPTY, Resources
 from joiner.domain.scheduling.problem import SchedulingProblem
@@ -43,8 +45,9 @@ class Context:
         self.dims: tuple[str, ...] = tuple(sorted(names))
         self.dim_index = {name: i for i, name in enumerate(self.dims)}
         usage = self._usage(problem)
+        daemonsets = _as_running(problem.daemonsets, problem.bound_pods)
         self.pools = [
-            Pool(i, pool, problem.instance_types.get(pool.name, ()), problem.daemonsets, self.dims, problem.unavailable, usage.get(pool.name, EMPTY))
+            Pool(i, pool, problem.instance_types.get(pool.name, ()), daemonsets, self.dims, problem.unavailable, usage.get(pool.name, EMPTY))
             for i, pool in enumerate(problem.node_pools)
         ]
         self.any_prefer_no_schedule = any(pool.has_prefer_no_schedule for pool in self.pools)
@@ -117,6 +120,22 @@ class Context:
                 return f"its NodeClass {pool.pool.node_class!r} does not exist"
             return "no instance types available"
         return self.template_shapes[pool.index].merge(variant.sid, variant.requirements)
+
+
+def _as_running(daemonsets: tuple[DaemonSet, ...], bound_pods: tuple[Pod, ...]) -> tuple[DaemonSet, ...]:
+    """Each DaemonSet with the requests its running pods actually have, when it has any (a
+    LimitRange or a mutating webhook may have changed them from the template; Karpenter reads
+    the pods too): the largest of them per resource, else the template's."""
+    running: dict[tuple[str, str], Resources] = {}
+    for pod in bound_pods:
+        if pod.owner_kind == "DaemonSet" and pod.owner_name:
+            key = (pod.namespace, pod.owner_name)
+            running[key] = running[key].maximum(pod.requests) if key in running else pod.requests
+    result = []
+    for daemon in daemonsets:
+        requests = running.get((daemon.namespace, daemon.name))
+        result.append(daemon if requests is None else replace(daemon, pod=replace(daemon.pod, requests=requests)))
+    return tuple(result)
 
 
 def node_labels(node: Node) -> dict[str, str]:
