@@ -520,3 +520,20 @@ def test_two_nodes_of_one_type_are_not_merged_into_a_dearer_type() -> None:
     (command,) = run(*objects).commands
     assert len(command.nodes) == 1 and command.replacements == ()
     assert command.savings_per_hour == pytest.approx(0.085)
+
+
+def test_a_termination_grace_period_lets_drift_take_a_node_that_do_not_disrupt_or_a_budget_holds() -> None:
+    """Issue 13 item 9 (Karpenter's eventual disruption): with terminationGracePeriod, a drifted
+    node is replaced even while a do-not-disrupt pod or a blocking budget holds it; the drain
+    then deletes what is left as the grace period ends (deadline = now + grace)."""
+    from joiner.domain.model import NODEPOOL_HASH_KEY
+
+    drifted = managed_node("n1", "c5.xlarge", annotations={NODEPOOL_HASH_KEY: "0000000000000000"})
+    for holder in (running_pod("p1", "n1", annotations={wk.KARPENTER_DO_NOT_DISRUPT: "true"}), running_pod("p1", "n1")):
+        budget = [pdb("web", "web", allowed=0)] if not holder["metadata"].get("annotations") else []
+        held = run(pool(types=["c5.xlarge"]), drifted, holder, *budget)
+        assert held.commands == () and held.blocked[0].node == "n1"
+        graced = pool(types=["c5.xlarge"])
+        graced["spec"]["template"]["spec"]["terminationGracePeriod"] = "1h"
+        (command,) = run(graced, drifted, holder, *budget).commands
+        assert command.method == DRIFT and command.nodes == ("n1",)

@@ -892,7 +892,10 @@ class _Pass:
         eligible = []
         why = {}
         for c in self.candidates:
-            if c.protected is not None or c.pdb_blocked is not None:
+            # Karpenter's eventual disruption: with a terminationGracePeriod, do-not-disrupt pods
+            # and blocking budgets no longer keep a drifted node; the drain deletes what is
+            # left when the grace period ends.
+            if (c.protected is not None or c.pdb_blocked is not None) and c.pool.termination_grace_period is None:
                 continue
             reason = self.drift_reason(c)
             if reason is not None:
