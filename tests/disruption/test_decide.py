@@ -82,9 +82,11 @@ def test_never_merge_into_a_node_of_the_same_type():
 
 def test_replacement_must_be_cheaper_at_its_worst_case_price():
     # Spot c5.large costs 0.034 but the claim may launch on-demand at 0.085: against a node
-    # costing 0.09 that saves less than the 10 % minimum, so nothing happens.
+    # costing 0.09 that saves less than the 10 % minimum; pinned to spot it saves enough, so
+    # the replacement is offered as spot only (issue 13 item 11).
     objects = [pool(types=["c5.large", "m5.large"], capacity_types=["spot", "on-demand"]), managed_node("n1", "m5.large"), running_pod("p1", "n1")]
-    assert run(*objects, facts={"n1": NodeFacts(price=0.09)}).commands == ()
+    (pinned,) = run(*objects, facts={"n1": NodeFacts(price=0.09)}).commands
+    assert pinned.replacements[0].capacity_types == ("spot",) and pinned.replacements[0].price < 0.085
     (command,) = run(*objects, facts={"n1": NodeFacts(price=0.2)}).commands
     (replacement,) = command.replacements
     assert replacement.instance_types == ("c5.large",)  # m5.large is the node's own type
@@ -537,3 +539,25 @@ def test_a_termination_grace_period_lets_drift_take_a_node_that_do_not_disrupt_o
         graced["spec"]["template"]["spec"]["terminationGracePeriod"] = "1h"
         (command,) = run(graced, drifted, holder, *budget).commands
         assert command.method == DRIFT and command.nodes == ("n1",)
+
+
+def test_an_on_demand_node_is_consolidated_onto_a_replacement_pinned_to_spot() -> None:
+    """Issue 13 item 11: the replacement allowing both capacity types is priced on demand
+    (0.50/h, dearer than the 0.42/h node); pinned to spot (0.01/h) it qualifies."""
+    from joiner.domain.catalog import parse_catalog
+    from joiner.domain.disruption import DisruptionInput, decide
+    from joiner.domain.planning import instance_types_by_pool
+
+    def entry(name: str, cpu: str, spot: float, on_demand: float) -> dict:
+        return {"name": name, "capacity": {"cpu": cpu, "memory": f"{int(cpu) * 2}Gi", "pods": "29"}, "labels": {"kubernetes.io/arch": "amd64"},
+                "offerings": [{"zone": "us-east-1a", "capacityType": "spot", "price": spot},
+                              {"zone": "us-east-1a", "capacityType": "on-demand", "price": on_demand}]}
+
+    catalog = parse_catalog({"region": "us-east-1", "instanceTypes": [entry("s.large", "2", 0.010, 0.50), entry("c5.2xlarge", "8", 0.30, 0.42)]})
+    snap = snapshot(pool(types=["s.large", "c5.2xlarge"], capacity_types=["spot", "on-demand"]),
+                    managed_node("n1", "c5.2xlarge", capacity_type="on-demand"), running_pod("p1", "n1", cpu="500m", memory="512Mi"))
+    types = instance_types_by_pool(snap.node_pools, snap.node_classes, catalog)
+    (command,) = decide(DisruptionInput(snapshot=snap, instance_types=types, now=T0)).commands
+    (replacement,) = command.replacements
+    assert replacement.capacity_types == ("spot",) and replacement.instance_types == ("s.large",)
+    assert command.savings_per_hour == pytest.approx(0.42 - 0.010)

@@ -715,7 +715,13 @@ class _Pass:
             own = [c.price for c in group if c.instance_type in options and c.price is not None]
             if own:
                 cap = min(cap, min(own) - _EPSILON)
-        replacement = self._replacement(plan.node_claims[0], drop_types=same, max_price=cap)
+        claim = plan.node_claims[0]
+        replacement = self._replacement(claim, drop_types=same, max_price=cap)
+        if replacement is None and wk.CAPACITY_TYPE_SPOT in claim.capacity_types and len(claim.capacity_types) > 1:
+            # Priced at its on-demand worst case, a claim allowing both capacity types rarely
+            # beats an on-demand node; pinned to spot (as Karpenter's replacements may be) it
+            # can, under the same savings threshold and, for a spot candidate, the spot-to-spot rule.
+            replacement = self._replacement(replace(claim, capacity_types=(wk.CAPACITY_TYPE_SPOT,)), drop_types=same, max_price=cap)
         if replacement is None:
             return None, f"no replacement cheaper by ${required:.4f}/h at its worst-case price"
         if len(group) == 1 and _is_spot(group[0]) and wk.CAPACITY_TYPE_SPOT in replacement.capacity_types:
