@@ -561,3 +561,15 @@ def test_an_on_demand_node_is_consolidated_onto_a_replacement_pinned_to_spot() -
     (replacement,) = command.replacements
     assert replacement.capacity_types == ("spot",) and replacement.instance_types == ("s.large",)
     assert command.savings_per_hour == pytest.approx(0.42 - 0.010)
+
+
+def test_an_always_allow_budget_does_not_hold_an_unhealthy_pod() -> None:
+    """Issue 13 item 10: unhealthyPodEvictionPolicy AlwaysAllow lets a pod that is not Ready be
+    evicted whatever the budget allows; a Ready pod stays protected."""
+    budget = pdb("web", "web", allowed=0)
+    budget["spec"]["unhealthyPodEvictionPolicy"] = "AlwaysAllow"
+    for ready, blocked in (("False", False), ("True", True)):
+        pod_obj = running_pod("p1", "n1")
+        pod_obj["status"]["conditions"] = [{"type": "Ready", "status": ready}]
+        decision = run(pool(), managed_node("n1", "c5.2xlarge"), pod_obj, budget)
+        assert (decision.commands == ()) is blocked, (ready, decision)

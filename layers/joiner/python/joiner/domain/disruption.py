@@ -580,7 +580,7 @@ class _Pass:
                 pdb_blocked = f"pod {pod.key} is selected by {len(selecting)} PodDisruptionBudgets ({names}): the Eviction API refuses it"
                 break
             for pdb in pdbs:
-                if pdb.selects(pod):
+                if pdb.selects(pod) and not (pdb.unhealthy_pod_eviction_policy == "AlwaysAllow" and not pod.ready):
                     pdb_blocked = f"PodDisruptionBudget {pdb.namespace}/{pdb.name} allows no eviction of pod {pod.key}"
                     break
             if pdb_blocked:

@@ -185,6 +185,8 @@ class Pod:
     termination_grace_seconds: int = 30
     unschedulable_since: datetime | None = None
     scheduling_gated: bool = False
+    #: The Ready condition is True (a PodDisruptionBudget's healthy pod).
+    ready: bool = True
 
     @property
     def key(self) -> str:
@@ -293,6 +295,8 @@ class PodDisruptionBudget:
     disruptions_allowed: int | None = None  # status.disruptionsAllowed when known
     min_available: str | None = None
     max_unavailable: str | None = None
+    #: ``AlwaysAllow``: a pod that is not Ready may be evicted whatever the budget allows.
+    unhealthy_pod_eviction_policy: str = "IfHealthyBudget"
 
     def selects(self, pod: Pod) -> bool:
         return pod.namespace == self.namespace and self.selector.matches(pod.labels)

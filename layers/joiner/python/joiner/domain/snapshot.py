@@ -682,7 +682,16 @@ def _pod(
         termination_grace_seconds=fields.integer(spec.get("terminationGracePeriodSeconds"), f"{spec_path}.terminationGracePeriodSeconds", default=30, minimum=0),
         unschedulable_since=_unschedulable_since(fields, status),
         scheduling_gated=bool(fields.sequence(spec.get("schedulingGates"), f"{spec_path}.schedulingGates")),
+        ready=_pod_ready(status),
     )
+
+
+def _pod_ready(status: Mapping[str, Any]) -> bool:
+    """The pod's Ready condition is True (what a PodDisruptionBudget counts as healthy)."""
+    conditions = status.get("conditions")
+    if not isinstance(conditions, list):
+        return False
+    return any(isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
 def parse_pod(obj: Mapping[str, Any], runtime_classes: Mapping[str, Resources] | None = None, *, origin: str = "") -> Pod:
@@ -794,6 +803,8 @@ def parse_pdb(obj: Mapping[str, Any], *, origin: str = "") -> PodDisruptionBudge
         disruptions_allowed=fields.integer(status.get("disruptionsAllowed"), "status.disruptionsAllowed", minimum=0),
         min_available=min_available,
         max_unavailable=max_unavailable,
+        unhealthy_pod_eviction_policy=fields.string(spec.get("unhealthyPodEvictionPolicy"), "spec.unhealthyPodEvictionPolicy",
+                                                    default="IfHealthyBudget", allowed=("IfHealthyBudget", "AlwaysAllow")),
     )
 
 
