@@ -573,3 +573,14 @@ def test_an_always_allow_budget_does_not_hold_an_unhealthy_pod() -> None:
         pod_obj["status"]["conditions"] = [{"type": "Ready", "status": ready}]
         decision = run(pool(), managed_node("n1", "c5.2xlarge"), pod_obj, budget)
         assert (decision.commands == ()) is blocked, (ready, decision)
+
+
+def test_a_node_inside_its_own_consolidate_after_window_is_no_destination() -> None:
+    """Issue 13 item 3: n2, launched 5 minutes ago under a 10-minute consolidateAfter, does not
+    take n1's pod yet; once past the window it does."""
+    for age, onto_n2 in ((timedelta(minutes=5), False), (timedelta(minutes=20), True)):
+        objects = [pool(types=["c5.2xlarge"], consolidate_after="10m"), managed_node("n1", "c5.2xlarge", created=T0 - timedelta(days=1)),
+                   managed_node("n2", "c5.2xlarge", created=T0 - age), running_pod("p1", "n1", created=T0 - timedelta(hours=1)),
+                   running_pod("p2", "n2", created=T0 - age)]
+        decision = run(*objects)
+        assert any(c.nodes == ("n1",) and c.replacements == () for c in decision.commands) is onto_n2, (age, decision.commands)

@@ -613,6 +613,14 @@ class _Pass:
 
     # ------------------------------------------------------------ simulation
 
+    def _settling(self, node: Node) -> bool:
+        """A node of a Joiner NodePool still inside its own ``consolidateAfter`` window since it
+        was created: no destination yet (it may itself be consolidated away, and moving pods
+        onto it only to move them again is the churn minSavings is there to avoid)."""
+        pool = self.pools.get(node.labels.get(wk.NODEPOOL, ""))
+        window = pool.disruption.consolidate_after if pool is not None else None
+        return bool(window and node.created is not None and self.now - node.created < window)
+
     def _solve(self, pending: Sequence[Pod], exclude: frozenset[str]) -> Plan:
         """Plan ``pending`` on the nodes outside ``exclude``, in-flight claims and new claims.
 
@@ -625,6 +633,7 @@ class _Pass:
         nodes = tuple(
             n for n in snap.nodes
             if n.name not in exclude and not n.deleting and n.ready and (wk.NODEPOOL not in n.labels or n.labels.get(wk.INITIALIZED) == "true")
+            and not self._settling(n)
         )
         bound = tuple(p for p in self.bound_pods if p.node_name not in exclude)
         requested = {p.key for p in pending}
