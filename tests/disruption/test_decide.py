@@ -389,12 +389,16 @@ def _spot_catalog(count: int, on_demand: bool = False):  # type: ignore[no-untyp
     return parse_catalog({"region": "us-east-1", "instanceTypes": entries})
 
 
-def _spot_decision(count: int, capacity_types: tuple[str, ...] = ("spot",)):  # type: ignore[no-untyped-def]
+def _spot_decision(count: int, capacity_types: tuple[str, ...] = ("spot",), min_values: int | None = None,
+                   node_capacity_type: str = "spot"):  # type: ignore[no-untyped-def]
     from joiner.domain.disruption import DisruptionInput, decide
     from joiner.domain.planning import instance_types_by_pool
 
     names = [f"s{index:02d}.large" for index in range(count)] + ["c5.2xlarge"]
-    snap = snapshot(pool(types=names, capacity_types=list(capacity_types)), managed_node("n1", "c5.2xlarge", capacity_type="spot"), running_pod("p1", "n1"))
+    node_pool = pool(types=names, capacity_types=list(capacity_types))
+    if min_values is not None:
+        node_pool["spec"]["template"]["spec"]["requirements"][0]["minValues"] = min_values
+    snap = snapshot(node_pool, managed_node("n1", "c5.2xlarge", capacity_type=node_capacity_type), running_pod("p1", "n1"))
     types = instance_types_by_pool(snap.node_pools, snap.node_classes, _spot_catalog(count, on_demand="on-demand" in capacity_types))
     return decide(DisruptionInput(snapshot=snap, instance_types=types, now=T0))
 
@@ -417,6 +421,19 @@ def test_spot_to_spot_replacement_offers_only_the_fifteen_cheapest_types():
     assert replacement.capacity_types == ("spot",)
     assert replacement.instance_types == tuple(f"s{index:02d}.large" for index in range(15))
     assert replacement.price == pytest.approx(0.024)  # the dearest of the fifteen, not of all twenty
+
+
+def test_spot_to_spot_truncation_keeps_enough_types_for_min_values():
+    """Karpenter keeps max(15, what minValues needs) cheapest types; fifteen would break minValues 18."""
+    (command,) = _spot_decision(25, min_values=18).commands
+    assert command.replacements[0].instance_types == tuple(f"s{index:02d}.large" for index in range(18))
+
+
+def test_a_replacement_that_cannot_meet_min_values_is_not_proposed():
+    """Two cheaper types under an instance-type minValues of 3: the launch could only fail."""
+    assert _spot_decision(2, ("on-demand",), min_values=3, node_capacity_type="on-demand").commands == ()
+    (command,) = _spot_decision(3, ("on-demand",), min_values=3, node_capacity_type="on-demand").commands
+    assert len(command.replacements[0].instance_types) == 3
 
 
 def test_node_and_nodeclass_template_hashes_drift_nodes_launched_from_an_older_template():

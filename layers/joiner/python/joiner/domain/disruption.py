@@ -654,7 +654,8 @@ class _Pass:
         return _only(plan, requested) if promised else plan
 
     def _replacement(self, claim: NodeClaimPlan, drop_types: frozenset[str] = frozenset(), max_price: float | None = None) -> Replacement | None:
-        """The claim as a replacement: same-type and too dear types dropped; None if none is left."""
+        """The claim as a replacement: same-type and too dear types dropped; None if none is
+        left or what is left cannot meet the NodePool's ``minValues`` (the launch would fail)."""
         types = self.types.get(claim.node_pool, {})
         kept: list[tuple[str, float]] = []
         for name in claim.instance_types:
@@ -666,7 +667,7 @@ class _Pass:
             if max_price is not None and price > max_price + _EPSILON:
                 continue
             kept.append((name, price))
-        if not kept:
+        if not kept or _min_values_prefix(claim, [name for name, _ in kept]) is None:
             return None
         return Replacement(
             node_pool=claim.node_pool,
@@ -677,10 +678,12 @@ class _Pass:
             pods=claim.pods,
         )
 
-    def _truncated(self, replacement: Replacement, count: int) -> Replacement:
-        """``replacement`` offering only its ``count`` cheapest types (worst-case price recomputed)."""
+    def _truncated(self, replacement: Replacement, count: int, claim: NodeClaimPlan) -> Replacement:
+        """``replacement`` offering only its ``count`` cheapest types, or as many more as its
+        ``minValues`` need (Karpenter's rule), worst-case price recomputed."""
         types = self.types.get(replacement.node_pool, {})
-        kept = replacement.instance_types[:count]
+        needed = _min_values_prefix(claim, replacement.instance_types) or len(replacement.instance_types)
+        kept = replacement.instance_types[:max(count, needed)]
         prices = [worst_case_price(types[name], replacement.zones, replacement.capacity_types, self.inp.unavailable) for name in kept]
         return replace(replacement, instance_types=kept, price=max(p for p in prices if p is not None))
 
@@ -743,7 +746,7 @@ class _Pass:
             if len(replacement.instance_types) < MIN_SPOT_TO_SPOT_TYPES:
                 return None, (f"spot-to-spot replacement needs {MIN_SPOT_TO_SPOT_TYPES} cheaper instance types, "
                               f"{len(replacement.instance_types)} available")
-            replacement = self._truncated(replacement, MIN_SPOT_TO_SPOT_TYPES)
+            replacement = self._truncated(replacement, MIN_SPOT_TO_SPOT_TYPES, claim)
         savings = current - replacement.price
         return Command(
             CONSOLIDATION, tuple(c.name for c in group), (replacement,), savings,
@@ -1115,6 +1118,26 @@ def _only(plan: Plan, keys: set[str]) -> Plan:
         for node in plan.existing_nodes if any(k in keys for k in node.pods)
     )
     return Plan(claims, existing, tuple(u for u in plan.unschedulable if u.pod in keys))
+
+
+def _min_values_prefix(claim: NodeClaimPlan, names: Sequence[str]) -> int | None:
+    """How many of ``names`` (cheapest first) a launch must offer to meet the claim's
+    ``minValues`` on instance type and family (the keys the launch checks), or None if even
+    all of them fall short."""
+    needed = 1
+    for key, family in ((wk.INSTANCE_TYPE, False), (wk.INSTANCE_FAMILY, True)):
+        requirement = claim.requirements.get(key)
+        if requirement is None or not requirement.min_values:
+            continue
+        seen: set[str] = set()
+        for index, name in enumerate(names, start=1):
+            seen.add(name.split(".", 1)[0] if family else name)
+            if len(seen) >= requirement.min_values:
+                needed = max(needed, index)
+                break
+        else:
+            return None
+    return needed
 
 
 def _is_spot(candidate: _Candidate) -> bool:
