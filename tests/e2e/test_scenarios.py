@@ -116,9 +116,10 @@ def test_pdb_spaces_evictions_and_deletes_the_rest_at_the_deadline_without_losin
     evictions = [d for d in moved if d.via == "eviction"]
     deletions = [d for d in moved if d.via != "eviction"]
     assert len(moved) == 6 and len({d.pod for d in moved}) == 6
-    # the budget lets one eviction through at a time: the first at once, the others only after
-    # the previous one's successor was Ready, which cannot happen before a node boots
-    assert evictions and evictions[0].at == record.warned
+    # replace, then drain: the first eviction once the replacement is Ready (polled every 5 s),
+    # the budget then letting one through at a time, each after the previous one's successor was Ready
+    assert evictions and record.replacement_ready is not None
+    assert record.replacement_ready <= evictions[0].at <= record.replacement_ready + timedelta(seconds=5)
     for before, after in zip(evictions, evictions[1:], strict=False):
         assert after.at - before.at >= timedelta(seconds=5)
     # what is left is deleted at deadline - grace (30 s) - 2 s, with a grace that ends by the deadline

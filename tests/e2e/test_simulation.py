@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import filecmp
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -71,7 +71,41 @@ def test_classic_spot_interruption_is_drained_and_replaced_before_its_deadline(c
     sources = [e.source for e in classic.entries if e.at >= record.warned - classic.start]
     assert "joiner/interruption" in sources and "joiner/termination" in sources
     cordon = next(e for e in classic.entries if e.source == "joiner/interruption")
-    assert "cordoned" in cordon.action and "evicted" in cordon.action
+    assert "cordoned" in cordon.action and "evicted" not in cordon.action
+
+
+def test_classic_interrupted_pods_move_straight_onto_the_ready_replacement(classic: SimulationResult) -> None:
+    """Replace, then drain (issue 16 section 5): no eviction before the replacement is Ready,
+    and so no pod-second pending because of the interruption."""
+    [record] = classic.interruptions
+    evictions = [d.at for d in classic.pod_deletions if d.node == record.node]
+    assert evictions and record.replacement_ready is not None
+    assert min(evictions) >= record.replacement_ready
+    assert classic.interruption_pending() == [0.0]
+
+
+def test_pending_caused_by_an_interruption_counts_each_successor_once() -> None:
+    """The measurement itself: pods drained 60 s before their replacement capacity is Ready
+    pend 60 s each; a pod of another workload or created before the removal is not counted."""
+    from joiner.local.cluster import PodRecord
+    from joiner.local.simulator import PodDeletion
+
+    start = datetime(2025, 1, 1, tzinfo=UTC)
+    at = start + timedelta(minutes=5)
+    result = SimulationResult(scenario=None, start=start, simulated_seconds=900)
+    result.pods = [
+        PodRecord("default/web-0", "web", start, start, "n1", at),
+        PodRecord("default/web-1", "web", start, start, "n1", at),
+        PodRecord("default/db-0", "db", start, start, "n2"),
+        PodRecord("default/web-2", "web", at, at + timedelta(seconds=60), "n3"),
+        PodRecord("default/web-3", "web", at, at + timedelta(seconds=60), "n3"),
+        PodRecord("default/db-1", "db", at, at + timedelta(seconds=600), "n3"),
+        PodRecord("default/web-4", "web", start, None),  # pending since before the removal: not caused by it
+    ]
+    result.pod_deletions = [PodDeletion(at, f"default/web-{i}", "n1", "eviction", None, "termination") for i in (0, 1)]
+    assert result.pending_caused_by("n1", at - timedelta(seconds=1)) == 120.0
+    assert result.pending_caused_by("n1", at + timedelta(seconds=1)) == 0.0
+    assert result.pending_caused_by("n2", start) == 0.0
 
 
 @pytest.mark.skipif(not HAS_DISRUPTION, reason="functions/disruption/handler.py does not exist yet: nothing removes empty nodes")

@@ -58,15 +58,19 @@ def test_spot_warning_cordons_drains_in_order_and_terminates(world: World) -> No
     assert response == {"batchItemFailures": []} and len(messages) == 1
 
     assert_cordoned(world, "n1")
-    # the first step evicted the non-critical pods only
-    assert sorted(world.evictions()) == ["default/n1-web-1", "default/n1-web-2"]
+    # replace, then drain (issue 16 section 5): the pods keep running while the replacement boots
+    assert world.evictions() == []
+    assert world.runtime.state.get_item("TERMINATION", "n1")["phase"] == "replacing"
     unavailable = world.runtime.state.unavailable_offerings(world.clock.now())
     assert OfferingKey("c5.xlarge", "us-east-1a", "spot") in unavailable
     assert world.runtime.state.unavailable_offerings(world.clock.now() + timedelta(minutes=3, seconds=1)) == frozenset()
     assert world.runtime.state.get_claim("default-n1").state == "terminating"
-    # the step scheduled before the replacement launch (stale now), the first step's safety
-    # continuation (same generation: stale once the step ended), then the step's successor
-    assert world.queue_bodies(world.work) == [{"generation": g, "kind": "termination", "node": "n1"} for g in (1, 1, 2)]
+    assert world.ready_replacements() != []
+    world.advance(5)
+    world.run_work_queue(max_invocations=1)
+    # the replacement is Ready: the first drain step evicted the non-critical pods only
+    assert sorted(world.evictions()) == ["default/n1-web-1", "default/n1-web-2"]
+    assert world.clock.now() - T0 < timedelta(seconds=15)
 
     world.run_work_queue()
     assert world.evictions() == ["default/n1-web-1", "default/n1-web-2", "default/n1-logs", "default/n1-dns"]
@@ -99,9 +103,14 @@ def test_every_kind_from_eventbridge_to_action(world: World, fixture: str) -> No
         stored = world.runtime.state.get_item("TERMINATION", "n1")
         assert stored["phase"] in ("replacing", "draining")
     else:
-        assert world.evictions() == ["default/web-1"]
+        # replace, then drain: nothing is evicted before the replacement is Ready
+        assert world.evictions() == []
         stored = world.runtime.state.get_item("TERMINATION", "n1")
-        assert stored["deadline"] is not None
+        assert stored["deadline"] is not None and stored["phase"] == "replacing"
+        assert world.ready_replacements() != []
+        world.run_work_queue(max_invocations=2)
+        assert world.evictions() == ["default/web-1"]
+        assert world.clock.now() - T0 <= timedelta(seconds=15)
 
 
 def test_pdb_blocks_eviction_until_the_deadline_then_pods_are_deleted_in_time(world: World) -> None:
@@ -253,10 +262,15 @@ def test_failures_mid_drain_are_retried_within_seconds_from_durable_state(world:
     world.add_pod("logs", "n1", app="logs", daemonset=True)
     world.add_pod("dns", "n1", app="dns", critical=True)
     world.publish("health_scheduled_change_arn.json", instance)
-    # the eviction of "b" fails beyond the client's retries: "b" alone is retried later
-    world.emulator.fail_next("POST", r"/namespaces/default/pods/b/eviction$", status=503, times=4)
     response, _ = world.deliver_interruptions()
     assert response == {"batchItemFailures": []}
+    assert world.evictions() == [] and world.ready_replacements() != []
+    # the eviction of "b" fails beyond the client's retries: "b" alone is retried later
+    world.emulator.fail_next("POST", r"/namespaces/default/pods/b/eviction$", status=503, times=4)
+    for _ in range(3):
+        world.run_work_queue(max_invocations=1)
+        if world.evictions():
+            break
     assert sorted(world.evictions()) == ["default/a", "default/c"]
     assert world.runtime.state.get_item("TERMINATION", "n1")["progress"]["default/b"]["failed"] == 1
     assert world.node("n1")["spec"]["unschedulable"] is True
@@ -271,8 +285,11 @@ def test_failures_mid_drain_are_retried_within_seconds_from_durable_state(world:
     # a continuation step fails as a whole (Kubernetes unreachable): it schedules its own
     # retry a few seconds later, from the state the last step left
     world.emulator.fail_next("GET", r"/api/v1/nodes/n1$", status=500, times=4)
-    responses = world.run_work_queue(max_invocations=1)
-    assert responses[0] == {"batchItemFailures": []}
+    for _ in range(3):  # stale safety continuations come first and do nothing
+        responses = world.run_work_queue(max_invocations=1)
+        assert responses[0] == {"batchItemFailures": []}
+        if world.metrics.total("TerminationStepFailed"):
+            break
     assert world.metrics.total("TerminationStepFailed") == 1
     wait = next_visible_in(world.work.url, REGION)
     assert wait is not None and wait <= 5
@@ -373,7 +390,7 @@ def test_cold_start_builds_the_runtime_from_the_environment(world: World, monkey
         response, _ = world.deliver_interruptions()
         assert response == {"batchItemFailures": []}
         assert_cordoned(world, "n1")
-        assert world.evictions() == ["default/web-1"]
+        assert world.runtime.state.get_item("TERMINATION", "n1")["replacementClaims"]
         assert world.dynamodb.scan(TableName=world.settings.idempotency_table)["Count"] == 1
     finally:
         world.interruption_handler.reset()
@@ -429,6 +446,9 @@ def test_a_burst_in_one_batch_is_replaced_together_and_never_onto_its_own_nodes(
         hosted.update(pod for claim_id in claims for pod in world.runtime.state.get_claim(claim_id).pods)
     # every pod of the three nodes has new capacity: none was counted onto a node of the burst
     assert {f"default/n{i}-web-{p}" for i in range(3) for p in range(3)} <= hosted
+    assert world.evictions() == []  # replace, then drain
+    assert world.ready_replacements() != []
+    world.run_work_queue(max_invocations=6)
     assert len(world.evictions()) == 9
 
 
@@ -451,7 +471,8 @@ def test_two_events_for_one_node_in_one_batch_act_once_and_keep_the_earlier_dead
     assert len(messages) == 2 and response == {"batchItemFailures": []}
     stored = world.runtime.state.get_item("TERMINATION", "n1")
     assert len(stored["events"]) == 2
-    assert stored["phase"] == "draining"  # the spot warning does not wait for the replacement
+    # both wait for the one replacement, the spot warning's deadline bounding the wait
+    assert stored["phase"] == "replacing"
     assert stored["deadline"] is not None
     launched = [i for i in world.fleet_instances() if i["tags"].get(wk.NODECLAIM) != "default-n1"]
     assert len(launched) == len(stored["replacementClaims"])  # one replacement, not two

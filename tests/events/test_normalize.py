@@ -151,7 +151,7 @@ def test_spot_cordons_replaces_and_marks_unavailable_with_the_event_deadline() -
     event = normalize(load_event("spot_interruption.json"))
     action = decide_action(event, _claim(), NodePool("default"))
     assert action.kind == di.ACTION_CORDON_REPLACE_DRAIN
-    assert action.mark_unavailable and action.replace and not action.wait_for_replacement
+    assert action.mark_unavailable and action.replace and action.wait_for_replacement and action.urgent
     assert action.deadline == T0 + timedelta(minutes=2)
 
 

@@ -283,7 +283,10 @@ def test_an_urgent_event_never_waits_for_a_held_lease(world: World, monkeypatch:
     assert world.clock.now() <= deadline
 
 
-def test_a_request_ends_a_rebalance_replacement_wait(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_request_bounds_a_rebalance_replacement_wait_by_the_reclaim(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A spot warning behind a rebalance (issue 16 section 5): the replacement is still
+    awaited, but the drain starts by the reclaim less the pods' grace period and a margin."""
+    from joiner.domain.termination import DRAIN_MARGIN
     from joiner.services import termination
 
     monkeypatch.setattr(termination, "LEASE_WAIT_SECONDS", 0.05)
@@ -302,12 +305,16 @@ def test_a_request_ends_a_rebalance_replacement_wait(world: World, monkeypatch: 
     assert stored is not None
     result = termination._run_step(world.runtime, stored, EPOCH, holder)
     holder.__exit__()
-    assert result.status == "replacing" and result.next_step_in == 1
-    body, _ = world.next_message()
-    world.clock.advance(1)
-    drained = handle_continuation(world.runtime, body, world.clock.now())
-    assert drained.evicted == ("default/web",)
+    assert result.status == "replacing" and result.next_step_in == 5  # polled every 5 s under a deadline
     assert world.state.get_item(TERMINATION_KIND, "n1")["deadline"] == deadline.isoformat()
+    drain_by = deadline - timedelta(seconds=30) - DRAIN_MARGIN  # the pod's default 30 s grace
+    while world.clock.now() < drain_by:
+        body, _ = world.next_message()
+        world.clock.advance(5)
+        result = handle_continuation(world.runtime, body, world.clock.now())
+        if world.clock.now() < drain_by:
+            assert result.status == "replacing" and result.evicted == ()
+    assert result.evicted == ("default/web",)
 
 
 def test_a_request_left_for_a_holder_that_died_starts_the_termination(world: World, monkeypatch: pytest.MonkeyPatch) -> None:

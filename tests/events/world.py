@@ -236,6 +236,30 @@ class World:
             "spec": {"selector": {"matchLabels": {"app": app}}, "minAvailable": min_available},
         })
 
+    def ready_replacements(self) -> list[str]:
+        """Register a Ready Node for every launched claim that has none yet (the replacements'
+        kubelets joining); returns their claim ids."""
+        named = {((n.get("metadata") or {}).get("labels") or {}).get(wk.NODECLAIM) for n in self.emulator.list("Node")}
+        joined = []
+        for claim in sorted(self.runtime.state.open_claims(), key=lambda c: c.claim_id):
+            if claim.claim_id in named or not claim.instance_id or claim.state not in ("launched", "registered", "initialized"):
+                continue
+            zone = claim.zone or "us-east-1a"
+            name = f"ip-{claim.claim_id}"
+            labels = {
+                "kubernetes.io/arch": "amd64", "kubernetes.io/os": "linux", "kubernetes.io/hostname": name,
+                wk.INSTANCE_TYPE: claim.instance_type or "c5.xlarge", wk.ZONE: zone, wk.REGION: REGION,
+                wk.NODEPOOL: claim.node_pool, wk.NODECLAIM: claim.claim_id, wk.CAPACITY_TYPE: claim.capacity_type or "on-demand",
+            }
+            resources = {"cpu": "4", "memory": "8Gi", "pods": "58"}
+            self.emulator.apply({
+                "apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels},
+                "spec": {"providerID": f"aws:///{zone}/{claim.instance_id}"},
+                "status": {"capacity": resources, "allocatable": resources, "conditions": [{"type": "Ready", "status": "True"}]},
+            })
+            joined.append(claim.claim_id)
+        return joined
+
     # ------------------------------------------------------------ time
 
     def advance(self, seconds: float) -> None:

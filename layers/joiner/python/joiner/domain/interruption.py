@@ -106,7 +106,8 @@ class InterruptionEvent:
 
 ACTION_NONE = "none"
 ACTION_UNMANAGED = "unmanaged"
-#: Cordon now, launch replacement capacity for the node's pods now, drain by the deadline.
+#: Cordon now, launch replacement capacity for the node's pods now, drain when it is Ready
+#: or when the drain must start to end by the deadline (whichever comes first).
 ACTION_CORDON_REPLACE_DRAIN = "cordon-replace-drain"
 #: Cordon, launch the replacement, drain only once the replacement is Ready.
 ACTION_REPLACE_THEN_DRAIN = "replace-then-drain"
@@ -123,7 +124,11 @@ class Action:
     indefinitely. ``mark_unavailable``: the (instance type, zone, spot) offering goes on
     the unavailable list so replacements avoid it. ``replace``: launch capacity for the
     node's reschedulable pods now. ``wait_for_replacement``: drain only once that capacity
-    is Ready.
+    is Ready, or, with a ``deadline``, once the drain must start to end by it
+    (:func:`joiner.domain.termination.drain_start_by`): pods move straight onto Ready
+    capacity and none is still running at the deadline. ``urgent``: the deadline is the
+    instance's end (not a NodePool's grace cap), so a failure to start must not wait for a
+    redelivery.
     """
 
     kind: str
@@ -136,6 +141,10 @@ class Action:
     @property
     def acts(self) -> bool:
         return self.kind not in (ACTION_NONE, ACTION_UNMANAGED)
+
+    @property
+    def urgent(self) -> bool:
+        return self.deadline is not None and self.kind in (ACTION_CORDON_REPLACE_DRAIN, ACTION_DELETE_NODE)
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -178,6 +187,7 @@ def decide_action(event: InterruptionEvent, claim: ClaimRecord | None, node_pool
             deadline=capped(event.deadline),
             mark_unavailable=True,
             replace=True,
+            wait_for_replacement=True,
         )
     if event.kind == CAPACITY_RESERVATION_INTERRUPTION:
         return Action(
@@ -185,6 +195,7 @@ def decide_action(event: InterruptionEvent, claim: ClaimRecord | None, node_pool
             "capacity reservation interruption warning: the instance is terminated at the deadline",
             deadline=capped(event.deadline),
             replace=True,
+            wait_for_replacement=True,
         )
     if event.kind == SCHEDULED_CHANGE:
         return Action(
@@ -192,6 +203,7 @@ def decide_action(event: InterruptionEvent, claim: ClaimRecord | None, node_pool
             f"scheduled maintenance {event.detail or ''}".rstrip() + ": drained before the event starts",
             deadline=capped(event.deadline),
             replace=True,
+            wait_for_replacement=True,
         )
     if event.kind == REBALANCE_RECOMMENDATION:
         policy = node_pool.rebalance if node_pool is not None else "replace"

@@ -35,7 +35,7 @@ Pure: times are passed in; durable per-pod progress is a plain JSON-able record.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -44,6 +44,7 @@ from joiner.domain import labels as wk
 from joiner.domain.model import Pod, Taint
 
 __all__ = [
+    "DRAIN_MARGIN",
     "BACKOFF_BASE",
     "BACKOFF_MAX",
     "DELETE_SLACK",
@@ -63,6 +64,7 @@ __all__ = [
     "backoff",
     "cordon_patch",
     "drain_group",
+    "drain_start_by",
     "fitting_grace",
     "is_drainable",
     "plan_drain",
@@ -133,6 +135,21 @@ def step_retry_delay(failures: int, now: datetime, deadline: datetime | None) ->
     if deadline is not None and deadline - now <= NEAR_DEADLINE:
         delay = min(delay, POLL_INTERVAL)
     return delay
+
+
+#: A replace-first drain with a deadline starts evicting this long before the last moment
+#: at which the longest grace period on the node still ends by the deadline: room for
+#: PodDisruptionBudget retries and the deadline rule, should the evictions meet them.
+DRAIN_MARGIN = timedelta(seconds=30)
+
+
+def drain_start_by(pods: Sequence[Pod], deadline: datetime) -> datetime:
+    """When a drain waiting for its replacement must start anyway to end by ``deadline``:
+    the deadline, less the longest grace period among ``pods``, less :data:`DRAIN_MARGIN`.
+    Before it, pods keep running on the cordoned node while their replacement boots, and
+    move straight onto Ready capacity when it is Ready (nothing pending in between)."""
+    longest = max((pod.termination_grace_seconds for pod in pods), default=0)
+    return deadline - timedelta(seconds=longest) - DRAIN_MARGIN
 
 
 def fitting_grace(pod: Pod, now: datetime, deadline: datetime) -> int:

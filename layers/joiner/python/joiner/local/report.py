@@ -62,12 +62,13 @@ def summary_lines(result: SimulationResult) -> list[str]:
     if result.interruptions:
         ok = sum(1 for r in result.interruptions if r.within_deadline)
         lines.append(f"interruptions     {ok}/{len(result.interruptions)} handled within deadline")
-        for r in result.interruptions:
+        for r, caused in zip(result.interruptions, result.interruption_pending(), strict=True):
             start = r.warned
             drained = f"drained +{(r.drained - start).total_seconds():.0f}s" if r.drained else "not drained"
             term = f"terminated by {r.terminated_by} +{(r.terminated - start).total_seconds():.0f}s" if r.terminated else "still running"
             repl = f"replacement Ready +{(r.replacement_ready - start).total_seconds():.0f}s" if r.replacement_ready else "no replacement Node"
-            lines.append(f"                  {r.instance_id} ({r.pods_at_warning} pods): {drained}, {term}, {repl} (deadline +120s)")
+            lines.append(f"                  {r.instance_id} ({r.pods_at_warning} pods): {drained}, {term}, {repl} (deadline +120s), "
+                         f"{caused:.0f} pod-seconds pending")
     else:
         lines.append("interruptions     none")
     for r in result.rebalances:
@@ -79,7 +80,8 @@ def summary_lines(result: SimulationResult) -> list[str]:
         repl = f"replacement Ready +{(r.replacement_ready - start).total_seconds():.0f}s" if r.replacement_ready else "no replacement Node"
         drain = f"drain began +{(r.drain_started - start).total_seconds():.0f}s" if r.drain_started else "no drain"
         term = f"terminated by {r.terminated_by} +{(r.terminated - start).total_seconds():.0f}s" if r.terminated else "still running"
-        lines.append(f"rebalance         {r.instance_id} ({r.pods_at_warning} pods, rebalance: replace): {repl}, {drain}, {term}")
+        lines.append(f"rebalance         {r.instance_id} ({r.pods_at_warning} pods, rebalance: replace): {repl}, {drain}, {term}, "
+                     f"{result.pending_caused_by(r.node, r.warned):.0f} pod-seconds pending")
     if result.capacity_failures:
         offerings = sorted({f"{f.instance_type} {f.capacity_type} {f.zone}" for f in result.capacity_failures})
         first, last = result.capacity_failures[0].at - result.start, result.capacity_failures[-1].at - result.start

@@ -56,6 +56,7 @@ CHECKS: Mapping[str, str] = {
     "pendingP50": "duration",
     "pendingP99": "duration",
     "interruptionsWithinDeadline": "bool",
+    "interruptionPendingMax": "duration",
     "pendingMax": "duration",
     "capacityErrors": "count",
     "rebalancesHandled": "bool",

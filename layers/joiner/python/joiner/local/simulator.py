@@ -200,6 +200,42 @@ class SimulationResult:
         end = self.start + timedelta(seconds=self.simulated_seconds)
         return [p.pending_seconds(end) for p in self.pods]
 
+    def pending_caused_by(self, node: str | None, since: datetime) -> float:
+        """Pod-seconds pending caused by taking ``node``'s pods away from ``since`` on: for each
+        of its pods Joiner evicted or deleted, or that went down with it, the pending time of
+        the pod its ReplicaSet created in its place (the first pod of the same workload
+        created at or after the removal, each matched once). Zero when the pods moved
+        straight onto Ready capacity."""
+        if node is None:
+            return 0.0
+        end = self.start + timedelta(seconds=self.simulated_seconds)
+        records = {p.key: p for p in self.pods}
+        removals: dict[str, datetime] = {}
+        for deletion in self.pod_deletions:
+            if deletion.node == node and deletion.at >= since:
+                removals.setdefault(deletion.pod, deletion.at)
+        for pod in self.pods:
+            if pod.node == node and pod.lost and pod.gone is not None and pod.gone >= since:
+                removals.setdefault(pod.key, pod.gone)
+        taken: set[str] = set()
+        total = 0.0
+        for key, at in sorted(removals.items(), key=lambda item: (item[1], item[0])):
+            removed = records.get(key)
+            if removed is None:
+                continue
+            successors = sorted(
+                (p for p in self.pods if p.workload == removed.workload and p.key not in taken and p.key != key and p.created >= at),
+                key=lambda p: (p.created, p.key),
+            )
+            if successors:
+                taken.add(successors[0].key)
+                total += successors[0].pending_seconds(end)
+        return total
+
+    def interruption_pending(self) -> list[float]:
+        """:meth:`pending_caused_by` for every spot interruption, in order."""
+        return [self.pending_caused_by(r.node, r.warned) for r in self.interruptions]
+
     @property
     def pods_lost(self) -> int:
         return sum(1 for p in self.pods if p.lost)
@@ -791,6 +827,11 @@ class Simulation:
             elif name in ("pendingP50", "pendingP99"):
                 got_seconds = percentile(pending, 50 if name == "pendingP50" else 99)
                 results.append(CheckResult(check.describe(), got_seconds <= value.total_seconds(), f"got {got_seconds:.0f}s"))
+            elif name == "interruptionPendingMax":
+                caused = self.result.interruption_pending() + [self.result.pending_caused_by(r.node, r.warned) for r in self.result.rebalances]
+                got_seconds = max(caused, default=0.0)
+                results.append(CheckResult(check.describe(), bool(caused) and got_seconds <= value.total_seconds(),
+                                           f"got {got_seconds:.0f} pod-seconds (worst of {len(caused)})"))
             elif name == "interruptionsWithinDeadline":
                 records = self.result.interruptions
                 ok = bool(records) and all(r.within_deadline for r in records)

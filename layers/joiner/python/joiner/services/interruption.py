@@ -426,9 +426,10 @@ def _handle_instance(runtime: Runtime, view: ClusterView, event: InterruptionEve
             node=node,
             claim=claim,
             replace_pods=replace_pods if action.replace else None,
+            urgent=action.urgent,
         )
     except (KubernetesError, Ec2Error) as error:
-        if action.deadline is None or action.wait_for_replacement:
+        if action.deadline is None or not action.urgent:
             raise  # nothing urgent: the message is redelivered
         # An urgent event never waits for the message's redelivery (the queue's visibility
         # timeout): its deadline is left as a request whose termination step runs a second

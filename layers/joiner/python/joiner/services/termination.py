@@ -57,6 +57,7 @@ from joiner.domain.termination import (
     PodProgress,
     TerminationState,
     cordon_patch,
+    drain_start_by,
     plan_drain,
     record_deletion,
     record_eviction,
@@ -110,6 +111,9 @@ RECEIVED_VISIBILITY_SECONDS = SAFETY_DELAY_SECONDS + 8
 REPLACEMENT_TIMEOUT = timedelta(minutes=10)
 #: How often a ``replacing`` termination looks at its replacement.
 REPLACEMENT_POLL = timedelta(seconds=15)
+#: ... and when a deadline (a spot reclaim, maintenance) bounds the wait: pods move as soon
+#: as the replacement is Ready.
+DEADLINE_REPLACEMENT_POLL = timedelta(seconds=5)
 #: SQS per-message delay bounds.
 MAX_DELAY_SECONDS = 900
 #: A TERMINATION item not advanced for this long has lost its continuation message.
@@ -368,6 +372,7 @@ def begin_termination(
     node: JsonDict | None = None,
     claim: ClaimRecord | None = None,
     replace_pods: Callable[[Sequence[JsonDict]], Sequence[str]] | None = None,
+    urgent: bool | None = None,
 ) -> TerminationResult:
     """Start (or tighten) the termination of ``node_name`` and run its first drain step.
 
@@ -375,7 +380,11 @@ def begin_termination(
     if it is sooner, records the event, and restarts the step chain (the old chain's
     message becomes stale). ``wait_for_replacement`` with ``replacement_claims`` (or a
     replacement launched here) holds the drain until those claims' nodes are Ready
-    (rebalance); a later call without it (a spot warning arriving) starts draining at once.
+    (rebalance), or, with a ``deadline``, until the drain must start to end by it
+    (:func:`joiner.domain.termination.drain_start_by`: a spot warning's pods keep running
+    while their replacement boots and move straight onto it); a later call without it
+    starts draining at once. ``urgent`` (default: a deadline and no waiting): the node's
+    lease being held leaves the deadline as a request instead of failing.
 
     ``replace_pods``, when given, is called with the node's pods (raw JSON) unless an
     earlier call already launched a replacement for this node or is launching one now; the
@@ -393,7 +402,9 @@ def begin_termination(
     try:
         lease.acquire()
     except TerminationBusy:
-        if deadline is None or wait_for_replacement:
+        if urgent is None:
+            urgent = deadline is not None and not wait_for_replacement
+        if deadline is None or not urgent:
             raise
         return _leave_request(
             runtime, node_name, reason, deadline, now, instance_id=instance_id, claim_id=claim_id, node_pool=node_pool, event_id=event_id,
@@ -520,14 +531,14 @@ def _parse_time(value: object) -> datetime | None:
 
 def _apply_request(runtime: Runtime, state: TerminationState, now: datetime) -> TerminationState:
     """``state`` with the node's pending request (if any) applied and saved, the request
-    deleted: the earlier deadline, draining at once, the request's events. Returns
+    deleted: the earlier deadline, the request's events. Returns
     ``state`` itself when there is none."""
     request = runtime.state.get_item(REQUEST_KIND, state.node)
     if not request:
         return state
+    # A replacing termination keeps waiting for its replacement: the tighter deadline moves
+    # its drain-start time (drain_start_by) earlier.
     merged = state.tightened(_parse_time(request.get("deadline")))
-    if merged.phase == PHASE_REPLACING:
-        merged = replace(merged, phase=PHASE_DRAINING)
     merged = replace(
         merged,
         reason=str(request.get("reason") or merged.reason),
@@ -765,11 +776,20 @@ def _run_step(
     if state.phase == PHASE_REPLACING:
         if cordon_failure is not None:
             raise cordon_failure
-        ready, why = _replacement_ready(runtime, state, now)
+        drain_by: datetime | None = None
+        if state.deadline is not None:
+            pods_raw = pods_raw if pods_raw is not None else runtime.kube.list_pods_on_node(state.node)
+            drain_by = drain_start_by(_parse_pods(pods_raw)[0], state.deadline)
+        if drain_by is not None and now >= drain_by:
+            ready, why = True, "not Ready in time: the drain starts now to end by the deadline"
+        else:
+            ready, why = _replacement_ready(runtime, state, now)
         if not ready:
-            requested = _take_request_if_slow(runtime, state, now, began)  # a spot warning meanwhile: drain a second from now
+            requested = _take_request_if_slow(runtime, state, now, began)  # a tighter deadline meanwhile
             state = replace(requested, generation=state.generation + 1, step_failures=0)
-            wake = now + REPLACEMENT_POLL if requested.phase == PHASE_REPLACING else now
+            wake = now + (REPLACEMENT_POLL if state.deadline is None else DEADLINE_REPLACEMENT_POLL)
+            if drain_by is not None:
+                wake = min(wake, drain_by)
             if state.deadline is not None:
                 wake = min(wake, state.deadline)
             delay = _advance(runtime, state, now, wake)
