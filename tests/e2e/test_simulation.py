@@ -124,7 +124,21 @@ def test_classic_expectations_hold_and_the_report_is_self_contained(classic: Sim
     page = render_html(classic)
     assert page.startswith("<!DOCTYPE html>") and "<svg" in page and "<polyline" in page
     assert "<script" not in page and "src=" not in page and "<link" not in page
+    assert ">nodes, pending pods</text>" in page and "cost per hour ($)</text>" in page  # both axes labelled
+    assert "white-space: pre-wrap" in page  # long summary lines wrap
+    import re
+    cost_labels = [float(v) for v in re.findall(r'fill="#b35c00">\$([0-9.]+)</text>', page)]
+    assert len(cost_labels) == 5 and cost_labels[0] == 0
+    assert all(abs(round(v / cost_labels[1]) * cost_labels[1] - v) < 1e-9 for v in cost_labels)  # equal round steps
     assert classic.simulated_seconds == 14 * 60 and classic.wall_seconds < classic.simulated_seconds
+
+
+@pytest.mark.parametrize(("value", "top"), [(0.572, 0.6), (1.04, 1.2), (0.0884, 0.1), (3.0, 3.2), (0.01, 0.01), (7.9, 8.0), (12.1, 16.0)])
+def test_cost_axis_tops_are_round(value: float, top: float) -> None:
+    from joiner.local.report import nice_axis_top
+
+    assert nice_axis_top(value) == pytest.approx(top)
+    assert nice_axis_top(value) >= value
 
 
 @pytest.mark.parametrize("region", ["eu-west-1", "ap-southeast-2"])

@@ -4,6 +4,7 @@ SVG chart of nodes, pending pods and cost per hour over simulated time; no exter
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Sequence
 from datetime import timedelta
 
@@ -115,13 +116,33 @@ def check_lines(result: SimulationResult) -> list[str]:
 # ---------------------------------------------------------------- HTML
 
 
+def nice_axis_top(value: float) -> float:
+    """The smallest top of an axis, at least ``value``, whose four gridline steps are round
+    (1, 1.5, 2, 2.5, 3, 4, 5, 6 or 8 times a power of ten): $0.60 for $0.572, $1.20 for $1.04."""
+    if value <= 0:
+        return 1.0
+    quarter = value / 4
+    power: float = 10.0 ** math.floor(math.log10(quarter))
+    for factor in (1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0):
+        if factor * power >= quarter - 1e-12:
+            return round(4 * factor * power, 10)
+    return 4 * 10 * power
+
+
+def _money(value: float) -> str:
+    """Dollars with as many decimals as a round axis value needs (at least two)."""
+    text = f"{value:.4f}".rstrip("0")
+    whole, _, decimals = text.partition(".")
+    return f"{whole}.{decimals.ljust(2, '0')}"
+
+
 def _chart(samples: Sequence[Sample], total: float, marks: Sequence[tuple[float, str]]) -> str:
     width, height, left, right, top, bottom = 900, 345, 50, 60, 20, 65
     plot_w, plot_h = width - left - right, height - top - bottom
     total = max(total, 1.0)
     counts = [max(sum(s.nodes.values()), s.pending) for s in samples] or [0]
     y_max = 4 * max(1, -(-max(counts) // 4))  # whole-number gridlines: four equal integer steps
-    cost_max = max([s.cost for s in samples] + [0.01])
+    cost_max = nice_axis_top(max([s.cost for s in samples] + [0.01]))
 
     def x(seconds: float) -> float:
         return left + plot_w * seconds / total
@@ -151,7 +172,7 @@ def _chart(samples: Sequence[Sample], total: float, marks: Sequence[tuple[float,
         value = y_max * i / 4
         parts.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{y(value, y_max):.1f}" y2="{y(value, y_max):.1f}" stroke="#eee"/>')
         parts.append(f'<text x="{left - 6}" y="{y(value, y_max) + 4:.1f}" text-anchor="end" font-size="11">{value:.0f}</text>')
-        parts.append(f'<text x="{left + plot_w + 6}" y="{y(cost_max * i / 4, cost_max) + 4:.1f}" font-size="11" fill="#b35c00">${cost_max * i / 4:.2f}</text>')
+        parts.append(f'<text x="{left + plot_w + 6}" y="{y(cost_max * i / 4, cost_max) + 4:.1f}" font-size="11" fill="#b35c00">${_money(cost_max * i / 4)}</text>')
     minutes = int(total // 60)
     step = max(1, minutes // 10)
     for minute in range(0, minutes + 1, step):
@@ -168,6 +189,11 @@ def _chart(samples: Sequence[Sample], total: float, marks: Sequence[tuple[float,
         parts.append(f'<rect x="{lx}" y="{height - 14}" width="12" height="4" fill="{color}"/>')
         parts.append(f'<text x="{lx + 16}" y="{height - 9}" font-size="12">{label}</text>')
     parts.append(f'<text x="{left + plot_w / 2}" y="{top + plot_h + 30}" text-anchor="middle" font-size="11" fill="#555">simulated time</text>')
+    middle = top + plot_h / 2
+    parts.append(f'<text x="12" y="{middle:.1f}" transform="rotate(-90 12 {middle:.1f})" text-anchor="middle" font-size="11" fill="#555">'
+                 'nodes, pending pods</text>')
+    parts.append(f'<text x="{width - 8}" y="{middle:.1f}" transform="rotate(90 {width - 8} {middle:.1f})" text-anchor="middle" font-size="11" '
+                 'fill="#b35c00">cost per hour ($)</text>')
     parts.append("</svg>")
     return "".join(parts)
 
@@ -180,6 +206,8 @@ def render_html(result: SimulationResult) -> str:
     marks = []
     for record in result.interruptions:
         marks.append(((record.warned - result.start).total_seconds(), "spot warning"))
+    for rebalance in result.rebalances:
+        marks.append(((rebalance.warned - result.start).total_seconds(), "rebalance"))
     chart = _chart(result.samples, result.simulated_seconds, marks)
     rows = "\n".join(
         f"<tr><td>{_clock(e.at)}</td><td>{esc(e.source)}</td><td>{esc(e.event)}</td><td>{esc(e.action)}</td></tr>" for e in result.entries
@@ -191,7 +219,8 @@ def render_html(result: SimulationResult) -> str:
 <html lang="en"><head><meta charset="utf-8"><title>Joiner simulation: {esc(result.scenario.name)}</title>
 <style>
 body {{ font-family: system-ui, sans-serif; margin: 2em; color: #222; }}
-pre {{ background: #f6f8fa; padding: 1em; overflow-x: auto; }}
+pre {{ background: #f6f8fa; padding: 1em; white-space: pre-wrap; overflow-wrap: anywhere; }}
+p {{ max-width: 60em; }}
 table {{ border-collapse: collapse; font-size: 13px; }}
 td, th {{ border-bottom: 1px solid #eee; padding: 3px 8px; text-align: left; vertical-align: top; }}
 th {{ background: #f6f8fa; }}
