@@ -382,6 +382,20 @@ def test_cli_writes_output_file_and_warnings_to_stderr(tmp_path, capsys):
     assert [doc["apiVersion"] for doc in written][:4] == ["joiner.dev/v1"] * 4
 
 
+def test_cli_refuses_to_overwrite_an_output_file_without_force(tmp_path, capsys):
+    source = tmp_path / "karpenter.yaml"
+    source.write_text(KARPENTER_MANIFEST)
+    target = tmp_path / "joiner.yaml"
+    target.write_text("hand-edited: true\n")
+    assert _run_cli(["import-karpenter", str(source), "-o", str(target)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "exists; not overwriting it without --force" in err[0]
+    assert target.read_text() == "hand-edited: true\n"
+    assert _run_cli(["import-karpenter", str(source), "-o", str(target), "--force"]) == 0
+    assert list(yaml.safe_load_all(target.read_text()))[0]["apiVersion"] == "joiner.dev/v1"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["joiner.yaml", "karpenter.yaml"]  # no temporary left
+
+
 def test_cli_prints_to_stdout_without_output(tmp_path, capsys):
     source = tmp_path / "karpenter.yaml"
     source.write_text(KARPENTER_MANIFEST)

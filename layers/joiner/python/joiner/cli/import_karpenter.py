@@ -1,4 +1,4 @@
-"""``joiner import-karpenter FILE [-o OUTPUT]``: Karpenter v1 manifests to Joiner's.
+"""``joiner import-karpenter FILE [-o OUTPUT [--force]]``: Karpenter v1 manifests to Joiner's.
 
 A pure YAML transform: ``karpenter.sh/v1`` NodePools become ``joiner.dev/v1`` NodePools
 and ``karpenter.k8s.aws/v1`` EC2NodeClasses become ``joiner.dev/v1`` NodeClasses; every
@@ -13,6 +13,7 @@ is dropped with one warning line on stderr naming the object and field. Malforme
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import sys
 from collections.abc import Callable, Iterable, Mapping
@@ -68,13 +69,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "joiner.dev/v1; other documents pass through unchanged. Warnings go to stderr.",
     )
     parser.add_argument("file", help="multi-document YAML ('-' for stdin)")
-    parser.add_argument("-o", "--output", help="write here instead of stdout")
+    parser.add_argument("-o", "--output", help="write here instead of stdout (an existing file only with --force)")
+    parser.add_argument("--force", action="store_true", help="overwrite the --output file if it exists")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     import yaml
 
+    if args.output and not args.force and Path(args.output).exists():
+        raise UsageError(f"{args.output!r} exists; not overwriting it without --force")
     try:
         text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
@@ -100,13 +104,38 @@ def run(args: argparse.Namespace) -> int:
 
     output = yaml.dump_all(conversion.documents, Dumper=NoAliasDumper, sort_keys=False, explicit_start=True, default_flow_style=False)
     if args.output:
-        try:
-            Path(args.output).write_text(output, encoding="utf-8")
-        except OSError as error:
-            raise UsageError(f"cannot write {args.output!r}: {error.strerror or error}") from None
+        _write_whole(Path(args.output), output, overwrite=bool(args.force))
     else:
         sys.stdout.write(output)
     return 0
+
+
+def _write_whole(target: Path, text: str, *, overwrite: bool) -> None:
+    """Write ``text`` to ``target`` all or nothing: into a temporary file beside it, then
+    renamed over it (``overwrite``) or linked to its name only if that is still free, so a
+    file created meanwhile is not clobbered and a failed write leaves nothing half-written."""
+    import os
+    import tempfile
+
+    try:
+        handle, temporary = tempfile.mkstemp(dir=target.parent if str(target.parent) else ".", prefix=f".{target.name}.", suffix=".tmp")
+    except OSError as error:
+        raise UsageError(f"cannot write {str(target)!r}: {error.strerror or error}") from None
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
+        if overwrite:
+            os.replace(temporary, target)
+        else:
+            try:
+                os.link(temporary, target)
+            except FileExistsError:
+                raise UsageError(f"{str(target)!r} exists; not overwriting it without --force") from None
+    except OSError as error:
+        raise UsageError(f"cannot write {str(target)!r}: {error.strerror or error}") from None
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
 
 
 def convert_documents(documents: Iterable[Any]) -> Conversion:
