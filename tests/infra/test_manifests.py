@@ -40,7 +40,8 @@ def examples() -> list[tuple[str, dict]]:
     return [(f"{path.name}:{doc['metadata']['name']}", doc) for path in sorted((MANIFESTS / "examples").glob("*.yaml")) for doc in load(f"examples/{path.name}")]
 
 
-@pytest.mark.parametrize(("file_name", "plural", "kind"), [("nodepools.joiner.dev.yaml", "nodepools", "NodePool"), ("nodeclasses.joiner.dev.yaml", "nodeclasses", "NodeClass")])
+@pytest.mark.parametrize(("file_name", "plural", "kind"), [("nodepools.joiner.dev.yaml", "nodepools", "NodePool"), ("nodeclasses.joiner.dev.yaml", "nodeclasses", "NodeClass"),
+                                                         ("nodeclaims.joiner.dev.yaml", "nodeclaims", "NodeClaim")])
 def test_crds_are_cluster_scoped_v1_served_and_stored_with_status(file_name, plural, kind):
     document = crd(file_name)
     assert document["apiVersion"] == "apiextensions.k8s.io/v1" and document["metadata"]["name"] == f"{plural}.joiner.dev"
@@ -57,6 +58,19 @@ def test_kubectl_get_nodepools_columns():
         ("NodeClass", ".spec.template.spec.nodeClassRef.name"), ("Nodes", ".status.nodes"), ("CPU", ".status.resources.cpu"),
         ("Memory", ".status.resources.memory"), ("Ready", '.status.conditions[?(@.type=="Ready")].status'), ("Age", ".metadata.creationTimestamp"),
     ]
+
+
+def test_kubectl_get_nodeclaims_columns_are_karpenters():
+    """TYPE, CAPACITY, ZONE, NODE, READY, AGE, as ``kubectl get nodeclaims`` shows Karpenter's;
+    ``-o wide`` adds the instance id, NodePool, price and state."""
+    (version,) = crd("nodeclaims.joiner.dev.yaml")["spec"]["versions"]
+    shown = [(c["name"], c["jsonPath"]) for c in version["additionalPrinterColumns"] if c.get("priority", 0) == 0]
+    assert shown == [
+        ("Type", ".status.instanceType"), ("Capacity", ".status.capacityType"), ("Zone", ".status.zone"), ("Node", ".status.nodeName"),
+        ("Ready", '.status.conditions[?(@.type=="Ready")].status'), ("Age", ".metadata.creationTimestamp"),
+    ]
+    wide = [c["name"] for c in version["additionalPrinterColumns"] if c.get("priority", 0) == 1]
+    assert wide == ["ID", "NodePool", "Price", "State"]
 
 
 def test_nodepool_schema_defaults_and_enums():
@@ -144,9 +158,27 @@ def test_rbac_grants_only_what_joiner_uses():
         ("joiner.dev", "nodeclasses"): {"get", "list", "watch"},
         ("joiner.dev", "nodepools/status"): {"patch", "update"},
         ("joiner.dev", "nodeclasses/status"): {"patch", "update"},
+        ("joiner.dev", "nodeclaims"): {"get", "list", "create", "patch", "delete"},
+        ("joiner.dev", "nodeclaims/status"): {"patch"},
     }
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "joiner:controller"}]
+
+
+def test_the_documented_permission_table_is_the_rbac_manifest():
+    """docs/kubernetes.md lists exactly what manifests/rbac.yaml grants (issue 16 section 6)."""
+    role, _ = load("rbac.yaml")
+    granted = {("" if group == "" else group, resource, frozenset(rule["verbs"]))
+               for rule in role["rules"] for group in rule["apiGroups"] for resource in rule["resources"]}
+    text = (MANIFESTS.parent / "docs" / "kubernetes.md").read_text()
+    section = text.split("## Permissions Joiner needs in the cluster", 1)[1].split("\n## ", 1)[0]
+    documented = set()
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and cells[1].startswith("`"):
+            group = "" if cells[0] == "core" else cells[0]
+            documented.add((group, cells[1].strip("`"), frozenset(v.strip() for v in cells[2].split(","))))
+    assert documented == granted
 
 
 #: The names Karpenter's CRDs (karpenter.sh/v1 NodePool and NodeClaim, karpenter.k8s.aws/v1
@@ -156,7 +188,8 @@ KARPENTER_NAMES = frozenset({"nodepools", "nodepool", "nodeclaims", "nodeclaim",
 AMBIGUOUS = re.compile(r"^(nodepools?|nodeclass(es)?|nodeclaims?)$", re.IGNORECASE)
 
 
-@pytest.mark.parametrize(("file_name", "short"), [("nodepools.joiner.dev.yaml", ["jnp"]), ("nodeclasses.joiner.dev.yaml", ["jnc"])])
+@pytest.mark.parametrize(("file_name", "short"), [("nodepools.joiner.dev.yaml", ["jnp"]), ("nodeclasses.joiner.dev.yaml", ["jnc"]),
+                                                   ("nodeclaims.joiner.dev.yaml", ["jncl"])])
 def test_crds_have_short_names_karpenter_does_not_use(file_name, short):
     names = crd(file_name)["spec"]["names"]
     assert names["shortNames"] == short and not set(short) & KARPENTER_NAMES

@@ -194,7 +194,7 @@ class FakeKubernetes:
     ``fail(method, error, times)`` makes the next calls of one method raise.
     """
 
-    KINDS = ("pods", "nodes", "daemonsets", "pdbs", "node_pools", "node_classes", "runtime_classes")
+    KINDS = ("pods", "nodes", "daemonsets", "pdbs", "node_pools", "node_classes", "runtime_classes", "node_claims")
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
@@ -382,6 +382,43 @@ class FakeKubernetes:
                 return
             self._objects["node_classes"][name] = merge_patch(node_class, {"status": status, "metadata": {"resourceVersion": self._next_version()}})
             self.class_status_patches.append((name, copy.deepcopy(status)))
+
+    def list_node_claims(self) -> list[JsonDict]:
+        self._enter("list_node_claims")
+        return self._list("node_claims")
+
+    def create_node_claim(self, obj: JsonDict) -> bool:
+        self._enter("create_node_claim")
+        with self._lock:
+            name = obj["metadata"]["name"]
+            if name in self._objects["node_claims"]:
+                return False
+            stored = copy.deepcopy(dict(obj))
+            stored.pop("status", None)  # the status subresource is written separately
+            stored["metadata"] = dict(stored["metadata"], uid=f"uid-{next(self._uids)}", resourceVersion=self._next_version())
+            self._objects["node_claims"][name] = stored
+            return True
+
+    def patch_node_claim(self, name: str, patch: JsonDict, *, status: bool = False) -> bool:
+        self._enter("patch_node_claim")
+        with self._lock:
+            current = self._objects["node_claims"].get(name)
+            if current is None:
+                return False
+            body = {"status": patch.get("status")} if status else {k: v for k, v in patch.items() if k != "status"}
+            self._objects["node_claims"][name] = merge_patch(current, dict(body, metadata={**(body.get("metadata") or {}), "resourceVersion": self._next_version()}))
+            return True
+
+    def delete_node_claim(self, name: str, uid: str | None = None) -> bool:
+        self._enter("delete_node_claim")
+        with self._lock:
+            current = self._objects["node_claims"].get(name)
+            if current is None:
+                return True
+            if uid and current["metadata"].get("uid") != uid:
+                return False
+            del self._objects["node_claims"][name]
+            return True
 
     def patch_node_pool_status(self, name: str, status: JsonDict) -> None:
         self._enter("patch_node_pool_status")

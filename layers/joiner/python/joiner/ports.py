@@ -75,6 +75,18 @@ class KubernetesPort(Protocol):
     def patch_node_class_status(self, name: str, status: JsonDict) -> None:
         """Merge patch on a NodeClass's status subresource; a NodeClass deleted meanwhile is skipped."""
         ...
+    def list_node_claims(self) -> list[JsonDict]:
+        """NodeClaim mirrors (``joiner.dev/v1``); none when their CRD is not installed."""
+        ...
+    def create_node_claim(self, obj: JsonDict) -> bool:
+        """Create a NodeClaim mirror; False if one of that name exists."""
+        ...
+    def patch_node_claim(self, name: str, patch: JsonDict, *, status: bool = False) -> bool:
+        """Merge patch of a NodeClaim mirror or (``status``) its status; False if it is gone."""
+        ...
+    def delete_node_claim(self, name: str, uid: str | None = None) -> bool:
+        """Delete a NodeClaim mirror (only that very object with ``uid``); False on a uid mismatch."""
+        ...
 
 
 # ---------------------------------------------------------------- EC2

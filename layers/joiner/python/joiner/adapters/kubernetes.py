@@ -30,13 +30,14 @@ from urllib.parse import quote, urlencode
 from joiner.ports import Clock, EvictionOutcome, JsonDict, KubernetesError
 from joiner.settings import Settings
 
-__all__ = ["MERGE_PATCH", "NODE_CLASSES_PATH", "NODE_POOLS_PATH", "KubernetesClient", "is_pending_pod"]
+__all__ = ["MERGE_PATCH", "NODE_CLAIMS_PATH", "NODE_CLASSES_PATH", "NODE_POOLS_PATH", "KubernetesClient", "is_pending_pod"]
 
 log = logging.getLogger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
 NODE_POOLS_PATH = "/apis/joiner.dev/v1/nodepools"
 NODE_CLASSES_PATH = "/apis/joiner.dev/v1/nodeclasses"
+NODE_CLAIMS_PATH = "/apis/joiner.dev/v1/nodeclaims"
 RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
 EVENT_COMPONENT = "joiner"
 USER_AGENT = "joiner/0.1"
@@ -313,6 +314,30 @@ class KubernetesClient:
 
     def list_runtime_classes(self) -> list[JsonDict]:
         return self._list("/apis/node.k8s.io/v1/runtimeclasses", "RuntimeClass", "node.k8s.io/v1")
+
+    def list_node_claims(self) -> list[JsonDict]:
+        """Joiner's NodeClaim mirrors; an empty list when the NodeClaim CRD is not installed (404)."""
+        code, _ = self._request("GET", NODE_CLAIMS_PATH, query={"limit": "1"}, accept={404})
+        if code == 404:
+            return []
+        return self._list(NODE_CLAIMS_PATH, "NodeClaim", "joiner.dev/v1")
+
+    def create_node_claim(self, obj: JsonDict) -> bool:
+        """Create a NodeClaim mirror (its status written separately); False if one of that name exists."""
+        code, _ = self._request("POST", NODE_CLAIMS_PATH, body=obj, accept={409})
+        return code != 409
+
+    def patch_node_claim(self, name: str, patch: JsonDict, *, status: bool = False) -> bool:
+        """JSON merge patch of a NodeClaim mirror (``status``: its status subresource); False if it is gone."""
+        path = f"{NODE_CLAIMS_PATH}/{_segment(name)}" + ("/status" if status else "")
+        code, _ = self._request("PATCH", path, body=patch, content_type=MERGE_PATCH, accept={404})
+        return code != 404
+
+    def delete_node_claim(self, name: str, uid: str | None = None) -> bool:
+        """Delete a NodeClaim mirror (only that very object with ``uid``); one already gone is fine."""
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}} if uid else None
+        code, _ = self._request("DELETE", f"{NODE_CLAIMS_PATH}/{_segment(name)}", body=body, accept={404, 409})
+        return code != 409
 
     # ------------------------------------------------ writes
 

@@ -263,6 +263,10 @@ class Decision:
     #: candidates single-node consolidation evaluated and declined, and why (not cheaper
     #: enough, pods would not fit, ...): the ``Unconsolidatable`` events.
     unconsolidatable: tuple[Blocked, ...] = ()
+    #: every candidate's standing, for its NodeClaim mirror: (node, why it drifted or None,
+    #: whether consolidation may consider it: its NodePool consolidates underutilized nodes
+    #: and no pod arrived within ``consolidateAfter``).
+    standing: tuple[tuple[str, str | None, bool], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The ``joiner disrupt`` contract: ``commands`` and ``blocked``."""
@@ -1041,7 +1045,12 @@ class _Pass:
         blocked = tuple(sorted(blocked, key=lambda b: (b.node, b.reason)))
         empty = tuple(sorted(c.name for c in self.candidates if not c.pods))
         declined = tuple(Blocked(node, why) for node, why in sorted(self.declined.items()) if node not in chosen and why)
-        return Decision(tuple(commands), blocked, tuple(sorted(self.nominated)), empty, self.simulations, declined)
+        standing = tuple(sorted(
+            (c.name, self.drift_reason(c),
+             c.pool.disruption.consolidation_policy == "WhenEmptyOrUnderutilized" and self.consolidatable(c))
+            for c in self.candidates
+        ))
+        return Decision(tuple(commands), blocked, tuple(sorted(self.nominated)), empty, self.simulations, declined, standing)
 
 
 def decide(inp: DisruptionInput) -> Decision:

@@ -489,6 +489,7 @@ def _pass(runtime: Runtime, now: datetime, dry_run: bool) -> DisruptionSummary:
     if not dry_run:
         _remember(runtime, inp, decision, now)
         _explain(runtime, decision, now)
+        _mirror(runtime, inp, decision, now)
         if decision.commands:
             state.put_item(COMMAND_KIND, PENDING_ID, {"computedAt": now.isoformat(), "status": "pending", "commands": [c.to_state() for c in decision.commands]})
     seconds = time.monotonic() - started
@@ -498,6 +499,29 @@ def _pass(runtime: Runtime, now: datetime, dry_run: bool) -> DisruptionSummary:
     return DisruptionSummary(
         "computed", tuple(executed), tuple(dropped), decision.commands, len(decision.blocked), decision.simulations, seconds, tuple(errors),
     )
+
+
+def _mirror(runtime: Runtime, inp: DisruptionInput, decision: Decision, now: datetime) -> None:
+    """The NodeClaim mirrors, with each candidate's ``Drifted`` and ``Consolidatable``
+    standing (:mod:`joiner.services.nodeclaims`; best-effort, never fails the pass)."""
+    from joiner.domain.nodeclaims import MirrorCondition
+    from joiner.services.nodeclaims import sync_node_claims
+
+    claim_of = {node.name: node.labels.get(wk.NODECLAIM) for node in inp.snapshot.nodes}
+    findings: dict[str, list[MirrorCondition]] = {}
+    for node, drift, consolidatable in decision.standing:
+        claim_id = claim_of.get(node)
+        if not claim_id:
+            continue
+        findings[claim_id] = [
+            MirrorCondition("Drifted", "True", "Drifted", drift, now) if drift else MirrorCondition("Drifted", "False", "NotDrifted", "", now),
+            MirrorCondition("Consolidatable", "True" if consolidatable else "False",
+                            "Consolidatable" if consolidatable else "NotConsolidatable", "", now),
+        ]
+    try:
+        sync_node_claims(runtime, findings=findings)
+    except Exception:  # noqa: BLE001 - a mirror must never fail a pass
+        logger.exception("nodeclaim mirror sync failed")
 
 
 def pending_commands(runtime: Runtime) -> Sequence[Command]:

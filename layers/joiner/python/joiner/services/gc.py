@@ -102,12 +102,24 @@ def collect_garbage(runtime: Runtime, now: datetime | None = None, *, policy: Gc
     try:
         inputs = read_world(runtime, now)
         plan = plan_gc(inputs, policy)
-        return execute_plan(runtime, plan, now)
+        result = execute_plan(runtime, plan, now)
+        _sync_mirrors(runtime)
+        return result
     finally:
         try:
             runtime.state.release_lease(LEASE_NAME, owner)
         except Exception as error:  # noqa: BLE001 - the lease expires on its own
             logger.warning("releasing the gc lease failed", extra={"error": str(error)})
+
+
+def _sync_mirrors(runtime: Runtime) -> None:
+    """Mirrors of claims closed here, or whose earlier sync failed, go now (best-effort)."""
+    from joiner.services.nodeclaims import sync_node_claims
+
+    try:
+        sync_node_claims(runtime)
+    except Exception:  # noqa: BLE001 - a mirror must never fail a collection
+        logger.exception("nodeclaim mirror sync failed")
 
 
 def read_world(runtime: Runtime, now: datetime) -> GcInputs:

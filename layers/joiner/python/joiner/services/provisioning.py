@@ -1467,6 +1467,16 @@ POLL_SECONDS = 1.0
 RETRY_SECONDS = 5.0
 
 
+def sync_node_claims(runtime: Runtime) -> None:
+    """The NodeClaim mirrors after a round (:mod:`joiner.services.nodeclaims`); never raises."""
+    from joiner.services.nodeclaims import sync_node_claims as sync
+
+    try:
+        sync(runtime)
+    except Exception:  # noqa: BLE001 - a mirror must never fail a scan
+        log.exception("nodeclaim mirror sync failed")
+
+
 def run_scanner(
     runtime: Runtime,
     mode: str | None = None,
@@ -1495,6 +1505,8 @@ def run_scanner(
 
     if mode == "economy":
         single = provision(runtime, clock.now(), owner=owner)
+        if single.ran:
+            sync_node_claims(runtime)
         return ScanSummary(mode, rounds=int(single.ran), skipped=int(not single.ran), results=(single,))
 
     start = clock.now()
@@ -1517,6 +1529,8 @@ def run_scanner(
             log.exception("provisioning round failed")
             return None
         results.append(result)
+        if result.ran:
+            sync_node_claims(runtime)  # best-effort, after the launches: never delays one
         return result
 
     try:
