@@ -495,3 +495,41 @@ def test_daemonset_overhead_comes_from_its_running_pods_when_there_are_any() -> 
                                 node_pools=(node_pool("general"),), instance_types={"general": types})
     (claim,) = solve(problem).node_claims
     assert claim.instance_types == ("m5.large",)  # 3 GiB + 1 GiB do not fit a c5.large's allocatable
+
+
+# ----------------------------------------------------------------- spread domains (issue 12 items 6 and 7)
+
+
+def test_honored_node_affinity_limits_spread_domains_to_pools_the_pod_can_use() -> None:
+    """Issue 12 item 6: arm64-only pods spread by zone. Only the arm64 NodePool (zones a and b)
+    can host them; the amd64 pool's zone c is no domain of theirs (nodeAffinityPolicy Honor),
+    else its zero count would hold every pod past the first two."""
+    arm = instance_type("m6g.large", 2, 8, 0.077, arch="arm64")
+    x86 = instance_type("m5.large", 2, 8, 0.096)
+    pools = (
+        node_pool("arm", requirements=[req(wk.ARCH, "In", "arm64"), req(wk.ZONE, "In", "us-east-1a", "us-east-1b")]),
+        node_pool("x86", requirements=[req(wk.ARCH, "In", "amd64")]),
+    )
+    pods = tuple(pod(f"p{i}", "1500m", labels={"app": "a"}, node_selector={wk.ARCH: "arm64"}, spread=[spread(wk.ZONE, app="a")]) for i in range(4))
+    problem = SchedulingProblem(pending=pods, node_pools=pools, instance_types={"arm": (arm,), "x86": (x86,)})
+    plan = solve(problem)
+    check_plan(problem, plan)
+    assert not plan.unschedulable
+    zones = Counter(c.zones[0] for c in plan.node_claims for _ in c.pods)
+    assert zones == Counter({"us-east-1a": 2, "us-east-1b": 2})
+
+
+def test_a_preferred_zone_tried_as_required_does_not_narrow_the_spread() -> None:
+    """Issue 12 item 7: a preferred node affinity for zone a, tried as required, must not make
+    zone a the spread's only domain: three replicas still land one per zone (kube-scheduler
+    would leave a second pod in zone a pending on the skew)."""
+    pods = tuple(
+        pod(f"p{i}", "1500m", labels={"app": "a"}, preferred=[(50, reqs(req(wk.ZONE, "In", "us-east-1a")))], spread=[spread(wk.ZONE, app="a")])
+        for i in range(3)
+    )
+    problem = SchedulingProblem(pending=pods, node_pools=(node_pool("general"),), instance_types={"general": (instance_type("m5.large", 2, 8, 0.096),)})
+    plan = solve(problem)
+    check_plan(problem, plan)
+    assert not plan.unschedulable
+    zones = Counter(c.zones[0] for c in plan.node_claims for _ in c.pods if len(c.zones) == 1)
+    assert zones == Counter(dict.fromkeys(ZONES, 1))

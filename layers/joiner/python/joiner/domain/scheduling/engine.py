@@ -19,6 +19,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from joiner.domain import labels as wk
 from joiner.domain.model import DaemonSet, HostPort, Pod, PodAffinityTerm, Taint, TopologySpreadConstraint
@@ -46,6 +47,16 @@ __all__ = ["Engine", "Target", "Entry"]
 FAIL_STATIC, FAIL_SIZE, FAIL_GROUP, FAIL_OTHER = range(4)
 _EMPTY_SET: frozenset[str] = frozenset()
 _ROOT = RelaxState()
+
+
+@dataclass(frozen=True, slots=True)
+class _DomainSource:
+    """One NodePool template (``shape``) or existing node (``labels``) offering ``domains``."""
+
+    domains: frozenset[str]
+    taints: tuple[Taint, ...]
+    shape: Shape | None = None
+    labels: Mapping[str, str] | None = None
 
 
 class Target:
@@ -120,7 +131,7 @@ class Engine:
         self.reserved: dict[int, list[int]] = {pool.index: [0] * len(pool.limited) for pool in ctx.pools}
         self.claims_opened = 0
         self.node_info: dict[str, tuple[dict[str, str], tuple[Taint, ...]]] = {}
-        self._sources: dict[str, list[tuple[frozenset[str], tuple[Taint, ...]]]] = {}
+        self._sources: dict[str, list[_DomainSource]] = {}
         self._selected_cache: dict[int, list[TopologyGroup]] = {}
         self._inverse_select_cache: dict[int, list[TopologyGroup]] = {}
         self.fail_kind = FAIL_OTHER
@@ -383,33 +394,47 @@ class Engine:
             group.filter_cache[key] = found
         return found
 
-    def sources(self, key: str) -> list[tuple[frozenset[str], tuple[Taint, ...]]]:
+    def sources(self, key: str) -> list[_DomainSource]:
+        """Where ``key``'s domains come from: every NodePool's template (the values its nodes
+        could carry) and every existing node (its value)."""
         found = self._sources.get(key)
         if found is None:
             found = []
             for pool, shape in zip(self.ctx.pools, self.ctx.template_shapes):
                 domains = shape.domains(key)
                 if domains:
-                    found.append((domains, pool.taints))
+                    found.append(_DomainSource(domains, pool.taints, shape=shape))
             for labels, taints in self.node_info.values():
                 value = labels.get(key)
                 if value is not None:
-                    found.append((frozenset((value,)), taints))
+                    found.append(_DomainSource(frozenset((value,)), taints, labels=labels))
             self._sources[key] = found
         return found
 
     def eligible(self, group: TopologyGroup, variant: Variant) -> frozenset[str]:
+        """The spread's domains for this pod: those of the sources its taints policy lets in
+        and, under ``nodeAffinityPolicy: Honor``, only sources its *required* node affinity
+        and selector can use, restricted to the values those allow for the key (Karpenter
+        builds this filter from required terms only: a preference being tried as required
+        never narrows the domains)."""
         found = group.eligible_cache.get(variant.sid)
         if found is None:
             domains: set[str] = set()
-            for values, taints in self.sources(group.key):
-                if group.filter_tolerations is not None and untolerated(variant.tolerations, hard_taints(taints)) is not None:
+            terms = group.node_filter if group.honor_affinity else None
+            for source in self.sources(group.key):
+                if group.filter_tolerations is not None and untolerated(variant.tolerations, hard_taints(source.taints)) is not None:
                     continue
-                domains.update(values)
-            if group.honor_affinity:
-                requirement = variant.requirements.get(group.key)
-                if requirement is not None:
-                    domains = {d for d in domains if requirement.has(d)}
+                if terms is None:
+                    domains.update(source.domains)
+                    continue
+                for term in terms:
+                    if source.shape is not None:
+                        if source.shape.requirements.compatible(term) is not None:
+                            continue
+                    elif source.labels is not None and not term.matches_labels(source.labels):
+                        continue
+                    requirement = term.get(group.key)
+                    domains.update(d for d in source.domains if requirement is None or requirement.has(d))
             found = frozenset(domains)
             group.eligible_cache[variant.sid] = found
         return found
