@@ -118,3 +118,4 @@ def test_the_scanner_round_mirrors_what_it_launched(world: World) -> None:
     for claim in launched:
         mirror = found[mirror_name(claim.claim_id)]
         assert mirror["status"]["instanceID"] == claim.instance_id and mirror["spec"]["pods"] == ["default/big"]
+

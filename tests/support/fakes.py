@@ -29,6 +29,7 @@ from typing import Any
 from joiner.domain.model import NodeClass, OfferingKey, SelectorTerm, Taint
 from joiner.domain.resources import EMPTY, Resources
 from joiner.ports import (
+    CapacityReservation,
     ClaimRecord,
     ClaimStateConflict,
     ClusterInfo,
@@ -194,7 +195,7 @@ class FakeKubernetes:
     ``fail(method, error, times)`` makes the next calls of one method raise.
     """
 
-    KINDS = ("pods", "nodes", "daemonsets", "pdbs", "node_pools", "node_classes", "runtime_classes", "node_claims")
+    KINDS = ("pods", "nodes", "daemonsets", "pdbs", "node_pools", "node_classes", "runtime_classes", "node_claims", "volume_objects")
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
@@ -312,6 +313,10 @@ class FakeKubernetes:
     def list_pdbs(self) -> list[JsonDict]:
         self._enter("list_pdbs")
         return self._list("pdbs")
+
+    def list_volume_objects(self) -> list[JsonDict]:
+        self._enter("list_volume_objects")
+        return self._list("volume_objects")
 
     def list_node_pools(self) -> list[JsonDict]:
         self._enter("list_node_pools")
@@ -472,6 +477,8 @@ class FakeEc2:
         #: AL2023 variants (nvidia, neuron) whose alias lookup answers AMINotFound
         self.missing_variants: set[str] = set()
         self.insufficient: set[OfferingKey] = set()
+        #: active capacity reservations with their tags (resolve_capacity_reservations)
+        self.capacity_reservations: list[tuple[CapacityReservation, dict[str, str]]] = []
         #: (instance type, zone) -> current spot price, as DescribeSpotPriceHistory reports it
         self.spot_price_table: dict[tuple[str, str], float] = {}
         self.instances: dict[str, InstanceRecord] = {}
@@ -503,6 +510,13 @@ class FakeEc2:
     def resolve_subnets(self, terms: Sequence[SelectorTerm]) -> list[Subnet]:
         self._enter("resolve_subnets")
         return sorted((s for s in self.subnets if any(_term_matches(t, s.id, s.tags) for t in terms)), key=lambda s: s.id)
+
+    def resolve_capacity_reservations(self, terms: Sequence[SelectorTerm]) -> list[CapacityReservation]:
+        self._enter("resolve_capacity_reservations")
+        return sorted(
+            (r for r, tags in self.capacity_reservations if any(_term_matches(t, r.id, tags) and (not t.owner or t.owner == r.owner_id) for t in terms)),
+            key=lambda r: r.id,
+        )
 
     def resolve_security_groups(self, terms: Sequence[SelectorTerm]) -> list[str]:
         self._enter("resolve_security_groups")

@@ -75,6 +75,9 @@ class KubernetesPort(Protocol):
     def patch_node_class_status(self, name: str, status: JsonDict) -> None:
         """Merge patch on a NodeClass's status subresource; a NodeClass deleted meanwhile is skipped."""
         ...
+    def list_volume_objects(self) -> list[JsonDict]:
+        """PersistentVolumeClaims, PersistentVolumes, StorageClasses and CSINodes (each with its kind)."""
+        ...
     def list_node_claims(self) -> list[JsonDict]:
         """NodeClaim mirrors (``joiner.dev/v1``); none when their CRD is not installed."""
         ...
@@ -245,8 +248,27 @@ class LaunchTemplateNotFound(Ec2Error):
         self.template = template
 
 
+@dataclass(frozen=True, slots=True)
+class CapacityReservation:
+    """An active on-demand capacity reservation a NodeClass selects: ``available`` instances
+    of ``instance_type`` may still launch into it in ``zone``. ``reservation_type`` is
+    ``default`` or ``capacity-block``."""
+
+    id: str
+    instance_type: str
+    zone: str
+    available: int
+    owner_id: str = ""
+    match_criteria: str = "open"
+    reservation_type: str = "default"
+    end_time: datetime | None = None
+
+
 class Ec2Port(Protocol):
     def resolve_subnets(self, terms: Sequence[SelectorTerm]) -> list[Subnet]: ...
+    def resolve_capacity_reservations(self, terms: Sequence[SelectorTerm]) -> list[CapacityReservation]:
+        """Active reservations matching any term (``id``, or ``tags`` and ``owner``), sorted by id."""
+        ...
     def resolve_security_groups(self, terms: Sequence[SelectorTerm]) -> list[str]: ...
     def instance_profile(self, node_class: NodeClass) -> str:
         """The instance profile launches of this NodeClass pass; raises the adapter's config

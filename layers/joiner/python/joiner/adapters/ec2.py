@@ -27,6 +27,7 @@ from joiner.domain.quantity import QuantityError, parse_quantity
 from joiner.domain.userdata import ClusterBootstrap, UserDataError, build_user_data, encode_user_data
 from joiner.ports import (
     LAUNCH_TEMPLATE_NOT_FOUND_CODES,
+    CapacityReservation,
     Clock,
     ClusterInfo,
     Ec2Error,
@@ -232,6 +233,38 @@ class Ec2Adapter:
                     tags=tags,
                 )
         return sorted(found.values(), key=lambda s: (s.zone, s.id))
+
+    def resolve_capacity_reservations(self, terms: Sequence[SelectorTerm]) -> list[CapacityReservation]:
+        """Active capacity reservations matching any term, sorted by id: ``id``, or every tag
+        (``*`` any value) and ``owner`` (the owning account, for shared reservations)."""
+        found: dict[str, CapacityReservation] = {}
+        for index, term in enumerate(terms):
+            where = f"capacityReservationSelectorTerms[{index}]"
+            filters = [{"Name": "state", "Values": ["active"]}]
+            if term.owner:
+                filters.append({"Name": "owner-id", "Values": [term.owner]})
+            extra: dict[str, Any] = {}
+            if term.id:
+                extra["CapacityReservationIds"] = [term.id]
+            else:
+                filters += [f for f in self._term_filters(term, "capacity-reservation-id", None, where) if f["Name"] != "capacity-reservation-id"]
+            for raw in self._paginate(self._ec2, "ec2", "describe_capacity_reservations", "CapacityReservations", Filters=filters, **extra):
+                tags = _tags_dict(raw.get("Tags"))
+                if raw.get("State") != "active" or not self._term_matches(term, raw["CapacityReservationId"], None, tags):
+                    continue
+                if term.owner and raw.get("OwnerId") != term.owner:
+                    continue
+                found[raw["CapacityReservationId"]] = CapacityReservation(
+                    id=raw["CapacityReservationId"],
+                    instance_type=raw["InstanceType"],
+                    zone=raw["AvailabilityZone"],
+                    available=int(raw.get("AvailableInstanceCount", 0)),
+                    owner_id=str(raw.get("OwnerId", "")),
+                    match_criteria=str(raw.get("InstanceMatchCriteria", "open")),
+                    reservation_type=str(raw.get("ReservationType", "default")),
+                    end_time=raw.get("EndDate"),
+                )
+        return [found[key] for key in sorted(found)]
 
     def resolve_security_groups(self, terms: Sequence[SelectorTerm]) -> list[str]:
         """Ids of security groups matching any term, sorted; ``name`` matches the group name."""

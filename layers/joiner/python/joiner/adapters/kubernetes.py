@@ -306,6 +306,16 @@ class KubernetesClient:
     def list_pdbs(self) -> list[JsonDict]:
         return self._list("/apis/policy/v1/poddisruptionbudgets", "PodDisruptionBudget", "policy/v1")
 
+    def list_volume_objects(self) -> list[JsonDict]:
+        """PersistentVolumeClaims, PersistentVolumes, StorageClasses and CSINodes: what volume
+        topology and attach limits are planned from."""
+        return [
+            *self._list("/api/v1/persistentvolumeclaims", "PersistentVolumeClaim", "v1"),
+            *self._list("/api/v1/persistentvolumes", "PersistentVolume", "v1"),
+            *self._list("/apis/storage.k8s.io/v1/storageclasses", "StorageClass", "storage.k8s.io/v1"),
+            *self._list("/apis/storage.k8s.io/v1/csinodes", "CSINode", "storage.k8s.io/v1"),
+        ]
+
     def list_node_pools(self) -> list[JsonDict]:
         return self._list(NODE_POOLS_PATH, "NodePool", "joiner.dev/v1")
 

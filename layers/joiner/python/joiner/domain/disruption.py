@@ -54,6 +54,7 @@ from joiner.domain.model import (
 from joiner.domain.resources import EMPTY, Resources
 from joiner.domain.scheduling import SchedulingProblem, solve
 from joiner.domain.snapshot import Snapshot
+from joiner.domain.volumes import apply_volumes
 
 __all__ = [
     "EMPTINESS", "EXPIRATION", "DRIFT", "CONSOLIDATION", "METHODS", "REASONS",
@@ -643,8 +644,13 @@ class _Pass:
         requested = {p.key for p in pending}
         promised = tuple(p for p in self.promised_pods if p.key not in requested)
         self.simulations += 1
+        # A moved pod keeps its volumes: a zonal volume pins it to its zone, and a node's CSI
+        # attach limit bounds what it takes (joiner.domain.volumes).
+        topology = apply_volumes(tuple(pending) + promised, bound, nodes, snap.volume_claims, snap.persistent_volumes, snap.storage_classes, snap.csi_nodes)
         problem = SchedulingProblem(
-            pending=tuple(pending) + promised,
+            pending=topology.pods,
+            blocked=topology.blocked,
+            free_attachments=topology.free_attachments,
             nodes=nodes,
             bound_pods=bound,
             daemonsets=snap.daemonsets,

@@ -11,7 +11,7 @@ __all__ = [
     "INSTANCE_CPU_MANUFACTURER", "INSTANCE_CPU_CLOCK", "INSTANCE_EBS_BANDWIDTH", "INSTANCE_NETWORK_BANDWIDTH",
     "INSTANCE_LOCAL_NVME", "INSTANCE_ENCRYPTION_IN_TRANSIT", "INSTANCE_GPU_MANUFACTURER", "INSTANCE_GPU_MEMORY",
     "INSTANCE_ACCELERATOR_NAME", "INSTANCE_ACCELERATOR_MANUFACTURER", "INSTANCE_ACCELERATOR_COUNT",
-    "INSTANCE_ATTRIBUTE_LABELS", "CAPACITY_TYPE_SPOT", "CAPACITY_TYPE_ON_DEMAND", "WELL_KNOWN_LABELS", "KARPENTER_ALIASES",
+    "INSTANCE_ATTRIBUTE_LABELS", "CAPACITY_TYPE_SPOT", "CAPACITY_TYPE_ON_DEMAND", "CAPACITY_TYPE_RESERVED", "CAPACITY_RESERVATION_ID", "WELL_KNOWN_LABELS", "KARPENTER_ALIASES",
     "DO_NOT_DISRUPT", "KARPENTER_DO_NOT_DISRUPT", "DISRUPTED_TAINT_KEY", "INITIALIZED", "REGISTERED",
     "MANAGED_BY_TAG", "normalize_label_key", "normalize_labels", "with_alias_labels",
 ]
@@ -56,6 +56,11 @@ INSTANCE_ATTRIBUTE_LABELS = (
 
 CAPACITY_TYPE_SPOT = "spot"
 CAPACITY_TYPE_ON_DEMAND = "on-demand"
+#: Launched into an on-demand capacity reservation the NodeClass selects (Karpenter's
+#: ``reserved`` capacity type).
+CAPACITY_TYPE_RESERVED = "reserved"
+#: The capacity reservation a ``reserved`` node runs in.
+CAPACITY_RESERVATION_ID = "joiner.dev/capacity-reservation-id"
 
 DO_NOT_DISRUPT = "joiner.dev/do-not-disrupt"
 KARPENTER_DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
@@ -65,6 +70,7 @@ MANAGED_BY_TAG = "joiner.dev/managed-by"
 #: Legacy or Karpenter keys accepted in pod and NodePool requirements, mapped to ours.
 KARPENTER_ALIASES: dict[str, str] = {
     "karpenter.sh/capacity-type": CAPACITY_TYPE,
+    "karpenter.k8s.aws/capacity-reservation-id": CAPACITY_RESERVATION_ID,
     "karpenter.sh/nodepool": NODEPOOL,
     "karpenter.k8s.aws/instance-family": INSTANCE_FAMILY,
     "karpenter.k8s.aws/instance-category": INSTANCE_CATEGORY,
@@ -87,7 +93,7 @@ KARPENTER_ALIASES: dict[str, str] = {
 #: on these keys are allowed even when a NodePool does not mention them.
 WELL_KNOWN_LABELS: frozenset[str] = frozenset(
     {
-        ARCH, OS, INSTANCE_TYPE, ZONE, REGION, HOSTNAME, CAPACITY_TYPE, NODEPOOL,
+        ARCH, OS, INSTANCE_TYPE, ZONE, REGION, HOSTNAME, CAPACITY_TYPE, NODEPOOL, CAPACITY_RESERVATION_ID,
         INSTANCE_FAMILY, INSTANCE_CATEGORY, INSTANCE_GENERATION, INSTANCE_SIZE, INSTANCE_CPU,
         INSTANCE_MEMORY, INSTANCE_GPU_COUNT, INSTANCE_GPU_NAME, INSTANCE_HYPERVISOR,
         *INSTANCE_ATTRIBUTE_LABELS,

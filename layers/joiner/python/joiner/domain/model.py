@@ -21,6 +21,7 @@ from joiner.domain.resources import EMPTY, Resources
 __all__ = [
     "Taint", "Toleration", "LabelSelector", "PodAffinityTerm", "TopologySpreadConstraint",
     "PreferredNodeTerm", "HostPort", "Pod", "Node", "DaemonSet", "PodDisruptionBudget",
+    "PersistentVolumeClaim", "PersistentVolume", "StorageClass", "CSINode",
     "Budget", "Disruption", "NodePool", "SelectorTerm", "KubeletConfig", "NodeClass",
     "Offering", "InstanceType", "NodeClaimPlan", "ExistingNodePlan", "UnschedulablePod", "Plan",
     "InFlightClaim", "OfferingKey", "CRITICAL_PRIORITY_CLASSES",
@@ -187,6 +188,12 @@ class Pod:
     scheduling_gated: bool = False
     #: The Ready condition is True (a PodDisruptionBudget's healthy pod).
     ready: bool = True
+    #: Its persistent volumes: (claim name, storage class of an ephemeral volume's claim
+    #: template or None for a ``persistentVolumeClaim`` volume), in spec order.
+    volume_claims: tuple[tuple[str, str | None], ...] = ()
+    #: Volumes it attaches, per CSI driver: ((driver, count), ...), set by
+    #: :func:`joiner.domain.volumes.apply_volumes` for the scheduler's attach limits.
+    volume_attachments: tuple[tuple[str, int], ...] = ()
 
     @property
     def key(self) -> str:
@@ -278,6 +285,50 @@ class Node:
     @property
     def node_pool(self) -> str | None:
         return self.labels.get(wk.NODEPOOL)
+
+
+@dataclass(frozen=True, slots=True)
+class PersistentVolumeClaim:
+    """What scheduling needs of a PVC: its class, and the volume it is bound to (if any)."""
+
+    namespace: str
+    name: str
+    storage_class: str | None = None
+    volume_name: str | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class PersistentVolume:
+    """A PV's node affinity (its required terms, ORed) and its CSI driver."""
+
+    name: str
+    node_affinity: tuple[Requirements, ...] = ()
+    driver: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StorageClass:
+    """``volume_binding_mode`` is ``Immediate`` or ``WaitForFirstConsumer``;
+    ``allowed_topologies`` its terms (ORed); ``default`` marks the cluster's default class."""
+
+    name: str
+    provisioner: str = ""
+    volume_binding_mode: str = "Immediate"
+    allowed_topologies: tuple[Requirements, ...] = ()
+    default: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CSINode:
+    """Per CSI driver, how many volumes the node may attach (``allocatable.count``; drivers
+    that state no limit are absent)."""
+
+    name: str
+    attach_limits: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -401,6 +452,9 @@ class NodeClass:
     tags: Mapping[str, str] = field(default_factory=dict)
     metadata_options: Mapping[str, object] = field(default_factory=dict)
     user_data: str | None = None
+    #: On-demand capacity reservations nodes may launch into (``id``, or ``tags`` with an
+    #: optional ``owner`` account): Karpenter's ``capacityReservationSelectorTerms``.
+    capacity_reservation_terms: tuple[SelectorTerm, ...] = ()
 
 
 #: Node annotation (and claim field) holding :func:`nodeclass_hash` of the NodeClass at launch.

@@ -18,6 +18,7 @@ mapped to Joiner's through :mod:`joiner.domain.labels`.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
@@ -43,6 +44,7 @@ from joiner.domain.bounded import (
 from joiner.domain.durations import DurationError, parse_duration
 from joiner.domain.model import (
     Budget,
+    CSINode,
     DaemonSet,
     Disruption,
     HostPort,
@@ -51,11 +53,14 @@ from joiner.domain.model import (
     Node,
     NodeClass,
     NodePool,
+    PersistentVolume,
+    PersistentVolumeClaim,
     Pod,
     PodAffinityTerm,
     PodDisruptionBudget,
     PreferredNodeTerm,
     SelectorTerm,
+    StorageClass,
     Taint,
     Toleration,
     TopologySpreadConstraint,
@@ -657,6 +662,7 @@ def _pod(
 
     node_name = fields.string(spec.get("nodeName"), f"{spec_path}.nodeName") or None
     return Pod(
+        volume_claims=_volume_claims(fields, spec.get("volumes"), f"{spec_path}.volumes", name),
         namespace=namespace,
         name=name,
         uid=fields.string(metadata.get("uid"), f"{meta_path}.uid", default=""),
@@ -684,6 +690,26 @@ def _pod(
         scheduling_gated=bool(fields.sequence(spec.get("schedulingGates"), f"{spec_path}.schedulingGates")),
         ready=_pod_ready(status),
     )
+
+
+def _volume_claims(fields: _Fields, value: object, path: str, pod_name: str) -> tuple[tuple[str, str | None], ...]:
+    """The pod's persistent volume claims: ``persistentVolumeClaim`` volumes by claim name;
+    generic ephemeral volumes by the claim Kubernetes creates for them (``<pod>-<volume>``)
+    with their template's storage class ("" for the default class)."""
+    claims: list[tuple[str, str | None]] = []
+    for item_path, volume in fields.items(value, path):
+        if volume.get("persistentVolumeClaim") is not None:
+            pvc = fields.mapping(volume.get("persistentVolumeClaim"), f"{item_path}.persistentVolumeClaim")
+            claims.append((fields.string(pvc.get("claimName"), f"{item_path}.persistentVolumeClaim.claimName", required=True), None))
+            continue
+        if volume.get("ephemeral") is not None:
+            ephemeral = fields.mapping(volume.get("ephemeral"), f"{item_path}.ephemeral")
+            volume_name = fields.string(volume.get("name"), f"{item_path}.name", required=True)
+            template = fields.mapping(ephemeral.get("volumeClaimTemplate"), f"{item_path}.ephemeral.volumeClaimTemplate")
+            template_spec = fields.mapping(template.get("spec"), f"{item_path}.ephemeral.volumeClaimTemplate.spec")
+            storage_class = fields.string(template_spec.get("storageClassName"), f"{item_path}.ephemeral.volumeClaimTemplate.spec.storageClassName", default="")
+            claims.append((f"{pod_name}-{volume_name}", storage_class))
+    return tuple(claims)
 
 
 def _pod_ready(status: Mapping[str, Any]) -> bool:
@@ -1104,7 +1130,37 @@ def parse_node_class(obj: Mapping[str, Any], *, origin: str = "") -> NodeClass:
         tags=tags,
         metadata_options=_metadata_options(fields, spec.get("metadataOptions"), "spec.metadataOptions"),
         user_data=fields.string(spec.get("userData"), "spec.userData") or None,
+        capacity_reservation_terms=_reservation_terms(fields, spec.get("capacityReservationSelectorTerms"), "spec.capacityReservationSelectorTerms"),
     )
+
+
+_OWNER_ID = re.compile(r"^[0-9]{12}$")
+
+
+def _reservation_terms(fields: _Fields, value: object, path: str) -> tuple[SelectorTerm, ...]:
+    """Karpenter's ``capacityReservationSelectorTerms``: ``id`` alone, or ``tags`` with an
+    optional ``ownerID`` (the reservation's account, for shared reservations)."""
+    items = list(fields.items(value, path))
+    if len(items) > 30:
+        fields.fail(path, f"at most 30 terms, got {len(items)}")
+    owners: list[str | None] = []
+    plain: list[dict[str, Any]] = []
+    for item_path, item in items:
+        unknown = sorted(set(item) - {"id", "tags", "ownerID"})
+        if unknown:
+            fields.fail(f"{item_path}.{unknown[0]}", "not supported (a term may use id, tags, ownerID)")
+        owner = fields.string(item.get("ownerID"), f"{item_path}.ownerID") or None
+        if owner is not None and not _OWNER_ID.match(owner):
+            fields.fail(f"{item_path}.ownerID", f"expected a 12-digit account id, got {owner!r}")
+        if item.get("id") is not None and (item.get("tags") is not None or owner is not None):
+            fields.fail(f"{item_path}.id", "id cannot be combined with tags or ownerID")
+        if owner is not None and item.get("tags") is None:
+            fields.fail(f"{item_path}.ownerID", "ownerID needs tags in the same term")
+        owners.append(owner)
+        plain.append({key: item[key] for key in ("id", "tags") if item.get(key) is not None})
+    parsed = _selector_terms(fields, plain, path, ("id", "tags"), "cr")
+    terms = [dataclasses.replace(term, owner=owner) for term, owner in zip(parsed, owners, strict=True)]
+    return tuple(terms)
 
 
 # ---------------------------------------------------------------- snapshots
@@ -1121,6 +1177,10 @@ class Snapshot:
     node_pools: tuple[NodePool, ...] = ()
     node_classes: tuple[NodeClass, ...] = ()
     runtime_classes: Mapping[str, Resources] = field(default_factory=lambda: MappingProxyType({}))
+    volume_claims: tuple[PersistentVolumeClaim, ...] = ()
+    persistent_volumes: tuple[PersistentVolume, ...] = ()
+    storage_classes: tuple[StorageClass, ...] = ()
+    csi_nodes: tuple[CSINode, ...] = ()
 
     @property
     def pending_pods(self) -> tuple[Pod, ...]:
@@ -1140,13 +1200,17 @@ _KINDS: dict[tuple[str, str], str] = {
     ("apps/v1", "DaemonSet"): "DaemonSet",
     ("policy/v1", "PodDisruptionBudget"): "PodDisruptionBudget",
     ("node.k8s.io/v1", "RuntimeClass"): "RuntimeClass",
+    ("v1", "PersistentVolumeClaim"): "PersistentVolumeClaim",
+    ("v1", "PersistentVolume"): "PersistentVolume",
+    ("storage.k8s.io/v1", "StorageClass"): "StorageClass",
+    ("storage.k8s.io/v1", "CSINode"): "CSINode",
     (JOINER_V1, "NodePool"): "NodePool",
     (KARPENTER_V1, "NodePool"): "NodePool",
     (JOINER_V1, "NodeClass"): "NodeClass",
     (KARPENTER_AWS_V1, "EC2NodeClass"): "NodeClass",
 }
 _MODELLED_KINDS = {kind: sorted(api for api, k in _KINDS if k == kind) for _, kind in _KINDS}
-_NAMESPACED = {"Pod", "DaemonSet", "PodDisruptionBudget"}
+_NAMESPACED = {"Pod", "DaemonSet", "PodDisruptionBudget", "PersistentVolumeClaim"}
 
 
 def _flatten(obj: object, origin: str) -> Iterator[tuple[Mapping[str, Any], str]]:
@@ -1197,7 +1261,30 @@ def _collect(entries: Iterable[tuple[object, str]]) -> Snapshot:
             _unique(seen, target, name, f"RuntimeClass {name}")
             runtime_classes[name] = overhead
 
+    from joiner.domain import volumes as vol
+
     pods, nodes, daemonsets, pdbs, pools, classes = [], [], [], [], [], []
+    claims: list[PersistentVolumeClaim] = []
+    persistent_volumes: list[PersistentVolume] = []
+    storage_classes: list[StorageClass] = []
+    csi_nodes: list[CSINode] = []
+    for target, obj, origin in typed:
+        if target == "PersistentVolumeClaim":
+            claim = vol.parse_persistent_volume_claim(obj, origin=origin)
+            _unique(seen, target, claim.key, f"PersistentVolumeClaim {claim.key}")
+            claims.append(claim)
+        elif target == "PersistentVolume":
+            volume = vol.parse_persistent_volume(obj, origin=origin)
+            _unique(seen, target, volume.name, f"PersistentVolume {volume.name}")
+            persistent_volumes.append(volume)
+        elif target == "StorageClass":
+            storage_class = vol.parse_storage_class(obj, origin=origin)
+            _unique(seen, target, storage_class.name, f"StorageClass {storage_class.name}")
+            storage_classes.append(storage_class)
+        elif target == "CSINode":
+            csi_node = vol.parse_csi_node(obj, origin=origin)
+            _unique(seen, target, csi_node.name, f"CSINode {csi_node.name}")
+            csi_nodes.append(csi_node)
     for target, obj, origin in typed:
         if target == "Pod":
             pod = parse_pod(obj, runtime_classes, origin=origin)
@@ -1231,6 +1318,10 @@ def _collect(entries: Iterable[tuple[object, str]]) -> Snapshot:
         node_pools=tuple(sorted(pools, key=lambda p: p.name)),
         node_classes=tuple(sorted(classes, key=lambda c: c.name)),
         runtime_classes=MappingProxyType(dict(sorted(runtime_classes.items()))),
+        volume_claims=tuple(sorted(claims, key=lambda c: (c.namespace, c.name))),
+        persistent_volumes=tuple(sorted(persistent_volumes, key=lambda v: v.name)),
+        storage_classes=tuple(sorted(storage_classes, key=lambda c: c.name)),
+        csi_nodes=tuple(sorted(csi_nodes, key=lambda c: c.name)),
     )
 
 

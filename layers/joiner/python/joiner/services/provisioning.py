@@ -366,7 +366,30 @@ class _Round:
             node_pools=tuple(self.pools[name] for name in sorted(self.pools)),
             node_classes=tuple(self.classes[name] for name in sorted(self.classes)),
             runtime_classes=runtime_classes,
+            **self._read_volumes(),
         )
+
+    def _read_volumes(self) -> dict[str, Any]:
+        """Volume claims, volumes, storage classes and CSINodes, read only when a pod uses a
+        persistent volume (most rounds of a cluster without StatefulSets need none of them)."""
+        if not any(pod.volume_claims for pod in self.pods):
+            return {}
+        from joiner.domain import volumes as vol
+
+        parsers: dict[str, Callable[[Any], Any]] = {
+            "PersistentVolumeClaim": vol.parse_persistent_volume_claim, "PersistentVolume": vol.parse_persistent_volume,
+            "StorageClass": vol.parse_storage_class, "CSINode": vol.parse_csi_node,
+        }
+        fields = {"PersistentVolumeClaim": "volume_claims", "PersistentVolume": "persistent_volumes",
+                  "StorageClass": "storage_classes", "CSINode": "csi_nodes"}
+        found: dict[str, list[Any]] = {name: [] for name in fields.values()}
+        for obj in self.kube.list_volume_objects():
+            kind = str(obj.get("kind"))
+            parser = parsers.get(kind)
+            parsed = self._parse(parser, obj) if parser is not None else None
+            if parsed is not None:
+                found[fields[kind]].append(parsed)
+        return {name: tuple(items) for name, items in found.items()}
 
     def _parse(self, parser: Callable[[Any], Any], obj: JsonDict, *, event_pod: bool = False, event_object: bool = False) -> Any:
         try:

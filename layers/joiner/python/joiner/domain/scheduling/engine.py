@@ -64,7 +64,7 @@ class Target:
 
     __slots__ = (
         "idx", "fixed", "name", "hostname", "host_set", "labels", "label_sets", "taints", "pool", "shape", "used",
-        "remaining", "pods", "ports", "static_cache", "reservation", "new_pods", "price_cache",
+        "remaining", "pods", "ports", "static_cache", "reservation", "new_pods", "price_cache", "volume_free",
     )
 
     def __init__(self, name: str, hostname: str, fixed: bool) -> None:
@@ -86,6 +86,8 @@ class Target:
         self.reservation: tuple[int, ...] | None = None
         self.new_pods = 0
         self.price_cache: tuple[object, tuple[int, ...], float] | None = None
+        #: Per CSI driver, volumes an existing node may still attach (None: no stated limit).
+        self.volume_free: dict[str, int] | None = None
 
     def label_domains(self, key: str) -> frozenset[str]:
         found = self.label_sets.get(key)
@@ -204,6 +206,9 @@ class Engine:
             target = Target(node.name, labels[wk.HOSTNAME], True)
             target.labels = labels
             target.taints = taints
+            free = problem.free_attachments.get(node.name)
+            if free:
+                target.volume_free = dict(free)
             bound = bound_by_node.get(node.name, [])
             used = EMPTY
             present = set()
@@ -695,6 +700,15 @@ class Engine:
                 return 0
         if spec.host_ports:
             most = 1
+        if spec.volumes and target.volume_free is not None:
+            for driver, count in spec.volumes:
+                free = target.volume_free.get(driver)
+                if free is not None and free // count < most:
+                    most = free // count
+            if most <= 0:
+                self.fail_kind = FAIL_STATIC
+                self.fail_reason = "volume attach limit reached"
+                return 0
         for group in variant.bulk_groups:
             cap = self.bulk_cap(group, variant, target, shape)
             if cap < most:
@@ -744,6 +758,10 @@ class Engine:
                 self.claims_opened += 1
         if variant.spec.host_ports:
             target.ports.extend(variant.spec.host_ports)
+        if variant.spec.volumes and target.volume_free is not None:
+            for driver, per_pod in variant.spec.volumes:
+                if driver in target.volume_free:
+                    target.volume_free[driver] -= count * per_pod
         self.record(variant, target, shape, count)
 
     def new_claim_target(self, pool: Pool) -> Target:

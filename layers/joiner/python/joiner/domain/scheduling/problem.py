@@ -38,6 +38,11 @@ class SchedulingProblem:
     #: The NodeClasses that exist (None: not known), so a NodePool naming another one is
     #: reported as such rather than as having no instance types.
     node_classes: frozenset[str] | None = None
+    #: Pods that must wait whatever the capacity (their volumes cannot be placed yet), with
+    #: the reason: reported unschedulable, never placed.
+    blocked: Mapping[str, str] = field(default_factory=dict)
+    #: Per existing node, per CSI driver, how many more volumes it may attach.
+    free_attachments: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
     def canonical(self) -> SchedulingProblem:
         """The same problem with every collection in a total order, so any input order
@@ -55,4 +60,6 @@ class SchedulingProblem:
             catalog_names=self.catalog_names,
             catalog_region=self.catalog_region,
             node_classes=self.node_classes,
+            blocked=dict(sorted(self.blocked.items())),
+            free_attachments={name: dict(sorted(free.items())) for name, free in sorted(self.free_attachments.items())},
         )

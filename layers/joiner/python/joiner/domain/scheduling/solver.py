@@ -241,6 +241,7 @@ def build_plan(engine: Engine) -> Plan:
     for target in claims:
         if not listed.get(id(target)):
             unschedulable.extend(UnschedulablePod(pod.key, "limit reached") for pod in target.pods)
+    unschedulable.extend(UnschedulablePod(key, reason) for key, reason in engine.ctx.problem.blocked.items())
     unschedulable.sort(key=lambda u: u.pod)
     return Plan(tuple(node_claims), tuple(existing), tuple(unschedulable))
 

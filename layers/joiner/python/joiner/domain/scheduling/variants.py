@@ -58,6 +58,7 @@ def spec_signature(pod: Pod) -> tuple[object, ...]:
         pod.pod_anti_affinity,
         pod.topology_spread,
         pod.host_ports,
+        pod.volume_attachments,
     )
 
 
@@ -77,7 +78,7 @@ class PodSpec:
     __slots__ = (
         "index", "signature", "namespace", "labels", "requests", "cpu", "memory", "node_selector", "required_terms",
         "preferred_node", "tolerations", "affinity_required", "affinity_preferred", "anti_required", "anti_preferred",
-        "spreads_hard", "spreads_soft", "host_ports", "variants",
+        "spreads_hard", "spreads_soft", "host_ports", "volumes", "variants",
     )
 
     def __init__(self, index: int, pod: Pod) -> None:
@@ -99,6 +100,7 @@ class PodSpec:
         self.spreads_hard = tuple(s for s in pod.topology_spread if s.when_unsatisfiable != "ScheduleAnyway")
         self.spreads_soft = tuple(s for s in pod.topology_spread if s.when_unsatisfiable == "ScheduleAnyway")
         self.host_ports = tuple(sorted(pod.host_ports))
+        self.volumes = pod.volume_attachments
         self.variants: dict[RelaxState, Variant] = {}
 
     @property

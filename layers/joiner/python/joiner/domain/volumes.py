@@ -1,0 +1,229 @@
+"""Volume topology and attach limits: where a pod's persistent volumes let it run.
+
+Karpenter's rules (``volumetopology.go``, ``volumeusage.go``), read for the facts:
+
+* a claim **bound** to a PersistentVolume adds the volume's required node affinity to the
+  pod (an EBS volume lives in one zone: the pod must get a node there). The terms are ORed;
+  like Karpenter, the first is used;
+* an **unbound** claim whose StorageClass binds ``WaitForFirstConsumer`` adds the class's
+  ``allowedTopologies`` (first term) instead: the volume will be created where the pod lands;
+* a claim that does not exist, or that is unbound under ``Immediate`` binding (the volume is
+  being provisioned somewhere Joiner cannot know yet), makes the pod wait: it is reported
+  with the reason and not placed;
+* ``topology.ebs.csi.aws.com/zone`` (older EBS CSI driver versions) means the node's zone;
+  the driver labels every node with it, so it is read as ``topology.kubernetes.io/zone``;
+* an existing node's CSINode states how many volumes each driver may still attach; a pod
+  whose volumes would exceed it does not go there. New nodes are not limited (Karpenter does
+  the same: the limit is known only once the driver runs on the node).
+
+Pure: the snapshot's objects in, pods with narrowed requirements and reasons out.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from joiner.domain import labels as wk
+from joiner.domain.model import CSINode, Node, PersistentVolume, PersistentVolumeClaim, Pod, StorageClass
+from joiner.domain.requirements import Requirement, Requirements
+
+__all__ = [
+    "EBS_CSI_ZONE",
+    "VolumeTopology",
+    "apply_volumes",
+    "parse_csi_node",
+    "parse_persistent_volume",
+    "parse_persistent_volume_claim",
+    "parse_storage_class",
+]
+
+EBS_CSI_ZONE = "topology.ebs.csi.aws.com/zone"
+_KEY_ALIASES = {EBS_CSI_ZONE: wk.ZONE}
+#: In-tree EBS volumes (``awsElasticBlockStore``) count against the EBS CSI driver's limit.
+EBS_CSI_DRIVER = "ebs.csi.aws.com"
+
+
+def _fields(ref: str) -> Any:
+    from joiner.domain.snapshot import _Fields
+
+    return _Fields(ref)
+
+
+def _meta(kind: str, obj: Mapping[str, Any], origin: str, *, namespaced: bool) -> tuple[Any, Mapping[str, Any], str, str]:
+    from joiner.domain.snapshot import _metadata, _name, _object, _ref
+
+    checked = _object(obj, kind, origin)
+    fields = _fields(_ref(kind, checked, namespaced=namespaced, origin=origin))
+    metadata = _metadata(fields, checked)
+    name = _name(fields, metadata)
+    namespace = fields.string(metadata.get("namespace"), "metadata.namespace", default="default") if namespaced else ""
+    return fields, checked, name, namespace
+
+
+def _terms(fields: Any, value: object, path: str, *, expressions_key: str) -> tuple[Requirements, ...]:
+    """Node selector terms (``matchExpressions``) or topology terms (``matchLabelExpressions``:
+    key and values, ``In``), keys aliased."""
+    terms = []
+    for term_path, term in fields.items(value, path):
+        requirements = []
+        for expr_path, expr in fields.items(term.get(expressions_key), f"{term_path}.{expressions_key}"):
+            key = fields.string(expr.get("key"), f"{expr_path}.key", required=True)
+            operator = "In" if expressions_key == "matchLabelExpressions" else fields.string(
+                expr.get("operator"), f"{expr_path}.operator", required=True, allowed=("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"))
+            values = fields.string_list(expr.get("values"), f"{expr_path}.values", allow_empty=True)
+            try:
+                requirements.append(Requirement.create(_KEY_ALIASES.get(key, key), operator, values))
+            except ValueError as error:
+                fields.fail(expr_path, str(error))
+        terms.append(Requirements(requirements))
+    return tuple(terms)
+
+
+def parse_persistent_volume_claim(obj: Mapping[str, Any], *, origin: str = "") -> PersistentVolumeClaim:
+    fields, checked, name, namespace = _meta("PersistentVolumeClaim", obj, origin, namespaced=True)
+    spec = fields.mapping(checked.get("spec"), "spec")
+    storage_class = spec.get("storageClassName")
+    return PersistentVolumeClaim(
+        namespace=namespace,
+        name=name,
+        storage_class=fields.string(storage_class, "spec.storageClassName") if storage_class is not None else None,
+        volume_name=fields.string(spec.get("volumeName"), "spec.volumeName", default="") or None,
+    )
+
+
+def parse_persistent_volume(obj: Mapping[str, Any], *, origin: str = "") -> PersistentVolume:
+    fields, checked, name, _ = _meta("PersistentVolume", obj, origin, namespaced=False)
+    spec = fields.mapping(checked.get("spec"), "spec")
+    affinity = fields.mapping(spec.get("nodeAffinity"), "spec.nodeAffinity")
+    required = fields.mapping(affinity.get("required"), "spec.nodeAffinity.required")
+    terms = _terms(fields, required.get("nodeSelectorTerms"), "spec.nodeAffinity.required.nodeSelectorTerms", expressions_key="matchExpressions")
+    csi = fields.mapping(spec.get("csi"), "spec.csi")
+    driver = fields.string(csi.get("driver"), "spec.csi.driver", default="") or (EBS_CSI_DRIVER if spec.get("awsElasticBlockStore") else None)
+    return PersistentVolume(name=name, node_affinity=terms, driver=driver)
+
+
+def parse_storage_class(obj: Mapping[str, Any], *, origin: str = "") -> StorageClass:
+    fields, checked, name, _ = _meta("StorageClass", obj, origin, namespaced=False)
+    annotations = fields.string_map((checked.get("metadata") or {}).get("annotations"), "metadata.annotations")
+    default = any(annotations.get(key) == "true" for key in ("storageclass.kubernetes.io/is-default-class", "storageclass.beta.kubernetes.io/is-default-class"))
+    return StorageClass(
+        name=name,
+        provisioner=fields.string(checked.get("provisioner"), "provisioner", default=""),
+        volume_binding_mode=fields.string(checked.get("volumeBindingMode"), "volumeBindingMode", default="Immediate",
+                                          allowed=("Immediate", "WaitForFirstConsumer")),
+        allowed_topologies=_terms(fields, checked.get("allowedTopologies"), "allowedTopologies", expressions_key="matchLabelExpressions"),
+        default=default,
+    )
+
+
+def parse_csi_node(obj: Mapping[str, Any], *, origin: str = "") -> CSINode:
+    fields, checked, name, _ = _meta("CSINode", obj, origin, namespaced=False)
+    spec = fields.mapping(checked.get("spec"), "spec")
+    limits: dict[str, int] = {}
+    for path, driver in fields.items(spec.get("drivers"), "spec.drivers"):
+        driver_name = fields.string(driver.get("name"), f"{path}.name", required=True)
+        allocatable = fields.mapping(driver.get("allocatable"), f"{path}.allocatable")
+        count = fields.integer(allocatable.get("count"), f"{path}.allocatable.count", minimum=0, maximum=1_000_000)
+        if count is not None:
+            limits[driver_name] = count
+    return CSINode(name=name, attach_limits=limits)
+
+
+@dataclass(frozen=True)
+class VolumeTopology:
+    """The pending pods as their volumes constrain them (``pods``, in input order, without the
+    ``blocked`` ones), why each blocked pod waits, and per existing node how many more
+    volumes each driver may attach (``free_attachments``; drivers without a stated limit are
+    absent)."""
+
+    pods: tuple[Pod, ...]
+    blocked: Mapping[str, str]
+    free_attachments: Mapping[str, Mapping[str, int]]
+
+
+def _resolve(pod: Pod, claims: Mapping[str, PersistentVolumeClaim], volumes: Mapping[str, PersistentVolume],
+             classes: Mapping[str, StorageClass], default_class: StorageClass | None) -> tuple[Requirements | None, Counter[str], str | None]:
+    """(requirements the volumes add, volumes per driver, why the pod must wait)."""
+    added: Requirements | None = None
+    drivers: Counter[str] = Counter()
+    for claim_name, ephemeral_class in pod.volume_claims:
+        claim = claims.get(f"{pod.namespace}/{claim_name}")
+        class_name = claim.storage_class if claim is not None else ephemeral_class
+        if claim is None and ephemeral_class is None:
+            return None, drivers, f"persistentvolumeclaim {pod.namespace}/{claim_name} not found"
+        volume = volumes.get(claim.volume_name) if claim is not None and claim.volume_name else None
+        if claim is not None and claim.volume_name:
+            if volume is None:
+                return None, drivers, f"persistentvolume {claim.volume_name} of claim {claim.key} not found"
+            terms = volume.node_affinity
+            if volume.driver:
+                drivers[volume.driver] += 1
+        else:
+            storage_class = classes.get(class_name) if class_name else default_class
+            if storage_class is None:
+                what = f"storageclass {class_name}" if class_name else "a default storageclass"
+                return None, drivers, f"persistentvolumeclaim {pod.namespace}/{claim_name} is unbound and {what} does not exist"
+            if storage_class.volume_binding_mode != "WaitForFirstConsumer":
+                return None, drivers, (f"persistentvolumeclaim {pod.namespace}/{claim_name} is unbound with Immediate binding "
+                                       f"(storageclass {storage_class.name}): waiting for its volume")
+            terms = storage_class.allowed_topologies
+            if storage_class.provisioner:
+                drivers[storage_class.provisioner] += 1
+        if terms:
+            added = terms[0] if added is None else added.intersect(terms[0])
+    return added, drivers, None
+
+
+def apply_volumes(
+    pending: Sequence[Pod],
+    bound: Sequence[Pod],
+    nodes: Sequence[Node],
+    claims: Sequence[PersistentVolumeClaim],
+    volumes: Sequence[PersistentVolume],
+    storage_classes: Sequence[StorageClass],
+    csi_nodes: Sequence[CSINode],
+) -> VolumeTopology:
+    """The pending pods with their volumes' requirements added to their node selectors,
+    the pods that must wait and why, and each existing node's free attachments."""
+    claims_by_key = {c.key: c for c in claims}
+    volumes_by_name = {v.name: v for v in volumes}
+    classes = {c.name: c for c in storage_classes}
+    defaults = sorted((c for c in storage_classes if c.default), key=lambda c: c.name)
+    default_class = defaults[0] if defaults else None
+    result: list[Pod] = []
+    blocked: dict[str, str] = {}
+    for pod in pending:
+        if not pod.volume_claims:
+            result.append(pod)
+            continue
+        added, drivers, wait = _resolve(pod, claims_by_key, volumes_by_name, classes, default_class)
+        if wait is not None:
+            blocked[pod.key] = wait
+            continue
+        selector = pod.node_selector
+        if added is not None:
+            merged = selector.intersect(added)
+            if any(merged[key].is_empty() for key in merged):
+                need = "; ".join(str(added[key]) for key in sorted(added))
+                blocked[pod.key] = f"its volumes need {need}, which its node selector excludes"
+                continue
+            selector = merged
+        result.append(replace(pod, node_selector=selector, volume_attachments=tuple(sorted(drivers.items()))))
+
+    used: dict[str, Counter[str]] = {}
+    for pod in bound:
+        if not pod.volume_claims or pod.node_name is None:
+            continue
+        _, drivers, _ = _resolve(pod, claims_by_key, volumes_by_name, classes, default_class)
+        used.setdefault(pod.node_name, Counter()).update(drivers)
+    node_names = {n.name for n in nodes}
+    free: dict[str, dict[str, int]] = {}
+    for csi in csi_nodes:
+        if csi.name not in node_names or not csi.attach_limits:
+            continue
+        taken = used.get(csi.name, Counter())
+        free[csi.name] = {driver: max(0, limit - taken.get(driver, 0)) for driver, limit in sorted(csi.attach_limits.items())}
+    return VolumeTopology(tuple(result), blocked, free)

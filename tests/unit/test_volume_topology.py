@@ -1,0 +1,137 @@
+"""Volume topology and attach limits (issue 12 item 9): a pod's persistent volumes decide
+its zone, make it wait, or keep it off a node whose CSI driver has no attachment left.
+The rules are Karpenter's (volumetopology.go, volumeusage.go)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from joiner.domain import labels as wk
+from joiner.domain.planning import plan_snapshot
+from joiner.domain.snapshot import SnapshotError, parse_objects
+from tests.support.fakes import node_class_json, node_json, node_pool_json, pod_json, small_catalog
+
+EBS = "ebs.csi.aws.com"
+
+
+def claim_pod(name: str, *claims: str, node_name: str | None = None, ephemeral: dict[str, str] | None = None, **extra: Any) -> dict[str, Any]:
+    volumes: list[dict[str, Any]] = [{"name": f"v{i}", "persistentVolumeClaim": {"claimName": c}} for i, c in enumerate(claims)]
+    for volume, storage_class in (ephemeral or {}).items():
+        volumes.append({"name": volume, "ephemeral": {"volumeClaimTemplate": {"spec": {"storageClassName": storage_class}}}})
+    return pod_json(name, node_name=node_name, extra_spec={"volumes": volumes}, **extra)
+
+
+def pvc(name: str, *, storage_class: str | None = "gp3", volume: str | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"accessModes": ["ReadWriteOnce"]}
+    if storage_class is not None:
+        spec["storageClassName"] = storage_class
+    if volume:
+        spec["volumeName"] = volume
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name, "namespace": "default"}, "spec": spec}
+
+
+def pv(name: str, zone: str, *, key: str = wk.ZONE) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name}, "spec": {
+        "csi": {"driver": EBS, "volumeHandle": f"vol-{name}"},
+        "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [{"key": key, "operator": "In", "values": [zone]}]}]}},
+    }}
+
+
+def storage_class(name: str = "gp3", *, mode: str = "WaitForFirstConsumer", zones: tuple[str, ...] = (), default: bool = False) -> dict[str, Any]:
+    obj: dict[str, Any] = {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": name}, "provisioner": EBS,
+                           "volumeBindingMode": mode}
+    if default:
+        obj["metadata"]["annotations"] = {"storageclass.kubernetes.io/is-default-class": "true"}
+    if zones:
+        obj["allowedTopologies"] = [{"matchLabelExpressions": [{"key": wk.ZONE, "values": list(zones)}]}]
+    return obj
+
+
+def plan(*objects: dict[str, Any]) -> Any:
+    snapshot = parse_objects([node_class_json(), node_pool_json(), *objects])
+    return plan_snapshot(snapshot, small_catalog())
+
+
+def zones_of(result: Any) -> dict[str, tuple[str, ...]]:
+    return {pod: claim.zones for claim in result.node_claims for pod in claim.pods}
+
+
+@pytest.mark.parametrize("key", [wk.ZONE, "topology.ebs.csi.aws.com/zone"])
+def test_a_pod_whose_claim_is_bound_to_a_zonal_volume_gets_a_node_in_that_zone(key: str) -> None:
+    result = plan(claim_pod("db-0", "data-db-0"), pvc("data-db-0", volume="pv-1"), pv("pv-1", "us-east-1b", key=key), storage_class())
+    assert not result.unschedulable
+    assert zones_of(result) == {"default/db-0": ("us-east-1b",)}
+
+
+def test_wait_for_first_consumer_allowed_topologies_restrict_the_zone() -> None:
+    result = plan(claim_pod("db-0", "data-db-0"), pvc("data-db-0"), storage_class(zones=("us-east-1c",)))
+    assert not result.unschedulable and zones_of(result) == {"default/db-0": ("us-east-1c",)}
+    free = plan(claim_pod("db-0", "data-db-0"), pvc("data-db-0"), storage_class())
+    assert not free.unschedulable and len(zones_of(free)["default/db-0"]) > 1  # no restriction: any zone
+
+
+def test_a_generic_ephemeral_volume_follows_its_template_class() -> None:
+    result = plan(claim_pod("cache-0", ephemeral={"scratch": "zonal"}), storage_class("zonal", zones=("us-east-1a",)))
+    assert not result.unschedulable and zones_of(result) == {"default/cache-0": ("us-east-1a",)}
+
+
+@pytest.mark.parametrize(("objects", "reason"), [
+    ((), "persistentvolumeclaim default/data-db-0 not found"),
+    ((pvc("data-db-0", storage_class="gp2"), storage_class("gp2", mode="Immediate")), "unbound with Immediate binding"),
+    ((pvc("data-db-0", storage_class="missing"),), "storageclass missing does not exist"),
+    ((pvc("data-db-0", volume="pv-gone"), storage_class()), "persistentvolume pv-gone of claim default/data-db-0 not found"),
+])
+def test_pods_whose_volumes_cannot_be_placed_yet_are_reported_not_placed(objects: tuple[dict[str, Any], ...], reason: str) -> None:
+    result = plan(claim_pod("db-0", "data-db-0"), *objects)
+    assert result.node_claims == ()
+    (unschedulable,) = result.unschedulable
+    assert unschedulable.pod == "default/db-0" and reason in unschedulable.reason
+
+
+def test_a_volume_zone_the_node_selector_excludes_is_reported() -> None:
+    pod = claim_pod("db-0", "data-db-0", node_selector={wk.ZONE: "us-east-1a"})
+    result = plan(pod, pvc("data-db-0", volume="pv-1"), pv("pv-1", "us-east-1b"), storage_class())
+    (unschedulable,) = result.unschedulable
+    assert "which its node selector excludes" in unschedulable.reason and result.node_claims == ()
+
+
+def test_the_default_storage_class_serves_claims_without_a_class() -> None:
+    result = plan(claim_pod("db-0", "data-db-0"), pvc("data-db-0", storage_class=None), storage_class("standard", zones=("us-east-1b",), default=True))
+    assert zones_of(result) == {"default/db-0": ("us-east-1b",)}
+
+
+def csi_node(name: str, count: int) -> dict[str, Any]:
+    return {"apiVersion": "storage.k8s.io/v1", "kind": "CSINode", "metadata": {"name": name},
+            "spec": {"drivers": [{"name": EBS, "nodeID": "i-1", "allocatable": {"count": count}}]}}
+
+
+def test_an_existing_node_takes_no_more_volumes_than_its_csi_driver_allows() -> None:
+    """n1 (zone a, room for the pods' CPU) may attach 2 EBS volumes and holds one: of two
+    pending pods with a volume in zone a, one goes to n1 and the other needs a new node."""
+    common = [
+        node_json("n1", instance_id="i-0000000000000001a", cpu="8", memory="32Gi"),
+        csi_node("n1", 2),
+        claim_pod("old", "data-old", node_name="n1", cpu="100m"),
+        pvc("data-old", volume="pv-old"), pv("pv-old", "us-east-1a"),
+        claim_pod("new-0", "data-0", cpu="100m"), pvc("data-0", volume="pv-0"), pv("pv-0", "us-east-1a"),
+        claim_pod("new-1", "data-1", cpu="100m"), pvc("data-1", volume="pv-1"), pv("pv-1", "us-east-1a"),
+        storage_class(),
+    ]
+    result = plan(*common)
+    assert not result.unschedulable
+    on_n1 = [pod for existing in result.existing_nodes for pod in existing.pods if existing.name == "n1"]
+    assert len(on_n1) == 1
+    assert [claim.zones for claim in result.node_claims] == [("us-east-1a",)]
+    roomy = plan(*[o for o in common if o.get("kind") != "CSINode"], csi_node("n1", 3))
+    assert sorted(pod for existing in roomy.existing_nodes for pod in existing.pods) == ["default/new-0", "default/new-1"] and not roomy.node_claims
+
+
+def test_malformed_volume_objects_get_one_clear_error() -> None:
+    with pytest.raises(SnapshotError, match=r"StorageClass gp3: volumeBindingMode"):
+        parse_objects([storage_class(mode="Sometimes")])
+    with pytest.raises(SnapshotError, match=r"CSINode n1: spec.drivers\[0\].allocatable.count"):
+        parse_objects([csi_node("n1", -1)])
+    with pytest.raises(SnapshotError, match=r"Pod default/db-0: spec.volumes\[0\].persistentVolumeClaim.claimName"):
+        parse_objects([pod_json("db-0", extra_spec={"volumes": [{"name": "v", "persistentVolumeClaim": {}}]})])
