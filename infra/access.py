@@ -69,7 +69,7 @@ READ_ACTIONS: tuple[str, ...] = ("ec2:DescribeInstances",)
 #: instance types and zone offerings the run-time catalog is built from (services/catalog.py).
 LAUNCH_READ_ACTIONS: tuple[str, ...] = (
     "ec2:DescribeImages", "ec2:DescribeInstanceTypeOfferings", "ec2:DescribeInstanceTypes", "ec2:DescribeLaunchTemplates",
-    "ec2:DescribeSecurityGroups", "ec2:DescribeSpotPriceHistory", "ec2:DescribeSubnets",
+    "ec2:DescribeCapacityReservations", "ec2:DescribeSecurityGroups", "ec2:DescribeSpotPriceHistory", "ec2:DescribeSubnets",
 )
 #: On-demand prices of the run-time catalog (the Price List API has no resources and is served
 #: from us-east-1, eu-central-1 and ap-south-1 only, so no aws:RequestedRegion condition).

@@ -765,3 +765,62 @@ def test_spot_price_history_errors_are_ec2_errors(world: World) -> None:
         with pytest.raises(Ec2Error) as raised:
             world.adapter().spot_prices()
     assert raised.value.code == "UnauthorizedOperation"
+
+
+# ---------------------------------------------------------------- capacity reservations
+
+
+def test_capacity_reservations_by_id_or_tags_and_owner(world: World) -> None:
+    """moto has no DescribeCapacityReservations: tests/support/aws.CapacityReservationApi
+    answers it with EC2's XML on the real client, applying EC2's filters."""
+    from tests.support.aws import CapacityReservationApi, FakeReservation
+
+    api = CapacityReservationApi([
+        FakeReservation("cr-0aaa", "c5.large", "us-east-1a", 2, tags=(("team", "ml"),)),
+        FakeReservation("cr-0bbb", "m5.large", "us-east-1b", 0, tags=(("team", "ml"),), owner="111122223333"),
+        FakeReservation("cr-0ccc", "c5.large", "us-east-1b", 4, tags=(("team", "web"),)),
+        FakeReservation("cr-0ddd", "c5.large", "us-east-1c", 4, tags=(("team", "ml"),), state="expired"),
+    ])
+    adapter = Ec2Adapter(world.clients.ec2, world.clients.ssm, world.clients.eks, CLUSTER, world.clock)
+    api.register(world.clients.ec2)
+    try:
+        by_tags = adapter.resolve_capacity_reservations([SelectorTerm(tags=(("team", "ml"),))])
+        assert [(r.id, r.instance_type, r.zone, r.available) for r in by_tags] == [("cr-0aaa", "c5.large", "us-east-1a", 2), ("cr-0bbb", "m5.large", "us-east-1b", 0)]
+        shared = adapter.resolve_capacity_reservations([SelectorTerm(tags=(("team", "ml"),), owner="111122223333")])
+        assert [r.id for r in shared] == ["cr-0bbb"] and shared[0].owner_id == "111122223333"
+        by_id = adapter.resolve_capacity_reservations([SelectorTerm(id="cr-0ccc"), SelectorTerm(id="cr-0ddd")])
+        assert [r.id for r in by_id] == ["cr-0ccc"]  # an expired reservation is never offered
+        assert all(params.get("Filter.1.Name") == "state" and params.get("Filter.1.Value.1") == "active" for params in api.requests)
+    finally:
+        world.clients.ec2.meta.events.unregister("before-call.ec2.DescribeCapacityReservations", api)
+
+
+def test_a_reserved_launch_template_targets_its_reservation_and_the_fleet_launches_on_demand(world: World, ec2: Ec2Adapter) -> None:
+    nc = node_class(world)
+    labels = {wk.CAPACITY_TYPE: "reserved", wk.CAPACITY_RESERVATION_ID: "cr-0aaa"}
+    template = ec2.ensure_launch_template(nc, "amd64", cluster_info(ec2), world.network.security_groups, world.amis["x86_64"],
+                                          labels=labels, capacity_reservation_id="cr-0aaa")
+    plain = ec2.ensure_launch_template(nc, "amd64", cluster_info(ec2), world.network.security_groups, world.amis["x86_64"], labels=labels)
+    assert template.id != plain.id
+    data = template_data(world, template.id)
+    assert data["CapacityReservationSpecification"] == {"CapacityReservationTarget": {"CapacityReservationId": "cr-0aaa"}}
+    assert "CapacityReservationSpecification" not in template_data(world, plain.id)
+
+    sent: list[dict] = []
+
+    def capture(params: dict, **_: object) -> None:
+        sent.append(params)
+
+    world.clients.ec2.meta.events.register("before-parameter-build.ec2.CreateFleet", capture)
+    try:
+        plan = NodeClaimPlan("default", ("c5.large",), ZONES, ("reserved",), ("ns/p",), 0.0001, Requirements(), Resources())
+        prices = {OfferingKey("c5.large", "us-east-1a", "reserved"): 0.0001}
+        request = build_fleet_request(plan, f"claim-{next(_ids)}", "reserved", ec2.resolve_subnets(discovery(world)), template, prices, frozenset(),
+                                      launch_tags(CLUSTER, "default", "claim-r", nc.tags), zone_templates={("c5.large", "us-east-1a"): template})
+        result = ec2.create_fleet(request)
+    finally:
+        world.clients.ec2.meta.events.unregister("before-parameter-build.ec2.CreateFleet", capture)
+    assert sent[-1]["TargetCapacitySpecification"]["DefaultTargetCapacityType"] == "on-demand"
+    assert sent[-1]["LaunchTemplateConfigs"][0]["LaunchTemplateSpecification"]["LaunchTemplateId"] == template.id
+    (launched,) = result.instances
+    assert launched.capacity_type == "reserved" and launched.zone == "us-east-1a"

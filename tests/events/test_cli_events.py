@@ -76,3 +76,19 @@ def test_missing_file_and_bad_duration(capsys: pytest.CaptureFixture[str], tmp_p
     assert code == 2 and "cannot read event file" in err
     code, _, err = run(capsys, "events", "explain", str(FIXTURE_DIR / "spot_interruption.json"), "--termination-grace-period", "soon")
     assert code == 2 and "--termination-grace-period" in err
+
+
+@pytest.mark.parametrize("output", ["json", "yaml", "table", "wide"])
+def test_explain_takes_the_output_formats_every_command_shares(capsys: pytest.CaptureFixture[str], output: str) -> None:
+    import yaml
+
+    code, out, err = run(capsys, "events", "explain", str(FIXTURE_DIR / "spot_interruption.json"), "-o", output)
+    assert code == 0 and err == ""
+    if output in ("json", "yaml"):
+        result = json.loads(out) if output == "json" else yaml.safe_load(out)
+        assert result["action"] == "cordon-replace-drain" and result["drainDeadline"] == "2024-05-01T12:02:00Z"
+        return
+    rows = dict(line.split(None, 1) for line in out.strip().splitlines()[1:])
+    assert out.splitlines()[0].split() == ["FIELD", "VALUE"]
+    assert rows["action"] == "cordon-replace-drain" and rows["instanceIds"] == "i-0b662ef9931388ba0"
+    assert ("assumes" in rows) == (output == "wide")

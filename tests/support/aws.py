@@ -75,3 +75,62 @@ def inject_capacity_errors(ec2: Any, failing: Callable[[str, str], bool], code: 
     """Capacity errors on this client's CreateFleet for the (instance type, zone) overrides
     ``failing`` picks, whatever the capacity type (see :class:`joiner.local.faults.CapacityInjector`)."""
     return _inject(ec2, lambda instance_type, zone, _capacity_type: failing(instance_type, zone), code)
+
+
+@dataclass(frozen=True)
+class FakeReservation:
+    """One capacity reservation :class:`CapacityReservationApi` serves."""
+
+    id: str
+    instance_type: str
+    zone: str
+    available: int
+    tags: tuple[tuple[str, str], ...] = ()
+    owner: str = "123456789012"
+    state: str = "active"
+    match_criteria: str = "targeted"
+
+
+class CapacityReservationApi:
+    """EC2's DescribeCapacityReservations, which moto lacks, answered on ``before-call`` (after
+    every other hook, the IAM guard's included, has seen the call) with what EC2 returns,
+    honouring what EC2 filters on: ``CapacityReservationIds``, ``state``, ``owner-id``,
+    ``tag:<key>``, ``tag-key``. ``requests`` keeps every request's (flattened) parameters."""
+
+    def __init__(self, reservations: list[FakeReservation]) -> None:
+        self.reservations = reservations
+        self.requests: list[dict[str, str]] = []
+
+    def register(self, client: Any) -> CapacityReservationApi:
+        client.meta.events.register("before-call.ec2.DescribeCapacityReservations", self)
+        return self
+
+    def __call__(self, params: Any = None, **_: Any) -> tuple[AWSResponse, dict[str, Any]]:
+        body = (params or {}).get("body") or {}
+        flat = {str(k): str(v) for k, v in body.items()} if isinstance(body, dict) else {}
+        self.requests.append(flat)
+        ids = {v for k, v in flat.items() if k.startswith("CapacityReservationId.")}
+        filters: dict[str, set[str]] = {}
+        for key, name in flat.items():
+            if key.startswith("Filter.") and key.endswith(".Name"):
+                prefix = key[: -len("Name")]
+                filters[name] = {v for k, v in flat.items() if k.startswith(f"{prefix}Value.")}
+        items = []
+        for r in self.reservations:
+            tags = dict(r.tags)
+            if ids and r.id not in ids:
+                continue
+            if "state" in filters and r.state not in filters["state"]:
+                continue
+            if "owner-id" in filters and r.owner not in filters["owner-id"]:
+                continue
+            if "tag-key" in filters and not filters["tag-key"] & set(tags):
+                continue
+            if any(name.startswith("tag:") and tags.get(name[4:]) not in values for name, values in filters.items()):
+                continue
+            items.append({
+                "CapacityReservationId": r.id, "OwnerId": r.owner, "InstanceType": r.instance_type, "AvailabilityZone": r.zone,
+                "AvailableInstanceCount": r.available, "State": r.state, "InstanceMatchCriteria": r.match_criteria,
+                "ReservationType": "default", "Tags": [{"Key": k, "Value": v} for k, v in r.tags],
+            })
+        return _aws_response(200, ""), {"CapacityReservations": items, "ResponseMetadata": {"HTTPStatusCode": 200}}

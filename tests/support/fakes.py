@@ -549,16 +549,18 @@ class FakeEc2:
         *,
         labels: Mapping[str, str] | None = None,
         taints: Sequence[Taint] = (),
+        capacity_reservation_id: str | None = None,
     ) -> LaunchTemplateRef:
         self._enter("ensure_launch_template")
-        inputs = (node_class.name, arch, tuple(security_groups), ami_id, tuple(sorted((labels or {}).items())), tuple(taints))
+        inputs = (node_class.name, arch, tuple(security_groups), ami_id, tuple(sorted((labels or {}).items())), tuple(taints), capacity_reservation_id)
         digest = hashlib.sha256(repr(inputs).encode()).hexdigest()[:17]
         ref = LaunchTemplateRef(id=f"lt-{digest}", name=f"joiner/{cluster.name}/{node_class.name}/{arch}")
         with self._lock:
             self.launch_templates[(node_class.name, arch)] = ref
             if ref.id not in self.template_records:
                 self.template_records[ref.id] = (cluster.name, LaunchTemplateInfo(ref, node_class.name, self.clock.now()))
-            self.template_inputs[ref.id] = {"labels": dict(labels or {}), "taints": tuple(taints), "ami": ami_id, "security_groups": tuple(security_groups)}
+            self.template_inputs[ref.id] = {"labels": dict(labels or {}), "taints": tuple(taints), "ami": ami_id, "security_groups": tuple(security_groups),
+                                            "capacity_reservation_id": capacity_reservation_id}
         return ref
 
     def create_fleet(self, request: FleetRequest) -> FleetResult:
@@ -584,7 +586,7 @@ class FakeEc2:
                 if key in self.insufficient:
                     errors.append(
                         FleetError(
-                            code="InsufficientInstanceCapacity",
+                            code="ReservationCapacityExceeded" if request.capacity_type == "reserved" else "InsufficientInstanceCapacity",
                             message=f"We currently do not have sufficient {override.instance_type} capacity in {override.zone}.",
                             instance_type=override.instance_type,
                             zone=override.zone,

@@ -365,7 +365,7 @@ class _Builder:
 _EC2_READS = frozenset({
     "DescribeInstances", "DescribeSubnets", "DescribeSecurityGroups", "DescribeImages", "DescribeLaunchTemplates",
     "DescribeSpotPriceHistory", "DescribeInstanceTypes", "DescribeInstanceTypeOfferings", "DescribeAvailabilityZones",
-    "DescribeLaunchTemplateVersions",
+    "DescribeLaunchTemplateVersions", "DescribeCapacityReservations",
 })
 _DYNAMODB_ITEM_OPERATIONS = frozenset({"GetItem", "PutItem", "UpdateItem", "DeleteItem", "Query", "Scan", "DescribeTable"})
 _TRANSACT_ACTIONS = {"Put": "PutItem", "Update": "UpdateItem", "Delete": "DeleteItem", "ConditionCheck": "ConditionCheckItem"}

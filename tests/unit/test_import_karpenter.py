@@ -255,7 +255,7 @@ def test_node_pool_requirement_keys_are_mapped_and_unsupported_ones_dropped(conv
     assert spec["requirements"] == [
         {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64", "arm64"]},
         {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]},
-        {"key": "joiner.dev/capacity-type", "operator": "In", "values": ["spot", "on-demand"]},
+        {"key": "joiner.dev/capacity-type", "operator": "In", "values": ["spot", "on-demand", "reserved"]},
         {"key": "joiner.dev/instance-category", "operator": "In", "values": ["c", "m", "r"], "minValues": 2},
         {"key": "joiner.dev/instance-generation", "operator": "Gt", "values": ["2"]},
         {"key": "joiner.dev/instance-local-nvme", "operator": "Gt", "values": ["100"]},
@@ -336,15 +336,12 @@ def test_bottlerocket_user_data_is_dropped_al2_user_data_kept():
 def test_every_dropped_field_is_warned_about_with_object_and_path(conversion):
     text = "\n".join(conversion.warnings)
     for expected in (
-        "NodePool default: spec.template.spec.requirements[2].values: capacity type(s) reserved dropped",
         "NodePool default: spec.template.spec.requirements[6]: requirement on karpenter.k8s.aws/instance-capability-flex dropped",
         "NodePool default: spec.template.metadata.labels.karpenter.sh/nodepool: dropped",
-        "NodePool gpu: spec.template.spec.requirements[1]: requirement dropped: no capacity type",
         "NodePool gpu: spec.template.spec.requirements[2]: requirement on kubernetes.io/hostname dropped",
         "EC2NodeClass default: spec.kubelet.evictionSoft: dropped",
         "EC2NodeClass default: spec.kubelet.evictionSoftGracePeriod: dropped",
         "EC2NodeClass default: spec.kubelet.imageGCHighThresholdPercent: dropped",
-        "EC2NodeClass default: spec.capacityReservationSelectorTerms: dropped",
         "EC2NodeClass default: spec.associatePublicIPAddress: dropped",
         "EC2NodeClass default: spec.detailedMonitoring: dropped",
         "EC2NodeClass default: spec.instanceStorePolicy: dropped",
@@ -495,3 +492,19 @@ def test_output_joiner_would_reject_is_refused():
     both = {**NODE_CLASS_V1, "spec": {**NODE_CLASS_V1["spec"], "instanceProfile": "profile"}}
     with pytest.raises(ConversionError, match="EC2NodeClass default: Joiner would reject the converted object: "):
         convert_documents([both])
+
+
+def test_capacity_reservations_and_the_reserved_capacity_type_are_kept():
+    documents = list(yaml.safe_load_all(KARPENTER_MANIFEST))
+    for document in documents:
+        if document and document.get("kind") == "EC2NodeClass":
+            document["spec"]["capacityReservationSelectorTerms"] = [{"tags": {"team": "ml"}, "ownerID": "111122223333"}, {"id": "cr-0123abcd"}]
+        if document and document.get("kind") == "NodePool":
+            document["spec"]["template"]["spec"]["requirements"] = [
+                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["reserved", "on-demand"]}]
+    result = convert_documents([d for d in documents if d])
+    node_class = next(d for d in result.documents if d.get("kind") == "NodeClass")
+    assert node_class["spec"]["capacityReservationSelectorTerms"] == [{"tags": {"team": "ml"}, "ownerID": "111122223333"}, {"id": "cr-0123abcd"}]
+    pool = next(d for d in result.documents if d.get("kind") == "NodePool")
+    assert pool["spec"]["template"]["spec"]["requirements"] == [{"key": "joiner.dev/capacity-type", "operator": "In", "values": ["reserved", "on-demand"]}]
+    assert not any("capacityReservation" in w or "reserved" in w for w in result.warnings), result.warnings

@@ -164,8 +164,10 @@ def test_no_offerings_left_is_an_explained_error() -> None:
 def test_capacity_type_must_be_allowed_by_the_claim() -> None:
     with pytest.raises(LaunchError, match="not allowed"):
         build_fleet_request(claim(capacity_types=("on-demand",)), "c", "spot", SUBNETS, TEMPLATE, PRICES, frozenset(), {})
+    with pytest.raises(LaunchError, match="not allowed"):
+        build_fleet_request(claim(), "c", "reserved", SUBNETS, TEMPLATE, PRICES, frozenset(), {})  # a claim without reserved
     with pytest.raises(LaunchError, match="must be one of"):
-        build_fleet_request(claim(), "c", "reserved", SUBNETS, TEMPLATE, PRICES, frozenset(), {})
+        build_fleet_request(claim(), "c", "dedicated", SUBNETS, TEMPLATE, PRICES, frozenset(), {})
 
 
 def test_min_values_survive_exclusions_or_fail() -> None:

@@ -138,7 +138,7 @@ class FleetRequest:
 
     client_token: str
     launch_template: LaunchTemplateRef
-    capacity_type: str  # "spot" | "on-demand"
+    capacity_type: str  # "reserved" | "spot" | "on-demand" (reserved: on-demand into the overrides' reservations)
     overrides: tuple[FleetOverride, ...]
     tags: Mapping[str, str]
     target_capacity: int = 1
@@ -188,6 +188,7 @@ CAPACITY_ERROR_CODES = frozenset(
         "SpotMaxPriceTooLow",
         "VcpuLimitExceeded",
         "Unsupported",
+        "ReservationCapacityExceeded",
     }
 )
 
@@ -287,6 +288,7 @@ class Ec2Port(Protocol):
         *,
         labels: Mapping[str, str] | None = None,
         taints: Sequence[Taint] = (),
+        capacity_reservation_id: str | None = None,
     ) -> LaunchTemplateRef:
         """Create (or reuse when inputs are unchanged) the launch template for this NodeClass and
         architecture. ``labels``/``taints`` go into the kubelet's start flags (user data), so the

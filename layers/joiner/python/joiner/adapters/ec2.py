@@ -498,8 +498,11 @@ class Ec2Adapter:
         *,
         labels: Mapping[str, str] | None = None,
         taints: Sequence[Taint] = (),
+        capacity_reservation_id: str | None = None,
     ) -> LaunchTemplateRef:
-        """The launch template for these exact inputs, created on first use.
+        """The launch template for these exact inputs, created on first use. With
+        ``capacity_reservation_id`` its instances launch into that reservation (a template per
+        reservation: CreateFleet cannot target one any other way).
 
         Its name ends in a hash of the whole template (AMI, user data with labels/taints, SGs,
         profile, devices, metadata options, tags), so any NodeClass or NodePool change yields a
@@ -511,6 +514,8 @@ class Ec2Adapter:
         if not k8s_arch:
             raise NodeClassConfigError(f"NodeClass {node_class.name}: architecture {arch!r} is not supported (amd64 or arm64)")
         data, resource_tags = self._template_inputs(node_class, cluster, security_groups, ami_id, labels, taints)
+        if capacity_reservation_id:
+            data["CapacityReservationSpecification"] = {"CapacityReservationTarget": {"CapacityReservationId": capacity_reservation_id}}
         digest = hashlib.sha256(json.dumps({"data": data, "tags": resource_tags}, sort_keys=True).encode()).hexdigest()
         name = template_name(cluster.name, node_class.name, k8s_arch, digest)
         cached = self._templates.get(name)
@@ -629,6 +634,7 @@ class Ec2Adapter:
             if existing:
                 return FleetResult(instances=tuple(existing))
         zone_of_subnet = {o.subnet_id: o.zone for o in request.overrides}
+        reserved = request.capacity_type == wk.CAPACITY_TYPE_RESERVED
         by_template: dict[str, tuple[LaunchTemplateRef, list[dict[str, Any]]]] = {}
         for requested in request.overrides:
             item: dict[str, Any] = {"InstanceType": requested.instance_type, "SubnetId": requested.subnet_id, "AvailabilityZone": requested.zone}
@@ -651,7 +657,8 @@ class Ec2Adapter:
             ],
             "TargetCapacitySpecification": {
                 "TotalTargetCapacity": request.target_capacity,
-                "DefaultTargetCapacityType": request.capacity_type,
+                # A reserved launch is on-demand into the reservation its overrides' templates target.
+                "DefaultTargetCapacityType": wk.CAPACITY_TYPE_ON_DEMAND if reserved else request.capacity_type,
             },
             "TagSpecifications": [
                 {"ResourceType": resource, "Tags": _tag_list(tags)} for resource in ("instance", "volume", "fleet")
@@ -674,7 +681,7 @@ class Ec2Adapter:
             override = (entry.get("LaunchTemplateAndOverrides") or {}).get("Overrides") or {}
             subnet_id = override.get("SubnetId", "")
             zone = override.get("AvailabilityZone") or zone_of_subnet.get(subnet_id, "")
-            capacity_type = entry.get("Lifecycle") or request.capacity_type
+            capacity_type = request.capacity_type if reserved else entry.get("Lifecycle") or request.capacity_type
             for instance_id in entry.get("InstanceIds", []) or []:
                 instances.append(
                     LaunchedInstance(
@@ -696,7 +703,7 @@ class Ec2Adapter:
                     instance_type=override.get("InstanceType"),
                     zone=override.get("AvailabilityZone") or (zone_of_subnet.get(subnet_id) if subnet_id else None),
                     subnet_id=subnet_id,
-                    capacity_type=entry.get("Lifecycle") or request.capacity_type,
+                    capacity_type=request.capacity_type if reserved else entry.get("Lifecycle") or request.capacity_type,
                 )
             )
         missing = next((e for e in errors if e.code in _LAUNCH_TEMPLATE_NOT_FOUND), None)

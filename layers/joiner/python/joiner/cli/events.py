@@ -10,11 +10,11 @@ object; malformed input exits with status 2 and one line saying what is wrong.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from joiner.cli.main import UsageError
+from joiner.cli.output import add_output_argument, columns, emit
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -24,6 +24,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     explain.add_argument("file", help="the event JSON as EventBridge delivers it (the SQS message body); '-' for stdin")
     explain.add_argument("--rebalance", choices=("replace", "ignore"), default="replace", help="the NodePool's spec.interruption.rebalance (default replace)")
     explain.add_argument("--termination-grace-period", metavar="DURATION", help="the NodePool's terminationGracePeriod, e.g. 1h (default: none)")
+    add_output_argument(explain, default="json")
     explain.set_defaults(handler=run_explain)
 
 
@@ -64,6 +65,21 @@ def run_explain(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.file}: {error}") from None
     except DurationError as error:
         raise UsageError(f"--termination-grace-period: {error}") from None
-    json.dump(result, sys.stdout, separators=(",", ":"))
-    sys.stdout.write("\n")
+    emit(getattr(args, "output", "json"), result, lambda wide: _explain_table(result, wide))
     return 0
+
+
+#: The fields ``-o table`` shows; ``-o wide`` shows every field.
+_TABLE_FIELDS = ("kind", "instanceIds", "time", "deadline", "action", "reason", "drainDeadline")
+
+
+def _explain_table(result: dict[str, object], wide: bool) -> str:
+    def text(value: object) -> str:
+        if isinstance(value, (list, tuple)):
+            return ",".join(str(v) for v in value) or "-"
+        if isinstance(value, dict):
+            return ",".join(f"{k}={'-' if v is None else v}" for k, v in value.items()) or "-"
+        return "-" if value is None or value == "" else str(value)
+
+    keys = list(result) if wide else [key for key in _TABLE_FIELDS if key in result]
+    return "\n".join(columns(("FIELD", "VALUE"), [(key, text(result[key])) for key in keys])) + "\n"

@@ -32,7 +32,7 @@ JOINER_API = "joiner.dev/v1"
 
 _AWS_INSTANCE_PREFIX = "karpenter.k8s.aws/instance-"
 _KARPENTER_PREFIXES = ("karpenter.sh/", "karpenter.k8s.aws/")
-_CAPACITY_TYPES = (wk.CAPACITY_TYPE_SPOT, wk.CAPACITY_TYPE_ON_DEMAND)
+_CAPACITY_TYPES = (wk.CAPACITY_TYPE_RESERVED, wk.CAPACITY_TYPE_SPOT, wk.CAPACITY_TYPE_ON_DEMAND)
 _AMI_ALIAS_FAMILIES = {"al2023": "AL2023", "al2": "AL2", "bottlerocket": "Bottlerocket"}
 #: Karpenter families Joiner converts: AL2023 as it is; AL2 (end-of-life) and Bottlerocket to AL2023
 #: with a warning (Joiner launches AL2023 only). Custom AMIs cannot be known to bootstrap with nodeadm.
@@ -294,7 +294,7 @@ def _requirements(context: _Context, value: Any, path: str) -> list[dict[str, An
         if joiner_key == wk.CAPACITY_TYPE and operator in ("In", "NotIn"):
             unsupported = [v for v in values if v not in _CAPACITY_TYPES]
             if unsupported:
-                context.warn(f"{item_path}.values", f"capacity type(s) {', '.join(unsupported)} dropped (Joiner launches spot and on-demand)")
+                context.warn(f"{item_path}.values", f"capacity type(s) {', '.join(unsupported)} dropped (Joiner launches reserved, spot and on-demand)")
                 values = [v for v in values if v in _CAPACITY_TYPES]
                 if not values:
                     context.warn(item_path, "requirement dropped: no capacity type Joiner supports is left")
@@ -440,6 +440,10 @@ def _node_class(context: _Context) -> dict[str, Any]:
         if not terms:
             context.fail(f"spec.{terms_field}", "is required (at least one term Joiner supports)")
         out[terms_field] = terms
+    if spec.get("capacityReservationSelectorTerms") is not None:
+        reservations = _selector_terms(context, spec["capacityReservationSelectorTerms"], "spec.capacityReservationSelectorTerms", ("id", "tags", "ownerID"))
+        if reservations:
+            out["capacityReservationSelectorTerms"] = reservations
     for identity in ("role", "instanceProfile"):
         if spec.get(identity) is not None:
             out[identity] = spec[identity]
@@ -481,7 +485,7 @@ def _node_class(context: _Context) -> dict[str, Any]:
     context.drop_unknown(
         spec,
         ("amiFamily", "amiSelectorTerms", "subnetSelectorTerms", "securityGroupSelectorTerms", "role", "instanceProfile",
-         "kubelet", "blockDeviceMappings", "tags", "metadataOptions", "userData"),
+         "kubelet", "blockDeviceMappings", "tags", "metadataOptions", "userData", "capacityReservationSelectorTerms"),
         "spec",
     )
     return {"apiVersion": JOINER_API, "kind": "NodeClass", "metadata": _metadata(context), "spec": out}

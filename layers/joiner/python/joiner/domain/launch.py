@@ -30,8 +30,9 @@ __all__ = [
 
 MAX_INSTANCE_TYPES = 60
 MAX_OVERRIDES = 300
-#: Spot first: where a claim allows both, spot is tried and on-demand is the fallback.
-CAPACITY_TYPE_PREFERENCE = (wk.CAPACITY_TYPE_SPOT, wk.CAPACITY_TYPE_ON_DEMAND)
+#: Reserved first (capacity already paid for), then spot, with on-demand as the fallback. A
+#: reserved offering exists only where a selected capacity reservation has room.
+CAPACITY_TYPE_PREFERENCE = (wk.CAPACITY_TYPE_RESERVED, wk.CAPACITY_TYPE_SPOT, wk.CAPACITY_TYPE_ON_DEMAND)
 CLUSTER_TAG = "joiner.dev/cluster"
 CLIENT_TOKEN_TAG = "joiner.dev/client-token"
 #: Shape of every token :func:`client_token` returns.
@@ -158,6 +159,7 @@ def build_fleet_request(
     *,
     attempt: int = 0,
     templates: Mapping[str, LaunchTemplateRef] | None = None,
+    zone_templates: Mapping[tuple[str, str], LaunchTemplateRef] | None = None,
 ) -> FleetRequest:
     """The CreateFleet request for one claim in one capacity type.
 
@@ -166,7 +168,9 @@ def build_fleet_request(
     instance type, zone) and capped at :data:`MAX_OVERRIDES`. Offerings in ``unavailable``, or
     without a price for this capacity type and zone, are left out. ``templates`` names the
     launch template of instance types that need another one than ``launch_template`` (an
-    NVIDIA or Neuron AMI); their overrides carry it.
+    NVIDIA or Neuron AMI); their overrides carry it. ``zone_templates`` (``reserved``
+    capacity) names, per (instance type, zone), the template that targets that zone's
+    capacity reservation; only those offerings are launched.
     """
     if capacity_type not in CAPACITY_TYPE_PREFERENCE:
         raise LaunchError(f"capacity type {capacity_type!r} must be one of {list(CAPACITY_TYPE_PREFERENCE)}")
@@ -181,6 +185,8 @@ def build_fleet_request(
             f"node claim {claim_id} (NodePool {claim.node_pool}): no subnet in the allowed zones {sorted(zones)}"
         )
     offerings = _eligible(claim, capacity_type, by_zone, instance_type_prices, unavailable)
+    if zone_templates is not None:
+        offerings = [o for o in offerings if (o[1], o[2]) in zone_templates]
     if not offerings:
         raise NoOfferingsError(
             f"node claim {claim_id} (NodePool {claim.node_pool}): no available {capacity_type} offering of "
@@ -196,7 +202,8 @@ def build_fleet_request(
     overrides = tuple(
         FleetOverride(
             instance_type=instance_type, subnet_id=by_zone[zone].id, zone=zone,
-            launch_template=_other_template(templates, instance_type, launch_template),
+            launch_template=(zone_templates[(instance_type, zone)] if zone_templates is not None
+                             else _other_template(templates, instance_type, launch_template)),
         )
         for _price, instance_type, zone in ordered
     )

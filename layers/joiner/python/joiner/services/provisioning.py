@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -63,9 +64,11 @@ from joiner.domain.model import (
 )
 from joiner.domain.planning import build_problem
 from joiner.domain.requirements import Requirement, Requirements
+from joiner.domain.reservations import reservation_for, with_reserved_offerings
 from joiner.domain.resources import EMPTY, Resources
 from joiner.domain.scheduling import solve
 from joiner.ports import (
+    CapacityReservation,
     ClaimRecord,
     ClaimStateConflict,
     Ec2Error,
@@ -232,6 +235,8 @@ class _ClassEnv:
     node_class: NodeClass
     subnets: tuple[Subnet, ...] = ()
     security_groups: tuple[str, ...] = ()
+    #: active capacity reservations its capacityReservationSelectorTerms select
+    reservations: tuple[CapacityReservation, ...] = ()
     error: str = ""
     #: the Ready condition's reason when ``error`` is set
     reason: str = ""
@@ -287,6 +292,11 @@ class _Round:
         self.open_by_id: dict[str, ClaimRecord] = {}
         #: claims of nodes being taken away (replacement rounds): they never host the pods again
         self.retiring_claims: set[str] = set()
+        #: capacity reservation id -> instances this round may still launch into it
+        self.reservation_left: dict[str, int] = {}
+        #: held around a reserved launch (choice of reservation, CreateFleet, count): parallel
+        #: launches never both count on a reservation's last slot
+        self.reservation_lock = threading.Lock()
 
     def renew_lease(self) -> None:
         """Keep the lease while a long launch wave runs (every :data:`LEASE_RENEW_SECONDS`).
@@ -432,9 +442,21 @@ class _Round:
                     self.runtime.ec2.instance_profile(node_class)
                 except Ec2Error as error:
                     env.error, env.reason = str(error), "InstanceProfileNotAllowed"
+            if not env.error and node_class.capacity_reservation_terms:
+                try:
+                    env.reservations = tuple(self.runtime.ec2.resolve_capacity_reservations(node_class.capacity_reservation_terms))
+                except Ec2Error as error:
+                    # Reservations only add offerings: without them the NodePool still launches
+                    # spot or on-demand, and the next resolution tries again.
+                    log.warning("NodeClass %s: resolving capacity reservations failed: %s", name, error)
+                    self.envs[name] = env
+                    continue
             self.envs[name] = env
             if not env.error:
                 self.runtime.resolved.put(key, env, self.now)
+        for env in self.envs.values():
+            for reservation in env.reservations:
+                self.reservation_left.setdefault(reservation.id, reservation.available)
 
     def pool_problem(self, pool: NodePool) -> str:
         """Why a NodePool cannot launch now ("" when it can)."""
@@ -458,6 +480,8 @@ class _Round:
             env = self.envs[pool.node_class]
             base = self.runtime.catalog.instance_types(env.node_class.kubelet)
             result[name] = _zonal(self.runtime, base, env.zones, self.now)
+            if env.reservations:
+                result[name] = with_reserved_offerings(result[name], env.reservations, env.zones, self.reservation_left)
         self.types_by_pool = result
         self.type_index = {pool: {t.name: t for t in types} for pool, types in result.items()}
         return result
@@ -672,6 +696,14 @@ class _Round:
             self._unschedulable(pod, reason)
 
     def launch(self, job: _Job) -> _Outcome:
+        """:meth:`launch_once`, serialised with the round's other launches while it may go into
+        a capacity reservation (rare; spot and on-demand launches stay parallel)."""
+        if job.env.reservations and wk.CAPACITY_TYPE_RESERVED in (job.plan.capacity_types or ()):
+            with self.reservation_lock:
+                return self.launch_once(job)
+        return self.launch_once(job)
+
+    def launch_once(self, job: _Job) -> _Outcome:
         """One CreateFleet for ``job`` (a second one if the token was already used with other
         parameters; the same one again, with the same token, after re-creating a launch
         template gc deleted)."""
@@ -688,10 +720,15 @@ class _Round:
             try:
                 capacity_type = choose_capacity_type(job.plan, prices, unavailable, job.env.subnets)
                 plan, template, templates = self._launch_templates(job, capacity_type)
+                zone_templates = self._reservation_templates(job, plan, templates) if capacity_type == wk.CAPACITY_TYPE_RESERVED else None
+                if zone_templates is not None:
+                    if not zone_templates:
+                        raise NoOfferingsError(f"node claim {job.claim_id}: every selected capacity reservation is full")
+                    template = zone_templates[min(zone_templates)]
                 request = build_fleet_request(
                     plan, job.claim_id, capacity_type, job.env.subnets, template, prices, unavailable,
                     launch_tags(runtime.settings.cluster_name, job.pool.name, job.claim_id, job.env.node_class.tags),
-                    attempt=attempt, templates=templates,
+                    attempt=attempt, templates=templates, zone_templates=zone_templates,
                 )
             except NoOfferingsError as error:
                 outcome.capacity_failure = True
@@ -723,9 +760,35 @@ class _Round:
                     continue  # that token was spent by an earlier run with other offerings: next attempt
                 outcome.failure = LaunchFailure(job.claim_id, job.pool.name, job.plan.pods, error.code or "Ec2Error", str(error))
                 return outcome
-            return self._fleet_outcome(outcome, request, result, attempt)
+            outcome = self._fleet_outcome(outcome, request, result, attempt)
+            if outcome.launched is not None and capacity_type == wk.CAPACITY_TYPE_RESERVED:
+                self._took_reservation(job, outcome.launched.instance_type, outcome.launched.zone)
+            return outcome
         outcome.failure = LaunchFailure(job.claim_id, job.pool.name, job.plan.pods, "IdempotentParameterMismatch", "client tokens already used")
         return outcome
+
+    def _reservation_templates(self, job: _Job, plan: NodeClaimPlan, templates: Mapping[str, LaunchTemplateRef]) -> dict[tuple[str, str], LaunchTemplateRef]:
+        """Per (instance type, zone) of the plan with a reservation that has room: the launch
+        template targeting it (the type's AMI variant, the reservation's id)."""
+        out: dict[tuple[str, str], LaunchTemplateRef] = {}
+        variant_of_type = {t.name: variant_of(t) for t in job.types}
+        for name in plan.instance_types:
+            if name not in templates:
+                continue
+            for zone in sorted(job.env.zones):
+                reservation = reservation_for(name, zone, job.env.reservations, self.reservation_left)
+                if reservation is not None:
+                    out[(name, zone)] = self._variant_template(job, wk.CAPACITY_TYPE_RESERVED, variant_of_type.get(name, STANDARD), reservation.id)
+        return out
+
+    def _took_reservation(self, job: _Job, instance_type: str, zone: str) -> None:
+        """One instance launched into a reservation of (type, zone): one less left this round;
+        a pair with none left is no longer offered (the round's re-plans skip it)."""
+        reservation = reservation_for(instance_type, zone, job.env.reservations, self.reservation_left)
+        if reservation is not None:
+            self.reservation_left[reservation.id] = self.reservation_left.get(reservation.id, reservation.available) - 1
+        if reservation_for(instance_type, zone, job.env.reservations, self.reservation_left) is None:
+            self.unavailable.add(OfferingKey(instance_type, zone, wk.CAPACITY_TYPE_RESERVED))
 
     def _forget_launch_template(self, template_id: str) -> None:
         """Drop every cached resolution naming this template (every NodePool and capacity
@@ -761,17 +824,20 @@ class _Round:
         templates = {name: by_variant[variant_of_type.get(name, STANDARD)] for name in names}
         return plan, templates[names[0]], templates
 
-    def _variant_template(self, job: _Job, capacity_type: str, variant: str) -> LaunchTemplateRef:
-        key = ("launch-template", repr(job.env.node_class), repr(job.pool), job.arch, capacity_type, job.env.security_groups, variant)
+    def _variant_template(self, job: _Job, capacity_type: str, variant: str, reservation_id: str | None = None) -> LaunchTemplateRef:
+        key = ("launch-template", repr(job.env.node_class), repr(job.pool), job.arch, capacity_type, job.env.security_groups, variant, reservation_id)
         cached: LaunchTemplateRef | None = self.runtime.resolved.get(key, self.now)
         if cached is not None:
             return cached
         cluster = self.runtime.cluster()
         ec2 = self.runtime.ec2
         ami = ec2.resolve_ami(job.env.node_class, cluster.version, job.arch, variant)
+        labels = node_labels(job.pool, capacity_type)
+        if reservation_id:
+            labels.update(wk.with_alias_labels({wk.CAPACITY_RESERVATION_ID: reservation_id}))
         template = ec2.ensure_launch_template(
             job.env.node_class, job.arch, cluster, job.env.security_groups, ami,
-            labels=node_labels(job.pool, capacity_type), taints=node_taints(job.pool),
+            labels=labels, taints=node_taints(job.pool), capacity_reservation_id=reservation_id,
         )
         self.runtime.resolved.put(key, template, self.now)
         return template
@@ -1315,6 +1381,7 @@ def _patch_class_status(work: _Round) -> None:
         subnets: list[JsonDict] = []
         groups: list[JsonDict] = []
         amis: list[JsonDict] = []
+        reservations: list[JsonDict] = []
         if node_class is None:
             problem, reason = work.invalid_by_name.get((str(raw.get("kind")), name), "cannot be read"), "InvalidSpec"
         elif env is None:
@@ -1323,6 +1390,11 @@ def _patch_class_status(work: _Round) -> None:
             # within the CRD's maxItems, or the API server would refuse the whole patch
             subnets = [{"id": s.id, "zone": s.zone} for s in sorted(env.subnets, key=lambda s: (s.zone, s.id))][:STATUS_MAX_ITEMS]
             groups = [{"id": group} for group in sorted(env.security_groups)][:STATUS_MAX_ITEMS]
+            reservations = [
+                {"id": r.id, "instanceType": r.instance_type, "availabilityZone": r.zone, "ownerID": r.owner_id,
+                 "instanceMatchCriteria": r.match_criteria, "reservationType": r.reservation_type}
+                for r in env.reservations
+            ][:STATUS_MAX_ITEMS]
             problem, reason = env.error, env.reason or "ResolutionFailed"
             if not problem:
                 amis, ami_error = _class_amis(work, node_class)
@@ -1345,7 +1417,9 @@ def _patch_class_status(work: _Round) -> None:
         )
         others = [c for c in current.get("conditions") or [] if isinstance(c, dict) and c.get("type") != "Ready"]
         status: JsonDict = {"subnets": subnets, "securityGroups": groups, "amis": amis, "conditions": [*others, ready]}
-        if unchanged and all(current.get(field) == status[field] for field in ("subnets", "securityGroups", "amis")):
+        if reservations or current.get("capacityReservations"):
+            status["capacityReservations"] = reservations
+        if unchanged and all(current.get(field) == status.get(field) for field in ("subnets", "securityGroups", "amis", "capacityReservations")):
             continue
         try:
             work.kube.patch_node_class_status(name, status)

@@ -1,0 +1,141 @@
+"""Capacity reservations (issue 12 item 12, Karpenter's ``reserved`` capacity type): a NodeClass
+selects reservations, reserved offerings are preferred and priced near zero, a launch targets
+its reservation through a launch template, a full reservation falls back and is marked
+unavailable. On the in-memory fakes; the EC2 adapter's side is in tests/adapters."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from joiner.domain import labels as wk
+from joiner.domain.launch import build_fleet_request
+from joiner.domain.model import KubeletConfig, NodeClaimPlan, OfferingKey
+from joiner.domain.requirements import Requirements
+from joiner.domain.reservations import RESERVED_PRICE_FACTOR, reservation_for, with_reserved_offerings
+from joiner.domain.resources import Resources
+from joiner.domain.snapshot import SnapshotError, parse_node_class
+from joiner.ports import CapacityReservation, LaunchTemplateRef, Subnet
+from joiner.services.provisioning import UNAVAILABLE_FOR, provision
+from tests.support.fakes import FakeWorld, fake_world, node_class_json, node_pool_json, pod_json, small_catalog
+
+RESERVATION = CapacityReservation("cr-0a1b2c3d", "c5.large", "us-east-1b", available=1, owner_id="111122223333", match_criteria="targeted")
+
+
+def reserved_world(*, capacity_types: tuple[str, ...] = ("reserved", "on-demand"), pods: int = 1, available: int = 1) -> FakeWorld:
+    world = fake_world()
+    node_class = node_class_json(discovery=world.cluster)
+    node_class["spec"]["capacityReservationSelectorTerms"] = [{"tags": {"team": "ml"}}]
+    world.kube.add("node_classes", node_class)
+    world.kube.add("node_pools", node_pool_json(requirements=[
+        {"key": wk.INSTANCE_TYPE, "operator": "In", "values": ["c5.large", "c5.xlarge"]},
+        {"key": wk.CAPACITY_TYPE, "operator": "In", "values": list(capacity_types)},
+    ]))
+    world.ec2.capacity_reservations.append((CapacityReservation(RESERVATION.id, "c5.large", "us-east-1b", available=available), {"team": "ml"}))
+    world.ec2.capacity_reservations.append((CapacityReservation("cr-0other", "c5.large", "us-east-1a", available=5), {"team": "other"}))
+    for index in range(pods):
+        world.kube.add("pods", pod_json(f"web-{index}", cpu="1500m", memory="1Gi"))
+    return world
+
+
+def test_a_reserved_offering_is_preferred_and_launched_into_its_reservation() -> None:
+    world = reserved_world()
+    result = provision(world.runtime(), world.clock.now())
+    (launched,) = result.launched
+    assert (launched.capacity_type, launched.instance_type, launched.zone) == ("reserved", "c5.large", "us-east-1b")
+    (request,) = world.ec2.fleet_requests
+    assert request.capacity_type == "reserved"
+    assert {(o.instance_type, o.zone) for o in request.overrides} == {("c5.large", "us-east-1b")}
+    inputs = world.ec2.template_inputs[request.overrides[0].launch_template.id]  # type: ignore[union-attr]
+    assert inputs["capacity_reservation_id"] == RESERVATION.id
+    assert inputs["labels"][wk.CAPACITY_TYPE] == "reserved" and inputs["labels"]["karpenter.sh/capacity-type"] == "reserved"
+    assert inputs["labels"][wk.CAPACITY_RESERVATION_ID] == RESERVATION.id
+    assert inputs["labels"]["karpenter.k8s.aws/capacity-reservation-id"] == RESERVATION.id
+    on_demand = next(o.price for o in world.runtime().catalog.instance_type("c5.large").offerings
+                     if o.capacity_type == "on-demand" and o.zone == "us-east-1b")
+    assert launched.price == pytest.approx(round(on_demand * RESERVED_PRICE_FACTOR, 9))
+
+
+def test_a_full_reservation_falls_back_to_on_demand_within_the_round() -> None:
+    """Two pods each needing a c5.large, one reserved slot: the first claim takes it, the
+    second launches on demand (the round knows the reservation is full)."""
+    world = reserved_world(pods=2)
+    result = provision(world.runtime(), world.clock.now())
+    assert sorted(c.capacity_type for c in result.launched) == ["on-demand", "reserved"]
+    assert [r.capacity_type for r in world.ec2.fleet_requests].count("reserved") == 1
+
+
+def test_a_reservation_ec2_reports_full_is_marked_unavailable_and_the_claim_falls_back() -> None:
+    world = reserved_world()
+    world.ec2.insufficient.add(OfferingKey("c5.large", "us-east-1b", "reserved"))  # answered ReservationCapacityExceeded
+    now = world.clock.now()
+    result = provision(world.runtime(), now)
+    (launched,) = result.launched
+    assert launched.capacity_type == "on-demand"
+    key = OfferingKey("c5.large", "us-east-1b", "reserved")
+    assert key in result.capacity_errors and world.state.unavailable_until(key) == now + UNAVAILABLE_FOR
+
+
+def test_a_pool_that_does_not_allow_reserved_never_uses_reservations() -> None:
+    world = reserved_world(capacity_types=("on-demand",))
+    result = provision(world.runtime(), world.clock.now())
+    assert [c.capacity_type for c in result.launched] == ["on-demand"]
+    assert all(r.capacity_type == "on-demand" for r in world.ec2.fleet_requests)
+
+
+def test_reserved_only_pools_wait_when_the_reservation_is_full() -> None:
+    world = reserved_world(capacity_types=("reserved",), available=0)
+    result = provision(world.runtime(), world.clock.now())
+    assert result.launched == () and world.ec2.fleet_requests == []
+    assert [u.pod for u in result.unschedulable] == ["default/web-0"]
+
+
+def test_reserved_offerings_are_added_only_where_a_reservation_has_room() -> None:
+    catalog = small_catalog()
+    types = catalog.instance_types(KubeletConfig())
+    reservations = (RESERVATION, CapacityReservation("cr-0full", "c5.xlarge", "us-east-1a", available=0))
+    out = {t.name: t for t in with_reserved_offerings(types, reservations, ("us-east-1a", "us-east-1b"))}
+    reserved = [o for o in out["c5.large"].offerings if o.capacity_type == "reserved"]
+    assert [(o.zone, o.price > 0) for o in reserved] == [("us-east-1b", True)]
+    assert "reserved" in out["c5.large"].requirements[wk.CAPACITY_TYPE].values
+    assert not [o for o in out["c5.xlarge"].offerings if o.capacity_type == "reserved"]
+    assert with_reserved_offerings(types, reservations, ("us-east-1b",), left={RESERVATION.id: 0}) == types
+    assert reservation_for("c5.large", "us-east-1b", reservations, {}) == RESERVATION
+    assert reservation_for("c5.large", "us-east-1b", reservations, {RESERVATION.id: 0}) is None
+
+
+def test_a_reserved_fleet_request_names_each_reservation_template() -> None:
+    claim = NodeClaimPlan(node_pool="default", instance_types=("c5.large", "c5.xlarge"), zones=("us-east-1a", "us-east-1b"),
+                          capacity_types=("reserved",), pods=("default/a",), requests=Resources(), requirements=Requirements(), price=0.0001)
+    subnets = [Subnet("subnet-a", "us-east-1a", 100), Subnet("subnet-b", "us-east-1b", 100)]
+    default = LaunchTemplateRef("lt-default", "default")
+    targeted = LaunchTemplateRef("lt-reserved", "reserved")
+    prices = {OfferingKey("c5.large", "us-east-1b", "reserved"): 0.0001, OfferingKey("c5.xlarge", "us-east-1a", "reserved"): 0.0002}
+    request = build_fleet_request(claim, "c1", "reserved", subnets, default, prices, frozenset(), {"joiner.dev/cluster": "c"},
+                                  zone_templates={("c5.large", "us-east-1b"): targeted})
+    assert [(o.instance_type, o.zone, o.launch_template) for o in request.overrides] == [("c5.large", "us-east-1b", targeted)]
+
+
+@pytest.mark.parametrize(("terms", "message"), [
+    ([{"id": "cr-1", "tags": {"a": "b"}}], "id cannot be combined with tags or ownerID"),
+    ([{"ownerID": "111122223333"}], "ownerID needs tags in the same term"),
+    ([{"tags": {"a": "b"}, "ownerID": "12"}], "expected a 12-digit account id"),
+    ([{"id": "sg-123"}], "expected an id such as cr-0123abcd"),
+    ([{"name": "x"}], "not supported (a term may use id, tags, ownerID)"),
+])
+def test_malformed_reservation_terms_get_one_clear_error(terms: list[dict[str, Any]], message: str) -> None:
+    node_class = node_class_json()
+    node_class["spec"]["capacityReservationSelectorTerms"] = terms
+    with pytest.raises(SnapshotError, match="spec.capacityReservationSelectorTerms") as error:
+        parse_node_class(node_class)
+    assert message in str(error.value)
+
+
+def test_reservation_terms_parse_with_owner() -> None:
+    node_class = node_class_json()
+    node_class["spec"]["capacityReservationSelectorTerms"] = [{"id": "cr-0123abcd"}, {"tags": {"team": "ml"}, "ownerID": "111122223333"}]
+    parsed = parse_node_class(node_class)
+    assert [(t.id, t.tags, t.owner) for t in parsed.capacity_reservation_terms] == [
+        ("cr-0123abcd", (), None), (None, (("team", "ml"),), "111122223333"),
+    ]
