@@ -64,6 +64,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench.schedule
 	$(BIN)/python -m bench.cost
+	$(BIN)/python -m bench.plan_mix
 	$(BIN)/python -m bench.scan
 	$(BIN)/python -m bench.interruption
 	$(BIN)/python -m bench.disruption

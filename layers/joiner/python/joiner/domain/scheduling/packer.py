@@ -219,24 +219,34 @@ class _Packer:
         scale = [1.0 / c if c > 0 else 0.0 for c in capacity]
         used = [0] * self.ndims
         left = {i: self.remaining[i] for i in active}
+        # Each item's size scaled by the bin's capacity, once per call: the score below is its
+        # dot product with the scaled free capacity. Only an item that would beat the best
+        # score so far needs its fit counted (the count is the expensive part), which picks
+        # exactly the item a full scan would: the first fitting one with the highest score.
+        scaled = {i: [s * k for s, k in zip(self.sizes[i], scale)] for i in active}
         fill: dict[int, int] = {}
         while True:
             best = -1
             best_score = 0.0
             best_fit = 0
             free = [(c - u) * k for c, u, k in zip(capacity, used, scale)]
+            gone: list[int] = []
             for i, available in left.items():
                 if not available:
-                    continue
-                size = self.sizes[i]
-                n = _max_count(capacity, used, size, available)
-                if n <= 0:
+                    gone.append(i)
                     continue
                 score = 0.0
-                for d in range(self.ndims):
-                    score += size[d] * scale[d] * free[d]
-                if best < 0 or score > best_score:
-                    best, best_score, best_fit = i, score, n
+                for x, f in zip(scaled[i], free):
+                    score += x * f
+                if best >= 0 and score <= best_score:
+                    continue
+                n = _max_count(capacity, used, self.sizes[i], available)
+                if n <= 0:
+                    gone.append(i)  # the bin only fills up: it never fits again in this fill
+                    continue
+                best, best_score, best_fit = i, score, n
+            for i in gone:
+                del left[i]
             if best < 0:
                 return fill
             n = best_fit if best_fit <= 2 else (best_fit + 1) // 2
