@@ -107,6 +107,8 @@ class _Packer:
         self.by_price = sorted(self.usable, key=lambda t: (self.types[t].price, t))
         self.lp_columns = self._per_dollar_frontier()
         self.cg_budget = _CG_BUDGET
+        #: type -> (its last aligned fill, the remaining count of each item in it then)
+        self._aligned: dict[int, tuple[dict[int, int], dict[int, int]]] = {}
 
     # ---------------------------------------------------------------- helpers
 
@@ -214,7 +216,20 @@ class _Packer:
 
     def _fill_aligned(self, t: int, active: list[int]) -> dict[int, int]:
         """Greedy by alignment of an item's size with the bin's free capacity (the
-        dot-product heuristic for vector packing), in geometric chunks."""
+        dot-product heuristic for vector packing), in geometric chunks.
+
+        Remembered per type: ``remaining`` only ever decreases, and an item the fill did not
+        take never won a step, so while every item it took still has the count it had, the
+        same computation would return the same fill (items that ran out or shrank elsewhere
+        only drop out of steps they did not win)."""
+        cached = self._aligned.get(t)
+        if cached is not None and all(self.remaining[i] == count for i, count in cached[1].items()):
+            return dict(cached[0])
+        fill = self._compute_aligned(t, active)
+        self._aligned[t] = (dict(fill), {i: self.remaining[i] for i in fill})
+        return fill
+
+    def _compute_aligned(self, t: int, active: list[int]) -> dict[int, int]:
         capacity = self.types[t].capacity
         scale = [1.0 / c if c > 0 else 0.0 for c in capacity]
         used = [0] * self.ndims
