@@ -119,3 +119,22 @@ def test_the_scanner_round_mirrors_what_it_launched(world: World) -> None:
         mirror = found[mirror_name(claim.claim_id)]
         assert mirror["status"]["instanceID"] == claim.instance_id and mirror["spec"]["pods"] == ["default/big"]
 
+
+
+def test_a_slow_api_server_bounds_a_sync_in_time_and_the_next_one_finishes(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every create answers 0.3 s late: a sync stops writing once its time budget is spent (the
+    scanner's next round waits for it), and later syncs create the rest."""
+    import time
+
+    from joiner.services import nodeclaims
+
+    monkeypatch.setattr(nodeclaims, "MAX_SYNC_SECONDS", 0.5)
+    for index in range(6):
+        world.runtime.state.put_claim(ClaimRecord(f"default-c{index}", "default", "reserved", T0 + timedelta(seconds=index)))
+    world.emulator.delay_next("POST", r"/apis/joiner.dev/v1/nodeclaims$", 0.3, times=6)
+    started = time.monotonic()
+    first = sync_node_claims(world.runtime)
+    assert time.monotonic() - started < 1.5 and 0 < first.created < 6
+    while len(mirrors(world)) < 6:
+        assert sync_node_claims(world.runtime).created > 0
+    assert sorted(mirrors(world)) == [f"default-c{index}" for index in range(6)]

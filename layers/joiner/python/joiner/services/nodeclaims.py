@@ -8,7 +8,8 @@ and a failed write is repaired by the next call.
 
 Best-effort by design: the mirror never blocks or fails a launch, a drain or a pass. Every
 Kubernetes error is logged, counted (``NodeClaimMirrorErrors``) and left for the next sync;
-a cluster without the NodeClaim CRD simply has no mirrors. Writes per call are bounded.
+a cluster without the NodeClaim CRD simply has no mirrors. Writes per call are bounded in
+number (:data:`MAX_WRITES_PER_SYNC`) and time (:data:`MAX_SYNC_SECONDS`).
 
 Ordering makes deletion safe against a concurrent launch: the mirrors are listed *before*
 the claims are read (a strongly consistent scan), and a mirror is only ever created after
@@ -19,6 +20,7 @@ that was closed.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -26,12 +28,15 @@ from joiner.domain.nodeclaims import MirrorCondition, mirror_name, node_claim_ob
 from joiner.ports import ClaimRecord, JsonDict, KubernetesError, StateError
 from joiner.services.context import Runtime
 
-__all__ = ["MAX_WRITES_PER_SYNC", "MirrorSync", "sync_node_claims"]
+__all__ = ["MAX_SYNC_SECONDS", "MAX_WRITES_PER_SYNC", "MirrorSync", "sync_node_claims"]
 
 log = logging.getLogger("joiner.nodeclaims")
 
 #: Bounds one call's Kubernetes writes; what is left is done by the next call.
 MAX_WRITES_PER_SYNC = 200
+#: ... and its time: a slow or failing API server (each call retried with backoff) must not
+#: hold the scanner's next round back for long.
+MAX_SYNC_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -71,11 +76,16 @@ def sync_node_claims(
         return MirrorSync(errors=1, skipped=f"read failed: {error}")
 
     created = updated = deleted = errors = writes = 0
+    started = time.monotonic()
+
+    def exhausted() -> bool:
+        return writes >= MAX_WRITES_PER_SYNC or time.monotonic() - started > MAX_SYNC_SECONDS
+
     wanted: set[str] = set()
     for claim in sorted(open_claims, key=lambda c: (c.created_at, c.claim_id)):
         name = mirror_name(claim.claim_id)
         wanted.add(name)
-        if writes >= MAX_WRITES_PER_SYNC:
+        if exhausted():
             continue
         current = existing.get(name)
         kept = ((current or {}).get("status") or {}).get("conditions") or []
@@ -108,7 +118,7 @@ def sync_node_claims(
             runtime.count("NodeClaimMirrorErrors", operation="write")
 
     for name, mirror in sorted(existing.items()):
-        if name in wanted or writes >= MAX_WRITES_PER_SYNC:
+        if name in wanted or exhausted():
             continue
         writes += 1
         try:
