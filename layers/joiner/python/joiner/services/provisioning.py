@@ -40,6 +40,7 @@ from joiner.domain import labels as wk
 from joiner.domain import snapshot as snap
 from joiner.domain.amis import PUBLISHED, STANDARD, VARIANTS, variant_of, variant_requirements
 from joiner.domain.launch import (
+    CAPACITY_TYPE_PREFERENCE,
     LaunchError,
     NoOfferingsError,
     build_fleet_request,
@@ -698,7 +699,7 @@ class _Round:
     def launch(self, job: _Job) -> _Outcome:
         """:meth:`launch_once`, serialised with the round's other launches while it may go into
         a capacity reservation (rare; spot and on-demand launches stay parallel)."""
-        if job.env.reservations and wk.CAPACITY_TYPE_RESERVED in (job.plan.capacity_types or ()):
+        if job.env.reservations and wk.CAPACITY_TYPE_RESERVED in (job.plan.capacity_types or CAPACITY_TYPE_PREFERENCE):
             with self.reservation_lock:
                 return self.launch_once(job)
         return self.launch_once(job)
