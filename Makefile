@@ -65,6 +65,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.schedule
 	$(BIN)/python -m bench.cost
 	$(BIN)/python -m bench.plan_mix
+	$(BIN)/python -m bench.cost_of_running
 	$(BIN)/python -m bench.scan
 	$(BIN)/python -m bench.interruption
 	$(BIN)/python -m bench.disruption

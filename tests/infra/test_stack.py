@@ -552,3 +552,20 @@ def test_functions_that_plan_launches_may_build_the_catalog_of_their_region(synt
     actions = allowed_actions(synthesized, f"{function.capitalize()}Role")
     for needed in CATALOG_ACTIONS:
         assert any(fnmatch.fnmatchcase(needed, granted) for granted in actions), f"{function} may not call {needed}"
+
+
+def test_the_cost_benchmark_reads_what_the_template_bills_for(synthesized: Synthesized) -> None:
+    """bench.cost_of_running prices the synthesized template: every function's memory, the
+    schedules' monthly runs, alarms, dashboards, keys, tables, queues, event source mappings."""
+    from bench.cost_of_running import MONTH_MINUTES, inventory
+
+    resources = synthesized.template["Resources"]
+    counted = inventory(synthesized.template)
+    assert set(counted.memory_mb) == {"scanner", "interruption", "termination", "disruption", "gc"}
+    assert counted.runs_per_month == {"scanner": MONTH_MINUTES, "disruption": MONTH_MINUTES, "gc": MONTH_MINUTES // 5,
+                                      "interruption": 0, "termination": 0}
+    kinds = [r["Type"] for r in resources.values()]
+    assert counted.alarms == kinds.count("AWS::CloudWatch::Alarm") > 0
+    assert (counted.dashboards, counted.kms_keys, counted.tables) == (
+        kinds.count("AWS::CloudWatch::Dashboard"), kinds.count("AWS::KMS::Key"), kinds.count("AWS::DynamoDB::Table"))
+    assert counted.sqs_consumers == 2 and counted.queues == kinds.count("AWS::SQS::Queue")

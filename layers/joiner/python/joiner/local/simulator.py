@@ -180,6 +180,9 @@ class SimulationResult:
     handlers: list[str] = field(default_factory=list)
     missing_handlers: list[str] = field(default_factory=list)
     invocations: Counter[str] = field(default_factory=Counter)
+    #: wall-clock seconds each function's invocations took (what Lambda would bill, minus
+    #: the network latency the local servers do not have)
+    handler_seconds: dict[str, float] = field(default_factory=dict)
     handler_errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     wall_seconds: float = 0.0
@@ -636,11 +639,14 @@ class Simulation:
                                 remaining_ms=1000 * FUNCTION_TIMEOUTS[name])
         response: dict[str, Any] | None = None
         error: str | None = None
+        started = time.perf_counter()
         try:
             response = self._call_handler(name, module, event, context)
         except Exception as failure:  # noqa: BLE001 - a failing invocation is reported, as Lambda would
             error = f"{type(failure).__name__}: {failure}"
             self.result.handler_errors.append(f"{_fmt_delta(self._elapsed())} {name}: {error}")
+        finally:
+            self.result.handler_seconds[name] = self.result.handler_seconds.get(name, 0.0) + time.perf_counter() - started
         launched, gone = self.ec2.observe(actor="joiner")
         actions: list[str] = []
         failures = self.result.capacity_failures[failures_before:]
