@@ -21,7 +21,7 @@ import copy
 import dataclasses
 import math
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
@@ -1264,27 +1264,24 @@ def _collect(entries: Iterable[tuple[object, str]]) -> Snapshot:
     from joiner.domain import volumes as vol
 
     pods, nodes, daemonsets, pdbs, pools, classes = [], [], [], [], [], []
-    claims: list[PersistentVolumeClaim] = []
-    persistent_volumes: list[PersistentVolume] = []
-    storage_classes: list[StorageClass] = []
-    csi_nodes: list[CSINode] = []
+    # Volume topology's inputs, keyed by name (namespace/name for claims) within their kind.
+    volume_parsers: dict[str, tuple[Callable[..., Any], Callable[[Any], str]]] = {
+        "PersistentVolumeClaim": (vol.parse_persistent_volume_claim, lambda item: item.key),
+        "PersistentVolume": (vol.parse_persistent_volume, lambda item: item.name),
+        "StorageClass": (vol.parse_storage_class, lambda item: item.name),
+        "CSINode": (vol.parse_csi_node, lambda item: item.name),
+    }
+    volume_objects: dict[str, list[Any]] = {kind: [] for kind in volume_parsers}
     for target, obj, origin in typed:
-        if target == "PersistentVolumeClaim":
-            claim = vol.parse_persistent_volume_claim(obj, origin=origin)
-            _unique(seen, target, claim.key, f"PersistentVolumeClaim {claim.key}")
-            claims.append(claim)
-        elif target == "PersistentVolume":
-            volume = vol.parse_persistent_volume(obj, origin=origin)
-            _unique(seen, target, volume.name, f"PersistentVolume {volume.name}")
-            persistent_volumes.append(volume)
-        elif target == "StorageClass":
-            storage_class = vol.parse_storage_class(obj, origin=origin)
-            _unique(seen, target, storage_class.name, f"StorageClass {storage_class.name}")
-            storage_classes.append(storage_class)
-        elif target == "CSINode":
-            csi_node = vol.parse_csi_node(obj, origin=origin)
-            _unique(seen, target, csi_node.name, f"CSINode {csi_node.name}")
-            csi_nodes.append(csi_node)
+        if target in volume_parsers:
+            parse, key_of = volume_parsers[target]
+            item = parse(obj, origin=origin)
+            _unique(seen, target, key_of(item), f"{target} {key_of(item)}")
+            volume_objects[target].append(item)
+    claims: list[PersistentVolumeClaim] = volume_objects["PersistentVolumeClaim"]
+    persistent_volumes: list[PersistentVolume] = volume_objects["PersistentVolume"]
+    storage_classes: list[StorageClass] = volume_objects["StorageClass"]
+    csi_nodes: list[CSINode] = volume_objects["CSINode"]
     for target, obj, origin in typed:
         if target == "Pod":
             pod = parse_pod(obj, runtime_classes, origin=origin)
