@@ -109,6 +109,8 @@ class _Packer:
         self.cg_budget = _CG_BUDGET
         #: type -> (its last aligned fill, the remaining count of each item in it then)
         self._aligned: dict[int, tuple[dict[int, int], dict[int, int]]] = {}
+        #: type -> every item's size scaled by the type's capacity (constant per packer)
+        self._scaled: dict[int, list[list[float]]] = {}
 
     # ---------------------------------------------------------------- helpers
 
@@ -238,21 +240,30 @@ class _Packer:
         # dot product with the scaled free capacity. Only an item that would beat the best
         # score so far needs its fit counted (the count is the expensive part), which picks
         # exactly the item a full scan would: the first fitting one with the highest score.
-        scaled = {i: [s * k for s, k in zip(self.sizes[i], scale)] for i in active}
+        scaled = self._scaled.get(t)
+        if scaled is None:
+            scaled = [[s * k for s, k in zip(size, scale)] for size in self.sizes]
+            self._scaled[t] = scaled
+        three = self.ndims == 3  # cpu, memory, pods: the usual case, summed inline (same order, same floats)
         fill: dict[int, int] = {}
         while True:
             best = -1
             best_score = 0.0
             best_fit = 0
             free = [(c - u) * k for c, u, k in zip(capacity, used, scale)]
+            f0, f1, f2 = free if three else (0.0, 0.0, 0.0)
             gone: list[int] = []
             for i, available in left.items():
                 if not available:
                     gone.append(i)
                     continue
-                score = 0.0
-                for x, f in zip(scaled[i], free):
-                    score += x * f
+                if three:
+                    x = scaled[i]
+                    score = 0.0 + x[0] * f0 + x[1] * f1 + x[2] * f2
+                else:
+                    score = 0.0
+                    for x_d, f in zip(scaled[i], free):
+                        score += x_d * f
                 if best >= 0 and score <= best_score:
                     continue
                 n = _max_count(capacity, used, self.sizes[i], available)
