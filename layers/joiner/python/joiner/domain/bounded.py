@@ -219,6 +219,10 @@ def check_yaml_events(loader: Any, limits: InputLimits) -> None:
             frame[1] += nodes
             frame[2] = max(frame[2], height)
 
+    scalar_event, alias_event, document_end = yaml.ScalarEvent, yaml.AliasEvent, yaml.DocumentEndEvent
+    sequence_start, mapping_start = yaml.SequenceStartEvent, yaml.MappingStartEvent
+    sequence_end, mapping_end = yaml.SequenceEndEvent, yaml.MappingEndEvent
+
     while True:
         try:
             if not loader.check_event():
@@ -231,22 +235,24 @@ def check_yaml_events(loader: Any, limits: InputLimits) -> None:
             if "maximum nesting depth" in str(error.problem):
                 raise _marked(f"nested more than {limits.max_depth} levels deep", error.problem_mark) from None
             raise
-        if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
+        kind = type(event)  # the parsers emit exactly these classes: identity beats isinstance chains
+        if kind is scalar_event:  # by far the most frequent
+            distinct += 1
+            if event.anchor is not None:
+                anchors[event.anchor] = (1, 0)
+            if stack:
+                stack[-1][1] += 1
+        elif kind is sequence_start or kind is mapping_start:
             distinct += 1
             stack.append([event.anchor, 1, 0])
             if len(stack) > limits.max_depth:
                 raise _marked(f"nested more than {limits.max_depth} levels deep", event.start_mark)
-        elif isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
+        elif kind is sequence_end or kind is mapping_end:
             anchor, nodes, child_height = stack.pop()
             if anchor is not None:
                 anchors[anchor] = (nodes, child_height + 1)
             add(nodes, child_height + 1)
-        elif isinstance(event, yaml.ScalarEvent):
-            distinct += 1
-            if event.anchor is not None:
-                anchors[event.anchor] = (1, 0)
-            add(1, 0)
-        elif isinstance(event, yaml.AliasEvent):
+        elif kind is alias_event:
             if event.anchor not in anchors:
                 if any(frame[0] == event.anchor for frame in stack):
                     raise _marked(f"alias *{event.anchor} refers to a node that contains it (a cycle)", event.start_mark)
@@ -261,7 +267,7 @@ def check_yaml_events(loader: Any, limits: InputLimits) -> None:
                     "(write the repeated values out, or use fewer aliases)", event.start_mark,
                 )
             add(nodes, height)
-        elif isinstance(event, yaml.DocumentEndEvent):
+        elif kind is document_end:
             anchors.clear()
 
 
