@@ -7,7 +7,13 @@ allocatable for the default kubelet settings), with the usual EKS DaemonSets:
 - ``batch``: CPU-bound jobs (1000 pods);
 - ``memory``: memory-heavy services (400 pods);
 - ``gpu``: GPU inference plus CPU sidecar services on a GPU NodePool (200 pods);
-- ``mixed``: web and memory-heavy together (500 pods).
+- ``mixed``: web and memory-heavy together (500 pods);
+- ``arch-mix``: a third arm64-only, a third amd64-only, a third architecture-free, on a
+  NodePool allowing both architectures (600 pods);
+- ``two-shapes``: CPU-heavy and memory-heavy pods whose best packing fills memory tight
+  (600 pods);
+- ``tiny``: 50m / 64Mi pods (3000 pods);
+- ``many-shapes``: 340 distinct (cpu, memory) shapes, log-normal (1000 pods).
 
 ``python -m bench.cost`` prints one JSON object per workload:
 ``{"bench":"cost","workload":W,"pods":N,"cost":C,"ffd_cost":F,"lp_bound":L,"ratio":C/L,
@@ -46,6 +52,10 @@ WORKLOADS: dict[str, tuple[str, list[tuple[int, int, int, int]]]] = {
     "memory": ("general", [(200, 500, 8 * GI, 0), (100, 1000, 16 * GI, 0), (50, 2000, 32 * GI, 0), (50, 250, 4 * GI, 0)]),
     "gpu": ("gpu", [(100, 4000, 16 * GI, 1), (40, 8000, 32 * GI, 1), (60, 500, 1 * GI, 0)]),
     "mixed": ("general", [(150, 250, 512 * MI, 0), (100, 500, 1 * GI, 0), (100, 1000, 2 * GI, 0), (100, 500, 8 * GI, 0), (50, 1000, 16 * GI, 0)]),
+    "arch-mix": ("multiarch", [(200, 500, 1 * GI, 0), (200, 1000, 2 * GI, 0), (200, 250, 512 * MI, 0)]),
+    "two-shapes": ("general", [(300, 1000, 1 * GI, 0), (300, 250, 7 * GI, 0)]),
+    "tiny": ("general", [(3000, 50, 64 * MI, 0)]),
+    "many-shapes": ("general", []),
 }
 
 #: Seconds HiGHS may spend on each workload's whole-pod bound.
@@ -64,6 +74,11 @@ def _daemonsets() -> tuple[DaemonSet, ...]:
 
 
 def _pool(kind: str) -> NodePool:
+    if kind == "multiarch":
+        return NodePool("default", Requirements([
+            Requirement.create(wk.CAPACITY_TYPE, "In", ["on-demand"]), Requirement.create(wk.INSTANCE_CATEGORY, "In", ["c", "m", "r"]),
+            Requirement.create(wk.INSTANCE_GENERATION, "Gt", ["5"]),
+        ]))
     base = [Requirement.create(wk.CAPACITY_TYPE, "In", ["on-demand"]), Requirement.create(wk.ARCH, "In", ["amd64"])]
     if kind == "gpu":
         base.append(Requirement.create(wk.INSTANCE_GPU_COUNT, "Exists"))
@@ -77,6 +92,17 @@ def workload_problem(name: str, catalog=None) -> SchedulingProblem:
     kind, groups = WORKLOADS[name]
     catalog = catalog or load_bundled_catalog()
     pool = _pool(kind)
+    if name == "many-shapes":
+        import random
+
+        rng = random.Random(7)
+        shapes: set[tuple[int, int]] = set()
+        while len(shapes) < 340:
+            shapes.add((min(7000, max(50, int(round(rng.lognormvariate(6.2, 0.9) / 10) * 10))),
+                        min(28000, max(64, int(round(rng.lognormvariate(6.9, 0.9) / 16) * 16)))))
+        ordered = sorted(shapes)
+        drawn = [ordered[rng.randrange(len(ordered))] for _ in range(1000)]
+        groups = [(1, cpu, memory * MI, 0) for cpu, memory in drawn]
     pods = []
     for group, (count, cpu, memory, gpus) in enumerate(groups):
         for i in range(count):
@@ -84,7 +110,11 @@ def workload_problem(name: str, catalog=None) -> SchedulingProblem:
             if gpus:
                 requests["nvidia.com/gpu"] = gpus * 1000
             tolerations = (GPU_TOLERATION,) if kind == "gpu" else ()
-            pods.append(Pod(name, f"{name}-{group}-{i:04d}", uid=f"{name}-{group}-{i}", labels={"app": f"{name}-{group}"}, requests=Resources(requests), tolerations=tolerations))
+            selector = Requirements()
+            if kind == "multiarch" and group < 2:
+                selector = Requirements([Requirement.create(wk.ARCH, "In", ["arm64" if group == 0 else "amd64"])])
+            pods.append(Pod(name, f"{name}-{group}-{i:04d}", uid=f"{name}-{group}-{i}", labels={"app": f"{name}-{group}"}, requests=Resources(requests),
+                            tolerations=tolerations, node_selector=selector))
     return SchedulingProblem(
         pending=tuple(pods),
         daemonsets=_daemonsets(),
