@@ -6,7 +6,9 @@
   no network latency is included (each real API call adds its round trip; launches run
   8 at a time). Reported: read/plan/launch/decision seconds (median of ``repeats``),
   claims launched, pods placed; then a second round on the same runtime (pods in flight,
-  parsed pods reused), which launches nothing.
+  parsed pods reused), which launches nothing. Rows for the mixed web/batch workload (seven
+  shapes) at each size, then one ``diverse`` row: 10,000 pods drawn from 340 distinct
+  shapes (``bench.plan_mix``'s), issue 14's realistic mix.
 * ``scanner_import``: cold-start import time of ``functions/scanner/handler.py`` in fresh
   interpreters (median of 5), and of the adapters its first invocation loads (boto3,
   botocore, urllib3); plus the heaviest top-level imports from ``python -X importtime``.
@@ -41,7 +43,7 @@ WORKLOADS = (
 )
 
 
-def _world(pods: int) -> Any:
+def _world(pods: int, diverse: bool = False) -> Any:
     from joiner.domain.catalog import load_bundled_catalog
     from tests.support.fakes import daemonset_json, fake_world, node_class_json, node_pool_json, pod_json
 
@@ -57,6 +59,17 @@ def _world(pods: int) -> Any:
         ], limits={"cpu": "100000"}),
     )
     world.kube.add("daemonsets", daemonset_json("node-agent"))
+    if diverse:
+        import random
+
+        from bench.plan_mix import _shapes
+
+        rng = random.Random(11)
+        shapes = _shapes(rng)
+        for index in range(pods):
+            milli_cpu, memory_mi = shapes[rng.randrange(len(shapes))]
+            world.kube.add("pods", pod_json(f"svc-{index:05d}", cpu=f"{milli_cpu}m", memory=f"{memory_mi}Mi", labels={"app": f"svc-{index % 97}"}))
+        return world
     made = 0
     for name, cpu, memory, share in WORKLOADS:
         count = max(1, round(pods * share)) if made < pods else 0
@@ -69,12 +82,12 @@ def _world(pods: int) -> Any:
     return world
 
 
-def bench_decision(pods: int, repeats: int) -> dict[str, Any]:
+def bench_decision(pods: int, repeats: int, diverse: bool = False) -> dict[str, Any]:
     from joiner.services.provisioning import provision
 
     samples, again = [], []
     for attempt in range(repeats):
-        world = _world(pods)
+        world = _world(pods, diverse)
         runtime = world.runtime(f"bench-{attempt}")
         samples.append(provision(runtime, world.clock.now()))
         world.clock.advance(5)
@@ -84,6 +97,7 @@ def bench_decision(pods: int, repeats: int) -> dict[str, Any]:
         "bench": "scan_decision",
         "backend": "fakes (in-memory Kubernetes/EC2/DynamoDB), bundled us-east-1 catalog",
         "pending_pods": pods,
+        "workload": "diverse (340 shapes)" if diverse else "web/batch mix (7 shapes)",
         "repeats": repeats,
         "claims_launched": len(launched),
         "pods_placed": sum(len(c.pods) for c in launched),
@@ -143,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="*", default=list(SIZES))
     parser.add_argument("--repeats", type=int, default=3, help="rounds per size below 10,000 pods (10,000: one)")
+    parser.add_argument("--no-diverse", action="store_true", help="skip the 10,000-pod, 340-shape row")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     logging.getLogger("joiner").setLevel(logging.ERROR)  # e.g. the per-round event cap notice
@@ -150,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     bench_decision(10, 1)
     for size in args.sizes:
         print(json.dumps(bench_decision(size, args.repeats if size < 10_000 else 1)), flush=True)
+    if not args.no_diverse:
+        print(json.dumps(bench_decision(10_000, 1, diverse=True)), flush=True)
     print(json.dumps(bench_import()), flush=True)
     return 0
 
