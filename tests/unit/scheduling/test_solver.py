@@ -533,3 +533,19 @@ def test_a_preferred_zone_tried_as_required_does_not_narrow_the_spread() -> None
     assert not plan.unschedulable
     zones = Counter(c.zones[0] for c in plan.node_claims for _ in c.pods if len(c.zones) == 1)
     assert zones == Counter(dict.fromkeys(ZONES, 1))
+
+
+def test_architecture_free_pods_fill_the_slack_of_both_kinds_of_node() -> None:
+    """Issue 14: 60 arm64-only and 60 amd64-only 1.5-CPU pods leave half a CPU on each of
+    their 120 two-CPU nodes; 120 architecture-free 500m pods fit exactly in that slack, so the
+    plan buys no node for them."""
+    arm = instance_type("a.large", 2, 8, 0.080, arch="arm64")
+    x86 = instance_type("x.large", 2, 8, 0.100)
+    pods = tuple(pod(f"arm{i}", "1500m", "1Gi", node_selector={wk.ARCH: "arm64"}) for i in range(60))
+    pods += tuple(pod(f"amd{i}", "1500m", "1Gi", node_selector={wk.ARCH: "amd64"}) for i in range(60))
+    pods += tuple(pod(f"free{i}", "500m", "1Gi") for i in range(120))
+    problem = SchedulingProblem(pending=pods, node_pools=(node_pool("p"),), instance_types={"p": (arm, x86)})
+    plan = solve(problem)
+    check_plan(problem, plan)
+    assert not plan.unschedulable
+    assert len(plan.node_claims) == 120 and plan.cost_per_hour == pytest.approx(60 * 0.080 + 60 * 0.100)

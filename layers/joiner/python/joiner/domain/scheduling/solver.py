@@ -99,8 +99,22 @@ def _place_free(engine: Engine, entries: list[Entry]) -> list[Entry]:
         classes.setdefault((chosen.pool.index, chosen.sid), (chosen, []))[1].append(entry)
     first_new = len(engine.targets)
     variant_of = {pod.key: entry.variant for entry in entries for pod in entry.pods}
-    for shape, members in classes.values():
-        leftovers.extend(_pack_class(engine, shape, members))
+    # The most constrained classes first (fewest instance types: arm64-only, amd64-only, ...);
+    # a less constrained class then rides along in the room their claims already pay for
+    # before it is packed on its own (architecture-free pods fill both kinds' slack).
+    ordered = sorted(classes.values(), key=lambda item: (len(item[0].typeset.types), item[0].pool.index, item[0].sid))
+    for shape, members in ordered:
+        packed = [t for t in engine.targets[first_new:] if t.pods]
+        for entry in members:
+            for target in packed:
+                if not entry.pods:
+                    break
+                while entry.pods:
+                    if not engine.try_target(entry.variant, target, len(entry.pods), entry, max_price=engine.claim_price(target)):
+                        break
+        remaining = [e for e in members if e.pods]
+        if remaining:
+            leftovers.extend(_pack_class(engine, shape, remaining))
     _absorb(engine, engine.targets[first_new:], variant_of)
     return leftovers
 
