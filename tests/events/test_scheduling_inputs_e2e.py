@@ -71,3 +71,22 @@ def test_a_pod_launches_into_the_capacity_reservation_its_node_class_selects(wor
             for t in templates]
     targeted = [d for d in data if "CapacityReservationSpecification" in d]
     assert [d["CapacityReservationSpecification"]["CapacityReservationTarget"]["CapacityReservationId"] for d in targeted] == ["cr-0aaa1111"]
+
+
+def test_without_access_to_volume_objects_pods_are_still_planned_and_the_gap_counted(world: World) -> None:
+    """A deployment whose RBAC predates volume topology: listing PVCs answers 403. The round
+    does not fail: it plans the pod as before volume topology, logs why and counts
+    ``VolumeTopologyUnavailable``; consolidation would move no pod with a volume (domain test)."""
+    from joiner.services.provisioning import run_scanner
+
+    world.emulator.fail_next("GET", r"/api/v1/persistentvolumeclaims", status=403, times=10)
+    world.emulator.apply({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "db-0", "namespace": "default", "uid": "uid-db-0"},
+        "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "1"}}}],
+                 "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data-db-0"}}]},
+        "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]},
+    })
+    assert run_scanner(world.runtime, "economy").rounds == 1
+    assert [c for c in world.runtime.state.open_claims() if "default/db-0" in c.pods]
+    assert world.metrics.total("VolumeTopologyUnavailable") == 1
+    world.emulator.clear_faults()

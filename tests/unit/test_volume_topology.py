@@ -135,3 +135,21 @@ def test_malformed_volume_objects_get_one_clear_error() -> None:
         parse_objects([csi_node("n1", -1)])
     with pytest.raises(SnapshotError, match=r"Pod default/db-0: spec.volumes\[0\].persistentVolumeClaim.claimName"):
         parse_objects([pod_json("db-0", extra_spec={"volumes": [{"name": "v", "persistentVolumeClaim": {}}]})])
+
+
+def test_consolidation_moves_no_pod_whose_volumes_are_unknown() -> None:
+    """With the volume objects unreadable, a simulation that would move a pod with a volume
+    reports it unschedulable (its zone is unknown) instead of placing it anywhere."""
+    import dataclasses
+    from datetime import UTC, datetime
+
+    from joiner.domain.disruption import DisruptionInput, _Pass
+    from joiner.domain.planning import instance_types_by_pool
+
+    snapshot = parse_objects([node_class_json(), node_pool_json(), claim_pod("db-0", "data-db-0"), pod_json("web-0")])
+    snapshot = dataclasses.replace(snapshot, volumes_known=False)
+    types = instance_types_by_pool(snapshot.node_pools, snapshot.node_classes, small_catalog())
+    work = _Pass(DisruptionInput(snapshot=snapshot, instance_types=types, now=datetime(2025, 1, 1, tzinfo=UTC)))
+    plan = work._solve(tuple(p for p in snapshot.pods), frozenset())
+    assert [u.pod for u in plan.unschedulable] == ["default/db-0"] and "could not be read" in plan.unschedulable[0].reason
+    assert [p for c in plan.node_claims for p in c.pods] == ["default/web-0"]

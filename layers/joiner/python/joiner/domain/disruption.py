@@ -54,7 +54,7 @@ from joiner.domain.model import (
 from joiner.domain.resources import EMPTY, Resources
 from joiner.domain.scheduling import SchedulingProblem, solve
 from joiner.domain.snapshot import Snapshot
-from joiner.domain.volumes import apply_volumes
+from joiner.domain.volumes import VolumeTopology, apply_volumes
 
 __all__ = [
     "EMPTINESS", "EXPIRATION", "DRIFT", "CONSOLIDATION", "METHODS", "REASONS",
@@ -646,7 +646,12 @@ class _Pass:
         self.simulations += 1
         # A moved pod keeps its volumes: a zonal volume pins it to its zone, and a node's CSI
         # attach limit bounds what it takes (joiner.domain.volumes).
-        topology = apply_volumes(tuple(pending) + promised, bound, nodes, snap.volume_claims, snap.persistent_volumes, snap.storage_classes, snap.csi_nodes)
+        if snap.volumes_known:
+            topology = apply_volumes(tuple(pending) + promised, bound, nodes, snap.volume_claims, snap.persistent_volumes, snap.storage_classes, snap.csi_nodes)
+        else:  # never move a pod whose volume's zone is unknown
+            moving = tuple(pending) + promised
+            topology = VolumeTopology(tuple(p for p in moving if not p.volume_claims),
+                                      {p.key: "its volumes could not be read" for p in moving if p.volume_claims}, {})
         problem = SchedulingProblem(
             pending=topology.pods,
             blocked=topology.blocked,

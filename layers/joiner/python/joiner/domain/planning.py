@@ -12,7 +12,7 @@ from joiner.domain.catalog import Catalog
 from joiner.domain.model import InFlightClaim, InstanceType, KubeletConfig, NodeClass, NodePool, OfferingKey, Plan, Pod
 from joiner.domain.scheduling import SchedulingProblem, solve
 from joiner.domain.snapshot import Snapshot
-from joiner.domain.volumes import apply_volumes
+from joiner.domain.volumes import VolumeTopology, apply_volumes
 
 __all__ = ["instance_types_by_pool", "build_problem", "plan_snapshot"]
 
@@ -48,7 +48,10 @@ def build_problem(
     nodes = tuple(sorted((n for n in snapshot.nodes if n.name not in exclude_nodes and not n.deleting), key=lambda n: n.name))
     bound = tuple(sorted((p for p in snapshot.bound_pods if p.node_name not in exclude_nodes), key=lambda p: p.key))
     pods = tuple(sorted(snapshot.pending_pods if pending is None else pending, key=lambda p: p.key))
-    topology = apply_volumes(pods, bound, nodes, snapshot.volume_claims, snapshot.persistent_volumes, snapshot.storage_classes, snapshot.csi_nodes)
+    if snapshot.volumes_known:
+        topology = apply_volumes(pods, bound, nodes, snapshot.volume_claims, snapshot.persistent_volumes, snapshot.storage_classes, snapshot.csi_nodes)
+    else:  # the volume objects could not be read: plan as without volume topology rather than not at all
+        topology = VolumeTopology(pods, {}, {})
     return SchedulingProblem(
         pending=topology.pods,
         blocked=topology.blocked,

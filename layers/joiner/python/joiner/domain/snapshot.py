@@ -1181,6 +1181,10 @@ class Snapshot:
     persistent_volumes: tuple[PersistentVolume, ...] = ()
     storage_classes: tuple[StorageClass, ...] = ()
     csi_nodes: tuple[CSINode, ...] = ()
+    #: False when the volume objects could not be read (an API error, RBAC not updated): the
+    #: planner then places pending pods without volume topology, and consolidation moves
+    #: no pod that has a persistent volume.
+    volumes_known: bool = True
 
     @property
     def pending_pods(self) -> tuple[Pod, ...]:

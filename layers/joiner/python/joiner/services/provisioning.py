@@ -394,7 +394,14 @@ class _Round:
         fields = {"PersistentVolumeClaim": "volume_claims", "PersistentVolume": "persistent_volumes",
                   "StorageClass": "storage_classes", "CSINode": "csi_nodes"}
         found: dict[str, list[Any]] = {name: [] for name in fields.values()}
-        for obj in self.kube.list_volume_objects():
+        try:
+            objects = self.kube.list_volume_objects()
+        except KubernetesError as error:
+            log.warning("volume objects could not be read (RBAC for persistentvolumeclaims, persistentvolumes, "
+                        "storageclasses, csinodes applied?): planning without volume topology: %s", error)
+            self.runtime.count("VolumeTopologyUnavailable")
+            return {"volumes_known": False}
+        for obj in objects:
             kind = str(obj.get("kind"))
             parser = parsers.get(kind)
             parsed = self._parse(parser, obj) if parser is not None else None
