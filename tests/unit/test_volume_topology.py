@@ -153,3 +153,23 @@ def test_consolidation_moves_no_pod_whose_volumes_are_unknown() -> None:
     plan = work._solve(tuple(p for p in snapshot.pods), frozenset())
     assert [u.pod for u in plan.unschedulable] == ["default/db-0"] and "could not be read" in plan.unschedulable[0].reason
     assert [p for c in plan.node_claims for p in c.pods] == ["default/web-0"]
+
+
+def test_a_volume_zone_does_not_narrow_the_domains_a_zone_spread_counts() -> None:
+    """kube-scheduler's spread counts every zone the pod's own node affinity allows; the
+    volume's zone is a separate filter (Karpenter keeps it out of the pod's affinity for this
+    reason). Zone a holds 2 matching pods, b 1, c none: a pod whose volume is in zone a would
+    make the skew 3, so it is unschedulable, not given a node in a."""
+    spread = {"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": wk.ZONE, "whenUnsatisfiable": "DoNotSchedule",
+                                             "labelSelector": {"matchLabels": {"app": "db"}}}]}
+    running = [
+        node_json("na", instance_id="i-0000000000000000a", zone="us-east-1a"), node_json("nb", instance_id="i-0000000000000000b", zone="us-east-1b"),
+        node_json("nc", instance_id="i-0000000000000000c", zone="us-east-1c"),
+        pod_json("r-0", node_name="na", labels={"app": "db"}, cpu="10m"), pod_json("r-1", node_name="na", labels={"app": "db"}, cpu="10m"),
+        pod_json("r-2", node_name="nb", labels={"app": "db"}, cpu="10m"),
+    ]
+    pending = pod_json("db-0", labels={"app": "db"}, cpu="1500m", extra_spec={"volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": "data"}}], **spread})
+    result = plan(*running, pending, pvc("data", volume="pv-a"), pv("pv-a", "us-east-1a"), storage_class())
+    assert [u.pod for u in result.unschedulable] == ["default/db-0"] and not result.node_claims
+    free = plan(*running, pending, pvc("data", volume="pv-c"), pv("pv-c", "us-east-1c"), storage_class())
+    assert [(e.name, e.pods) for e in free.existing_nodes] == [("nc", ("default/db-0",))] and not free.unschedulable

@@ -194,6 +194,10 @@ class Pod:
     #: Volumes it attaches, per CSI driver: ((driver, count), ...), set by
     #: :func:`joiner.domain.volumes.apply_volumes` for the scheduler's attach limits.
     volume_attachments: tuple[tuple[str, int], ...] = ()
+    #: Node requirements its volumes add (set by :func:`joiner.domain.volumes.apply_volumes`):
+    #: kept apart from its node selector and affinity, so a topology spread constraint counts
+    #: the domains the pod's own affinity allows, as kube-scheduler does.
+    volume_requirements: Requirements = Requirements()
 
     @property
     def key(self) -> str:

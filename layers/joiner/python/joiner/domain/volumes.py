@@ -186,7 +186,8 @@ def apply_volumes(
     storage_classes: Sequence[StorageClass],
     csi_nodes: Sequence[CSINode],
 ) -> VolumeTopology:
-    """The pending pods with their volumes' requirements added to their node selectors,
+    """The pending pods with their volumes' requirements (``Pod.volume_requirements``, apart
+    from their node selectors so spread constraints count domains as kube-scheduler does),
     the pods that must wait and why, and each existing node's free attachments."""
     claims_by_key = {c.key: c for c in claims}
     volumes_by_name = {v.name: v for v in volumes}
@@ -203,15 +204,13 @@ def apply_volumes(
         if wait is not None:
             blocked[pod.key] = wait
             continue
-        selector = pod.node_selector
         if added is not None:
-            merged = selector.intersect(added)
+            merged = pod.node_selector.intersect(added)
             if any(merged[key].is_empty() for key in merged):
                 need = "; ".join(str(added[key]) for key in sorted(added))
                 blocked[pod.key] = f"its volumes need {need}, which its node selector excludes"
                 continue
-            selector = merged
-        result.append(replace(pod, node_selector=selector, volume_attachments=tuple(sorted(drivers.items()))))
+        result.append(replace(pod, volume_requirements=added or Requirements(), volume_attachments=tuple(sorted(drivers.items()))))
 
     used: dict[str, Counter[str]] = {}
     for pod in bound:

@@ -59,6 +59,7 @@ def spec_signature(pod: Pod) -> tuple[object, ...]:
         pod.topology_spread,
         pod.host_ports,
         pod.volume_attachments,
+        pod.volume_requirements,
     )
 
 
@@ -78,7 +79,7 @@ class PodSpec:
     __slots__ = (
         "index", "signature", "namespace", "labels", "requests", "cpu", "memory", "node_selector", "required_terms",
         "preferred_node", "tolerations", "affinity_required", "affinity_preferred", "anti_required", "anti_preferred",
-        "spreads_hard", "spreads_soft", "host_ports", "volumes", "variants",
+        "spreads_hard", "spreads_soft", "host_ports", "volumes", "volume_requirements", "variants",
     )
 
     def __init__(self, index: int, pod: Pod) -> None:
@@ -101,6 +102,7 @@ class PodSpec:
         self.spreads_soft = tuple(s for s in pod.topology_spread if s.when_unsatisfiable == "ScheduleAnyway")
         self.host_ports = tuple(sorted(pod.host_ports))
         self.volumes = pod.volume_attachments
+        self.volume_requirements = pod.volume_requirements
         self.variants: dict[RelaxState, Variant] = {}
 
     @property
@@ -162,6 +164,8 @@ class Variant:
         self.spec = spec
         self.state = state
         strict = spec.node_selector
+        if spec.volume_requirements:
+            strict = strict.intersect(spec.volume_requirements)
         if spec.required_terms:
             strict = strict.intersect(spec.required_terms[state.required_term])
         self.strict_requirements: Requirements = strict
