@@ -24,7 +24,8 @@ def test_a_statefulset_pod_on_a_zonal_volume_gets_its_node_in_the_volume_zone(wo
         "csi": {"driver": "ebs.csi.aws.com", "volumeHandle": "vol-0123"},
         "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
             {"key": "topology.ebs.csi.aws.com/zone", "operator": "In", "values": ["us-east-1b"]}]}]}}}})
-    world.emulator.apply({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "data-db-0", "namespace": "default"},
+    world.emulator.apply({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {
+                          "name": "data-db-0", "namespace": "default", "annotations": {"pv.kubernetes.io/bind-completed": "yes"}},
                           "spec": {"storageClassName": "gp3", "volumeName": "pv-db-0", "accessModes": ["ReadWriteOnce"],
                                    "resources": {"requests": {"storage": "10Gi"}}}})
     world.emulator.apply({

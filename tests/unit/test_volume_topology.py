@@ -23,13 +23,24 @@ def claim_pod(name: str, *claims: str, node_name: str | None = None, ephemeral: 
     return pod_json(name, node_name=node_name, extra_spec={"volumes": volumes}, **extra)
 
 
-def pvc(name: str, *, storage_class: str | None = "gp3", volume: str | None = None) -> dict[str, Any]:
+def pvc(name: str, *, storage_class: str | None = "gp3", volume: str | None = None, bind_completed: bool = True,
+        phase: str | None = None, deleting: bool = False) -> dict[str, Any]:
+    """A claim; one naming a volume carries the PV controller's bind-completed annotation (as
+    every bound claim does) unless ``bind_completed`` is False."""
     spec: dict[str, Any] = {"accessModes": ["ReadWriteOnce"]}
+    metadata: dict[str, Any] = {"name": name, "namespace": "default"}
     if storage_class is not None:
         spec["storageClassName"] = storage_class
     if volume:
         spec["volumeName"] = volume
-    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name, "namespace": "default"}, "spec": spec}
+        if bind_completed:
+            metadata["annotations"] = {"pv.kubernetes.io/bind-completed": "yes"}
+    if deleting:
+        metadata["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    obj: dict[str, Any] = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": metadata, "spec": spec}
+    if phase:
+        obj["status"] = {"phase": phase}
+    return obj
 
 
 def pv(name: str, zone: str, *, key: str = wk.ZONE) -> dict[str, Any]:
@@ -82,6 +93,12 @@ def test_a_generic_ephemeral_volume_follows_its_template_class() -> None:
     ((pvc("data-db-0", storage_class="gp2"), storage_class("gp2", mode="Immediate")), "unbound with Immediate binding"),
     ((pvc("data-db-0", storage_class="missing"),), "storageclass missing does not exist"),
     ((pvc("data-db-0", volume="pv-gone"), storage_class()), "persistentvolume pv-gone of claim default/data-db-0 not found"),
+    ((pvc("data-db-0", volume="pv-a", bind_completed=False), pv("pv-a", "us-east-1a"), storage_class()),
+     "names persistentvolume pv-a but is not bound yet"),
+    ((pvc("data-db-0", volume="pv-a", phase="Lost"), storage_class()), "persistentvolumeclaim default/data-db-0 is lost"),
+    ((pvc("data-db-0", volume="pv-a", deleting=True), pv("pv-a", "us-east-1a"), storage_class()), "persistentvolumeclaim default/data-db-0 is being deleted"),
+    ((pvc("data-db-0", volume="pv-a"), {**pv("pv-a", "us-east-1a"), "metadata": {"name": "pv-a", "deletionTimestamp": "2026-01-01T00:00:00Z"}}, storage_class()),
+     "persistentvolume pv-a of claim default/data-db-0 is being deleted"),
 ])
 def test_pods_whose_volumes_cannot_be_placed_yet_are_reported_not_placed(objects: tuple[dict[str, Any], ...], reason: str) -> None:
     result = plan(claim_pod("db-0", "data-db-0"), *objects)
@@ -173,3 +190,14 @@ def test_a_volume_zone_does_not_narrow_the_domains_a_zone_spread_counts() -> Non
     assert [u.pod for u in result.unschedulable] == ["default/db-0"] and not result.node_claims
     free = plan(*running, pending, pvc("data", volume="pv-c"), pv("pv-c", "us-east-1c"), storage_class())
     assert [(e.name, e.pods) for e in free.existing_nodes] == [("nc", ("default/db-0",))] and not free.unschedulable
+
+
+def test_a_local_volume_hostname_term_does_not_follow_the_pod() -> None:
+    """A ``local`` PV names its node and zone; the node is gone with the pod's old node, so only
+    the zone constrains where it goes (Karpenter drops the hostname for local and hostPath)."""
+    local = pv("pv-local", "us-east-1c")
+    local["spec"]["local"] = {"path": "/mnt/disk"}
+    local["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"].append(
+        {"key": wk.HOSTNAME, "operator": "In", "values": ["ip-10-0-9-9"]})
+    result = plan(claim_pod("db-0", "data-db-0"), pvc("data-db-0", volume="pv-local"), local, storage_class())
+    assert not result.unschedulable and zones_of(result) == {"default/db-0": ("us-east-1c",)}

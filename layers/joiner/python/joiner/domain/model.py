@@ -293,12 +293,17 @@ class Node:
 
 @dataclass(frozen=True, slots=True)
 class PersistentVolumeClaim:
-    """What scheduling needs of a PVC: its class, and the volume it is bound to (if any)."""
+    """What scheduling needs of a PVC: its class, the volume it is bound to (if any), and
+    whether kube-scheduler would take it as bound (``bind_completed``: the
+    ``pv.kubernetes.io/bind-completed`` annotation), lost or being deleted."""
 
     namespace: str
     name: str
     storage_class: str | None = None
     volume_name: str | None = None
+    bind_completed: bool = True
+    lost: bool = False
+    deleting: bool = False
 
     @property
     def key(self) -> str:
@@ -312,6 +317,9 @@ class PersistentVolume:
     name: str
     node_affinity: tuple[Requirements, ...] = ()
     driver: str | None = None
+    #: A ``local`` or ``hostPath`` volume: its hostname term does not follow a rescheduled pod.
+    node_local: bool = False
+    deleting: bool = False
 
 
 @dataclass(frozen=True, slots=True)

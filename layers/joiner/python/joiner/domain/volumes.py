@@ -44,6 +44,9 @@ EBS_CSI_ZONE = "topology.ebs.csi.aws.com/zone"
 _KEY_ALIASES = {EBS_CSI_ZONE: wk.ZONE}
 #: In-tree EBS volumes (``awsElasticBlockStore``) count against the EBS CSI driver's limit.
 EBS_CSI_DRIVER = "ebs.csi.aws.com"
+#: Set by the PV controller once a claim and its volume are bound both ways; kube-scheduler
+#: treats a claim naming a volume without it as not bound yet.
+_BIND_COMPLETED = "pv.kubernetes.io/bind-completed"
 
 
 def _fields(ref: str) -> Any:
@@ -85,12 +88,17 @@ def _terms(fields: Any, value: object, path: str, *, expressions_key: str) -> tu
 def parse_persistent_volume_claim(obj: Mapping[str, Any], *, origin: str = "") -> PersistentVolumeClaim:
     fields, checked, name, namespace = _meta("PersistentVolumeClaim", obj, origin, namespaced=True)
     spec = fields.mapping(checked.get("spec"), "spec")
+    status = fields.mapping(checked.get("status"), "status")
+    metadata = checked.get("metadata") or {}
     storage_class = spec.get("storageClassName")
     return PersistentVolumeClaim(
         namespace=namespace,
         name=name,
         storage_class=fields.string(storage_class, "spec.storageClassName") if storage_class is not None else None,
         volume_name=fields.string(spec.get("volumeName"), "spec.volumeName", default="") or None,
+        bind_completed=_BIND_COMPLETED in fields.string_map(metadata.get("annotations"), "metadata.annotations"),
+        lost=fields.string(status.get("phase"), "status.phase", default="Pending", allowed=("Pending", "Bound", "Lost")) == "Lost",
+        deleting=fields.timestamp(metadata.get("deletionTimestamp"), "metadata.deletionTimestamp") is not None,
     )
 
 
@@ -102,7 +110,12 @@ def parse_persistent_volume(obj: Mapping[str, Any], *, origin: str = "") -> Pers
     terms = _terms(fields, required.get("nodeSelectorTerms"), "spec.nodeAffinity.required.nodeSelectorTerms", expressions_key="matchExpressions")
     csi = fields.mapping(spec.get("csi"), "spec.csi")
     driver = fields.string(csi.get("driver"), "spec.csi.driver", default="") or (EBS_CSI_DRIVER if spec.get("awsElasticBlockStore") else None)
-    return PersistentVolume(name=name, node_affinity=terms, driver=driver)
+    metadata = checked.get("metadata") or {}
+    return PersistentVolume(
+        name=name, node_affinity=terms, driver=driver,
+        node_local=spec.get("local") is not None or spec.get("hostPath") is not None,
+        deleting=fields.timestamp(metadata.get("deletionTimestamp"), "metadata.deletionTimestamp") is not None,
+    )
 
 
 def parse_storage_class(obj: Mapping[str, Any], *, origin: str = "") -> StorageClass:
@@ -154,11 +167,21 @@ def _resolve(pod: Pod, claims: Mapping[str, PersistentVolumeClaim], volumes: Map
         class_name = claim.storage_class if claim is not None else ephemeral_class
         if claim is None and ephemeral_class is None:
             return None, drivers, f"persistentvolumeclaim {pod.namespace}/{claim_name} not found"
+        if claim is not None and claim.deleting:
+            return None, drivers, f"persistentvolumeclaim {claim.key} is being deleted"
+        if claim is not None and claim.lost:
+            return None, drivers, f"persistentvolumeclaim {claim.key} is lost (its persistentvolume {claim.volume_name} is gone)"
         volume = volumes.get(claim.volume_name) if claim is not None and claim.volume_name else None
         if claim is not None and claim.volume_name:
             if volume is None:
                 return None, drivers, f"persistentvolume {claim.volume_name} of claim {claim.key} not found"
+            if volume.deleting:
+                return None, drivers, f"persistentvolume {volume.name} of claim {claim.key} is being deleted"
+            if not claim.bind_completed:
+                return None, drivers, f"persistentvolumeclaim {claim.key} names persistentvolume {volume.name} but is not bound yet"
             terms = volume.node_affinity
+            if terms and volume.node_local:
+                terms = (Requirements(r for r in terms[0].values() if r.key != wk.HOSTNAME),)
             if volume.driver:
                 drivers[volume.driver] += 1
         else:
