@@ -7,6 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from joiner.domain import labels as wk
 from joiner.domain.planning import plan_snapshot
@@ -201,3 +203,54 @@ def test_a_local_volume_hostname_term_does_not_follow_the_pod() -> None:
         {"key": wk.HOSTNAME, "operator": "In", "values": ["ip-10-0-9-9"]})
     result = plan(claim_pod("db-0", "data-db-0"), pvc("data-db-0", volume="pv-local"), local, storage_class())
     assert not result.unschedulable and zones_of(result) == {"default/db-0": ("us-east-1c",)}
+
+
+ZONES = ("us-east-1a", "us-east-1b", "us-east-1c")
+
+
+@st.composite
+def zonal_clusters(draw: st.DrawFn) -> tuple[list[dict[str, Any]], dict[str, str | None], dict[str, int]]:
+    """Pods with 0-2 claims each, bound to volumes in random zones (sometimes missing);
+    existing nodes in some zones, each with a small CSINode limit."""
+    objects: list[dict[str, Any]] = [storage_class()]
+    zone_of: dict[str, str | None] = {}
+    for index in range(draw(st.integers(1, 10))):
+        claims, wanted, missing = [], set(), False
+        for v in range(draw(st.integers(0, 2))):
+            claim = f"c{index}-{v}"
+            claims.append(claim)
+            if draw(st.integers(0, 4)) == 0:
+                missing = True
+                continue
+            zone = draw(st.sampled_from(ZONES))
+            wanted.add(zone)
+            objects += [pvc(claim, volume=f"pv-{claim}"), pv(f"pv-{claim}", zone, key=draw(st.sampled_from([wk.ZONE, "topology.ebs.csi.aws.com/zone"])))]
+        objects.append(claim_pod(f"p{index}", *claims, cpu=draw(st.sampled_from(["100m", "500m", "1"])), memory="256Mi"))
+        zone_of[f"default/p{index}"] = None if missing or len(wanted) > 1 else (min(wanted) if wanted else "")
+    limits = {}
+    for zone in ZONES:
+        if draw(st.booleans()):
+            name = f"n-{zone}"
+            limits[name] = draw(st.integers(0, 3))
+            objects += [node_json(name, instance_id=f"i-{abs(hash(name)) % 10**17:017d}", zone=zone, cpu="8", memory="32Gi"), csi_node(name, limits[name])]
+    return objects, zone_of, limits
+
+
+@given(zonal_clusters())
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_property_placed_pods_are_in_their_volumes_zone_and_within_attach_limits(case: tuple[list[dict[str, Any]], dict[str, str | None], dict[str, int]]) -> None:
+    objects, zone_of, limits = case
+    result = plan(*objects)
+    reported = {u.pod for u in result.unschedulable}
+    assert {pod for pod, zone in zone_of.items() if zone is None} <= reported, "missing claims and conflicting zones are never placed"
+    placed = [pod for claim in result.node_claims for pod in claim.pods] + [pod for e in result.existing_nodes for pod in e.pods]
+    assert sorted(placed + sorted(reported)) == sorted(zone_of), "every pod placed or reported once"
+    for claim in result.node_claims:
+        for pod in claim.pods:
+            if zone_of[pod]:
+                assert claim.zones == (zone_of[pod],), (pod, claim.zones)
+    volumes_of = {f"default/{o['metadata']['name']}": len(o["spec"].get("volumes", [])) for o in objects if o["kind"] == "Pod"}
+    for existing in result.existing_nodes:
+        zone = existing.name.removeprefix("n-")
+        assert all(zone_of[pod] in ("", zone) for pod in existing.pods), existing
+        assert sum(volumes_of[pod] for pod in existing.pods) <= limits[existing.name], existing
