@@ -63,6 +63,7 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.schedule
+	$(BIN)/python -m bench.volumes
 	$(BIN)/python -m bench.cost
 	$(BIN)/python -m bench.plan_mix
 	$(BIN)/python -m bench.cost_of_running
