@@ -254,3 +254,32 @@ def test_property_placed_pods_are_in_their_volumes_zone_and_within_attach_limits
         zone = existing.name.removeprefix("n-")
         assert all(zone_of[pod] in ("", zone) for pod in existing.pods), existing
         assert sum(volumes_of[pod] for pod in existing.pods) <= limits[existing.name], existing
+    for claim in result.node_claims:
+        assert sum(volumes_of[pod] for pod in claim.pods) <= 26, claim  # the Nitro EBS default
+
+
+def test_a_new_node_takes_no_more_ebs_volumes_than_the_driver_attaches_to_its_type() -> None:
+    """The EBS CSI driver's default on Nitro types: 28 shared slots less the primary ENI and
+    the root volume. 30 tiny pods with one EBS volume each need two new nodes, not one."""
+    objects: list[dict[str, Any]] = [storage_class()]
+    for index in range(30):
+        objects += [claim_pod(f"db-{index}", f"data-{index}", cpu="10m", memory="16Mi"), pvc(f"data-{index}", volume=f"pv-{index}"), pv(f"pv-{index}", "us-east-1a")]
+    result = plan(*objects)
+    assert not result.unschedulable
+    assert sorted(len(claim.pods) for claim in result.node_claims) == [4, 26]
+    assert all(claim.zones == ("us-east-1a",) for claim in result.node_claims)
+
+
+def test_ebs_attach_limit_by_hypervisor_and_instance_store() -> None:
+    from joiner.domain.model import InstanceType
+    from joiner.domain.requirements import Requirements
+    from joiner.domain.resources import Resources
+    from joiner.domain.volumes import ebs_attach_limit
+
+    def instance(**labels: str) -> InstanceType:
+        return InstanceType("x", Resources(), Resources(), Requirements.from_labels(labels), ())
+
+    assert ebs_attach_limit(instance(**{wk.INSTANCE_HYPERVISOR: "nitro"})) == 26
+    assert ebs_attach_limit(instance(**{wk.INSTANCE_HYPERVISOR: "nitro", wk.INSTANCE_LOCAL_NVME: "75"})) == 25
+    assert ebs_attach_limit(instance(**{wk.INSTANCE_HYPERVISOR: "xen"})) == 39
+    assert ebs_attach_limit(instance()) == 26

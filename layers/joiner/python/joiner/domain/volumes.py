@@ -13,8 +13,9 @@ Karpenter's rules (``volumetopology.go``, ``volumeusage.go``), read for the fact
 * ``topology.ebs.csi.aws.com/zone`` (older EBS CSI driver versions) means the node's zone;
   the driver labels every node with it, so it is read as ``topology.kubernetes.io/zone``;
 * an existing node's CSINode states how many volumes each driver may still attach; a pod
-  whose volumes would exceed it does not go there. New nodes are not limited (Karpenter does
-  the same: the limit is known only once the driver runs on the node).
+  whose volumes would exceed it does not go there. A new node's EBS limit is the driver's
+  default for its instance type (:func:`ebs_attach_limit`; Karpenter leaves new nodes
+  unlimited, and a StatefulSet's pods then pile onto a node that cannot attach their volumes).
 
 Pure: the snapshot's objects in, pods with narrowed requirements and reasons out.
 """
@@ -27,13 +28,15 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from joiner.domain import labels as wk
-from joiner.domain.model import CSINode, Node, PersistentVolume, PersistentVolumeClaim, Pod, StorageClass
+from joiner.domain.model import CSINode, InstanceType, Node, PersistentVolume, PersistentVolumeClaim, Pod, StorageClass
 from joiner.domain.requirements import Requirement, Requirements
 
 __all__ = [
+    "EBS_CSI_DRIVER",
     "EBS_CSI_ZONE",
     "VolumeTopology",
     "apply_volumes",
+    "ebs_attach_limit",
     "parse_csi_node",
     "parse_persistent_volume",
     "parse_persistent_volume_claim",
@@ -44,9 +47,27 @@ EBS_CSI_ZONE = "topology.ebs.csi.aws.com/zone"
 _KEY_ALIASES = {EBS_CSI_ZONE: wk.ZONE}
 #: In-tree EBS volumes (``awsElasticBlockStore``) count against the EBS CSI driver's limit.
 EBS_CSI_DRIVER = "ebs.csi.aws.com"
+#: Nitro instances share 28 attachment slots between EBS volumes, ENIs and NVMe instance
+#: store; the primary ENI and the root volume take one each.
+NITRO_ATTACHMENTS = 28
+#: Xen instances: the Kubernetes default EBS limit.
+XEN_EBS_LIMIT = 39
 #: Set by the PV controller once a claim and its volume are bound both ways; kube-scheduler
 #: treats a claim naming a volume without it as not bound yet.
 _BIND_COMPLETED = "pv.kubernetes.io/bind-completed"
+
+
+def ebs_attach_limit(instance_type: InstanceType) -> int:
+    """EBS volumes a new node of ``instance_type`` can attach, the EBS CSI driver's default:
+    Xen instances 39; Nitro (and bare metal) 28 shared slots less the primary ENI and the root
+    volume, and one more when it has NVMe instance store (the catalog knows its size, not its
+    disk count)."""
+    hypervisor = instance_type.requirements.get(wk.INSTANCE_HYPERVISOR)
+    if hypervisor is not None and not hypervisor.complement and hypervisor.values == frozenset({"xen"}):
+        return XEN_EBS_LIMIT
+    local = instance_type.requirements.get(wk.INSTANCE_LOCAL_NVME)
+    has_disks = local is not None and not local.complement and bool(local.values - {"", "0"})
+    return NITRO_ATTACHMENTS - 2 - (1 if has_disks else 0)
 
 
 def _fields(ref: str) -> Any:

@@ -41,6 +41,7 @@ from joiner.domain.scheduling.topology import (
     resolve_namespaces,
 )
 from joiner.domain.scheduling.variants import PodSpec, RelaxState, Variant, effective_selector, spec_signature
+from joiner.domain.volumes import EBS_CSI_DRIVER, ebs_attach_limit
 
 __all__ = ["Engine", "Target", "Entry"]
 
@@ -144,6 +145,9 @@ class Engine:
         self.unschedulable: list[Entry] = []
         self._entry_ids = 0
         self._build_specs()
+        #: Some pod attaches volumes: new claims get their EBS attach limit.
+        self._has_volumes = any(spec.volumes for spec in self.specs.values())
+        self._ebs_limits: dict[int, int] = {}
         self._build_fixed_targets()
         self._build_topology()
 
@@ -366,9 +370,13 @@ class Engine:
         return variant
 
     def is_free(self, spec: PodSpec) -> bool:
-        """Pods no topology term involves: the cost packer may place them anywhere."""
+        """Pods no topology term involves and that attach no volumes: the cost packer may place
+        them anywhere."""
         variant = spec.variant(_ROOT)
-        return not spec.has_pod_constraints and not variant.selected_by and not variant.groups and len(spec.required_terms) <= 1
+        return (
+            not spec.has_pod_constraints and not variant.selected_by and not variant.groups and len(spec.required_terms) <= 1
+            and not spec.volumes  # attach limits are per node: the cost packer does not track them
+        )
 
     # ------------------------------------------------------------------ topology
 
@@ -772,6 +780,13 @@ class Engine:
         target.used = [0] * self.ndims
         target.taints = pool.taints
         target.ports = list(pool.daemon_ports)
+        if self._has_volumes:
+            limit = self._ebs_limits.get(pool.index)
+            if limit is None:
+                # The claim's type is chosen later: the pool's smallest EBS limit holds for any.
+                limit = min((ebs_attach_limit(pt.instance_type) for pt in pool.types), default=0)
+                self._ebs_limits[pool.index] = limit
+            target.volume_free = {EBS_CSI_DRIVER: limit}
         return target
 
     def _skip_index(self, table: dict, key: object) -> SkipIndex:  # type: ignore[type-arg]
