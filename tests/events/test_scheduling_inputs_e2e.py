@@ -4,11 +4,23 @@ launches where the pod's volume is; claims on moto."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tests.events.world import World
 
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")
+
+
+def pending_pod_with_claim(name: str, claim: str) -> dict[str, Any]:
+    """A pending, Unschedulable pod of one CPU mounting the persistent volume claim ``claim``."""
+    return {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
+        "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "1"}}}],
+                 "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]},
+        "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]},
+    }
 
 
 def test_a_statefulset_pod_on_a_zonal_volume_gets_its_node_in_the_volume_zone(world: World) -> None:
@@ -28,12 +40,7 @@ def test_a_statefulset_pod_on_a_zonal_volume_gets_its_node_in_the_volume_zone(wo
                           "name": "data-db-0", "namespace": "default", "annotations": {"pv.kubernetes.io/bind-completed": "yes"}},
                           "spec": {"storageClassName": "gp3", "volumeName": "pv-db-0", "accessModes": ["ReadWriteOnce"],
                                    "resources": {"requests": {"storage": "10Gi"}}}})
-    world.emulator.apply({
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "db-0", "namespace": "default", "uid": "uid-db-0"},
-        "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "1"}}}],
-                 "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data-db-0"}}]},
-        "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]},
-    })
+    world.emulator.apply(pending_pod_with_claim("db-0", "data-db-0"))
     assert run_scanner(world.runtime, "economy").rounds == 1
     (claim,) = [c for c in world.runtime.state.open_claims() if "default/db-0" in c.pods]
     assert claim.zone == "us-east-1b"
@@ -81,12 +88,7 @@ def test_without_access_to_volume_objects_pods_are_still_planned_and_the_gap_cou
     from joiner.services.provisioning import run_scanner
 
     world.emulator.fail_next("GET", r"/api/v1/persistentvolumeclaims", status=403, times=10)
-    world.emulator.apply({
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "db-0", "namespace": "default", "uid": "uid-db-0"},
-        "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "1"}}}],
-                 "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data-db-0"}}]},
-        "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]},
-    })
+    world.emulator.apply(pending_pod_with_claim("db-0", "data-db-0"))
     assert run_scanner(world.runtime, "economy").rounds == 1
     assert [c for c in world.runtime.state.open_claims() if "default/db-0" in c.pods]
     assert world.metrics.total("VolumeTopologyUnavailable") == 1
