@@ -7,11 +7,19 @@ allocatable for the default kubelet settings), with the usual EKS DaemonSets:
 - ``batch``: CPU-bound jobs (1000 pods);
 - ``memory``: memory-heavy services (400 pods);
 - ``gpu``: GPU inference plus CPU sidecar services on a GPU NodePool (200 pods);
-- ``mixed``: web and memory-heavy together (500 pods).
+- ``mixed``: web and memory-heavy together (500 pods);
+- ``shapes``: 5,000 pods of 340 shapes, 30% arm64-only, 30% amd64-only, 40% either, on 84
+  real instance types of both architectures (:mod:`bench.workloads`); ``shapes-20k`` the
+  same with 20,000 pods;
+- ``arch``: 1,000 pods of 40 shapes with the same architecture mix;
+- ``two-shapes``: 1,000 pods, half 3.5 vCPU / 1 GiB, half 250m / 7 GiB;
+- ``tiny``: 3,000 pods of 50m / 64Mi.
 
 ``python -m bench.cost`` prints one JSON object per workload:
 ``{"bench":"cost","workload":W,"pods":N,"cost":C,"ffd_cost":F,"lp_bound":L,"ratio":C/L,
-"whole_pod_bound":B,"whole_pod_ratio":C/B}``.
+"whole_pod_bound":B,"whole_pod_ratio":C/B,"plan_seconds":S}`` (``python -m bench.cost
+shapes arch`` runs some). ``plan_seconds`` is the solve (optimised plan and FFD baseline)
+on pods already in memory; ``bench.schedule`` times parsing.
 
 ``lp_bound`` is the covering LP's continuous relaxation (a pod's CPU and memory may be
 split across instance types). ``whole_pod_bound`` keeps every pod whole and on one type
@@ -24,7 +32,9 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 
+from bench.workloads import FAMILIES, realistic_pods, tiny_pods, two_shape_pods
 from joiner.domain import labels as wk
 from joiner.domain.catalog import load_bundled_catalog
 from joiner.domain.model import DaemonSet, NodePool, Pod, Toleration
@@ -34,7 +44,7 @@ from joiner.domain.scheduling import SchedulingProblem
 from joiner.domain.scheduling.lp_bound import lp_lower_bound, whole_pod_lower_bound
 from joiner.domain.scheduling.solver import solve_with_baseline
 
-__all__ = ["WORKLOADS", "workload_problem", "main"]
+__all__ = ["WORKLOADS", "GENERATED", "workload_problem", "main"]
 
 MI = 2**20 * 1000
 GI = 2**30 * 1000
@@ -64,6 +74,11 @@ def _daemonsets() -> tuple[DaemonSet, ...]:
 
 
 def _pool(kind: str) -> NodePool:
+    if kind == "realistic":
+        return NodePool("default", Requirements([
+            Requirement.create(wk.CAPACITY_TYPE, "In", ["on-demand"]), Requirement.create(wk.ARCH, "In", ["amd64", "arm64"]),
+            Requirement.create(wk.INSTANCE_FAMILY, "In", list(FAMILIES)),
+        ]))
     base = [Requirement.create(wk.CAPACITY_TYPE, "In", ["on-demand"]), Requirement.create(wk.ARCH, "In", ["amd64"])]
     if kind == "gpu":
         base.append(Requirement.create(wk.INSTANCE_GPU_COUNT, "Exists"))
@@ -73,9 +88,26 @@ def _pool(kind: str) -> NodePool:
     return NodePool("default", Requirements(base))
 
 
+#: name -> (pool kind, pods)
+GENERATED: dict[str, tuple[str, Callable[[], tuple[Pod, ...]]]] = {
+    "shapes": ("realistic", lambda: realistic_pods(5000)),
+    "shapes-20k": ("realistic", lambda: realistic_pods(20000)),
+    "arch": ("realistic", lambda: realistic_pods(1000, shapes=40, seed=7)),
+    "two-shapes": ("general", lambda: two_shape_pods(1000)),
+    "tiny": ("general", lambda: tiny_pods(3000)),
+}
+
+#: Workloads ``python -m bench.cost`` runs by default (``shapes-20k`` only when named).
+DEFAULT = [*WORKLOADS, "shapes", "arch", "two-shapes", "tiny"]
+
+
 def workload_problem(name: str, catalog=None) -> SchedulingProblem:
-    kind, groups = WORKLOADS[name]
     catalog = catalog or load_bundled_catalog()
+    if name in GENERATED:
+        kind, make = GENERATED[name]
+        pool = _pool(kind)
+        return SchedulingProblem(pending=make(), daemonsets=_daemonsets(), node_pools=(pool,), instance_types={pool.name: catalog.instance_types()})
+    kind, groups = WORKLOADS[name]
     pool = _pool(kind)
     pods = []
     for group, (count, cpu, memory, gpus) in enumerate(groups):
@@ -94,7 +126,7 @@ def workload_problem(name: str, catalog=None) -> SchedulingProblem:
 
 
 def main(argv: list[str] | None = None) -> int:
-    names = (argv if argv is not None else sys.argv[1:]) or list(WORKLOADS)
+    names = (argv if argv is not None else sys.argv[1:]) or DEFAULT
     catalog = load_bundled_catalog()
     for name in names:
         problem = workload_problem(name, catalog)
@@ -112,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
             "bench": "cost", "workload": name, "pods": len(problem.pending), "cost": round(cost, 4), "ffd_cost": round(baseline.cost_per_hour, 4),
             "lp_bound": round(bound, 4), "ratio": round(cost / bound, 4) if bound > 0 else None,
             "whole_pod_bound": round(whole, 4), "whole_pod_ratio": round(cost / whole, 4) if whole > 0 else None,
-            "nodes": len(plan.node_claims), "ffd_nodes": len(baseline.node_claims), "unschedulable": len(plan.unschedulable), "seconds": round(seconds, 3),
+            "nodes": len(plan.node_claims), "ffd_nodes": len(baseline.node_claims), "unschedulable": len(plan.unschedulable), "seconds": round(seconds, 3), "plan_seconds": round(seconds, 3),
         }), flush=True)
     return 0
 
