@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from heapq import heapify, heappop, heapreplace
 
 from joiner.domain.scheduling.lp import CoveringSolution, IncrementalCoveringLP, maximize_packing, solve_covering_lp
 
@@ -107,6 +108,11 @@ class _Packer:
         self.by_price = sorted(self.usable, key=lambda t: (self.types[t].price, t))
         self.lp_columns = self._per_dollar_frontier()
         self.cg_budget = _CG_BUDGET
+        self._scaled: dict[int, list[tuple[float, ...]]] = {}
+        #: Per item, how often its remaining count changed; the aligned fill of each type
+        #: with the versions of the items it took (still valid while they are unchanged).
+        self._versions = [0] * len(self.sizes)
+        self._aligned: dict[int, tuple[dict[int, int], list[tuple[int, int]]]] = {}
 
     # ---------------------------------------------------------------- helpers
 
@@ -180,6 +186,7 @@ class _Packer:
         used = [0] * self.ndims
         for i, n in fill.items():
             self.remaining[i] -= n
+            self._versions[i] += 1
             size = self.sizes[i]
             for d in range(self.ndims):
                 used[d] += n * size[d]
@@ -212,39 +219,74 @@ class _Packer:
                     used[d] += n * size[d]
         return fill
 
+    def _fill_aligned_cached(self, t: int, active: list[int]) -> dict[int, int]:
+        """:meth:`_fill_aligned` over every item with items left (in index order), reused
+        while the remaining counts of the items it took are unchanged: an item it did not
+        take never reached the top of its heap while fitting, so fewer of it changes
+        nothing."""
+        cached = self._aligned.get(t)
+        versions = self._versions
+        if cached is not None and all(versions[i] == v for i, v in cached[1]):
+            return dict(cached[0])
+        fill = self._fill_aligned(t, active)
+        self._aligned[t] = (fill, [(i, versions[i]) for i in fill])
+        return dict(fill)
+
     def _fill_aligned(self, t: int, active: list[int]) -> dict[int, int]:
         """Greedy by alignment of an item's size with the bin's free capacity (the
-        dot-product heuristic for vector packing), in geometric chunks."""
+        dot-product heuristic for vector packing), in geometric chunks.
+
+        The free room only shrinks, so an item's score only falls: a heap of scores from
+        earlier steps bounds every item's current one, and only the top is re-scored
+        (lazy evaluation); an item that no longer fits is dropped for good. Each step
+        costs a few heap operations instead of a pass over every item group."""
         capacity = self.types[t].capacity
-        scale = [1.0 / c if c > 0 else 0.0 for c in capacity]
-        used = [0] * self.ndims
-        left = {i: self.remaining[i] for i in active}
+        scaled = self._scaled.get(t)
+        if scaled is None:
+            scale = [1.0 / c if c > 0 else 0.0 for c in capacity]
+            scaled = [tuple(s * k for s, k in zip(size, scale)) for size in self.sizes]
+            self._scaled[t] = scaled
+        inverse = [1.0 / c if c > 0 else 0.0 for c in capacity]
+        room = list(capacity)
+        sizes = self.sizes
+        remaining = self.remaining
+        left = {i: remaining[i] for i in active if remaining[i]}
+        # (-score, position in the caller's order, item): ties go to the earlier item.
+        heap = [(-sum(scaled[i]), position, i) for position, i in enumerate(active) if remaining[i]]
+        heapify(heap)
         fill: dict[int, int] = {}
-        while True:
-            best = -1
-            best_score = 0.0
-            best_fit = 0
-            free = [(c - u) * k for c, u, k in zip(capacity, used, scale)]
-            for i, available in left.items():
-                if not available:
+        while heap:
+            negative, position, i = heap[0]
+            size = sizes[i]
+            most = left[i]
+            for r, s in zip(room, size):
+                if s:
+                    q = r // s
+                    if q < most:
+                        most = q
+                        if most <= 0:
+                            break
+                elif r < 0:
+                    most = 0
+                    break
+            if most <= 0:
+                heappop(heap)
+                continue
+            score = 0.0
+            for a, r, k in zip(scaled[i], room, inverse):
+                score += a * r * k
+            if score < -negative - 1e-12:
+                heapreplace(heap, (-score, position, i))
+                if heap[0][2] != i:
                     continue
-                size = self.sizes[i]
-                n = _max_count(capacity, used, size, available)
-                if n <= 0:
-                    continue
-                score = 0.0
-                for d in range(self.ndims):
-                    score += size[d] * scale[d] * free[d]
-                if best < 0 or score > best_score:
-                    best, best_score, best_fit = i, score, n
-            if best < 0:
-                return fill
-            n = best_fit if best_fit <= 2 else (best_fit + 1) // 2
-            fill[best] = fill.get(best, 0) + n
-            left[best] -= n
-            size = self.sizes[best]
+            n = most if most <= 2 else (most + 1) // 2
+            fill[i] = fill.get(i, 0) + n
+            left[i] -= n
+            if not left[i]:
+                heappop(heap)
             for d in range(self.ndims):
-                used[d] += n * size[d]
+                room[d] -= n * size[d]
+        return fill
 
     def _knapsack(self, t: int, prices: Sequence[float], counts: Sequence[int], order: Sequence[int]) -> dict[int, int]:
         """The fractional-knapsack optimum for one bin of ``t`` at item ``prices``,
@@ -293,7 +335,7 @@ class _Packer:
             if best is not None and -negative_upper < -best[0] - 1e-12:
                 break
             price = -negative_price
-            fills = [self._fill_by_value(t, order), self._fill_aligned(t, active)]
+            fills = [self._fill_by_value(t, order), self._fill_aligned_cached(t, active)]
             if 1 < len(active) <= _LP_FILL_MAX_ITEMS:
                 fills.append(self._knapsack(t, values, self.remaining, order))
             for fill in fills:
@@ -336,6 +378,7 @@ class _Packer:
                     for d in range(self.ndims):
                         b.used[d] += n * size[d]
                     self.remaining[i] -= n
+                    self._versions[i] += 1
             while self.remaining[i]:
                 home = t if _fits(capacity, size) else -1
                 if home >= 0 and self.budget is not None and not _fits(self.budget, self.types[home].limit):
