@@ -43,6 +43,9 @@ __all__ = ["PackType", "Bin", "pack"]
 _MERGE_WINDOW = 40
 #: Types whose fills the greedy evaluates per bin (best upper bound first).
 _GREEDY_CANDIDATES = 24
+#: Above ``_MANY_ITEMS`` item groups the greedy evaluates fewer types per bin.
+_MANY_ITEMS = 100
+_GREEDY_CANDIDATES_MANY = 6
 #: Above this many item groups the fractional-knapsack fill is skipped in the greedy.
 _LP_FILL_MAX_ITEMS = 20
 #: Column generation limits: pricing iterations per solve, new columns per iteration,
@@ -108,7 +111,8 @@ class _Packer:
         self.by_price = sorted(self.usable, key=lambda t: (self.types[t].price, t))
         self.lp_columns = self._per_dollar_frontier()
         self.cg_budget = _CG_BUDGET
-        self._scaled: dict[int, list[tuple[float, ...]]] = {}
+        self.candidates = _GREEDY_CANDIDATES if len(self.sizes) <= _MANY_ITEMS else _GREEDY_CANDIDATES_MANY
+        self._scaled: dict[int, tuple[list[tuple[float, ...]], list[float]]] = {}
         #: Per item, how often its remaining count changed; the aligned fill of each type
         #: with the versions of the items it took (still valid while they are unchanged).
         self._versions = [0] * len(self.sizes)
@@ -241,18 +245,20 @@ class _Packer:
         (lazy evaluation); an item that no longer fits is dropped for good. Each step
         costs a few heap operations instead of a pass over every item group."""
         capacity = self.types[t].capacity
-        scaled = self._scaled.get(t)
-        if scaled is None:
+        cached = self._scaled.get(t)
+        if cached is None:
             scale = [1.0 / c if c > 0 else 0.0 for c in capacity]
-            scaled = [tuple(s * k for s, k in zip(size, scale)) for size in self.sizes]
-            self._scaled[t] = scaled
+            vectors = [tuple(s * k for s, k in zip(size, scale)) for size in self.sizes]
+            cached = (vectors, [-sum(v) for v in vectors])
+            self._scaled[t] = cached
+        scaled, initial = cached
         inverse = [1.0 / c if c > 0 else 0.0 for c in capacity]
         room = list(capacity)
         sizes = self.sizes
         remaining = self.remaining
         left = {i: remaining[i] for i in active if remaining[i]}
         # (-score, position in the caller's order, item): ties go to the earlier item.
-        heap = [(-sum(scaled[i]), position, i) for position, i in enumerate(active) if remaining[i]]
+        heap = [(initial[i], position, i) for position, i in enumerate(active) if remaining[i]]
         heapify(heap)
         fill: dict[int, int] = {}
         while heap:
@@ -331,7 +337,7 @@ class _Packer:
         ranked.sort()
         best: tuple[float, float, int] | None = None
         best_fill: dict[int, int] = {}
-        for negative_upper, negative_price, t in ranked[:_GREEDY_CANDIDATES]:
+        for negative_upper, negative_price, t in ranked[:self.candidates]:
             if best is not None and -negative_upper < -best[0] - 1e-12:
                 break
             price = -negative_price
