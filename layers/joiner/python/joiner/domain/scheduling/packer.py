@@ -630,7 +630,8 @@ def _best_packing(sizes: Sequence[tuple[int, ...]], counts: Sequence[int], types
     """The cheapest result of the strategies (the fixed-type first-fit runs only when
     ``fixed``)."""
     results = []
-    for blend in (False, True):
+    # Many item groups: the duals alone (the blend rarely wins there and costs a greedy run).
+    for blend in (False, True) if len(sizes) <= _MANY_ITEMS else (False,):
         greedy = _Packer(sizes, counts, types, budget, blend)
         greedy.run_greedy()
         results.append(greedy)
