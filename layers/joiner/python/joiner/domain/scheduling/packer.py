@@ -56,6 +56,8 @@ _CG_ROUNDS = 20
 _CG_MAX_ITEMS = 40
 _CG_MAX_PRICING_TYPES = 40
 _CG_BUDGET = 120
+#: LP solves of a neighbourhood's sub-packing (a few bins' items).
+_CG_BUDGET_SUB = 30
 #: Neighbourhood re-packing: sub-packings per call, bins per neighbourhood, and the
 #: least waste (share of the neighbourhood's price) worth a sub-packing.
 _LNS_REPACKS = 3
@@ -637,6 +639,8 @@ def _best_packing(sizes: Sequence[tuple[int, ...]], counts: Sequence[int], types
         results.append(greedy)
     if len(sizes) <= _CG_MAX_ITEMS:
         patterns = _Packer(sizes, counts, types, budget)
+        if not fixed:
+            patterns.cg_budget = _CG_BUDGET_SUB
         patterns.run_patterns()
         results.append(patterns)
     if fixed:
