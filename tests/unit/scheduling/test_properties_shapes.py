@@ -66,3 +66,23 @@ def test_every_pod_lands_on_a_claim_that_fits_it_and_allows_its_architecture(pro
 @given(problems())
 def test_the_plan_never_costs_more_than_first_fit_decreasing(problem: SchedulingProblem) -> None:
     assert solve(problem).cost_per_hour <= ffd_cost(problem) + 1e-9
+
+
+@st.composite
+def many_shapes(draw: st.DrawFn) -> SchedulingProblem:
+    """Over 100 distinct shapes in one class: the packer's many-groups path (fewer
+    candidate types per bin, no blended greedy)."""
+    shapes = draw(st.lists(st.tuples(st.integers(1, 60), st.integers(1, 120)), min_size=110, max_size=160, unique=True))
+    extra = draw(st.lists(st.sampled_from(shapes), max_size=80))
+    pods = [pod(f"p{index:03d}", f"{cpu * 50}m", f"{memory * 64}Mi", labels={"app": f"a{cpu}-{memory}"}) for index, (cpu, memory) in enumerate(shapes + extra)]
+    pools = (node_pool(requirements=[req(wk.ARCH, "In", "amd64", "arm64")]),)
+    return SchedulingProblem(pending=tuple(pods), node_pools=pools, instance_types={"default": TYPES})
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(many_shapes())
+def test_many_shapes_plans_are_feasible_and_never_above_first_fit_decreasing(problem: SchedulingProblem) -> None:
+    plan = solve(problem)
+    check_plan(problem, plan)
+    assert not plan.unschedulable
+    assert plan.cost_per_hour <= ffd_cost(problem) + 1e-9
