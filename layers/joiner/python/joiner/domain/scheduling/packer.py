@@ -45,7 +45,9 @@ _MERGE_WINDOW = 40
 _GREEDY_CANDIDATES = 24
 #: Above ``_MANY_ITEMS`` item groups the greedy evaluates fewer types per bin.
 _MANY_ITEMS = 100
-_GREEDY_CANDIDATES_MANY = 6
+_GREEDY_CANDIDATES_MANY = 8
+#: Above this many item groups only the dual-priced greedy runs (not the blended one).
+_BLEND_MAX_ITEMS = 100
 #: Above this many item groups the fractional-knapsack fill is skipped in the greedy.
 _LP_FILL_MAX_ITEMS = 20
 #: Column generation limits: pricing iterations per solve, new columns per iteration,
@@ -633,7 +635,7 @@ def _best_packing(sizes: Sequence[tuple[int, ...]], counts: Sequence[int], types
     ``fixed``)."""
     results = []
     # Many item groups: the duals alone (the blend rarely wins there and costs a greedy run).
-    for blend in (False, True) if len(sizes) <= _MANY_ITEMS else (False,):
+    for blend in (False, True) if len(sizes) <= _BLEND_MAX_ITEMS else (False,):
         greedy = _Packer(sizes, counts, types, budget, blend)
         greedy.run_greedy()
         results.append(greedy)
