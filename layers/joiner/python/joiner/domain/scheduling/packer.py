@@ -45,9 +45,9 @@ _MERGE_WINDOW = 40
 _GREEDY_CANDIDATES = 24
 #: Above ``_MANY_ITEMS`` item groups the greedy evaluates fewer types per bin.
 _MANY_ITEMS = 100
-_GREEDY_CANDIDATES_MANY = 8
-#: Above this many item groups only the dual-priced greedy runs (not the blended one).
-_BLEND_MAX_ITEMS = 100
+#: (blended prices, candidate types) of the greedy runs above ``_MANY_ITEMS`` groups: two
+#: narrow runs cost less than one of 24 types and their better plan is as cheap or cheaper.
+_MANY_ITEMS_RUNS = ((False, 6), (False, 8))
 #: Above this many item groups the fractional-knapsack fill is skipped in the greedy.
 _LP_FILL_MAX_ITEMS = 20
 #: Column generation limits: pricing iterations per solve, new columns per iteration,
@@ -115,7 +115,7 @@ class _Packer:
         self.by_price = sorted(self.usable, key=lambda t: (self.types[t].price, t))
         self.lp_columns = self._per_dollar_frontier()
         self.cg_budget = _CG_BUDGET
-        self.candidates = _GREEDY_CANDIDATES if len(self.sizes) <= _MANY_ITEMS else _GREEDY_CANDIDATES_MANY
+        self.candidates = _GREEDY_CANDIDATES
         self._scaled: dict[int, tuple[list[tuple[float, ...]], list[float]]] = {}
         #: Per item, how often its remaining count changed; the aligned fill of each type
         #: with the versions of the items it took (still valid while they are unchanged).
@@ -635,8 +635,10 @@ def _best_packing(sizes: Sequence[tuple[int, ...]], counts: Sequence[int], types
     ``fixed``)."""
     results = []
     # Many item groups: the duals alone (the blend rarely wins there and costs a greedy run).
-    for blend in (False, True) if len(sizes) <= _BLEND_MAX_ITEMS else (False,):
+    runs = ((False, _GREEDY_CANDIDATES), (True, _GREEDY_CANDIDATES)) if len(sizes) <= _MANY_ITEMS else _MANY_ITEMS_RUNS
+    for blend, candidates in runs:
         greedy = _Packer(sizes, counts, types, budget, blend)
+        greedy.candidates = candidates
         greedy.run_greedy()
         results.append(greedy)
     if len(sizes) <= _CG_MAX_ITEMS:
