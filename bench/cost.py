@@ -8,16 +8,18 @@ allocatable for the default kubelet settings), with the usual EKS DaemonSets:
 - ``memory``: memory-heavy services (400 pods);
 - ``gpu``: GPU inference plus CPU sidecar services on a GPU NodePool (200 pods);
 - ``mixed``: web and memory-heavy together (500 pods);
-- ``arch-mix``: a third arm64-only, a third amd64-only, a third architecture-free, on a
-  NodePool allowing both architectures (600 pods);
-- ``two-shapes``: CPU-heavy and memory-heavy pods whose best packing fills memory tight
-  (600 pods);
-- ``tiny``: 50m / 64Mi pods (3000 pods);
-- ``many-shapes``: 340 distinct (cpu, memory) shapes, log-normal (1000 pods).
+- ``shapes``: 5,000 pods of 340 shapes, 30% arm64-only, 30% amd64-only, 40% either, on 84
+  real instance types of both architectures (:mod:`bench.workloads`); ``shapes-20k`` the
+  same with 20,000 pods;
+- ``arch``: 1,000 pods of 40 shapes with the same architecture mix;
+- ``two-shapes``: 1,000 pods, half 3.5 vCPU / 1 GiB, half 250m / 7 GiB;
+- ``tiny``: 3,000 pods of 50m / 64Mi.
 
 ``python -m bench.cost`` prints one JSON object per workload:
 ``{"bench":"cost","workload":W,"pods":N,"cost":C,"ffd_cost":F,"lp_bound":L,"ratio":C/L,
-"whole_pod_bound":B,"whole_pod_ratio":C/B}``.
+"whole_pod_bound":B,"whole_pod_ratio":C/B,"plan_seconds":S}`` (``python -m bench.cost
+shapes arch`` runs some). ``plan_seconds`` is the solve (optimised plan and FFD baseline)
+on pods already in memory; ``bench.schedule`` times parsing.
 
 ``lp_bound`` is the covering LP's continuous relaxation (a pod's CPU and memory may be
 split across instance types). ``whole_pod_bound`` keeps every pod whole and on one type
@@ -30,7 +32,9 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 
+from bench.workloads import FAMILIES, realistic_pods, tiny_pods, two_shape_pods
 from joiner.domain import labels as wk
 from joiner.domain.catalog import load_bundled_catalog
 from joiner.domain.model import DaemonSet, NodePool, Pod, Toleration
@@ -40,7 +44,7 @@ from joiner.domain.scheduling import SchedulingProblem
 from joiner.domain.scheduling.lp_bound import lp_lower_bound, whole_pod_lower_bound
 from joiner.domain.scheduling.solver import solve_with_baseline
 
-__all__ = ["WORKLOADS", "workload_problem", "main"]
+__all__ = ["WORKLOADS", "GENERATED", "workload_problem", "main"]
 
 MI = 2**20 * 1000
 GI = 2**30 * 1000
@@ -52,10 +56,6 @@ WORKLOADS: dict[str, tuple[str, list[tuple[int, int, int, int]]]] = {
     "memory": ("general", [(200, 500, 8 * GI, 0), (100, 1000, 16 * GI, 0), (50, 2000, 32 * GI, 0), (50, 250, 4 * GI, 0)]),
     "gpu": ("gpu", [(100, 4000, 16 * GI, 1), (40, 8000, 32 * GI, 1), (60, 500, 1 * GI, 0)]),
     "mixed": ("general", [(150, 250, 512 * MI, 0), (100, 500, 1 * GI, 0), (100, 1000, 2 * GI, 0), (100, 500, 8 * GI, 0), (50, 1000, 16 * GI, 0)]),
-    "arch-mix": ("multiarch", [(200, 500, 1 * GI, 0), (200, 1000, 2 * GI, 0), (200, 250, 512 * MI, 0)]),
-    "two-shapes": ("general", [(300, 1000, 1 * GI, 0), (300, 250, 7 * GI, 0)]),
-    "tiny": ("general", [(3000, 50, 64 * MI, 0)]),
-    "many-shapes": ("general", []),
 }
 
 #: Seconds HiGHS may spend on each workload's whole-pod bound.
@@ -74,10 +74,10 @@ def _daemonsets() -> tuple[DaemonSet, ...]:
 
 
 def _pool(kind: str) -> NodePool:
-    if kind == "multiarch":
+    if kind == "realistic":
         return NodePool("default", Requirements([
-            Requirement.create(wk.CAPACITY_TYPE, "In", ["on-demand"]), Requirement.create(wk.INSTANCE_CATEGORY, "In", ["c", "m", "r"]),
-            Requirement.create(wk.INSTANCE_GENERATION, "Gt", ["5"]),
+            Requirement.create(wk.CAPACITY_TYPE, "In", ["on-demand"]), Requirement.create(wk.ARCH, "In", ["amd64", "arm64"]),
+            Requirement.create(wk.INSTANCE_FAMILY, "In", list(FAMILIES)),
         ]))
     base = [Requirement.create(wk.CAPACITY_TYPE, "In", ["on-demand"]), Requirement.create(wk.ARCH, "In", ["amd64"])]
     if kind == "gpu":
@@ -88,21 +88,27 @@ def _pool(kind: str) -> NodePool:
     return NodePool("default", Requirements(base))
 
 
-def workload_problem(name: str, catalog=None) -> SchedulingProblem:
-    kind, groups = WORKLOADS[name]
-    catalog = catalog or load_bundled_catalog()
-    pool = _pool(kind)
-    if name == "many-shapes":
-        import random
+#: name -> (pool kind, pods)
+GENERATED: dict[str, tuple[str, Callable[[], tuple[Pod, ...]]]] = {
+    "shapes": ("realistic", lambda: realistic_pods(5000)),
+    "shapes-20k": ("realistic", lambda: realistic_pods(20000)),
+    "arch": ("realistic", lambda: realistic_pods(1000, shapes=40, seed=7)),
+    "two-shapes": ("general", lambda: two_shape_pods(1000)),
+    "tiny": ("general", lambda: tiny_pods(3000)),
+}
 
-        rng = random.Random(7)
-        shapes: set[tuple[int, int]] = set()
-        while len(shapes) < 340:
-            shapes.add((min(7000, max(50, int(round(rng.lognormvariate(6.2, 0.9) / 10) * 10))),
-                        min(28000, max(64, int(round(rng.lognormvariate(6.9, 0.9) / 16) * 16)))))
-        ordered = sorted(shapes)
-        drawn = [ordered[rng.randrange(len(ordered))] for _ in range(1000)]
-        groups = [(1, cpu, memory * MI, 0) for cpu, memory in drawn]
+#: Workloads ``python -m bench.cost`` runs by default (``shapes-20k`` only when named).
+DEFAULT = [*WORKLOADS, "shapes", "arch", "two-shapes", "tiny"]
+
+
+def workload_problem(name: str, catalog=None) -> SchedulingProblem:
+    catalog = catalog or load_bundled_catalog()
+    if name in GENERATED:
+        kind, make = GENERATED[name]
+        pool = _pool(kind)
+        return SchedulingProblem(pending=make(), daemonsets=_daemonsets(), node_pools=(pool,), instance_types={pool.name: catalog.instance_types()})
+    kind, groups = WORKLOADS[name]
+    pool = _pool(kind)
     pods = []
     for group, (count, cpu, memory, gpus) in enumerate(groups):
         for i in range(count):
@@ -110,11 +116,7 @@ def workload_problem(name: str, catalog=None) -> SchedulingProblem:
             if gpus:
                 requests["nvidia.com/gpu"] = gpus * 1000
             tolerations = (GPU_TOLERATION,) if kind == "gpu" else ()
-            selector = Requirements()
-            if kind == "multiarch" and group < 2:
-                selector = Requirements([Requirement.create(wk.ARCH, "In", ["arm64" if group == 0 else "amd64"])])
-            pods.append(Pod(name, f"{name}-{group}-{i:04d}", uid=f"{name}-{group}-{i}", labels={"app": f"{name}-{group}"}, requests=Resources(requests),
-                            tolerations=tolerations, node_selector=selector))
+            pods.append(Pod(name, f"{name}-{group}-{i:04d}", uid=f"{name}-{group}-{i}", labels={"app": f"{name}-{group}"}, requests=Resources(requests), tolerations=tolerations))
     return SchedulingProblem(
         pending=tuple(pods),
         daemonsets=_daemonsets(),
@@ -124,7 +126,7 @@ def workload_problem(name: str, catalog=None) -> SchedulingProblem:
 
 
 def main(argv: list[str] | None = None) -> int:
-    names = (argv if argv is not None else sys.argv[1:]) or list(WORKLOADS)
+    names = (argv if argv is not None else sys.argv[1:]) or DEFAULT
     catalog = load_bundled_catalog()
     for name in names:
         problem = workload_problem(name, catalog)
@@ -142,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
             "bench": "cost", "workload": name, "pods": len(problem.pending), "cost": round(cost, 4), "ffd_cost": round(baseline.cost_per_hour, 4),
             "lp_bound": round(bound, 4), "ratio": round(cost / bound, 4) if bound > 0 else None,
             "whole_pod_bound": round(whole, 4), "whole_pod_ratio": round(cost / whole, 4) if whole > 0 else None,
-            "nodes": len(plan.node_claims), "ffd_nodes": len(baseline.node_claims), "unschedulable": len(plan.unschedulable), "seconds": round(seconds, 3),
+            "nodes": len(plan.node_claims), "ffd_nodes": len(baseline.node_claims), "unschedulable": len(plan.unschedulable), "seconds": round(seconds, 3), "plan_seconds": round(seconds, 3),
         }), flush=True)
     return 0
 

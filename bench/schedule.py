@@ -7,14 +7,26 @@ hostname anti-affinity, with CPU from {100m, 250m, 500m, 1, 1.5} and memory from
 {100Mi, 256Mi, 512Mi, 1Gi, 2Gi, 4Gi} drawn with a fixed seed.
 
 ``python -m bench.schedule [POD_COUNTS...]`` prints one JSON object per pod count:
-``{"bench":"schedule","pods":N,"seconds":S,"pods_per_sec":R,"nodes":K}``.
+``{"bench":"schedule","workload":"karpenter","pods":N,"seconds":S,"pods_per_sec":R,"nodes":K}``.
+
+Realistic rows (``shapes:N``, ``python -m bench.schedule shapes:5000 shapes:20000``) plan N
+pods of 340 distinct (CPU, memory) shapes with an architecture mix on 84 real instance
+types (:mod:`bench.workloads`) the way ``joiner plan`` does: the YAML snapshot is parsed
+(``parse_seconds``), then planned (``plan_seconds``); ``seconds`` is their sum (no launch:
+``joiner plan`` only plans). ``cli:N`` runs ``joiner plan FILE -o json`` in a fresh
+interpreter and reports its wall time (``seconds``, interpreter start and imports
+included) and peak memory (``max_rss_mb``).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
+import resource
+import subprocess
 import sys
+import tempfile
 import time
 
 from joiner.domain import labels as wk
@@ -94,17 +106,69 @@ def benchmark_problem(count: int, instance_types: tuple[InstanceType, ...] | Non
     return SchedulingProblem(pending=benchmark_pods(count), node_pools=(NodePool("default"),), instance_types={"default": types})
 
 
+def bench_shapes(count: int) -> dict[str, object]:
+    """Parse and plan ``count`` realistic pods (340 shapes, architecture mix) in-process."""
+    from bench.workloads import realistic_pods, snapshot_yaml
+    from joiner.domain.catalog import load_bundled_catalog
+    from joiner.domain.planning import plan_snapshot
+    from joiner.domain.snapshot import load_snapshot_yaml
+
+    pods = realistic_pods(count)
+    text = snapshot_yaml(pods)
+    catalog = load_bundled_catalog()
+    start = time.perf_counter()
+    snapshot = load_snapshot_yaml(text)
+    parsed = time.perf_counter()
+    plan = plan_snapshot(snapshot, catalog)
+    done = time.perf_counter()
+    return {
+        "bench": "schedule", "workload": "shapes", "pods": count, "shapes": len({(p.requests["cpu"], p.requests["memory"]) for p in pods}),
+        "parse_seconds": round(parsed - start, 3), "plan_seconds": round(done - parsed, 3), "seconds": round(done - start, 3),
+        "pods_per_sec": round(count / (done - start), 1), "nodes": len(plan.node_claims), "cost": round(plan.cost_per_hour, 4),
+        "unschedulable": len(plan.unschedulable),
+    }
+
+
+def bench_cli(count: int) -> dict[str, object]:
+    """``joiner plan FILE -o json`` end to end in a fresh interpreter."""
+    from bench.workloads import realistic_pods, snapshot_yaml
+
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as handle:
+        handle.write(snapshot_yaml(realistic_pods(count)))
+    try:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        start = time.perf_counter()
+        result = subprocess.run([sys.executable, "-m", "joiner.cli.main", "plan", handle.name, "-o", "json"], capture_output=True, text=True, env=os.environ.copy(), check=True)
+        seconds = time.perf_counter() - start
+        peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    finally:
+        os.unlink(handle.name)
+    plan = json.loads(result.stdout)
+    return {
+        "bench": "schedule", "workload": "cli", "pods": count, "seconds": round(seconds, 3), "pods_per_sec": round(count / seconds, 1),
+        "nodes": len(plan["nodeClaims"]), "cost": plan["costPerHour"], "max_rss_mb": round(max(peak, before) / 1024, 1),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
-    counts = [int(a) for a in (argv if argv is not None else sys.argv[1:])] or [100, 1000, 5000, 10000]
+    args = list(argv if argv is not None else sys.argv[1:]) or ["100", "1000", "5000", "10000", "shapes:5000", "shapes:20000", "cli:5000"]
     types = benchmark_instance_types()
-    for count in counts:
+    for arg in args:
+        kind, _, number = arg.rpartition(":")
+        if kind == "shapes":
+            print(json.dumps(bench_shapes(int(number))), flush=True)
+            continue
+        if kind == "cli":
+            print(json.dumps(bench_cli(int(number))), flush=True)
+            continue
+        count = int(number)
         problem = benchmark_problem(count, types)
         start = time.perf_counter()
         plan = solve(problem)
         seconds = time.perf_counter() - start
         placed = sum(len(c.pods) for c in plan.node_claims)
         print(json.dumps({
-            "bench": "schedule", "pods": count, "seconds": round(seconds, 3), "pods_per_sec": round(count / seconds, 1),
+            "bench": "schedule", "workload": "karpenter", "pods": count, "seconds": round(seconds, 3), "pods_per_sec": round(count / seconds, 1),
             "nodes": len(plan.node_claims), "scheduled": placed, "unschedulable": len(plan.unschedulable),
         }), flush=True)
     return 0

@@ -48,3 +48,17 @@ def test_pods_no_type_can_hold_are_left_out_of_both_bounds() -> None:
     assert [u.pod for u in solve(pr).unschedulable] == ["default/huge"]
     assert whole_pod_lower_bound(pr) == pytest.approx(1.5, abs=1e-6)
     assert lp_lower_bound(pr) == pytest.approx(2 / 1.7, rel=1e-6)
+
+
+def test_the_whole_pod_bound_keeps_pods_off_types_their_requirements_exclude() -> None:
+    from joiner.domain import labels as wk
+
+    from .builders import req
+
+    types = (instance_type("arm.large", 2.2, 4.2, 1.0, arch="arm64", pods=20), instance_type("amd.large", 2.2, 4.2, 1.3, pods=20))
+    pools = (node_pool(requirements=[req(wk.ARCH, "In", "amd64", "arm64")]),)
+    pending = tuple(pod(f"p{i}", "1", "1Gi", node_selector={wk.ARCH: "amd64"}) for i in range(2))
+    pr = SchedulingProblem(pending=pending, node_pools=pools, instance_types={"default": types})
+    # Ignoring the pods' arch selector the arm64 node (1.0) would hold both.
+    assert whole_pod_lower_bound(pr) == pytest.approx(1.3, abs=1e-6)
+    assert solve(pr).cost_per_hour == pytest.approx(1.3)

@@ -140,6 +140,7 @@ class Engine:
         self.fail_kind = FAIL_OTHER
         self.fail_group: TopologyGroup | None = None
         self.fail_reason = ""
+        self._no_fit_texts: dict[tuple[Resources, Resources], str] = {}
         self._reservation: tuple[int, ...] | None = None
         self.deferred: list[Entry] = []
         self.unschedulable: list[Entry] = []
@@ -737,10 +738,14 @@ class Engine:
 
     def _no_fit_reason(self, variant: Variant, shape: Shape) -> str:
         requests = variant.spec.requests
-        text = f"no instance type fits requests {_format_resources(requests)}"
         overhead = shape.typeset.types[0].daemon_overhead if shape.typeset.types else EMPTY
-        if overhead:
-            text += f" plus daemonset overhead {_format_resources(overhead)}"
+        key = (requests, overhead)
+        text = self._no_fit_texts.get(key)
+        if text is None:
+            text = f"no instance type fits requests {_format_resources(requests)}"
+            if overhead:
+                text += f" plus daemonset overhead {_format_resources(overhead)}"
+            self._no_fit_texts[key] = text
         return text
 
     def _commit(self, variant: Variant, target: Target, shape: Shape | None, count: int, entry: Entry, reservation: tuple[int, ...] | None) -> None:

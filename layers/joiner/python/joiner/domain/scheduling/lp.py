@@ -159,68 +159,97 @@ def _pivot(binv: list[list[float]], xb: list[float], u: list[float], row: int) -
 
 def maximize_packing(values: Sequence[float], sizes: Sequence[Sequence[float]], capacity: Sequence[float], upper: Sequence[float], max_iterations: int = 500) -> list[float]:
     """Fractional multi-dimensional knapsack: ``max sum v_i n_i  s.t.  sum_i s_id n_i <= c_d,
-    0 <= n_i <= u_i`` with non-negative data, by a dense tableau simplex (the slack basis
-    is feasible, so no phase 1). Returns the optimal ``n``."""
+    0 <= n_i <= u_i`` with non-negative data, by a bounded-variable tableau simplex: the
+    upper bounds stay implicit (a variable sits at either bound or is basic), so the
+    tableau has one row per resource instead of one per item, and a pivot costs
+    O(resources x items). The slack basis is feasible, so no phase 1. Returns the
+    optimal ``n``."""
     g = len(values)
     dims = [d for d in range(len(capacity)) if any(sizes[i][d] > 0 for i in range(g))]
-    rows: list[list[float]] = []
-    rhs: list[float] = []
-    for d in dims:
-        scale = capacity[d] if capacity[d] > 0 else 1.0
-        rows.append([sizes[i][d] / scale for i in range(g)])
-        rhs.append(capacity[d] / scale)
-    for i in range(g):
-        row = [0.0] * g
-        row[i] = 1.0
-        rows.append(row)
-        rhs.append(float(upper[i]))
-    m = len(rows)
-    # Tableau columns: g structural, m slack.
-    tableau = [row + [1.0 if k == r else 0.0 for k in range(m)] for r, row in enumerate(rows)]
-    basis = [g + r for r in range(m)]
-    objective = [-float(v) for v in values] + [0.0] * m
+    m = len(dims)
     width = g + m
+    tableau: list[list[float]] = []
+    xb: list[float] = []
+    for r, d in enumerate(dims):
+        scale = capacity[d] if capacity[d] > 0 else 1.0
+        row = [sizes[i][d] / scale for i in range(g)] + [0.0] * m
+        row[g + r] = 1.0
+        tableau.append(row)
+        xb.append(capacity[d] / scale)
+    bound = [float(u) for u in upper] + [float("inf")] * m
+    at_upper = [False] * width
+    basis = [g + r for r in range(m)]
+    in_basis = [False] * g + [True] * m
+    objective = [-float(v) for v in values] + [0.0] * m
     for iteration in range(max_iterations):
         entering = -1
-        best = -1e-12
+        direction = 0
+        best = 1e-12
+        bland = iteration >= _BLAND_AFTER
         for j in range(width):
-            if objective[j] < best:
-                entering, best = j, objective[j]
-                if iteration >= _BLAND_AFTER:
+            if in_basis[j]:
+                continue
+            gain = -objective[j] if not at_upper[j] else objective[j]
+            if gain > best:
+                entering, best = j, gain
+                direction = 1 if not at_upper[j] else -1
+                if bland:
                     break
         if entering < 0:
             break
+        step = bound[entering]
         leave = -1
-        ratio = 0.0
+        leave_to_upper = False
+        for r in range(m):
+            a = tableau[r][entering] * direction
+            if a > 1e-12:
+                q = xb[r] / a
+                to_upper = False
+            elif a < -1e-12 and bound[basis[r]] != float("inf"):
+                q = (bound[basis[r]] - xb[r]) / -a
+                to_upper = True
+            else:
+                continue
+            if q < step - 1e-12 or (leave >= 0 and abs(q - step) <= 1e-12 and basis[r] < basis[leave]):
+                leave, step, leave_to_upper = r, max(0.0, q), to_upper
+        if step == float("inf"):
+            break  # unbounded: cannot happen with positive sizes or finite upper bounds
         for r in range(m):
             a = tableau[r][entering]
-            if a > 1e-12:
-                q = rhs[r] / a
-                if leave < 0 or q < ratio - 1e-12 or (abs(q - ratio) <= 1e-12 and basis[r] < basis[leave]):
-                    leave, ratio = r, q
+            if a:
+                xb[r] -= direction * a * step
+                if -1e-12 < xb[r] < 0:
+                    xb[r] = 0.0
         if leave < 0:
-            break
+            at_upper[entering] = not at_upper[entering]
+            continue
+        value = (bound[entering] if at_upper[entering] else 0.0) + direction * step
+        leaving = basis[leave]
         pivot_row = tableau[leave]
         p = pivot_row[entering]
         pivot_row = [a / p for a in pivot_row]
         tableau[leave] = pivot_row
-        rhs[leave] /= p
         for r in range(m):
             if r != leave:
                 a = tableau[r][entering]
                 if a != 0.0:
                     row = tableau[r]
                     tableau[r] = [x - a * y for x, y in zip(row, pivot_row)]
-                    rhs[r] -= a * rhs[leave]
-                    if rhs[r] < 0 and rhs[r] > -1e-12:
-                        rhs[r] = 0.0
         a = objective[entering]
         objective = [x - a * y for x, y in zip(objective, pivot_row)]
         basis[leave] = entering
+        xb[leave] = value
+        in_basis[entering] = True
+        at_upper[entering] = False
+        in_basis[leaving] = False
+        at_upper[leaving] = leave_to_upper
     solution = [0.0] * g
+    for j in range(g):
+        if not in_basis[j] and at_upper[j]:
+            solution[j] = float(upper[j])
     for r, j in enumerate(basis):
         if j < g:
-            solution[j] = max(0.0, min(float(upper[j]), rhs[r]))
+            solution[j] = max(0.0, min(float(upper[j]), xb[r]))
     return solution
 
 
@@ -251,17 +280,16 @@ class IncrementalCoveringLP:
         self.columns.append(sorted((r, float(v)) for r, v in column.items() if v))
         return len(self.costs) - 1
 
-    def _dense(self, entry: tuple[str, int]) -> list[float]:
+    def _sparse(self, entry: tuple[str, int]) -> list[tuple[int, float]]:
         kind, index = entry
-        col = [0.0] * self.m
         if kind == "x":
-            for r, v in self.columns[index]:
-                col[r] = v
-        elif kind == "s":
-            col[index] = -1.0
-        else:
-            col[index] = 1.0
-        return col
+            return self.columns[index]
+        return [(index, -1.0 if kind == "s" else 1.0)]
+
+    def _ftran(self, entry: tuple[str, int]) -> list[float]:
+        """``B^-1`` times the entry's column (columns are sparse: a few rows each)."""
+        column = self._sparse(entry)
+        return [sum(row[r] * v for r, v in column) for row in self.binv]
 
     def _cost(self, entry: tuple[str, int]) -> float:
         kind, index = entry
@@ -303,8 +331,7 @@ class IncrementalCoveringLP:
                             break
             if entering is None:
                 return True
-            dense = self._dense(entering)
-            u = [sum(b * c for b, c in zip(row, dense) if c) for row in self.binv]
+            u = self._ftran(entering)
             leave = -1
             ratio = 0.0
             for i in range(m):
@@ -334,8 +361,7 @@ class IncrementalCoveringLP:
                 for candidate in candidates:
                     if candidate in in_basis:
                         continue
-                    dense = self._dense(candidate)
-                    u = [sum(b * c for b, c in zip(row, dense) if c) for row in self.binv]
+                    u = self._ftran(candidate)
                     if abs(u[i]) > 1e-7:
                         _pivot(self.binv, self.xb, u, i)
                         self.basis[i] = candidate

@@ -45,7 +45,7 @@ def lp_lower_bound(problem: SchedulingProblem) -> float:
     total = 0.0
     for index, groups in sorted(groups_by_pool.items()):
         ts = ctx.template_shapes[index].typeset
-        demand = [float(sum(size[i] * count for size, count in groups.items())) for i in range(len(ctx.dims))]
+        demand = [float(sum(size[i] * count for (size, _), count in groups.items())) for i in range(len(ctx.dims))]
         total += covering_lp_value(list(ts.prices), [pt.effective for pt in ts.types], demand)
     return total
 
@@ -59,7 +59,8 @@ def whole_pod_lower_bound(problem: SchedulingProblem, time_limit_seconds: float 
     Every real plan is a solution (sum its nodes per type), so the optimum, and HiGHS's
     dual bound when the time limit stops it early, is a lower bound on any plan. It only
     relaxes *which node* of a type a pod lands on, so unlike :func:`lp_lower_bound` it
-    cannot split a pod's CPU from its memory or GPU across node types."""
+    cannot split a pod's CPU from its memory or GPU across node types, nor put a pod on a
+    type its own requirements exclude (an arm64-only pod on an amd64 type)."""
     import numpy as np
     from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import lil_matrix
@@ -68,9 +69,13 @@ def whole_pod_lower_bound(problem: SchedulingProblem, time_limit_seconds: float 
     total = 0.0
     for index, groups in sorted(groups_by_pool.items()):
         ts = ctx.template_shapes[index].typeset
-        sizes = sorted(groups)
+        keys = sorted(groups, key=lambda key: (key[0], sorted(key[1])))
+        sizes = [size for size, _ in keys]
         capacities = [pt.effective for pt in ts.types]
-        fits = [[t for t, cap in enumerate(capacities) if all(c >= n for c, n in zip(cap, size))] for size in sizes]
+        fits = [
+            [t for t, cap in enumerate(capacities) if ts.types[t].name in allowed and all(c >= n for c, n in zip(cap, size))]
+            for size, allowed in keys
+        ]
         if any(not options for options in fits):
             return float("inf")
         used_types = sorted({t for options in fits for t in options})
@@ -88,8 +93,8 @@ def whole_pod_lower_bound(problem: SchedulingProblem, time_limit_seconds: float 
         for t in used_types:
             for r in range(dims):
                 matrix[column[t] * dims + r, column[t]] = -capacities[t][r] / scale[r]
-        lower = np.concatenate([np.full(len(used_types) * dims, -np.inf), [groups[size] for size in sizes]])
-        upper = np.concatenate([np.zeros(len(used_types) * dims), [groups[size] for size in sizes]])
+        lower = np.concatenate([np.full(len(used_types) * dims, -np.inf), [groups[key] for key in keys]])
+        upper = np.concatenate([np.zeros(len(used_types) * dims), [groups[key] for key in keys]])
         cost = np.concatenate([[ts.prices[t] for t in used_types], np.zeros(len(y_columns))])
         result = milp(
             cost, constraints=LinearConstraint(matrix.tocsr(), lower, upper), integrality=np.ones(n_vars),
@@ -104,12 +109,12 @@ def whole_pod_lower_bound(problem: SchedulingProblem, time_limit_seconds: float 
     return total
 
 
-def _pool_groups(problem: SchedulingProblem) -> tuple[Context, dict[int, dict[tuple[int, ...], int]]]:
-    """Pending pods' sizes and counts per NodePool index (the first pool by weight that can
-    take each pod, as the solver would try)."""
+def _pool_groups(problem: SchedulingProblem) -> tuple[Context, dict[int, dict[tuple[tuple[int, ...], frozenset[str]], int]]]:
+    """Pending pods' counts per NodePool index (the first pool by weight that can take
+    each pod, as the solver would try) by size and the instance types the pod allows."""
     ctx = Context(problem)
     engine = Engine(ctx, optimize=False)
-    groups_by_pool: dict[int, dict[tuple[int, ...], int]] = {}
+    groups_by_pool: dict[int, dict[tuple[tuple[int, ...], frozenset[str]], int]] = {}
     for _pod, spec in engine.pod_specs:
         variant = engine.prepare(spec.variant((spec.variants and next(iter(spec.variants))) or _root()))
         for pool in ctx.pools:
@@ -119,7 +124,8 @@ def _pool_groups(problem: SchedulingProblem) -> tuple[Context, dict[int, dict[tu
             if not any(all(c >= n for c, n in zip(cap, variant.size)) for cap in check.typeset.frontier):
                 continue
             groups = groups_by_pool.setdefault(pool.index, {})
-            groups[tuple(variant.size)] = groups.get(tuple(variant.size), 0) + 1
+            key = (tuple(variant.size), frozenset(pt.name for pt in check.typeset.types))
+            groups[key] = groups.get(key, 0) + 1
             break
     return ctx, groups_by_pool
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from heapq import heapify, heappop, heapreplace
 
 from joiner.domain.scheduling.lp import CoveringSolution, IncrementalCoveringLP, maximize_packing, solve_covering_lp
 
@@ -42,6 +43,11 @@ __all__ = ["PackType", "Bin", "pack"]
 _MERGE_WINDOW = 40
 #: Types whose fills the greedy evaluates per bin (best upper bound first).
 _GREEDY_CANDIDATES = 24
+#: Above ``_MANY_ITEMS`` item groups the greedy evaluates fewer types per bin.
+_MANY_ITEMS = 100
+#: (blended prices, candidate types) of the greedy runs above ``_MANY_ITEMS`` groups: two
+#: narrow runs cost less than one of 24 types and their better plan is as cheap or cheaper.
+_MANY_ITEMS_RUNS = ((False, 6), (False, 8))
 #: Above this many item groups the fractional-knapsack fill is skipped in the greedy.
 _LP_FILL_MAX_ITEMS = 20
 #: Column generation limits: pricing iterations per solve, new columns per iteration,
@@ -52,6 +58,8 @@ _CG_ROUNDS = 20
 _CG_MAX_ITEMS = 40
 _CG_MAX_PRICING_TYPES = 40
 _CG_BUDGET = 120
+#: LP solves of a neighbourhood's sub-packing (a few bins' items).
+_CG_BUDGET_SUB = 30
 #: Neighbourhood re-packing: sub-packings per call, bins per neighbourhood, and the
 #: least waste (share of the neighbourhood's price) worth a sub-packing.
 _LNS_REPACKS = 3
@@ -107,10 +115,12 @@ class _Packer:
         self.by_price = sorted(self.usable, key=lambda t: (self.types[t].price, t))
         self.lp_columns = self._per_dollar_frontier()
         self.cg_budget = _CG_BUDGET
-        #: type -> (its last aligned fill, the remaining count of each item in it then)
-        self._aligned: dict[int, tuple[dict[int, int], dict[int, int]]] = {}
-        #: type -> every item's size scaled by the type's capacity (constant per packer)
-        self._scaled: dict[int, list[list[float]]] = {}
+        self.candidates = _GREEDY_CANDIDATES
+        self._scaled: dict[int, tuple[list[tuple[float, ...]], list[float]]] = {}
+        #: Per item, how often its remaining count changed; the aligned fill of each type
+        #: with the versions of the items it took (still valid while they are unchanged).
+        self._versions = [0] * len(self.sizes)
+        self._aligned: dict[int, tuple[dict[int, int], list[tuple[int, int]]]] = {}
 
     # ---------------------------------------------------------------- helpers
 
@@ -184,6 +194,7 @@ class _Packer:
         used = [0] * self.ndims
         for i, n in fill.items():
             self.remaining[i] -= n
+            self._versions[i] += 1
             size = self.sizes[i]
             for d in range(self.ndims):
                 used[d] += n * size[d]
@@ -216,71 +227,76 @@ class _Packer:
                     used[d] += n * size[d]
         return fill
 
+    def _fill_aligned_cached(self, t: int, active: list[int]) -> dict[int, int]:
+        """:meth:`_fill_aligned` over every item with items left (in index order), reused
+        while the remaining counts of the items it took are unchanged: an item it did not
+        take never reached the top of its heap while fitting, so fewer of it changes
+        nothing."""
+        cached = self._aligned.get(t)
+        versions = self._versions
+        if cached is not None and all(versions[i] == v for i, v in cached[1]):
+            return dict(cached[0])
+        fill = self._fill_aligned(t, active)
+        self._aligned[t] = (fill, [(i, versions[i]) for i in fill])
+        return dict(fill)
+
     def _fill_aligned(self, t: int, active: list[int]) -> dict[int, int]:
         """Greedy by alignment of an item's size with the bin's free capacity (the
         dot-product heuristic for vector packing), in geometric chunks.
 
-        Remembered per type: ``remaining`` only ever decreases, and an item the fill did not
-        take never won a step, so while every item it took still has the count it had, the
-        same computation would return the same fill (items that ran out or shrank elsewhere
-        only drop out of steps they did not win)."""
-        cached = self._aligned.get(t)
-        if cached is not None and all(self.remaining[i] == count for i, count in cached[1].items()):
-            return dict(cached[0])
-        fill = self._compute_aligned(t, active)
-        self._aligned[t] = (dict(fill), {i: self.remaining[i] for i in fill})
-        return fill
-
-    def _compute_aligned(self, t: int, active: list[int]) -> dict[int, int]:
+        The free room only shrinks, so an item's score only falls: a heap of scores from
+        earlier steps bounds every item's current one, and only the top is re-scored
+        (lazy evaluation); an item that no longer fits is dropped for good. Each step
+        costs a few heap operations instead of a pass over every item group."""
         capacity = self.types[t].capacity
-        scale = [1.0 / c if c > 0 else 0.0 for c in capacity]
-        used = [0] * self.ndims
-        left = {i: self.remaining[i] for i in active}
-        # Each item's size scaled by the bin's capacity, once per call: the score below is its
-        # dot product with the scaled free capacity. Only an item that would beat the best
-        # score so far needs its fit counted (the count is the expensive part), which picks
-        # exactly the item a full scan would: the first fitting one with the highest score.
-        scaled = self._scaled.get(t)
-        if scaled is None:
-            scaled = [[s * k for s, k in zip(size, scale)] for size in self.sizes]
-            self._scaled[t] = scaled
-        three = self.ndims == 3  # cpu, memory, pods: the usual case, summed inline (same order, same floats)
+        cached = self._scaled.get(t)
+        if cached is None:
+            scale = [1.0 / c if c > 0 else 0.0 for c in capacity]
+            vectors = [tuple(s * k for s, k in zip(size, scale)) for size in self.sizes]
+            cached = (vectors, [-sum(v) for v in vectors])
+            self._scaled[t] = cached
+        scaled, initial = cached
+        inverse = [1.0 / c if c > 0 else 0.0 for c in capacity]
+        room = list(capacity)
+        sizes = self.sizes
+        remaining = self.remaining
+        left = {i: remaining[i] for i in active if remaining[i]}
+        # (-score, position in the caller's order, item): ties go to the earlier item.
+        heap = [(initial[i], position, i) for position, i in enumerate(active) if remaining[i]]
+        heapify(heap)
         fill: dict[int, int] = {}
-        while True:
-            best = -1
-            best_score = 0.0
-            best_fit = 0
-            free = [(c - u) * k for c, u, k in zip(capacity, used, scale)]
-            f0, f1, f2 = free if three else (0.0, 0.0, 0.0)
-            gone: list[int] = []
-            for i, available in left.items():
-                if not available:
-                    gone.append(i)
+        while heap:
+            negative, position, i = heap[0]
+            size = sizes[i]
+            most = left[i]
+            for r, s in zip(room, size):
+                if s:
+                    q = r // s
+                    if q < most:
+                        most = q
+                        if most <= 0:
+                            break
+                elif r < 0:
+                    most = 0
+                    break
+            if most <= 0:
+                heappop(heap)
+                continue
+            score = 0.0
+            for a, r, k in zip(scaled[i], room, inverse):
+                score += a * r * k
+            if score < -negative - 1e-12:
+                heapreplace(heap, (-score, position, i))
+                if heap[0][2] != i:
                     continue
-                if three:
-                    x = scaled[i]
-                    score = 0.0 + x[0] * f0 + x[1] * f1 + x[2] * f2
-                else:
-                    score = 0.0
-                    for x_d, f in zip(scaled[i], free):
-                        score += x_d * f
-                if best >= 0 and score <= best_score:
-                    continue
-                n = _max_count(capacity, used, self.sizes[i], available)
-                if n <= 0:
-                    gone.append(i)  # the bin only fills up: it never fits again in this fill
-                    continue
-                best, best_score, best_fit = i, score, n
-            for i in gone:
-                del left[i]
-            if best < 0:
-                return fill
-            n = best_fit if best_fit <= 2 else (best_fit + 1) // 2
-            fill[best] = fill.get(best, 0) + n
-            left[best] -= n
-            size = self.sizes[best]
+            n = most if most <= 2 else (most + 1) // 2
+            fill[i] = fill.get(i, 0) + n
+            left[i] -= n
+            if not left[i]:
+                heappop(heap)
             for d in range(self.ndims):
-                used[d] += n * size[d]
+                room[d] -= n * size[d]
+        return fill
 
     def _knapsack(self, t: int, prices: Sequence[float], counts: Sequence[int], order: Sequence[int]) -> dict[int, int]:
         """The fractional-knapsack optimum for one bin of ``t`` at item ``prices``,
@@ -325,11 +341,11 @@ class _Packer:
         ranked.sort()
         best: tuple[float, float, int] | None = None
         best_fill: dict[int, int] = {}
-        for negative_upper, negative_price, t in ranked[:_GREEDY_CANDIDATES]:
+        for negative_upper, negative_price, t in ranked[:self.candidates]:
             if best is not None and -negative_upper < -best[0] - 1e-12:
                 break
             price = -negative_price
-            fills = [self._fill_by_value(t, order), self._fill_aligned(t, active)]
+            fills = [self._fill_by_value(t, order), self._fill_aligned_cached(t, active)]
             if 1 < len(active) <= _LP_FILL_MAX_ITEMS:
                 fills.append(self._knapsack(t, values, self.remaining, order))
             for fill in fills:
@@ -372,6 +388,7 @@ class _Packer:
                     for d in range(self.ndims):
                         b.used[d] += n * size[d]
                     self.remaining[i] -= n
+                    self._versions[i] += 1
             while self.remaining[i]:
                 home = t if _fits(capacity, size) else -1
                 if home >= 0 and self.budget is not None and not _fits(self.budget, self.types[home].limit):
@@ -617,12 +634,17 @@ def _best_packing(sizes: Sequence[tuple[int, ...]], counts: Sequence[int], types
     """The cheapest result of the strategies (the fixed-type first-fit runs only when
     ``fixed``)."""
     results = []
-    for blend in (False, True):
+    # Many item groups: the duals alone (the blend rarely wins there and costs a greedy run).
+    runs = ((False, _GREEDY_CANDIDATES), (True, _GREEDY_CANDIDATES)) if len(sizes) <= _MANY_ITEMS else _MANY_ITEMS_RUNS
+    for blend, candidates in runs:
         greedy = _Packer(sizes, counts, types, budget, blend)
+        greedy.candidates = candidates
         greedy.run_greedy()
         results.append(greedy)
     if len(sizes) <= _CG_MAX_ITEMS:
         patterns = _Packer(sizes, counts, types, budget)
+        if not fixed:
+            patterns.cg_budget = _CG_BUDGET_SUB
         patterns.run_patterns()
         results.append(patterns)
     if fixed:

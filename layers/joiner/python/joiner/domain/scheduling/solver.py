@@ -99,24 +99,51 @@ def _place_free(engine: Engine, entries: list[Entry]) -> list[Entry]:
         classes.setdefault((chosen.pool.index, chosen.sid), (chosen, []))[1].append(entry)
     first_new = len(engine.targets)
     variant_of = {pod.key: entry.variant for entry in entries for pod in entry.pods}
-    # The most constrained classes first (fewest instance types: arm64-only, amd64-only, ...);
-    # a less constrained class then rides along in the room their claims already pay for
-    # before it is packed on its own (architecture-free pods fill both kinds' slack).
-    ordered = sorted(classes.values(), key=lambda item: (len(item[0].typeset.types), item[0].pool.index, item[0].sid))
-    for shape, members in ordered:
-        packed = [t for t in engine.targets[first_new:] if t.pods]
-        for entry in members:
-            for target in packed:
-                if not entry.pods:
-                    break
-                while entry.pods:
-                    if not engine.try_target(entry.variant, target, len(entry.pods), entry, max_price=engine.claim_price(target)):
-                        break
-        remaining = [e for e in members if e.pods]
-        if remaining:
-            leftovers.extend(_pack_class(engine, shape, remaining))
+    # Narrow classes first (e.g. arm64-only, amd64-only): a broader class (pods that run
+    # on either architecture) then fills the room their claims already pay for before its
+    # own claims are packed, instead of packing each class alone.
+    ordered = sorted(classes.items(), key=lambda item: (len(item[1][0].typeset.types), item[0]))
+    for _, (shape, members) in ordered:
+        if len(engine.targets) > first_new:
+            _ride_along(engine, engine.targets[first_new:], members)
+        leftovers.extend(_pack_class(engine, shape, [e for e in members if e.pods]))
     _absorb(engine, engine.targets[first_new:], variant_of)
     return leftovers
+
+
+def _ride_along(engine: Engine, claims: list[Target], members: list[Entry]) -> None:
+    """Place ``members``' pods on ``claims`` without raising any claim's price."""
+    room: dict[int, list[int]] = {}
+
+    def free(target: Target) -> list[int]:
+        found = room.get(id(target))
+        if found is None:
+            price = engine.claim_price(target)
+            ts = target.shape.typeset  # type: ignore[union-attr]
+            found = [0] * engine.ndims
+            for pt, p in zip(ts.types, ts.prices):
+                if p > price + 1e-12:
+                    break
+                if p >= price - 1e-9 and all(c >= u for c, u in zip(pt.effective, target.used)):
+                    found = [max(f, c - u) for f, c, u in zip(found, pt.effective, target.used)]
+            room[id(target)] = found
+        return found
+
+    targets = [t for t in claims if t.pods]
+    for entry in sorted(members, key=lambda e: (tuple(-s for s in e.variant.size), e.sort_key())):
+        size = entry.variant.size
+        for target in targets:
+            if not entry.pods:
+                break
+            if any(s > r for s, r in zip(size, free(target))):
+                continue
+            placed = False
+            while entry.pods:
+                if not engine.try_target(entry.variant, target, len(entry.pods), entry, max_price=engine.claim_price(target)):
+                    break
+                placed = True
+            if placed:
+                room.pop(id(target), None)
 
 
 def _absorb(engine: Engine, packed: list[Target], variant_of: dict) -> None:  # type: ignore[type-arg]
