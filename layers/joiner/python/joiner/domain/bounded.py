@@ -47,6 +47,7 @@ __all__ = [
     "EARLIEST_TIME",
     "EVENT_LIMITS",
     "LATEST_TIME",
+    "parse_aware_time",
     "MAX_INT",
     "MAX_NUMBER_CHARS",
     "InputError",
@@ -71,6 +72,18 @@ MAX_NUMBER_CHARS = 40
 #: The window of times accepted from any input (see the module docstring).
 EARLIEST_TIME = datetime(1970, 1, 1, tzinfo=UTC)
 LATEST_TIME = datetime(2200, 1, 1, tzinfo=UTC)
+
+
+def parse_aware_time(value: object) -> datetime | None:
+    """An RFC 3339 time as the Kubernetes API writes it (``Z`` or an offset), or None when
+    ``value`` is not such a string or names no zone."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else None
 
 
 def time_in_range(moment: datetime) -> bool:

@@ -36,6 +36,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from joiner.domain import labels as wk
+from joiner.domain.bounded import parse_aware_time
 from joiner.domain.launch import CLUSTER_TAG
 from joiner.ports import ClaimRecord, InstanceRecord, LaunchTemplateInfo
 
@@ -215,16 +216,6 @@ def _mapping(value: object) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def _timestamp(value: Any) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return moment if moment.tzinfo is not None else None
-
-
 def parse_gc_node(raw: Mapping[str, Any]) -> GcNode:
     """A Node's JSON reduced to what GC needs. Lenient, and conservative where unsure: an
     unreadable creation time leaves the Node too young to delete, and an unreadable
@@ -245,7 +236,7 @@ def parse_gc_node(raw: Mapping[str, Any]) -> GcNode:
         uid=str(meta.get("uid") or ""),
         instance_id=instance_of_provider_id(provider if isinstance(provider, str) else None),
         labels={str(k): str(v) for k, v in labels.items()},
-        created=_timestamp(meta.get("creationTimestamp")),
+        created=parse_aware_time(meta.get("creationTimestamp")),
         ready=ready,
         deleting=bool(meta.get("deletionTimestamp")),
     )

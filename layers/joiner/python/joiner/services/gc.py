@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from joiner.domain.bounded import parse_aware_time
 from joiner.domain.gc import (
     KIND_CLAIM,
     KIND_INSTANCE,
@@ -132,7 +133,7 @@ def read_world(runtime: Runtime, now: datetime) -> GcInputs:
     templates = runtime.ec2.list_launch_templates(cluster)
     marks: dict[str, datetime] = {}
     for item in runtime.state.list_items(TEMPLATE_MARK_KIND):
-        since = _parse_time(item.get("unusedSince"))
+        since = parse_aware_time(item.get("unusedSince"))
         if isinstance(item.get("id"), str) and since is not None:
             marks[item["id"]] = since
     node_classes: frozenset[str] | None
@@ -164,16 +165,6 @@ def read_world(runtime: Runtime, now: datetime) -> GcInputs:
         template_unused_since=marks,
         node_classes=node_classes,
     )
-
-
-def _parse_time(value: Any) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return moment if moment.tzinfo is not None else None
 
 
 # ---------------------------------------------------------------- execution

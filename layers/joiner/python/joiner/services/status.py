@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from joiner.domain import labels as wk
+from joiner.domain.bounded import parse_aware_time
 from joiner.domain.model import OfferingKey
 from joiner.domain.quantity import QuantityError, parse_milli
 from joiner.domain.resources import Resources
@@ -184,15 +185,8 @@ def _event_time(event: Mapping[str, Any]) -> str:
 
 
 def _age_of(stamp: Any, now: datetime) -> str | None:
-    if not isinstance(stamp, str) or not stamp:
-        return None
-    try:
-        moment = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if moment.tzinfo is None:
-        return None
-    return format_age((now - moment).total_seconds())
+    moment = parse_aware_time(stamp)
+    return None if moment is None else format_age((now - moment).total_seconds())
 
 
 def _iso(moment: datetime) -> str:
