@@ -21,7 +21,7 @@ import copy
 import dataclasses
 import math
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
@@ -1268,24 +1268,18 @@ def _collect(entries: Iterable[tuple[object, str]]) -> Snapshot:
     from joiner.domain import volumes as vol
 
     pods, nodes, daemonsets, pdbs, pools, classes = [], [], [], [], [], []
-    # Volume topology's inputs, keyed by name (namespace/name for claims) within their kind.
-    volume_parsers: dict[str, tuple[Callable[..., Any], Callable[[Any], str]]] = {
-        "PersistentVolumeClaim": (vol.parse_persistent_volume_claim, lambda item: item.key),
-        "PersistentVolume": (vol.parse_persistent_volume, lambda item: item.name),
-        "StorageClass": (vol.parse_storage_class, lambda item: item.name),
-        "CSINode": (vol.parse_csi_node, lambda item: item.name),
-    }
-    volume_objects: dict[str, list[Any]] = {kind: [] for kind in volume_parsers}
+    volume_objects: dict[str, list[Any]] = {field_name: [] for _, field_name in vol.VOLUME_KINDS.values()}
     for target, obj, origin in typed:
-        if target in volume_parsers:
-            parse, key_of = volume_parsers[target]
+        if target in vol.VOLUME_KINDS:
+            parse, field_name = vol.VOLUME_KINDS[target]
             item = parse(obj, origin=origin)
-            _unique(seen, target, key_of(item), f"{target} {key_of(item)}")
-            volume_objects[target].append(item)
-    claims: list[PersistentVolumeClaim] = volume_objects["PersistentVolumeClaim"]
-    persistent_volumes: list[PersistentVolume] = volume_objects["PersistentVolume"]
-    storage_classes: list[StorageClass] = volume_objects["StorageClass"]
-    csi_nodes: list[CSINode] = volume_objects["CSINode"]
+            key = vol.volume_object_key(item)
+            _unique(seen, target, key, f"{target} {key}")
+            volume_objects[field_name].append(item)
+    claims: list[PersistentVolumeClaim] = volume_objects["volume_claims"]
+    persistent_volumes: list[PersistentVolume] = volume_objects["persistent_volumes"]
+    storage_classes: list[StorageClass] = volume_objects["storage_classes"]
+    csi_nodes: list[CSINode] = volume_objects["csi_nodes"]
     for target, obj, origin in typed:
         if target == "Pod":
             pod = parse_pod(obj, runtime_classes, origin=origin)

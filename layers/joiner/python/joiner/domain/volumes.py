@@ -23,7 +23,7 @@ Pure: the snapshot's objects in, pods with narrowed requirements and reasons out
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -34,6 +34,7 @@ from joiner.domain.requirements import Requirement, Requirements
 __all__ = [
     "EBS_CSI_DRIVER",
     "EBS_CSI_ZONE",
+    "VOLUME_KINDS",
     "VolumeTopology",
     "apply_volumes",
     "ebs_attach_limit",
@@ -41,6 +42,7 @@ __all__ = [
     "parse_persistent_volume",
     "parse_persistent_volume_claim",
     "parse_storage_class",
+    "volume_object_key",
 ]
 
 EBS_CSI_ZONE = "topology.ebs.csi.aws.com/zone"
@@ -164,6 +166,21 @@ def parse_csi_node(obj: Mapping[str, Any], *, origin: str = "") -> CSINode:
         if count is not None:
             limits[driver_name] = count
     return CSINode(name=name, attach_limits=limits)
+
+
+#: The volume kinds a snapshot carries: kind -> (its parser, the :class:`joiner.domain.snapshot.Snapshot`
+#: field its objects go to). The snapshot reader and the scanner's round both read through it.
+VOLUME_KINDS: dict[str, tuple[Callable[..., Any], str]] = {
+    "PersistentVolumeClaim": (parse_persistent_volume_claim, "volume_claims"),
+    "PersistentVolume": (parse_persistent_volume, "persistent_volumes"),
+    "StorageClass": (parse_storage_class, "storage_classes"),
+    "CSINode": (parse_csi_node, "csi_nodes"),
+}
+
+
+def volume_object_key(item: PersistentVolumeClaim | PersistentVolume | StorageClass | CSINode) -> str:
+    """The name a volume object is unique by within its kind (``namespace/name`` for claims)."""
+    return item.key if isinstance(item, PersistentVolumeClaim) else item.name
 
 
 @dataclass(frozen=True)

@@ -385,15 +385,9 @@ class _Round:
         persistent volume (most rounds of a cluster without StatefulSets need none of them)."""
         if not any(pod.volume_claims for pod in self.pods):
             return {}
-        from joiner.domain import volumes as vol
+        from joiner.domain.volumes import VOLUME_KINDS
 
-        parsers: dict[str, Callable[[Any], Any]] = {
-            "PersistentVolumeClaim": vol.parse_persistent_volume_claim, "PersistentVolume": vol.parse_persistent_volume,
-            "StorageClass": vol.parse_storage_class, "CSINode": vol.parse_csi_node,
-        }
-        fields = {"PersistentVolumeClaim": "volume_claims", "PersistentVolume": "persistent_volumes",
-                  "StorageClass": "storage_classes", "CSINode": "csi_nodes"}
-        found: dict[str, list[Any]] = {name: [] for name in fields.values()}
+        found: dict[str, list[Any]] = {field_name: [] for _, field_name in VOLUME_KINDS.values()}
         try:
             objects = self.kube.list_volume_objects()
         except KubernetesError as error:
@@ -402,11 +396,10 @@ class _Round:
             self.runtime.count("VolumeTopologyUnavailable")
             return {"volumes_known": False}
         for obj in objects:
-            kind = str(obj.get("kind"))
-            parser = parsers.get(kind)
-            parsed = self._parse(parser, obj) if parser is not None else None
-            if parsed is not None:
-                found[fields[kind]].append(parsed)
+            entry = VOLUME_KINDS.get(str(obj.get("kind")))
+            parsed = self._parse(entry[0], obj) if entry is not None else None
+            if entry is not None and parsed is not None:
+                found[entry[1]].append(parsed)
         return {name: tuple(items) for name, items in found.items()}
 
     def _parse(self, parser: Callable[[Any], Any], obj: JsonDict, *, event_pod: bool = False, event_object: bool = False) -> Any:
