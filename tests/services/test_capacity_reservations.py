@@ -52,6 +52,8 @@ def test_a_reserved_offering_is_preferred_and_launched_into_its_reservation() ->
     assert inputs["labels"][wk.CAPACITY_TYPE] == "reserved" and inputs["labels"]["karpenter.sh/capacity-type"] == "reserved"
     assert inputs["labels"][wk.CAPACITY_RESERVATION_ID] == RESERVATION.id
     assert inputs["labels"]["karpenter.k8s.aws/capacity-reservation-id"] == RESERVATION.id
+    # only the reservation's template is made: no reserved-labelled template without a target
+    assert [i["capacity_reservation_id"] for i in world.ec2.template_inputs.values() if i["labels"].get(wk.CAPACITY_TYPE) == "reserved"] == [RESERVATION.id]
     on_demand = next(o.price for o in world.runtime().catalog.instance_type("c5.large").offerings
                      if o.capacity_type == "on-demand" and o.zone == "us-east-1b")
     assert launched.price == pytest.approx(round(on_demand * RESERVED_PRICE_FACTOR, 9))

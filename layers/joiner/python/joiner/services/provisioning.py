@@ -720,12 +720,15 @@ class _Round:
             self.attempts[job.claim_id] = attempt + 1
             try:
                 capacity_type = choose_capacity_type(job.plan, prices, unavailable, job.env.subnets)
-                plan, template, templates = self._launch_templates(job, capacity_type)
-                zone_templates = self._reservation_templates(job, plan, templates) if capacity_type == wk.CAPACITY_TYPE_RESERVED else None
-                if zone_templates is not None:
+                zone_templates: dict[tuple[str, str], LaunchTemplateRef] | None = None
+                templates: dict[str, LaunchTemplateRef] | None = None
+                if capacity_type == wk.CAPACITY_TYPE_RESERVED:
+                    plan, zone_templates = job.plan, self._reservation_templates(job)
                     if not zone_templates:
                         raise NoOfferingsError(f"node claim {job.claim_id}: every selected capacity reservation is full")
                     template = zone_templates[min(zone_templates)]
+                else:
+                    plan, template, templates = self._launch_templates(job, capacity_type)
                 request = build_fleet_request(
                     plan, job.claim_id, capacity_type, job.env.subnets, template, prices, unavailable,
                     launch_tags(runtime.settings.cluster_name, job.pool.name, job.claim_id, job.env.node_class.tags),
@@ -768,18 +771,27 @@ class _Round:
         outcome.failure = LaunchFailure(job.claim_id, job.pool.name, job.plan.pods, "IdempotentParameterMismatch", "client tokens already used")
         return outcome
 
-    def _reservation_templates(self, job: _Job, plan: NodeClaimPlan, templates: Mapping[str, LaunchTemplateRef]) -> dict[tuple[str, str], LaunchTemplateRef]:
-        """Per (instance type, zone) of the plan with a reservation that has room: the launch
-        template targeting it (the type's AMI variant, the reservation's id)."""
+    def _reservation_templates(self, job: _Job) -> dict[tuple[str, str], LaunchTemplateRef]:
+        """Per (instance type, zone) of the claim with a reservation that has room: the launch
+        template targeting it (the type's AMI variant, the reservation's id). Only these are
+        made: a reserved launch needs no template without a target. A type whose AMI variant
+        has no AMI is left out while another launches; when none resolves, its error is raised."""
         out: dict[tuple[str, str], LaunchTemplateRef] = {}
         variant_of_type = {t.name: variant_of(t) for t in job.types}
-        for name in plan.instance_types:
-            if name not in templates:
-                continue
+        first_error: Ec2Error | None = None
+        for name in job.plan.instance_types:
             for zone in sorted(job.env.zones):
                 reservation = reservation_for(name, zone, job.env.reservations, self.reservation_left)
-                if reservation is not None:
+                if reservation is None:
+                    continue
+                try:
                     out[(name, zone)] = self._variant_template(job, wk.CAPACITY_TYPE_RESERVED, variant_of_type.get(name, STANDARD), reservation.id)
+                except Ec2Error as error:
+                    if error.code != "AMINotFound":
+                        raise
+                    first_error = first_error or error
+        if not out and first_error is not None:
+            raise first_error
         return out
 
     def _took_reservation(self, job: _Job, instance_type: str, zone: str) -> None:
