@@ -38,6 +38,7 @@ __all__ = [
     "PRICING_ACTIONS",
     "READ_ACTIONS",
     "STATE_TABLE_ACTIONS",
+    "STATE_TABLE_ACTIONS_BY_FUNCTION",
     "TABLE_KEY_ACTIONS",
     "FunctionAccess",
     "grant_table",
@@ -61,7 +62,12 @@ CAPABILITIES: Mapping[str, frozenset[str]] = {
     "disruption": frozenset({"launch", "terminate", "continue"}),
     # leaked instances and stale launch templates
     "gc": frozenset({"terminate", "clean-up"}),
+    # responsive mode: watches pods, wakes the scanner (granted by infra/functions.py), keeps its
+    # watch position in the state table; reads no instances
+    "watcher": frozenset({"no-instance-reads"}),
 }
+#: The state-table calls of a function that does not use the whole adapter.
+STATE_TABLE_ACTIONS_BY_FUNCTION: Mapping[str, tuple[str, ...]] = {"watcher": ("dynamodb:GetItem", "dynamodb:PutItem")}
 
 #: EC2 reads every function makes (instance records prove ownership before any action).
 READ_ACTIONS: tuple[str, ...] = ("ec2:DescribeInstances",)
@@ -108,8 +114,8 @@ def grant_table(table: dynamodb.ITable, role: iam.IRole, actions: tuple[str, ...
 class FunctionAccess(Construct):
     """``roles``: one Lambda role per function, with policies per :data:`CAPABILITIES`.
 
-    Policies: ``Discover`` (every role: :data:`READ_ACTIONS` in this region and this
-    cluster's DescribeCluster), ``Launch`` (the launch path's reads, the EKS AMI parameters,
+    Policies: ``Discover`` (every role: this cluster's DescribeCluster), ``ReadInstances``
+    (every role but the watcher's: :data:`READ_ACTIONS` in this region), ``Launch`` (the launch path's reads, the EKS AMI parameters,
     CreateFleet/RunInstances/CreateLaunchTemplate and CreateTags on create under the
     request-tag condition, iam:PassRole for the node role to EC2 only), ``Terminate``
     (TerminateInstances of this cluster's instances), ``CleanUp`` (DescribeLaunchTemplates,
@@ -173,12 +179,19 @@ class FunctionAccess(Construct):
             self,
             "Discover",
             statements=[
-                iam.PolicyStatement(
-                    sid="DescribeInstancesInThisRegion", actions=list(READ_ACTIONS), resources=["*"], conditions=in_this_region,
-                ),
                 iam.PolicyStatement(sid="DescribeThisCluster", actions=["eks:DescribeCluster"], resources=[self.cluster_arn]),
             ],
             roles=list(self.roles.values()),
+        )
+        self.read_instances = iam.Policy(
+            self,
+            "ReadInstances",
+            statements=[
+                iam.PolicyStatement(
+                    sid="DescribeInstancesInThisRegion", actions=list(READ_ACTIONS), resources=["*"], conditions=in_this_region,
+                ),
+            ],
+            roles=[role for name, role in self.roles.items() if "no-instance-reads" not in CAPABILITIES[name]],
         )
 
         self.launch: iam.Policy | None = None
@@ -278,12 +291,13 @@ class FunctionAccess(Construct):
         #: so no invocation runs before its permissions exist)
         by_capability = {"launch": self.launch, "terminate": self.terminate, "clean-up": self.clean_up}
         self.policies: dict[str, list[iam.Policy]] = {
-            name: [self.discover, *(policy for capability, policy in by_capability.items()
+            name: [self.discover, *([] if "no-instance-reads" in CAPABILITIES[name] else [self.read_instances]),
+                   *(policy for capability, policy in by_capability.items()
                                     if capability in CAPABILITIES[name] and policy is not None)]
             for name in self.roles
         }
         for name, role in self.roles.items():
-            grant_table(state_table, role, STATE_TABLE_ACTIONS)
+            grant_table(state_table, role, STATE_TABLE_ACTIONS_BY_FUNCTION.get(name, STATE_TABLE_ACTIONS))
             if "idempotency" in CAPABILITIES[name]:
                 grant_table(idempotency_table, role, IDEMPOTENCY_TABLE_ACTIONS)
             if "continue" in CAPABILITIES[name]:

@@ -1,4 +1,5 @@
-"""The five Lambda functions, their log groups and their SQS event sources."""
+"""The Lambda functions (five, six with responsive mode's watcher), their log groups and
+their SQS event sources."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from infra.network import FunctionNetwork
 
 __all__ = [
     "FunctionSpec", "FUNCTION_SPECS", "SPECS_BY_NAME", "RUNTIME", "ARCHITECTURE", "BATCHING_WINDOW_SECONDS",
-    "SQS_BATCH_SIZE", "FUNCTIONS_ROOT", "JoinerFunctions",
+    "SQS_BATCH_SIZE", "FUNCTIONS_ROOT", "RESPONSIVE_ONLY", "JoinerFunctions", "specs_for_mode",
 ]
 
 FUNCTIONS_ROOT = Path(__file__).resolve().parent.parent / "functions"
@@ -53,7 +54,18 @@ FUNCTION_SPECS: tuple[FunctionSpec, ...] = (
     FunctionSpec("disruption", "Consolidation, expiry and drift", 120, 1024, reserved_concurrency=1),
     FunctionSpec("gc", "Garbage collection: leaked instances, orphaned nodes, stale launch templates", 120, 512,
                  reserved_concurrency=1),
+    # Responsive mode only: waits on a pod watch (its CPU share at 128 MB is plenty for JSON
+    # lines) for 55 s of each minute and wakes the scanner; timeout = window + exit reserve.
+    FunctionSpec("watcher", "Watches for pending pods and wakes the scanner (responsive mode)", 62, 128,
+                 reserved_concurrency=1),
 )
+#: Functions deployed only in responsive mode.
+RESPONSIVE_ONLY: frozenset[str] = frozenset({"watcher"})
+
+
+def specs_for_mode(scanner_mode: str) -> tuple[FunctionSpec, ...]:
+    """The functions a deployment in ``scanner_mode`` has (economy: no watcher)."""
+    return tuple(spec for spec in FUNCTION_SPECS if scanner_mode == "responsive" or spec.name not in RESPONSIVE_ONLY)
 SPECS_BY_NAME: Mapping[str, FunctionSpec] = {spec.name: spec for spec in FUNCTION_SPECS}
 
 
@@ -80,12 +92,13 @@ class JoinerFunctions(Construct):
         interruption_queue: sqs.IQueue,
         work_queue: sqs.IQueue,
         network: FunctionNetwork | None = None,
+        specs: Sequence[FunctionSpec] = FUNCTION_SPECS,
     ) -> None:
         super().__init__(scope, construct_id)
         queue_sources = {"interruption": interruption_queue, "termination": work_queue}
         self.functions: dict[str, lambda_.Function] = {}
         self.log_groups: dict[str, logs.LogGroup] = {}
-        for spec in FUNCTION_SPECS:
+        for spec in specs:
             title = spec.name.capitalize()
             log_group = logs.LogGroup(self, f"{title}Logs", retention=log_retention)
             scheduled = spec.name not in queue_sources
@@ -136,3 +149,9 @@ class JoinerFunctions(Construct):
                 )
             self.functions[spec.name] = function
             self.log_groups[spec.name] = log_group
+        watcher, scanner = self.functions.get("watcher"), self.functions.get("scanner")
+        if watcher is not None and scanner is not None:
+            # The watcher wakes the scanner (asynchronous lambda:InvokeFunction) and nothing else.
+            watcher.add_environment("JOINER_PLANNER_FUNCTION", scanner.function_name)
+            roles["watcher"].add_to_principal_policy(iam.PolicyStatement(
+                sid="WakeTheScanner", actions=["lambda:InvokeFunction"], resources=[scanner.function_arn]))

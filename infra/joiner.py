@@ -9,7 +9,7 @@ from constructs import Construct
 from infra.access import FunctionAccess
 from infra.config import RETENTION_DAY_NAMES, JoinerConfig
 from infra.encryption import JoinerKey
-from infra.functions import ARCHITECTURE, BATCHING_WINDOW_SECONDS, FUNCTION_SPECS, RUNTIME, SPECS_BY_NAME, JoinerFunctions
+from infra.functions import ARCHITECTURE, BATCHING_WINDOW_SECONDS, RUNTIME, SPECS_BY_NAME, JoinerFunctions, specs_for_mode
 from infra.ingestion import InterruptionIngestion
 from infra.layer import JoinerLayer, LayerBundler
 from infra.monitoring import METRICS_NAMESPACE, Monitoring
@@ -61,8 +61,9 @@ class Joiner(Construct):
             if config.vpc_id is not None
             else None
         )
+        specs = specs_for_mode(config.scanner_mode)
         self.access = FunctionAccess(
-            self, "Access", cluster_name=cluster, function_names=tuple(spec.name for spec in FUNCTION_SPECS),
+            self, "Access", cluster_name=cluster, function_names=tuple(spec.name for spec in specs),
             node_role_arn=self.node_role.role_arn, state_table=self.tables.state_table,
             idempotency_table=self.tables.idempotency_table, work_queue=self.work.queue,
             create_access_entries=config.create_access_entry, in_vpc=config.in_vpc,
@@ -73,7 +74,8 @@ class Joiner(Construct):
             "JOINER_IDEMPOTENCY_TABLE": self.tables.idempotency_table.table_name,
             "JOINER_INTERRUPTION_QUEUE_URL": self.ingestion.queue.queue_url,
             "JOINER_WORK_QUEUE_URL": self.work.queue.queue_url,
-            "JOINER_SCANNER_MODE": config.scanner_mode,
+            # Responsive mode's waiting is the watcher's: the scanner itself always runs one round.
+            "JOINER_SCANNER_MODE": "economy",
             "JOINER_NODE_ROLE": self.node_role.role_name,
             "POWERTOOLS_SERVICE_NAME": "joiner",
             "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
@@ -83,7 +85,7 @@ class Joiner(Construct):
             self, "Functions", layer=self.layer.layer, roles=self.access.roles, role_policies=self.access.policies,
             environment=environment,
             log_retention=getattr(logs.RetentionDays, RETENTION_DAY_NAMES[config.log_retention_days]),
-            interruption_queue=self.ingestion.queue, work_queue=self.work.queue, network=self.network,
+            interruption_queue=self.ingestion.queue, work_queue=self.work.queue, network=self.network, specs=specs,
         )
         self.schedules = Schedules(self, "Schedules", functions=self.functions.functions)
         self.monitoring = Monitoring(

@@ -13,7 +13,7 @@ from constructs import Construct
 __all__ = ["Schedules", "SCHEDULE_MINUTES"]
 
 #: function -> minutes between runs
-SCHEDULE_MINUTES: Mapping[str, int] = {"scanner": 1, "disruption": 1, "gc": 5}
+SCHEDULE_MINUTES: Mapping[str, int] = {"scanner": 1, "disruption": 1, "gc": 5, "watcher": 1}
 
 
 class Schedules(Construct):
@@ -25,6 +25,8 @@ class Schedules(Construct):
         super().__init__(scope, construct_id)
         self.rules: dict[str, events.Rule] = {}
         for name, minutes in SCHEDULE_MINUTES.items():
+            if name not in functions:
+                continue  # the watcher exists in responsive mode only
             rule = events.Rule(
                 self,
                 f"{name.capitalize()}Schedule",

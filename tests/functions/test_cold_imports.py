@@ -30,7 +30,7 @@ def loaded_after(code: str, *, handler: str | None = None, **environment: str) -
     return dict(json.loads(result.stdout.strip().splitlines()[-1]))
 
 
-@pytest.mark.parametrize("function", ["scanner", "disruption", "gc", "interruption", "termination"])
+@pytest.mark.parametrize("function", ["scanner", "disruption", "gc", "interruption", "termination", "watcher"])
 def test_importing_a_handler_imports_no_tracing_parser_or_kubernetes_client(function: str) -> None:
     assert not any(loaded_after("import handler", handler=function).values())
 

@@ -7,7 +7,7 @@ import json
 import pytest
 from aws_cdk.assertions import Match, Template
 
-from infra.functions import BATCHING_WINDOW_SECONDS, FUNCTION_SPECS, SPECS_BY_NAME
+from infra.functions import BATCHING_WINDOW_SECONDS, FUNCTION_SPECS, SPECS_BY_NAME, specs_for_mode
 from joiner.local.stack import FUNCTION_TIMEOUTS, INTERRUPTION_VISIBILITY, WORK_VISIBILITY
 from tests.infra.conftest import CLUSTER, Synthesized
 
@@ -172,7 +172,7 @@ def test_function_runtime_architecture_layer_environment(synthesized, spec):
     assert env["JOINER_IDEMPOTENCY_TABLE"] == {"Ref": logical_id(synthesized, "AWS::DynamoDB::Table", "IdempotencyTable")}
     assert env["JOINER_INTERRUPTION_QUEUE_URL"] == {"Ref": logical_id(synthesized, "AWS::SQS::Queue", "IngestionInterruptionQueue")}
     assert env["JOINER_WORK_QUEUE_URL"] == {"Ref": logical_id(synthesized, "AWS::SQS::Queue", "WorkQueueWorkQueue")}
-    assert env["JOINER_SCANNER_MODE"] == "responsive"
+    assert env["JOINER_SCANNER_MODE"] == "economy"  # one round per run: responsive mode's waiting is the watcher's
     assert env["JOINER_NODE_ROLE"] == f"JoinerNodeRole-{CLUSTER}"
     assert (env["POWERTOOLS_SERVICE_NAME"], env["POWERTOOLS_METRICS_NAMESPACE"]) == ("joiner", "Joiner")
     log_group = synthesized.template["Resources"][properties["LoggingConfig"]["LogGroup"]["Ref"]]
@@ -182,10 +182,32 @@ def test_function_runtime_architecture_layer_environment(synthesized, spec):
 def test_overlap_sensitive_functions_run_one_at_a_time(synthesized):
     reserved = {spec.name: synthesized.template["Resources"][function_id(synthesized, spec.name)]["Properties"].get("ReservedConcurrentExecutions")
                 for spec in FUNCTION_SPECS}
-    assert reserved == {"scanner": 1, "interruption": None, "termination": None, "disruption": 1, "gc": 1}
+    assert reserved == {"scanner": 1, "interruption": None, "termination": None, "disruption": 1, "gc": 1, "watcher": 1}
 
 
-@pytest.mark.parametrize(("name", "expression"), [("scanner", "rate(1 minute)"), ("disruption", "rate(1 minute)"), ("gc", "rate(5 minutes)")])
+def test_the_watcher_wakes_only_the_scanner_and_exists_only_in_responsive_mode(synthesized, synthesized_private):
+    watcher = synthesized.template["Resources"][function_id(synthesized, "watcher")]["Properties"]
+    scanner = function_id(synthesized, "scanner")
+    assert watcher["Environment"]["Variables"]["JOINER_PLANNER_FUNCTION"] == {"Ref": scanner}
+    assert watcher["MemorySize"] == 128
+    policy = statements(synthesized, "WatcherRoleDefaultPolicy")
+    actions = {a: st["Resource"] for st in policy for a in (st["Action"] if isinstance(st["Action"], list) else [st["Action"]])
+               if not a.startswith(("logs:", "xray:", "kms:"))}
+    assert actions == {"lambda:InvokeFunction": {"Fn::GetAtt": [scanner, "Arn"]},
+                       "dynamodb:GetItem": actions["dynamodb:GetItem"], "dynamodb:PutItem": actions["dynamodb:PutItem"]}
+    role = logical_id(synthesized, "AWS::IAM::Role", "AccessWatcherRole")
+    attached = [policy_id for policy_id, policy in synthesized.resources("AWS::IAM::Policy").items()
+                if {"Ref": role} in policy["Properties"]["Roles"]]
+    assert sorted(key.split("Access")[1].rstrip("0123456789ABCDEF") for key in attached if "Access" in key) == [
+        "Discover", "WatcherRoleDefaultPolicy"]  # no instance reads, no launch, nothing else
+    assert [rule for rule in synthesized.resources("AWS::Events::Rule").values()
+            if rule["Properties"].get("Targets", [{}])[0].get("Arn") == {"Fn::GetAtt": [function_id(synthesized, "watcher"), "Arn"]}
+            and rule["Properties"].get("ScheduleExpression") == "rate(1 minute)"]
+    assert not [key for key in synthesized_private.resources("AWS::Lambda::Function") if "FunctionsWatcher" in key]
+
+
+@pytest.mark.parametrize(("name", "expression"), [("scanner", "rate(1 minute)"), ("disruption", "rate(1 minute)"), ("gc", "rate(5 minutes)"),
+                                                ("watcher", "rate(1 minute)")])
 def test_schedules_invoke_their_function(synthesized, name, expression):
     rules = [rule for rule in synthesized.resources("AWS::Events::Rule").values() if rule["Properties"].get("ScheduleExpression") == expression
              and rule["Properties"]["Targets"][0]["Arn"] == {"Fn::GetAtt": [function_id(synthesized, name), "Arn"]}]
@@ -255,7 +277,7 @@ def test_read_only_grants(synthesized):
     (parameters,) = ssm["Resource"] if isinstance(ssm["Resource"], list) else [ssm["Resource"]]
     assert [part for part in parameters["Fn::Join"][1] if isinstance(part, str)][-1].endswith("::parameter/aws/service/eks/optimized-ami/*/amazon-linux-2023/*")
     in_region = {"StringEquals": {"aws:RequestedRegion": {"Ref": "AWS::Region"}}}
-    describe = statement(synthesized, "AccessDiscover", "DescribeInstancesInThisRegion")
+    describe = statement(synthesized, "AccessReadInstances", "DescribeInstancesInThisRegion")
     assert (describe["Action"], describe["Condition"]) == ("ec2:DescribeInstances", in_region)
     launch = statement(synthesized, "AccessLaunch", "DescribeLaunchInputsInThisRegion")
     assert sorted(launch["Action"]) == ["ec2:DescribeCapacityReservations", "ec2:DescribeImages", "ec2:DescribeInstanceTypeOfferings", "ec2:DescribeInstanceTypes",
@@ -280,6 +302,7 @@ def test_capability_policies_are_attached_per_function(synthesized):
         return {name for name, role in roles.items() if role in attached}
 
     assert holders("AccessDiscover") == set(roles)
+    assert holders("AccessReadInstances") == set(roles) - {"watcher"}
     assert holders("AccessLaunch") == {"scanner", "interruption", "disruption"}
     # the scanner terminates instances whose node never registered
     assert holders("AccessTerminate") == {"scanner", "interruption", "termination", "disruption", "gc"}
@@ -327,7 +350,7 @@ def test_idempotency_table_and_work_queue_are_granted_only_to_their_users(synthe
 def test_access_entries_map_every_function_role_to_the_controller_group(synthesized):
     entries = [e["Properties"] for e in synthesized.resources("AWS::EKS::AccessEntry").values()]
     standard = [e for e in entries if e["Type"] == "STANDARD"]
-    assert len(standard) == 5
+    assert len(standard) == 6
     role_ids = {logical_id(synthesized, "AWS::IAM::Role", f"Access{spec.name.capitalize()}Role") for spec in FUNCTION_SPECS}
     assert {e["PrincipalArn"]["Fn::GetAtt"][0] for e in standard} == role_ids
     for entry in standard:
@@ -485,7 +508,7 @@ def test_dashboard_shows_pending_pods_launches_interruptions_and_cost(synthesize
 
 def test_the_functions_log_level_is_configurable(synthesized, synthesized_private):
     for synth, level in ((synthesized, "INFO"), (synthesized_private, "DEBUG")):
-        for spec in FUNCTION_SPECS:
+        for spec in specs_for_mode("responsive" if synth is synthesized else "economy"):
             variables = synth.template["Resources"][function_id(synth, spec.name)]["Properties"]["Environment"]["Variables"]
             assert variables["POWERTOOLS_LOG_LEVEL"] == level
 
@@ -502,7 +525,7 @@ def test_alarm_thresholds_and_the_dashboard_name_are_configurable(synthesized_pr
 
 
 def test_private_variant_runs_functions_in_the_given_subnets(synthesized_private):
-    for spec in FUNCTION_SPECS:
+    for spec in specs_for_mode("economy"):
         properties = synthesized_private.template["Resources"][function_id(synthesized_private, spec.name)]["Properties"]
         assert properties["VpcConfig"]["SubnetIds"] == ["subnet-0123456789abcdef0", "subnet-0123456789abcdef1"]
         assert properties["Environment"]["Variables"]["JOINER_SCANNER_MODE"] == "economy"

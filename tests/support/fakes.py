@@ -22,7 +22,7 @@ import functools
 import hashlib
 import itertools
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -47,6 +47,7 @@ from joiner.ports import (
     LaunchTemplateRef,
     StateError,
     Subnet,
+    WatchEvent,
 )
 
 __all__ = [
@@ -278,6 +279,17 @@ class FakeKubernetes:
             pod for pod in self._list("pods")
             if _field_matches(pod, field_selector) and _selector_matches(pod["metadata"].get("labels") or {}, label_selector)
         ]
+
+    def list_unbound_pods(self) -> tuple[list[JsonDict], str]:
+        self._enter("list_unbound_pods")
+        with self._lock:
+            version = str(int(self._next_version()) - 1)
+        return [pod for pod in self._list("pods") if not (pod.get("spec") or {}).get("nodeName")], version
+
+    def watch_unbound_pods(self, resource_version: str, timeout_seconds: int) -> Iterator[WatchEvent]:
+        """No change stream in memory: the watcher is tested against the emulator's real watch."""
+        self._enter("watch_unbound_pods")
+        return iter(())
 
     def list_pending_pods(self) -> list[JsonDict]:
         self._enter("list_pending_pods")

@@ -74,6 +74,7 @@ ENVIRONMENT_SETTINGS = {
     "JOINER_IDEMPOTENCY_TABLE": "idempotency_table",
     "JOINER_WORK_QUEUE_URL": "work_queue_url",
     "JOINER_INTERRUPTION_QUEUE_URL": "interruption_queue_url",
+    "JOINER_PLANNER_FUNCTION": "planner_function",
 }
 #: Granted actions AWS services (not the handler's code) use with the function's role: log
 #: delivery, X-Ray segments, the SQS event source mapping, and the key of the encrypted
@@ -264,6 +265,8 @@ def bind(deployment: Deployment, function: str, settings: Any) -> Binding:
             bound[logical] = {"Ref": value, "Arn": build_arn("dynamodb", "table", region, account, value)}
         elif resources[logical]["Type"] == "AWS::SQS::Queue":
             bound[logical] = {"Ref": value, "Arn": build_arn("sqs", "queue", region, account, _queue_name(value))}
+        elif resources[logical]["Type"] == "AWS::Lambda::Function":
+            bound[logical] = {"Ref": value, "Arn": build_arn("lambda", "function", region, account, value)}
     for logical, resource in resources.items():
         if resource["Type"] == "AWS::KMS::Key":
             bound[logical] = {"Arn": build_arn("kms", "key", region, account, logical)}
@@ -407,6 +410,9 @@ def authorizations(
         # The Price List API is served from a few regions only (us-east-1 ...): the client's
         # region is what aws:RequestedRegion holds, not the deployment's.
         b.add("pricing:GetProducts", None, "*")
+    elif service == "lambda" and operation == "Invoke":
+        # The watcher wakes the scanner by name (an unqualified function: no version or alias).
+        b.add("lambda:InvokeFunction", "function", b.arn("lambda", "function", str(params["FunctionName"])))
     elif service == "eks" and operation == "DescribeCluster":
         b.add("eks:DescribeCluster", "cluster", b.arn("eks", "cluster", str(params["name"])))
     else:

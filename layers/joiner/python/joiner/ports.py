@@ -8,7 +8,7 @@ plain JSON dicts; :mod:`joiner.domain.snapshot` turns them into domain objects.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -45,7 +45,48 @@ class KubernetesError(Exception):
         self.status = status
 
 
-class KubernetesPort(Protocol):
+class WatchExpired(KubernetesError):
+    """A watch's ``resourceVersion`` is older than the API server keeps (410 Gone): list again."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, status=410)
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    """One line of a watch stream: ``ADDED``, ``MODIFIED``, ``DELETED`` or ``BOOKMARK`` and
+    the object (for a bookmark only its ``metadata.resourceVersion`` is meaningful)."""
+
+    type: str
+    object: JsonDict
+
+    @property
+    def resource_version(self) -> str:
+        return str((self.object.get("metadata") or {}).get("resourceVersion") or "")
+
+
+class PodWatchPort(Protocol):
+    """What the watcher needs: pods without a node, listed and then watched from the list's
+    version (``spec.nodeName=``: a pod that is bound leaves the watch as ``DELETED``)."""
+
+    def list_unbound_pods(self) -> tuple[list[JsonDict], str]:
+        """The unbound pods and the list's ``resourceVersion``."""
+        ...
+
+    def watch_unbound_pods(self, resource_version: str, timeout_seconds: int) -> Iterator[WatchEvent]:
+        """Events after ``resource_version`` until the server ends the stream (about
+        ``timeout_seconds``). Raises :class:`WatchExpired` when the version is too old and
+        :class:`KubernetesError` when the stream fails."""
+        ...
+
+
+class PlannerPort(Protocol):
+    """Wakes the planner (the scanner function) to run a round now."""
+
+    def wake(self, reason: str, pending_pods: int) -> None: ...
+
+
+class KubernetesPort(PodWatchPort, Protocol):
     def list_pods(self, *, field_selector: str | None = None, label_selector: str | None = None) -> list[JsonDict]: ...
     def list_pending_pods(self) -> list[JsonDict]:
         """Unbound pods with PodScheduled=False/Unschedulable, not DaemonSet-owned."""

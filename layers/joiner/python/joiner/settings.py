@@ -32,6 +32,7 @@ class Settings:
     kubernetes_insecure: bool = False
     aws_endpoint_url: str = ""  # local runs: moto server
     node_role: str = ""  # default node role when a NodeClass names none
+    planner_function: str = ""  # the watcher wakes this function (the scanner's name)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -75,6 +76,7 @@ class Settings:
             kubernetes_insecure=env.get("JOINER_KUBERNETES_INSECURE", "").lower() in ("1", "true", "yes"),
             aws_endpoint_url=env.get("JOINER_AWS_ENDPOINT_URL", ""),
             node_role=env.get("JOINER_NODE_ROLE", ""),
+            planner_function=env.get("JOINER_PLANNER_FUNCTION", ""),
         )
 
 

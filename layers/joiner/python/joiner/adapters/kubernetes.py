@@ -22,12 +22,12 @@ import json
 import logging
 import random as _random
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from joiner.ports import Clock, EvictionOutcome, JsonDict, KubernetesError
+from joiner.ports import Clock, EvictionOutcome, JsonDict, KubernetesError, WatchEvent, WatchExpired
 from joiner.settings import Settings
 
 __all__ = ["MERGE_PATCH", "NODE_CLAIMS_PATH", "NODE_CLASSES_PATH", "NODE_POOLS_PATH", "KubernetesClient", "is_pending_pod"]
@@ -42,6 +42,9 @@ RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
 EVENT_COMPONENT = "joiner"
 USER_AGENT = "joiner/0.1"
 _EVENT_MESSAGE_LIMIT = 1024
+#: A watch line longer than this is a broken stream, not a pod (the API server's own object limit is 1.5 MiB).
+WATCH_LINE_LIMIT = 4 * 1024 * 1024
+WATCH_EVENT_TYPES = frozenset({"ADDED", "MODIFIED", "DELETED", "BOOKMARK"})
 
 
 def _owned_by(pod: Mapping[str, Any], api_version: str, kind: str) -> bool:
@@ -246,12 +249,17 @@ class KubernetesClient:
         self._sleep(delay)
 
     def _list(self, path: str, kind: str, api_version: str, **query: str | None) -> list[JsonDict]:
-        """All items, a page of ``page_size`` at a time. A continuation that expired (410) restarts
-        the listing once from the beginning."""
+        return self._list_versioned(path, kind, api_version, **query)[0]
+
+    def _list_versioned(self, path: str, kind: str, api_version: str, **query: str | None) -> tuple[list[JsonDict], str]:
+        """All items and the list's ``resourceVersion`` (the first page's: later pages belong to
+        the same snapshot), a page of ``page_size`` at a time. A continuation that expired (410)
+        restarts the listing once from the beginning."""
         params = {key: value for key, value in query.items() if value}
         for _ in range(2):
             items: list[JsonDict] = []
             token: str | None = None
+            version = ""
             try:
                 while True:
                     page_query = dict(params, limit=str(self._page_size))
@@ -262,9 +270,11 @@ class KubernetesClient:
                         item.setdefault("apiVersion", api_version)
                         item.setdefault("kind", kind)
                         items.append(item)
-                    token = (page.get("metadata") or {}).get("continue")
+                    metadata = page.get("metadata") or {}
+                    version = version or str(metadata.get("resourceVersion") or "")
+                    token = metadata.get("continue")
                     if not token:
-                        return items
+                        return items, version
             except KubernetesError as error:
                 if error.status != 410 or token is None:
                     raise
@@ -275,6 +285,85 @@ class KubernetesClient:
 
     def list_pods(self, *, field_selector: str | None = None, label_selector: str | None = None) -> list[JsonDict]:
         return self._list("/api/v1/pods", "Pod", "v1", fieldSelector=field_selector, labelSelector=label_selector)
+
+    def list_unbound_pods(self) -> tuple[list[JsonDict], str]:
+        return self._list_versioned("/api/v1/pods", "Pod", "v1", fieldSelector="spec.nodeName=")
+
+    def watch_unbound_pods(self, resource_version: str, timeout_seconds: int) -> Iterator[WatchEvent]:
+        """Watch pods without a node from ``resource_version`` (see :class:`joiner.ports.PodWatchPort`).
+        Opening the stream is retried like any call; a stream that breaks raises
+        :class:`KubernetesError` and the caller resumes from the last version it saw."""
+        if not resource_version:
+            raise ValueError("watch_unbound_pods: resource_version is required (list first)")
+        if not 1 <= timeout_seconds <= 3600:
+            raise ValueError(f"watch_unbound_pods: timeout_seconds must be 1-3600, got {timeout_seconds}")
+        return self._watch("/api/v1/pods", "Pod", "v1", resource_version, timeout_seconds, fieldSelector="spec.nodeName=")
+
+    def _watch(self, path: str, kind: str, api_version: str, resource_version: str, timeout_seconds: int,
+               **query: str) -> Iterator[WatchEvent]:
+        import urllib3
+        from urllib3.exceptions import HTTPError
+
+        params = dict(query, watch="true", resourceVersion=resource_version, timeoutSeconds=str(timeout_seconds),
+                      allowWatchBookmarks="true")
+        url = f"{self._host}{path}?{urlencode(params)}"
+        timeout = urllib3.Timeout(connect=self._urllib3_timeout.connect_timeout, read=timeout_seconds + 30)
+        refreshed_token = False
+        attempt = 0
+        while True:
+            attempt += 1
+            headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
+            authorization = self._authorization()
+            if authorization:
+                headers["Authorization"] = authorization
+            try:
+                response = self._pool.request("GET", url, headers=headers, timeout=timeout, retries=False,
+                                              redirect=False, preload_content=False)
+            except (HTTPError, OSError) as error:
+                if attempt >= self._max_attempts:
+                    raise KubernetesError(f"Kubernetes watch {path} failed after {attempt} attempts: {error}") from error
+                self._backoff(attempt, None)
+                continue
+            if response.status == 200:
+                break
+            raw = response.read()
+            response.release_conn()
+            if response.status == 410:
+                raise WatchExpired(f"Kubernetes watch {path} from {resource_version}: {_excerpt(raw)}")
+            if response.status == 401 and self._invalidate is not None and not refreshed_token:
+                refreshed_token = True
+                self._invalidate()
+                attempt -= 1
+                continue
+            if response.status in RETRYABLE_STATUSES and attempt < self._max_attempts:
+                self._backoff(attempt, _seconds(response.headers.get("Retry-After")))
+                continue
+            raise KubernetesError(f"Kubernetes watch {path} failed: HTTP {response.status}: {_excerpt(raw)}",
+                                  status=response.status)
+        return self._watch_lines(path, kind, api_version, response)
+
+    @staticmethod
+    def _watch_lines(path: str, kind: str, api_version: str, response: Any) -> Iterator[WatchEvent]:
+        from urllib3.exceptions import HTTPError
+
+        buffer = b""
+        try:
+            while True:
+                try:
+                    chunk = response.read1(65536) if hasattr(response, "read1") else response.read(65536)
+                except (HTTPError, OSError) as error:
+                    raise KubernetesError(f"Kubernetes watch {path}: the stream broke: {error}") from error
+                if not chunk:
+                    return
+                buffer += chunk
+                if len(buffer) > WATCH_LINE_LIMIT and b"\n" not in buffer:
+                    raise KubernetesError(f"Kubernetes watch {path}: a line longer than {WATCH_LINE_LIMIT} bytes")
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        yield _watch_event(path, kind, api_version, line)
+        finally:
+            response.release_conn()
 
     def list_pending_pods(self) -> list[JsonDict]:
         return [pod for pod in self.list_pods(field_selector="spec.nodeName=") if is_pending_pod(pod)]
@@ -457,6 +546,26 @@ def _segment(value: str) -> str:
     if not value:
         raise ValueError("a Kubernetes object name or namespace must not be empty")
     return quote(value, safe="")
+
+
+def _watch_event(path: str, kind: str, api_version: str, line: bytes) -> WatchEvent:
+    """One watch line; an ``ERROR`` event raises (410: :class:`WatchExpired`)."""
+    try:
+        event = json.loads(line)
+    except ValueError:
+        raise KubernetesError(f"Kubernetes watch {path}: not JSON: {_excerpt(line)}") from None
+    if not isinstance(event, dict) or not isinstance(event.get("object"), dict):
+        raise KubernetesError(f"Kubernetes watch {path}: not a watch event: {_excerpt(line)}")
+    kind_of_event, obj = event.get("type"), event["object"]
+    if kind_of_event == "ERROR":
+        if obj.get("code") == 410:
+            raise WatchExpired(f"Kubernetes watch {path}: {obj.get('message') or 'resource version expired'}")
+        raise KubernetesError(f"Kubernetes watch {path}: {obj.get('code')}: {obj.get('message')}", status=obj.get("code"))
+    if kind_of_event not in WATCH_EVENT_TYPES:
+        raise KubernetesError(f"Kubernetes watch {path}: unknown event type {str(kind_of_event)[:40]!r}")
+    obj.setdefault("apiVersion", api_version)
+    obj.setdefault("kind", kind)
+    return WatchEvent(str(kind_of_event), obj)
 
 
 def _parse(raw: bytes | None) -> Any:

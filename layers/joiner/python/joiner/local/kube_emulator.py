@@ -40,8 +40,15 @@ Joiner adapters depend on it behaving like a real API server:
   are delayed, or have their connection dropped;
 * optional bearer-token authentication (401 otherwise).
 
+* watches (``?watch=true``) served from a bounded log of recent writes: resume from a
+  ``resourceVersion`` (all later events are replayed), or from none/``0`` (synthetic ``ADDED``
+  for the current objects first); label and field selectors filter them as the watch cache
+  does (an object that stops matching arrives as ``DELETED``, one that starts as ``ADDED``);
+  ``timeoutSeconds`` ends the stream; a version older than the log answers an ``ERROR``
+  event with a 410 ``Expired`` status, as a compacted etcd does.
+
 Not emulated: admission webhooks, defaulting of built-in kinds beyond pod phase, server-side apply, field managers,
-watch bookmarks and selectors on watches, deletecollection, the namespaces resource.
+watch bookmarks, deletecollection, the namespaces resource.
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import builtins
+import collections
 import concurrent.futures
 import copy
 import functools
@@ -724,6 +732,17 @@ def joiner_crds() -> tuple[JsonDict, ...]:
     return tuple(yaml.safe_load(path.read_text(encoding="utf-8")) for path in sorted(CRD_DIR.glob("*.yaml")))
 
 
+@dataclass(frozen=True, slots=True)
+class _Change:
+    """One write as the watch log keeps it: the object before (None: created) and after."""
+
+    revision: int
+    resource: kmock.resource
+    old: JsonDict | None
+    new: JsonDict
+    deleted: bool
+
+
 @attrs.define(kw_only=True)
 class KubernetesApiEmulator(kmock.KubernetesEmulator):
     """kmock's emulator with the API semantics listed in the module docstring.
@@ -743,6 +762,10 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
     _faults: list[Fault] = attrs.field(factory=list, init=False)
     _faults_lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
     _pending_events: list[tuple[kmock.resource, JsonDict]] = attrs.field(factory=list, init=False)
+    watch_history: int = 2_000  # writes kept for watches to resume from; older versions answer 410
+    _watch_log: collections.deque[_Change] = attrs.field(factory=collections.deque, init=False)
+    _watch_floor: int = attrs.field(default=0, init=False)  # the newest revision no longer in the log
+    _watch_changed: asyncio.Condition | None = attrs.field(default=None, init=False)
     _schemas: dict[tuple[str, str, str], CrdSchema] = attrs.field(factory=dict, init=False)
     deletions: list[DeletionRecord] = attrs.field(factory=list, init=False)
 
@@ -835,7 +858,10 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
                 return self._error_response(ApiError(404, "the server could not find the requested resource"))
             return await super(kmock.KubernetesEmulator, self)._handle(request)  # discovery, user reactions
         if request.action == kmock.action.WATCH:
-            return await super(kmock.KubernetesEmulator, self)._handle(request)  # kmock's watch stream
+            try:
+                return await self._watch(rtype, request)
+            except ApiError as error:
+                return self._error_response(error)
 
         try:
             async with self._lock:
@@ -854,6 +880,98 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
         events, self._pending_events = self._pending_events, []
         for resource, event in events:
             await self._buses[resource].put(event)
+        if events and self._watch_changed is not None:
+            async with self._watch_changed:
+                self._watch_changed.notify_all()
+
+    def _log_change(self, rtype: ResourceType, old: JsonDict | None, new: JsonDict, deleted: bool) -> None:
+        self._watch_log.append(_Change(self._revision, rtype.key, copy.deepcopy(old), copy.deepcopy(new), deleted))
+        while len(self._watch_log) > self.watch_history:
+            self._watch_floor = self._watch_log.popleft().revision
+
+    async def _watch(self, rtype: ResourceType, request: kmock.Request) -> aiohttp.web.StreamResponse:
+        """A watch stream (see the module docstring): one JSON event per line."""
+        params = request.params or {}
+        try:
+            labels = parse_label_selector(params.get("labelSelector"))
+            fields = parse_field_selector(params.get("fieldSelector"))
+        except SelectorError as error:
+            raise ApiError(400, str(error)) from None
+        for requirement in fields:
+            if requirement.field not in rtype.field_labels:
+                raise ApiError(400, f"field label not supported: {requirement.field}")
+        try:
+            timeout = min(int(params.get("timeoutSeconds") or 1800), 3600)
+            since = params.get("resourceVersion") or ""
+            cursor = int(since) if since not in ("", "0") else None
+        except ValueError:
+            raise ApiError(400, "timeoutSeconds and resourceVersion must be integers") from None
+        namespace = request.namespace
+
+        def matches(obj: JsonDict | None) -> bool:
+            if obj is None:
+                return False
+            meta = _meta(obj)
+            if namespace is not None and meta.get("namespace") != namespace:
+                return False
+            return label_selector_matches(labels, meta.get("labels")) and field_selector_matches(fields, obj)
+
+        def typed(obj: JsonDict) -> JsonDict:
+            item = copy.deepcopy(obj)
+            item.setdefault("apiVersion", rtype.api_version)
+            item.setdefault("kind", rtype.kind)
+            return item
+
+        if self._watch_changed is None:
+            self._watch_changed = asyncio.Condition()
+        lines: list[JsonDict] = []
+        expired = False
+        async with self._lock:
+            if cursor is None:
+                lines = [{"type": "ADDED", "object": typed(obj)} for obj in self._items(rtype, namespace) if matches(obj)]
+                cursor = self._revision
+            elif cursor < self._watch_floor:
+                expired = True
+        raw = request._raw_request
+        assert raw is not None  # a served request always has one
+        response = aiohttp.web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
+        await response.prepare(raw)
+        try:
+            if expired:
+                status = ApiError(410, f"too old resource version: {since} ({self._watch_floor + 1})").status()
+                await response.write(json.dumps({"type": "ERROR", "object": status}).encode() + b"\n")
+                await response.write_eof()
+                return response
+            deadline = asyncio.get_running_loop().time() + timeout
+            while True:
+                for line in lines:
+                    await response.write(json.dumps(line).encode() + b"\n")
+                remaining = deadline - asyncio.get_running_loop().time()
+                if remaining <= 0:
+                    break
+                async with self._watch_changed:
+                    if not any(change.revision > cursor for change in self._watch_log):
+                        try:
+                            await asyncio.wait_for(self._watch_changed.wait(), remaining)
+                        except TimeoutError:
+                            break
+                async with self._lock:
+                    lines = []
+                    for change in self._watch_log:
+                        if change.revision <= cursor or change.resource != rtype.key:
+                            continue
+                        was, now = matches(change.old), not change.deleted and matches(change.new)
+                        if change.deleted and was:
+                            lines.append({"type": "DELETED", "object": typed(change.new)})
+                        elif now:
+                            lines.append({"type": "MODIFIED" if was else "ADDED", "object": typed(change.new)})
+                        elif was:
+                            lines.append({"type": "DELETED", "object": typed(change.new)})
+                    cursor = self._revision
+            await response.write_eof()
+        except (ConnectionError, asyncio.CancelledError):
+            pass  # the client went away
+        return response
 
     def _serve(self, rtype: ResourceType, method: str, request: kmock.Request) -> tuple[int, JsonDict]:
         name, sub = request.name, request.subresource
@@ -935,6 +1053,7 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
         meta = obj["metadata"]
         meta["resourceVersion"] = self._next_revision()
         key = (rtype.key, meta.get("namespace"), meta["name"])
+        self._log_change(rtype, self._current(rtype, meta.get("namespace"), meta["name"]), obj, deleted=False)
         if key in self.objects:
             stored = self.objects[key]
             stored.history.append(copy.deepcopy(obj))
@@ -949,6 +1068,7 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
         stored = self.objects[(rtype.key, namespace, name)]
         last = copy.deepcopy(stored.raw)
         last["metadata"]["resourceVersion"] = self._next_revision()
+        self._log_change(rtype, stored.raw, last, deleted=True)
         stored.delete()
         self._pending_events.append((rtype.key, {"type": "DELETED", "object": copy.deepcopy(last)}))
         return last

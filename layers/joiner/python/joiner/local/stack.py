@@ -50,7 +50,7 @@ INTERRUPTION_VISIBILITY = 36
 WORK_VISIBILITY = 66
 #: Each function's timeout in seconds, as deployed (infra/functions.py; a test compares): what the
 #: local Lambda context reports as remaining time (powertools Idempotency's in-progress expiry).
-FUNCTION_TIMEOUTS: dict[str, int] = {"scanner": 75, "interruption": 30, "termination": 60, "disruption": 120, "gc": 120}
+FUNCTION_TIMEOUTS: dict[str, int] = {"scanner": 75, "interruption": 30, "termination": 60, "disruption": 120, "gc": 120, "watcher": 62}
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,214 @@
+"""The watcher: responsive mode's cheap waiting half.
+
+A small function holds a watch on pods without a node for most of each minute and wakes the
+planner (the scanner function, one economy round) only when pods become pending, batched by
+:class:`joiner.domain.wake.BatchWindow` (1 s idle / 10 s maximum from the first pending pod).
+The planner runs with the memory its CPU needs, only when there is work; the watcher waits
+at 128 MB.
+
+Nothing is lost between invocations: the watch position (the last ``resourceVersion`` seen)
+and the pods already reported are saved in the state table; the next watcher resumes the
+watch from there, so a pod that became pending while no watcher ran arrives as a replayed
+event. A position the API server no longer keeps (410 Gone) falls back to a full list, whose
+pending pods all count as new. A batch still open when the window ends is woken before the
+position is saved, so no saved position ever skips a pod nobody planned.
+
+Waking twice is harmless: the planner's round lease admits one round at a time, claim ids
+derive from the pods and launches carry client tokens (``tests/e2e/test_watcher.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from joiner.adapters.kubernetes import is_pending_pod
+from joiner.domain.wake import BatchWindow, PendingBatch
+from joiner.ports import JsonDict, KubernetesError, PlannerPort, PodWatchPort, WatchEvent, WatchExpired
+from joiner.services.context import Runtime
+
+__all__ = ["WATCH_POSITION_ID", "WATCH_POSITION_KIND", "PendingPods", "WatchSummary", "run_watcher"]
+
+log = logging.getLogger(__name__)
+
+WATCH_POSITION_KIND = "watch"
+WATCH_POSITION_ID = "pods"
+#: Pods remembered as already reported, across invocations (a bound: the oldest are forgotten).
+REMEMBERED_PODS = 2_000
+#: Stream failures (not 410) tolerated in one invocation before it gives up; the next resumes.
+MAX_STREAM_ERRORS = 5
+#: The window's end is kept this far from the function timeout (wake, save, return).
+EXIT_RESERVE_SECONDS = 3.0
+#: How often the position is saved while streaming (a crash replays at most this much).
+SAVE_EVERY_SECONDS = 15.0
+
+
+@dataclass
+class PendingPods:
+    """Which unbound pods are pending and which became so since the last wake-up."""
+
+    window: BatchWindow
+    known: dict[str, None] = field(default_factory=dict)  # insertion-ordered set of reported or batched uids
+    batch: PendingBatch = field(default_factory=PendingBatch)
+
+    def observe(self, event_type: str, pod: JsonDict, now: datetime) -> None:
+        """One watch event (or a listed pod as ``ADDED``)."""
+        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        if not uid:
+            return
+        if event_type != "DELETED" and is_pending_pod(pod):
+            if uid not in self.known:
+                self.known[uid] = None
+                self.batch = self.batch.add(uid, now)
+        else:
+            self.known.pop(uid, None)
+
+    def due(self, now: datetime) -> bool:
+        return self.batch.is_due(now, self.window)
+
+    def seconds_until_due(self, now: datetime) -> float | None:
+        due = self.batch.due_at(self.window)
+        return None if due is None else max(0.0, (due - now).total_seconds())
+
+    def take(self) -> int:
+        """Close the batch (the planner is being woken); returns how many pods it held."""
+        size = len(self.batch.pods)
+        self.batch = PendingBatch()
+        return size
+
+    def remembered(self) -> list[str]:
+        return list(self.known)[-REMEMBERED_PODS:]
+
+
+@dataclass(frozen=True, slots=True)
+class WatchSummary:
+    """One watcher invocation: wake-ups, pods they carried, events read, relists, stream errors."""
+
+    wake_ups: int
+    woken_pods: int
+    events: int
+    relists: int
+    stream_errors: int
+    resource_version: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"wakeUps": self.wake_ups, "wokenPods": self.woken_pods, "events": self.events,
+                "relists": self.relists, "streamErrors": self.stream_errors, "resourceVersion": self.resource_version}
+
+
+class _Ended:
+    """The server ended the stream (its timeout)."""
+
+
+def _read(pods: PodWatchPort, version: str, timeout_seconds: int, out: queue.Queue[WatchEvent | _Ended | Exception]) -> None:
+    try:
+        for event in pods.watch_unbound_pods(version, timeout_seconds):
+            out.put(event)
+        out.put(_Ended())
+    except Exception as error:  # noqa: BLE001 - handed to the invocation's thread, which decides
+        out.put(error)
+
+
+def run_watcher(
+    runtime: Runtime,
+    pods: PodWatchPort,
+    planner: PlannerPort,
+    *,
+    remaining_ms: Callable[[], int] | None = None,
+) -> WatchSummary:
+    """Watch for about ``scan_window_seconds`` (less when the function's time runs short) and
+    wake ``planner`` per batch of newly pending pods."""
+    settings = runtime.settings
+    clock = runtime.clock
+    tracker = PendingPods(BatchWindow(settings.batch_idle_seconds, settings.batch_max_seconds))
+    end = clock.now() + timedelta(seconds=settings.scan_window_seconds)
+    wake_ups = woken = events = relists = errors = 0
+
+    def time_left() -> float:
+        left = (end - clock.now()).total_seconds()
+        if remaining_ms is not None:
+            left = min(left, remaining_ms() / 1000.0 - EXIT_RESERVE_SECONDS)
+        return left
+
+    def wake(reason: str) -> None:
+        nonlocal wake_ups, woken
+        size = tracker.take()
+        planner.wake(reason, size)
+        wake_ups += 1
+        woken += size
+        runtime.count("PlannerWakeUps", 1)
+        log.info("woke the planner", extra={"reason": reason, "pendingPods": size})
+
+    def relist() -> str:
+        listed, listed_version = pods.list_unbound_pods()
+        now = clock.now()
+        tracker.known.clear()  # a pod pending now and before the gap is reported again: harmless
+        for pod in listed:
+            tracker.observe("ADDED", pod, now)
+        return listed_version
+
+    saved = runtime.state.get_item(WATCH_POSITION_KIND, WATCH_POSITION_ID) or {}
+    version = str(saved.get("resourceVersion") or "")
+    for uid in saved.get("pending") or []:
+        tracker.known[str(uid)] = None
+    if not version:
+        relists += 1
+        version = relist()
+
+    def save() -> None:
+        runtime.state.put_item(WATCH_POSITION_KIND, WATCH_POSITION_ID,
+                               {"resourceVersion": version, "pending": tracker.remembered(), "savedAt": clock.now().isoformat()})
+
+    last_save = clock.now()
+    try:
+        while time_left() >= 1.0:
+            inbox: queue.Queue[WatchEvent | _Ended | Exception] = queue.Queue()
+            reader = threading.Thread(target=_read, args=(pods, version, max(1, int(time_left())), inbox), daemon=True,
+                                      name="joiner-watch")
+            reader.start()
+            while True:
+                now = clock.now()
+                if tracker.due(now):
+                    wake("batch")
+                left = time_left()
+                until_due = tracker.seconds_until_due(now)
+                try:
+                    if left <= 0:  # time is up: only what already arrived (its position is saved below)
+                        item = inbox.get_nowait()
+                    else:
+                        item = inbox.get(timeout=max(0.01, min(left, until_due if until_due is not None else left)))
+                except queue.Empty:
+                    if left <= 0:
+                        break
+                    continue
+                if isinstance(item, WatchEvent):
+                    events += 1
+                    if item.type != "BOOKMARK":
+                        tracker.observe(item.type, item.object, clock.now())
+                    version = item.resource_version or version
+                    if (clock.now() - last_save).total_seconds() >= SAVE_EVERY_SECONDS and not tracker.batch.pods:
+                        save()
+                        last_save = clock.now()
+                    continue
+                if isinstance(item, WatchExpired):
+                    log.warning("watch position %s expired: listing again", version)
+                    relists += 1
+                    version = relist()
+                elif isinstance(item, Exception):
+                    errors += 1
+                    runtime.count("WatchErrors", 1)
+                    log.warning("pod watch failed (%d): %s", errors, item)
+                    if errors >= MAX_STREAM_ERRORS or not isinstance(item, KubernetesError):
+                        raise item
+                    runtime.sleep(min(1.0 * errors, max(0.0, time_left())))
+                break
+    finally:
+        if tracker.batch.pods:
+            wake("window end")  # before saving a position past these pods
+        save()
+    return WatchSummary(wake_ups, woken, events, relists, errors, version)
