@@ -237,3 +237,24 @@ def test_malformed_scenarios_exit_2_with_one_line_naming_the_field(
 def test_a_missing_scenario_file_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", str(tmp_path / "nope.yaml")]) == 2
     assert "cannot read scenario" in capsys.readouterr().err
+
+
+def test_responsive_mode_wakes_the_scanner_within_the_batch_window(classic: SimulationResult) -> None:
+    """The same scenario with the watcher: the 21 pods arriving at 30 s are launched for after
+    the 1 s idle window (plus the round), not at the scanner's next tick; economy waited for it."""
+    scenario = load_scenario(ROOT / "examples" / "scenarios" / "classic.yaml")
+    responsive = Simulation(scenario, functions_dir=ROOT / "functions", scanner_mode="responsive").run()
+    assert responsive.passed, (responsive.checks, responsive.handler_errors)
+    assert responsive.wake_ups >= 1 and responsive.watcher_windows >= 13
+    served = responsive.provisioning_latency()
+    assert len(served) >= 20
+    # 1 s idle window + the round's wall time; the first watcher window opens at 20 s, before the pods arrive
+    assert max(fleet for fleet, _ in served) < 5
+    assert all(ready >= fleet + 59 for fleet, ready in served)  # the scenario's 60 s boot
+    economy = classic.provisioning_latency()
+    assert min(fleet for fleet, _ in economy) >= 29  # the pods waited for the tick at 60 s
+
+
+def test_an_unknown_scanner_mode_is_refused() -> None:
+    with pytest.raises(ValueError, match="scanner_mode"):
+        Simulation(load_scenario(bundled_scenario()), scanner_mode="eager")

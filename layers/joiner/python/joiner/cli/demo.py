@@ -32,6 +32,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--report", default=DEFAULT_REPORT, help=f"HTML report path (default: {DEFAULT_REPORT})")
     parser.add_argument("--functions", type=Path, default=None, help="directory holding <name>/handler.py (default: this checkout's functions/)")
+    parser.add_argument("--mode", choices=("economy", "responsive"), default="economy",
+                        help="scanner mode: economy (one round a minute) or responsive (the watcher wakes the scanner)")
     parser.add_argument("--verbose", action="store_true", help="let Joiner's JSON logs through to stdout")
     parser.add_argument("--quiet", action="store_true", help="print only the summary")
 
@@ -86,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"joiner: simulating {scenario.name} ({int(scenario.duration.total_seconds()) // 60} min) from {path}", flush=True)
     if not args.quiet:
         print(TIMELINE_HEADER, flush=True)
-    simulation = Simulation(scenario, functions_dir=args.functions, on_entry=on_entry, on_progress=progress.update, verbose=args.verbose)
+    simulation = Simulation(scenario, functions_dir=args.functions, on_entry=on_entry, on_progress=progress.update, verbose=args.verbose,
+                            scanner_mode=args.mode)
     try:
         result = simulation.run()
     finally:

@@ -12,10 +12,20 @@ functions due (EventBridge ``Scheduled Event``), then the SQS consumers (interru
 cluster's controllers run again after every invocation.
 
 Handlers run against the simulated clock (their :class:`~joiner.services.context.Runtime`
-gets it) and the scanner runs in ``economy`` mode: one round per scheduled tick, since its
-responsive mode would poll for 55 s inside one invocation while simulated time stood still.
-Each function gets its own runtime, as each Lambda function has its own execution
-environment. A handler whose ``functions/<name>/handler.py`` does not exist is skipped.
+gets it); the scanner runs one round per invocation, as deployed. Each function gets its own
+runtime, as each Lambda function has its own execution environment. A handler whose
+``functions/<name>/handler.py`` does not exist is skipped.
+
+``scanner_mode="responsive"`` adds the watcher as deployed: every minute a watcher window of
+``scan_window_seconds`` opens; inside it the watcher's own batching state
+(:class:`joiner.services.watcher.PendingPods`, the one the function runs) observes the unbound
+pods at every instant, as its watch stream would deliver them, and wakes the scanner through its
+real handler when a batch is due (or when the window closes on an open batch). Pods that become
+pending between windows are seen when the next window opens, as the resumed watch replays them.
+The loop steps to every batch deadline, so wake-ups happen at the simulated second they would.
+:meth:`SimulationResult.provisioning_latency` then gives, per pod served by a launch, pending to
+CreateFleet (the launching round's wall time added: simulated time stands still while a handler
+runs) and pending to Ready.
 """
 
 from __future__ import annotations
@@ -41,12 +51,15 @@ if TYPE_CHECKING:
     from joiner.local.stack import LocalQueue
 
 __all__ = [
-    "MAX_STEP", "QUEUE_CONSUMERS", "SCHEDULED", "CapacityFailure", "CheckResult", "Entry", "PodDeletion", "Sample", "SimClock",
+    "MAX_STEP", "QUEUE_CONSUMERS", "SCHEDULED", "WATCHER_PERIOD_SECONDS", "CapacityFailure", "CheckResult", "Entry", "PodDeletion", "Sample", "SimClock",
     "Simulation", "SimulationResult", "UnavailableMark", "percentile",
 ]
 
 #: scheduled function -> seconds between EventBridge ticks (infra/schedules.py).
 SCHEDULED: Mapping[str, int] = {"scanner": 60, "disruption": 60, "gc": 300}
+#: Responsive mode: a watcher window opens every minute (the watcher's schedule).
+WATCHER_PERIOD_SECONDS = 60
+WATCHER_OFFSET_SECONDS = 20
 #: queue -> the function its event source mapping invokes.
 QUEUE_CONSUMERS: Mapping[str, str] = {"interruption": "interruption", "work": "termination"}
 #: The longest jump of simulated time between two looks at the world.
@@ -185,6 +198,12 @@ class SimulationResult:
     handler_seconds: dict[str, float] = field(default_factory=dict)
     handler_errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    #: instance id -> wall seconds of the invocation that launched it; -> when its node registered
+    launch_round_seconds: dict[str, float] = field(default_factory=dict)
+    registered_at: dict[str, datetime] = field(default_factory=dict)
+    #: responsive mode: watcher windows opened and scanner wake-ups
+    watcher_windows: int = 0
+    wake_ups: int = 0
     wall_seconds: float = 0.0
     simulated_seconds: float = 0.0
 
@@ -234,6 +253,22 @@ class SimulationResult:
                 taken.add(successors[0].key)
                 total += successors[0].pending_seconds(end)
         return total
+
+    def provisioning_latency(self) -> list[tuple[float, float]]:
+        """(pending -> CreateFleet, pending -> Ready) seconds of every pod bound to a node that was
+        launched after it was created: the pods a launch served. CreateFleet is counted at the
+        end of the launching invocation (its wall time added to the simulated instant)."""
+        by_node = {i.private_dns: i for i in self.instances if i.managed}
+        latencies = []
+        for pod in self.pods:
+            instance = by_node.get(pod.node or "")
+            if pod.bound is None or instance is None or instance.launched < pod.created:
+                continue
+            fleet = (instance.launched - pod.created).total_seconds() + self.launch_round_seconds.get(instance.instance_id, 0.0)
+            ready_at = self.registered_at.get(instance.instance_id)
+            ready = (ready_at - pod.created).total_seconds() if ready_at is not None else fleet
+            latencies.append((fleet, max(ready, fleet)))
+        return latencies
 
     def interruption_pending(self) -> list[float]:
         """:meth:`pending_caused_by` for every spot interruption, in order."""
@@ -303,10 +338,14 @@ class Simulation:
         verbose: bool = False,
         start: datetime | None = None,
         region: str | None = None,
+        scanner_mode: str = "economy",
     ) -> None:
         from joiner.local.aws import REGION
 
+        if scanner_mode not in ("economy", "responsive"):
+            raise ValueError(f"scanner_mode must be 'economy' or 'responsive', got {scanner_mode!r}")
         self.scenario = scenario
+        self.scanner_mode = scanner_mode
         self.region = region or REGION
         self.functions_dir = functions_dir
         self.on_entry = on_entry or (lambda entry: None)
@@ -404,6 +443,19 @@ class Simulation:
         if self.result.missing_handlers:
             self._note("setup", "functions not found", "skipped: " + ", ".join(self.result.missing_handlers))
         self._next_tick = {name: self.start + timedelta(seconds=period) for name, period in SCHEDULED.items() if name in self.handlers}
+        self._watch: Any = None
+        if self.scanner_mode == "responsive" and "scanner" in self.handlers:
+            from joiner.domain.wake import BatchWindow
+            from joiner.services.watcher import PendingPods
+
+            self._watch = PendingPods(BatchWindow(settings.batch_idle_seconds, settings.batch_max_seconds))
+            self._watch_window = timedelta(seconds=settings.scan_window_seconds)
+            # EventBridge does not align two rate rules: the watcher's windows open 20 s after the
+            # scanner's ticks, so a pod pending in the gap between windows waits for the next
+            # window instead of being rescued by a tick that happens to follow the gap.
+            self._watch_opens = self.start + timedelta(seconds=WATCHER_OFFSET_SECONDS)
+            self._watch_closes = self.start + self._watch_window
+            self.result.watcher_windows = 1
         self._queues = {"interruption": self.stack.interruption, "work": self.stack.work}
         self._events = list(scenario.events)
         self._replacements: dict[str, list[str]] = {}  # instance -> interrupted instance it replaces
@@ -474,6 +526,10 @@ class Simulation:
         candidates += [self.start + e.at for e in self._events]
         candidates += [self.start + e.until for e in self._capacity_events if e.until is not None]
         candidates += [t for t in check_times if t > now]
+        if self._watch is not None:
+            due = self._watch.batch.due_at(self._watch.window)
+            candidates += [c for c in (due, self._watch_closes, self._watch_opens + timedelta(seconds=WATCHER_PERIOD_SECONDS))
+                           if c is not None]
         boot = self.scenario.boot_delay
         candidates += [i.launched + boot for i in self.ec2.running() if i.instance_id not in self.cluster.registered]
         reclaim = self.ec2.next_reclaim()
@@ -503,7 +559,35 @@ class Simulation:
 
                 event = scheduled_event(f"{self.scenario.cluster}-{name}-schedule", now, region=self.region)
                 self._invoke(name, event, "scheduled tick")
+        if self._watch is not None:
+            self._watcher_step(now)
         self._drain_queues()
+
+    def _watcher_step(self, now: datetime) -> None:
+        """Responsive mode's watcher at this instant (see the module docstring)."""
+        watch = self._watch
+        if now >= self._watch_opens + timedelta(seconds=WATCHER_PERIOD_SECONDS):
+            if watch.batch.pods:
+                self._wake_scanner("window end")
+            self._watch_opens += timedelta(seconds=WATCHER_PERIOD_SECONDS)
+            self._watch_closes = self._watch_opens + self._watch_window
+            self.result.watcher_windows += 1
+        if not self._watch_opens <= now <= self._watch_closes:
+            return
+        unbound = {p["metadata"]["uid"]: p for p in self.emulator.list("Pod") if not (p.get("spec") or {}).get("nodeName")}
+        for uid in [uid for uid in watch.known if uid not in unbound]:
+            watch.observe("DELETED", {"metadata": {"uid": uid}}, now)
+        for pod in unbound.values():
+            watch.observe("MODIFIED", pod, now)
+        if watch.due(now):
+            self._wake_scanner("batch")
+        elif now >= self._watch_closes and watch.batch.pods:
+            self._wake_scanner("window end")
+
+    def _wake_scanner(self, reason: str) -> None:
+        pods = self._watch.take()
+        self.result.wake_ups += 1
+        self._invoke("scanner", {"mode": "economy"}, f"watcher wake-up ({reason}, {pods} pod{'s' if pods != 1 else ''})")
 
     def _settle(self, *, observe: bool = True) -> None:
         """The cluster's reaction to whatever just happened (kubelets, controllers, scheduler);
@@ -520,6 +604,7 @@ class Simulation:
                 continue
             boot = kubelet_registration(self.ec2.user_data(instance.instance_id))
             node = self.cluster.register_node(instance.instance_id, instance.private_dns, instance.instance_type, instance.zone, boot)
+            self.result.registered_at[instance.instance_id] = now
             self._note("kubelet", f"node {node['metadata']['name']} registered",
                        f"{instance.instance_type} ({instance.capacity_type}, {instance.zone}) Ready")
             warned: list[Interruption | Rebalance] = [*self.ec2.interruptions, *self.ec2.rebalances]
@@ -646,8 +731,11 @@ class Simulation:
             error = f"{type(failure).__name__}: {failure}"
             self.result.handler_errors.append(f"{_fmt_delta(self._elapsed())} {name}: {error}")
         finally:
-            self.result.handler_seconds[name] = self.result.handler_seconds.get(name, 0.0) + time.perf_counter() - started
+            took = time.perf_counter() - started
+            self.result.handler_seconds[name] = self.result.handler_seconds.get(name, 0.0) + took
         launched, gone = self.ec2.observe(actor="joiner")
+        for instance in launched:
+            self.result.launch_round_seconds[instance.instance_id] = took
         actions: list[str] = []
         failures = self.result.capacity_failures[failures_before:]
         if failures:
