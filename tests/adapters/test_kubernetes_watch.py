@@ -106,3 +106,16 @@ def test_official_client_watch_sees_the_same_stream(kube_emulator: KubeEmulator)
             resource_version=listed.metadata.resource_version, timeout_seconds=1):
         seen.append((event["type"], event["object"].metadata.name))
     assert seen == [("ADDED", "typed")]
+
+
+def test_plan_inputs_are_versioned_and_watched(kube_emulator: KubeEmulator, kube_client: KubernetesClient) -> None:
+    kube_emulator.apply(make_node("n1"))
+    version = kube_client.plan_input_version("nodepools")
+    assert version == str(kube_emulator.resource_version)
+    kube_emulator.apply({"apiVersion": "joiner.dev/v1", "kind": "NodePool", "metadata": {"name": "p"},
+                         "spec": {"template": {"spec": {"nodeClassRef": {"group": "joiner.dev", "kind": "NodeClass", "name": "d"}}}}})
+    events = list(kube_client.watch_plan_inputs("nodepools", version, timeout_seconds=1))
+    assert [(e.type, e.object["kind"], e.object["metadata"]["name"]) for e in events] == [("ADDED", "NodePool", "p")]
+    assert list(kube_client.watch_plan_inputs("nodeclasses", version, timeout_seconds=1)) == []
+    with pytest.raises(ValueError, match="nodepools or nodeclasses"):
+        kube_client.plan_input_version("pods")

@@ -233,3 +233,21 @@ def test_duplicate_wake_ups_never_launch_twice(world: World) -> None:
 def test_settings_for_the_watcher_need_the_planner_name() -> None:
     with pytest.raises(ValueError, match="JOINER_PLANNER_FUNCTION"):
         LambdaPlanner(object(), Settings(cluster_name="c", region="us-east-1", state_table="t", idempotency_table="t").planner_function)
+
+
+def test_a_node_pool_change_while_pods_wait_wakes_the_planner_again(world: World) -> None:
+    planner = RecordingPlanner()
+    runtime = watcher_runtime(world, window=2.0)
+    timer = later(0.4, lambda: world.emulator.patch("NodePool", "default", {"metadata": {"labels": {"edit": "1"}}}))
+    run_watcher(runtime, runtime.kube, planner)
+    timer.join()
+    assert planner.wakes == []  # nothing pending: a NodePool edit alone plans nothing
+
+    world.emulator.apply(pending_pod("stuck"))
+    run_watcher(runtime, runtime.kube, planner)
+    assert [(reason, pods) for _, reason, pods in planner.wakes] == [("batch", 1)]
+    planner.wakes.clear()
+    timer = later(0.4, lambda: world.emulator.patch("NodePool", "default", {"spec": {"limits": {"cpu": "500"}}}))
+    run_watcher(runtime, runtime.kube, planner)  # "stuck" was reported before: only the edit brings it back
+    timer.join()
+    assert [(reason, pods) for _, reason, pods in planner.wakes] == [("batch", 1)]

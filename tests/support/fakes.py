@@ -291,6 +291,14 @@ class FakeKubernetes:
         self._enter("watch_unbound_pods")
         return iter(())
 
+    def plan_input_version(self, resource: str) -> str:
+        self._enter("plan_input_version")
+        return "1"
+
+    def watch_plan_inputs(self, resource: str, resource_version: str, timeout_seconds: int) -> Iterator[WatchEvent]:
+        self._enter("watch_plan_inputs")
+        return iter(())
+
     def list_pending_pods(self) -> list[JsonDict]:
         self._enter("list_pending_pods")
         result = []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -54,6 +56,7 @@ class ScriptedWatch:
     def __init__(self, clock: FakeClock, scripts: list[tuple[list[WatchEvent], Exception | None]]) -> None:
         self.clock, self.scripts = clock, scripts
         self.versions: list[str] = []
+        self.played = threading.Event()
 
     def list_unbound_pods(self) -> tuple[list[JsonDict], str]:
         return [], "4"
@@ -66,9 +69,21 @@ class ScriptedWatch:
             yield from events
             if failure is not None:
                 raise failure
+            time.sleep(0.05)  # let the invocation's thread take what was delivered
             self.clock.advance(timeout_seconds)  # the server held the stream open to its timeout
+            self.played.set()
 
         return play()
+
+    def plan_input_version(self, resource: str) -> str:
+        return "2"
+
+    def watch_plan_inputs(self, resource: str, resource_version: str, timeout_seconds: int) -> Iterator[WatchEvent]:
+        def quiet() -> Iterator[WatchEvent]:
+            self.played.wait(5)  # no NodePool changes: open until the pod script has played
+            yield from ()
+
+        return quiet()
 
 
 class Planner:

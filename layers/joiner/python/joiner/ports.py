@@ -67,7 +67,8 @@ class WatchEvent:
 
 class PodWatchPort(Protocol):
     """What the watcher needs: pods without a node, listed and then watched from the list's
-    version (``spec.nodeName=``: a pod that is bound leaves the watch as ``DELETED``)."""
+    version (``spec.nodeName=``: a pod that is bound leaves the watch as ``DELETED``), and the
+    NodePools and NodeClasses whose changes can make pending pods schedulable."""
 
     def list_unbound_pods(self) -> tuple[list[JsonDict], str]:
         """The unbound pods and the list's ``resourceVersion``."""
@@ -77,6 +78,14 @@ class PodWatchPort(Protocol):
         """Events after ``resource_version`` until the server ends the stream (about
         ``timeout_seconds``). Raises :class:`WatchExpired` when the version is too old and
         :class:`KubernetesError` when the stream fails."""
+        ...
+
+    def plan_input_version(self, resource: str) -> str:
+        """The current ``resourceVersion`` of ``nodepools`` or ``nodeclasses`` (a one-item list)."""
+        ...
+
+    def watch_plan_inputs(self, resource: str, resource_version: str, timeout_seconds: int) -> Iterator[WatchEvent]:
+        """Changes to NodePools or NodeClasses after ``resource_version`` (as :meth:`watch_unbound_pods`)."""
         ...
 
 

@@ -299,6 +299,22 @@ class KubernetesClient:
             raise ValueError(f"watch_unbound_pods: timeout_seconds must be 1-3600, got {timeout_seconds}")
         return self._watch("/api/v1/pods", "Pod", "v1", resource_version, timeout_seconds, fieldSelector="spec.nodeName=")
 
+    def plan_input_version(self, resource: str) -> str:
+        path, _ = _plan_input(resource)
+        _, page = self._request("GET", path, query={"limit": "1"})
+        version = str((page.get("metadata") or {}).get("resourceVersion") or "")
+        if not version:
+            raise KubernetesError(f"Kubernetes GET {path}: the list has no resourceVersion")
+        return version
+
+    def watch_plan_inputs(self, resource: str, resource_version: str, timeout_seconds: int) -> Iterator[WatchEvent]:
+        path, kind = _plan_input(resource)
+        if not resource_version:
+            raise ValueError("watch_plan_inputs: resource_version is required")
+        if not 1 <= timeout_seconds <= 3600:
+            raise ValueError(f"watch_plan_inputs: timeout_seconds must be 1-3600, got {timeout_seconds}")
+        return self._watch(path, kind, "joiner.dev/v1", resource_version, timeout_seconds)
+
     def _watch(self, path: str, kind: str, api_version: str, resource_version: str, timeout_seconds: int,
                **query: str) -> Iterator[WatchEvent]:
         import urllib3
@@ -546,6 +562,14 @@ def _segment(value: str) -> str:
     if not value:
         raise ValueError("a Kubernetes object name or namespace must not be empty")
     return quote(value, safe="")
+
+
+def _plan_input(resource: str) -> tuple[str, str]:
+    if resource == "nodepools":
+        return NODE_POOLS_PATH, "NodePool"
+    if resource == "nodeclasses":
+        return NODE_CLASSES_PATH, "NodeClass"
+    raise ValueError(f"plan inputs are nodepools or nodeclasses, not {resource!r}")
 
 
 def _watch_event(path: str, kind: str, api_version: str, line: bytes) -> WatchEvent:

@@ -1,7 +1,8 @@
 """The watcher: responsive mode's cheap waiting half.
 
-A small function holds a watch on pods without a node for most of each minute and wakes the
-planner (the scanner function, one economy round) only when pods become pending, batched by
+A small function holds a watch on pods without a node (and on NodePools and NodeClasses) for
+most of each minute and wakes the planner (the scanner function, one economy round) only when
+pods become pending, or when a NodePool or NodeClass changes while pods are pending, batched by
 :class:`joiner.domain.wake.BatchWindow` (1 s idle / 10 s maximum from the first pending pod).
 The planner runs with the memory its CPU needs, only when there is work; the watcher waits
 at 128 MB.
@@ -32,7 +33,7 @@ from joiner.domain.wake import BatchWindow, PendingBatch
 from joiner.ports import JsonDict, KubernetesError, PlannerPort, PodWatchPort, WatchEvent, WatchExpired
 from joiner.services.context import Runtime
 
-__all__ = ["WATCH_POSITION_ID", "WATCH_POSITION_KIND", "PendingPods", "WatchSummary", "run_watcher"]
+__all__ = ["PLAN_INPUTS", "PODS", "WATCH_POSITION_ID", "WATCH_POSITION_KIND", "PendingPods", "WatchSummary", "run_watcher"]
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,11 @@ class PendingPods:
                 self.batch = self.batch.add(uid, now)
         else:
             self.known.pop(uid, None)
+
+    def replan(self, now: datetime) -> None:
+        """A NodePool or NodeClass changed: every pending pod goes into the batch again."""
+        for uid in self.known:
+            self.batch = self.batch.add(uid, now)
 
     def due(self, now: datetime) -> bool:
         return self.batch.is_due(now, self.window)
@@ -105,13 +111,21 @@ class _Ended:
     """The server ended the stream (its timeout)."""
 
 
-def _read(pods: PodWatchPort, version: str, timeout_seconds: int, out: queue.Queue[WatchEvent | _Ended | Exception]) -> None:
+#: The watched streams: unbound pods, and the plan inputs whose changes can make pending pods fit.
+PODS = "pods"
+PLAN_INPUTS = ("nodepools", "nodeclasses")
+_Item = WatchEvent | _Ended | Exception
+
+
+def _read(pods: PodWatchPort, stream: str, version: str, timeout_seconds: int, out: queue.Queue[tuple[str, _Item]]) -> None:
     try:
-        for event in pods.watch_unbound_pods(version, timeout_seconds):
-            out.put(event)
-        out.put(_Ended())
+        events = (pods.watch_unbound_pods(version, timeout_seconds) if stream == PODS
+                  else pods.watch_plan_inputs(stream, version, timeout_seconds))
+        for event in events:
+            out.put((stream, event))
+        out.put((stream, _Ended()))
     except Exception as error:  # noqa: BLE001 - handed to the invocation's thread, which decides
-        out.put(error)
+        out.put((stream, error))
 
 
 def run_watcher(
@@ -122,7 +136,8 @@ def run_watcher(
     remaining_ms: Callable[[], int] | None = None,
 ) -> WatchSummary:
     """Watch for about ``scan_window_seconds`` (less when the function's time runs short) and
-    wake ``planner`` per batch of newly pending pods."""
+    wake ``planner`` per batch of newly pending pods; a NodePool or NodeClass change while pods
+    are pending puts them all in the batch again (the plan may now place them)."""
     settings = runtime.settings
     clock = runtime.clock
     tracker = PendingPods(BatchWindow(settings.batch_idle_seconds, settings.batch_max_seconds))
@@ -153,62 +168,83 @@ def run_watcher(
         return listed_version
 
     saved = runtime.state.get_item(WATCH_POSITION_KIND, WATCH_POSITION_ID) or {}
-    version = str(saved.get("resourceVersion") or "")
+    versions: dict[str, str] = {PODS: str(saved.get("resourceVersion") or "")}
+    for stream in PLAN_INPUTS:
+        versions[stream] = str((saved.get("planInputs") or {}).get(stream) or "")
     for uid in saved.get("pending") or []:
         tracker.known[str(uid)] = None
-    if not version:
+    if not versions[PODS]:
         relists += 1
-        version = relist()
+        versions[PODS] = relist()
+    for stream in PLAN_INPUTS:
+        if not versions[stream]:
+            versions[stream] = pods.plan_input_version(stream)
 
     def save() -> None:
-        runtime.state.put_item(WATCH_POSITION_KIND, WATCH_POSITION_ID,
-                               {"resourceVersion": version, "pending": tracker.remembered(), "savedAt": clock.now().isoformat()})
+        runtime.state.put_item(WATCH_POSITION_KIND, WATCH_POSITION_ID, {
+            "resourceVersion": versions[PODS], "planInputs": {stream: versions[stream] for stream in PLAN_INPUTS},
+            "pending": tracker.remembered(), "savedAt": clock.now().isoformat()})
 
+    inbox: queue.Queue[tuple[str, _Item]] = queue.Queue()
+    open_streams: set[str] = set()
+    opened_at: dict[str, datetime] = {}
     last_save = clock.now()
     try:
-        while time_left() >= 1.0:
-            inbox: queue.Queue[WatchEvent | _Ended | Exception] = queue.Queue()
-            reader = threading.Thread(target=_read, args=(pods, version, max(1, int(time_left())), inbox), daemon=True,
-                                      name="joiner-watch")
-            reader.start()
-            while True:
-                now = clock.now()
-                if tracker.due(now):
-                    wake("batch")
-                left = time_left()
-                until_due = tracker.seconds_until_due(now)
-                try:
-                    if left <= 0:  # time is up: only what already arrived (its position is saved below)
-                        item = inbox.get_nowait()
-                    else:
-                        item = inbox.get(timeout=max(0.01, min(left, until_due if until_due is not None else left)))
-                except queue.Empty:
-                    if left <= 0:
-                        break
+        while True:
+            now = clock.now()
+            if tracker.due(now):
+                wake("batch")
+            left = time_left()
+            if left >= 1.0:
+                for stream in sorted({PODS, *PLAN_INPUTS} - open_streams):
+                    open_streams.add(stream)
+                    opened_at[stream] = now
+                    threading.Thread(target=_read, args=(pods, stream, versions[stream], max(1, int(left)), inbox),
+                                     daemon=True, name=f"joiner-watch-{stream}").start()
+            until_due = tracker.seconds_until_due(now)
+            try:
+                if left <= 0:  # time is up: only what already arrived (its position is saved below)
+                    stream, item = inbox.get_nowait()
+                else:
+                    stream, item = inbox.get(timeout=max(0.01, min(left, until_due if until_due is not None else left)))
+            except queue.Empty:
+                if left <= 0:
+                    break
+                continue
+            if isinstance(item, WatchEvent):
+                events += 1
+                versions[stream] = item.resource_version or versions[stream]
+                if item.type == "BOOKMARK":
                     continue
-                if isinstance(item, WatchEvent):
-                    events += 1
-                    if item.type != "BOOKMARK":
-                        tracker.observe(item.type, item.object, clock.now())
-                    version = item.resource_version or version
-                    if (clock.now() - last_save).total_seconds() >= SAVE_EVERY_SECONDS and not tracker.batch.pods:
-                        save()
-                        last_save = clock.now()
-                    continue
-                if isinstance(item, WatchExpired):
-                    log.warning("watch position %s expired: listing again", version)
-                    relists += 1
-                    version = relist()
-                elif isinstance(item, Exception):
-                    errors += 1
-                    runtime.count("WatchErrors", 1)
-                    log.warning("pod watch failed (%d): %s", errors, item)
-                    if errors >= MAX_STREAM_ERRORS or not isinstance(item, KubernetesError):
-                        raise item
-                    runtime.sleep(min(1.0 * errors, max(0.0, time_left())))
-                break
+                if stream == PODS:
+                    tracker.observe(item.type, item.object, clock.now())
+                else:
+                    tracker.replan(clock.now())
+                if (clock.now() - last_save).total_seconds() >= SAVE_EVERY_SECONDS and not tracker.batch.pods:
+                    save()
+                    last_save = clock.now()
+                continue
+            open_streams.discard(stream)
+            if isinstance(item, _Ended):
+                if (clock.now() - opened_at[stream]).total_seconds() < 1.0:
+                    runtime.sleep(min(1.0, max(0.0, time_left())))  # a server ending streams at once: no busy loop
+            elif isinstance(item, WatchExpired):
+                log.warning("watch position %s of %s expired: listing again", versions[stream], stream)
+                relists += 1
+                if stream == PODS:
+                    versions[PODS] = relist()
+                else:
+                    versions[stream] = pods.plan_input_version(stream)
+                    tracker.replan(clock.now())  # a change may have been compacted away
+            elif isinstance(item, Exception):
+                errors += 1
+                runtime.count("WatchErrors", 1)
+                log.warning("%s watch failed (%d): %s", stream, errors, item)
+                if errors >= MAX_STREAM_ERRORS or not isinstance(item, KubernetesError):
+                    raise item
+                runtime.sleep(min(1.0 * errors, max(0.0, time_left())))
     finally:
         if tracker.batch.pods:
             wake("window end")  # before saving a position past these pods
         save()
-    return WatchSummary(wake_ups, woken, events, relists, errors, version)
+    return WatchSummary(wake_ups, woken, events, relists, errors, versions[PODS])
