@@ -584,9 +584,10 @@ def test_the_cost_benchmark_reads_what_the_template_bills_for(synthesized: Synth
 
     resources = synthesized.template["Resources"]
     counted = inventory(synthesized.template)
-    assert set(counted.memory_mb) == {"scanner", "interruption", "termination", "disruption", "gc"}
+    assert set(counted.memory_mb) == {"scanner", "interruption", "termination", "disruption", "gc", "watcher"}
+    assert counted.memory_mb["watcher"] == 128
     assert counted.runs_per_month == {"scanner": MONTH_MINUTES, "disruption": MONTH_MINUTES, "gc": MONTH_MINUTES // 5,
-                                      "interruption": 0, "termination": 0}
+                                      "interruption": 0, "termination": 0, "watcher": MONTH_MINUTES}
     kinds = [r["Type"] for r in resources.values()]
     assert counted.alarms == kinds.count("AWS::CloudWatch::Alarm") > 0
     assert (counted.dashboards, counted.kms_keys, counted.tables) == (
