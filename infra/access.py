@@ -31,6 +31,7 @@ __all__ = [
     "EKS_AMI_PARAMETERS",
     "IDEMPOTENCY_TABLE_ACTIONS",
     "KUBERNETES_GROUP",
+    "KUBERNETES_GROUP_BY_FUNCTION",
     "LAUNCH_CREATED_RESOURCE_TYPES",
     "LAUNCH_READ_ACTIONS",
     "LAUNCH_SHARED_RESOURCE_TYPES",
@@ -47,6 +48,8 @@ __all__ = [
 CLUSTER_TAG = "joiner.dev/cluster"
 #: Kubernetes group of the functions' access entries; manifests/rbac.yaml binds it.
 KUBERNETES_GROUP = "joiner:controller"
+#: The watcher only lists and watches pods, NodePools and NodeClasses (manifests/rbac.yaml).
+KUBERNETES_GROUP_BY_FUNCTION: Mapping[str, str] = {"watcher": "joiner:watcher"}
 
 #: What each function may do beyond reading instances and its cluster and using the state
 #: table. ``idempotency``: the powertools idempotency table (interruption events);
@@ -315,5 +318,5 @@ class FunctionAccess(Construct):
                     cluster_name=cluster_name,
                     principal_arn=role.role_arn,
                     type="STANDARD",
-                    kubernetes_groups=[KUBERNETES_GROUP],
+                    kubernetes_groups=[KUBERNETES_GROUP_BY_FUNCTION.get(name, KUBERNETES_GROUP)],
                 )

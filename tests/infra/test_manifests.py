@@ -142,7 +142,7 @@ def test_schema_rejects_invalid_objects(validators, mutate, kind):
 
 
 def test_rbac_grants_only_what_joiner_uses():
-    role, binding = load("rbac.yaml")
+    role, binding, _, _ = load("rbac.yaml")
     assert role["kind"] == "ClusterRole" and binding["kind"] == "ClusterRoleBinding"
     grants = {(group, resource): set(rule["verbs"]) for rule in role["rules"] for group in rule["apiGroups"] for resource in rule["resources"]}
     assert grants == {
@@ -169,13 +169,23 @@ def test_rbac_grants_only_what_joiner_uses():
     assert binding["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "joiner:controller"}]
 
 
-def test_the_documented_permission_table_is_the_rbac_manifest():
+def test_the_watcher_may_only_list_and_watch_what_it_watches():
+    _, _, role, binding = load("rbac.yaml")
+    grants = {(group, resource): set(rule["verbs"]) for rule in role["rules"] for group in rule["apiGroups"] for resource in rule["resources"]}
+    assert grants == {("", "pods"): {"list", "watch"}, ("joiner.dev", "nodepools"): {"list", "watch"},
+                      ("joiner.dev", "nodeclasses"): {"list", "watch"}}
+    assert binding["roleRef"]["name"] == role["metadata"]["name"] == "joiner-watcher"
+    assert binding["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "joiner:watcher"}]
+
+
+@pytest.mark.parametrize(("index", "heading"), [(0, "## Permissions Joiner needs in the cluster"), (2, "## Permissions of the watcher")])
+def test_the_documented_permission_table_is_the_rbac_manifest(index, heading):
     """docs/kubernetes.md lists exactly what manifests/rbac.yaml grants (issue 16 section 6)."""
-    role, _ = load("rbac.yaml")
+    role = load("rbac.yaml")[index]
     granted = {("" if group == "" else group, resource, frozenset(rule["verbs"]))
                for rule in role["rules"] for group in rule["apiGroups"] for resource in rule["resources"]}
     text = (MANIFESTS.parent / "docs" / "kubernetes.md").read_text()
-    section = text.split("## Permissions Joiner needs in the cluster", 1)[1].split("\n## ", 1)[0]
+    section = text.split(heading, 1)[1].split("\n## ", 1)[0]
     documented = set()
     for line in section.splitlines():
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]

@@ -353,8 +353,10 @@ def test_access_entries_map_every_function_role_to_the_controller_group(synthesi
     assert len(standard) == 6
     role_ids = {logical_id(synthesized, "AWS::IAM::Role", f"Access{spec.name.capitalize()}Role") for spec in FUNCTION_SPECS}
     assert {e["PrincipalArn"]["Fn::GetAtt"][0] for e in standard} == role_ids
+    watcher_role = logical_id(synthesized, "AWS::IAM::Role", "AccessWatcherRole")
     for entry in standard:
-        assert entry["ClusterName"] == CLUSTER and entry["KubernetesGroups"] == ["joiner:controller"]
+        group = "joiner:watcher" if entry["PrincipalArn"]["Fn::GetAtt"][0] == watcher_role else "joiner:controller"
+        assert entry["ClusterName"] == CLUSTER and entry["KubernetesGroups"] == [group]
     (node,) = [e for e in entries if e["Type"] == "EC2_LINUX"]
     assert node["PrincipalArn"] == {"Fn::GetAtt": [logical_id(synthesized, "AWS::IAM::Role", "NodeRole"), "Arn"]}
 
