@@ -135,3 +135,22 @@ def test_bound_deleted_and_daemonset_pods_never_wake_the_planner() -> None:
     planner = Planner()
     summary = run_watcher(runtime, port, planner)
     assert planner.wakes == [] and summary.resource_version == "9"
+
+
+@pytest.mark.parametrize("saved", [
+    None, {}, {"resourceVersion": 12}, {"resourceVersion": "x" * 500}, {"resourceVersion": "1 OR 1"},
+    {"pending": "uid-a"}, {"pending": [1, None, "", "u" * 300]}, {"planInputs": ["nodepools"]}, ["not", "a", "dict"],
+])
+def test_a_malformed_saved_position_is_listed_again(saved: Any) -> None:
+    from joiner.services.watcher import read_position
+
+    versions, pending = read_position(saved)
+    assert versions == {"pods": "", "nodepools": "", "nodeclasses": ""} and pending == []
+
+
+def test_a_saved_position_is_read_back() -> None:
+    from joiner.services.watcher import read_position
+
+    versions, pending = read_position({"resourceVersion": "812", "planInputs": {"nodepools": "90", "nodeclasses": "91"},
+                                       "pending": ["a", "b"]})
+    assert versions == {"pods": "812", "nodepools": "90", "nodeclasses": "91"} and pending == ["a", "b"]

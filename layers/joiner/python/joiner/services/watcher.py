@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,7 +34,7 @@ from joiner.domain.wake import BatchWindow, PendingBatch
 from joiner.ports import JsonDict, KubernetesError, PlannerPort, PodWatchPort, WatchEvent, WatchExpired
 from joiner.services.context import Runtime
 
-__all__ = ["PLAN_INPUTS", "PODS", "WATCH_POSITION_ID", "WATCH_POSITION_KIND", "PendingPods", "WatchSummary", "run_watcher"]
+__all__ = ["PLAN_INPUTS", "PODS", "read_position", "WATCH_POSITION_ID", "WATCH_POSITION_KIND", "PendingPods", "WatchSummary", "run_watcher"]
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +108,26 @@ class WatchSummary:
                 "relists": self.relists, "streamErrors": self.stream_errors, "resourceVersion": self.resource_version}
 
 
+_VERSION = re.compile(r"[0-9A-Za-z._-]{1,128}")
+
+
+def read_position(saved: JsonDict | None) -> tuple[dict[str, str], list[str]]:
+    """The saved stream versions and reported pods; anything malformed is dropped with a
+    warning (its stream is listed again, which loses nothing)."""
+    saved = saved if isinstance(saved, dict) else {}
+    raw = {PODS: saved.get("resourceVersion"), **{stream: (saved.get("planInputs") or {}).get(stream)
+                                                    for stream in PLAN_INPUTS if isinstance(saved.get("planInputs"), dict)}}
+    versions = dict.fromkeys((PODS, *PLAN_INPUTS), "")
+    for stream, value in raw.items():
+        if isinstance(value, str) and _VERSION.fullmatch(value):
+            versions[stream] = value
+        elif value not in (None, ""):
+            log.warning("ignoring the saved %s watch position %.64r: not a resourceVersion", stream, value)
+    pending = saved.get("pending")
+    uids = [uid for uid in pending if isinstance(uid, str) and 0 < len(uid) <= 128] if isinstance(pending, list) else []
+    return versions, uids[-REMEMBERED_PODS:]
+
+
 class _Ended:
     """The server ended the stream (its timeout)."""
 
@@ -167,12 +188,9 @@ def run_watcher(
             tracker.observe("ADDED", pod, now)
         return listed_version
 
-    saved = runtime.state.get_item(WATCH_POSITION_KIND, WATCH_POSITION_ID) or {}
-    versions: dict[str, str] = {PODS: str(saved.get("resourceVersion") or "")}
-    for stream in PLAN_INPUTS:
-        versions[stream] = str((saved.get("planInputs") or {}).get(stream) or "")
-    for uid in saved.get("pending") or []:
-        tracker.known[str(uid)] = None
+    versions, remembered = read_position(runtime.state.get_item(WATCH_POSITION_KIND, WATCH_POSITION_ID))
+    for uid in remembered:
+        tracker.known[uid] = None
     if not versions[PODS]:
         relists += 1
         versions[PODS] = relist()
