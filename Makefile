@@ -67,6 +67,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.cost
 	$(BIN)/python -m bench.plan_mix
 	$(BIN)/python -m bench.cost_of_running
+	$(BIN)/python -m bench.latency
 	$(BIN)/python -m bench.scan
 	$(BIN)/python -m bench.interruption
 	$(BIN)/python -m bench.disruption
