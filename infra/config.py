@@ -38,6 +38,7 @@ CONTEXT_KEYS: dict[str, str] = {
     "alarmTopicArn": "alarm_topic_arn",
     "nodeRoleArn": "node_role_arn",
     "createAccessEntry": "create_access_entry",
+    "dashboard": "dashboard_enabled",
     "dashboardName": "dashboard_name",
     "logLevel": "log_level",
     "pendingPodAgeAlarmSeconds": "pending_pod_age_alarm_seconds",
@@ -91,6 +92,9 @@ class JoinerConfig:
     create_access_entry: bool = True
     #: The functions' log level (POWERTOOLS_LOG_LEVEL).
     log_level: str = "INFO"
+    #: Whether this stack creates a CloudWatch dashboard ($3 a month each beyond the account's
+    #: three free ones); giving ``dashboard_name`` turns it on.
+    dashboard_enabled: bool = False
     #: The CloudWatch dashboard's name (default ``Joiner-<cluster>``; unique per account and region).
     dashboard_name: str | None = None
     pending_pod_age_alarm_seconds: int = 300
@@ -138,6 +142,8 @@ class JoinerConfig:
             fail("nodeRoleArn", f"{self.node_role_arn!r} is not an IAM role ARN")
         if not isinstance(self.create_access_entry, bool):
             fail("createAccessEntry", f"must be true or false, got {self.create_access_entry!r}")
+        if not isinstance(self.dashboard_enabled, bool):
+            fail("dashboard", f"must be true or false, got {self.dashboard_enabled!r}")
         if self.log_level not in LOG_LEVELS:
             fail("logLevel", f"must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
         if self.dashboard_name is not None and not _DASHBOARD_NAME.match(self.dashboard_name):
@@ -148,8 +154,11 @@ class JoinerConfig:
                 fail(key, f"must be a whole number from {smallest} to {largest}, got {value!r}")
 
     @property
-    def dashboard(self) -> str:
-        """The dashboard's name: ``dashboard_name`` or ``Joiner-<cluster>``."""
+    def dashboard(self) -> str | None:
+        """The dashboard's name (``dashboard_name`` or ``Joiner-<cluster>``), None when this
+        stack creates none."""
+        if not (self.dashboard_enabled or self.dashboard_name):
+            return None
         return self.dashboard_name or f"Joiner-{self.cluster_name}"
 
     @property
@@ -207,14 +216,14 @@ def _coerce(key: str, raw: Any) -> Any:
         return raw
     if key == "logLevel" and isinstance(raw, str):
         return raw.strip().upper()
-    if key == "createAccessEntry":
+    if key in ("createAccessEntry", "dashboard"):
         if isinstance(raw, str):
             lowered = raw.strip().lower()
             if lowered in ("true", "yes", "1"):
                 return True
             if lowered in ("false", "no", "0"):
                 return False
-            raise ConfigError(f"context 'createAccessEntry': must be true or false, got {raw!r}")
+            raise ConfigError(f"context {key!r}: must be true or false, got {raw!r}")
         return raw
     if not isinstance(raw, str):
         raise ConfigError(f"context {key!r}: must be a string, got {raw!r}")

@@ -106,12 +106,13 @@ class Joiner(Construct):
             "WorkQueueUrl": (self.work.queue.queue_url, "SQS work queue (drain continuations)"),
             "NodeRoleName": (self.node_role.role_name, "Role for NodeClass spec.role"),
             "AlarmTopicArn": (self.monitoring.topic.topic_arn, "SNS topic the alarms notify"),
-            "DashboardName": (self.monitoring.dashboard.dashboard_name, "CloudWatch dashboard"),
-            "DashboardUrl": (
+        }
+        if self.monitoring.dashboard is not None:
+            outputs["DashboardName"] = (self.monitoring.dashboard.dashboard_name, "CloudWatch dashboard")
+            outputs["DashboardUrl"] = (
                 f"https://console.aws.amazon.com/cloudwatch/home?region={Stack.of(self).region}#dashboards:name={config.dashboard}",
                 "CloudWatch dashboard in the console",
-            ),
-        }
+            )
         for name, function in self.functions.functions.items():
             outputs[f"{name.capitalize()}FunctionName"] = (function.function_name, f"The {name} function")
         for output_id, (value, description) in outputs.items():

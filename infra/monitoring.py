@@ -108,7 +108,7 @@ class Monitoring(Construct):
     """``topic`` (created, KMS-encrypted and TLS-only, publishable by this account's
     CloudWatch alarms, optionally with an e-mail subscription; or the existing
     ``alarm_topic_arn``, whose policy must let CloudWatch publish), ``alarms`` by name,
-    ``dashboard`` (named ``dashboard_name``).
+    ``dashboard`` (named ``dashboard_name``; none when it is None).
 
     Every alarm notifies the topic on ALARM and on OK.
     """
@@ -125,7 +125,7 @@ class Monitoring(Construct):
         interruption_queue: sqs.IQueue,
         alarm_email: str | None,
         alarm_topic_arn: str | None,
-        dashboard_name: str,
+        dashboard_name: str | None,
         pending_pod_age_threshold_seconds: int = PENDING_POD_AGE_THRESHOLD_SECONDS,
         capacity_error_threshold: int = CAPACITY_ERROR_THRESHOLD,
         interruption_queue_age_threshold_seconds: int = INTERRUPTION_QUEUE_AGE_THRESHOLD_SECONDS,
@@ -200,9 +200,13 @@ class Monitoring(Construct):
               comparison=cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD, periods=2,
               missing=cloudwatch.TreatMissingData.BREACHING)
 
-        self.dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=dashboard_name, default_interval=Duration.hours(3))
-        self.dashboard.add_widgets(cloudwatch.TextWidget(markdown=f"# Joiner: {cluster_name}", width=24, height=1))
-        self.dashboard.add_widgets(
+        self.dashboard: cloudwatch.Dashboard | None = None
+        if dashboard_name is None:
+            return
+        dashboard = self.dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=dashboard_name,
+                                                          default_interval=Duration.hours(3))
+        dashboard.add_widgets(cloudwatch.TextWidget(markdown=f"# Joiner: {cluster_name}", width=24, height=1))
+        dashboard.add_widgets(
             cloudwatch.GraphWidget(
                 title="Pending pods",
                 left=[metric(PENDING_PODS, "Maximum", one_minute, "pending pods")],
@@ -232,7 +236,7 @@ class Monitoring(Construct):
                 width=8,
             ),
         )
-        self.dashboard.add_widgets(
+        dashboard.add_widgets(
             cloudwatch.GraphWidget(
                 title="Cost per hour of managed nodes (USD)",
                 left=[metric(MANAGED_COST_PER_HOUR, "Average", FIVE_MINUTES, "USD/hour")],
@@ -250,7 +254,7 @@ class Monitoring(Construct):
                 width=8,
             ),
         )
-        self.dashboard.add_widgets(
+        dashboard.add_widgets(
             cloudwatch.GraphWidget(
                 title="Disruption",
                 left=[
@@ -270,6 +274,6 @@ class Monitoring(Construct):
                 width=12,
             ),
         )
-        self.dashboard.add_widgets(
+        dashboard.add_widgets(
             cloudwatch.AlarmStatusWidget(title="Alarms", alarms=list(self.alarms.values()), width=24, height=4),
         )

@@ -21,6 +21,13 @@ def test_defaults_and_command_line_strings_are_parsed():
         "subnet-0123456789abcdef0",)
 
 
+def test_a_dashboard_only_when_asked_for():
+    assert from_context(clusterName="prod").dashboard is None
+    assert from_context(clusterName="prod", dashboard="true").dashboard == "Joiner-prod"
+    assert from_context(clusterName="prod", dashboard=True, dashboardName="ops").dashboard == "ops"
+    assert from_context(clusterName="prod", dashboardName="ops").dashboard == "ops"  # a name asks for one
+
+
 def test_cdk_json_types_are_accepted():
     config = from_context(clusterName="prod", logRetentionDays=7, createAccessEntry=True, scannerMode="economy")
     assert (config.log_retention_days, config.create_access_entry, config.scanner_mode) == (7, True, "economy")
@@ -50,6 +57,8 @@ def test_node_role_name_comes_from_the_arn_path():
         ({"clusterName": "a", "alarmTopicArn": "arn:aws:sqs:us-east-1:123456789012:q"}, "context 'alarmTopicArn'"),
         ({"clusterName": "a", "nodeRoleArn": "NodeRole"}, "context 'nodeRoleArn': 'NodeRole' is not an IAM role ARN"),
         ({"clusterName": "a", "createAccessEntry": "maybe"}, "context 'createAccessEntry': must be true or false"),
+        ({"clusterName": "a", "dashboard": "sometimes"}, "context 'dashboard': must be true or false"),
+        ({"clusterName": "a", "dashboard": 3}, "context 'dashboard': must be true or false"),
         ({"clusterName": "a", "logLevel": "loud"}, "context 'logLevel': must be one of DEBUG, INFO, WARNING, ERROR, got 'LOUD'"),
         ({"clusterName": "a", "dashboardName": "my dashboard"}, "context 'dashboardName': 'my dashboard' is not a dashboard name"),
         ({"clusterName": "a", "pendingPodAgeAlarmSeconds": "10"}, "context 'pendingPodAgeAlarmSeconds': must be a whole number from 60 to 86400"),

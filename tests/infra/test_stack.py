@@ -435,16 +435,21 @@ def test_an_interruption_event_waiting_30_s_alarms(synthesized):
     assert (age["Statistic"], age["Period"], age["Threshold"], age["ComparisonOperator"]) == ("Maximum", 60, 30, "GreaterThanThreshold")
 
 
-def test_the_dashboard_is_named_after_the_cluster_and_in_the_outputs(synthesized):
+def test_no_dashboard_unless_asked_for(synthesized):
+    assert not synthesized.resources("AWS::CloudWatch::Dashboard")
+    assert not [key for key in synthesized.template["Outputs"] if "Dashboard" in key]
+
+
+def test_the_dashboard_is_named_and_in_the_outputs_when_asked_for(synthesized_private):
+    synthesized = synthesized_private
     (dashboard,) = synthesized.resources("AWS::CloudWatch::Dashboard").values()
-    assert dashboard["Properties"]["DashboardName"] == "Joiner-demo"
+    assert dashboard["Properties"]["DashboardName"] == "platform-private"
     outputs = {key.rstrip("0123456789ABCDEF"): value["Value"] for key, value in synthesized.template["Outputs"].items()}
     assert outputs["JoinerDashboardName"] == {"Ref": logical_id(synthesized, "AWS::CloudWatch::Dashboard", "Dashboard")}
-    url = outputs["JoinerDashboardUrl"]["Fn::Join"][1]
-    assert url[0].startswith("https://console.aws.amazon.com/cloudwatch/home?region=") and url[-1] == "#dashboards:name=Joiner-demo"
+    assert outputs["JoinerDashboardUrl"] == "https://console.aws.amazon.com/cloudwatch/home?region=eu-west-1#dashboards:name=platform-private"
     # The dashboard's sums over breakdowns read this cluster's metrics only.
     body = "".join(part for part in dashboard["Properties"]["DashboardBody"]["Fn::Join"][1] if isinstance(part, str))
-    assert body.count("SEARCH(") >= 5 and body.count("SEARCH(") == body.count('cluster=\\"demo\\"')
+    assert body.count("SEARCH(") >= 5 and body.count("SEARCH(") == body.count('cluster=\\"private-cluster\\"')
 
 
 def test_dead_letter_alarms_for_both_queues(synthesized):
@@ -483,8 +488,8 @@ def test_every_alarm_notifies_the_encrypted_topic(synthesized):
     assert not synthesized.resources("AWS::SNS::Subscription")
 
 
-def test_dashboard_shows_pending_pods_launches_interruptions_and_cost(synthesized):
-    (dashboard,) = synthesized.resources("AWS::CloudWatch::Dashboard").values()
+def test_dashboard_shows_pending_pods_launches_interruptions_and_cost(synthesized_private):
+    (dashboard,) = synthesized_private.resources("AWS::CloudWatch::Dashboard").values()
     # The body is a JSON string joined with tokens (ARNs, names): tokens become a placeholder.
     parts = dashboard["Properties"]["DashboardBody"]["Fn::Join"][1]
     body = json.loads("".join(part if isinstance(part, str) else "TOKEN" for part in parts))
