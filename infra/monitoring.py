@@ -25,6 +25,7 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from infra.encryption import alarm_source_conditions
+from infra.functions import SPECS_BY_NAME
 
 __all__ = [
     "CAPACITY_ERRORS",
@@ -176,7 +177,12 @@ class Monitoring(Construct):
             title = name.capitalize()
             alarm(f"{title}Errors", f"the {name} function failed",
                   function.metric_errors(statistic="Sum", period=FIVE_MINUTES), threshold=0)
-            # Three periods: one overlapping run of a reserved-concurrency-1 function now and then is expected.
+            spec = SPECS_BY_NAME.get(name)
+            if spec is not None and spec.reserved_concurrency is not None:
+                # One-at-a-time functions are throttled by design (a watcher wake-up during a round
+                # waits for it); one that stops running shows in ScannerNotRunning or its errors.
+                continue
+            # The queue consumers: throttling delays interruption handling (raise the account's concurrency).
             alarm(f"{title}Throttles", f"the {name} function is throttled for 15 minutes",
                   function.metric_throttles(statistic="Sum", period=FIVE_MINUTES), threshold=0, periods=3)
         one_minute = Duration.minutes(1)
@@ -192,7 +198,8 @@ class Monitoring(Construct):
             return summed_over_dimensions(name, label, period, cluster_name)
 
         alarm("PendingPodAge", f"a pod has been pending for more than {pending_pod_age_threshold_seconds} s",
-              metric(PENDING_POD_AGE, "Maximum"), threshold=pending_pod_age_threshold_seconds)
+              metric(PENDING_POD_AGE, "Maximum"), threshold=pending_pod_age_threshold_seconds,
+              missing=cloudwatch.TreatMissingData.NOT_BREACHING)  # emitted only while pods are pending
         alarm("LimitReached", "a NodePool limit stopped a launch", metric(LIMIT_REACHED, "Sum"), threshold=0)
         alarm("CapacityErrors", f"more than {capacity_error_threshold} EC2 capacity errors in 5 minutes",
               metric(CAPACITY_ERRORS, "Sum"), threshold=capacity_error_threshold)

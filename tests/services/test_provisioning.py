@@ -115,6 +115,14 @@ def test_pending_pods_become_one_launched_claim_with_tags_events_and_metrics(wor
     assert world.state.lease_holder(LEASE_NAME) is None  # released after the round
 
 
+def test_an_idle_round_emits_only_the_heartbeat(world: FakeWorld) -> None:
+    """Each metric series costs $0.30 a month once emitted: an idle cluster pays for one."""
+    setup_cluster(world, pods=0)
+    result = provision(world.runtime(), world.clock.now())
+    assert result.ran and result.pending_pods == 0
+    assert {name for name, _, _, _ in world.metrics.records} == {"ScanCompleted"}
+
+
 def test_launch_template_carries_pool_labels_and_taints(world: FakeWorld) -> None:
     pool = node_pool_json(labels={"team": "a"}, taints=[{"key": "dedicated", "value": "a", "effect": "NoSchedule"}])
     setup_cluster(world, pods=1, pool=pool)

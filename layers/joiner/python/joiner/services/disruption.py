@@ -493,7 +493,8 @@ def _pass(runtime: Runtime, now: datetime, dry_run: bool) -> DisruptionSummary:
         if decision.commands:
             state.put_item(COMMAND_KIND, PENDING_ID, {"computedAt": now.isoformat(), "status": "pending", "commands": [c.to_state() for c in decision.commands]})
     seconds = time.monotonic() - started
-    runtime.count("DisruptionDecisionSeconds", seconds, "Seconds")
+    if decision.commands or decision.blocked or decision.simulations:  # a decision about something
+        runtime.count("DisruptionDecisionSeconds", seconds, "Seconds")
     for command in decision.commands:
         runtime.count("DisruptionCommandsComputed", method=command.method)
     return DisruptionSummary(

@@ -1095,8 +1095,9 @@ def _run_round(runtime: Runtime, now: datetime, owner: str) -> RoundResult:
 
     pending = [p for p in work.pods if p.is_pending and _marked_unschedulable(work.pods_raw.get(p.key))]
     ages = [(now - (p.unschedulable_since or p.created or now)).total_seconds() for p in pending]
-    runtime.count("PodsPending", len(pending))
-    runtime.count("PendingPodAgeSeconds", max(ages, default=0.0), "Seconds")
+    if pending:  # an idle cluster emits no series: each costs $0.30 a month (the alarm reads missing as fine)
+        runtime.count("PodsPending", len(pending))
+        runtime.count("PendingPodAgeSeconds", max(ages), "Seconds")
     promised = work.promised_to_reserved()
     work.existing_claims.extend(sorted({promised[p.key] for p in pending if p.key in promised}))
     to_plan = [p for p in pending if p.key not in promised]
@@ -1117,13 +1118,14 @@ def _run_round(runtime: Runtime, now: datetime, owner: str) -> RoundResult:
         replan_seconds = _launch_all(work, plan, pods_by_key, in_flight)
         launch_seconds = time.perf_counter() - launch_started - replan_seconds
         plan_seconds += replan_seconds
-    runtime.count("DecisionSeconds", time.perf_counter() - started, "Seconds")
+        runtime.count("DecisionSeconds", time.perf_counter() - started, "Seconds")
 
     work.flush_pod_events()
     _patch_pool_status(work)
     _patch_class_status(work)
     cost = sum(c.price or 0.0 for c in work.open_by_id.values() if c.state in (LAUNCHED, REGISTERED, INITIALIZED))
-    runtime.count("ManagedCostPerHour", round(cost, 6), "None")
+    if cost > 0:
+        runtime.count("ManagedCostPerHour", round(cost, 6), "None")
     runtime.count("ScanCompleted", 1)
     total = time.perf_counter() - started
     return RoundResult(
