@@ -111,3 +111,40 @@ def test_every_packing_places_each_item_exactly_once_within_capacity(shapes, dat
     assert all(r >= 0 for r in remaining)
     assert all(n > 0 for b in bins for n in b.counts.values())
     _check_bins(bins, sizes, [c - r for c, r in zip(counts, remaining)], types)
+
+
+def _bins(packer: _Packer) -> list[tuple[int, tuple[tuple[int, int], ...], tuple[int, ...]]]:
+    return [(b.type_index, tuple(sorted(b.counts.items())), tuple(b.used)) for b in packer.bins]
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    items=st.lists(st.tuples(st.integers(1, 9), st.integers(1, 9), st.integers(1, 12)), min_size=1, max_size=14),
+    types=st.lists(st.tuples(st.integers(4, 24), st.integers(4, 24), st.integers(1, 40)), min_size=2, max_size=12),
+    narrow=st.integers(1, 4),
+    budget=st.none() | st.tuples(st.integers(10, 200), st.integers(10, 200)),
+)
+def test_a_paired_greedy_run_equals_the_two_runs_made_separately(items, types, narrow, budget) -> None:  # type: ignore[no-untyped-def]
+    """The narrow run forks from the wide one at their first different choice: it must end
+    exactly where a narrow run made from scratch ends (same bins, same leftovers)."""
+    sizes = [(cpu, memory) for cpu, memory, _ in items]
+    counts = [count for _, _, count in items]
+    pack_types = [PackType((cpu, memory), price / 10, (cpu, memory)) for cpu, memory, price in types]
+    wide = narrow + 2
+
+    def alone(candidates: int) -> _Packer:
+        packer = _Packer(sizes, counts, pack_types, list(budget) if budget else None)
+        packer.candidates = candidates
+        packer.run_greedy()
+        return packer
+
+    paired = _Packer(sizes, counts, pack_types, list(budget) if budget else None)
+    paired.candidates = wide
+    runs = paired.run_greedy_pair(narrow)
+    expected_wide, expected_narrow = alone(wide), alone(narrow)
+    assert _bins(runs[0]) == _bins(expected_wide) and runs[0].remaining == expected_wide.remaining
+    if len(runs) == 2:
+        assert _bins(runs[1]) == _bins(expected_narrow) and runs[1].remaining == expected_narrow.remaining
+        assert runs[1].budget == expected_narrow.budget
+    else:  # never forked: the narrow run chose as the wide one did at every bin
+        assert _bins(expected_narrow) == _bins(expected_wide)

@@ -32,8 +32,10 @@ step, LP solves per packing) so large inputs stay fast.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from copy import copy
 from dataclasses import dataclass, field
 from heapq import heapify, heappop, heapreplace
+from operator import ge, mul
 
 from joiner.domain.scheduling.lp import CoveringSolution, IncrementalCoveringLP, maximize_packing, solve_covering_lp
 
@@ -45,9 +47,9 @@ _MERGE_WINDOW = 40
 _GREEDY_CANDIDATES = 24
 #: Above ``_MANY_ITEMS`` item groups the greedy evaluates fewer types per bin.
 _MANY_ITEMS = 100
-#: (blended prices, candidate types) of the greedy runs above ``_MANY_ITEMS`` groups: two
+#: Candidate types of the two greedy runs (LP duals only) above ``_MANY_ITEMS`` groups: two
 #: narrow runs cost less than one of 24 types and their better plan is as cheap or cheaper.
-_MANY_ITEMS_RUNS = ((False, 6), (False, 8))
+_MANY_ITEMS_CANDIDATES = (6, 8)
 #: Above this many item groups the fractional-knapsack fill is skipped in the greedy.
 _LP_FILL_MAX_ITEMS = 20
 #: Column generation limits: pricing iterations per solve, new columns per iteration,
@@ -82,10 +84,7 @@ class Bin:
 
 
 def _fits(capacity: Sequence[int], used: Sequence[int]) -> bool:
-    for c, u in zip(capacity, used):
-        if u > c:
-            return False
-    return True
+    return all(map(ge, capacity, used))
 
 
 def _max_count(capacity: Sequence[int], used: Sequence[int], size: Sequence[int], limit: int) -> int:
@@ -113,10 +112,16 @@ class _Packer:
         self.bins: list[Bin] = []
         self.usable = [t for t in range(len(self.types)) if any(_fits(self.types[t].capacity, s) for s in self.sizes)]
         self.by_price = sorted(self.usable, key=lambda t: (self.types[t].price, t))
+        self.price_order = [(self.types[t].price, self.types[t].capacity, self.types[t].limit, t) for t in self.by_price]
+        #: Per resource, the most any usable type holds: a quick "no type fits" test.
+        self.largest = tuple(max((self.types[t].capacity[d] for t in self.usable), default=-1) for d in range(self.ndims))
         self.lp_columns = self._per_dollar_frontier()
         self.cg_budget = _CG_BUDGET
         self.candidates = _GREEDY_CANDIDATES
-        self._scaled: dict[int, tuple[list[tuple[float, ...]], list[float]]] = {}
+        #: With :meth:`run_greedy_pair`: the narrower candidate count, and its run once forked.
+        self.fork_at: int | None = None
+        self.forks: list[_Packer] = []
+        self._scaled: dict[int, tuple[list[tuple[float, ...]], list[float], list[float], list[tuple[tuple[int, int], ...]]]] = {}
         #: Per item, how often its remaining count changed; the aligned fill of each type
         #: with the versions of the items it took (still valid while they are unchanged).
         self._versions = [0] * len(self.sizes)
@@ -253,11 +258,14 @@ class _Packer:
         if cached is None:
             scale = [1.0 / c if c > 0 else 0.0 for c in capacity]
             vectors = [tuple(s * k for s, k in zip(size, scale)) for size in self.sizes]
-            cached = (vectors, [-sum(v) for v in vectors])
+            # Per item, the resources it needs (the others never limit how many fit).
+            needed = [tuple((d, s) for d, s in enumerate(size) if s) for size in self.sizes]
+            cached = (vectors, [-sum(v) for v in vectors], scale, needed)
             self._scaled[t] = cached
-        scaled, initial = cached
-        inverse = [1.0 / c if c > 0 else 0.0 for c in capacity]
+        scaled, initial, inverse, needed = cached
         room = list(capacity)
+        # The room scaled by capacity: an item's score is its scaled size dotted with it.
+        scaled_room = [r * k for r, k in zip(room, inverse)]
         sizes = self.sizes
         remaining = self.remaining
         left = {i: remaining[i] for i in active if remaining[i]}
@@ -265,26 +273,20 @@ class _Packer:
         heap = [(initial[i], position, i) for position, i in enumerate(active) if remaining[i]]
         heapify(heap)
         fill: dict[int, int] = {}
+        ndims = self.ndims
         while heap:
             negative, position, i = heap[0]
-            size = sizes[i]
             most = left[i]
-            for r, s in zip(room, size):
-                if s:
-                    q = r // s
-                    if q < most:
-                        most = q
-                        if most <= 0:
-                            break
-                elif r < 0:
-                    most = 0
-                    break
+            for d, s in needed[i]:
+                q = room[d] // s
+                if q < most:
+                    most = q
+                    if most <= 0:
+                        break
             if most <= 0:
                 heappop(heap)
                 continue
-            score = 0.0
-            for a, r, k in zip(scaled[i], room, inverse):
-                score += a * r * k
+            score = sum(map(mul, scaled[i], scaled_room))
             if score < -negative - 1e-12:
                 heapreplace(heap, (-score, position, i))
                 if heap[0][2] != i:
@@ -294,8 +296,10 @@ class _Packer:
             left[i] -= n
             if not left[i]:
                 heappop(heap)
-            for d in range(self.ndims):
+            size = sizes[i]
+            for d in range(ndims):
                 room[d] -= n * size[d]
+            scaled_room = [r * k for r, k in zip(room, inverse)]
         return fill
 
     def _knapsack(self, t: int, prices: Sequence[float], counts: Sequence[int], order: Sequence[int]) -> dict[int, int]:
@@ -341,7 +345,10 @@ class _Packer:
         ranked.sort()
         best: tuple[float, float, int] | None = None
         best_fill: dict[int, int] = {}
-        for negative_upper, negative_price, t in ranked[:self.candidates]:
+        narrow: tuple[tuple[float, float, int] | None, dict[int, int]] | None = None
+        for position, (negative_upper, negative_price, t) in enumerate(ranked[:self.candidates]):
+            if position == self.fork_at:
+                narrow = (best, best_fill)
             if best is not None and -negative_upper < -best[0] - 1e-12:
                 break
             price = -negative_price
@@ -356,19 +363,57 @@ class _Packer:
                 key = (-round(efficiency, 12), -price, t)
                 if best is None or key < best:
                     best, best_fill = key, fill
+        if narrow is not None and narrow[0] != best:
+            # A run of only ``fork_at`` candidates would choose differently here (or stop):
+            # it goes on from a copy of this state instead of repeating every step so far.
+            fork = self._copy()
+            fork.candidates, fork.fork_at = self.fork_at or 0, None
+            if narrow[0] is not None:
+                fork._open_copies(narrow[0][2], narrow[1])
+            self.forks.append(fork)
+            self.fork_at = None
         if best is None:
             return False
-        t = best[2]
-        # The fill takes only remaining items and the type is affordable: at least one copy.
-        for _ in range(max(1, self._copies(t, best_fill))):
-            self._add_bin(t, dict(best_fill))
+        self._open_copies(best[2], best_fill)
         return True
+
+    def _open_copies(self, t: int, fill: dict[int, int]) -> None:
+        # The fill takes only remaining items and the type is affordable: at least one copy.
+        for _ in range(max(1, self._copies(t, fill))):
+            self._add_bin(t, dict(fill))
+
+    def _copy(self) -> _Packer:
+        """This packer's state, separate from it (the types, sizes and caches that depend
+        only on them are shared)."""
+        twin = copy(self)
+        twin.remaining = list(self.remaining)
+        twin.budget = list(self.budget) if self.budget is not None else None
+        twin.bins = [Bin(b.type_index, dict(b.counts), list(b.used)) for b in self.bins]
+        twin._versions = list(self._versions)
+        twin._aligned = dict(self._aligned)
+        twin.forks = []
+        return twin
 
     def run_greedy(self) -> None:
         while any(self.remaining):
             if not self._open_best_bin():
                 break
         self.improve()
+
+    def run_greedy_pair(self, narrow: int) -> list[_Packer]:
+        """This greedy and one that ranks only the first ``narrow`` candidate types per bin
+        (``narrow`` < :attr:`candidates`): both, as if run separately. The narrow run
+        shares every step up to the first bin where the two choose differently."""
+        self.fork_at = narrow
+        self.run_greedy()
+        self.fork_at = None
+        forks = self.forks
+        self.forks = []
+        if not forks:
+            return [self]
+        fork = forks[0]
+        fork.run_greedy()
+        return [self, fork]
 
     def run_fixed(self, t: int) -> None:
         """First-fit-decreasing into bins of type ``t`` (items that do not fit ``t`` get
@@ -515,10 +560,15 @@ class _Packer:
 
     # ---------------------------------------------------------------- improvement
 
-    def _cheapest_type(self, used: Sequence[int], allowance: Sequence[int] | None) -> int:
-        for t in self.by_price:
-            pt = self.types[t]
-            if _fits(pt.capacity, used) and (allowance is None or _fits(allowance, pt.limit)):
+    def _cheapest_type(self, used: Sequence[int], allowance: Sequence[int] | None, below: float = float("inf")) -> int:
+        """The cheapest type holding ``used`` within ``allowance``; -1 when none does, or
+        when none priced under ``below`` does (the caller only wants a cheaper one)."""
+        if not all(map(ge, self.largest, used)):
+            return -1
+        for price, capacity, limit, t in self.price_order:
+            if price >= below:
+                return -1
+            if all(map(ge, capacity, used)) and (allowance is None or all(map(ge, allowance, limit))):
                 return t
         return -1
 
@@ -539,8 +589,8 @@ class _Packer:
 
     def _shrink(self) -> None:
         for b in self.bins:
-            t = self._cheapest_type(b.used, self._allowance(b))
-            if t >= 0 and self.types[t].price < self.types[b.type_index].price:
+            t = self._cheapest_type(b.used, self._allowance(b), below=self.types[b.type_index].price)
+            if t >= 0:
                 self._retype(b, t)
 
     def _merge(self) -> None:
@@ -552,10 +602,11 @@ class _Packer:
                 for b in order[x + 1:]:
                     first, second = self.bins[a], self.bins[b]
                     used = [u + v for u, v in zip(first.used, second.used)]
-                    t = self._cheapest_type(used, self._allowance(first, second))
+                    both = self.types[first.type_index].price + self.types[second.type_index].price - 1e-12
+                    t = self._cheapest_type(used, self._allowance(first, second), below=both)
                     if t < 0:
                         continue
-                    if self.types[t].price < self.types[first.type_index].price + self.types[second.type_index].price - 1e-12:
+                    if self.types[t].price < both:
                         for i, n in second.counts.items():
                             first.counts[i] = first.counts.get(i, 0) + n
                         first.used = used
@@ -635,12 +686,15 @@ def _best_packing(sizes: Sequence[tuple[int, ...]], counts: Sequence[int], types
     ``fixed``)."""
     results = []
     # Many item groups: the duals alone (the blend rarely wins there and costs a greedy run).
-    runs = ((False, _GREEDY_CANDIDATES), (True, _GREEDY_CANDIDATES)) if len(sizes) <= _MANY_ITEMS else _MANY_ITEMS_RUNS
-    for blend, candidates in runs:
-        greedy = _Packer(sizes, counts, types, budget, blend)
-        greedy.candidates = candidates
-        greedy.run_greedy()
-        results.append(greedy)
+    if len(sizes) <= _MANY_ITEMS:
+        for blend in (False, True):
+            greedy = _Packer(sizes, counts, types, budget, blend)
+            greedy.run_greedy()
+            results.append(greedy)
+    else:
+        greedy = _Packer(sizes, counts, types, budget)
+        greedy.candidates = _MANY_ITEMS_CANDIDATES[1]
+        results.extend(greedy.run_greedy_pair(_MANY_ITEMS_CANDIDATES[0]))
     if len(sizes) <= _CG_MAX_ITEMS:
         patterns = _Packer(sizes, counts, types, budget)
         if not fixed:
