@@ -110,6 +110,11 @@ class _Packer:
         self.budget = list(budget) if budget is not None else None
         self.ndims = len(self.sizes[0]) if self.sizes else 0
         self.bins: list[Bin] = []
+        #: Per item, the resources it needs with its amount (the others never limit a count).
+        self.needed = [tuple((d, s) for d, s in enumerate(size) if s) for size in self.sizes]
+        #: Per resource, the least any item needs: less room than this on any resource and
+        #: no item fits.
+        self.smallest = tuple(min(size[d] for size in self.sizes) for d in range(self.ndims)) if self.sizes else ()
         self.usable = [t for t in range(len(self.types)) if any(_fits(self.types[t].capacity, s) for s in self.sizes)]
         self.by_price = sorted(self.usable, key=lambda t: (self.types[t].price, t))
         self.price_order = [(self.types[t].price, self.types[t].capacity, self.types[t].limit, t) for t in self.by_price]
@@ -121,7 +126,7 @@ class _Packer:
         #: With :meth:`run_greedy_pair`: the narrower candidate count, and its run once forked.
         self.fork_at: int | None = None
         self.forks: list[_Packer] = []
-        self._scaled: dict[int, tuple[list[tuple[float, ...]], list[float], list[float], list[tuple[tuple[int, int], ...]]]] = {}
+        self._scaled: dict[int, tuple[list[tuple[float, ...]], list[float], list[float]]] = {}
         #: Per item, how often its remaining count changed; the aligned fill of each type
         #: with the versions of the items it took (still valid while they are unchanged).
         self._versions = [0] * len(self.sizes)
@@ -158,9 +163,11 @@ class _Packer:
                     demand[i] += s * count
         return demand
 
-    def _aggregate_lp(self) -> tuple[list[int], CoveringSolution | None]:
+    def _aggregate_lp(self, demand: list[float] | None = None) -> tuple[list[int], CoveringSolution | None]:
         columns = self._affordable(self.lp_columns) or self._affordable()
-        solution = solve_covering_lp([self.types[t].price for t in columns], [self.types[t].capacity for t in columns], self._demand(self.remaining)) if columns else None
+        if demand is None:
+            demand = self._demand(self.remaining)
+        solution = solve_covering_lp([self.types[t].price for t in columns], [self.types[t].capacity for t in columns], demand) if columns else None
         return columns, solution
 
     def _duals(self) -> list[float]:
@@ -168,8 +175,8 @@ class _Packer:
         split by utilisation. Duals alone are often degenerate (a resource the optimum
         has in surplus is worth nothing, so fills would waste it freely); the blend keeps
         every resource the fleet pays for valued, and still prices the fleet exactly."""
-        columns, solution = self._aggregate_lp()
         demand = self._demand(self.remaining)
+        columns, solution = self._aggregate_lp(demand)
         if solution is None:
             return [1.0 / max(1.0, d) if d else 0.0 for d in demand]
         if not self.blend:
@@ -217,19 +224,32 @@ class _Packer:
     # ---------------------------------------------------------------- fills
 
     def _fill_by_value(self, t: int, order: list[int]) -> dict[int, int]:
-        capacity = self.types[t].capacity
-        used = [0] * self.ndims
+        """As many of each item as still fit, in ``order``; stops once the room left is
+        below the smallest item on some resource (nothing more can fit)."""
+        room = list(self.types[t].capacity)
+        smallest = self.smallest
+        needed = self.needed
+        remaining = self.remaining
+        sizes = self.sizes
+        ndims = self.ndims
         fill: dict[int, int] = {}
         for i in order:
-            available = self.remaining[i]
-            if not available:
+            most = remaining[i]
+            if not most:
                 continue
-            n = _max_count(capacity, used, self.sizes[i], available)
-            if n > 0:
-                fill[i] = n
-                size = self.sizes[i]
-                for d in range(self.ndims):
-                    used[d] += n * size[d]
+            for d, s in needed[i]:
+                q = room[d] // s
+                if q < most:
+                    most = q
+                    if most <= 0:
+                        break
+            if most > 0:
+                fill[i] = most
+                size = sizes[i]
+                for d in range(ndims):
+                    room[d] -= most * size[d]
+                if not all(map(ge, room, smallest)):
+                    break
         return fill
 
     def _fill_aligned_cached(self, t: int, active: list[int]) -> dict[int, int]:
@@ -258,11 +278,10 @@ class _Packer:
         if cached is None:
             scale = [1.0 / c if c > 0 else 0.0 for c in capacity]
             vectors = [tuple(s * k for s, k in zip(size, scale)) for size in self.sizes]
-            # Per item, the resources it needs (the others never limit how many fit).
-            needed = [tuple((d, s) for d, s in enumerate(size) if s) for size in self.sizes]
-            cached = (vectors, [-sum(v) for v in vectors], scale, needed)
+            cached = (vectors, [-sum(v) for v in vectors], scale)
             self._scaled[t] = cached
-        scaled, initial, inverse, needed = cached
+        scaled, initial, inverse = cached
+        needed = self.needed
         room = list(capacity)
         # The room scaled by capacity: an item's score is its scaled size dotted with it.
         scaled_room = [r * k for r, k in zip(room, inverse)]
@@ -622,13 +641,21 @@ class _Packer:
 
     def _empty_into_slack(self) -> None:
         """Move every item of a bin into other bins' free room (their types unchanged)."""
-        order = sorted(range(len(self.bins)), key=lambda k: (self.types[self.bins[k].type_index].price, k))
+        bins = self.bins
+        ndims = self.ndims
+        order = sorted(range(len(bins)), key=lambda k: (self.types[bins[k].type_index].price, k))
         removed: set[int] = set()
+        room = [[c - u for c, u in zip(self.types[b.type_index].capacity, b.used)] for b in bins]
+        total = [sum(free[d] for free in room) for d in range(ndims)]
+        nothing = [0] * ndims
         for k in order:
-            victim = self.bins[k]
-            others = [j for j in range(len(self.bins)) if j != k and j not in removed]
+            victim = bins[k]
+            # The others' free room summed must hold the victim's items: a quick "no".
+            if any(t - r < u for t, r, u in zip(total, room[k], victim.used)):
+                continue
+            others = [j for j in range(len(bins)) if j != k and j not in removed]
             plan: list[tuple[int, int, int]] = []
-            room = {j: [c - u for c, u in zip(self.types[self.bins[j].type_index].capacity, self.bins[j].used)] for j in others}
+            tentative: dict[int, list[int]] = {}
             ok = True
             for i, n in sorted(victim.counts.items()):
                 size = self.sizes[i]
@@ -636,11 +663,13 @@ class _Packer:
                 for j in others:
                     if not left:
                         break
-                    free = room[j]
-                    fit = _max_count(free, [0] * self.ndims, size, left)
+                    free = tentative.get(j)
+                    fit = _max_count(room[j] if free is None else free, nothing, size, left)
                     if fit > 0:
+                        if free is None:
+                            free = tentative[j] = list(room[j])
                         plan.append((j, i, fit))
-                        for d in range(self.ndims):
+                        for d in range(ndims):
                             free[d] -= fit * size[d]
                         left -= fit
                 if left:
@@ -649,19 +678,22 @@ class _Packer:
             if not ok:
                 continue
             for j, i, fit in plan:
-                target = self.bins[j]
+                target = bins[j]
                 target.counts[i] = target.counts.get(i, 0) + fit
                 size = self.sizes[i]
-                for d in range(self.ndims):
+                for d in range(ndims):
                     target.used[d] += fit * size[d]
+            for j, free in tentative.items():
+                room[j] = free
+            total = [t - r - u for t, r, u in zip(total, room[k], victim.used)]
             if self.budget is not None:
                 for d, c in enumerate(self.types[victim.type_index].limit):
                     self.budget[d] += c
             victim.counts = {}
-            victim.used = [0] * self.ndims
+            victim.used = [0] * ndims
             removed.add(k)
         if removed:
-            self.bins = [b for k, b in enumerate(self.bins) if k not in removed]
+            self.bins = [b for k, b in enumerate(bins) if k not in removed]
 
     def improve(self) -> None:
         self._shrink()
