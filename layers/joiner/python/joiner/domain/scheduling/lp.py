@@ -151,7 +151,7 @@ def _pivot(binv: list[list[float]], xb: list[float], u: list[float], row: int) -
         if i != row and u[i] != 0.0:
             factor = u[i]
             bi = binv[i]
-            binv[i] = [bi[k] - factor * prow[k] for k in range(m)]
+            binv[i] = [a - factor * b for a, b in zip(bi, prow)]
             xb[i] -= factor * px
             if xb[i] < 0 and xb[i] > -1e-12:
                 xb[i] = 0.0
@@ -253,6 +253,13 @@ def maximize_packing(values: Sequence[float], sizes: Sequence[Sequence[float]], 
     return solution
 
 
+_KIND_ORDER = {"x": 0, "s": 1, "a": 2}
+
+
+def _order(entry: tuple[str, int]) -> tuple[int, int]:
+    return (_KIND_ORDER[entry[0]], entry[1])
+
+
 class IncrementalCoveringLP:
     """``min c.x  s.t.  A x >= d, x >= 0`` (non-negative data) where columns arrive over
     time, as in column generation: the basis is kept between :meth:`solve` calls, so
@@ -264,6 +271,8 @@ class IncrementalCoveringLP:
         self.m = len(self.demand)
         self.costs: list[float] = []
         self.columns: list[list[tuple[int, float]]] = []
+        #: The same columns as (rows, values): pricing multiplies them without a Python loop.
+        self._split: list[tuple[tuple[int, ...], tuple[float, ...]]] = []
         # Basis entries: ("a", row) artificial, ("s", row) surplus, ("x", j) structural.
         self.basis: list[tuple[str, int]] = [("a", r) for r in range(self.m)]
         self.binv = [[1.0 if i == k else 0.0 for k in range(self.m)] for i in range(self.m)]
@@ -274,22 +283,24 @@ class IncrementalCoveringLP:
             self.binv = [[-1.0 if i == k else 0.0 for k in range(self.m)] for i in range(self.m)]
             self.xb = [0.0] * self.m
         self.feasible = True
+        #: Simplex pivots made so far (all solves).
+        self.pivots = 0
 
     def add_column(self, cost: float, column: dict[int, float]) -> int:
         self.costs.append(float(cost))
-        self.columns.append(sorted((r, float(v)) for r, v in column.items() if v))
+        entries = sorted((r, float(v)) for r, v in column.items() if v)
+        self.columns.append(entries)
+        self._split.append((tuple(r for r, _ in entries), tuple(v for _, v in entries)))
         return len(self.costs) - 1
-
-    def _sparse(self, entry: tuple[str, int]) -> list[tuple[int, float]]:
-        kind, index = entry
-        if kind == "x":
-            return self.columns[index]
-        return [(index, -1.0 if kind == "s" else 1.0)]
 
     def _ftran(self, entry: tuple[str, int]) -> list[float]:
         """``B^-1`` times the entry's column (columns are sparse: a few rows each)."""
-        column = self._sparse(entry)
-        return [sum(row[r] * v for r, v in column) for row in self.binv]
+        kind, index = entry
+        if kind != "x":
+            sign = -1.0 if kind == "s" else 1.0
+            return [row[index] * sign for row in self.binv]
+        rows, values = self._split[index]
+        return [sum(map(mul, map(row.__getitem__, rows), values)) for row in self.binv]
 
     def _cost(self, entry: tuple[str, int]) -> float:
         kind, index = entry
@@ -298,13 +309,8 @@ class IncrementalCoveringLP:
         return self.costs[index] if kind == "x" else 0.0
 
     def _duals(self) -> list[float]:
-        y = [0.0] * self.m
-        for i, entry in enumerate(self.basis):
-            c = self._cost(entry)
-            if c:
-                row = self.binv[i]
-                y = [a + c * b for a, b in zip(y, row)]
-        return y
+        costs = [self._cost(entry) for entry in self.basis]
+        return [sum(map(mul, costs, column)) for column in zip(*self.binv)]
 
     def _iterate(self, max_iterations: int) -> bool:
         m = self.m
@@ -315,10 +321,9 @@ class IncrementalCoveringLP:
             best = -_EPS
             phase1 = self.phase == 1
             bland = iteration >= _BLAND_AFTER
-            for j, col in enumerate(self.columns):
-                reduced = (0.0 if phase1 else self.costs[j])
-                for r, v in col:
-                    reduced -= y[r] * v
+            price = y.__getitem__
+            for j, (rows, values) in enumerate(self._split):
+                reduced = (0.0 if phase1 else self.costs[j]) - sum(map(mul, map(price, rows), values))
                 if reduced < best and ("x", j) not in in_basis:
                     entering, best = ("x", j), reduced
                     if bland:
@@ -337,11 +342,14 @@ class IncrementalCoveringLP:
             for i in range(m):
                 if u[i] > _EPS:
                     q = self.xb[i] / u[i]
-                    if leave < 0 or q < ratio - _EPS:
+                    # Ties leave by the variables' fixed order (structural, surplus,
+                    # artificial): with Bland's entering rule this cannot cycle.
+                    if leave < 0 or q < ratio - _EPS or (bland and q <= ratio + _EPS and _order(self.basis[i]) < _order(self.basis[leave])):
                         leave, ratio = i, q
             if leave < 0:
                 return False
             _pivot(self.binv, self.xb, u, leave)
+            self.pivots += 1
             self.basis[leave] = entering
         return True
 
