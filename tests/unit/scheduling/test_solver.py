@@ -549,3 +549,23 @@ def test_architecture_free_pods_fill_the_slack_of_both_kinds_of_node() -> None:
     check_plan(problem, plan)
     assert not plan.unschedulable
     assert len(plan.node_claims) == 120 and plan.cost_per_hour == pytest.approx(60 * 0.080 + 60 * 0.100)
+
+
+def test_architecture_free_pods_are_packed_together_with_the_architecture_they_are_cheapest_on() -> None:
+    """Issue 14: CPU-heavy arm64-only pods (2 CPU / 2 GiB) and memory-heavy free pods
+    (1 CPU / 6 GiB). Packed apart, the arm64 pods fill compute nodes and the free pods
+    memory nodes (20 x 0.13 + 10 x 0.20 = 4.60 $/h); packed together on Graviton (where the
+    free pods are cheapest), one arm64 pod and two free pods fill a general-purpose node
+    (20 x 0.15 + 10 x 0.13 = 4.30 $/h)."""
+    graviton = [("c", 8, 0.13), ("m", 16, 0.15), ("r", 32, 0.20)]
+    types = [instance_type(f"{family}g.xlarge", 4, memory, price, arch="arm64") for family, memory, price in graviton]
+    types += [instance_type(f"{family}i.xlarge", 4, memory, price * 1.25) for family, memory, price in graviton]
+    pods = tuple(pod(f"arm{i}", "2", "2Gi", node_selector={wk.ARCH: "arm64"}) for i in range(40))
+    pods += tuple(pod(f"free{i}", "1", "6Gi") for i in range(40))
+    problem = SchedulingProblem(pending=pods, node_pools=(node_pool("p"),), instance_types={"p": tuple(types)})
+    plan = solve(problem)
+    check_plan(problem, plan)
+    assert not plan.unschedulable
+    assert plan.cost_per_hour == pytest.approx(4.30)
+    mixed = [claim for claim in plan.node_claims if any("/free" in key for key in claim.pods) and any("/arm" in key for key in claim.pods)]
+    assert len(mixed) == 20 and all(claim.instance_types[0] == "mg.xlarge" for claim in mixed)

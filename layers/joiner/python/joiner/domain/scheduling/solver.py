@@ -19,6 +19,7 @@ from joiner.domain.requirements import Requirement
 from joiner.domain.resources import EMPTY, Resources
 from joiner.domain.scheduling.context import Context
 from joiner.domain.scheduling.engine import Engine, Entry, Target
+from joiner.domain.scheduling.lp import solve_covering_lp
 from joiner.domain.scheduling.packer import PackType, pack
 from joiner.domain.scheduling.problem import SchedulingProblem
 from joiner.domain.scheduling.shapes import PoolType, Shape
@@ -99,16 +100,71 @@ def _place_free(engine: Engine, entries: list[Entry]) -> list[Entry]:
         classes.setdefault((chosen.pool.index, chosen.sid), (chosen, []))[1].append(entry)
     first_new = len(engine.targets)
     variant_of = {pod.key: entry.variant for entry in entries for pod in entry.pods}
+    hosts = _joint_hosts(classes)
     # Narrow classes first (e.g. arm64-only, amd64-only): a broader class (pods that run
-    # on either architecture) then fills the room their claims already pay for before its
-    # own claims are packed, instead of packing each class alone.
-    ordered = sorted(classes.items(), key=lambda item: (len(item[1][0].typeset.types), item[0]))
-    for _, (shape, members) in ordered:
+    # on either architecture) then fills the room their claims already pay for. What is
+    # left of it is packed together with the narrow class that serves it as cheaply as its
+    # own types would (the packer then mixes both kinds of pods on the same nodes), so a
+    # class taking such guests is packed after the classes that take none.
+    guests: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for key, host in hosts.items():
+        guests.setdefault(host, []).append(key)
+    ordered = sorted(
+        (item for item in classes.items() if item[0] not in hosts),
+        key=lambda item: (item[0] in guests, len(item[1][0].typeset.types), item[0]),
+    )
+    for key, (shape, members) in ordered:
+        joined = list(members)
+        for guest in sorted(guests.get(key, ()), key=lambda k: (len(classes[k][0].typeset.types), k)):
+            joined.extend(classes[guest][1])
         if len(engine.targets) > first_new:
-            _ride_along(engine, engine.targets[first_new:], members)
-        leftovers.extend(_pack_class(engine, shape, [e for e in members if e.pods]))
+            _ride_along(engine, engine.targets[first_new:], joined)
+        leftovers.extend(_pack_class(engine, shape, [e for e in joined if e.pods]))
     _absorb(engine, engine.targets[first_new:], variant_of)
     return leftovers
+
+
+def _joint_hosts(classes: dict[tuple[int, int], tuple[Shape, list[Entry]]]) -> dict[tuple[int, int], tuple[int, int]]:
+    """For a broad class, the narrower class of the same NodePool to pack it with: one
+    whose instance types are a strict subset of the broad class's, whose shape every
+    broad pod accepts unchanged (adding the pod's requirements keeps the narrow shape),
+    and on whose types the broad class's demand is as cheap as on all of its own (the
+    covering LP's value; the cheapest such class wins). Broad classes no narrower class
+    serves as cheaply are packed alone, as before."""
+    hosts: dict[tuple[int, int], tuple[int, int]] = {}
+    for key, (shape, members) in sorted(classes.items()):
+        own = {pt.name for pt in shape.typeset.types}
+        demand = [0.0] * len(members[0].variant.size) if members else []
+        for entry in members:
+            for d, s in enumerate(entry.variant.size):
+                demand[d] += s * len(entry.pods)
+        alone = _lp_value(shape, demand)
+        if alone is None:
+            continue
+        best: tuple[float, tuple[int, int]] | None = None
+        for other, (narrow, _) in sorted(classes.items()):
+            if other == key or narrow.pool is not shape.pool:
+                continue
+            names = {pt.name for pt in narrow.typeset.types}
+            if not names or not names < own:
+                continue
+            if any(narrow.merge(entry.variant.sid, entry.variant.requirements) is not narrow for entry in members):
+                continue
+            value = _lp_value(narrow, demand)
+            if value is None or value > alone * (1 + 1e-9) + 1e-12:
+                continue
+            if best is None or (value, other) < best:
+                best = (value, other)
+        if best is not None:
+            hosts[key] = best[1]
+    # A host is never itself a guest: chains would pack one class twice.
+    return {key: host for key, host in hosts.items() if host not in hosts}
+
+
+def _lp_value(shape: Shape, demand: list[float]) -> float | None:
+    ts = shape.typeset
+    solution = solve_covering_lp(list(ts.prices), [pt.effective for pt in ts.types], demand) if ts.types else None
+    return solution.objective if solution is not None else None
 
 
 def _ride_along(engine: Engine, claims: list[Target], members: list[Entry]) -> None:
