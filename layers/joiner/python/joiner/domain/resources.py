@@ -64,6 +64,16 @@ class Resources(Mapping[str, int]):
         return made
 
     @classmethod
+    def total(cls, vectors: Iterable[Mapping[str, int]]) -> Resources:
+        """The sum of ``vectors``, built once (adding them one by one copies every step)."""
+        merged: dict[str, int] = {}
+        get = merged.get
+        for vector in vectors:
+            for name, value in vector.items():
+                merged[name] = get(name, 0) + value
+        return cls(merged)
+
+    @classmethod
     def of(cls, **milli: int) -> Resources:
         """Convenience constructor in milli-units; ``ephemeral_storage`` style names map dashes."""
         return cls({name.replace("_", "-"): value for name, value in milli.items()})

@@ -648,12 +648,14 @@ class _Packer:
         room = [[c - u for c, u in zip(self.types[b.type_index].capacity, b.used)] for b in bins]
         total = [sum(free[d] for free in room) for d in range(ndims)]
         nothing = [0] * ndims
+        smallest = self.smallest
         for k in order:
             victim = bins[k]
             # The others' free room summed must hold the victim's items: a quick "no".
             if any(t - r < u for t, r, u in zip(total, room[k], victim.used)):
                 continue
-            others = [j for j in range(len(bins)) if j != k and j not in removed]
+            # Bins without room for the smallest item take nothing: left out of the search.
+            others = [j for j in range(len(bins)) if j != k and j not in removed and all(map(ge, room[j], smallest))]
             plan: list[tuple[int, int, int]] = []
             tentative: dict[int, list[int]] = {}
             ok = True

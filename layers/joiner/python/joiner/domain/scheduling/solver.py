@@ -16,7 +16,7 @@ from __future__ import annotations
 from joiner.domain import labels as wk
 from joiner.domain.model import ExistingNodePlan, NodeClaimPlan, Plan, UnschedulablePod
 from joiner.domain.requirements import Requirement
-from joiner.domain.resources import EMPTY, Resources
+from joiner.domain.resources import Resources
 from joiner.domain.scheduling.context import Context
 from joiner.domain.scheduling.engine import Engine, Entry, Target
 from joiner.domain.scheduling.lp import solve_covering_lp
@@ -362,10 +362,7 @@ def _claim_plan(target: Target, types: list[PoolType]) -> NodeClaimPlan:
             capacity_types.add(ct)
     names = tuple(pt.name for pt in types)
     requirements = shape.requirements.add(Requirement(wk.INSTANCE_TYPE, False, frozenset(names)))
-    requests: Resources = EMPTY
-    for pod in target.pods:
-        requests = requests + pod.requests
-    requests = requests + types[0].daemon_overhead
+    requests = Resources.total([*(pod.requests for pod in target.pods), types[0].daemon_overhead])
     return NodeClaimPlan(
         node_pool=shape.pool.name,
         instance_types=names,
