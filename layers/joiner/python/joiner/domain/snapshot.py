@@ -27,8 +27,6 @@ from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
 from typing import Any, NoReturn
 
-import yaml
-
 from joiner.domain import labels as wk
 from joiner.domain.amis import ALIAS_PATTERN, AMI_FAMILY
 from joiner.domain.bounded import (
@@ -37,8 +35,6 @@ from joiner.domain.bounded import (
     LATEST_TIME,
     MAX_INT,
     InputError,
-    bounded_yaml_loader,
-    load_yaml_all,
     time_in_range,
 )
 from joiner.domain.durations import DurationError, parse_duration
@@ -68,6 +64,7 @@ from joiner.domain.model import (
 from joiner.domain.quantity import QuantityError, parse_milli
 from joiner.domain.requirements import Requirement, RequirementError, Requirements
 from joiner.domain.resources import EMPTY, PODS, Resources
+from joiner.domain.snapshot_yaml import load_snapshot_documents
 
 __all__ = [
     "SnapshotError",
@@ -1336,45 +1333,12 @@ def parse_objects(objects: Iterable[Mapping[str, Any]]) -> Snapshot:
     return _collect((obj, f"object {index + 1}") for index, obj in enumerate(objects))
 
 
-def _snapshot_loader() -> type[Any]:
-    """Safe YAML as kubectl reads it: timestamps stay strings, duplicate keys are errors;
-    numbers bounded (:mod:`joiner.domain.bounded`), libyaml when available."""
-    loader = _LOADER.get("snapshot")
-    if loader is not None:
-        return loader
-    base = bounded_yaml_loader()
-
-    def construct_mapping(self: Any, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[object] = set()
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue  # ``<<: *anchor`` merges; explicit keys may override merged ones
-            key = self.construct_object(key_node, deep=deep)
-            if isinstance(key, (str, int, float, bool)) or key is None:
-                if key in seen:
-                    raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
-                seen.add(key)
-        mapping: dict[Any, Any] = base.construct_mapping(self, node, deep=deep)
-        return mapping
-
-    loader = type("SnapshotLoader", (base,), {"construct_mapping": construct_mapping, "__doc__": _snapshot_loader.__doc__})
-    loader.yaml_implicit_resolvers = {
-        first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-        for first, resolvers in base.yaml_implicit_resolvers.items()
-    }
-    _LOADER["snapshot"] = loader
-    return loader
-
-
-_LOADER: dict[str, type[Any]] = {}
-
-
 def load_snapshot_yaml(text: str) -> Snapshot:
     """A snapshot from multi-document YAML (``---`` separated objects, ``kind: List``
     documents, empty documents skipped). Syntax errors name the line and column; size,
     nesting, aliases and numbers are bounded (:data:`joiner.domain.bounded.DEFAULT_LIMITS`)."""
     try:
-        documents = load_yaml_all(text, DEFAULT_LIMITS, _snapshot_loader())
+        documents = load_snapshot_documents(text, DEFAULT_LIMITS)
     except InputError as error:
         raise SnapshotError("snapshot", error.where, error.problem) from None
     return _collect((document, f"document {index + 1}") for index, document in enumerate(documents) if document is not None)
