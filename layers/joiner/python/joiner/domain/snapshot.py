@@ -188,7 +188,7 @@ class _Fields:
             if required:
                 self.fail(path, "required")
             return {}
-        if not isinstance(value, Mapping):
+        if type(value) is not dict and not isinstance(value, Mapping):  # the exact type first: ABC checks are slow
             self.fail(path, f"expected a mapping, got {_describe(value)}")
         for key in value:
             if not isinstance(key, str):
@@ -428,24 +428,48 @@ def effective_requests(
     step; pod-level requests (``spec.resources``) replace the aggregate for the resources
     they name; then RuntimeClass overhead and one ``pods`` slot are added.
     """
-    total = EMPTY
+    # The same steps as Resources arithmetic, on plain dicts kept as Resources keeps its items
+    # (zeros dropped as they appear, so even the order of names is the same), and one
+    # Resources at the end.
+    total: dict[str, int] = {}
     for requests in containers:
-        total = total + requests
-    sidecars = EMPTY
-    largest_step = EMPTY
+        _add_into(total, requests)
+    sidecars: dict[str, int] = {}
+    largest_step: dict[str, int] = {}
     for requests, restartable in init_containers:
         if restartable:
-            sidecars = sidecars + requests
-            total = total + requests
-            largest_step = largest_step.maximum(sidecars)
+            _add_into(sidecars, requests)
+            _add_into(total, requests)
+            _max_into(largest_step, sidecars)
         else:
-            largest_step = largest_step.maximum(requests + sidecars)
-    result = total.maximum(largest_step)
+            step = dict(requests.items())  # a zero left in it never wins the maximum below
+            _add_into(step, sidecars)
+            _max_into(largest_step, step)
+    _max_into(total, largest_step)
     if pod_level:
-        merged = dict(result)
-        merged.update(pod_level)
-        result = Resources(merged)
-    return result + overhead + Resources({PODS: 1000})
+        total.update(pod_level)
+        total = {name: value for name, value in total.items() if value}
+    _add_into(total, overhead)
+    _add_into(total, {PODS: 1000})
+    return Resources(total)
+
+
+def _add_into(target: dict[str, int], other: Mapping[str, int]) -> None:
+    for name, value in other.items():
+        total = target.get(name, 0) + value
+        if total:
+            target[name] = total
+        else:
+            target.pop(name, None)
+
+
+def _max_into(target: dict[str, int], other: Mapping[str, int]) -> None:
+    for name, value in other.items():
+        if value > target.get(name, 0):
+            if value:
+                target[name] = value
+            else:
+                target.pop(name, None)
 
 
 def _container_requests(fields: _Fields, container: Mapping[str, Any], path: str) -> Resources:
