@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from bench.plan_mix import snapshot_yaml
 from joiner.domain import snapshot_yaml as sy
 from joiner.domain.bounded import DEFAULT_LIMITS, InputError, InputLimits, load_yaml_all
-from joiner.domain.snapshot import SnapshotError, effective_requests, load_snapshot_yaml
 from joiner.domain.resources import EMPTY, PODS, Resources
+from joiner.domain.snapshot import SnapshotError, effective_requests, load_snapshot_yaml
 
 needs_libyaml = pytest.mark.skipif(not sy.fast_path_available(), reason="PyYAML without libyaml")
 
@@ -215,7 +215,7 @@ def test_a_list_document_keeps_its_items_in_order() -> None:
 def fallbacks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Texts the fast path handed to the reference during the test."""
     seen: list[str] = []
-    real = sy.load_yaml_all
+    real = load_yaml_all
 
     def spy(text: str, limits: InputLimits = DEFAULT_LIMITS, loader: Any = None) -> list[Any]:
         seen.append(text)
