@@ -204,6 +204,11 @@ class _Fields:
 
     def items(self, value: object, path: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
         """``(path[i], mapping)`` for each element of a list of mappings."""
+        if value is None:  # most optional lists are absent: no generator for them
+            return iter(())
+        return self._items(value, path)
+
+    def _items(self, value: object, path: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
         for index, item in enumerate(self.sequence(value, path)):
             item_path = f"{path}[{index}]"
             yield item_path, self.mapping(item, item_path, required=True)
