@@ -5,6 +5,7 @@ taken for ordinary snapshots and really left for what it does not reproduce."""
 
 from __future__ import annotations
 
+import gc
 import math
 from collections.abc import Iterator
 from typing import Any
@@ -397,3 +398,20 @@ def test_effective_requests_matches_resources_arithmetic(
     got = effective_requests(containers, init_containers, overhead, pod_level)
     want = _reference_effective_requests(containers, init_containers, overhead, pod_level)
     assert list(got.items()) == list(want.items())  # the order of names too
+
+
+def test_gc_paused_leaves_collection_as_it_found_it() -> None:
+    assert gc.isenabled()
+    with pytest.raises(SnapshotError):
+        load_snapshot_yaml("a: 1\na: 2\n")
+    assert gc.isenabled()
+    with sy.gc_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with sy.gc_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -64,7 +64,7 @@ from joiner.domain.model import (
 from joiner.domain.quantity import QuantityError, parse_milli
 from joiner.domain.requirements import Requirement, RequirementError, Requirements
 from joiner.domain.resources import EMPTY, PODS, Resources
-from joiner.domain.snapshot_yaml import load_snapshot_documents
+from joiner.domain.snapshot_yaml import gc_paused, load_snapshot_documents
 
 __all__ = [
     "SnapshotError",
@@ -1366,8 +1366,9 @@ def load_snapshot_yaml(text: str) -> Snapshot:
     """A snapshot from multi-document YAML (``---`` separated objects, ``kind: List``
     documents, empty documents skipped). Syntax errors name the line and column; size,
     nesting, aliases and numbers are bounded (:data:`joiner.domain.bounded.DEFAULT_LIMITS`)."""
-    try:
-        documents = load_snapshot_documents(text, DEFAULT_LIMITS)
-    except InputError as error:
-        raise SnapshotError("snapshot", error.where, error.problem) from None
-    return _collect((document, f"document {index + 1}") for index, document in enumerate(documents) if document is not None)
+    with gc_paused():
+        try:
+            documents = load_snapshot_documents(text, DEFAULT_LIMITS)
+        except InputError as error:
+            raise SnapshotError("snapshot", error.where, error.problem) from None
+        return _collect((document, f"document {index + 1}") for index, document in enumerate(documents) if document is not None)
