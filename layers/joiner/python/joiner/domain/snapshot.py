@@ -519,6 +519,8 @@ def _node_selector_term(fields: _Fields, term: Mapping[str, Any], path: str) -> 
 
 
 def _node_affinity(fields: _Fields, value: object, path: str) -> tuple[tuple[Requirements, ...], tuple[PreferredNodeTerm, ...]]:
+    if value is None:
+        return (), ()
     affinity = fields.mapping(value, path)
     required_terms: list[Requirements] = []
     required_value = affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
@@ -564,6 +566,8 @@ def _affinity_term(fields: _Fields, term: Mapping[str, Any], path: str, pod_labe
 
 
 def _pod_affinity(fields: _Fields, value: object, path: str, pod_labels: Mapping[str, str]) -> tuple[PodAffinityTerm, ...]:
+    if value is None:
+        return ()
     affinity = fields.mapping(value, path)
     terms = []
     required_path = f"{path}.requiredDuringSchedulingIgnoredDuringExecution"
