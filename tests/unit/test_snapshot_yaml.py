@@ -210,6 +210,17 @@ def test_a_list_document_keeps_its_items_in_order() -> None:
     assert_same(text)
 
 
+@needs_libyaml
+@pytest.mark.parametrize("text", [
+    "\ufeffa: 1\n", "a: 1\r\nb: [x,\r\n y]\r\n", "a:\tb\n", 'a: "\\ud800"\n', 'a: "\\x85\\u00e9\\U0001F600"\n', "a: b\x85c\n",
+    "a: !!binary aGVsbG8=\n", "- ? a\n", "{a: 1, b}\n", "[a: 1, b]\n", "a: 'multi\n  line'\n", "a: >-\n  x\n\n  y\n", "a: |2\n   x\n",
+    "---\n--- |\n  lit\n", "a: 0b1_0\n", "a: -0x_ff\n", "a: 1:30\n", "a: -1:30.5\n", "a: .5e+3\n", "a: 1.e-2\n", "\x00", "a: \x07\n",
+    "x" * 70_000, "a: -" + "9" * 39 + "\n", "a: 1 # comment\n# more\nb: x#not-a-comment\n",
+])
+def test_odd_texts_load_as_the_reference_loads_them(text: str) -> None:
+    assert_same(text)
+
+
 # ---------------------------------------------------------------- errors and bounds
 
 
