@@ -27,7 +27,8 @@ The YAML checks work on the event stream of the loader class that will build the
 so they hold unchanged for libyaml's ``CSafeLoader``, which :func:`yaml_loader_base`
 prefers when PyYAML was built with it. The check costs one extra parse (about a tenth of a
 ``CSafeLoader`` load). Construction then runs in Python with the integer and float
-constructors replaced by bounded ones.
+constructors replaced by bounded ones. Snapshots, the largest input, are read in one pass
+by :mod:`joiner.domain.snapshot_yaml`, which hands anything unusual back to this path.
 
 No clock, no I/O; ``yaml`` is imported only when YAML is read (the Lambda handlers parse
 JSON only).

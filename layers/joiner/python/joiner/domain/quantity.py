@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import re
 from fractions import Fraction
+from functools import lru_cache
 
 __all__ = ["QuantityError", "parse_quantity", "to_milli", "format_milli", "parse_milli", "MAX_QUANTITY", "MAX_QUANTITY_CHARS"]
 
@@ -98,7 +99,17 @@ def to_milli(quantity: Fraction) -> int:
 
 def parse_milli(value: str | int | float) -> int:
     """Parse a quantity straight to integer milli-units."""
+    if type(value) is str:
+        return _milli_of_text(value)
     return to_milli(parse_quantity(value))
+
+
+@lru_cache(maxsize=4096)
+def _milli_of_text(text: str) -> int:
+    """:func:`parse_milli` of a string, memoised: a cluster repeats a few hundred request
+    strings across thousands of pods, and exact ``Fraction`` arithmetic is the dearest part
+    of reading a pod. Errors are not cached (``lru_cache`` stores only returned values)."""
+    return to_milli(parse_quantity(text))
 
 
 def format_milli(milli: int, resource: str = "") -> str:

@@ -27,8 +27,6 @@ from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
 from typing import Any, NoReturn
 
-import yaml
-
 from joiner.domain import labels as wk
 from joiner.domain.amis import ALIAS_PATTERN, AMI_FAMILY
 from joiner.domain.bounded import (
@@ -37,8 +35,6 @@ from joiner.domain.bounded import (
     LATEST_TIME,
     MAX_INT,
     InputError,
-    bounded_yaml_loader,
-    load_yaml_all,
     time_in_range,
 )
 from joiner.domain.durations import DurationError, parse_duration
@@ -68,6 +64,7 @@ from joiner.domain.model import (
 from joiner.domain.quantity import QuantityError, parse_milli
 from joiner.domain.requirements import Requirement, RequirementError, Requirements
 from joiner.domain.resources import EMPTY, PODS, Resources
+from joiner.domain.snapshot_yaml import gc_paused, load_snapshot_documents
 
 __all__ = [
     "SnapshotError",
@@ -191,7 +188,7 @@ class _Fields:
             if required:
                 self.fail(path, "required")
             return {}
-        if not isinstance(value, Mapping):
+        if type(value) is not dict and not isinstance(value, Mapping):  # the exact type first: ABC checks are slow
             self.fail(path, f"expected a mapping, got {_describe(value)}")
         for key in value:
             if not isinstance(key, str):
@@ -207,6 +204,11 @@ class _Fields:
 
     def items(self, value: object, path: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
         """``(path[i], mapping)`` for each element of a list of mappings."""
+        if value is None:  # most optional lists are absent: no generator for them
+            return iter(())
+        return self._items(value, path)
+
+    def _items(self, value: object, path: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
         for index, item in enumerate(self.sequence(value, path)):
             item_path = f"{path}[{index}]"
             yield item_path, self.mapping(item, item_path, required=True)
@@ -431,24 +433,48 @@ def effective_requests(
     step; pod-level requests (``spec.resources``) replace the aggregate for the resources
     they name; then RuntimeClass overhead and one ``pods`` slot are added.
     """
-    total = EMPTY
+    # The same steps as Resources arithmetic, on plain dicts kept as Resources keeps its items
+    # (zeros dropped as they appear, so even the order of names is the same), and one
+    # Resources at the end.
+    total: dict[str, int] = {}
     for requests in containers:
-        total = total + requests
-    sidecars = EMPTY
-    largest_step = EMPTY
+        _add_into(total, requests)
+    sidecars: dict[str, int] = {}
+    largest_step: dict[str, int] = {}
     for requests, restartable in init_containers:
         if restartable:
-            sidecars = sidecars + requests
-            total = total + requests
-            largest_step = largest_step.maximum(sidecars)
+            _add_into(sidecars, requests)
+            _add_into(total, requests)
+            _max_into(largest_step, sidecars)
         else:
-            largest_step = largest_step.maximum(requests + sidecars)
-    result = total.maximum(largest_step)
+            step = dict(requests.items())  # a zero left in it never wins the maximum below
+            _add_into(step, sidecars)
+            _max_into(largest_step, step)
+    _max_into(total, largest_step)
     if pod_level:
-        merged = dict(result)
-        merged.update(pod_level)
-        result = Resources(merged)
-    return result + overhead + Resources({PODS: 1000})
+        total.update(pod_level)
+        total = {name: value for name, value in total.items() if value}
+    _add_into(total, overhead)
+    _add_into(total, {PODS: 1000})
+    return Resources(total)
+
+
+def _add_into(target: dict[str, int], other: Mapping[str, int]) -> None:
+    for name, value in other.items():
+        total = target.get(name, 0) + value
+        if total:
+            target[name] = total
+        else:
+            target.pop(name, None)
+
+
+def _max_into(target: dict[str, int], other: Mapping[str, int]) -> None:
+    for name, value in other.items():
+        if value > target.get(name, 0):
+            if value:
+                target[name] = value
+            else:
+                target.pop(name, None)
 
 
 def _container_requests(fields: _Fields, container: Mapping[str, Any], path: str) -> Resources:
@@ -493,6 +519,8 @@ def _node_selector_term(fields: _Fields, term: Mapping[str, Any], path: str) -> 
 
 
 def _node_affinity(fields: _Fields, value: object, path: str) -> tuple[tuple[Requirements, ...], tuple[PreferredNodeTerm, ...]]:
+    if value is None:
+        return (), ()
     affinity = fields.mapping(value, path)
     required_terms: list[Requirements] = []
     required_value = affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
@@ -538,6 +566,8 @@ def _affinity_term(fields: _Fields, term: Mapping[str, Any], path: str, pod_labe
 
 
 def _pod_affinity(fields: _Fields, value: object, path: str, pod_labels: Mapping[str, str]) -> tuple[PodAffinityTerm, ...]:
+    if value is None:
+        return ()
     affinity = fields.mapping(value, path)
     terms = []
     required_path = f"{path}.requiredDuringSchedulingIgnoredDuringExecution"
@@ -1336,45 +1366,13 @@ def parse_objects(objects: Iterable[Mapping[str, Any]]) -> Snapshot:
     return _collect((obj, f"object {index + 1}") for index, obj in enumerate(objects))
 
 
-def _snapshot_loader() -> type[Any]:
-    """Safe YAML as kubectl reads it: timestamps stay strings, duplicate keys are errors;
-    numbers bounded (:mod:`joiner.domain.bounded`), libyaml when available."""
-    loader = _LOADER.get("snapshot")
-    if loader is not None:
-        return loader
-    base = bounded_yaml_loader()
-
-    def construct_mapping(self: Any, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[object] = set()
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue  # ``<<: *anchor`` merges; explicit keys may override merged ones
-            key = self.construct_object(key_node, deep=deep)
-            if isinstance(key, (str, int, float, bool)) or key is None:
-                if key in seen:
-                    raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
-                seen.add(key)
-        mapping: dict[Any, Any] = base.construct_mapping(self, node, deep=deep)
-        return mapping
-
-    loader = type("SnapshotLoader", (base,), {"construct_mapping": construct_mapping, "__doc__": _snapshot_loader.__doc__})
-    loader.yaml_implicit_resolvers = {
-        first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-        for first, resolvers in base.yaml_implicit_resolvers.items()
-    }
-    _LOADER["snapshot"] = loader
-    return loader
-
-
-_LOADER: dict[str, type[Any]] = {}
-
-
 def load_snapshot_yaml(text: str) -> Snapshot:
     """A snapshot from multi-document YAML (``---`` separated objects, ``kind: List``
     documents, empty documents skipped). Syntax errors name the line and column; size,
     nesting, aliases and numbers are bounded (:data:`joiner.domain.bounded.DEFAULT_LIMITS`)."""
-    try:
-        documents = load_yaml_all(text, DEFAULT_LIMITS, _snapshot_loader())
-    except InputError as error:
-        raise SnapshotError("snapshot", error.where, error.problem) from None
-    return _collect((document, f"document {index + 1}") for index, document in enumerate(documents) if document is not None)
+    with gc_paused():
+        try:
+            documents = load_snapshot_documents(text, DEFAULT_LIMITS)
+        except InputError as error:
+            raise SnapshotError("snapshot", error.where, error.problem) from None
+        return _collect((document, f"document {index + 1}") for index, document in enumerate(documents) if document is not None)
