@@ -254,18 +254,19 @@ class SimulationResult:
                 total += successors[0].pending_seconds(end)
         return total
 
-    def provisioning_latency(self) -> list[tuple[float, float]]:
+    def provisioning_latency(self, *, with_round_wall_time: bool = True) -> list[tuple[float, float]]:
         """(pending -> CreateFleet, pending -> Ready) seconds of every pod bound to a node that was
         launched after it was created: the pods a launch served. CreateFleet is counted at the
         end of the launching invocation (its wall time added to the simulated instant, and to
-        Ready, since the boot starts after it)."""
+        Ready, since the boot starts after it); without ``with_round_wall_time`` the simulated
+        instants alone, which do not depend on how busy this machine is."""
         by_node = {i.private_dns: i for i in self.instances if i.managed}
         latencies = []
         for pod in self.pods:
             instance = by_node.get(pod.node or "")
             if pod.bound is None or instance is None or instance.launched < pod.created:
                 continue
-            round_seconds = self.launch_round_seconds.get(instance.instance_id, 0.0)
+            round_seconds = self.launch_round_seconds.get(instance.instance_id, 0.0) if with_round_wall_time else 0.0
             fleet = (instance.launched - pod.created).total_seconds() + round_seconds
             ready_at = self.registered_at.get(instance.instance_id)
             # the boot starts after CreateFleet: the round's wall time delays Ready as much
