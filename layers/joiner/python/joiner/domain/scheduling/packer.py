@@ -295,6 +295,13 @@ class _Packer:
         ndims = self.ndims
         while heap:
             negative, position, i = heap[0]
+            # Re-score before counting what fits: most re-scored items sink, and an item
+            # that no longer fits is dropped whenever it reaches the top with a fresh score.
+            score = sum(map(mul, scaled[i], scaled_room))
+            if score < -negative - 1e-12:
+                heapreplace(heap, (-score, position, i))
+                if heap[0][2] != i:
+                    continue
             most = left[i]
             for d, s in needed[i]:
                 q = room[d] // s
@@ -305,11 +312,6 @@ class _Packer:
             if most <= 0:
                 heappop(heap)
                 continue
-            score = sum(map(mul, scaled[i], scaled_room))
-            if score < -negative - 1e-12:
-                heapreplace(heap, (-score, position, i))
-                if heap[0][2] != i:
-                    continue
             n = most if most <= 2 else (most + 1) // 2
             fill[i] = fill.get(i, 0) + n
             left[i] -= n
