@@ -101,6 +101,18 @@ def _max_count(capacity: Sequence[int], used: Sequence[int], size: Sequence[int]
     return most
 
 
+def _count_in(room: Sequence[int], needed: Sequence[tuple[int, int]], most: int) -> int:
+    """How many items (up to ``most``) fit in ``room``, given the (resource, amount) pairs
+    the item needs; 0 when none does."""
+    for d, s in needed:
+        q = room[d] // s
+        if q < most:
+            if q <= 0:
+                return 0
+            most = q
+    return most
+
+
 class _Packer:
     def __init__(self, sizes: Sequence[tuple[int, ...]], counts: Sequence[int], types: Sequence[PackType], budget: Sequence[int] | None, blend: bool = False) -> None:
         self.blend = blend
@@ -237,12 +249,7 @@ class _Packer:
             most = remaining[i]
             if not most:
                 continue
-            for d, s in needed[i]:
-                q = room[d] // s
-                if q < most:
-                    most = q
-                    if most <= 0:
-                        break
+            most = _count_in(room, needed[i], most)
             if most > 0:
                 fill[i] = most
                 size = sizes[i]
@@ -302,13 +309,7 @@ class _Packer:
                 heapreplace(heap, (-score, position, i))
                 if heap[0][2] != i:
                     continue
-            most = left[i]
-            for d, s in needed[i]:
-                q = room[d] // s
-                if q < most:
-                    most = q
-                    if most <= 0:
-                        break
+            most = _count_in(room, needed[i], left[i])
             if most <= 0:
                 heappop(heap)
                 continue
