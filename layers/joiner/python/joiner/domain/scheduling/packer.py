@@ -720,7 +720,7 @@ def pack(sizes: Sequence[tuple[int, ...]], counts: Sequence[int], types: Sequenc
 
 def _best_packing(sizes: Sequence[tuple[int, ...]], counts: Sequence[int], types: Sequence[PackType], budget: Sequence[int] | None, fixed: bool) -> _Packer:
     """The cheapest result of the strategies (the fixed-type first-fit runs only when
-    ``fixed``)."""
+    ``fixed``, and above ``_MANY_ITEMS`` groups only when the others left items unplaced)."""
     results = []
     # Many item groups: the duals alone (the blend rarely wins there and costs a greedy run).
     if len(sizes) <= _MANY_ITEMS:
@@ -738,7 +738,10 @@ def _best_packing(sizes: Sequence[tuple[int, ...]], counts: Sequence[int], types
             patterns.cg_budget = _CG_BUDGET_SUB
         patterns.run_patterns()
         results.append(patterns)
-    if fixed:
+    # Above ``_MANY_ITEMS`` groups the fixed-type runs never won a bench.cost or plan_mix
+    # packing (12 of 12) and cost up to a tenth of the solve: they run there only when the
+    # greedy left pods unplaced (a NodePool limit), where first-fit may still place more.
+    if fixed and (len(sizes) <= _MANY_ITEMS or any(min(results, key=_Packer.key).remaining)):
         probe = _Packer(sizes, counts, types, budget)
         columns, solution = probe._aggregate_lp()
         chosen = sorted({columns[j] for j in solution.x}) if solution is not None else []
