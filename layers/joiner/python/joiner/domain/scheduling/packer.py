@@ -122,6 +122,8 @@ class _Packer:
         self.budget = list(budget) if budget is not None else None
         self.ndims = len(self.sizes[0]) if self.sizes else 0
         self.bins: list[Bin] = []
+        #: Per item, its size negated: sorting on it puts larger items first.
+        self.larger_first = [tuple(-s for s in size) for size in self.sizes]
         #: Per item, the resources it needs with its amount (the others never limit a count).
         self.needed = [tuple((d, s) for d, s in enumerate(size) if s) for size in self.sizes]
         #: Per resource, the least any item needs: less room than this on any resource and
@@ -357,12 +359,13 @@ class _Packer:
     def _open_best_bin(self) -> bool:
         duals = self._duals()
         active = [i for i, c in enumerate(self.remaining) if c]
-        values = [sum(dual * s for dual, s in zip(duals, size)) for size in self.sizes]
-        order = sorted(active, key=lambda i: (-values[i], tuple(-s for s in self.sizes[i]), i))
+        values = [sum(map(mul, duals, size)) for size in self.sizes]
+        larger_first = self.larger_first
+        order = sorted(active, key=lambda i: (-values[i], larger_first[i], i))
         ranked = []
         for t in self._affordable():
             pt = self.types[t]
-            upper = sum(dual * c for dual, c in zip(duals, pt.capacity)) / pt.price if pt.price > 0 else float("inf")
+            upper = sum(map(mul, duals, pt.capacity)) / pt.price if pt.price > 0 else float("inf")
             ranked.append((-upper, -pt.price, t))
         ranked.sort()
         best: tuple[float, float, int] | None = None
