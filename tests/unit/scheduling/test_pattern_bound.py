@@ -95,7 +95,7 @@ def test_a_bound_cut_short_by_the_time_limit_is_still_valid(inst: PoolInstance) 
 def test_the_unconverged_master_value_is_not_what_is_reported() -> None:
     # Many small pods on a big type: the first columns (one group per node) are poor, so the
     # master's first value is far above the optimum; cut short, the bound must stay below it.
-    inst = PoolInstance([1.0, 0.3], [(8, 8), (2, 2)], [(1, 3), (3, 1)], [4, 4], [[0, 1], [0, 1]])
+    inst = PoolInstance([1.0, 0.45], [(9, 9), (3, 3)], [(1, 3), (3, 1), (1, 2), (2, 1)], [2, 2, 2, 2], [[0, 1]] * 4)
     optimum = brute_force(inst)
     early = pattern_lp_pool(inst, time_limit_seconds=0.0)
     assert early.lp_value > optimum  # the restricted master is not a bound

@@ -195,7 +195,7 @@ def _knapsack(inst: PoolInstance, t: int, groups: list[int], duals: list[float],
     with _quiet_stdout():
         result = milp(
             -values, constraints=LinearConstraint(matrix, -np.inf, np.ones(len(dims))) if dims else (), integrality=np.ones(len(items)),
-            bounds=Bounds(np.zeros(len(items)), upper), options={"time_limit": time_limit, "disp": False, "mip_rel_gap": 1e-7},
+            bounds=Bounds(np.zeros(len(items)), upper), options={"time_limit": max(time_limit, 0.05), "disp": False, "mip_rel_gap": 1e-7},
         )
     bound = result.get("mip_dual_bound")
     upper_value = -float(bound) if bound is not None and np.isfinite(bound) else math.inf
@@ -208,9 +208,40 @@ def _knapsack(inst: PoolInstance, t: int, groups: list[int], duals: list[float],
                 pattern[g] = k
                 free = [f - k * s for f, s in zip(free, inst.sizes[g])]
     value = sum(duals[g] * k for g, k in pattern.items())
-    # HiGHS's dual bound carries its own tolerances; never claim less than a pattern found.
+    # HiGHS's dual bound carries its own tolerances: a relative and an absolute margin.
     upper_value = max(upper_value * (1 + 1e-9) + 1e-12, value)
     return value, min(upper_value, _fractional_upper(inst, t, groups, duals)), pattern
+
+
+def _price(
+    inst: PoolInstance, types: list[int], groups_of: list[list[int]], duals: list[float], deadline: float, knapsack_seconds: float, columns_wanted: int,
+) -> tuple[float, list[tuple[int, dict[int, int]]]]:
+    """Exact pricing where it matters: ``(theta, patterns)`` with ``theta = min(1, min_t
+    price_t / U_t)`` for proven upper bounds ``U_t`` on each type's best pattern value.
+
+    Types are visited by their cheap single-resource bound ``F_t``, highest ratio
+    ``F_t / price_t`` first, and solved exactly (HiGHS) until the next ratio is at most
+    both 1 and the worst exact ratio so far (no remaining type can lower ``theta`` or
+    price out) and ``columns_wanted`` improving patterns are found; the types left keep
+    ``F_t`` as their bound, which is valid."""
+    ratios = sorted(
+        ((_fractional_upper(inst, t, groups, duals) / inst.prices[t], t, groups) for t, groups in zip(types, groups_of)), key=lambda item: -item[0],
+    )
+    worst = 1.0
+    patterns: list[tuple[int, dict[int, int]]] = []
+    for i, (ratio, t, groups) in enumerate(ratios):
+        if ratio <= worst and (ratio <= 1.0 or len(patterns) >= columns_wanted):
+            break
+        remaining = deadline - time.perf_counter()
+        if remaining <= 0:
+            worst = max(worst, ratio)  # no time left: the cheap bound stands for this and later types
+            break
+        found, upper, pattern = _knapsack(inst, t, groups, duals, min(knapsack_seconds, remaining))
+        worst = max(worst, upper / inst.prices[t])
+        if found > inst.prices[t] * (1 + EPS):
+            patterns.append((t, pattern))
+        del i
+    return 1.0 / worst, patterns
 
 
 def _master(prices: list[float], columns: list[tuple[int, dict[int, int]]], counts: list[int]) -> tuple[float, list[float]]:
@@ -236,10 +267,11 @@ def _reduced(inst: PoolInstance, t: int, pattern: dict[int, int], duals: list[fl
     return inst.prices[t] - sum(duals[g] * k for g, k in pattern.items())
 
 
-def pattern_lp_pool(inst: PoolInstance, time_limit_seconds: float = 60.0, knapsack_seconds: float = 2.0, smoothing: float = 0.7) -> PatternResult:
+def pattern_lp_pool(inst: PoolInstance, time_limit_seconds: float = 60.0, knapsack_seconds: float = 2.0, smoothing: float = 0.5, columns_wanted: int = 10) -> PatternResult:
     """A valid lower bound from the pattern LP of one pool (see the module docstring):
-    column generation with greedy pricing, then exact HiGHS pricing per type, whose dual
-    bounds give the Farley certificate whether or not it converged in time."""
+    column generation with exact HiGHS pricing of every type each round (plus greedy extra
+    columns), stabilised by Wentges smoothing; each round's knapsack bounds give a Farley
+    certificate, and the best one is returned whether or not it converged in time."""
     start = time.perf_counter()
     deadline = start + time_limit_seconds
     if not inst.counts or not any(inst.counts):
@@ -266,66 +298,42 @@ def pattern_lp_pool(inst: PoolInstance, time_limit_seconds: float = 60.0, knapsa
     iterations = 0
     converged = False
     value = math.nan
-    exact_phase = False
-    # Wentges smoothing: price at a convex combination of the master's duals and the best
-    # duals seen so far (the "center"); the certificate holds for any duals, so this only
-    # changes which columns are found, not validity.
+    # Wentges smoothing: price at a convex combination of the master's duals and the duals
+    # with the best certified bound so far (the "center"). The certificate holds for any
+    # duals, so this only changes which columns are found, not validity.
     center: list[float] | None = None
-    center_score = -math.inf
+    center_bound = -math.inf
     alpha = smoothing
     while True:
         iterations += 1
         value, master_duals = _master(inst.prices, columns, inst.counts)
-        duals = master_duals if center is None else [alpha * c + (1 - alpha) * d for c, d in zip(center, master_duals)]
-        dual_value = sum(d * n for d, n in zip(duals, inst.counts))
+        if best >= value * (1 - 1e-7):
+            converged = True
+            break
+        remaining = deadline - time.perf_counter()
+        if remaining <= 0 and iterations > 1:
+            break
+        duals = master_duals if center is None or alpha == 0 else [alpha * c + (1 - alpha) * d for c, d in zip(center, master_duals)]
+        theta, priced = _price(inst, types, groups_of, duals, deadline, knapsack_seconds, columns_wanted)
+        certified = theta * sum(d * n for d, n in zip(duals, inst.counts))
+        best = max(best, certified)
+        if certified > center_bound:
+            center, center_bound = duals, certified
         added = 0
-        if not exact_phase:
-            theta, estimate = 1.0, 1.0
-            for t, groups in zip(types, groups_of):
-                for found, pattern in _greedy(inst, t, groups, duals):
-                    if _reduced(inst, t, pattern, master_duals) < -EPS * inst.prices[t] and add(t, pattern):
-                        added += 1
-                    estimate = min(estimate, inst.prices[t] / max(found, 1e-300))
-                theta = min(theta, inst.prices[t] / max(_fractional_upper(inst, t, groups, duals), 1e-300))
-            best = max(best, theta * dual_value)
-            if estimate * dual_value > center_score:
-                center, center_score = duals, estimate * dual_value
-            if added == 0:
-                if center is not None and alpha > 0 and duals != master_duals:
-                    alpha = 0.0  # mispricing: price at the master's own duals once
-                else:
-                    exact_phase = True
-            else:
-                alpha = smoothing
-            if time.perf_counter() > deadline:
-                break
-            continue
-        theta = 1.0
-        timed_out = False
-        for t, groups in zip(types, groups_of):
-            remaining = deadline - time.perf_counter()
-            if remaining <= 0:
-                timed_out = True
-                break
-            found, upper, pattern = _knapsack(inst, t, groups, duals, min(knapsack_seconds, remaining))
+        for t, pattern in priced:
             if _reduced(inst, t, pattern, master_duals) < -EPS * inst.prices[t] and add(t, pattern):
                 added += 1
-            theta = min(theta, inst.prices[t] / max(upper, 1e-300))
-        if not timed_out:
-            best = max(best, theta * dual_value)
-            if theta * dual_value >= center_score:
-                center, center_score = duals, theta * dual_value
-            if added == 0:
-                if duals == master_duals:
-                    converged = theta >= 1.0 - 1e-6
-                    break
-                alpha = 0.0
-                continue
-        if timed_out or time.perf_counter() > deadline:
-            break
-        # Back to cheap pricing until it stalls again.
-        exact_phase = False
-        alpha = smoothing
+        for t, groups in zip(types, groups_of):
+            for _, pattern in _greedy(inst, t, groups, master_duals):
+                if _reduced(inst, t, pattern, master_duals) < -EPS * inst.prices[t] and add(t, pattern):
+                    added += 1
+        if added == 0:
+            if duals is master_duals:
+                converged = theta >= 1.0 - 1e-6
+                break
+            alpha = 0.0  # mispricing: price at the master's own duals next
+        else:
+            alpha = smoothing
     prices = {inst.prices[t] for t in types}
     if len(prices) == 1:
         c = prices.pop()
