@@ -34,6 +34,9 @@ pattern MILP over all maximal patterns is solved too: ``pattern_milp_optimum`` i
 best whole-pod plan of the bounds' model when HiGHS proves it (``pattern_milp_exact``),
 ``pattern_milp_bound`` HiGHS's dual bound either way. ``best_bound`` is the largest of
 the valid bounds, ``best_ratio`` the plan's cost over it; ``*_seconds`` time each bound.
+``pattern_incumbent`` is not a bound but the other side: the cheapest whole-pod plan HiGHS
+finds among the pattern LP's columns (integer counts, ``PATTERN_INCUMBENT_TIME_LIMIT``
+seconds), so the model's optimum lies between ``best_bound`` and it.
 ``--pattern-seconds=N`` changes the pattern LP's time limit.
 """
 
@@ -76,6 +79,8 @@ WHOLE_POD_TIME_LIMIT = 10.0
 #: when cut short, only weaker), and the pattern MILP's HiGHS time limit.
 PATTERN_TIME_LIMIT = 120.0
 PATTERN_MILP_TIME_LIMIT = 60.0
+#: Seconds HiGHS may spend on the integer cover by the pattern LP's columns.
+PATTERN_INCUMBENT_TIME_LIMIT = 30.0
 #: The pattern MILP enumerates every maximal pattern: only for this few pod groups per pool.
 PATTERN_MILP_MAX_GROUPS = 3
 
@@ -153,7 +158,7 @@ def bounds(problem: SchedulingProblem, cost: float, pattern_seconds: float = PAT
     start = time.perf_counter()
     whole = whole_pod_lower_bound(problem, time_limit_seconds=WHOLE_POD_TIME_LIMIT)
     whole_seconds = time.perf_counter() - start
-    pattern = pattern_lp_bound(problem, time_limit_seconds=pattern_seconds)
+    pattern = pattern_lp_bound(problem, time_limit_seconds=pattern_seconds, incumbent_seconds=PATTERN_INCUMBENT_TIME_LIMIT)
     few = all(len(inst.counts) <= PATTERN_MILP_MAX_GROUPS for inst in pool_instances(problem))
     exact = pattern_milp_optimum(problem, time_limit_seconds=PATTERN_MILP_TIME_LIMIT) if few else None
     candidates = [b for b in (whole, pattern.bound, exact.bound if exact else None) if b is not None and b == b]
@@ -162,6 +167,7 @@ def bounds(problem: SchedulingProblem, cost: float, pattern_seconds: float = PAT
         "whole_pod_bound": _r(whole), "whole_pod_ratio": round(cost / whole, 4) if whole > 0 else None, "whole_pod_seconds": round(whole_seconds, 2),
         "pattern_lp_bound": _r(pattern.bound), "pattern_lp_master": _r(pattern.lp_value), "pattern_lp_converged": pattern.converged,
         "pattern_lp_iterations": pattern.iterations, "pattern_lp_seconds": round(pattern.seconds, 2),
+        "pattern_incumbent": _r(pattern.incumbent),
         "pattern_milp_optimum": _r(exact.lp_value) if exact and exact.exact else None, "pattern_milp_bound": _r(exact.bound) if exact else None,
         "pattern_milp_exact": exact.exact if exact else None, "pattern_milp_seconds": round(exact.seconds, 2) if exact else None,
         "best_bound": _r(best), "best_ratio": round(cost / best, 4) if best > 0 else None, "bound_seconds": round(time.perf_counter() - start, 2),

@@ -71,6 +71,10 @@ class PatternResult:
     columns: int = 0
     types: int = 0
     seconds: float = 0.0
+    #: The cost of the best whole-pod plan found (an upper bound on the optimum of the
+    #: bounds' model, not a bound on our plans): the integer program over the generated
+    #: patterns ("price and branch"), NaN when not computed.
+    incumbent: float = math.nan
     notes: list[str] = field(default_factory=list)
 
 
@@ -267,11 +271,15 @@ def _reduced(inst: PoolInstance, t: int, pattern: dict[int, int], duals: list[fl
     return inst.prices[t] - sum(duals[g] * k for g, k in pattern.items())
 
 
-def pattern_lp_pool(inst: PoolInstance, time_limit_seconds: float = 60.0, knapsack_seconds: float = 2.0, smoothing: float = 0.5, columns_wanted: int = 10) -> PatternResult:
+def pattern_lp_pool(
+    inst: PoolInstance, time_limit_seconds: float = 60.0, knapsack_seconds: float = 2.0, smoothing: float = 0.5, columns_wanted: int = 10,
+    incumbent_seconds: float = 0.0,
+) -> PatternResult:
     """A valid lower bound from the pattern LP of one pool (see the module docstring):
     column generation with exact HiGHS pricing of every type each round (plus greedy extra
     columns), stabilised by Wentges smoothing; each round's knapsack bounds give a Farley
-    certificate, and the best one is returned whether or not it converged in time."""
+    certificate, and the best one is returned whether or not it converged in time. With
+    ``incumbent_seconds`` it also looks for a cheap plan among the generated patterns."""
     start = time.perf_counter()
     deadline = start + time_limit_seconds
     if not inst.counts or not any(inst.counts):
@@ -338,23 +346,61 @@ def pattern_lp_pool(inst: PoolInstance, time_limit_seconds: float = 60.0, knapsa
     if len(prices) == 1:
         c = prices.pop()
         best = c * math.ceil(best / c - 1e-9)
-    return PatternResult(best, value, converged, iterations=iterations, columns=len(columns), types=len(types), seconds=time.perf_counter() - start)
+    incumbent = _restricted_milp(inst, columns, incumbent_seconds) if incumbent_seconds > 0 else math.nan
+    return PatternResult(
+        best, value, converged, iterations=iterations, columns=len(columns), types=len(types), seconds=time.perf_counter() - start, incumbent=incumbent,
+    )
 
 
-def pattern_lp_bound(problem: SchedulingProblem, time_limit_seconds: float = 60.0) -> PatternResult:
+def _restricted_milp(inst: PoolInstance, columns: list[tuple[int, dict[int, int]]], time_limit: float) -> float:
+    """The cheapest integer cover by the generated patterns (HiGHS within the time limit;
+    NaN if it found none). Dropping the pods a cover has too many of leaves a whole-pod
+    plan of that cost, so it is an upper bound on the model's optimum."""
+    import numpy as np
+    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.sparse import csr_matrix
+
+    data, rows, cols = [], [], []
+    for j, (_, pattern) in enumerate(columns):
+        for g, k in pattern.items():
+            data.append(float(k))
+            rows.append(g)
+            cols.append(j)
+    matrix = csr_matrix((data, (rows, cols)), shape=(len(inst.counts), len(columns)))
+    with _quiet_stdout():
+        result = milp(
+            np.array([inst.prices[t] for t, _ in columns]), constraints=LinearConstraint(matrix, np.array(inst.counts, dtype=float), np.inf),
+            integrality=np.ones(len(columns)), bounds=Bounds(0, np.inf), options={"time_limit": time_limit, "disp": False},
+        )
+    if result.x is None:
+        return math.nan
+    counts = [round(float(x)) for x in result.x]
+    covered = [0] * len(inst.counts)
+    for (_, pattern), z in zip(columns, counts):
+        for g, k in pattern.items():
+            covered[g] += k * z
+    if any(c < n for c, n in zip(covered, inst.counts)):
+        return math.nan
+    return sum(inst.prices[t] * z for (t, _), z in zip(columns, counts))
+
+
+def pattern_lp_bound(problem: SchedulingProblem, time_limit_seconds: float = 60.0, incumbent_seconds: float = 0.0) -> PatternResult:
     """:func:`pattern_lp_pool` summed over the problem's NodePools (pending pods only)."""
     start = time.perf_counter()
     instances = pool_instances(problem)
     total = PatternResult(0.0, 0.0)
-    for inst in instances:
-        share = max(1.0, (time_limit_seconds - (time.perf_counter() - start)) / max(1, len(instances)))
-        part = pattern_lp_pool(inst, share)
+    incumbents: list[float] = []
+    for i, inst in enumerate(instances):
+        share = max(1.0, (time_limit_seconds - (time.perf_counter() - start)) / (len(instances) - i))
+        part = pattern_lp_pool(inst, share, incumbent_seconds=incumbent_seconds)
         total.bound += part.bound
         total.lp_value += part.lp_value
         total.converged &= part.converged
         total.iterations += part.iterations
         total.columns += part.columns
         total.types += part.types
+        incumbents.append(part.incumbent)
+    total.incumbent = sum(incumbents) if incumbents else math.nan  # NaN if any pool has none
     total.seconds = time.perf_counter() - start
     return total
 
