@@ -217,24 +217,93 @@ def _knapsack(inst: PoolInstance, t: int, groups: list[int], duals: list[float],
     return value, min(upper_value, _fractional_upper(inst, t, groups, duals)), pattern
 
 
+def _lagrangian_uppers(inst: PoolInstance, types: list[int], groups_of: list[list[int]], duals: list[float]) -> list[tuple[float, dict[int, int]]]:
+    """Per type, a proven upper bound on the best pattern's value near the knapsack's LP
+    relaxation, and a pattern from rounding that relaxation down and filling greedily.
+
+    One block-diagonal LP relaxes every type's knapsack; its row duals ``mu_t >= 0`` are
+    only a hint: the bound is the Lagrangian ``sum_r mu_tr + sum_g u_g max(0, pi_g -
+    sum_r mu_tr size_gr / cap_tr)`` (rows scaled by capacity, ``u_g`` the count bound),
+    computed here exactly, which is at least any pattern's value for any ``mu >= 0``."""
+    import numpy as np
+    from scipy.optimize import linprog
+    from scipy.sparse import csr_matrix
+
+    blocks: list[tuple[int, list[int], int, list[int], int]] = []  # (type, items, first var, resource rows, first row)
+    objective: list[float] = []
+    upper: list[float] = []
+    data: list[float] = []
+    rows: list[int] = []
+    cols: list[int] = []
+    n_rows = 0
+    for t, groups in zip(types, groups_of):
+        items = [g for g in groups if duals[g] > 0]
+        cap = inst.capacities[t]
+        dims = [r for r in range(len(cap)) if any(inst.sizes[g][r] for g in items)]
+        blocks.append((t, items, len(objective), dims, n_rows))
+        for i, r in enumerate(dims):
+            for j, g in enumerate(items):
+                if inst.sizes[g][r]:
+                    data.append(inst.sizes[g][r] / cap[r])
+                    rows.append(n_rows + i)
+                    cols.append(len(objective) + j)
+        n_rows += len(dims)
+        for g in items:
+            objective.append(-duals[g] / inst.prices[t])
+            upper.append(float(min(inst.counts[g], _max_copies(inst.sizes[g], cap))))
+    if not objective or not n_rows:
+        return [(_fractional_upper(inst, t, groups, duals), {}) for t, groups in zip(types, groups_of)]
+    matrix = csr_matrix((data, (rows, cols)), shape=(n_rows, len(objective)))
+    result = linprog(np.array(objective), A_ub=matrix, b_ub=np.ones(n_rows), bounds=list(zip([0.0] * len(upper), upper)), method="highs")
+    out: list[tuple[float, dict[int, int]]] = []
+    for (t, items, first, dims, row), groups in zip(blocks, groups_of):
+        cheap = _fractional_upper(inst, t, groups, duals)
+        if result.status != 0:
+            out.append((cheap, {}))
+            continue
+        # linprog's marginals are d(objective)/d(b) <= 0 for the scaled objective -pi/price.
+        mu = [max(0.0, -float(result.ineqlin.marginals[row + i])) * inst.prices[t] for i in range(len(dims))]
+        cap = inst.capacities[t]
+        bound = sum(mu)
+        for j, g in enumerate(items):
+            load = sum(m * inst.sizes[g][r] / cap[r] for m, r in zip(mu, dims))
+            bound += upper[first + j] * max(0.0, duals[g] - load)
+        free = list(cap)
+        pattern: dict[int, int] = {}
+        order = sorted(range(len(items)), key=lambda j: -float(result.x[first + j]) % 1.0)
+        for j in order:  # whole parts first, then the greedy fill takes the rest
+            g = items[j]
+            k = min(int(float(result.x[first + j]) + 1e-9), _max_copies(inst.sizes[g], free))
+            if k > 0:
+                pattern[g] = k
+                free = [f - k * s for f, s in zip(free, inst.sizes[g])]
+        for j in sorted(range(len(items)), key=lambda j: -duals[items[j]]):
+            g = items[j]
+            k = min(inst.counts[g] - pattern.get(g, 0), _max_copies(inst.sizes[g], free))
+            if k > 0:
+                pattern[g] = pattern.get(g, 0) + k
+                free = [f - k * s for f, s in zip(free, inst.sizes[g])]
+        out.append((min(cheap, bound * (1 + 1e-12)), pattern))
+    return out
+
+
 def _price(
     inst: PoolInstance, types: list[int], groups_of: list[list[int]], duals: list[float], deadline: float, knapsack_seconds: float, columns_wanted: int,
 ) -> tuple[float, list[tuple[int, dict[int, int]]]]:
     """Exact pricing where it matters: ``(theta, patterns)`` with ``theta = min(1, min_t
     price_t / U_t)`` for proven upper bounds ``U_t`` on each type's best pattern value.
 
-    Types are visited by their cheap single-resource bound ``F_t``, highest ratio
+    Types are visited by their cheap bound ``F_t`` (:func:`_lagrangian_uppers`), highest ratio
     ``F_t / price_t`` first, and solved exactly (HiGHS) until the next ratio is at most
     both 1 and the worst exact ratio so far (no remaining type can lower ``theta`` or
     price out) and ``columns_wanted`` improving patterns are found; the types left keep
     ``F_t`` as their bound, which is valid."""
-    ratios = sorted(
-        ((_fractional_upper(inst, t, groups, duals) / inst.prices[t], t, groups) for t, groups in zip(types, groups_of)), key=lambda item: -item[0],
-    )
+    cheap = _lagrangian_uppers(inst, types, groups_of, duals)
+    ratios = sorted(((upper / inst.prices[t], t, groups) for (upper, _), t, groups in zip(cheap, types, groups_of)), key=lambda item: -item[0])
     worst = 1.0
-    patterns: list[tuple[int, dict[int, int]]] = []
-    for i, (ratio, t, groups) in enumerate(ratios):
-        if ratio <= worst and (ratio <= 1.0 or len(patterns) >= columns_wanted):
+    patterns: list[tuple[int, dict[int, int]]] = [(t, pattern) for (_, pattern), t in zip(cheap, types) if pattern]
+    for solved, (ratio, t, groups) in enumerate(ratios):
+        if ratio <= worst and (ratio <= 1.0 or solved >= columns_wanted):
             break
         remaining = deadline - time.perf_counter()
         if remaining <= 0:
@@ -244,7 +313,6 @@ def _price(
         worst = max(worst, upper / inst.prices[t])
         if found > inst.prices[t] * (1 + EPS):
             patterns.append((t, pattern))
-        del i
     return 1.0 / worst, patterns
 
 
