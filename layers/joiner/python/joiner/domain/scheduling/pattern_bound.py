@@ -9,8 +9,8 @@ Validity: every node of a whole-pod plan holds one pattern (its pods per group, 
 ``n_g``), so counting each node's pattern gives an integer ``z`` that covers every group at
 the plan's cost; the LP optimum is therefore at most any plan's cost. The bound reported is
 never the restricted master's value but a dual certificate: for any ``pi >= 0`` and
-``U_t >= max{pi.a : a a pattern on t}`` (an exact knapsack optimum or a proven upper bound
-on it), ``theta = min(1, min_t price_t / U_t)`` makes ``theta * pi`` feasible for the LP's
+``U_t >= max{pi.a : a a pattern on t}`` (HiGHS's dual bound on that knapsack, or a
+Lagrangian or fractional bound computed exactly here), ``theta = min(1, min_t price_t / U_t)`` makes ``theta * pi`` feasible for the LP's
 dual (no pattern prices above its type), so ``theta * sum_g pi_g n_g`` is at most the LP
 optimum (Farley's bound); at convergence ``theta = 1``. When all types cost the same
 ``c``, a plan's cost is ``c`` times a whole number of nodes, so ``c * ceil(bound / c)``
@@ -344,9 +344,10 @@ def pattern_lp_pool(
     incumbent_seconds: float = 0.0,
 ) -> PatternResult:
     """A valid lower bound from the pattern LP of one pool (see the module docstring):
-    column generation with exact HiGHS pricing of every type each round (plus greedy extra
-    columns), stabilised by Wentges smoothing; each round's knapsack bounds give a Farley
-    certificate, and the best one is returned whether or not it converged in time. With
+    column generation with exact HiGHS pricing each round on the types whose Lagrangian
+    bound could lower the certificate or price out (plus rounded and greedy extra columns),
+    stabilised by Wentges smoothing; each round's knapsack bounds give a Farley certificate,
+    and the best one is returned whether or not it converged in time. With
     ``incumbent_seconds`` it also looks for a cheap plan among the generated patterns."""
     start = time.perf_counter()
     deadline = start + time_limit_seconds
