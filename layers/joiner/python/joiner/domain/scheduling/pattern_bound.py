@@ -513,6 +513,37 @@ def maximal_patterns(inst: PoolInstance, t: int, groups: list[int], limit: int) 
     return [p for p in out if p]
 
 
+def _undominated(
+    inst: PoolInstance, types: list[int], groups_of: list[list[int]], columns: list[tuple[int, dict[int, int]]],
+) -> list[tuple[int, dict[int, int]]]:
+    """The columns whose pods fit no type that comes before theirs in (price, order): a
+    pattern that also fits an earlier type ``u`` (all its groups allowed there) is the same
+    pods on a node that costs no more, so any cover using it can switch to ``u`` at no
+    extra cost and the optimum survives the pruning."""
+    import numpy as np
+
+    if not columns:
+        return columns
+    order = sorted(range(len(types)), key=lambda i: (inst.prices[types[i]], i))
+    rank = {types[i]: position for position, i in enumerate(order)}
+    counts = np.zeros((len(columns), len(inst.counts)), dtype=np.int64)
+    for j, (_, pattern) in enumerate(columns):
+        for g, k in pattern.items():
+            counts[j, g] = k
+    sizes = np.array(inst.sizes, dtype=np.int64).reshape(len(inst.counts), -1)
+    if sizes.size and int(sizes.max()) * int(max(inst.counts)) * len(inst.counts) >= 2**62:
+        return columns  # int64 loads could overflow: keep every column
+    loads = counts @ sizes
+    column_rank = np.array([rank[t] for t, _ in columns])
+    keep = np.ones(len(columns), dtype=bool)
+    for position, i in enumerate(order):
+        u = types[i]
+        outside = np.array([g not in set(groups_of[i]) for g in range(len(inst.counts))])
+        fits = (loads <= np.array(inst.capacities[u], dtype=np.int64)).all(axis=1) & ~(counts[:, outside] > 0).any(axis=1)
+        keep &= ~(fits & (column_rank > position))
+    return [column for column, kept in zip(columns, keep) if kept]
+
+
 def pattern_milp_pool(inst: PoolInstance, time_limit_seconds: float = 60.0, pattern_limit: int = 200_000) -> PatternResult | None:
     """The exact whole-pod optimum of one pool by the pattern MILP over all maximal
     patterns (None when they number more than ``pattern_limit``). If HiGHS stops at the
@@ -533,6 +564,7 @@ def pattern_milp_pool(inst: PoolInstance, time_limit_seconds: float = 60.0, patt
         if patterns is None:
             return None
         columns.extend((t, p) for p in patterns)
+    columns = _undominated(inst, types, groups_of, columns)
     data, rows, cols = [], [], []
     for j, (_, pattern) in enumerate(columns):
         for g, k in pattern.items():
