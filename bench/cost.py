@@ -35,8 +35,9 @@ best whole-pod plan of the bounds' model when HiGHS proves it (``pattern_milp_ex
 ``pattern_milp_bound`` HiGHS's dual bound either way. ``best_bound`` is the largest of
 the valid bounds, ``best_ratio`` the plan's cost over it; ``*_seconds`` time each bound.
 ``pattern_incumbent`` is not a bound but the other side: the cheapest whole-pod plan HiGHS
-finds among the pattern LP's columns (integer counts, ``PATTERN_INCUMBENT_TIME_LIMIT``
-seconds), so the model's optimum lies between ``best_bound`` and it.
+finds among the pattern LP's columns and our plan's own nodes (integer counts,
+``PATTERN_INCUMBENT_TIME_LIMIT`` seconds), so the model's optimum lies between ``best_bound``
+and it, and an incumbent below ``cost`` shows a cheaper plan exists.
 ``--pattern-seconds=N`` changes the pattern LP's time limit.
 """
 
@@ -152,13 +153,13 @@ def _r(value: float | None) -> float | None:
     return None if value is None or value != value else round(value, 4)
 
 
-def bounds(problem: SchedulingProblem, cost: float, pattern_seconds: float = PATTERN_TIME_LIMIT) -> dict[str, object]:
+def bounds(problem: SchedulingProblem, cost: float, pattern_seconds: float = PATTERN_TIME_LIMIT, plan=None) -> dict[str, object]:
     """The whole-pod MILP, pattern LP and (few groups) pattern MILP bounds, their times, and
     the best of them with the plan's ratio to it."""
     start = time.perf_counter()
     whole = whole_pod_lower_bound(problem, time_limit_seconds=WHOLE_POD_TIME_LIMIT)
     whole_seconds = time.perf_counter() - start
-    pattern = pattern_lp_bound(problem, time_limit_seconds=pattern_seconds, incumbent_seconds=PATTERN_INCUMBENT_TIME_LIMIT)
+    pattern = pattern_lp_bound(problem, time_limit_seconds=pattern_seconds, incumbent_seconds=PATTERN_INCUMBENT_TIME_LIMIT, plan=plan)
     few = all(len(inst.counts) <= PATTERN_MILP_MAX_GROUPS for inst in pool_instances(problem))
     exact = pattern_milp_optimum(problem, time_limit_seconds=PATTERN_MILP_TIME_LIMIT) if few else None
     candidates = [b for b in (whole, pattern.bound, exact.bound if exact else None) if b is not None and b == b]
@@ -195,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({
             "bench": "cost", "workload": name, "pods": len(problem.pending), "cost": round(cost, 4), "ffd_cost": round(baseline.cost_per_hour, 4),
             "lp_bound": round(bound, 4), "ratio": round(cost / bound, 4) if bound > 0 else None,
-            **bounds(problem, cost, pattern_seconds),
+            **bounds(problem, cost, pattern_seconds, plan),
             "nodes": len(plan.node_claims), "ffd_nodes": len(baseline.node_claims), "unschedulable": len(plan.unschedulable), "seconds": round(seconds, 3), "plan_seconds": round(seconds, 3),
         }), flush=True)
     return 0

@@ -12,7 +12,15 @@ from hypothesis import strategies as st
 
 from joiner.domain.scheduling import SchedulingProblem, solve
 from joiner.domain.scheduling.lp_bound import covering_lp_value, lp_lower_bound, whole_pod_lower_bound
-from joiner.domain.scheduling.pattern_bound import PoolInstance, maximal_patterns, pattern_lp_bound, pattern_lp_pool, pattern_milp_optimum, pattern_milp_pool
+from joiner.domain.scheduling.pattern_bound import (
+    PoolInstance,
+    maximal_patterns,
+    pattern_lp_bound,
+    pattern_lp_pool,
+    pattern_milp_optimum,
+    pattern_milp_pool,
+    plan_patterns,
+)
 
 from .builders import instance_type, node_pool, pod
 
@@ -158,3 +166,19 @@ def test_maximal_patterns_cover_every_pattern() -> None:
         free = [c - sum(k * inst.sizes[g][r] for g, k in p.items()) for r, c in enumerate(inst.capacities[0])]
         assert all(f >= 0 for f in free)
         assert all(p.get(g, 0) == inst.counts[g] or any(s > f for s, f in zip(inst.sizes[g], free)) for g in range(3))
+
+
+def test_our_plans_nodes_seed_the_incumbent_which_never_exceeds_the_plan() -> None:
+    types = (
+        instance_type("cpu.rich", 2.2, 1.2, 1.0, pods=20),
+        instance_type("mem.rich", 1.2, 2.2, 1.0, pods=20),
+        instance_type("balanced", 2.2, 2.2, 1.5, pods=20),
+    )
+    pending = tuple(pod(f"a{i}", "1", "1Gi") for i in range(5)) + tuple(pod(f"b{i}", "500m", "256Mi") for i in range(3))
+    pr = SchedulingProblem(pending=pending, node_pools=(node_pool(),), instance_types={"default": types})
+    plan = solve(pr)
+    (seeds,) = plan_patterns(pr, plan)
+    # Every pending pod is on one of the plan's nodes, each a pattern of the bounds' model.
+    assert sum(k for _, pattern in seeds for k in pattern.values()) == len(pending)
+    result = pattern_lp_bound(pr, incumbent_seconds=5.0, plan=plan)
+    assert result.bound <= result.incumbent + 1e-9 <= plan.cost_per_hour + 1e-9

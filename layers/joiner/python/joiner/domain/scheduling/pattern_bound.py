@@ -38,10 +38,12 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from joiner.domain.scheduling.lp_bound import _pool_groups
+from joiner.domain.model import Plan
+from joiner.domain.scheduling.context import Context
+from joiner.domain.scheduling.engine import Engine
 from joiner.domain.scheduling.problem import SchedulingProblem
 
-__all__ = ["PoolInstance", "PatternResult", "pool_instances", "pattern_lp_pool", "pattern_lp_bound", "pattern_milp_pool", "pattern_milp_optimum"]
+__all__ = ["PoolInstance", "PatternResult", "pool_instances", "plan_patterns", "pattern_lp_pool", "pattern_lp_bound", "pattern_milp_pool", "pattern_milp_optimum"]
 
 #: Reduced costs below ``-EPS * price`` count as improving columns.
 EPS = 1e-9
@@ -57,6 +59,8 @@ class PoolInstance:
     sizes: list[tuple[int, ...]]
     counts: list[int]
     allowed: list[list[int]]
+    #: Instance type names by index, when built from a problem.
+    type_names: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -81,7 +85,31 @@ class PatternResult:
 def pool_instances(problem: SchedulingProblem) -> list[PoolInstance]:
     """The problem's pending pods as one :class:`PoolInstance` per NodePool (pods go to
     the first pool by weight that can take them, as in :mod:`lp_bound`)."""
-    ctx, groups_by_pool = _pool_groups(problem)
+    return [inst for _, inst, _ in _instances(problem)]
+
+
+GroupKey = tuple[tuple[int, ...], frozenset[str]]
+
+
+def _instances(problem: SchedulingProblem) -> list[tuple[int, PoolInstance, dict[str, int]]]:
+    """Per NodePool index: its instance and each pod key's group (the grouping of
+    :func:`joiner.domain.scheduling.lp_bound._pool_groups`, keeping which pod is where)."""
+    from joiner.domain.scheduling.lp_bound import _root
+
+    ctx = Context(problem)
+    engine = Engine(ctx, optimize=False)
+    groups_by_pool: dict[int, dict[GroupKey, list[str]]] = {}
+    for pod, spec in engine.pod_specs:
+        variant = engine.prepare(spec.variant((spec.variants and next(iter(spec.variants))) or _root()))
+        for pool in ctx.pools:
+            check = ctx.pool_check(pool, variant)
+            if isinstance(check, str):
+                continue
+            if not any(all(c >= n for c, n in zip(cap, variant.size)) for cap in check.typeset.frontier):
+                continue
+            key = (tuple(variant.size), frozenset(pt.name for pt in check.typeset.types))
+            groups_by_pool.setdefault(pool.index, {}).setdefault(key, []).append(pod.key)
+            break
     result = []
     for index, groups in sorted(groups_by_pool.items()):
         ts = ctx.template_shapes[index].typeset
@@ -91,8 +119,30 @@ def pool_instances(problem: SchedulingProblem) -> list[PoolInstance]:
             [t for t, cap in enumerate(capacities) if ts.types[t].name in names and all(c >= n for c, n in zip(cap, size))]
             for size, names in keys
         ]
-        result.append(PoolInstance(list(ts.prices), capacities, [tuple(size) for size, _ in keys], [groups[key] for key in keys], allowed))
+        inst = PoolInstance(list(ts.prices), capacities, [tuple(size) for size, _ in keys], [len(groups[key]) for key in keys], allowed)
+        inst.type_names = [pt.name for pt in ts.types]
+        group_of = {pod_key: g for g, key in enumerate(keys) for pod_key in groups[key]}
+        result.append((index, inst, group_of))
     return result
+
+
+def plan_patterns(problem: SchedulingProblem, plan: Plan) -> list[list[tuple[int, dict[int, int]]]]:
+    """Per pool of :func:`pool_instances`, the plan's new nodes as patterns (the node's
+    first instance type, its pods per group), so the integer cover can start from our plan:
+    its incumbent is then never above the plan's cost in the bounds' model."""
+    out = []
+    for _index, inst, group_of in _instances(problem):
+        column = {name: t for t, name in enumerate(inst.type_names)}
+        patterns = []
+        for claim in plan.node_claims:
+            counts: dict[int, int] = {}
+            for pod_key in claim.pods:
+                if pod_key in group_of:
+                    counts[group_of[pod_key]] = counts.get(group_of[pod_key], 0) + 1
+            if counts and claim.instance_types and claim.instance_types[0] in column:
+                patterns.append((column[claim.instance_types[0]], counts))
+        out.append(patterns)
+    return out
 
 
 @contextmanager
@@ -341,14 +391,15 @@ def _reduced(inst: PoolInstance, t: int, pattern: dict[int, int], duals: list[fl
 
 def pattern_lp_pool(
     inst: PoolInstance, time_limit_seconds: float = 60.0, knapsack_seconds: float = 2.0, smoothing: float = 0.5, columns_wanted: int = 10,
-    incumbent_seconds: float = 0.0,
+    incumbent_seconds: float = 0.0, seeds: Sequence[tuple[int, dict[int, int]]] = (),
 ) -> PatternResult:
     """A valid lower bound from the pattern LP of one pool (see the module docstring):
     column generation with exact HiGHS pricing each round on the types whose Lagrangian
     bound could lower the certificate or price out (plus rounded and greedy extra columns),
     stabilised by Wentges smoothing; each round's knapsack bounds give a Farley certificate,
     and the best one is returned whether or not it converged in time. With
-    ``incumbent_seconds`` it also looks for a cheap plan among the generated patterns."""
+    ``incumbent_seconds`` it also looks for a cheap plan among the generated patterns and
+    ``seeds`` (say, our plan's nodes: then the incumbent is at most our plan's cost)."""
     start = time.perf_counter()
     deadline = start + time_limit_seconds
     if not inst.counts or not any(inst.counts):
@@ -415,7 +466,8 @@ def pattern_lp_pool(
     if len(prices) == 1:
         c = prices.pop()
         best = c * math.ceil(best / c - 1e-9)
-    incumbent = _restricted_milp(inst, columns, incumbent_seconds) if incumbent_seconds > 0 else math.nan
+    valid_seeds = [(t, p) for t, p in seeds if _fits([sum(k * inst.sizes[g][r] for g, k in p.items()) for r in range(len(inst.capacities[t]))], inst.capacities[t])]
+    incumbent = _restricted_milp(inst, columns + valid_seeds, incumbent_seconds) if incumbent_seconds > 0 else math.nan
     return PatternResult(
         best, value, converged, iterations=iterations, columns=len(columns), types=len(types), seconds=time.perf_counter() - start, incumbent=incumbent,
     )
@@ -453,15 +505,17 @@ def _restricted_milp(inst: PoolInstance, columns: list[tuple[int, dict[int, int]
     return sum(inst.prices[t] * z for (t, _), z in zip(columns, counts))
 
 
-def pattern_lp_bound(problem: SchedulingProblem, time_limit_seconds: float = 60.0, incumbent_seconds: float = 0.0) -> PatternResult:
-    """:func:`pattern_lp_pool` summed over the problem's NodePools (pending pods only)."""
+def pattern_lp_bound(problem: SchedulingProblem, time_limit_seconds: float = 60.0, incumbent_seconds: float = 0.0, plan: Plan | None = None) -> PatternResult:
+    """:func:`pattern_lp_pool` summed over the problem's NodePools (pending pods only);
+    ``plan``'s nodes seed the incumbent search."""
     start = time.perf_counter()
     instances = pool_instances(problem)
+    seeds = plan_patterns(problem, plan) if plan is not None else [[] for _ in instances]
     total = PatternResult(0.0, 0.0)
     incumbents: list[float] = []
     for i, inst in enumerate(instances):
         share = max(1.0, (time_limit_seconds - (time.perf_counter() - start)) / (len(instances) - i))
-        part = pattern_lp_pool(inst, share, incumbent_seconds=incumbent_seconds)
+        part = pattern_lp_pool(inst, share, incumbent_seconds=incumbent_seconds, seeds=seeds[i])
         total.bound += part.bound
         total.lp_value += part.lp_value
         total.converged &= part.converged
