@@ -366,8 +366,8 @@ def _price(
     return 1.0 / worst, patterns
 
 
-def _master(prices: list[float], columns: list[tuple[int, dict[int, int]]], counts: list[int]) -> tuple[float, list[float]]:
-    """The restricted master LP's value and duals (clipped at zero)."""
+def _master(prices: list[float], columns: list[tuple[int, dict[int, int]]], counts: list[int]) -> tuple[float, list[float], list[float]]:
+    """The restricted master LP's value, duals (clipped at zero) and solution."""
     from scipy.optimize import linprog
     from scipy.sparse import csr_matrix
 
@@ -382,7 +382,7 @@ def _master(prices: list[float], columns: list[tuple[int, dict[int, int]]], coun
     result = linprog(cost, A_ub=a_ub, b_ub=[-float(n) for n in counts], bounds=(0, None), method="highs")
     if result.status != 0:
         raise RuntimeError(f"pattern master LP failed: {result.message}")
-    return float(result.fun), [max(0.0, -float(m)) for m in result.ineqlin.marginals]
+    return float(result.fun), [max(0.0, -float(m)) for m in result.ineqlin.marginals], [float(x) for x in result.x]
 
 
 def _reduced(inst: PoolInstance, t: int, pattern: dict[int, int], duals: list[float]) -> float:
@@ -426,6 +426,8 @@ def pattern_lp_pool(
     iterations = 0
     converged = False
     value = math.nan
+    master_duals: list[float] = []
+    solution: list[float] = []
     # Wentges smoothing: price at a convex combination of the master's duals and the duals
     # with the best certified bound so far (the "center"). The certificate holds for any
     # duals, so this only changes which columns are found, not validity.
@@ -434,7 +436,7 @@ def pattern_lp_pool(
     alpha = smoothing
     while True:
         iterations += 1
-        value, master_duals = _master(inst.prices, columns, inst.counts)
+        value, master_duals, solution = _master(inst.prices, columns, inst.counts)
         if best >= value * (1 - 1e-7):
             converged = True
             break
@@ -466,8 +468,22 @@ def pattern_lp_pool(
     if len(prices) == 1:
         c = prices.pop()
         best = c * math.ceil(best / c - 1e-9)
-    valid_seeds = [(t, p) for t, p in seeds if _fits([sum(k * inst.sizes[g][r] for g, k in p.items()) for r in range(len(inst.capacities[t]))], inst.capacities[t])]
-    incumbent = _restricted_milp(inst, columns + valid_seeds, incumbent_seconds) if incumbent_seconds > 0 else math.nan
+    incumbent = math.nan
+    if incumbent_seconds > 0:
+        # A small integer program HiGHS can search: the LP's support, the columns with the
+        # smallest reduced costs, and the seeds; the seeds alone are a cover if complete.
+        valid = [(t, p) for t, p in seeds if _fits([sum(k * inst.sizes[g][r] for g, k in p.items()) for r in range(len(inst.capacities[t]))], inst.capacities[t])]
+        support = [j for j, x in enumerate(solution) if x > 1e-9]
+        near = sorted(range(len(columns)), key=lambda j: _reduced(inst, columns[j][0], columns[j][1], master_duals))[:1000]
+        chosen = [columns[j] for j in sorted(set(support) | set(near))] + valid
+        incumbent = _restricted_milp(inst, chosen, incumbent_seconds)
+        covered = [0] * len(inst.counts)
+        for _, p in valid:
+            for g, k in p.items():
+                covered[g] += k
+        if all(c >= n for c, n in zip(covered, inst.counts)):
+            seeded = sum(inst.prices[t] for t, _ in valid)
+            incumbent = seeded if math.isnan(incumbent) else min(incumbent, seeded)
     return PatternResult(
         best, value, converged, iterations=iterations, columns=len(columns), types=len(types), seconds=time.perf_counter() - start, incumbent=incumbent,
     )
