@@ -25,6 +25,20 @@ on pods already in memory; ``bench.schedule`` times parsing.
 split across instance types). ``whole_pod_bound`` keeps every pod whole and on one type
 (a MILP solved by HiGHS within a time limit; its dual bound is still a lower bound), so
 ``whole_pod_ratio`` says how far a plan can be from the best possible one.
+
+``pattern_lp_bound`` is the Gilmore-Gomory pattern LP (:mod:`joiner.domain.scheduling.
+pattern_bound`): column generation with exact knapsack pricing, reported as a Farley
+certificate, valid whether or not it converged within ``PATTERN_TIME_LIMIT`` seconds
+(``pattern_lp_converged``). With at most ``PATTERN_MILP_MAX_GROUPS`` pod groups the
+pattern MILP over all maximal patterns is solved too: ``pattern_milp_optimum`` is the
+best whole-pod plan of the bounds' model when HiGHS proves it (``pattern_milp_exact``),
+``pattern_milp_bound`` HiGHS's dual bound either way. ``best_bound`` is the largest of
+the valid bounds, ``best_ratio`` the plan's cost over it; ``*_seconds`` time each bound.
+``pattern_incumbent`` is not a bound but the other side: the cheapest whole-pod plan HiGHS
+finds among the pattern LP's columns and our plan's own nodes (integer counts,
+``PATTERN_INCUMBENT_TIME_LIMIT`` seconds), so the model's optimum lies between ``best_bound``
+and it, and an incumbent below ``cost`` shows a cheaper plan exists.
+``--pattern-seconds=N`` changes the pattern LP's time limit.
 """
 
 from __future__ import annotations
@@ -42,6 +56,7 @@ from joiner.domain.requirements import Requirement, Requirements
 from joiner.domain.resources import Resources
 from joiner.domain.scheduling import SchedulingProblem
 from joiner.domain.scheduling.lp_bound import lp_lower_bound, whole_pod_lower_bound
+from joiner.domain.scheduling.pattern_bound import pattern_lp_bound, pattern_milp_optimum, pool_instances
 from joiner.domain.scheduling.solver import solve_with_baseline
 
 __all__ = ["WORKLOADS", "GENERATED", "workload_problem", "main"]
@@ -60,6 +75,15 @@ WORKLOADS: dict[str, tuple[str, list[tuple[int, int, int, int]]]] = {
 
 #: Seconds HiGHS may spend on each workload's whole-pod bound.
 WHOLE_POD_TIME_LIMIT = 10.0
+
+#: Seconds the pattern LP's column generation may take per workload (its bound is valid
+#: when cut short, only weaker), and the pattern MILP's HiGHS time limit.
+PATTERN_TIME_LIMIT = 120.0
+PATTERN_MILP_TIME_LIMIT = 60.0
+#: Seconds HiGHS may spend on the integer cover by the pattern LP's columns.
+PATTERN_INCUMBENT_TIME_LIMIT = 30.0
+#: The pattern MILP enumerates every maximal pattern: only for this few pod groups per pool.
+PATTERN_MILP_MAX_GROUPS = 3
 
 GPU_TOLERATION = Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")
 
@@ -125,8 +149,38 @@ def workload_problem(name: str, catalog=None) -> SchedulingProblem:
     )
 
 
+def _r(value: float | None) -> float | None:
+    return None if value is None or value != value else round(value, 4)
+
+
+def bounds(problem: SchedulingProblem, cost: float, pattern_seconds: float = PATTERN_TIME_LIMIT, plan=None) -> dict[str, object]:
+    """The whole-pod MILP, pattern LP and (few groups) pattern MILP bounds, their times, and
+    the best of them with the plan's ratio to it."""
+    start = time.perf_counter()
+    whole = whole_pod_lower_bound(problem, time_limit_seconds=WHOLE_POD_TIME_LIMIT)
+    whole_seconds = time.perf_counter() - start
+    pattern = pattern_lp_bound(problem, time_limit_seconds=pattern_seconds, incumbent_seconds=PATTERN_INCUMBENT_TIME_LIMIT, plan=plan)
+    few = all(len(inst.counts) <= PATTERN_MILP_MAX_GROUPS for inst in pool_instances(problem))
+    exact = pattern_milp_optimum(problem, time_limit_seconds=PATTERN_MILP_TIME_LIMIT) if few else None
+    candidates = [b for b in (whole, pattern.bound, exact.bound if exact else None) if b is not None and b == b]
+    best = max(candidates) if candidates else float("nan")
+    return {
+        "whole_pod_bound": _r(whole), "whole_pod_ratio": round(cost / whole, 4) if whole > 0 else None, "whole_pod_seconds": round(whole_seconds, 2),
+        "pattern_lp_bound": _r(pattern.bound), "pattern_lp_master": _r(pattern.lp_value), "pattern_lp_converged": pattern.converged,
+        "pattern_lp_iterations": pattern.iterations, "pattern_lp_seconds": round(pattern.seconds, 2),
+        "pattern_incumbent": _r(pattern.incumbent),
+        "pattern_milp_optimum": _r(exact.lp_value) if exact and exact.exact else None, "pattern_milp_bound": _r(exact.bound) if exact else None,
+        "pattern_milp_exact": exact.exact if exact else None, "pattern_milp_seconds": round(exact.seconds, 2) if exact else None,
+        "best_bound": _r(best), "best_ratio": round(cost / best, 4) if best > 0 else None, "bound_seconds": round(time.perf_counter() - start, 2),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
-    names = (argv if argv is not None else sys.argv[1:]) or DEFAULT
+    args = argv if argv is not None else sys.argv[1:]
+    pattern_seconds = PATTERN_TIME_LIMIT
+    for arg in [a for a in args if a.startswith("--pattern-seconds=")]:
+        pattern_seconds = float(arg.split("=", 1)[1])
+    names = [a for a in args if not a.startswith("--")] or DEFAULT
     catalog = load_bundled_catalog()
     for name in names:
         problem = workload_problem(name, catalog)
@@ -138,12 +192,11 @@ def main(argv: list[str] | None = None) -> int:
 
             baseline = ffd_plan(problem)
         bound = lp_lower_bound(problem)
-        whole = whole_pod_lower_bound(problem, time_limit_seconds=WHOLE_POD_TIME_LIMIT)
         cost = plan.cost_per_hour
         print(json.dumps({
             "bench": "cost", "workload": name, "pods": len(problem.pending), "cost": round(cost, 4), "ffd_cost": round(baseline.cost_per_hour, 4),
             "lp_bound": round(bound, 4), "ratio": round(cost / bound, 4) if bound > 0 else None,
-            "whole_pod_bound": round(whole, 4), "whole_pod_ratio": round(cost / whole, 4) if whole > 0 else None,
+            **bounds(problem, cost, pattern_seconds, plan),
             "nodes": len(plan.node_claims), "ffd_nodes": len(baseline.node_claims), "unschedulable": len(plan.unschedulable), "seconds": round(seconds, 3), "plan_seconds": round(seconds, 3),
         }), flush=True)
     return 0
