@@ -182,3 +182,32 @@ def test_an_emptied_claim_that_takes_pods_again_counts_against_the_limit() -> No
     plan = solve(problem)
     check_plan(problem, plan)
     assert not plan.unschedulable
+
+
+@SETTINGS
+@given(problems())
+def test_claims_under_slack_limits_fit_and_reserve_as_when_every_type_is_scored(problem: SchedulingProblem) -> None:
+    """While a NodePool's limits leave room for any of its types, a claim's fit comes from the
+    capacity frontier and its reservation from the cheapest type holding that many pods; with
+    that shortcut disabled (every type scored against the budget) first-fit places the same
+    pods on the same claims with the same reservations, and the plan is the same."""
+    from unittest.mock import patch
+
+    from joiner.domain.scheduling.context import Context
+    from joiner.domain.scheduling.engine import Engine
+    from joiner.domain.scheduling.shapes import TypeSet
+
+    def first_fit() -> tuple[dict[int, list[int]], list[tuple[tuple[str, ...], tuple[int, ...] | None]]]:
+        engine = Engine(Context(problem), optimize=False)
+        entries = engine.build_entries()
+        engine.place_in_flight_pods(entries)
+        engine.run_queue(entries)
+        claims = [(tuple(sorted(p.key for p in t.pods)), t.reservation) for t in engine.targets[engine.n_fixed:]]
+        return {index: list(values) for index, values in engine.reserved.items()}, claims
+
+    fast, fast_claims = solve(problem), first_fit()
+    never_slack = property(lambda self: tuple(2**62 for _ in (self.types[0].limit_capacity if self.types else ())))
+    with patch.object(TypeSet, "largest_limit", never_slack):
+        scored, scored_claims = solve(problem), first_fit()
+    assert fast_claims == scored_claims
+    assert fast == scored

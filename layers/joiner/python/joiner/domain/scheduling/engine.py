@@ -20,6 +20,7 @@ from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from operator import ge
 
 from joiner.domain import labels as wk
 from joiner.domain.model import DaemonSet, HostPort, Pod, PodAffinityTerm, Taint, TopologySpreadConstraint
@@ -27,7 +28,7 @@ from joiner.domain.requirements import Requirements
 from joiner.domain.resources import EMPTY, Resources
 from joiner.domain.scheduling.context import EPHEMERAL_TAINT_KEYS, Context, node_labels
 from joiner.domain.scheduling.problem import SchedulingProblem
-from joiner.domain.scheduling.shapes import Pool, PoolType, Shape, TypeKey, format_taint, untolerated
+from joiner.domain.scheduling.shapes import Pool, PoolType, Shape, TypeKey, TypeSet, format_taint, untolerated
 from joiner.domain.scheduling.topology import (
     AFFINITY,
     ANTI,
@@ -539,7 +540,11 @@ class Engine:
         self._reservation = None
         if pool.limited or shape.min_values or max_price is not None:
             return self._claim_fit_slow(target, shape, size, want, max_price)
-        used = target.used
+        return self._frontier_fit(shape, target.used, size, want)
+
+    def _frontier_fit(self, shape: Shape, used: list[int], size: tuple[int, ...], want: int) -> int:
+        """The most pods of ``size`` (up to ``want``) any of the shape's types holds on top of
+        ``used``: only the Pareto frontier of their capacities can hold the most."""
         best = 0
         ndims = self.ndims
         for capacity in shape.typeset.frontier:
@@ -571,6 +576,8 @@ class Engine:
             reserved = self.reserved[pool.index]
             own = target.reservation or (0,) * len(pool.limited)
             budget = [rem - (res - mine) for rem, res, mine in zip(pool.remaining, reserved, own)]
+            if max_price is None and not shape.min_values and all(map(ge, budget, ts.largest_limit)):
+                return self._fit_within_slack_limits(ts, used, size, want)
         candidates: list[tuple[int, PoolType]] = []
         blocked: set[str] = set()
         start = 0
@@ -626,6 +633,28 @@ class Engine:
                 chosen = chosen[:1]
             self._reservation = tuple(max(pt.limit_capacity[i] for pt in chosen) for i in range(len(pool.limited)))
         return best
+
+    def _fit_within_slack_limits(self, ts: TypeSet, used: list[int], size: tuple[int, ...], want: int) -> int:
+        """:meth:`_claim_fit_slow` when the pool's limits leave room for any of the types (no
+        price cap, no minValues): the most any type holds comes from the capacity frontier,
+        and the claim reserves the limits of the cheapest type holding that many, found by
+        walking the types cheapest first until one does, instead of scoring every type."""
+        best = 0
+        for capacity in ts.frontier:
+            most = _count_in(capacity, used, size, want, self.ndims)
+            if most > best:
+                best = most
+                if best >= want:
+                    break
+        if best <= 0:
+            return 0
+        # A type holds ``best`` more pods exactly when its capacity covers this in every resource.
+        need = [u + best * s for u, s in zip(used, size)]
+        for pt in ts.types:
+            if all(map(ge, pt.effective, need)):
+                self._reservation = tuple(pt.limit_capacity)
+                return best
+        return best  # unreachable: a frontier capacity belongs to some type
 
     # ------------------------------------------------------------------ placement
 
@@ -947,6 +976,21 @@ class Engine:
                 break
         target.price_cache = (target.shape, used, found)
         return found
+
+
+def _count_in(capacity: tuple[int, ...], used: list[int], size: tuple[int, ...], want: int, ndims: int) -> int:
+    """How many pods of ``size`` (up to ``want``) fit in ``capacity`` on top of ``used``."""
+    most = want
+    for i in range(ndims):
+        room = capacity[i] - used[i]
+        if room < 0:
+            return 0
+        s = size[i]
+        if s:
+            q = room // s
+            if q < most:
+                most = q
+    return most
 
 
 def _satisfies_min_values(types: list[PoolType], min_values: dict[str, int]) -> bool:

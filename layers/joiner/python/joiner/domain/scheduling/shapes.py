@@ -96,12 +96,21 @@ class TypeSet:
     zones: frozenset[str]
     capacity_types: frozenset[str]
     _frontier: list[tuple[int, ...]] | None = None
+    _largest_limit: tuple[int, ...] | None = None
 
     @property
     def frontier(self) -> list[tuple[int, ...]]:
         if self._frontier is None:
             self._frontier = pareto_frontier(self.effective)
         return self._frontier
+
+    @property
+    def largest_limit(self) -> tuple[int, ...]:
+        """Per limited resource, the most any of the types counts against the pool's limits."""
+        if self._largest_limit is None:
+            width = len(self.types[0].limit_capacity) if self.types else 0
+            self._largest_limit = tuple(max(pt.limit_capacity[i] for pt in self.types) for i in range(width))
+        return self._largest_limit
 
 
 class Pool:
