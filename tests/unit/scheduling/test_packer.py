@@ -148,3 +148,54 @@ def test_a_paired_greedy_run_equals_the_two_runs_made_separately(items, types, n
         assert runs[1].budget == expected_narrow.budget
     else:  # never forked: the narrow run chose as the wide one did at every bin
         assert _bins(expected_narrow) == _bins(expected_wide)
+
+
+def _greedy_checking_reuse(sizes: list[tuple[int, int]], counts: list[int], types: list[PackType], candidates: int) -> int:
+    """Run the greedy; whenever it reuses a type's aligned fill, compute the fill afresh and
+    compare. Returns how many fills were reused."""
+    packer = _Packer(sizes, counts, types, None)
+    packer.candidates = candidates
+    reused = 0
+    computed = 0
+    original, compute = packer._fill_aligned_cached, packer._fill_aligned
+
+    def counting(t: int, active: list[int]) -> tuple[dict[int, int], dict[int, int]]:
+        nonlocal computed
+        computed += 1
+        return compute(t, active)
+
+    def checked(t: int, active: list[int]) -> dict[int, int]:
+        nonlocal reused
+        before = computed
+        fill = original(t, active)
+        if computed == before:  # served from the cache
+            reused += 1
+            assert fill == compute(t, active)[0]
+        return fill
+
+    packer._fill_aligned = counting  # type: ignore[method-assign]
+    packer._fill_aligned_cached = checked  # type: ignore[method-assign]
+    packer.run_greedy()
+    return reused
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    items=st.lists(st.tuples(st.integers(1, 9), st.integers(1, 9), st.integers(1, 30)), min_size=2, max_size=16),
+    types=st.lists(st.tuples(st.integers(4, 40), st.integers(4, 40), st.integers(1, 40)), min_size=1, max_size=8),
+    candidates=st.integers(1, 6),
+)
+def test_a_reused_aligned_fill_is_the_fill_computed_afresh(items, types, candidates) -> None:  # type: ignore[no-untyped-def]
+    """The aligned fill of a type is reused while the items it took lost no more than their
+    slack (the room, not the count left, set each take): a reused fill equals a fresh one."""
+    sizes = [(cpu, memory) for cpu, memory, _ in items]
+    counts = [count for _, _, count in items]
+    _greedy_checking_reuse(sizes, counts, [PackType((cpu, memory), price / 10) for cpu, memory, price in types], candidates)
+
+
+def test_fills_are_reused_when_popular_items_lose_less_than_their_slack() -> None:
+    """Many pods of a few sizes: a bin takes some of each, and the other types' fills, which
+    the room limited, stay valid."""
+    sizes = [(1, 2), (2, 1), (1, 1), (3, 3)]
+    types = [PackType((8, 8), 1.0), PackType((16, 8), 1.5), PackType((8, 16), 1.5), PackType((16, 16), 1.9)]
+    assert _greedy_checking_reuse(sizes, [400, 300, 500, 100], types, 4) > 0

@@ -103,6 +103,10 @@ def _max_count(capacity: Sequence[int], used: Sequence[int], size: Sequence[int]
     return most
 
 
+#: A count no room limits.
+_UNLIMITED = 1 << 62
+
+
 def _count_in(room: Sequence[int], needed: Sequence[tuple[int, int]], most: int) -> int:
     """How many items (up to ``most``) fit in ``room``, given the (resource, amount) pairs
     the item needs; 0 when none does."""
@@ -143,10 +147,8 @@ class _Packer:
         self.fork_at: int | None = None
         self.forks: list[_Packer] = []
         self._scaled: dict[int, tuple[list[tuple[float, ...]], list[float], list[float]]] = {}
-        #: Per item, how often its remaining count changed; the aligned fill of each type
-        #: with the versions of the items it took (still valid while they are unchanged).
-        self._versions = [0] * len(self.sizes)
-        self._aligned: dict[int, tuple[dict[int, int], list[tuple[int, int]]]] = {}
+        #: Per type, its last aligned fill with, per item taken, the count remaining then and its slack.
+        self._aligned: dict[int, tuple[dict[int, int], list[tuple[int, int, int]]]] = {}
 
     # ---------------------------------------------------------------- helpers
 
@@ -222,7 +224,6 @@ class _Packer:
         used = [0] * self.ndims
         for i, n in fill.items():
             self.remaining[i] -= n
-            self._versions[i] += 1
             size = self.sizes[i]
             for d in range(self.ndims):
                 used[d] += n * size[d]
@@ -265,25 +266,27 @@ class _Packer:
 
     def _fill_aligned_cached(self, t: int, active: list[int]) -> dict[int, int]:
         """:meth:`_fill_aligned` over every item with items left (in index order), reused
-        while the remaining counts of the items it took are unchanged: an item it did not
-        take never reached the top of its heap while fitting, so fewer of it changes
-        nothing."""
+        while it would come out the same: an item it did not take never reached the top of
+        its heap while fitting, so fewer of it changes nothing; an item it took changes
+        nothing while fewer of it remain by at most its slack (at each of its takes, how far
+        the count left exceeded what the room allowed, so the room alone set every take)."""
         cached = self._aligned.get(t)
-        versions = self._versions
-        if cached is not None and all(versions[i] == v for i, v in cached[1]):
+        remaining = self.remaining
+        if cached is not None and all(then - remaining[i] <= slack for i, then, slack in cached[1]):
             return dict(cached[0])
-        fill = self._fill_aligned(t, active)
-        self._aligned[t] = (fill, [(i, versions[i]) for i in fill])
+        fill, slacks = self._fill_aligned(t, active)
+        self._aligned[t] = (fill, [(i, remaining[i], slacks[i]) for i in fill])
         return dict(fill)
 
-    def _fill_aligned(self, t: int, active: list[int]) -> dict[int, int]:
+    def _fill_aligned(self, t: int, active: list[int]) -> tuple[dict[int, int], dict[int, int]]:
         """Greedy by alignment of an item's size with the bin's free capacity (the
         dot-product heuristic for vector packing), in geometric chunks.
 
         The free room only shrinks, so an item's score only falls: a heap of scores from
         earlier steps bounds every item's current one, and only the top is re-scored
         (lazy evaluation); an item that no longer fits is dropped for good. Each step
-        costs a few heap operations instead of a pass over every item group."""
+        costs a few heap operations instead of a pass over every item group. Returns the
+        fill and, per item taken, its slack (see :meth:`_fill_aligned_cached`)."""
         capacity = self.types[t].capacity
         cached = self._scaled.get(t)
         if cached is None:
@@ -303,6 +306,8 @@ class _Packer:
         heap = [(initial[i], position, i) for position, i in enumerate(active) if remaining[i]]
         heapify(heap)
         fill: dict[int, int] = {}
+        #: Per item taken, how many fewer of it could remain with every take unchanged.
+        slacks: dict[int, int] = {}
         ndims = self.ndims
         while heap:
             negative, position, i = heap[0]
@@ -313,10 +318,14 @@ class _Packer:
                 heapreplace(heap, (-score, position, i))
                 if heap[0][2] != i:
                     continue
-            most = _count_in(room, needed[i], left[i])
-            if most <= 0:
+            fits = _count_in(room, needed[i], _UNLIMITED)
+            if fits <= 0:
                 heappop(heap)
                 continue
+            most = left[i] if left[i] < fits else fits
+            slack = left[i] - fits
+            if slack < slacks.get(i, _UNLIMITED):
+                slacks[i] = slack if slack > 0 else 0
             n = most if most <= 2 else (most + 1) // 2
             fill[i] = fill.get(i, 0) + n
             left[i] -= n
@@ -326,7 +335,7 @@ class _Packer:
             for d in range(ndims):
                 room[d] -= n * size[d]
             scaled_room = [r * k for r, k in zip(room, inverse)]
-        return fill
+        return fill, slacks
 
     def _knapsack(self, t: int, prices: Sequence[float], counts: Sequence[int], order: Sequence[int]) -> dict[int, int]:
         """The fractional-knapsack optimum for one bin of ``t`` at item ``prices``,
@@ -416,7 +425,6 @@ class _Packer:
         twin.remaining = list(self.remaining)
         twin.budget = list(self.budget) if self.budget is not None else None
         twin.bins = [Bin(b.type_index, dict(b.counts), list(b.used)) for b in self.bins]
-        twin._versions = list(self._versions)
         twin._aligned = dict(self._aligned)
         twin.forks = []
         return twin
@@ -460,7 +468,6 @@ class _Packer:
                     for d in range(self.ndims):
                         b.used[d] += n * size[d]
                     self.remaining[i] -= n
-                    self._versions[i] += 1
             while self.remaining[i]:
                 home = t if _fits(capacity, size) else -1
                 if home >= 0 and self.budget is not None and not _fits(self.budget, self.types[home].limit):
