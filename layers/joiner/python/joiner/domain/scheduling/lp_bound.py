@@ -17,7 +17,7 @@ from joiner.domain.scheduling.engine import Engine
 from joiner.domain.scheduling.problem import SchedulingProblem
 from joiner.domain.scheduling.variants import RelaxState
 
-__all__ = ["lp_lower_bound", "covering_lp_value", "whole_pod_lower_bound"]
+__all__ = ["lp_lower_bound", "covering_lp_value", "whole_pod_lower_bound", "pool_group_members"]
 
 
 def covering_lp_value(prices: list[float], capacities: list[tuple[int, ...]], demand: list[float]) -> float:
@@ -112,10 +112,16 @@ def whole_pod_lower_bound(problem: SchedulingProblem, time_limit_seconds: float 
 def _pool_groups(problem: SchedulingProblem) -> tuple[Context, dict[int, dict[tuple[tuple[int, ...], frozenset[str]], int]]]:
     """Pending pods' counts per NodePool index (the first pool by weight that can take
     each pod, as the solver would try) by size and the instance types the pod allows."""
+    ctx, members = pool_group_members(problem)
+    return ctx, {index: {key: len(pods) for key, pods in groups.items()} for index, groups in members.items()}
+
+
+def pool_group_members(problem: SchedulingProblem) -> tuple[Context, dict[int, dict[tuple[tuple[int, ...], frozenset[str]], list[str]]]]:
+    """:func:`_pool_groups` keeping which pods (their keys) are in each group."""
     ctx = Context(problem)
     engine = Engine(ctx, optimize=False)
-    groups_by_pool: dict[int, dict[tuple[tuple[int, ...], frozenset[str]], int]] = {}
-    for _pod, spec in engine.pod_specs:
+    groups_by_pool: dict[int, dict[tuple[tuple[int, ...], frozenset[str]], list[str]]] = {}
+    for pod, spec in engine.pod_specs:
         variant = engine.prepare(spec.variant((spec.variants and next(iter(spec.variants))) or _root()))
         for pool in ctx.pools:
             check = ctx.pool_check(pool, variant)
@@ -123,9 +129,8 @@ def _pool_groups(problem: SchedulingProblem) -> tuple[Context, dict[int, dict[tu
                 continue
             if not any(all(c >= n for c, n in zip(cap, variant.size)) for cap in check.typeset.frontier):
                 continue
-            groups = groups_by_pool.setdefault(pool.index, {})
             key = (tuple(variant.size), frozenset(pt.name for pt in check.typeset.types))
-            groups[key] = groups.get(key, 0) + 1
+            groups_by_pool.setdefault(pool.index, {}).setdefault(key, []).append(pod.key)
             break
     return ctx, groups_by_pool
 

@@ -37,10 +37,9 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 from joiner.domain.model import Plan
-from joiner.domain.scheduling.context import Context
-from joiner.domain.scheduling.engine import Engine
 from joiner.domain.scheduling.problem import SchedulingProblem
 
 __all__ = ["PoolInstance", "PatternResult", "pool_instances", "plan_patterns", "pattern_lp_pool", "pattern_lp_bound", "pattern_milp_pool", "pattern_milp_optimum"]
@@ -93,23 +92,10 @@ GroupKey = tuple[tuple[int, ...], frozenset[str]]
 
 def _instances(problem: SchedulingProblem) -> list[tuple[int, PoolInstance, dict[str, int]]]:
     """Per NodePool index: its instance and each pod key's group (the grouping of
-    :func:`joiner.domain.scheduling.lp_bound._pool_groups`, keeping which pod is where)."""
-    from joiner.domain.scheduling.lp_bound import _root
+    :func:`joiner.domain.scheduling.lp_bound.pool_group_members`)."""
+    from joiner.domain.scheduling.lp_bound import pool_group_members
 
-    ctx = Context(problem)
-    engine = Engine(ctx, optimize=False)
-    groups_by_pool: dict[int, dict[GroupKey, list[str]]] = {}
-    for pod, spec in engine.pod_specs:
-        variant = engine.prepare(spec.variant((spec.variants and next(iter(spec.variants))) or _root()))
-        for pool in ctx.pools:
-            check = ctx.pool_check(pool, variant)
-            if isinstance(check, str):
-                continue
-            if not any(all(c >= n for c, n in zip(cap, variant.size)) for cap in check.typeset.frontier):
-                continue
-            key = (tuple(variant.size), frozenset(pt.name for pt in check.typeset.types))
-            groups_by_pool.setdefault(pool.index, {}).setdefault(key, []).append(pod.key)
-            break
+    ctx, groups_by_pool = pool_group_members(problem)
     result = []
     for index, groups in sorted(groups_by_pool.items()):
         ts = ctx.template_shapes[index].typeset
@@ -143,6 +129,19 @@ def plan_patterns(problem: SchedulingProblem, plan: Plan) -> list[list[tuple[int
                 patterns.append((column[claim.instance_types[0]], counts))
         out.append(patterns)
     return out
+
+
+def _pattern_matrix(inst: PoolInstance, columns: Sequence[tuple[int, dict[int, int]]]) -> Any:
+    """The sparse (group x column) matrix of pod counts the patterns hold."""
+    from scipy.sparse import csr_matrix
+
+    data, rows, cols = [], [], []
+    for j, (_, pattern) in enumerate(columns):
+        for g, k in pattern.items():
+            data.append(float(k))
+            rows.append(g)
+            cols.append(j)
+    return csr_matrix((data, (rows, cols)), shape=(len(inst.counts), len(columns)))
 
 
 @contextmanager
@@ -495,15 +494,8 @@ def _restricted_milp(inst: PoolInstance, columns: list[tuple[int, dict[int, int]
     plan of that cost, so it is an upper bound on the model's optimum."""
     import numpy as np
     from scipy.optimize import Bounds, LinearConstraint, milp
-    from scipy.sparse import csr_matrix
 
-    data, rows, cols = [], [], []
-    for j, (_, pattern) in enumerate(columns):
-        for g, k in pattern.items():
-            data.append(float(k))
-            rows.append(g)
-            cols.append(j)
-    matrix = csr_matrix((data, (rows, cols)), shape=(len(inst.counts), len(columns)))
+    matrix = _pattern_matrix(inst, columns)
     with _quiet_stdout():
         result = milp(
             np.array([inst.prices[t] for t, _ in columns]), constraints=LinearConstraint(matrix, np.array(inst.counts, dtype=float), np.inf),
@@ -620,7 +612,6 @@ def pattern_milp_pool(inst: PoolInstance, time_limit_seconds: float = 60.0, patt
     time limit, the result is its dual bound and ``exact`` is False."""
     import numpy as np
     from scipy.optimize import Bounds, LinearConstraint, milp
-    from scipy.sparse import csr_matrix
 
     start = time.perf_counter()
     if not any(inst.counts):
@@ -635,13 +626,7 @@ def pattern_milp_pool(inst: PoolInstance, time_limit_seconds: float = 60.0, patt
             return None
         columns.extend((t, p) for p in patterns)
     columns = _undominated(inst, types, groups_of, columns)
-    data, rows, cols = [], [], []
-    for j, (_, pattern) in enumerate(columns):
-        for g, k in pattern.items():
-            data.append(float(k))
-            rows.append(g)
-            cols.append(j)
-    matrix = csr_matrix((data, (rows, cols)), shape=(len(inst.counts), len(columns)))
+    matrix = _pattern_matrix(inst, columns)
     cost = np.array([inst.prices[t] for t, _ in columns])
     with _quiet_stdout():
         result = milp(
