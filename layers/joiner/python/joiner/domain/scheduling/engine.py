@@ -28,7 +28,7 @@ from joiner.domain.requirements import Requirements
 from joiner.domain.resources import EMPTY, Resources
 from joiner.domain.scheduling.context import EPHEMERAL_TAINT_KEYS, Context, node_labels
 from joiner.domain.scheduling.problem import SchedulingProblem
-from joiner.domain.scheduling.shapes import Pool, PoolType, Shape, TypeKey, TypeSet, format_taint, untolerated
+from joiner.domain.scheduling.shapes import Pool, PoolType, Shape, TypeKey, format_taint, untolerated
 from joiner.domain.scheduling.topology import (
     AFFINITY,
     ANTI,
@@ -577,7 +577,7 @@ class Engine:
             own = target.reservation or (0,) * len(pool.limited)
             budget = [rem - (res - mine) for rem, res, mine in zip(pool.remaining, reserved, own)]
             if max_price is None and not shape.min_values and all(map(ge, budget, ts.largest_limit)):
-                return self._fit_within_slack_limits(ts, used, size, want)
+                return self._fit_within_slack_limits(shape, used, size, want)
         candidates: list[tuple[int, PoolType]] = []
         blocked: set[str] = set()
         start = 0
@@ -634,23 +634,17 @@ class Engine:
             self._reservation = tuple(max(pt.limit_capacity[i] for pt in chosen) for i in range(len(pool.limited)))
         return best
 
-    def _fit_within_slack_limits(self, ts: TypeSet, used: list[int], size: tuple[int, ...], want: int) -> int:
+    def _fit_within_slack_limits(self, shape: Shape, used: list[int], size: tuple[int, ...], want: int) -> int:
         """:meth:`_claim_fit_slow` when the pool's limits leave room for any of the types (no
         price cap, no minValues): the most any type holds comes from the capacity frontier,
         and the claim reserves the limits of the cheapest type holding that many, found by
         walking the types cheapest first until one does, instead of scoring every type."""
-        best = 0
-        for capacity in ts.frontier:
-            most = _count_in(capacity, used, size, want, self.ndims)
-            if most > best:
-                best = most
-                if best >= want:
-                    break
+        best = self._frontier_fit(shape, used, size, want)
         if best <= 0:
             return 0
         # A type holds ``best`` more pods exactly when its capacity covers this in every resource.
         need = [u + best * s for u, s in zip(used, size)]
-        for pt in ts.types:
+        for pt in shape.typeset.types:
             if all(map(ge, pt.effective, need)):
                 self._reservation = tuple(pt.limit_capacity)
                 return best
@@ -976,21 +970,6 @@ class Engine:
                 break
         target.price_cache = (target.shape, used, found)
         return found
-
-
-def _count_in(capacity: tuple[int, ...], used: list[int], size: tuple[int, ...], want: int, ndims: int) -> int:
-    """How many pods of ``size`` (up to ``want``) fit in ``capacity`` on top of ``used``."""
-    most = want
-    for i in range(ndims):
-        room = capacity[i] - used[i]
-        if room < 0:
-            return 0
-        s = size[i]
-        if s:
-            q = room // s
-            if q < most:
-                most = q
-    return most
 
 
 def _satisfies_min_values(types: list[PoolType], min_values: dict[str, int]) -> bool:

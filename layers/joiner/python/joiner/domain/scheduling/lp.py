@@ -270,9 +270,8 @@ class IncrementalCoveringLP:
         self.demand = [float(d) for d in demand]
         self.m = len(self.demand)
         self.costs: list[float] = []
-        self.columns: list[list[tuple[int, float]]] = []
-        #: The same columns as (rows, values): pricing multiplies them without a Python loop.
-        self._split: list[tuple[tuple[int, ...], tuple[float, ...]]] = []
+        #: Sparse columns as (rows, values): pricing multiplies them without a Python loop.
+        self.columns: list[tuple[tuple[int, ...], tuple[float, ...]]] = []
         # Basis entries: ("a", row) artificial, ("s", row) surplus, ("x", j) structural.
         self.basis: list[tuple[str, int]] = [("a", r) for r in range(self.m)]
         self.binv = [[1.0 if i == k else 0.0 for k in range(self.m)] for i in range(self.m)]
@@ -289,8 +288,7 @@ class IncrementalCoveringLP:
     def add_column(self, cost: float, column: dict[int, float]) -> int:
         self.costs.append(float(cost))
         entries = sorted((r, float(v)) for r, v in column.items() if v)
-        self.columns.append(entries)
-        self._split.append((tuple(r for r, _ in entries), tuple(v for _, v in entries)))
+        self.columns.append((tuple(r for r, _ in entries), tuple(v for _, v in entries)))
         return len(self.costs) - 1
 
     def _ftran(self, entry: tuple[str, int]) -> list[float]:
@@ -299,7 +297,7 @@ class IncrementalCoveringLP:
         if kind != "x":
             sign = -1.0 if kind == "s" else 1.0
             return [row[index] * sign for row in self.binv]
-        rows, values = self._split[index]
+        rows, values = self.columns[index]
         return [sum(map(mul, map(row.__getitem__, rows), values)) for row in self.binv]
 
     def _cost(self, entry: tuple[str, int]) -> float:
@@ -322,7 +320,7 @@ class IncrementalCoveringLP:
             phase1 = self.phase == 1
             bland = iteration >= _BLAND_AFTER
             price = y.__getitem__
-            for j, (rows, values) in enumerate(self._split):
+            for j, (rows, values) in enumerate(self.columns):
                 reduced = (0.0 if phase1 else self.costs[j]) - sum(map(mul, map(price, rows), values))
                 if reduced < best and ("x", j) not in in_basis:
                     entering, best = ("x", j), reduced

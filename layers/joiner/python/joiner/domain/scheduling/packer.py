@@ -145,7 +145,7 @@ class _Packer:
         self.candidates = _GREEDY_CANDIDATES
         #: With :meth:`run_greedy_pair`: the narrower candidate count, and its run once forked.
         self.fork_at: int | None = None
-        self.forks: list[_Packer] = []
+        self.fork: _Packer | None = None
         self._scaled: dict[int, tuple[list[tuple[float, ...]], list[float], list[float]]] = {}
         #: Per type, its last aligned fill with, per item taken, the count remaining then and its slack.
         self._aligned: dict[int, tuple[dict[int, int], list[tuple[int, int, int]]]] = {}
@@ -406,7 +406,7 @@ class _Packer:
             fork.candidates, fork.fork_at = self.fork_at or 0, None
             if narrow[0] is not None:
                 fork._open_copies(narrow[0][2], narrow[1])
-            self.forks.append(fork)
+            self.fork = fork
             self.fork_at = None
         if best is None:
             return False
@@ -426,7 +426,7 @@ class _Packer:
         twin.budget = list(self.budget) if self.budget is not None else None
         twin.bins = [Bin(b.type_index, dict(b.counts), list(b.used)) for b in self.bins]
         twin._aligned = dict(self._aligned)
-        twin.forks = []
+        twin.fork = None
         return twin
 
     def run_greedy(self) -> None:
@@ -441,12 +441,9 @@ class _Packer:
         shares every step up to the first bin where the two choose differently."""
         self.fork_at = narrow
         self.run_greedy()
-        self.fork_at = None
-        forks = self.forks
-        self.forks = []
-        if not forks:
+        fork, self.fork_at, self.fork = self.fork, None, None
+        if fork is None:
             return [self]
-        fork = forks[0]
         fork.run_greedy()
         return [self, fork]
 
@@ -640,17 +637,16 @@ class _Packer:
                     t = self._cheapest_type(used, self._allowance(first, second), below=both)
                     if t < 0:
                         continue
-                    if self.types[t].price < both:
-                        for i, n in second.counts.items():
-                            first.counts[i] = first.counts.get(i, 0) + n
-                        first.used = used
-                        self._retype(first, t)
-                        if self.budget is not None:
-                            for d, c in enumerate(self.types[second.type_index].limit):
-                                self.budget[d] += c
-                        del self.bins[b]
-                        changed = True
-                        break
+                    for i, n in second.counts.items():
+                        first.counts[i] = first.counts.get(i, 0) + n
+                    first.used = used
+                    self._retype(first, t)
+                    if self.budget is not None:
+                        for d, c in enumerate(self.types[second.type_index].limit):
+                            self.budget[d] += c
+                    del self.bins[b]
+                    changed = True
+                    break
                 if changed:
                     break
 
@@ -662,7 +658,6 @@ class _Packer:
         removed: set[int] = set()
         room = [[c - u for c, u in zip(self.types[b.type_index].capacity, b.used)] for b in bins]
         total = [sum(free[d] for free in room) for d in range(ndims)]
-        nothing = [0] * ndims
         smallest = self.smallest
         for k in order:
             victim = bins[k]
@@ -681,7 +676,7 @@ class _Packer:
                     if not left:
                         break
                     free = tentative.get(j)
-                    fit = _max_count(room[j] if free is None else free, nothing, size, left)
+                    fit = _count_in(room[j] if free is None else free, self.needed[i], left)
                     if fit > 0:
                         if free is None:
                             free = tentative[j] = list(room[j])
