@@ -199,3 +199,55 @@ def test_fills_are_reused_when_popular_items_lose_less_than_their_slack() -> Non
     sizes = [(1, 2), (2, 1), (1, 1), (3, 3)]
     types = [PackType((8, 8), 1.0), PackType((16, 8), 1.5), PackType((8, 16), 1.5), PackType((16, 16), 1.9)]
     assert _greedy_checking_reuse(sizes, [400, 300, 500, 100], types, 4) > 0
+
+
+def _plain_aligned_fill(packer: _Packer, t: int, active: list[int]) -> tuple[dict[int, int], dict[int, int]]:
+    """The aligned fill as first written: a lazy heap of stale scores, every re-scored item
+    re-inserted, and the loop running until the heap is empty."""
+    from heapq import heapify, heappop, heapreplace
+
+    capacity = packer.types[t].capacity
+    scale = [1.0 / c if c > 0 else 0.0 for c in capacity]
+    room = list(capacity)
+    left = {i: packer.remaining[i] for i in active if packer.remaining[i]}
+    heap = [(-sum(s * k for s, k in zip(packer.sizes[i], scale)), position, i) for position, i in enumerate(active) if packer.remaining[i]]
+    heapify(heap)
+    fill: dict[int, int] = {}
+    slacks: dict[int, int] = {}
+    while heap:
+        negative, position, i = heap[0]
+        score = sum((s * k) * (r * k) for s, k, r in zip(packer.sizes[i], scale, room))
+        if score < -negative - 1e-12:
+            heapreplace(heap, (-score, position, i))
+            if heap[0][2] != i:
+                continue
+        fits = min((r // s for r, s in zip(room, packer.sizes[i]) if s), default=1 << 62)
+        if fits <= 0:
+            heappop(heap)
+            continue
+        most = min(left[i], fits)
+        slacks[i] = min(slacks.get(i, 1 << 62), max(0, left[i] - fits))
+        n = most if most <= 2 else (most + 1) // 2
+        fill[i] = fill.get(i, 0) + n
+        left[i] -= n
+        if not left[i]:
+            heappop(heap)
+        room = [r - n * s for r, s in zip(room, packer.sizes[i])]
+    return fill, slacks
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    items=st.lists(st.tuples(st.integers(0, 20), st.integers(1, 20), st.integers(1, 30)), min_size=1, max_size=30),
+    capacity=st.tuples(st.integers(1, 200), st.integers(1, 200)),
+    taken=st.lists(st.integers(0, 30), max_size=16),
+)
+def test_the_aligned_fill_stops_early_and_keeps_its_top_yet_fills_as_the_plain_heap(items, capacity, taken) -> None:  # type: ignore[no-untyped-def]
+    """The fill stops once no item fits any resource's room and leaves a re-scored item on
+    top while it still beats both children: the same fill and slacks as the plain loop."""
+    sizes = [(cpu, memory) for cpu, memory, _ in items]
+    packer = _Packer(sizes, [count for _, _, count in items], [PackType(capacity, 1.0)], None)
+    for i, n in enumerate(taken[: len(sizes)]):
+        packer.remaining[i] = max(0, packer.remaining[i] - n)
+    active = [i for i, n in enumerate(packer.remaining) if n]
+    assert packer._fill_aligned(0, active) == _plain_aligned_fill(packer, 0, active)

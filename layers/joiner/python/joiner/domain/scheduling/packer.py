@@ -284,7 +284,8 @@ class _Packer:
 
         The free room only shrinks, so an item's score only falls: a heap of scores from
         earlier steps bounds every item's current one, and only the top is re-scored
-        (lazy evaluation); an item that no longer fits is dropped for good. Each step
+        (lazy evaluation); an item that no longer fits is dropped for good, and the fill
+        ends once the room is below every item's need on some resource. Each step
         costs a few heap operations instead of a pass over every item group. Returns the
         fill and, per item taken, its slack (see :meth:`_fill_aligned_cached`)."""
         capacity = self.types[t].capacity
@@ -309,15 +310,19 @@ class _Packer:
         #: Per item taken, how many fewer of it could remain with every take unchanged.
         slacks: dict[int, int] = {}
         ndims = self.ndims
+        smallest = self.smallest
         while heap:
             negative, position, i = heap[0]
             # Re-score before counting what fits: most re-scored items sink, and an item
             # that no longer fits is dropped whenever it reaches the top with a fresh score.
             score = sum(map(mul, scaled[i], scaled_room))
             if score < -negative - 1e-12:
-                heapreplace(heap, (-score, position, i))
-                if heap[0][2] != i:
+                entry = (-score, position, i)
+                # Still above both children's (stale, so higher) scores: it stays on top.
+                if (len(heap) > 1 and heap[1] < entry) or (len(heap) > 2 and heap[2] < entry):
+                    heapreplace(heap, entry)
                     continue
+                heap[0] = entry
             fits = _count_in(room, needed[i], _UNLIMITED)
             if fits <= 0:
                 heappop(heap)
@@ -334,6 +339,8 @@ class _Packer:
             size = sizes[i]
             for d in range(ndims):
                 room[d] -= n * size[d]
+            if not all(map(ge, room, smallest)):
+                break  # no item fits any more: the rest would only be dropped
             scaled_room = [r * k for r, k in zip(room, inverse)]
         return fill, slacks
 
