@@ -135,6 +135,8 @@ class _Packer:
         #: Per resource, the least any item needs: less room than this on any resource and
         #: no item fits.
         self.smallest = tuple(min(size[d] for size in self.sizes) for d in range(self.ndims)) if self.sizes else ()
+        #: Resources on which the items' needs differ.
+        self.varying = frozenset(d for d in range(self.ndims) if len({size[d] for size in self.sizes}) > 1)
         self.usable = [t for t in range(len(self.types)) if any(_fits(self.types[t].capacity, s) for s in self.sizes)]
         self.by_price = sorted(self.usable, key=lambda t: (self.types[t].price, t))
         self.price_order = [(self.types[t].price, self.types[t].capacity, self.types[t].limit, t) for t in self.by_price]
@@ -291,7 +293,10 @@ class _Packer:
         capacity = self.types[t].capacity
         cached = self._scaled.get(t)
         if cached is None:
-            scale = [1.0 / c if c > 0 else 0.0 for c in capacity]
+            # Resources every item needs the same amount of (a pod slot) add the same to
+            # every score, so they are left out of it: no ranking changes, and the room
+            # shrinks alike on the resources that do rank the items (see ``shrink``).
+            scale = [1.0 / c if c > 0 and d in self.varying else 0.0 for d, c in enumerate(capacity)]
             vectors = [tuple(s * k for s, k in zip(size, scale)) for size in self.sizes]
             cached = (vectors, [-sum(v) for v in vectors], scale)
             self._scaled[t] = cached
@@ -303,7 +308,7 @@ class _Packer:
         sizes = self.sizes
         remaining = self.remaining
         left = {i: remaining[i] for i in active if remaining[i]}
-        # (-score, position in the caller's order, item): ties go to the earlier item.
+        # (-key, position in the caller's order, item): ties go to the earlier item.
         heap = [(initial[i], position, i) for position, i in enumerate(active) if remaining[i]]
         heapify(heap)
         fill: dict[int, int] = {}
@@ -311,14 +316,21 @@ class _Packer:
         slacks: dict[int, int] = {}
         ndims = self.ndims
         smallest = self.smallest
+        # Keys are scores divided by ``shrink``: the product, over the takes so far, of the
+        # largest factor any resource's scaled room shrank by. A score falls at least as
+        # fast as the room on the slowest-shrinking resource, so an item's key from an
+        # earlier step bounds its score now divided by ``shrink``, and far more tightly
+        # than its old score bounds its score now: most items keep their rank after a
+        # take, and only those a take overtook are re-scored.
+        shrink = 1.0
         while heap:
             negative, position, i = heap[0]
             # Re-score before counting what fits: most re-scored items sink, and an item
-            # that no longer fits is dropped whenever it reaches the top with a fresh score.
-            score = sum(map(mul, scaled[i], scaled_room))
-            if score < -negative - 1e-12:
-                entry = (-score, position, i)
-                # Still above both children's (stale, so higher) scores: it stays on top.
+            # that no longer fits is dropped whenever it reaches the top with a fresh key.
+            key = sum(map(mul, scaled[i], scaled_room)) / shrink
+            if key < -negative - 1e-12 / shrink:
+                entry = (-key, position, i)
+                # Still above both children's keys (bounds of their scores): it stays on top.
                 if (len(heap) > 1 and heap[1] < entry) or (len(heap) > 2 and heap[2] < entry):
                     heapreplace(heap, entry)
                     continue
@@ -341,7 +353,16 @@ class _Packer:
                 room[d] -= n * size[d]
             if not all(map(ge, room, smallest)):
                 break  # no item fits any more: the rest would only be dropped
-            scaled_room = [r * k for r, k in zip(room, inverse)]
+            shrunk = [r * k for r, k in zip(room, inverse)]
+            factor = max([after / before for after, before in zip(shrunk, scaled_room) if before > 0], default=1.0)
+            scaled_room = shrunk
+            if factor >= 1e-6 and shrink * factor >= 1e-200:
+                shrink *= factor
+            else:
+                # Keys would lose their precision: every item is keyed afresh by its score.
+                shrink = 1.0
+                heap = [(-sum(map(mul, scaled[j], scaled_room)), p, j) for _, p, j in heap]
+                heapify(heap)
         return fill, slacks
 
     def _knapsack(self, t: int, prices: Sequence[float], counts: Sequence[int], order: Sequence[int]) -> dict[int, int]:
