@@ -286,8 +286,9 @@ class _Packer:
 
         The free room only shrinks, so an item's score only falls: a heap of scores from
         earlier steps bounds every item's current one, and only the top is re-scored
-        (lazy evaluation); an item that no longer fits is dropped for good, and the fill
-        ends once the room is below every item's need on some resource. Each step
+        (lazy evaluation); an item that no longer fits is dropped for good when it reaches
+        the top, before any re-scoring, and the fill ends once the room is below every
+        item's need on some resource. Each step
         costs a few heap operations instead of a pass over every item group. Returns the
         fill and, per item taken, its slack (see :meth:`_fill_aligned_cached`)."""
         capacity = self.types[t].capacity
@@ -325,8 +326,16 @@ class _Packer:
         shrink = 1.0
         while heap:
             negative, position, i = heap[0]
-            # Re-score before counting what fits: most re-scored items sink, and an item
-            # that no longer fits is dropped whenever it reaches the top with a fresh key.
+            # An item that no longer fits is dropped for good (the room only shrinks) before
+            # it is re-scored: re-scored, it would only sink and come back up to be dropped.
+            short = False
+            for d, amount in needed[i]:
+                if room[d] < amount:
+                    short = True
+                    break
+            if short:
+                heappop(heap)
+                continue
             key = sum(map(mul, scaled[i], scaled_room)) / shrink
             if key < -negative - 1e-12 / shrink:
                 entry = (-key, position, i)
@@ -335,10 +344,7 @@ class _Packer:
                     heapreplace(heap, entry)
                     continue
                 heap[0] = entry
-            fits = _count_in(room, needed[i], _UNLIMITED)
-            if fits <= 0:
-                heappop(heap)
-                continue
+            fits = _count_in(room, needed[i], _UNLIMITED)  # at least one
             most = left[i] if left[i] < fits else fits
             slack = left[i] - fits
             if slack < slacks.get(i, _UNLIMITED):
