@@ -73,3 +73,29 @@ def test_incremental_solves_reach_the_optimum_of_every_column_added_so_far(deman
         assert solution.objective == pytest.approx(_reference(costs, columns, [float(d) for d in demand]), rel=1e-7, abs=1e-9)
         covered = [sum(columns[j].get(r, 0.0) * x for j, x in solution.x.items()) for r in range(rows)]
         assert all(c >= d - 1e-7 for c, d in zip(covered, demand))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    demand=st.lists(st.integers(1, 40), min_size=4, max_size=12),
+    data=st.data(),
+)
+def test_partial_pricing_still_ends_at_the_optimum_of_many_columns(demand: list[int], data: st.DataObject) -> None:
+    """More improving columns than the shortlist holds: pricing the shortlist first must
+    never end a solve while a column outside it still improves."""
+    rows = len(demand)
+    master = IncrementalCoveringLP([float(d) for d in demand])
+    costs: list[float] = []
+    columns: list[dict[int, float]] = []
+    column_strategy = st.tuples(st.integers(1, 40), st.dictionaries(st.integers(0, rows - 1), st.integers(1, 9), min_size=1, max_size=rows))
+    for _ in range(data.draw(st.integers(1, 3))):
+        for price, column in data.draw(st.lists(column_strategy, min_size=20, max_size=60)):
+            master.add_column(float(price), {r: float(v) for r, v in column.items()})
+            costs.append(float(price))
+            columns.append({r: float(v) for r, v in column.items()})
+        solution = master.solve()
+        if any(all(r not in column for column in columns) for r in range(rows)):
+            assert solution is None  # a row no column covers
+            continue
+        assert solution is not None
+        assert solution.objective == pytest.approx(_reference(costs, columns, [float(d) for d in demand]), rel=1e-7, abs=1e-9)

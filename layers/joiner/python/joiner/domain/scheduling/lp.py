@@ -18,6 +18,8 @@ __all__ = ["CoveringSolution", "solve_covering_lp", "maximize_packing", "Increme
 
 _EPS = 1e-9
 _BLAND_AFTER = 60
+#: Columns partial pricing keeps from a full pricing.
+_SHORTLIST = 16
 
 
 @dataclass(frozen=True)
@@ -284,11 +286,15 @@ class IncrementalCoveringLP:
         self.feasible = True
         #: Simplex pivots made so far (all solves).
         self.pivots = 0
+        #: Columns priced first (partial pricing): the best of the last full pricing and
+        #: the columns added since; the full pricing runs whenever none of them improves.
+        self._shortlist: list[int] = []
 
     def add_column(self, cost: float, column: dict[int, float]) -> int:
         self.costs.append(float(cost))
         entries = sorted((r, float(v)) for r, v in column.items() if v)
         self.columns.append((tuple(r for r, _ in entries), tuple(v for _, v in entries)))
+        self._shortlist.append(len(self.costs) - 1)
         return len(self.costs) - 1
 
     def _ftran(self, entry: tuple[str, int]) -> list[float]:
@@ -320,12 +326,30 @@ class IncrementalCoveringLP:
             phase1 = self.phase == 1
             bland = iteration >= _BLAND_AFTER
             price = y.__getitem__
-            for j, (rows, values) in enumerate(self.columns):
-                reduced = (0.0 if phase1 else self.costs[j]) - sum(map(mul, map(price, rows), values))
-                if reduced < best and ("x", j) not in in_basis:
-                    entering, best = ("x", j), reduced
-                    if bland:
-                        break
+            columns = self.columns
+            costs = self.costs
+            if not bland and self._shortlist:
+                # Partial pricing: the columns that priced best last time, and new ones.
+                for j in self._shortlist:
+                    rows, values = columns[j]
+                    reduced = (0.0 if phase1 else costs[j]) - sum(map(mul, map(price, rows), values))
+                    if reduced < best and ("x", j) not in in_basis:
+                        entering, best = ("x", j), reduced
+            if entering is None:
+                improving: list[tuple[float, int]] = []
+                for j, (rows, values) in enumerate(columns):
+                    reduced = (0.0 if phase1 else costs[j]) - sum(map(mul, map(price, rows), values))
+                    if reduced < -_EPS and ("x", j) not in in_basis:
+                        if bland:
+                            entering, best = ("x", j), reduced
+                            break
+                        improving.append((reduced, j))
+                if improving:
+                    improving.sort()
+                    entering, best = ("x", improving[0][1]), improving[0][0]
+                    self._shortlist = [j for _, j in improving[:_SHORTLIST]]
+                else:
+                    self._shortlist = []
             if entering is None or not bland:
                 for r in range(m):
                     if y[r] < best and ("s", r) not in in_basis:
