@@ -253,3 +253,14 @@ def test_the_aligned_fill_with_its_shortcuts_fills_as_the_plain_heap(items, capa
         packer.remaining[i] = max(0, packer.remaining[i] - n)
     active = [i for i, n in enumerate(packer.remaining) if n]
     assert packer._fill_aligned(0, active) == _plain_aligned_fill(packer, 0, active)
+
+
+def test_an_aligned_fill_keys_items_afresh_when_one_take_nearly_empties_the_room() -> None:
+    """A take that leaves a millionth of the room would make the keys lose their precision:
+    the items are keyed afresh by their scores, and the fill is still the plain heap's."""
+    sizes = [(9_999_993, 9_999_993, 1), (3, 3, 1), (1, 2, 1), (2, 1, 1)]
+    packer = _Packer(sizes, [1, 2, 4, 4], [PackType((10_000_000, 10_000_000, 100), 1.0)], None)
+    active = [0, 1, 2, 3]
+    fill, slacks = packer._fill_aligned(0, active)
+    assert fill == {0: 1, 1: 2}  # then the room (1, 1) holds nothing more
+    assert (fill, slacks) == _plain_aligned_fill(packer, 0, active)

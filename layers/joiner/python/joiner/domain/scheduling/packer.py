@@ -52,8 +52,9 @@ _MANY_ITEMS = 100
 _MANY_ITEMS_CANDIDATES = (6, 8)
 #: Above this many item groups the fractional-knapsack fill is skipped in the greedy.
 _LP_FILL_MAX_ITEMS = 20
-#: Column generation limits: pricing iterations per solve (after the first round), new columns per iteration,
-#: solve-and-round rounds, item groups, pricing types, and total LP solves.
+#: Column generation limits: pricing iterations per solve (after the first round), new
+#: columns per iteration, solve-and-round rounds, item groups, pricing types, and total LP
+#: solves.
 _CG_ITERATIONS = 25
 _CG_REFINE = 4
 _CG_ROUNDS = 20
@@ -288,9 +289,9 @@ class _Packer:
         earlier steps bounds every item's current one, and only the top is re-scored
         (lazy evaluation); an item that no longer fits is dropped for good when it reaches
         the top, before any re-scoring, and the fill ends once the room is below every
-        item's need on some resource. Each step
-        costs a few heap operations instead of a pass over every item group. Returns the
-        fill and, per item taken, its slack (see :meth:`_fill_aligned_cached`)."""
+        item's need on some resource. Each step costs a few heap operations instead of a
+        pass over every item group. Returns the fill and, per item taken, its slack (see
+        :meth:`_fill_aligned_cached`)."""
         capacity = self.types[t].capacity
         cached = self._scaled.get(t)
         if cached is None:
