@@ -264,3 +264,22 @@ def test_an_aligned_fill_keys_items_afresh_when_one_take_nearly_empties_the_room
     fill, slacks = packer._fill_aligned(0, active)
     assert fill == {0: 1, 1: 2}  # then the room (1, 1) holds nothing more
     assert (fill, slacks) == _plain_aligned_fill(packer, 0, active)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    items=st.lists(st.tuples(st.integers(0, 9), st.integers(0, 9), st.integers(0, 12), st.integers(-2, 20)), min_size=1, max_size=10),
+    capacity=st.tuples(st.integers(1, 40), st.integers(1, 40)),
+)
+def test_the_pattern_value_ceiling_bounds_every_priced_pattern(items, capacity) -> None:  # type: ignore[no-untyped-def]
+    """Column generation skips the knapsack of a type whose price reaches the ceiling: the
+    ceiling must bound the value of any pattern the knapsack can return (items free on a
+    resource, unpriced items and counts included)."""
+    sizes = [(cpu, memory) for cpu, memory, _, _ in items]
+    counts = [count for _, _, count, _ in items]
+    prices = [price / 4 for _, _, _, price in items]
+    packer = _Packer(sizes, counts, [PackType(capacity, 1.0)], None)
+    ceiling = packer._pattern_value_ceiling(prices, counts)(capacity)
+    order = sorted(range(len(sizes)), key=lambda i: (tuple(-s for s in sizes[i]), i))
+    pattern = packer._knapsack(0, prices, counts, order)
+    assert sum(prices[i] * n for i, n in pattern.items()) <= ceiling + 1e-9

@@ -31,7 +31,7 @@ step, LP solves per packing) so large inputs stay fast.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from copy import copy
 from dataclasses import dataclass, field
 from heapq import heapify, heappop, heapreplace
@@ -585,8 +585,11 @@ class _Packer:
             if solution is None:
                 return []
             prices = solution.duals
+            ceiling = self._pattern_value_ceiling(prices, counts)
             scored = []
             for t in pricing:
+                if self.types[t].price >= ceiling(self.types[t].capacity):
+                    continue  # no pattern of this type is worth its price: nothing to add
                 pattern = self._knapsack(t, prices, counts, order)
                 value = sum(prices[i] * n for i, n in pattern.items())
                 scored.append((self.types[t].price - value, t, pattern))
@@ -601,6 +604,24 @@ class _Packer:
         if solution is None:
             return []
         return sorted(((y, patterns[j][0], patterns[j][1]) for j, y in solution.x.items()), key=lambda row: (-row[0], row[1], sorted(row[2].items())))
+
+    def _pattern_value_ceiling(self, prices: Sequence[float], counts: Sequence[int]) -> Callable[[Sequence[int]], float]:
+        """A bound on the value at ``prices`` of any pattern of a type, given its capacity:
+        per resource, the capacity at the best value per unit any item offers on it, and
+        at most every item counted once."""
+        priced = [i for i, c in enumerate(counts) if c and prices[i] > 0]
+        everything = sum(prices[i] * counts[i] for i in priced)
+        density = []
+        for d in range(self.ndims):
+            if any(self.sizes[i][d] == 0 for i in priced):
+                density.append(float("inf"))  # an item free on this resource: no bound from it
+            else:
+                density.append(max((prices[i] / self.sizes[i][d] for i in priced), default=0.0))
+
+        def ceiling(capacity: Sequence[int]) -> float:
+            return min(everything, min((c * k for c, k in zip(capacity, density) if k != float("inf")), default=float("inf")))
+
+        return ceiling
 
     def run_patterns(self) -> None:
         """Dive: solve the pattern LP, open every whole copy it uses, or else one copy of
