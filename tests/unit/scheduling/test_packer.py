@@ -283,3 +283,26 @@ def test_the_pattern_value_ceiling_bounds_every_priced_pattern(items, capacity) 
     order = sorted(range(len(sizes)), key=lambda i: (tuple(-s for s in sizes[i]), i))
     pattern = packer._knapsack(0, prices, counts, order)
     assert sum(prices[i] * n for i, n in pattern.items()) <= ceiling + 1e-9
+
+
+def test_types_of_equal_capacity_share_their_aligned_fill() -> None:
+    """Two generations of one size (same capacity, different prices): the second type's
+    fill is the first's, reused, and equal to a fresh one."""
+    sizes = [(1, 2), (2, 1), (3, 3), (1, 1)]
+    types = [PackType((16, 16), 1.0), PackType((16, 16), 0.9), PackType((32, 32), 2.1)]
+    packer = _Packer(sizes, [9, 7, 3, 11], types, None)
+    active = [0, 1, 2, 3]
+    first = packer._fill_aligned_cached(0, active)
+    computed = []
+    original = packer._fill_aligned
+
+    def counting(t: int, active: list[int]) -> tuple[dict[int, int], dict[int, int]]:
+        computed.append(t)
+        return original(t, active)
+
+    packer._fill_aligned = counting  # type: ignore[method-assign]
+    assert packer._fill_aligned_cached(1, active) == first == original(1, active)[0]
+    assert computed == []
+    packer._fill_aligned_cached(2, active)
+    assert computed == [2]
+    assert _greedy_checking_reuse(sizes, [90, 70, 30, 110], types, 3) > 0

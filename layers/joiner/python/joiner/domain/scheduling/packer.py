@@ -149,9 +149,12 @@ class _Packer:
         #: With :meth:`run_greedy_pair`: the narrower candidate count, and its run once forked.
         self.fork_at: int | None = None
         self.fork: _Packer | None = None
-        self._scaled: dict[int, tuple[list[tuple[float, ...]], list[float], list[float]]] = {}
-        #: Per type, its last aligned fill with, per item taken, the count remaining then and its slack.
-        self._aligned: dict[int, tuple[dict[int, int], list[tuple[int, int, int]]]] = {}
+        #: Aligned fills depend on a type's capacity only, so types of equal capacity (e.g.
+        #: the same size in two processor generations) share these: per capacity, the items'
+        #: scaled sizes, their first keys and the scale; and its last aligned fill with, per
+        #: item taken, the count remaining then and its slack.
+        self._scaled: dict[tuple[int, ...], tuple[list[tuple[float, ...]], list[float], list[float]]] = {}
+        self._aligned: dict[tuple[int, ...], tuple[dict[int, int], list[tuple[int, int, int]]]] = {}
 
     # ---------------------------------------------------------------- helpers
 
@@ -272,13 +275,15 @@ class _Packer:
         while it would come out the same: an item it did not take never reached the top of
         its heap while fitting, so fewer of it changes nothing; an item it took changes
         nothing while fewer of it remain by at most its slack (at each of its takes, how far
-        the count left exceeded what the room allowed, so the room alone set every take)."""
-        cached = self._aligned.get(t)
+        the count left exceeded what the room allowed, so the room alone set every take).
+        A fill of another type of the same capacity serves as well."""
+        capacity = self.types[t].capacity
+        cached = self._aligned.get(capacity)
         remaining = self.remaining
         if cached is not None and all(then - remaining[i] <= slack for i, then, slack in cached[1]):
             return dict(cached[0])
         fill, slacks = self._fill_aligned(t, active)
-        self._aligned[t] = (fill, [(i, remaining[i], slacks[i]) for i in fill])
+        self._aligned[capacity] = (fill, [(i, remaining[i], slacks[i]) for i in fill])
         return dict(fill)
 
     def _fill_aligned(self, t: int, active: list[int]) -> tuple[dict[int, int], dict[int, int]]:
@@ -293,7 +298,7 @@ class _Packer:
         pass over every item group. Returns the fill and, per item taken, its slack (see
         :meth:`_fill_aligned_cached`)."""
         capacity = self.types[t].capacity
-        cached = self._scaled.get(t)
+        cached = self._scaled.get(capacity)
         if cached is None:
             # Resources every item needs the same amount of (a pod slot) add the same to
             # every score, so they are left out of it: no ranking changes, and the room
@@ -301,7 +306,7 @@ class _Packer:
             scale = [1.0 / c if c > 0 and d in self.varying else 0.0 for d, c in enumerate(capacity)]
             vectors = [tuple(s * k for s, k in zip(size, scale)) for size in self.sizes]
             cached = (vectors, [-sum(v) for v in vectors], scale)
-            self._scaled[t] = cached
+            self._scaled[capacity] = cached
         scaled, initial, inverse = cached
         needed = self.needed
         room = list(capacity)
