@@ -3,7 +3,8 @@
 ``min sum_j c_j x_j  s.t.  sum_j a_rj x_j >= d_r,  x >= 0`` with non-negative data has
 few rows (one per requested resource: cpu, memory, pods, maybe GPUs) and many columns
 (instance types), so a revised simplex with an explicit ``rows x rows`` basis inverse is
-cheap in pure Python: each iteration prices every column once. The duals (the price the
+cheap in pure Python: each iteration prices every column once (the column-generation master
+first prices a shortlist of its best columns). The duals (the price the
 optimum implicitly pays per unit of each resource) guide bin selection in
 :mod:`joiner.domain.scheduling.packer`. No third-party dependency: this runs in Lambda.
 """

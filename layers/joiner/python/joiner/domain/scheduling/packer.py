@@ -12,9 +12,9 @@ against NodePool limits). Several strategies run and the cheapest result wins:
   items allow. Types are tried by their best possible value per dollar, so the search
   stops once no type can beat the best fill.
 * **Pattern dive** (Gilmore-Gomory column generation). The LP over *patterns* (a type and
-  how many items of each group it holds) is solved with knapsack pricing; whole copies of
-  the patterns it uses are opened, else one copy of its most used pattern, and the LP is
-  solved again on what is left. Unlike the aggregate LP, patterns keep every pod whole, so
+  how many items of each group it holds) is solved with knapsack pricing, to convergence
+  on the first round (within a budget); whole copies of the patterns it uses are opened,
+  else one copy of its most used pattern, and the LP is solved again on what is left. Unlike the aggregate LP, patterns keep every pod whole, so
   this finds the right mix of instance shapes (e.g. compute-optimised nodes for CPU-bound
   pods next to memory-optimised ones for caches).
 * **Fixed type first-fit.** First-fit-decreasing into bins of one type (each type of the
