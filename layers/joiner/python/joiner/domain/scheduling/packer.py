@@ -14,9 +14,10 @@ against NodePool limits). Several strategies run and the cheapest result wins:
 * **Pattern dive** (Gilmore-Gomory column generation). The LP over *patterns* (a type and
   how many items of each group it holds) is solved with knapsack pricing, to convergence
   on the first round (within a budget); whole copies of the patterns it uses are opened,
-  else one copy of its most used pattern, and the LP is solved again on what is left. Unlike the aggregate LP, patterns keep every pod whole, so
-  this finds the right mix of instance shapes (e.g. compute-optimised nodes for CPU-bound
-  pods next to memory-optimised ones for caches).
+  else one copy of its most used pattern, and the LP is solved again on what is left.
+  Unlike the aggregate LP, patterns keep every pod whole, so this finds the right mix of
+  instance shapes (e.g. compute-optimised nodes for CPU-bound pods next to
+  memory-optimised ones for caches).
 * **Fixed type first-fit.** First-fit-decreasing into bins of one type (each type of the
   LP's optimum, and the largest type, which is Karpenter's behaviour).
 
@@ -334,6 +335,7 @@ class _Packer:
             negative, position, i = heap[0]
             # An item that no longer fits is dropped for good (the room only shrinks) before
             # it is re-scored: re-scored, it would only sink and come back up to be dropped.
+            # (``_count_in(room, needed[i], 1) == 0``, inlined: this runs at every heap top.)
             short = False
             for d, amount in needed[i]:
                 if room[d] < amount:
@@ -660,12 +662,12 @@ class _Packer:
     def _cheapest_type(self, used: Sequence[int], allowance: Sequence[int] | None, below: float = float("inf")) -> int:
         """The cheapest type holding ``used`` within ``allowance``; -1 when none does, or
         when none priced under ``below`` does (the caller only wants a cheaper one)."""
-        if not all(map(ge, self.largest, used)):
+        if not _fits(self.largest, used):
             return -1
         for price, capacity, limit, t in self.price_order:
             if price >= below:
                 return -1
-            if all(map(ge, capacity, used)) and (allowance is None or all(map(ge, allowance, limit))):
+            if _fits(capacity, used) and (allowance is None or _fits(allowance, limit)):
                 return t
         return -1
 
