@@ -226,16 +226,16 @@ def test_labels_a_kubelet_may_set_on_itself_never_make_an_instance_ours(world: W
     assert world.evictions() == []
     assert world.instance_state(instance) == "running"
     assert world.fleet_instances() == []
-    assert world.metrics.total("NotOwnedSkipped", path="interruption") == 1
+    assert world.metrics.total("InterruptionUnmanaged") == 1  # its Node's labels are never read
 
 
 def test_a_failing_message_is_retried_within_seconds_then_dead_lettered(world: World) -> None:
-    """The cluster cannot be read (listing Nodes fails beyond the client's retries): the
+    """The cluster cannot be read (reading the Node fails beyond the client's retries): the
     warning is reported failed and comes back 5, 10, 20 and 40 s later (its visibility cut
     by receive count), not after the queue's visibility timeout; the 6th receive moves it to
     the dead-letter queue."""
     instance = populate(world)
-    world.emulator.fail_next("GET", r"/api/v1/nodes$", status=500, times=1000)
+    world.emulator.fail_next("GET", r"/api/v1/nodes(/|$)", status=500, times=1000)
     world.publish("spot_interruption.json", instance)
     response, messages = world.deliver_interruptions()
     assert response == {"batchItemFailures": [{"itemIdentifier": messages[0]["MessageId"]}]}

@@ -280,6 +280,13 @@ class FakeKubernetes:
             if _field_matches(pod, field_selector) and _selector_matches(pod["metadata"].get("labels") or {}, label_selector)
         ]
 
+    def iter_pods(self, *, field_selector: str | None = None, label_selector: str | None = None) -> Iterator[JsonDict]:
+        self._enter("iter_pods")
+        return iter([
+            pod for pod in self._list("pods")
+            if _field_matches(pod, field_selector) and _selector_matches(pod["metadata"].get("labels") or {}, label_selector)
+        ])
+
     def list_unbound_pods(self) -> tuple[list[JsonDict], str]:
         self._enter("list_unbound_pods")
         with self._lock:
@@ -321,6 +328,10 @@ class FakeKubernetes:
     def list_nodes(self) -> list[JsonDict]:
         self._enter("list_nodes")
         return self._list("nodes")
+
+    def iter_nodes(self, *, label_selector: str | None = None) -> Iterator[JsonDict]:
+        self._enter("iter_nodes")
+        return iter([node for node in self._list("nodes") if _selector_matches(node["metadata"].get("labels") or {}, label_selector)])
 
     def get_node(self, name: str) -> JsonDict | None:
         self._enter("get_node")

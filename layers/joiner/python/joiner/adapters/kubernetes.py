@@ -252,12 +252,31 @@ class KubernetesClient:
         return self._list_versioned(path, kind, api_version, **query)[0]
 
     def _list_versioned(self, path: str, kind: str, api_version: str, **query: str | None) -> tuple[list[JsonDict], str]:
-        """All items and the list's ``resourceVersion`` (the first page's: later pages belong to
-        the same snapshot), a page of ``page_size`` at a time. A continuation that expired (410)
-        restarts the listing once from the beginning."""
+        """All items and the list's ``resourceVersion`` (see :meth:`_pages`)."""
+        items: list[JsonDict] = []
+        version = ""
+        for page, page_version in self._pages(path, kind, api_version, **query):
+            if page is None:  # the listing restarted: what was read belongs to an expired snapshot
+                items = []
+                continue
+            items.extend(page)
+            version = version or page_version
+        return items, version
+
+    def _iter(self, path: str, kind: str, api_version: str, **query: str | None) -> Iterator[JsonDict]:
+        """Every item, one page held at a time. A listing that restarts (an expired
+        continuation) cannot take back what it yielded, so it raises instead."""
+        for page, _ in self._pages(path, kind, api_version, **query):
+            if page is None:
+                raise KubernetesError(f"Kubernetes GET {path}: continuation expired while streaming the list", status=410)
+            yield from page
+
+    def _pages(self, path: str, kind: str, api_version: str, **query: str | None) -> Iterator[tuple[list[JsonDict] | None, str]]:
+        """The list a page of ``page_size`` at a time, each with the list's ``resourceVersion``
+        (the first page's: later pages belong to the same snapshot). A continuation that
+        expired (410) yields ``None`` and restarts the listing once from the beginning."""
         params = {key: value for key, value in query.items() if value}
         for _ in range(2):
-            items: list[JsonDict] = []
             token: str | None = None
             version = ""
             try:
@@ -266,25 +285,31 @@ class KubernetesClient:
                     if token:
                         page_query["continue"] = token
                     _, page = self._request("GET", path, query=page_query)
-                    for item in page.get("items") or []:
+                    items: list[JsonDict] = page.get("items") or []
+                    for item in items:
                         item.setdefault("apiVersion", api_version)
                         item.setdefault("kind", kind)
-                        items.append(item)
                     metadata = page.get("metadata") or {}
                     version = version or str(metadata.get("resourceVersion") or "")
                     token = metadata.get("continue")
+                    del page
+                    yield items, version
                     if not token:
-                        return items, version
+                        return
             except KubernetesError as error:
                 if error.status != 410 or token is None:
                     raise
                 log.warning("kubernetes list %s: continuation expired, listing again", path)
+                yield None, ""
         raise KubernetesError(f"Kubernetes GET {path}: continuation expired twice")
 
     # ------------------------------------------------ reads
 
     def list_pods(self, *, field_selector: str | None = None, label_selector: str | None = None) -> list[JsonDict]:
         return self._list("/api/v1/pods", "Pod", "v1", fieldSelector=field_selector, labelSelector=label_selector)
+
+    def iter_pods(self, *, field_selector: str | None = None, label_selector: str | None = None) -> Iterator[JsonDict]:
+        return self._iter("/api/v1/pods", "Pod", "v1", fieldSelector=field_selector, labelSelector=label_selector)
 
     def list_unbound_pods(self) -> tuple[list[JsonDict], str]:
         return self._list_versioned("/api/v1/pods", "Pod", "v1", fieldSelector="spec.nodeName=")
@@ -391,6 +416,9 @@ class KubernetesClient:
 
     def list_nodes(self) -> list[JsonDict]:
         return self._list("/api/v1/nodes", "Node", "v1")
+
+    def iter_nodes(self, *, label_selector: str | None = None) -> Iterator[JsonDict]:
+        return self._iter("/api/v1/nodes", "Node", "v1", labelSelector=label_selector)
 
     def get_node(self, name: str) -> JsonDict | None:
         node: JsonDict

@@ -19,7 +19,7 @@ from joiner.domain.requirements import Requirements
 from joiner.domain.resources import EMPTY, Resources
 
 __all__ = [
-    "Taint", "Toleration", "LabelSelector", "PodAffinityTerm", "TopologySpreadConstraint",
+    "POD_DELETION_COST", "Taint", "Toleration", "LabelSelector", "PodAffinityTerm", "TopologySpreadConstraint",
     "PreferredNodeTerm", "HostPort", "Pod", "Node", "DaemonSet", "PodDisruptionBudget",
     "PersistentVolumeClaim", "PersistentVolume", "StorageClass", "CSINode",
     "Budget", "Disruption", "NodePool", "SelectorTerm", "KubeletConfig", "NodeClass",
@@ -28,6 +28,8 @@ __all__ = [
 ]
 
 TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+#: The ReplicaSet controller's per-pod deletion preference (an int32 annotation).
+POD_DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 CRITICAL_PRIORITY_CLASSES = frozenset({"system-cluster-critical", "system-node-critical"})
 
 
@@ -209,7 +211,7 @@ class Pod:
 
     @property
     def is_mirror(self) -> bool:
-        return "kubernetes.io/config.mirror" in self.annotations
+        return wk.MIRROR_POD_ANNOTATION in self.annotations
 
     @property
     def is_terminal(self) -> bool:
@@ -248,7 +250,7 @@ class Pod:
     @property
     def deletion_cost(self) -> int:
         try:
-            return int(self.annotations.get("controller.kubernetes.io/pod-deletion-cost", "0"))
+            return int(self.annotations.get(POD_DELETION_COST, "0"))
         except ValueError:
             return 0
 

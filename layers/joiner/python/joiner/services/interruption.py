@@ -63,7 +63,7 @@ from joiner.domain.model import NodePool, OfferingKey, Pod
 from joiner.domain.termination import DISRUPTED_TAINT, reschedulable_pods
 from joiner.observability import logger
 from joiner.ports import ClaimRecord, Ec2Error, JsonDict, KubernetesError
-from joiner.services.ownership import ownership_problem, refuse
+from joiner.services.ownership import instance_tags, ownership_problem, refuse
 from joiner.services.termination import TerminationResult, begin_termination, cordon_node, request_termination
 
 if TYPE_CHECKING:
@@ -122,9 +122,9 @@ class ClusterView:
     batch are remembered so replacements for later ones never count on them. Thread-safe."""
 
     runtime: Runtime
-    _nodes: dict[str, JsonDict] | None = None
+    _nodes: dict[str, JsonDict | None] = field(default_factory=dict)
     _pools: dict[str, NodePool] | None = None
-    _claims: dict[str, ClaimRecord] | None = None
+    _claims: dict[str, ClaimRecord | None] = field(default_factory=dict)
     disrupted: set[str] = field(default_factory=set)
     _round: Any = None
     _in_flight: list[Any] = field(default_factory=list)
@@ -137,29 +137,41 @@ class ClusterView:
     _waiting: list[_ReplacementRequest] = field(default_factory=list, repr=False)
     _planner_busy: bool = False
 
-    def nodes_by_instance(self) -> dict[str, JsonDict]:
+    def node_of(self, instance_id: str) -> JsonDict | None:
+        """The instance's Node, read by name: the claim that launched the instance records
+        the Node it registered as, and a Node registered after the claim was last written is
+        found by its ``joiner.dev/nodeclaim`` label (then checked by ``providerID``). An
+        instance with no claim is not Joiner's to act on (:mod:`joiner.services.ownership`),
+        so its Node is never looked for: no event reads more than the Nodes it names."""
         with self._lock:
-            if self._nodes is None:
-                found: dict[str, JsonDict] = {}
-                for node in self.runtime.kube.list_nodes():
-                    provider = (node.get("spec") or {}).get("providerID") or ""
-                    tail = provider.rsplit("/", 1)[-1]
-                    if provider.startswith("aws://") and tail.startswith("i-"):
-                        found[tail] = node
-                    if _is_disrupted(node):
-                        self.disrupted.add(node["metadata"]["name"])
-                self._nodes = found
-            return self._nodes
+            if instance_id in self._nodes:
+                return self._nodes[instance_id]
+        claim = self.claim_for(instance_id)
+        node: JsonDict | None = None
+        if claim is not None and claim.node_name:
+            node = self.runtime.kube.get_node(claim.node_name)
+            if node is not None and _instance_of(node) not in ("", instance_id):
+                node = None  # the name was reused by another instance's Node
+        # A claim that has not recorded its Node (or its instance: a launch whose invocation
+        # died after CreateFleet, named by the instance's own tag) is found by its label.
+        claim_id = claim.claim_id if claim is not None else instance_tags(self.runtime, [instance_id]).get(instance_id, {}).get(wk.NODECLAIM)
+        if node is None and claim_id:
+            selector = f"{wk.NODECLAIM}={claim_id}"
+            node = next((n for n in self.runtime.kube.iter_nodes(label_selector=selector) if _instance_of(n) == instance_id), None)
+        with self._lock:
+            self._nodes[instance_id] = node
+            if node is not None and _is_disrupted(node):
+                self.disrupted.add(node["metadata"]["name"])
+        return node
 
     def expect_disruption(self, instance_ids: Iterable[str]) -> None:
         """Instances the batch's events are about to take away: their nodes are left out of
         every replacement plan of the invocation from the start, so a burst of warnings is
-        never planned onto nodes that are going too."""
-        nodes = self.nodes_by_instance()
-        with self._lock:
-            for instance_id in instance_ids:
-                node = nodes.get(instance_id)
-                if node is not None:
+        never planned onto claims of nodes that are going too."""
+        for instance_id in instance_ids:
+            node = self.node_of(instance_id)
+            if node is not None:
+                with self._lock:
                     self.disrupted.add(node["metadata"]["name"])
 
     def first_mark(self, offering: OfferingKey) -> bool:
@@ -171,19 +183,15 @@ class ClusterView:
             return True
 
     def claim_for(self, instance_id: str) -> ClaimRecord | None:
-        """The instance's claim: from the open claims read once, else looked up (it may be closed)."""
+        """The claim that records the instance (open or closed), looked up by instance id
+        once per invocation."""
         with self._lock:
-            if self._claims is None:
-                self._claims = {c.instance_id: c for c in self.runtime.state.open_claims() if c.instance_id}
-            found = self._claims.get(instance_id)
-        return found if found is not None else self.runtime.state.claim_by_instance(instance_id)
-
-    def node_for(self, instance_id: str, claim: ClaimRecord | None) -> JsonDict | None:
-        node = self.nodes_by_instance().get(instance_id)
-        if node is None and claim is not None and claim.node_name:
-            # registered after the list was taken
-            node = self.runtime.kube.get_node(claim.node_name)
-        return node
+            if instance_id in self._claims:
+                return self._claims[instance_id]
+        found = self.runtime.state.claim_by_instance(instance_id)
+        with self._lock:
+            self._claims[instance_id] = found
+        return found
 
     def node_pool(self, name: str) -> NodePool:
         with self._lock:
@@ -253,7 +261,7 @@ class ClusterView:
         work = self._round
         if work is None:
             work = _replacement_round(self.runtime, now)
-            work.read()
+            work.read(workloads=False)
             work.resolve_classes()
             work.instance_types()
             work.open_by_id = {c.claim_id: c for c in work.claims}
@@ -341,6 +349,13 @@ def _replacement_round(runtime: Runtime, now: datetime) -> Any:
     return _UnleasedRound(runtime, now, owner=f"interruption/{getattr(runtime, 'invocation_id', 'local')}")
 
 
+def _instance_of(node: JsonDict) -> str:
+    """The EC2 instance id in a Node's ``providerID`` (``aws:///zone/i-...``), "" when none."""
+    provider = str((node.get("spec") or {}).get("providerID") or "")
+    tail = provider.rsplit("/", 1)[-1]
+    return tail if provider.startswith("aws://") and tail.startswith("i-") else ""
+
+
 def _is_disrupted(node: JsonDict) -> bool:
     spec = node.get("spec") or {}
     return any(t.get("key") == DISRUPTED_TAINT.key for t in spec.get("taints") or [])
@@ -367,7 +382,7 @@ def handle_interruption(runtime: Runtime, event: InterruptionEvent, now: datetim
 
 def _handle_instance(runtime: Runtime, view: ClusterView, event: InterruptionEvent, instance_id: str, now: datetime) -> NodeOutcome:
     claim = view.claim_for(instance_id)
-    node = view.node_for(instance_id, claim)
+    node = view.node_of(instance_id)
     labels = ((node or {}).get("metadata") or {}).get("labels") or {}
     pool_name = (claim.node_pool if claim else None) or labels.get(wk.NODEPOOL) or None
     pool = view.node_pool(pool_name) if pool_name else None

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from joiner.domain import labels as wk
 from joiner.domain import snapshot as snap
 from joiner.domain.amis import PUBLISHED, STANDARD, VARIANTS, variant_of, variant_requirements
+from joiner.domain.interning import PodInterner
 from joiner.domain.launch import (
     CAPACITY_TYPE_PREFERENCE,
     LaunchError,
@@ -80,6 +81,7 @@ from joiner.ports import (
     KubernetesError,
     LaunchTemplateNotFound,
     LaunchTemplateRef,
+    StatePort,
     Subnet,
 )
 from joiner.services.registration import RegistrationResult, reconcile_registration
@@ -116,6 +118,8 @@ LIMIT_REACHED = "limit reached"
 #: Capacity-type preference when a claim allows both.
 SPOT, ON_DEMAND = wk.CAPACITY_TYPE_SPOT, wk.CAPACITY_TYPE_ON_DEMAND
 NODES = "nodes"
+#: State items holding each limited NodePool's usage by Nodes no reservation covers.
+UNRESERVED_KIND = "UNRESERVED"
 
 RESERVED, LAUNCHED, REGISTERED, INITIALIZED, TERMINATING, CLOSED = (
     "reserved", "launched", "registered", "initialized", "terminating", "closed",
@@ -288,7 +292,13 @@ class _Round:
         self.capacity_errors: list[OfferingKey] = []
         self.attempts: dict[str, int] = {}
         self.pod_events: list[tuple[JsonDict, str, str, str]] = []
+        #: pod key -> a reference to write events on (unbound pods only, see :meth:`read`)
+        self.pod_refs: dict[str, JsonDict] = {}
+        #: keys of unbound pods kube-scheduler marked unschedulable
+        self.marked_unschedulable: set[str] = set()
         self.plans = 0
+        #: whether :meth:`read` read the cluster's pods and Nodes
+        self.workloads = True
         #: open claims by id, kept current as this round reserves, launches and closes them
         self.open_by_id: dict[str, ClaimRecord] = {}
         #: claims of nodes being taken away (replacement rounds): they never host the pods again
@@ -313,14 +323,21 @@ class _Round:
 
     # ------------------------------------------------------------ read
 
-    def read(self) -> None:
-        """List the cluster and the state, all reads in parallel (the round's latency is the
-        slowest list, usually pods), then parse each object on its own."""
+    def read(self, *, workloads: bool = True) -> None:
+        """Read the cluster and the state, all reads in parallel (the round's latency is the
+        slowest list, usually pods). Pods and Nodes are parsed page by page as they stream in
+        and only their compact, interned form is kept (:mod:`joiner.domain.interning`): the
+        raw list is never held, so memory follows the parsed model, not the API's JSON.
+
+        ``workloads=False`` reads neither pods nor Nodes (a replacement for one node's pods
+        is planned onto new capacity only): what it reads then does not grow with the
+        cluster, and limits count the Nodes no reservation covers as the last scanner round
+        found them (:data:`UNRESERVED_KIND`)."""
         kube, state, now = self.kube, self.state, self.now
+        self.workloads = workloads
         reads: dict[str, Callable[[], Any]] = {
-            "runtime_classes": kube.list_runtime_classes,
-            "pods": kube.list_pods,
-            "nodes": kube.list_nodes,
+            "pods": self._read_pods if workloads else self._read_runtime_classes_only,
+            "nodes": (lambda: [n for n in (self._parse(snap.parse_node, o) for o in kube.iter_nodes()) if n is not None]) if workloads else list,
             "daemonsets": kube.list_daemonsets,
             "pools": kube.list_node_pools,
             "classes": kube.list_node_classes,
@@ -330,38 +347,12 @@ class _Round:
         with ThreadPoolExecutor(max_workers=len(reads), thread_name_prefix="joiner-read") as pool:
             futures = {name: pool.submit(function) for name, function in reads.items()}
             answers = {name: future.result() for name, future in futures.items()}
-        runtime_classes_raw, pods_raw, nodes_raw = answers["runtime_classes"], answers["pods"], answers["nodes"]
+        runtime_classes, pods = answers["pods"]
         daemonsets_raw, pools_raw, classes_raw = answers["daemonsets"], answers["pools"], answers["classes"]
         self.claims = answers["claims"]
         self.unavailable = set(answers["unavailable"])
-
-        runtime_classes: dict[str, Resources] = {}
-        for obj in runtime_classes_raw:
-            parsed = self._parse(snap.parse_runtime_class, obj)
-            if parsed is not None:
-                runtime_classes[parsed[0]] = parsed[1]
-        self.pods_raw: dict[str, JsonDict] = {}
-        pods: list[Pod] = []
-        cache = self.runtime.parsed_pods
-        if cache.get("runtime_classes") != runtime_classes:
-            cache.clear()
-            cache["runtime_classes"] = dict(runtime_classes)
-        previous: dict[tuple[str, str], Pod] = cache.get("pods", {})
-        current: dict[tuple[str, str], Pod] = {}
-        for obj in pods_raw:
-            meta = obj.get("metadata") or {}
-            key = (str(meta.get("uid") or ""), str(meta.get("resourceVersion") or ""))
-            pod = previous.get(key) if all(key) else None
-            if pod is None:
-                pod = self._parse(lambda o: snap.parse_pod(o, runtime_classes), obj, event_pod=True)
-            if pod is not None:
-                pods.append(pod)
-                self.pods_raw[pod.key] = obj
-                if all(key):
-                    current[key] = pod
-        cache["pods"] = current  # only what exists now: the cache never outgrows the cluster
         self.pods = tuple(pods)
-        self.nodes = tuple(n for n in (self._parse(snap.parse_node, o) for o in nodes_raw) if n is not None)
+        self.nodes = tuple(answers["nodes"])
         #: every Node read, also those a replacement round leaves out of planning (going away):
         #: they count against limits until their capacity is released
         self.all_nodes = self.nodes
@@ -379,6 +370,54 @@ class _Round:
             runtime_classes=runtime_classes,
             **self._read_volumes(),
         )
+
+    def _read_runtime_classes_only(self) -> tuple[dict[str, Resources], list[Pod]]:
+        return self._read_runtime_classes(), []
+
+    def _read_runtime_classes(self) -> dict[str, Resources]:
+        runtime_classes: dict[str, Resources] = {}
+        for obj in self.kube.list_runtime_classes():
+            parsed = self._parse(snap.parse_runtime_class, obj)
+            if parsed is not None:
+                runtime_classes[parsed[0]] = parsed[1]
+        return runtime_classes
+
+    def _read_pods(self) -> tuple[dict[str, Resources], list[Pod]]:
+        """RuntimeClasses (pods need their overhead), then every pod, parsed as its page
+        arrives. A pod parsed in an earlier round of this warm container at the same
+        ``resourceVersion`` is reused as it is. Keeps an event reference only for unbound
+        pods (the only ones a round writes events for) and notes which of them kube-scheduler
+        marked unschedulable."""
+        runtime_classes = self._read_runtime_classes()
+        cache = self.runtime.parsed_pods
+        if cache.get("runtime_classes") != runtime_classes:
+            cache.clear()
+            cache["runtime_classes"] = dict(runtime_classes)
+        previous: dict[tuple[str, str], Pod] = cache.get("pods", {})
+        current: dict[tuple[str, str], Pod] = {}
+        interner = PodInterner()
+        pods: list[Pod] = []
+        pod_refs: dict[str, JsonDict] = {}
+        marked: set[str] = set()
+        for obj in self.kube.iter_pods():
+            meta = obj.get("metadata") or {}
+            key = (str(meta.get("uid") or ""), str(meta.get("resourceVersion") or ""))
+            pod = previous.get(key) if all(key) else None
+            if pod is None:
+                parsed = self._parse(lambda o: snap.parse_pod(o, runtime_classes), obj, event_pod=True)
+                pod = interner.pod(parsed) if parsed is not None else None
+            if pod is None:
+                continue
+            pods.append(pod)
+            if all(key):
+                current[key] = pod
+            if not pod.node_name:
+                pod_refs[pod.key] = object_reference(obj)
+                if _marked_unschedulable(obj):
+                    marked.add(pod.key)
+        self.pod_refs, self.marked_unschedulable = pod_refs, marked
+        cache["pods"] = current  # only what exists now: the cache never outgrows the cluster
+        return runtime_classes, pods
 
     def _read_volumes(self) -> dict[str, Any]:
         """Volume claims, volumes, storage classes and CSINodes, read only when a pod uses a
@@ -409,7 +448,7 @@ class _Round:
             self.invalid.append(str(error))
             log.warning("skipping invalid object: %s", error)
             if event_pod:
-                self._pod_event(obj, "FailedScheduling", f"Joiner cannot read this pod: {error}", "Warning")
+                self._pod_event(object_reference(obj), "FailedScheduling", f"Joiner cannot read this pod: {error}", "Warning")
             elif event_object:
                 self._emit(obj, "InvalidSpec", str(error), "Warning")
                 self.invalid_by_name[(str(obj.get("kind")), str((obj.get("metadata") or {}).get("name")))] = str(error)
@@ -514,7 +553,29 @@ class _Round:
         limited = [name for name in sorted(self.pools) if self.pools[name].limits is not None]
         self.reservations = {name: self._settled(name, self.state.reservations(name)) for name in limited}
         self.reserved = {name: _total(held.values()) for name, held in self.reservations.items()}
-        self.unreserved = unreserved_usage(self.all_nodes, self.claims, self.reservations, registration.node_pools)
+        if self.workloads:
+            self.unreserved = unreserved_usage(self.all_nodes, self.claims, self.reservations, registration.node_pools)
+        else:
+            published = published_unreserved(self.state)
+            self.unreserved = {}
+            for name in self.reservations:
+                if name in published:
+                    self.unreserved[name] = published[name]
+                    continue
+                # No full round has published this pool's figure yet: its own Nodes are read.
+                nodes = [n for n in (self._parse(snap.parse_node, o) for o in self.kube.iter_nodes(label_selector=f"{wk.NODEPOOL}={name}")) if n is not None]
+                self.unreserved.update(unreserved_usage(nodes, self.claims, {name: self.reservations[name]}))
+
+    def publish_unreserved(self) -> None:
+        """Store each limited NodePool's :attr:`unreserved` figure where a round that reads no
+        Nodes finds it (:meth:`read` with ``workloads=False``); written only when it changed."""
+        stored = published_unreserved(self.state)
+        for name in sorted(self.reservations):
+            usage = self.unreserved.get(name, EMPTY)
+            if stored.get(name, EMPTY) != usage:
+                self.state.put_item(UNRESERVED_KIND, name, {"pool": name, "unreserved": dict(usage.items())})
+        for name in sorted(set(stored) - set(self.reservations)):
+            self.state.delete_item(UNRESERVED_KIND, name)
 
     def _settled(self, pool: str, held: dict[str, Resources]) -> dict[str, Resources]:
         """``held`` without reservations of closed claims, which are released now: a caller
@@ -937,7 +998,7 @@ class _Round:
                 f"({launched.instance_id}, ${launched.price:.4f}/h) for {len(launched.pods)} pod(s)",
             )
         for key in launched.pods:
-            obj = self.pods_raw.get(key)
+            obj = self.pod_refs.get(key)
             if obj is not None:
                 self._pod_event(
                     obj, "Nominated",
@@ -1017,7 +1078,7 @@ class _Round:
         if LIMIT_REACHED in reason and pod.key not in self.unschedulable:
             self.runtime.count("LimitReached", 1)
         self.unschedulable[pod.key] = UnschedulablePod(pod.key, reason)
-        obj = self.pods_raw.get(pod.key)
+        obj = self.pod_refs.get(pod.key)
         if obj is not None:
             self._pod_event(obj, "FailedScheduling", f"Joiner: {reason}", "Warning")
 
@@ -1083,6 +1144,7 @@ def _run_round(runtime: Runtime, now: datetime, owner: str) -> RoundResult:
     work.resolve_classes()
     work.instance_types()
     work.compute_usage(registration)
+    work.publish_unreserved()
     for claim_id in registration.timed_out:
         pool_obj = work.pools_raw.get(next((c.node_pool for c in work.claims if c.claim_id == claim_id), ""))
         if pool_obj is not None:
@@ -1093,7 +1155,7 @@ def _run_round(runtime: Runtime, now: datetime, owner: str) -> RoundResult:
     work.open_by_id = {c.claim_id: c for c in open_claims if c.claim_id not in orphans_closed}
     in_flight = work.in_flight(work.open_by_id.values())
 
-    pending = [p for p in work.pods if p.is_pending and _marked_unschedulable(work.pods_raw.get(p.key))]
+    pending = [p for p in work.pods if p.is_pending and p.key in work.marked_unschedulable]
     ages = [(now - (p.unschedulable_since or p.created or now)).total_seconds() for p in pending]
     if pending:  # an idle cluster emits no series: each costs $0.30 a month (the alarm reads missing as fine)
         runtime.count("PodsPending", len(pending))
@@ -1154,6 +1216,27 @@ def _run_round(runtime: Runtime, now: datetime, owner: str) -> RoundResult:
 #: ``compute_usage()``, ``in_flight()``, ``solve()``, then :func:`launch_plan` and
 #: ``flush_pod_events()``.
 ProvisioningRound = _Round
+
+
+def published_unreserved(state: StatePort) -> dict[str, Resources]:
+    """NodePool -> the unreserved usage the last full round published (:meth:`_Round.publish_unreserved`)."""
+    found: dict[str, Resources] = {}
+    for item in state.list_items(UNRESERVED_KIND):
+        amounts = item.get("unreserved")
+        if isinstance(amounts, dict):
+            found[str(item.get("pool"))] = Resources({str(k): int(v) for k, v in amounts.items()})
+    return found
+
+
+def object_reference(obj: JsonDict) -> JsonDict:
+    """What an Event needs of ``obj`` (kind, name, namespace, uid, resourceVersion): kept
+    instead of the whole object, which may be many kilobytes."""
+    meta = obj.get("metadata") or {}
+    return {
+        "apiVersion": obj.get("apiVersion"),
+        "kind": obj.get("kind"),
+        "metadata": {key: meta[key] for key in ("name", "namespace", "uid", "resourceVersion") if meta.get(key)},
+    }
 
 
 def _marked_unschedulable(obj: JsonDict | None) -> bool:
