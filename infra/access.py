@@ -28,6 +28,7 @@ __all__ = [
     "CAPABILITIES",
     "CLEAN_UP_READ_ACTIONS",
     "CLUSTER_TAG",
+    "EC2_SERVICE_PRINCIPALS",
     "EKS_AMI_PARAMETERS",
     "IDEMPOTENCY_TABLE_ACTIONS",
     "KUBERNETES_GROUP",
@@ -46,6 +47,8 @@ __all__ = [
 ]
 
 CLUSTER_TAG = "joiner.dev/cluster"
+#: What ``iam:PassedToService`` holds when the node role is passed to EC2, per partition.
+EC2_SERVICE_PRINCIPALS: tuple[str, ...] = ("ec2.amazonaws.com", "ec2.amazonaws.com.cn")
 #: Kubernetes group of the functions' access entries; manifests/rbac.yaml binds it.
 KUBERNETES_GROUP = "joiner:controller"
 #: The watcher only lists and watches pods, NodePools and NodeClasses (manifests/rbac.yaml).
@@ -246,7 +249,8 @@ class FunctionAccess(Construct):
                         sid="PassNodeRoleToEc2",
                         actions=["iam:PassRole"],
                         resources=[node_role_arn],
-                        conditions={"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}},
+                        # EC2's service principal is ec2.amazonaws.com.cn in the China regions.
+                        conditions={"StringEquals": {"iam:PassedToService": list(EC2_SERVICE_PRINCIPALS)}},
                     ),
                 ],
                 roles=launchers,

@@ -61,6 +61,7 @@ def synthesized_private(tmp_path_factory: pytest.TempPathFactory) -> Synthesized
             "clusterName": "private-cluster",
             "region": "eu-west-1",
             "vpcId": "vpc-0123456789abcdef0",
+            "vpcEndpoints": "existing",
             "subnetIds": "subnet-0123456789abcdef0,subnet-0123456789abcdef1",
             "scannerMode": "economy",
             "logRetentionDays": "14",

@@ -75,6 +75,7 @@ ENVIRONMENT_SETTINGS = {
     "JOINER_WORK_QUEUE_URL": "work_queue_url",
     "JOINER_INTERRUPTION_QUEUE_URL": "interruption_queue_url",
     "JOINER_PLANNER_FUNCTION": "planner_function",
+    "JOINER_NODE_ROLE": "node_role",
 }
 #: Granted actions AWS services (not the handler's code) use with the function's role: log
 #: delivery, X-Ray segments, the SQS event source mapping, and the key of the encrypted
@@ -257,7 +258,7 @@ def bind(deployment: Deployment, function: str, settings: Any) -> Binding:
         field_name = ENVIRONMENT_SETTINGS.get(variable)
         if field_name is None or not isinstance(reference, dict) or "Ref" not in reference:
             continue
-        value = getattr(settings, field_name)
+        value = getattr(settings, field_name, None)
         if not value:
             continue
         logical = reference["Ref"]
@@ -267,6 +268,9 @@ def bind(deployment: Deployment, function: str, settings: Any) -> Binding:
             bound[logical] = {"Ref": value, "Arn": build_arn("sqs", "queue", region, account, _queue_name(value))}
         elif resources[logical]["Type"] == "AWS::Lambda::Function":
             bound[logical] = {"Ref": value, "Arn": build_arn("lambda", "function", region, account, value)}
+        elif resources[logical]["Type"] == "AWS::IAM::Role":
+            # The created node role's name holds the region (infra.config.created_node_role_name).
+            bound[logical] = {"Ref": value, "Arn": build_arn("iam", "role", region, account, value)}
     for logical, resource in resources.items():
         if resource["Type"] == "AWS::KMS::Key":
             bound[logical] = {"Arn": build_arn("kms", "key", region, account, logical)}
