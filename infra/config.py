@@ -39,6 +39,7 @@ CONTEXT_KEYS: dict[str, str] = {
     "alarmEmail": "alarm_email",
     "alarmTopicArn": "alarm_topic_arn",
     "nodeRoleArn": "node_role_arn",
+    "ebsKmsKeyArn": "ebs_kms_key_arn",
     "createAccessEntry": "create_access_entry",
     "dashboard": "dashboard_enabled",
     "dashboardName": "dashboard_name",
@@ -65,6 +66,7 @@ _SECURITY_GROUP_ID = re.compile(r"^sg-[0-9a-f]{8,17}$")
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 _TOPIC_ARN = re.compile(r"^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_-]{1,256}$")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+_KMS_KEY_ARN = re.compile(r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[A-Za-z0-9-]{1,128}$")
 _DASHBOARD_NAME = re.compile(r"^[A-Za-z0-9_-]{1,255}$")
 _ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/(?:[\w+=,.@-]+/)*([\w+=,.@-]{1,64})$")
 
@@ -120,6 +122,9 @@ class JoinerConfig:
     alarm_email: str | None = None
     alarm_topic_arn: str | None = None
     node_role_arn: str | None = None
+    #: The customer-managed key that encrypts the nodes' EBS volumes (a NodeClass's ``kmsKeyID``
+    #: or the account's default EBS key): the launching roles get the grants EC2 needs.
+    ebs_kms_key_arn: str | None = None
     create_access_entry: bool = True
     #: The functions' log level (POWERTOOLS_LOG_LEVEL).
     log_level: str = "INFO"
@@ -179,6 +184,8 @@ class JoinerConfig:
             fail("alarmTopicArn", f"{self.alarm_topic_arn!r} is not an SNS topic ARN")
         if self.node_role_arn is not None and not _ROLE_ARN.match(self.node_role_arn):
             fail("nodeRoleArn", f"{self.node_role_arn!r} is not an IAM role ARN")
+        if self.ebs_kms_key_arn is not None and not _KMS_KEY_ARN.match(self.ebs_kms_key_arn):
+            fail("ebsKmsKeyArn", f"{self.ebs_kms_key_arn!r} is not a KMS key ARN (arn:aws:kms:<region>:<account>:key/<id>; not an alias)")
         if not isinstance(self.create_access_entry, bool):
             fail("createAccessEntry", f"must be true or false, got {self.create_access_entry!r}")
         if not isinstance(self.dashboard_enabled, bool):

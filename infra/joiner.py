@@ -69,7 +69,7 @@ class Joiner(Construct):
             self, "Access", cluster_name=cluster, function_names=tuple(spec.name for spec in specs),
             node_role_arn=self.node_role.role_arn, state_table=self.tables.state_table,
             idempotency_table=self.tables.idempotency_table, work_queue=self.work.queue,
-            create_access_entries=config.create_access_entry, in_vpc=config.in_vpc,
+            create_access_entries=config.create_access_entry, in_vpc=config.in_vpc, ebs_kms_key_arn=config.ebs_kms_key_arn,
         )
         environment = {
             "JOINER_CLUSTER_NAME": cluster,

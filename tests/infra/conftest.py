@@ -20,6 +20,8 @@ from infra import use_bundled_node
 use_bundled_node()
 
 CLUSTER = "demo"
+#: The private variant's customer-managed EBS key (its launches encrypt volumes with it).
+EBS_KEY = "arn:aws:kms:eu-west-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,7 @@ def synthesized_private(tmp_path_factory: pytest.TempPathFactory) -> Synthesized
             "logRetentionDays": "14",
             "alarmTopicArn": "arn:aws:sns:eu-west-1:123456789012:ops-alarms",
             "nodeRoleArn": "arn:aws:iam::123456789012:role/eks/MyNodeRole",
+            "ebsKmsKeyArn": EBS_KEY,
             "createAccessEntry": "false",
             "pendingPodAgeAlarmSeconds": "900",
             "capacityErrorsAlarmThreshold": 25,

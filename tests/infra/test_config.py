@@ -50,8 +50,8 @@ def test_node_role_name_comes_from_the_arn_path():
         ({"clusterName": "a", "vpcId": "vpc-0123456789abcdef0", "subnetIds": "sub-1", "vpcEndpoints": "existing"},
          "context 'subnetIds': 'sub-1' is not a subnet id"),
         ({"clusterName": "a", "vpcId": "vpc-0123456789abcdef0", "subnetIds": "subnet-0123456789abcdef0"},
-         "context 'vpcEndpoints': in a VPC, say how the functions reach AWS APIs: 'create' (the stack creates interface endpoints "
-         "for ec2, ssm, eks, sqs, sts, lambda, xray)"),
+         ("context 'vpcEndpoints': in a VPC, say how the functions reach AWS APIs: 'create' (the stack creates interface endpoints "
+          "for ec2, ssm, eks, sqs, sts, lambda, xray)")),
         ({"clusterName": "a", "vpcId": "vpc-0123456789abcdef0", "subnetIds": "subnet-0123456789abcdef0", "vpcEndpoints": "nat"},
          "context 'vpcEndpoints': must be 'create' or 'existing'"),
         ({"clusterName": "a", "vpcEndpoints": "create"}, "context 'vpcEndpoints': needs vpcId"),
