@@ -28,6 +28,8 @@ __all__ = [
     "CAPABILITIES",
     "CLEAN_UP_READ_ACTIONS",
     "CLUSTER_TAG",
+    "EBS_KEY_ACTIONS",
+    "EC2_SERVICE_PRINCIPALS",
     "EKS_AMI_PARAMETERS",
     "IDEMPOTENCY_TABLE_ACTIONS",
     "KUBERNETES_GROUP",
@@ -46,6 +48,13 @@ __all__ = [
 ]
 
 CLUSTER_TAG = "joiner.dev/cluster"
+#: What EC2 does with a customer-managed EBS key on the launching caller's behalf (encrypted
+#: volumes from a launch): the grant (for AWS resources only) and the data-key calls.
+EBS_KEY_ACTIONS: tuple[str, ...] = (
+    "kms:Decrypt", "kms:DescribeKey", "kms:GenerateDataKeyWithoutPlaintext", "kms:ReEncryptFrom", "kms:ReEncryptTo",
+)
+#: What ``iam:PassedToService`` holds when the node role is passed to EC2, per partition.
+EC2_SERVICE_PRINCIPALS: tuple[str, ...] = ("ec2.amazonaws.com", "ec2.amazonaws.com.cn")
 #: Kubernetes group of the functions' access entries; manifests/rbac.yaml binds it.
 KUBERNETES_GROUP = "joiner:controller"
 #: The watcher only lists and watches pods, NodePools and NodeClasses (manifests/rbac.yaml).
@@ -139,6 +148,7 @@ class FunctionAccess(Construct):
         idempotency_table: dynamodb.ITable,
         work_queue: sqs.IQueue,
         create_access_entries: bool,
+        ebs_kms_key_arn: str | None = None,
         in_vpc: bool = False,
     ) -> None:
         super().__init__(scope, construct_id)
@@ -246,11 +256,21 @@ class FunctionAccess(Construct):
                         sid="PassNodeRoleToEc2",
                         actions=["iam:PassRole"],
                         resources=[node_role_arn],
-                        conditions={"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}},
+                        # EC2's service principal is ec2.amazonaws.com.cn in the China regions.
+                        conditions={"StringEquals": {"iam:PassedToService": list(EC2_SERVICE_PRINCIPALS)}},
                     ),
                 ],
                 roles=launchers,
             )
+            if ebs_kms_key_arn is not None:
+                # Karpenter's controller policy for an encrypted-by-default account: launches with a
+                # customer-managed EBS key fail (Client.InvalidKMSKey.InvalidState) without these.
+                self.launch.add_statements(
+                    iam.PolicyStatement(sid="UseTheEbsKeyForLaunchedVolumes", actions=list(EBS_KEY_ACTIONS),
+                                        resources=[ebs_kms_key_arn]),
+                    iam.PolicyStatement(sid="GrantTheEbsKeyToEc2Volumes", actions=["kms:CreateGrant"], resources=[ebs_kms_key_arn],
+                                        conditions={"Bool": {"kms:GrantIsForAWSResource": "true"}}),
+                )
 
         self.terminate: iam.Policy | None = None
         terminators = holders("terminate")

@@ -7,13 +7,14 @@ here, before any construct exists, so a typo fails synth with one line naming th
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ConfigError", "JoinerConfig", "RETENTION_DAY_NAMES", "CONTEXT_KEYS"]
+__all__ = ["ConfigError", "INTERFACE_ENDPOINTS", "VPC_ENDPOINT_MODES", "JoinerConfig", "RETENTION_DAY_NAMES", "CONTEXT_KEYS", "created_node_role_name"]
 
 #: CloudWatch Logs retention periods (days) -> aws_logs.RetentionDays member name.
 RETENTION_DAY_NAMES: dict[int, str] = {
@@ -32,11 +33,13 @@ CONTEXT_KEYS: dict[str, str] = {
     "vpcId": "vpc_id",
     "subnetIds": "subnet_ids",
     "securityGroupId": "security_group_id",
+    "vpcEndpoints": "vpc_endpoints",
     "scannerMode": "scanner_mode",
     "logRetentionDays": "log_retention_days",
     "alarmEmail": "alarm_email",
     "alarmTopicArn": "alarm_topic_arn",
     "nodeRoleArn": "node_role_arn",
+    "ebsKmsKeyArn": "ebs_kms_key_arn",
     "createAccessEntry": "create_access_entry",
     "dashboard": "dashboard_enabled",
     "dashboardName": "dashboard_name",
@@ -63,8 +66,35 @@ _SECURITY_GROUP_ID = re.compile(r"^sg-[0-9a-f]{8,17}$")
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 _TOPIC_ARN = re.compile(r"^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_-]{1,256}$")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+_KMS_KEY_ARN = re.compile(r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[A-Za-z0-9-]{1,128}$")
 _DASHBOARD_NAME = re.compile(r"^[A-Za-z0-9_-]{1,255}$")
 _ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/(?:[\w+=,.@-]+/)*([\w+=,.@-]{1,64})$")
+
+
+#: IAM names are at most 64 characters; room is kept for the longest region name (15).
+_IAM_NAME_MAX = 64
+_REGION_NAME_MAX = 15
+_NODE_ROLE_PREFIX = "JoinerNodeRole-"
+
+
+def created_node_role_name(cluster_name: str, region: str) -> str:
+    """``JoinerNodeRole-<cluster>-<region>``: IAM role and instance profile names are
+    account-wide, so the stacks of one cluster name in two regions need two names. ``region``
+    may be a CDK token (an environment-agnostic stack). A cluster name too long to fit is cut
+    and ends in 8 hex digits of its SHA-256, so two long names stay apart."""
+    room = _IAM_NAME_MAX - len(_NODE_ROLE_PREFIX) - 1 - _REGION_NAME_MAX
+    cluster = cluster_name
+    if len(cluster) > room:
+        cluster = f"{cluster[:room - 9]}-{hashlib.sha256(cluster_name.encode()).hexdigest()[:8]}"
+    return f"{_NODE_ROLE_PREFIX}{cluster}-{region}"
+
+
+VPC_ENDPOINT_MODES = ("create", "existing")
+#: The AWS APIs the functions call (joiner.adapters.aws and the handlers) that have interface
+#: endpoints: ``lambda`` is the watcher's wake-up of the scanner (responsive mode), ``xray`` the
+#: traces. DynamoDB is reached through a gateway endpoint (route tables, not subnets); the Price
+#: List API has endpoints in three regions only (without it: the bundled prices).
+INTERFACE_ENDPOINTS: tuple[str, ...] = ("ec2", "ssm", "eks", "sqs", "sts", "lambda", "xray")
 
 
 class ConfigError(ValueError):
@@ -84,11 +114,17 @@ class JoinerConfig:
     vpc_id: str | None = None
     subnet_ids: tuple[str, ...] = ()
     security_group_id: str | None = None
+    #: In a VPC: ``create`` (the stack creates the interface endpoints the functions call) or
+    #: ``existing`` (NAT, or endpoints of your own for every service in ``INTERFACE_ENDPOINTS``).
+    vpc_endpoints: str | None = None
     scanner_mode: str = "responsive"
     log_retention_days: int = 30
     alarm_email: str | None = None
     alarm_topic_arn: str | None = None
     node_role_arn: str | None = None
+    #: The customer-managed key that encrypts the nodes' EBS volumes (a NodeClass's ``kmsKeyID``
+    #: or the account's default EBS key): the launching roles get the grants EC2 needs.
+    ebs_kms_key_arn: str | None = None
     create_access_entry: bool = True
     #: The functions' log level (POWERTOOLS_LOG_LEVEL).
     log_level: str = "INFO"
@@ -127,6 +163,14 @@ class JoinerConfig:
                 fail("securityGroupId", f"{self.security_group_id!r} is not a security group id (sg-...)")
             if self.vpc_id is None:
                 fail("securityGroupId", "needs vpcId and subnetIds too")
+        if self.vpc_endpoints is not None and self.vpc_endpoints not in VPC_ENDPOINT_MODES:
+            fail("vpcEndpoints", f"must be 'create' or 'existing', got {self.vpc_endpoints!r}")
+        if self.vpc_endpoints is not None and self.vpc_id is None:
+            fail("vpcEndpoints", "needs vpcId and subnetIds too")
+        if self.vpc_id is not None and self.vpc_endpoints is None:
+            fail("vpcEndpoints", "in a VPC, say how the functions reach AWS APIs: 'create' (the stack creates interface "
+                 f"endpoints for {', '.join(self.interface_endpoints_needed)}) or 'existing' (NAT, or endpoints of yours for "
+                 "all of them; the watcher wakes the scanner through lambda); the DynamoDB gateway endpoint is yours in both")
         if self.scanner_mode not in ("responsive", "economy"):
             fail("scannerMode", f"must be 'responsive' or 'economy', got {self.scanner_mode!r}")
         if isinstance(self.log_retention_days, bool) or self.log_retention_days not in RETENTION_DAY_NAMES:
@@ -140,6 +184,8 @@ class JoinerConfig:
             fail("alarmTopicArn", f"{self.alarm_topic_arn!r} is not an SNS topic ARN")
         if self.node_role_arn is not None and not _ROLE_ARN.match(self.node_role_arn):
             fail("nodeRoleArn", f"{self.node_role_arn!r} is not an IAM role ARN")
+        if self.ebs_kms_key_arn is not None and not _KMS_KEY_ARN.match(self.ebs_kms_key_arn):
+            fail("ebsKmsKeyArn", f"{self.ebs_kms_key_arn!r} is not a KMS key ARN (arn:aws:kms:<region>:<account>:key/<id>; not an alias)")
         if not isinstance(self.create_access_entry, bool):
             fail("createAccessEntry", f"must be true or false, got {self.create_access_entry!r}")
         if not isinstance(self.dashboard_enabled, bool):
@@ -162,13 +208,19 @@ class JoinerConfig:
         return self.dashboard_name or f"Joiner-{self.cluster_name}"
 
     @property
-    def node_role_name(self) -> str:
-        """The node role's name: the last path segment of ``node_role_arn`` or the created role's name."""
-        if self.node_role_arn is not None:
-            match = _ROLE_ARN.match(self.node_role_arn)
-            assert match is not None  # validated in __post_init__
-            return match.group(1)
-        return f"JoinerNodeRole-{self.cluster_name}"[:64]
+    def existing_node_role_name(self) -> str | None:
+        """The last path segment of ``node_role_arn``; None when the stack creates the role
+        (:func:`created_node_role_name`)."""
+        if self.node_role_arn is None:
+            return None
+        match = _ROLE_ARN.match(self.node_role_arn)
+        assert match is not None  # validated in __post_init__
+        return match.group(1)
+
+    @property
+    def interface_endpoints_needed(self) -> tuple[str, ...]:
+        """The AWS APIs the functions call through interface endpoints (no NAT), for this mode."""
+        return tuple(name for name in INTERFACE_ENDPOINTS if name != "lambda" or self.scanner_mode == "responsive")
 
     @property
     def in_vpc(self) -> bool:

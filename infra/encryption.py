@@ -1,4 +1,4 @@
-"""The deployment's customer-managed KMS key: tables, queues and the alarm topic use it."""
+"""The deployment's customer-managed KMS key: the tables, the work queue and the alarm topic use it."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ __all__ = ["JoinerKey", "alarm_source_conditions"]
 class JoinerKey(Construct):
     """One symmetric key with yearly rotation.
 
-    A single key (not one per resource) keeps the fixed cost at one key-month; the key
-    policy lets EventBridge write to the encrypted queues (granted by the rule targets)
-    and CloudWatch alarms publish to the encrypted SNS topic.
+    A single key (not one per resource) keeps the fixed cost at one key-month for the tables,
+    the work queue and the alarm topic; the key policy lets CloudWatch alarms publish to the
+    encrypted topic. The queues EventBridge writes to use SSE-SQS instead (infra/ingestion.py).
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, cluster_name: str) -> None:

@@ -20,13 +20,18 @@ from infra.network import FunctionNetwork
 
 __all__ = [
     "FunctionSpec", "FUNCTION_SPECS", "SPECS_BY_NAME", "RUNTIME", "ARCHITECTURE", "BATCHING_WINDOW_SECONDS",
-    "SQS_BATCH_SIZE", "FUNCTIONS_ROOT", "RESPONSIVE_ONLY", "JoinerFunctions", "specs_for_mode",
+    "SQS_BATCH_SIZE", "APPLICATION_LOG_LEVELS", "FUNCTIONS_ROOT", "RESPONSIVE_ONLY", "JoinerFunctions", "specs_for_mode",
 ]
 
 FUNCTIONS_ROOT = Path(__file__).resolve().parent.parent / "functions"
 RUNTIME = lambda_.Runtime.PYTHON_3_13
 ARCHITECTURE = lambda_.Architecture.ARM_64
 SQS_BATCH_SIZE = 10
+#: The functions' log level (``logLevel``, POWERTOOLS_LOG_LEVEL) -> Lambda's application log level.
+APPLICATION_LOG_LEVELS: Mapping[str, lambda_.ApplicationLogLevel] = {
+    "DEBUG": lambda_.ApplicationLogLevel.DEBUG, "INFO": lambda_.ApplicationLogLevel.INFO,
+    "WARNING": lambda_.ApplicationLogLevel.WARN, "ERROR": lambda_.ApplicationLogLevel.ERROR,
+}
 #: Small: interruption warnings give two minutes; a second of batching costs nothing there.
 BATCHING_WINDOW_SECONDS = 1
 
@@ -93,6 +98,7 @@ class JoinerFunctions(Construct):
         work_queue: sqs.IQueue,
         network: FunctionNetwork | None = None,
         specs: Sequence[FunctionSpec] = FUNCTION_SPECS,
+        log_level: str = "INFO",
     ) -> None:
         super().__init__(scope, construct_id)
         queue_sources = {"interruption": interruption_queue, "termination": work_queue}
@@ -121,7 +127,8 @@ class JoinerFunctions(Construct):
                 tracing=lambda_.Tracing.ACTIVE,
                 log_group=log_group,
                 logging_format=lambda_.LoggingFormat.JSON,
-                application_log_level_v2=lambda_.ApplicationLogLevel.INFO,
+                # Lambda drops application logs below its own level before powertools' level applies.
+                application_log_level_v2=APPLICATION_LOG_LEVELS[log_level],
                 system_log_level_v2=lambda_.SystemLogLevel.WARN,
                 retry_attempts=0 if scheduled else None,
                 max_event_age=Duration.seconds(60) if scheduled else None,

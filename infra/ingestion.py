@@ -10,10 +10,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import jsii
-from aws_cdk import Duration, Stack
+from aws_cdk import Duration
 from aws_cdk import aws_events as events
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
@@ -63,12 +62,9 @@ DELIVERY_MAX_RETRIES = 20
 
 @jsii.implements(events.IRuleTarget)
 class _QueueTarget:
-    """An SQS target that grants nothing itself.
-
-    ``aws_events_targets.SqsQueue`` drops the ``aws:SourceArn`` condition for KMS-encrypted
-    queues (the rule ARN in the key policy would be a dependency cycle) and so admits any
-    rule of any account; :class:`InterruptionIngestion` writes the queue and key policies.
-    """
+    """An SQS target that grants nothing itself: :class:`InterruptionIngestion` writes one
+    queue-policy statement (and one for the DLQ) naming all its rules, where
+    ``aws_events_targets.SqsQueue`` would add one per rule."""
 
     def __init__(self, queue: sqs.IQueue, dead_letter_queue: sqs.IQueue) -> None:
         self.queue = queue
@@ -87,12 +83,15 @@ class _QueueTarget:
 
 
 class InterruptionIngestion(Construct):
-    """The rules in :data:`INTERRUPTION_RULES`, the encrypted ``queue`` they feed and its
+    """The rules in :data:`INTERRUPTION_RULES`, the ``queue`` they feed and its
     ``dead_letter_queue`` (redrive after 5 receives; also the rules' delivery DLQ).
 
-    The queue policies (queue and DLQ) admit ``events.amazonaws.com`` only with
-    ``aws:SourceArn`` equal to one of these rules and deny non-TLS requests; the key policy
-    lets EventBridge encrypt messages for this account only (``aws:SourceAccount``).
+    Both queues use SSE-SQS, as Karpenter's interruption queue does: EventBridge then needs
+    only the queue policy. With a customer-managed key it would also need a key-policy grant,
+    and AWS documents no condition key EventBridge's deliveries are known to carry, so a
+    grant fenced by ``aws:SourceAccount`` could drop every event, and the DLQ's too, silently.
+    The queue policies admit ``events.amazonaws.com`` only with ``aws:SourceArn`` equal to
+    one of these rules and deny non-TLS requests.
     """
 
     def __init__(
@@ -100,7 +99,6 @@ class InterruptionIngestion(Construct):
         scope: Construct,
         construct_id: str,
         *,
-        key: kms.IKey,
         consumer_timeout_seconds: int,
         batching_window_seconds: int,
     ) -> None:
@@ -108,7 +106,7 @@ class InterruptionIngestion(Construct):
         pair = DeadLetteredQueue(
             self,
             "Interruption",
-            key=key,
+            key=None,
             visibility_timeout=visibility_timeout_for(consumer_timeout_seconds, batching_window_seconds),
             retention_period=INTERRUPTION_QUEUE_RETENTION,
         )
@@ -136,12 +134,3 @@ class InterruptionIngestion(Construct):
                     conditions={"ArnEquals": {"aws:SourceArn": rule_arns}},
                 )
             )
-        key.add_to_resource_policy(
-            iam.PolicyStatement(
-                sid="AllowEventBridgeToEncryptQueueMessages",
-                principals=[events_principal],
-                actions=["kms:GenerateDataKey", "kms:Decrypt"],
-                resources=["*"],
-                conditions={"StringEquals": {"aws:SourceAccount": Stack.of(self).account}},
-            )
-        )

@@ -11,11 +11,12 @@ Thresholds come from :class:`infra.config.JoinerConfig` (CDK context).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from aws_cdk import Duration, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as actions
+from aws_cdk import aws_events as events
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
@@ -124,6 +125,7 @@ class Monitoring(Construct):
         functions: Mapping[str, lambda_.IFunction],
         dead_letter_queues: Mapping[str, sqs.IQueue],
         interruption_queue: sqs.IQueue,
+        interruption_rules: Sequence[events.IRule] = (),
         alarm_email: str | None,
         alarm_topic_arn: str | None,
         dashboard_name: str | None,
@@ -186,6 +188,17 @@ class Monitoring(Construct):
             alarm(f"{title}Throttles", f"the {name} function is throttled for 15 minutes",
                   function.metric_throttles(statistic="Sum", period=FIVE_MINUTES), threshold=0, periods=3)
         one_minute = Duration.minutes(1)
+        if interruption_rules:
+            # EventBridge could not deliver to the queue (its policy, its key, SQS itself): the
+            # event is retried for an hour, then goes to the DLQ (alarmed above), or is lost.
+            failed = {f"rule{index}": cloudwatch.Metric(namespace="AWS/Events", metric_name="FailedInvocations",
+                                                        dimensions_map={"RuleName": rule.rule_name}, statistic="Sum",
+                                                        period=FIVE_MINUTES)
+                      for index, rule in enumerate(interruption_rules)}
+            alarm("InterruptionDeliveryFailures", "EventBridge failed to deliver interruption events to the queue",
+                  cloudwatch.MathExpression(expression=" + ".join(f"FILL({name}, 0)" for name in failed), using_metrics=failed,
+                                            period=FIVE_MINUTES, label="failed deliveries"),
+                  threshold=0)
         alarm("InterruptionQueueAge", f"an interruption event has waited more than {interruption_queue_age_threshold_seconds} s "
               "(a spot warning gives 120 s)",
               interruption_queue.metric_approximate_age_of_oldest_message(statistic="Maximum", period=one_minute),

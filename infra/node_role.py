@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from aws_cdk import Stack
 from aws_cdk import aws_eks as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
+
+from infra.config import created_node_role_name
 
 __all__ = ["NodeRole", "NODE_MANAGED_POLICIES"]
 
@@ -18,8 +21,10 @@ NODE_MANAGED_POLICIES: tuple[str, ...] = (
 
 
 class NodeRole(Construct):
-    """Either an existing role (``node_role_arn``) or a created ``JoinerNodeRole-<cluster>``
-    with :data:`NODE_MANAGED_POLICIES` and an instance profile of the same name.
+    """Either an existing role (``node_role_arn``, named ``existing_role_name``) or a created
+    ``JoinerNodeRole-<cluster>-<region>`` (:func:`infra.config.created_node_role_name`: IAM
+    names are account-wide) with :data:`NODE_MANAGED_POLICIES` and an instance profile of the
+    same name.
 
     ``role_arn`` and ``role_name`` are what the launch policy may pass to EC2 and what
     ``JOINER_NODE_ROLE`` names. For a created role with ``create_access_entry``, an EKS
@@ -34,19 +39,21 @@ class NodeRole(Construct):
         construct_id: str,
         *,
         cluster_name: str,
-        role_name: str,
         node_role_arn: str | None,
+        existing_role_name: str | None,
         create_access_entry: bool,
     ) -> None:
         super().__init__(scope, construct_id)
-        self.role_name = role_name
         self.created = node_role_arn is None
         self.access_entry: eks.CfnAccessEntry | None = None
         self.instance_profile: iam.InstanceProfile | None = None
         if node_role_arn is not None:
+            assert existing_role_name is not None
             self.role: iam.IRole = iam.Role.from_role_arn(self, "Role", node_role_arn, mutable=False)
             self.role_arn = node_role_arn
+            self.role_name: str = existing_role_name
             return
+        role_name = created_node_role_name(cluster_name, Stack.of(self).region)
         role = iam.Role(
             self,
             "Role",
@@ -57,6 +64,7 @@ class NodeRole(Construct):
         )
         self.role = role
         self.role_arn = role.role_arn
+        self.role_name = role.role_name
         self.instance_profile = iam.InstanceProfile(self, "InstanceProfile", instance_profile_name=role_name, role=role)
         if create_access_entry:
             self.access_entry = eks.CfnAccessEntry(

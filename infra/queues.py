@@ -1,13 +1,16 @@
-"""An SQS queue with its dead-letter queue: both KMS-encrypted, TLS-only."""
+"""An SQS queue with its dead-letter queue: both encrypted (KMS, or SSE-SQS where a service
+principal writes to them), TLS-only."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from aws_cdk import Duration
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-__all__ = ["DEAD_LETTER_RETENTION", "MAX_RECEIVE_COUNT", "VISIBILITY_MARGIN_SECONDS", "DeadLetteredQueue", "visibility_timeout_for"]
+__all__ = ["DEAD_LETTER_RETENTION", "MAX_RECEIVE_COUNT", "VISIBILITY_TIMEOUT_FACTOR", "DeadLetteredQueue", "visibility_timeout_for"]
 
 #: A message that failed this many receives goes to the dead-letter queue.
 MAX_RECEIVE_COUNT = 5
@@ -15,53 +18,54 @@ MAX_RECEIVE_COUNT = 5
 DEAD_LETTER_RETENTION = Duration.days(14)
 
 
-#: Seconds past the consumer's timeout (and the batching window) before a message comes back.
-VISIBILITY_MARGIN_SECONDS = 5
+#: AWS: a queue a Lambda event source mapping consumes needs a visibility timeout of at least
+#: six times the function's timeout (plus the batching window).
+VISIBILITY_TIMEOUT_FACTOR = 6
 
 
 def visibility_timeout_for(consumer_timeout_seconds: int, batching_window_seconds: int) -> Duration:
-    """The function timeout plus the batching window plus :data:`VISIBILITY_MARGIN_SECONDS`:
-    the shortest a Lambda-consumed queue allows without redelivering a message still being
-    processed.
+    """Six times the function timeout plus the batching window, the least AWS documents for a
+    queue with a Lambda event source mapping: a batch whose invocation is throttled is retried
+    by the mapping within that time instead of coming back and using up its receives.
 
-    AWS suggests six times the function timeout so that a batch whose invocation is
-    throttled is not redelivered too often; Joiner chooses promptness instead (issue 10): a
-    message whose invocation *died* (a crash, a timeout) is seen again only after the
-    visibility timeout, and a spot warning gives two minutes. Throttling is unlikely (each
-    event source mapping caps its concurrency) and costs a receive each time; the redrive
-    policy still bounds the retries. Failures the handlers catch come back sooner still,
-    through ChangeMessageVisibility (:func:`joiner.adapters.queue.redeliver_sooner`)."""
-    return Duration.seconds(consumer_timeout_seconds + batching_window_seconds + VISIBILITY_MARGIN_SECONDS)
+    A message whose invocation *died* (a crash, a timeout) is seen again only after this
+    timeout; failures the handlers catch come back sooner, through ChangeMessageVisibility
+    (:func:`joiner.adapters.queue.redeliver_sooner`), and the redrive policy bounds the retries."""
+    return Duration.seconds(VISIBILITY_TIMEOUT_FACTOR * consumer_timeout_seconds + batching_window_seconds)
 
 
 class DeadLetteredQueue(Construct):
-    """``queue`` redrives to ``dead_letter_queue`` after :data:`MAX_RECEIVE_COUNT` receives."""
+    """``queue`` redrives to ``dead_letter_queue`` after :data:`MAX_RECEIVE_COUNT` receives;
+    both encrypted with ``key``, or with SSE-SQS when ``key`` is None."""
 
     def __init__(
         self,
         scope: Construct,
         construct_id: str,
         *,
-        key: kms.IKey,
+        key: kms.IKey | None,
         visibility_timeout: Duration,
         retention_period: Duration,
     ) -> None:
         super().__init__(scope, construct_id)
+        # Without a key: SSE-SQS (SQS-owned keys), which EventBridge can write to with nothing
+        # but the queue policy; a customer key would need a key-policy grant EventBridge's
+        # deliveries may not satisfy (docs/infra.md, encryption).
+        encryption: dict[str, Any] = (
+            dict(encryption=sqs.QueueEncryption.KMS, encryption_master_key=key, data_key_reuse=Duration.minutes(5))
+            if key is not None else dict(encryption=sqs.QueueEncryption.SQS_MANAGED)
+        )
         self.dead_letter_queue = sqs.Queue(
             self,
             "DeadLetterQueue",
-            encryption=sqs.QueueEncryption.KMS,
-            encryption_master_key=key,
-            data_key_reuse=Duration.minutes(5),
+            **encryption,
             enforce_ssl=True,
             retention_period=DEAD_LETTER_RETENTION,
         )
         self.queue = sqs.Queue(
             self,
             "Queue",
-            encryption=sqs.QueueEncryption.KMS,
-            encryption_master_key=key,
-            data_key_reuse=Duration.minutes(5),
+            **encryption,
             enforce_ssl=True,
             visibility_timeout=visibility_timeout,
             retention_period=retention_period,

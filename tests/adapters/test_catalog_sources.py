@@ -10,13 +10,15 @@ from typing import Any
 import boto3
 import pytest
 from botocore.stub import ANY, Stubber
+from hypothesis import given
+from hypothesis import strategies as st
 from moto import mock_aws
 
 from joiner.adapters.aws import AwsClients
 from joiner.adapters.ec2 import Ec2Adapter
 from joiner.adapters.pricing import PRICE_FILTERS, PricingAdapter
 from joiner.domain import labels as wk
-from joiner.domain.catalog_build import build_catalog, pricing_endpoint_region
+from joiner.domain.catalog_build import build_catalog, partition_of, pricing_endpoint_region
 from joiner.local.aws import fake_credentials
 from joiner.ports import Ec2Error
 
@@ -92,3 +94,53 @@ def test_pricing_client_is_built_in_an_endpoint_region(region: str, endpoint: st
     assert pricing_endpoint_region(region) == endpoint
     with fake_credentials(region):
         assert AwsClients(region).pricing.meta.region_name == endpoint
+
+
+# ---------------------------------------------------------------- partitions
+
+_REGION_WORDS = st.sampled_from(["north", "south", "east", "west", "central", "northwest", "southeast", "northeast"])
+
+
+def _region(prefix: str) -> st.SearchStrategy[str]:
+    return st.builds(lambda word, number: f"{prefix}{word}-{number}", _REGION_WORDS, st.integers(1, 9))
+
+
+@given(st.one_of(_region("us-"), _region("eu-"), _region("ap-"), _region("sa-"), _region("ca-"), _region("me-"),
+                 _region("af-"), _region("il-"), _region("mx-")))
+def test_the_commercial_partition_uses_one_of_its_three_pricing_endpoints(region: str) -> None:
+    assert partition_of(region) == "aws"
+    assert pricing_endpoint_region(region) in ("us-east-1", "eu-central-1", "ap-south-1")
+
+
+@given(_region("cn-"))
+def test_china_regions_use_the_china_pricing_endpoint(region: str) -> None:
+    assert partition_of(region) == "aws-cn"
+    assert pricing_endpoint_region(region) == "cn-northwest-1"
+
+
+@given(st.one_of(_region("us-gov-"), _region("us-iso-"), _region("us-isob-"), _region("eu-isoe-"), _region("us-isof-")))
+def test_partitions_without_a_pricing_api_get_no_endpoint(region: str) -> None:
+    assert partition_of(region) != "aws"
+    assert pricing_endpoint_region(region) is None
+
+
+def test_pricing_clients_stay_in_their_partition() -> None:
+    with fake_credentials("cn-north-1"):
+        assert AwsClients("cn-north-1").pricing.meta.region_name == "cn-northwest-1"
+    with fake_credentials("us-gov-west-1"), pytest.raises(LookupError, match="aws-us-gov"):
+        AwsClients("us-gov-west-1").pricing  # noqa: B018 - the property builds the client
+
+
+def test_a_region_without_a_pricing_api_is_priced_from_the_bundled_table_without_calling_it(caplog: Any) -> None:
+    """GovCloud: no Pricing client is built (it would reach a commercial endpoint with GovCloud
+    credentials); the catalog says its prices are approximate and the log says why."""
+    from joiner.services.context import Runtime
+    from joiner.settings import Settings
+
+    runtime = Runtime(settings=Settings(cluster_name="c", region="us-gov-west-1", state_table="s", idempotency_table="i"))
+    with caplog.at_level("WARNING"):
+        assert runtime._pricing_if_served() is None
+    assert runtime.pricing_port is None
+    assert any("Price List" in record.getMessage() for record in caplog.records)
+    commercial = Runtime(settings=Settings(cluster_name="c", region="eu-west-1", state_table="s", idempotency_table="i"), pricing_port=PricingAdapter(None))
+    assert commercial._pricing_if_served() is commercial.pricing_port

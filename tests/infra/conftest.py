@@ -20,6 +20,8 @@ from infra import use_bundled_node
 use_bundled_node()
 
 CLUSTER = "demo"
+#: The private variant's customer-managed EBS key (its launches encrypt volumes with it).
+EBS_KEY = "arn:aws:kms:eu-west-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
 
 
 @dataclass(frozen=True)
@@ -61,11 +63,13 @@ def synthesized_private(tmp_path_factory: pytest.TempPathFactory) -> Synthesized
             "clusterName": "private-cluster",
             "region": "eu-west-1",
             "vpcId": "vpc-0123456789abcdef0",
+            "vpcEndpoints": "existing",
             "subnetIds": "subnet-0123456789abcdef0,subnet-0123456789abcdef1",
             "scannerMode": "economy",
             "logRetentionDays": "14",
             "alarmTopicArn": "arn:aws:sns:eu-west-1:123456789012:ops-alarms",
             "nodeRoleArn": "arn:aws:iam::123456789012:role/eks/MyNodeRole",
+            "ebsKmsKeyArn": EBS_KEY,
             "createAccessEntry": "false",
             "pendingPodAgeAlarmSeconds": "900",
             "capacityErrorsAlarmThreshold": 25,

@@ -13,11 +13,12 @@ def from_context(**context):
 
 def test_defaults_and_command_line_strings_are_parsed():
     config = from_context(clusterName="prod", subnetIds="subnet-0123456789abcdef0, subnet-0123456789abcdef1",
-                          vpcId="vpc-0123456789abcdef0", logRetentionDays="90", createAccessEntry="false")
+                          vpcId="vpc-0123456789abcdef0", vpcEndpoints="existing", logRetentionDays="90", createAccessEntry="false")
     assert config.subnet_ids == ("subnet-0123456789abcdef0", "subnet-0123456789abcdef1")
     assert (config.log_retention_days, config.create_access_entry, config.scanner_mode) == (90, False, "responsive")
-    assert config.node_role_name == "JoinerNodeRole-prod" and config.in_vpc
-    assert from_context(clusterName="a", subnetIds='["subnet-0123456789abcdef0"]', vpcId="vpc-0123456789abcdef0").subnet_ids == (
+    assert config.existing_node_role_name is None and config.in_vpc
+    assert from_context(clusterName="a", subnetIds='["subnet-0123456789abcdef0"]', vpcId="vpc-0123456789abcdef0",
+                        vpcEndpoints="create").subnet_ids == (
         "subnet-0123456789abcdef0",)
 
 
@@ -35,7 +36,7 @@ def test_cdk_json_types_are_accepted():
 
 def test_node_role_name_comes_from_the_arn_path():
     config = from_context(clusterName="prod", nodeRoleArn="arn:aws:iam::123456789012:role/team/eks/NodeRole")
-    assert config.node_role_name == "NodeRole"
+    assert config.existing_node_role_name == "NodeRole"
 
 
 @pytest.mark.parametrize(
@@ -46,7 +47,14 @@ def test_node_role_name_comes_from_the_arn_path():
         ({"clusterName": "a", "region": "mars-1"}, "context 'region'"),
         ({"clusterName": "a", "vpcId": "vpc-0123456789abcdef0"}, "context 'vpcId': needs subnetIds"),
         ({"clusterName": "a", "subnetIds": "subnet-0123456789abcdef0"}, "context 'subnetIds': needs vpcId"),
-        ({"clusterName": "a", "vpcId": "vpc-0123456789abcdef0", "subnetIds": "sub-1"}, "context 'subnetIds': 'sub-1' is not a subnet id"),
+        ({"clusterName": "a", "vpcId": "vpc-0123456789abcdef0", "subnetIds": "sub-1", "vpcEndpoints": "existing"},
+         "context 'subnetIds': 'sub-1' is not a subnet id"),
+        ({"clusterName": "a", "vpcId": "vpc-0123456789abcdef0", "subnetIds": "subnet-0123456789abcdef0"},
+         ("context 'vpcEndpoints': in a VPC, say how the functions reach AWS APIs: 'create' (the stack creates interface endpoints "
+          "for ec2, ssm, eks, sqs, sts, lambda, xray)")),
+        ({"clusterName": "a", "vpcId": "vpc-0123456789abcdef0", "subnetIds": "subnet-0123456789abcdef0", "vpcEndpoints": "nat"},
+         "context 'vpcEndpoints': must be 'create' or 'existing'"),
+        ({"clusterName": "a", "vpcEndpoints": "create"}, "context 'vpcEndpoints': needs vpcId"),
         ({"clusterName": "a", "securityGroupId": "sg-0123456789abcdef0"}, "context 'securityGroupId': needs vpcId"),
         ({"clusterName": "a", "scannerMode": "fast"}, "context 'scannerMode': must be 'responsive' or 'economy'"),
         ({"clusterName": "a", "logRetentionDays": "31"}, "context 'logRetentionDays': must be one of 1, 3, 5"),

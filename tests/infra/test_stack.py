@@ -87,11 +87,24 @@ def test_interruption_queue_policy_admits_only_this_stacks_rules_and_denies_plai
     assert denies and denies[0]["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
 
 
-def test_eventbridge_may_use_the_key_for_this_account_only(synthesized):
+def test_eventbridge_needs_no_key_grant_the_interruption_queues_use_sse_sqs(synthesized):
+    """EventBridge writes to SSE-SQS queues with the queue policy alone; a KMS grant fenced by a
+    condition key it may not send would drop every event (and every dead letter) silently."""
     (key,) = synthesized.resources("AWS::KMS::Key").values()
     assert key["Properties"]["EnableKeyRotation"] is True
-    (events_statement,) = [s for s in key["Properties"]["KeyPolicy"]["Statement"] if s.get("Principal") == {"Service": "events.amazonaws.com"}]
-    assert events_statement["Condition"] == {"StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}}
+    assert not [s for s in key["Properties"]["KeyPolicy"]["Statement"] if s.get("Principal") == {"Service": "events.amazonaws.com"}]
+    for fragment in ("IngestionInterruptionQueue", "IngestionInterruptionDeadLetterQueue"):
+        queue = synthesized.template["Resources"][logical_id(synthesized, "AWS::SQS::Queue", fragment)]["Properties"]
+        assert queue["SqsManagedSseEnabled"] is True and "KmsMasterKeyId" not in queue
+
+
+def test_failed_deliveries_of_every_interruption_rule_alarm(synthesized):
+    rules = sorted(key for key, rule in synthesized.resources("AWS::Events::Rule").items() if "EventPattern" in rule["Properties"])
+    (alarm,) = [a["Properties"] for key, a in synthesized.resources("AWS::CloudWatch::Alarm").items() if "InterruptionDeliveryFailures" in key]
+    watched = sorted(m["MetricStat"]["Metric"]["Dimensions"][0]["Value"]["Ref"] for m in alarm["Metrics"] if "MetricStat" in m)
+    assert watched == rules
+    assert {m["MetricStat"]["Metric"]["MetricName"] for m in alarm["Metrics"] if "MetricStat" in m} == {"FailedInvocations"}
+    assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (0, "GreaterThanThreshold")
 
 
 def this_accounts_alarms(condition: dict) -> bool:
@@ -110,26 +123,30 @@ def test_cloudwatch_may_use_the_key_for_this_accounts_alarms_only(synthesized):
 # ---------------------------------------------------------------- queues
 
 
-@pytest.mark.parametrize(("queue_fragment", "consumer", "local_visibility"), [
-    ("IngestionInterruption", "interruption", INTERRUPTION_VISIBILITY), ("WorkQueueWork", "termination", WORK_VISIBILITY),
+@pytest.mark.parametrize(("queue_fragment", "consumer", "local_visibility", "encrypted_by_key"), [
+    ("IngestionInterruption", "interruption", INTERRUPTION_VISIBILITY, False), ("WorkQueueWork", "termination", WORK_VISIBILITY, True),
 ])
-def test_queues_redrive_after_5_and_bring_back_a_dead_invocations_messages_promptly(synthesized, queue_fragment, consumer, local_visibility):
-    """A message whose invocation died comes back once the consumer's timeout has surely
-    passed, and no later: within the two minutes a spot warning gives (issue 10). The local
-    stack (simulator, soak, end-to-end tests) uses the same figure."""
+def test_queues_redrive_after_5_and_keep_a_batch_invisible_six_timeouts(synthesized, queue_fragment, consumer, local_visibility,
+                                                                        encrypted_by_key):
+    """AWS: at least six times the consumer's timeout (plus the batching window) for a queue a
+    Lambda event source mapping reads. The local stack (simulator, soak, end-to-end tests)
+    uses the same figure."""
     queue = synthesized.template["Resources"][logical_id(synthesized, "AWS::SQS::Queue", f"{queue_fragment}Queue")]
     dlq_id = logical_id(synthesized, "AWS::SQS::Queue", f"{queue_fragment}DeadLetterQueue")
     properties = queue["Properties"]
     assert properties["RedrivePolicy"] == {"deadLetterTargetArn": {"Fn::GetAtt": [dlq_id, "Arn"]}, "maxReceiveCount": 5}
     timeout = SPECS_BY_NAME[consumer].timeout_seconds
-    assert properties["VisibilityTimeout"] == timeout + BATCHING_WINDOW_SECONDS + 5 == local_visibility
-    assert properties["VisibilityTimeout"] <= 70
+    assert properties["VisibilityTimeout"] == 6 * timeout + BATCHING_WINDOW_SECONDS == local_visibility
     function = synthesized.template["Resources"][function_id(synthesized, consumer)]
     assert function["Properties"]["Timeout"] == timeout
     assert properties["MessageRetentionPeriod"] >= 86400
-    assert properties["KmsMasterKeyId"] == {"Fn::GetAtt": [logical_id(synthesized, "AWS::KMS::Key", "Encryption"), "Arn"]}
     dlq = synthesized.template["Resources"][dlq_id]["Properties"]
-    assert dlq["MessageRetentionPeriod"] == 14 * 86400 and "KmsMasterKeyId" in dlq
+    assert dlq["MessageRetentionPeriod"] == 14 * 86400
+    if encrypted_by_key:
+        key = {"Fn::GetAtt": [logical_id(synthesized, "AWS::KMS::Key", "Encryption"), "Arn"]}
+        assert properties["KmsMasterKeyId"] == key and dlq["KmsMasterKeyId"] == key
+    else:
+        assert properties["SqsManagedSseEnabled"] is True and dlq["SqsManagedSseEnabled"] is True
 
 
 def test_the_local_stack_reports_the_deployed_function_timeouts() -> None:
@@ -173,7 +190,7 @@ def test_function_runtime_architecture_layer_environment(synthesized, spec):
     assert env["JOINER_INTERRUPTION_QUEUE_URL"] == {"Ref": logical_id(synthesized, "AWS::SQS::Queue", "IngestionInterruptionQueue")}
     assert env["JOINER_WORK_QUEUE_URL"] == {"Ref": logical_id(synthesized, "AWS::SQS::Queue", "WorkQueueWorkQueue")}
     assert env["JOINER_SCANNER_MODE"] == "economy"  # one round per run: responsive mode's waiting is the watcher's
-    assert env["JOINER_NODE_ROLE"] == f"JoinerNodeRole-{CLUSTER}"
+    assert env["JOINER_NODE_ROLE"] == {"Ref": logical_id(synthesized, "AWS::IAM::Role", "NodeRole")}
     assert (env["POWERTOOLS_SERVICE_NAME"], env["POWERTOOLS_METRICS_NAMESPACE"]) == ("joiner", "Joiner")
     log_group = synthesized.template["Resources"][properties["LoggingConfig"]["LogGroup"]["Ref"]]
     assert log_group["Properties"]["RetentionInDays"] == 30
@@ -261,7 +278,8 @@ def test_pass_role_only_for_the_node_role_and_only_to_ec2(synthesized):
     pass_role = statement(synthesized, "AccessLaunch", "PassNodeRoleToEc2")
     assert pass_role["Action"] == "iam:PassRole"
     assert pass_role["Resource"] == {"Fn::GetAtt": [logical_id(synthesized, "AWS::IAM::Role", "NodeRole"), "Arn"]}
-    assert pass_role["Condition"] == {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}
+    # EC2's principal in the China regions is ec2.amazonaws.com.cn.
+    assert pass_role["Condition"] == {"StringEquals": {"iam:PassedToService": ["ec2.amazonaws.com", "ec2.amazonaws.com.cn"]}}
 
 
 def test_describe_cluster_names_this_cluster_only(synthesized):
@@ -363,12 +381,14 @@ def test_access_entries_map_every_function_role_to_the_controller_group(synthesi
 
 def test_node_role_has_worker_policies_and_an_instance_profile_of_the_same_name(synthesized):
     role = synthesized.template["Resources"][logical_id(synthesized, "AWS::IAM::Role", "NodeRole")]["Properties"]
-    assert role["RoleName"] == f"JoinerNodeRole-{CLUSTER}"
+    # IAM names are account-wide: the region keeps one cluster name's stacks in two regions apart.
+    role_name = {"Fn::Join": ["", [f"JoinerNodeRole-{CLUSTER}-", {"Ref": "AWS::Region"}]]}
+    assert role["RoleName"] == role_name
     policies = json.dumps(role["ManagedPolicyArns"])
     for name in ("AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryPullOnly", "AmazonSSMManagedInstanceCore"):
         assert f"policy/{name}" in policies
     (profile,) = synthesized.resources("AWS::IAM::InstanceProfile").values()
-    assert profile["Properties"]["InstanceProfileName"] == f"JoinerNodeRole-{CLUSTER}"
+    assert profile["Properties"]["InstanceProfileName"] == role_name
 
 
 # ---------------------------------------------------------------- state
@@ -519,8 +539,10 @@ def test_dashboard_shows_pending_pods_launches_interruptions_and_cost(synthesize
 def test_the_functions_log_level_is_configurable(synthesized, synthesized_private):
     for synth, level in ((synthesized, "INFO"), (synthesized_private, "DEBUG")):
         for spec in specs_for_mode("responsive" if synth is synthesized else "economy"):
-            variables = synth.template["Resources"][function_id(synth, spec.name)]["Properties"]["Environment"]["Variables"]
-            assert variables["POWERTOOLS_LOG_LEVEL"] == level
+            properties = synth.template["Resources"][function_id(synth, spec.name)]["Properties"]
+            assert properties["Environment"]["Variables"]["POWERTOOLS_LOG_LEVEL"] == level
+            # Lambda filters application logs at its own level before powertools sees them.
+            assert properties["LoggingConfig"]["ApplicationLogLevel"] == level
 
 
 def test_alarm_thresholds_and_the_dashboard_name_are_configurable(synthesized_private):

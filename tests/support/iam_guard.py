@@ -61,6 +61,7 @@ __all__ = [
     "Guard",
     "authorizations",
     "build_arn",
+    "deployment_of",
     "install",
     "load_deployment",
 ]
@@ -68,6 +69,10 @@ __all__ = [
 SENTINEL_CLUSTER = "iamguardsentinel"
 ACCOUNT = "123456789012"  # moto's default account
 PARTITION = "aws"
+#: The created node role's name in the local worlds (simulator, end-to-end tests), whose settings
+#: name no node role; a deployment's name holds its region (infra.config.created_node_role_name)
+#: and reaches the functions as JOINER_NODE_ROLE.
+LOCAL_NODE_ROLE = "JoinerNodeRole-{cluster}"
 #: Settings fields of the environment variables that name the function's resources.
 ENVIRONMENT_SETTINGS = {
     "JOINER_STATE_TABLE": "state_table",
@@ -75,6 +80,7 @@ ENVIRONMENT_SETTINGS = {
     "JOINER_WORK_QUEUE_URL": "work_queue_url",
     "JOINER_INTERRUPTION_QUEUE_URL": "interruption_queue_url",
     "JOINER_PLANNER_FUNCTION": "planner_function",
+    "JOINER_NODE_ROLE": "node_role",
 }
 #: Granted actions AWS services (not the handler's code) use with the function's role: log
 #: delivery, X-Ray segments, the SQS event source mapping, and the key of the encrypted
@@ -174,6 +180,11 @@ class Deployment:
         return _deployment(json.loads(text))
 
 
+def deployment_of(template: dict[str, Any]) -> Deployment:
+    """The deployment of an already synthesized template (tests of other stack variants)."""
+    return _deployment(template)
+
+
 def _deployment(template: dict[str, Any]) -> Deployment:
     from infra.functions import FUNCTION_SPECS
 
@@ -181,8 +192,11 @@ def _deployment(template: dict[str, Any]) -> Deployment:
     statements: dict[str, tuple[dict[str, Any], ...]] = {}
     environment: dict[str, Mapping[str, Any]] = {}
     for spec in FUNCTION_SPECS:
-        (function,) = [value for key, value in resources.items()
-                       if value["Type"] == "AWS::Lambda::Function" and key.startswith(f"JoinerFunctions{spec.name.capitalize()}")]
+        found_functions = [value for key, value in resources.items()
+                           if value["Type"] == "AWS::Lambda::Function" and key.startswith(f"JoinerFunctions{spec.name.capitalize()}")]
+        if not found_functions:
+            continue  # the watcher: responsive mode only
+        (function,) = found_functions
         role_id = function["Properties"]["Role"]["Fn::GetAtt"][0]
         role = resources[role_id]["Properties"]
         if role.get("ManagedPolicyArns") or role.get("Policies"):
@@ -257,7 +271,10 @@ def bind(deployment: Deployment, function: str, settings: Any) -> Binding:
         field_name = ENVIRONMENT_SETTINGS.get(variable)
         if field_name is None or not isinstance(reference, dict) or "Ref" not in reference:
             continue
-        value = getattr(settings, field_name)
+        value = getattr(settings, field_name, None)
+        if field_name == "node_role" and not value:
+            # The local worlds run without JOINER_NODE_ROLE and name the created role like this.
+            value = LOCAL_NODE_ROLE.format(cluster=settings.cluster_name)
         if not value:
             continue
         logical = reference["Ref"]
@@ -267,6 +284,9 @@ def bind(deployment: Deployment, function: str, settings: Any) -> Binding:
             bound[logical] = {"Ref": value, "Arn": build_arn("sqs", "queue", region, account, _queue_name(value))}
         elif resources[logical]["Type"] == "AWS::Lambda::Function":
             bound[logical] = {"Ref": value, "Arn": build_arn("lambda", "function", region, account, value)}
+        elif resources[logical]["Type"] == "AWS::IAM::Role":
+            # The created node role's name holds the region (infra.config.created_node_role_name).
+            bound[logical] = {"Ref": value, "Arn": build_arn("iam", "role", region, account, value)}
     for logical, resource in resources.items():
         if resource["Type"] == "AWS::KMS::Key":
             bound[logical] = {"Arn": build_arn("kms", "key", region, account, logical)}
@@ -493,12 +513,29 @@ def _create_fleet(b: _Builder, params: Mapping[str, Any], state: MotoState) -> N
             if tags and authorizes("ec2:CreateTags", resource_type):
                 b.add("ec2:CreateTags", resource_type, b.arn("ec2", resource_type, f"{resource_type}-new"),
                       {**_tag_context(tags), "ec2:CreateAction": "CreateFleet"})
+        _ebs_key_use(b, data)
         profile = (data.get("IamInstanceProfile") or {})
         name = profile.get("Name") or str(profile.get("Arn", "")).rsplit("/", 1)[-1]
         if name:
             # The stack names each instance profile like its role (infra/node_role.py).
             b.add("iam:PassRole", "role", b.arn("iam", "role", name), {"iam:PassedToService": "ec2.amazonaws.com"},
                   reason=f"CreateFleet: instance profile {name}")
+
+
+def _ebs_key_use(b: _Builder, data: Mapping[str, Any]) -> None:
+    """Volumes encrypted with a customer-managed key: EC2 uses the key on the launching caller's
+    behalf (kms:ViaService ec2), creating a grant for the volume (kms:GrantIsForAWSResource).
+    A volume without KmsKeyId uses the account's default EBS key, which the request does not
+    name: the guard cannot model that case (docs/infra.md: ebsKmsKeyArn)."""
+    keys = sorted({str(m["Ebs"]["KmsKeyId"]) for m in data.get("BlockDeviceMappings") or []
+                   if (m.get("Ebs") or {}).get("KmsKeyId")})
+    via = {"kms:ViaService": f"ec2.{b.region}.amazonaws.com"}
+    for key in keys:
+        arn = key if key.startswith("arn:") else b.arn("kms", "key", key)
+        reason = f"CreateFleet: a volume encrypted with {key}"
+        b.add("kms:CreateGrant", "key", arn, {**via, "kms:GrantIsForAWSResource": "true"}, reason=reason)
+        for action in ("kms:Decrypt", "kms:DescribeKey", "kms:GenerateDataKeyWithoutPlaintext", "kms:ReEncryptFrom", "kms:ReEncryptTo"):
+            b.add(action, "key", arn, via, reason=reason)
 
 
 def _dynamodb(b: _Builder, operation: str, params: Mapping[str, Any]) -> None:

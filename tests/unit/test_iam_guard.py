@@ -202,7 +202,8 @@ def test_unmodelled_operations_fail_loudly() -> None:
 
 def settings(cluster: str = "prod", **overrides: str) -> Any:
     values = {"cluster_name": cluster, "region": REGION, "state_table": "prod-state", "idempotency_table": "prod-idem",
-              "work_queue_url": "https://sqs.eu-west-1.amazonaws.com/123456789012/prod-work", "interruption_queue_url": ""}
+              "work_queue_url": "https://sqs.eu-west-1.amazonaws.com/123456789012/prod-work", "interruption_queue_url": "",
+              "node_role": "JoinerNodeRole-prod"}
     return SimpleNamespace(**{**values, **overrides})
 
 
@@ -250,3 +251,16 @@ def test_the_guard_records_a_denied_launch(deployment: Any) -> None:
     # The template above leaves network interfaces untagged: the cluster's request-tag fence denies them.
     assert any("network-interface" in f.message and "not allowed" in f.message for f in guard.findings)
     assert not guard.exercised.get("gc")
+
+
+@pytest.mark.parametrize(("service", "allowed_"), [("ec2.amazonaws.com", True), ("ec2.amazonaws.com.cn", True),
+                                                   ("lambda.amazonaws.com", False)])
+def test_the_node_role_may_be_passed_to_ec2_in_every_partition_only(deployment: Any, service: str, allowed_: bool) -> None:
+    """The launch path passes the node role (named by the function's JOINER_NODE_ROLE) to EC2,
+    whose service principal is ec2.amazonaws.com.cn in the China regions."""
+    role = build_arn("iam", "role", REGION, "123456789012", "JoinerNodeRole-prod")
+    pass_role = Authorization("iam:PassRole", role, {"iam:PassedToService": service}, TAGS_ABSENT)
+    assert decide(deployment, "scanner", pass_role) is allowed_
+    other = Authorization("iam:PassRole", build_arn("iam", "role", REGION, "123456789012", "Admin"),
+                          {"iam:PassedToService": service}, TAGS_ABSENT)
+    assert not decide(deployment, "scanner", other)

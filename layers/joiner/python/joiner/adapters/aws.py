@@ -130,10 +130,14 @@ class AwsClients:
 
     @property
     def pricing(self) -> Any:
-        """The Pricing API client at the endpoint nearest the runtime's region."""
-        from joiner.domain.catalog_build import pricing_endpoint_region
+        """The Pricing API client at the endpoint nearest the runtime's region; LookupError
+        where the region's partition has no Pricing API (GovCloud, ISO)."""
+        from joiner.domain.catalog_build import partition_of, pricing_endpoint_region
 
-        return self.client("pricing", pricing_endpoint_region(self.region))
+        endpoint = pricing_endpoint_region(self.region)
+        if endpoint is None:
+            raise LookupError(f"the {partition_of(self.region)} partition ({self.region}) has no Price List Query API")
+        return self.client("pricing", endpoint)
 
 
 @lru_cache(maxsize=1)

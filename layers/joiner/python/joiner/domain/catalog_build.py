@@ -44,6 +44,7 @@ __all__ = [
     "infos_from_descriptions",
     "network_bandwidth_megabits",
     "on_demand_price_from_product",
+    "partition_of",
     "pricing_endpoint_region",
 ]
 
@@ -65,10 +66,34 @@ def network_bandwidth_megabits() -> Mapping[str, int]:
     return {str(name): int(value) for name, value in table.items()}
 
 
-def pricing_endpoint_region(region: str) -> str:
-    """The Pricing API endpoint nearest ``region`` (the API is served only from us-east-1,
-    eu-central-1 and ap-south-1; it answers for every region from each)."""
-    if region.startswith(("ap-", "cn-")):
+#: Region-name prefixes of the partitions other than ``aws`` (longest first).
+_PARTITION_PREFIXES: tuple[tuple[str, str], ...] = (
+    ("us-isob-", "aws-iso-b"), ("us-isof-", "aws-iso-f"), ("eu-isoe-", "aws-iso-e"), ("us-iso-", "aws-iso"),
+    ("us-gov-", "aws-us-gov"), ("cn-", "aws-cn"),
+)
+
+
+def partition_of(region: str) -> str:
+    """The AWS partition of a region name (``aws``, ``aws-cn``, ``aws-us-gov``, ``aws-iso*``)."""
+    for prefix, partition in _PARTITION_PREFIXES:
+        if region.startswith(prefix):
+            return partition
+    return "aws"
+
+
+def pricing_endpoint_region(region: str) -> str | None:
+    """The Price List Query API endpoint for ``region``, None where its partition has none.
+
+    The API answers for every region of its partition from each of its endpoints: in ``aws``
+    from us-east-1, eu-central-1 and ap-south-1 (the nearest is used), in ``aws-cn`` from
+    cn-northwest-1; GovCloud and the ISO partitions have no Price List Query API (an
+    endpoint in another partition does not accept the partition's credentials)."""
+    partition = partition_of(region)
+    if partition == "aws-cn":
+        return "cn-northwest-1"
+    if partition != "aws":
+        return None
+    if region.startswith("ap-"):
         return "ap-south-1"
     if region.startswith(("eu-", "me-", "af-", "il-")):
         return "eu-central-1"

@@ -45,9 +45,9 @@ EVENT_RULE_PATTERN = {
     ],
 }
 MAX_RECEIVE_COUNT = 5
-#: The function timeout + the batching window + 5 s, as deployed (infra/queues.py; a test compares).
-INTERRUPTION_VISIBILITY = 36
-WORK_VISIBILITY = 66
+#: Six times the consumer's timeout + the batching window, as deployed (infra/queues.py; a test compares).
+INTERRUPTION_VISIBILITY = 181
+WORK_VISIBILITY = 361
 #: Each function's timeout in seconds, as deployed (infra/functions.py; a test compares): what the
 #: local Lambda context reports as remaining time (powertools Idempotency's in-progress expiry).
 FUNCTION_TIMEOUTS: dict[str, int] = {"scanner": 75, "interruption": 30, "termination": 60, "disruption": 120, "gc": 120, "watcher": 62}

@@ -192,13 +192,25 @@ class Runtime:
                 self._priced_catalog = self._refresh_spot_prices(now)
             return self._priced_catalog
 
+    def _pricing_if_served(self) -> PricingPort | None:
+        """The pricing port, or None (logged) where the region's partition has no Price List
+        Query API: the catalog is then priced from the bundled us-east-1 table."""
+        from joiner.domain.catalog_build import partition_of, pricing_endpoint_region
+        from joiner.observability import logger
+
+        if self.pricing_port is None and pricing_endpoint_region(self.settings.region) is None:
+            logger.warning("no Price List Query API in this partition; on-demand prices come from the bundled us-east-1 table",
+                           extra={"region": self.settings.region, "partition": partition_of(self.settings.region)})
+            return None
+        return self.pricing
+
     def _refresh_base_catalog(self, now: datetime) -> None:
         from joiner.observability import logger
         from joiner.services.catalog import load_region_catalog
 
         built = load_region_catalog(
             self.settings.region, now, previous=self._base_catalog, state=lambda: self.state, ec2=lambda: self.ec2,
-            pricing=lambda: self.pricing, count=lambda name: self.count(name),
+            pricing=self._pricing_if_served, count=lambda name: self.count(name),
             warn=lambda message, extra: logger.warning(message, extra=extra),
         )
         if built.catalog is not self._base_catalog:
