@@ -724,7 +724,8 @@ class Api:
         return dict(obj)
 
     def pick(self, pods: Store, pending: bool, count: int) -> list[int]:
-        rng, chosen, tries = self.world.rng, [], 0
+        rng, tries = self.world.rng, 0
+        chosen: list[int] = []
         if pending:
             unbound = [i for i in pods.candidates(Selector(fields=[("spec.nodeName", True, "")])) or [] if pods.exists(i)]
             return rng.sample(unbound, min(count, len(unbound)))
