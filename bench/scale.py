@@ -401,25 +401,29 @@ def _spawn(job: dict[str, Any], timeout: float) -> dict[str, Any]:
 def _read_counters(stats: dict[str, Any]) -> dict[str, Any]:
     return {"api_requests": stats["requests"], "api_read_mb": round(stats["bytes_sent"] / MB, 2), "full_pod_lists": stats["full_pod_lists"],
             "cache_reads": stats["cache_reads"], "watch_events": stats["watch_events"],
-            "requests_by_verb": stats["by_verb"]}
+            "requests_by_verb": stats["by_verb"],
+            "by_resource": {name: [entry["requests"], round(entry["bytes"] / MB, 2)] for name, entry in sorted(stats["by_resource"].items())}}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__.splitlines()[0])
-    parser.add_argument("--nodes", default=",".join(map(str, SIZES)), help="comma-separated cluster sizes")
+    parser.add_argument("--nodes", help=f"comma-separated cluster sizes (default {','.join(map(str, SIZES))})")
     parser.add_argument("--functions", default=",".join(FUNCTIONS), help=f"comma-separated, of {', '.join(FUNCTIONS)}; 'none' for none")
     parser.add_argument("--modes", default=",".join(MODES), help="steady-state modes; 'none' for none")
-    parser.add_argument("--minutes", type=int, default=10, help="simulated minutes of the steady state")
-    parser.add_argument("--window", type=float, default=5.0, help="seconds a watcher window lasts here (55 deployed)")
+    parser.add_argument("--minutes", type=int, help="simulated minutes of the steady state (default 10)")
+    parser.add_argument("--window", type=float, help="seconds a watcher window lasts here (default 5; 55 deployed)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--child-timeout", type=float, default=1800.0, help="seconds before a measured process is killed")
-    parser.add_argument("--quick", action="store_true", help="100 nodes, 2 simulated minutes, 2 s windows")
+    parser.add_argument("--quick", action="store_true", help="defaults of 100 nodes, 2 simulated minutes, 2 s windows")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         return child_main(args.child)
-    if args.quick:
-        args.nodes, args.minutes, args.window = "100", 2, 2.0
+    quick = {"nodes": "100", "minutes": 2, "window": 2.0}
+    full = {"nodes": ",".join(map(str, SIZES)), "minutes": 10, "window": 5.0}
+    for key, value in (quick if args.quick else full).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
     sizes = [int(n) for n in args.nodes.split(",") if n.strip()]
     functions = [] if args.functions == "none" else [f.strip() for f in args.functions.split(",") if f.strip()]
     modes = [] if args.modes == "none" else [m.strip() for m in args.modes.split(",") if m.strip()]
