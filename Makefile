@@ -72,6 +72,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.interruption
 	$(BIN)/python -m bench.disruption
 	$(BIN)/python -m bench.coldstart
+	$(BIN)/python -m bench.scale
 
 ## The fault-injection soak: 200 seeds of crashes, redeliveries, overlaps and API faults (see docs/soak.md).
 soak: $(STAMP)
