@@ -88,7 +88,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def build(progress: Callable[[str], None] = lambda line: None) -> Path:
+def build(progress: Callable[[str], object] = lambda line: None) -> Path:
     """The binaries' directory; builds them on first use (build.sh's progress lines are passed to
     ``progress`` as they come). Raises :class:`FileNotFoundError` with build.sh's message when Go is missing."""
     with subprocess.Popen(["bash", str(BUILD_SCRIPT)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as script:  # noqa: S603

@@ -214,8 +214,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     for user, groups in SESSION.groups.items():
         for group in groups:
             by_group[group] = by_group[group] & set(unexercised[user]) if group in by_group else set(unexercised[user])
-    for group, grants in sorted(by_group.items()):
-        terminalreporter.write_line(f"{group}: granted but exercised by none of its identities: {_listed(sorted(grants))}")
+    for group, shared in sorted(by_group.items()):
+        terminalreporter.write_line(f"{group}: granted but exercised by none of its identities: {_listed(sorted(shared))}")
 
 
 def _listed(grants: list[Grant]) -> str:
