@@ -22,7 +22,7 @@ CLUSTER ?=
 REGION ?=
 CDK_ARGS ?=
 
-.PHONY: install demo test bench soak synth lint clean cdk-cli deploy bootstrap destroy require-cluster
+.PHONY: install demo test bench soak synth lint clean cdk-cli deploy bootstrap destroy require-cluster kube kube-versions
 
 # Two install purposes, so the demo does not wait for the development toolset (CDK, Node, SciPy,
 # checkers: about 1 GB): LOCAL_STAMP is the runtime plus moto's server and the Kubernetes API
@@ -52,14 +52,23 @@ install: $(STAMP)
 demo: $(LOCAL_STAMP)
 	$(BIN)/joiner demo
 
-## The README's second command: static checks, then the whole suite (unit, handler, end-to-end, synth, cfn-lint, cdk-nag).
-test: lint
+## The README's second command: static checks, the real Kubernetes binaries, then the whole suite (unit, handler,
+## end-to-end, synth, cfn-lint, cdk-nag, and tests/realkube against a real API server).
+test: lint kube
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 ## Static checks: ruff (rules in pyproject.toml) and mypy (strict on layers/, functions/, infra/; basic on bench/, tests/).
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+
+## etcd, kube-apiserver and kube-scheduler for the real Kubernetes tier (tools/kube/go.mod pins the versions; needs Go):
+## built once into .cache/kube/<version>/, reused while their versions match (docs/kubernetes.md).
+kube:
+	@tools/kube/build.sh >/dev/null
+
+kube-versions:
+	@tools/kube/build.sh --versions
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.schedule

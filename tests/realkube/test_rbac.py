@@ -1,0 +1,376 @@
+"""RBAC proven like IAM: every KubernetesPort method each Joiner function calls, run through the
+real adapter (joiner.adapters.kubernetes.KubernetesClient) as that function's identity, against
+a real API server with manifests/rbac.yaml applied. A 403 fails the test (tests/realkube/conftest.py
+reads it from the audit log); the session report lists what rbac.yaml grants each identity that
+no test exercised."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from joiner.adapters.kubernetes import KubernetesClient
+from joiner.domain.nodeclaims import node_claim_object
+from joiner.ports import ClaimRecord, KubernetesPort
+from tests.realkube.access import function_groups
+from tests.realkube.conftest import RealKube
+
+pytestmark = pytest.mark.real_kube
+
+PAUSE = "registry.k8s.io/pause:3.10"
+
+
+@dataclass(frozen=True)
+class World:
+    """Objects every identity's reads can find (made once per module, as admin)."""
+
+    namespace: str
+    tag: str
+    node: dict[str, Any]
+    pending_pod: str
+    bound_pod: str
+    daemonset: str
+    pdb: str
+    runtime_class: str
+    storage_class: str
+    volume: str
+    claim: str
+    node_class: str
+    node_pool: dict[str, Any]
+
+
+def pod(name: str, tag: str, **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"joiner-test": tag, "app": tag}},
+            "spec": {"containers": [{"name": "c", "image": PAUSE, "resources": {"requests": {"cpu": "100m"}}}], **spec}}
+
+
+def node(name: str, tag: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"joiner-test": tag}}}
+
+
+def node_class(name: str) -> dict[str, Any]:
+    return {"apiVersion": "joiner.dev/v1", "kind": "NodeClass", "metadata": {"name": name},
+            "spec": {"role": "JoinerNodeRole-test", "subnetSelectorTerms": [{"tags": {"joiner.dev/discovery": "test"}}],
+                     "securityGroupSelectorTerms": [{"tags": {"joiner.dev/discovery": "test"}}]}}
+
+
+def node_pool(name: str, node_class_name: str) -> dict[str, Any]:
+    return {"apiVersion": "joiner.dev/v1", "kind": "NodePool", "metadata": {"name": name},
+            "spec": {"template": {"spec": {"nodeClassRef": {"group": "joiner.dev", "kind": "NodeClass", "name": node_class_name}}}}}
+
+
+@pytest.fixture(scope="module")
+def world(real_kube: RealKube) -> World:
+    admin, unique = real_kube.admin, real_kube.unique
+    ns, tag = real_kube.namespace("rbac"), unique("tag")
+    the_node = admin.create("/api/v1/nodes", node(unique("node"), tag))
+    pending, bound = unique("pending"), unique("bound")
+    # Nothing can place it (no node has the label): the real scheduler marks it Unschedulable.
+    admin.create(f"/api/v1/namespaces/{ns}/pods", pod(pending, tag, nodeSelector={"joiner-test/nowhere": "true"}))
+    admin.create(f"/api/v1/namespaces/{ns}/pods", pod(bound, tag, nodeName=the_node["metadata"]["name"]))
+    daemonset = unique("ds")
+    admin.create(f"/apis/apps/v1/namespaces/{ns}/daemonsets", {
+        "apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": daemonset},
+        "spec": {"selector": {"matchLabels": {"ds": daemonset}},
+                 "template": {"metadata": {"labels": {"ds": daemonset}}, "spec": {"containers": [{"name": "c", "image": PAUSE}]}}}})
+    pdb = unique("pdb")
+    admin.create(f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets", {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": pdb},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": tag}}}})
+    runtime_class = unique("rc")
+    admin.create("/apis/node.k8s.io/v1/runtimeclasses", {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+                                                         "metadata": {"name": runtime_class}, "handler": "runc",
+                                                         "overhead": {"podFixed": {"cpu": "250m"}}})
+    storage_class = unique("sc")
+    admin.create("/apis/storage.k8s.io/v1/storageclasses", {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+                                                            "metadata": {"name": storage_class}, "provisioner": "ebs.csi.aws.com",
+                                                            "volumeBindingMode": "WaitForFirstConsumer"})
+    volume, claim = unique("pv"), unique("pvc")
+    admin.create("/api/v1/persistentvolumes", {
+        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": volume},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": storage_class,
+                 "csi": {"driver": "ebs.csi.aws.com", "volumeHandle": "vol-0123456789abcdef0"}}})
+    admin.create(f"/api/v1/namespaces/{ns}/persistentvolumeclaims", {
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": claim},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": storage_class, "resources": {"requests": {"storage": "1Gi"}}}})
+    admin.create("/apis/storage.k8s.io/v1/csinodes", {"apiVersion": "storage.k8s.io/v1", "kind": "CSINode",
+                                                      "metadata": {"name": the_node["metadata"]["name"]},
+                                                      "spec": {"drivers": [{"name": "ebs.csi.aws.com", "nodeID": "i-0123",
+                                                                            "allocatable": {"count": 25}}]}})
+    the_class = unique("nc")
+    admin.create("/apis/joiner.dev/v1/nodeclasses", node_class(the_class))
+    the_pool = admin.create("/apis/joiner.dev/v1/nodepools", node_pool(unique("np"), the_class))
+    return World(ns, tag, the_node, pending, bound, daemonset, pdb, runtime_class, storage_class, volume, claim, the_class, the_pool)
+
+
+def names(objects: list[dict[str, Any]]) -> set[str]:
+    return {o["metadata"]["name"] for o in objects}
+
+
+def eventually(check: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not true within {timeout} s: {check.__doc__ or check}")
+        time.sleep(0.2)
+
+
+# ---------------------------------------------------------------- one operation per port method
+
+Operation = Callable[[RealKube, KubernetesClient, World], None]
+
+
+def list_pods(kube: RealKube, client: KubernetesClient, w: World) -> None:
+    assert names(client.list_pods(label_selector=f"joiner-test={w.tag}")) == {w.pending_pod, w.bound_pod}
+
+
+def list_pending_pods(kube: RealKube, client: KubernetesClient, w: World) -> None:
+    def pending() -> bool:
+        """the scheduler marked the pod Unschedulable and the adapter reports it pending"""
+        return w.pending_pod in names(client.list_pending_pods())
+    eventually(pending)
+    assert w.bound_pod not in names(client.list_pending_pods())
+
+
+def list_unbound_pods(kube: RealKube, client: KubernetesClient, w: World) -> None:
+    pods, version = client.list_unbound_pods()
+    assert w.pending_pod in names(pods) and w.bound_pod not in names(pods)
+    assert int(version) > 0
+
+
+def watch_unbound_pods(kube: RealKube, client: KubernetesClient, w: World) -> None:
+    _, version = client.list_unbound_pods()
+    new = kube.unique("watched")
+    kube.admin.create(f"/api/v1/namespaces/{w.namespace}/pods", pod(new, kube.unique("tag"), nodeSelector={"joiner-test/nowhere": "true"}))
+    events = client.watch_unbound_pods(version, 10)
+    try:
+        assert any(e.type == "ADDED" and e.object["metadata"]["name"] == new for e in events)
+    finally:
+        events.close()  # type: ignore[attr-defined]
+
+
+def _watch_plan_input(resource: str) -> Operation:
+    def operation(kube: RealKube, client: KubernetesClient, w: World) -> None:
+        version = client.plan_input_version(resource)
+        name = kube.unique("watched")
+        obj = node_pool(name, w.node_class) if resource == "nodepools" else node_class(name)
+        kube.admin.create(f"/apis/joiner.dev/v1/{resource}", obj)
+        events = client.watch_plan_inputs(resource, version, 10)
+        try:
+            assert any(e.type == "ADDED" and e.object["metadata"]["name"] == name for e in events)
+        finally:
+            events.close()  # type: ignore[attr-defined]
+    return operation
+
+
+def list_pods_on_node(kube: RealKube, client: KubernetesClient, w: World) -> None:
+    assert names(client.list_pods_on_node(w.node["metadata"]["name"])) == {w.bound_pod}
+
+
+def list_nodes(kube: RealKube, client: KubernetesClient, w: World) -> None:
+    assert w.node["metadata"]["name"] in names(client.list_nodes())
+
+
+def get_node(kube: RealKube, client: KubernetesClient, w: World) -> None:
+    found = client.get_node(w.node["metadata"]["name"])
+    assert found is not None and found["metadata"]["uid"] == w.node["metadata"]["uid"]
+    assert client.get_node(kube.unique("missing")) is None
+
+
+def list_daemonsets(kube: RealKube, client: KubernetesClient, w: World) -> None:
+    assert w.daemonset in names(client.list_daemonsets())
+
+
+def list_pdbs(kube: RealKube, client: KubernetesClient, w: World) -> None:
+    assert w.pdb in names(client.list_pdbs())
+
+
+def list_runtime_classes(kube: RealKube, client: KubernetesClient, w: World) -> None:
+    found = {o["metadata"]["name"]: o for o in client.list_runtime_classes()}
+    assert found[w.runtime_class]["overhead"] == {"podFixed": {"cpu": "250m"}}
+
+
+def list_volume_objects(kube: RealKube, client: KubernetesClient, w: World) -> None:
+    kinds = {(o["kind"], o["metadata"]["name"]) for o in client.list_volume_objects()}
+    assert {("PersistentVolumeClaim", w.claim), ("PersistentVolume", w.volume), ("StorageClass", w.storage_class),
+            ("CSINode", w.node["metadata"]["name"])} <= kinds
+
+
+def list_node_pools(kube: RealKube, client: KubernetesClient, w: World) -> None:
+    assert w.node_pool["metadata"]["name"] in names(client.list_node_pools())
+
+
+def list_node_classes(kube: RealKube, client: KubernetesClient, w: World) -> None:
+    assert w.node_class in names(client.list_node_classes())
+
+
+def patch_node(kube: RealKube, client: KubernetesClient, w: World) -> None:
+    name = kube.admin.create("/api/v1/nodes", node(kube.unique("node"), w.tag))["metadata"]["name"]
+    taints = [{"key": "joiner.dev/disrupting", "effect": "NoSchedule"}]
+    patched = client.patch_node(name, {"metadata": {"labels": {"joiner.dev/registered": "true"}},
+                                       "spec": {"unschedulable": True, "taints": taints}})
+    assert patched["metadata"]["labels"]["joiner.dev/registered"] == "true" and patched["spec"]["unschedulable"] is True
+    assert {"key": "joiner.dev/disrupting", "effect": "NoSchedule"} in patched["spec"]["taints"]
+
+
+def delete_node(kube: RealKube, client: KubernetesClient, w: World) -> None:
+    created = kube.admin.create("/api/v1/nodes", node(kube.unique("node"), w.tag))
+    name, uid = created["metadata"]["name"], created["metadata"]["uid"]
+    assert client.delete_node(name, uid="00000000-0000-0000-0000-000000000000") is False  # someone else's node: 409
+    assert client.get_node(name) is not None
+    assert client.delete_node(name, uid=uid) is True
+    assert client.get_node(name) is None
+    assert client.delete_node(name) is True  # already gone
+
+
+def evict_pod(kube: RealKube, client: KubernetesClient, w: World) -> None:
+    name = kube.unique("evicted")
+    kube.admin.create(f"/api/v1/namespaces/{w.namespace}/pods", pod(name, kube.unique("tag")))
+    assert client.evict_pod(w.namespace, name, grace_seconds=0).status == "evicted"
+    assert client.evict_pod(w.namespace, name).status == "gone"
+
+
+def delete_pod(kube: RealKube, client: KubernetesClient, w: World) -> None:
+    name = kube.unique("deleted")
+    kube.admin.create(f"/api/v1/namespaces/{w.namespace}/pods", pod(name, kube.unique("tag")))
+    client.delete_pod(w.namespace, name, grace_seconds=0)
+    client.delete_pod(w.namespace, name)  # already gone
+    status, _ = kube.admin.request("GET", f"/api/v1/namespaces/{w.namespace}/pods/{name}", ok=(404,))
+    assert status == 404
+
+
+def create_event(kube: RealKube, client: KubernetesClient, w: World) -> None:
+    involved = kube.admin.get(f"/api/v1/namespaces/{w.namespace}/pods/{w.pending_pod}")
+    reason = kube.unique("Reason").replace("-", "")
+    client.create_event(involved, reason, "no NodePool fits", "Warning")
+    client.create_event(involved, reason, "no NodePool fits", "Warning")  # the same again: 409, then a patch
+    events = [e for e in kube.admin.get(f"/api/v1/namespaces/{w.namespace}/events")["items"] if e["reason"] == reason]
+    assert len(events) == 1 and events[0]["involvedObject"]["uid"] == involved["metadata"]["uid"]
+    # ... and one on a cluster-scoped object goes to the default namespace
+    client.create_event(w.node_pool, reason, "pool event")
+    assert any(e["reason"] == reason for e in kube.admin.get("/api/v1/namespaces/default/events")["items"])
+
+
+def patch_node_pool_status(kube: RealKube, client: KubernetesClient, w: World) -> None:
+    name = w.node_pool["metadata"]["name"]
+    ready = {"type": "Ready", "status": "True", "reason": "Ready", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+    client.patch_node_pool_status(name, {"resources": {"cpu": "4", "memory": "16Gi", "nodes": "1"}, "nodes": 1, "conditions": [ready]})
+    status = kube.admin.get(f"/apis/joiner.dev/v1/nodepools/{name}")["status"]
+    assert status["nodes"] == 1 and status["resources"]["memory"] == "16Gi" and status["conditions"][0]["status"] == "True"
+    client.patch_node_pool_status(kube.unique("gone"), {"nodes": 0})  # a NodePool deleted meanwhile: skipped
+
+
+def patch_node_class_status(kube: RealKube, client: KubernetesClient, w: World) -> None:
+    ready = {"type": "Ready", "status": "True", "reason": "Ready", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z",
+             "observedGeneration": 1}
+    status = {"subnets": [{"id": "subnet-0a", "zone": "us-east-1a"}], "securityGroups": [{"id": "sg-0a"}],
+              "amis": [{"id": "ami-0a", "name": "al2023", "requirements": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]}],
+              "conditions": [ready]}
+    client.patch_node_class_status(w.node_class, status)
+    stored = kube.admin.get(f"/apis/joiner.dev/v1/nodeclasses/{w.node_class}")["status"]
+    assert stored["amis"][0]["id"] == "ami-0a" and stored["subnets"] == status["subnets"]
+
+
+def node_claims(kube: RealKube, client: KubernetesClient, w: World) -> None:
+    """The mirror's whole life as sync_node_claims writes it: create, status, spec/metadata, delete."""
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    claim = ClaimRecord(claim_id=kube.unique("claim"), node_pool=w.node_pool["metadata"]["name"], state="launched", created_at=now,
+                        instance_id="i-0123456789abcdef0", instance_type="m5.large", zone="us-east-1a", capacity_type="spot",
+                        price=0.05, pods=("default/a",), launched_at=now)
+    desired = node_claim_object(claim, w.node_pool)
+    name = desired["metadata"]["name"]
+    assert client.create_node_claim({k: v for k, v in desired.items() if k != "status"}) is True
+    assert client.create_node_claim({k: v for k, v in desired.items() if k != "status"}) is False  # exists
+    assert client.patch_node_claim(name, {"status": desired["status"]}, status=True) is True
+    assert client.patch_node_claim(name, {"spec": dict(desired["spec"], pods=["default/b"])}) is True
+    mirror = next(m for m in client.list_node_claims() if m["metadata"]["name"] == name)
+    assert mirror["spec"]["pods"] == ["default/b"] and mirror["status"] == kube.admin.get(f"/apis/joiner.dev/v1/nodeclaims/{name}")["status"]
+    assert mirror["metadata"]["ownerReferences"][0]["uid"] == w.node_pool["metadata"]["uid"]
+    assert client.delete_node_claim(name, uid="00000000-0000-0000-0000-000000000000") is False  # another object now
+    assert client.delete_node_claim(name, uid=mirror["metadata"]["uid"]) is True
+    assert name not in names(client.list_node_claims())
+    assert client.patch_node_claim(name, {"spec": desired["spec"]}) is False  # gone
+
+
+OPERATIONS: dict[str, Operation] = {
+    "list_pods": list_pods, "list_pending_pods": list_pending_pods, "list_unbound_pods": list_unbound_pods,
+    "watch_unbound_pods": watch_unbound_pods,
+    "watch_plan_inputs(nodepools)": _watch_plan_input("nodepools"), "watch_plan_inputs(nodeclasses)": _watch_plan_input("nodeclasses"),
+    "list_pods_on_node": list_pods_on_node, "list_nodes": list_nodes, "get_node": get_node,
+    "list_daemonsets": list_daemonsets, "list_pdbs": list_pdbs, "list_runtime_classes": list_runtime_classes,
+    "list_volume_objects": list_volume_objects, "list_node_pools": list_node_pools, "list_node_classes": list_node_classes,
+    "patch_node": patch_node, "delete_node": delete_node, "evict_pod": evict_pod, "delete_pod": delete_pod,
+    "create_event": create_event, "patch_node_pool_status": patch_node_pool_status,
+    "patch_node_class_status": patch_node_class_status, "node_claims": node_claims,
+}
+
+#: What the provisioning round reads and writes (joiner.services.provisioning: read(), registration,
+#: events, NodePool and NodeClass status, the NodeClaim mirrors' sync).
+_PROVISIONING = ("list_pods", "list_pending_pods", "list_nodes", "list_daemonsets", "list_runtime_classes", "list_node_pools",
+                 "list_node_classes", "list_volume_objects", "patch_node", "create_event")
+#: Beginning and continuing a termination (joiner.services.termination).
+_TERMINATION = ("list_nodes", "get_node", "list_pods_on_node", "patch_node", "evict_pod", "delete_pod", "delete_node", "create_event")
+
+#: The KubernetesPort methods each function's services call.
+USES: dict[str, tuple[str, ...]] = {
+    "scanner": (*_PROVISIONING, "patch_node_pool_status", "patch_node_class_status", "node_claims"),
+    # replacement rounds (provisioning's reads and launch) and the termination it begins
+    "interruption": tuple(dict.fromkeys((*_PROVISIONING, "get_node", *_TERMINATION))),
+    "termination": _TERMINATION,
+    # candidates, budgets, replacements, terminations begun, mirrors' findings
+    "disruption": tuple(dict.fromkeys((*_PROVISIONING, "list_pdbs", "get_node", *_TERMINATION, "node_claims"))),
+    "gc": ("list_nodes", "get_node", "list_node_classes", "list_node_pools", "delete_node", "node_claims"),
+    "watcher": ("list_unbound_pods", "watch_unbound_pods", "watch_plan_inputs(nodepools)", "watch_plan_inputs(nodeclasses)"),
+}
+
+
+def test_every_function_has_an_identity_and_uses() -> None:
+    assert {f"joiner:{f}" for f in USES} == set(function_groups())
+    assert set().union(*USES.values()) == set(OPERATIONS)
+
+
+def test_every_port_method_but_the_clis_is_exercised() -> None:
+    methods = {m for m in dir(KubernetesPort) if not m.startswith("_")}
+    exercised = {op.split("(")[0] for op in OPERATIONS} | {"plan_input_version", "list_node_claims", "create_node_claim",
+                                                           "patch_node_claim", "delete_node_claim"}
+    assert methods - exercised == set()
+
+
+@pytest.mark.parametrize(("function", "operation"), [(f, op) for f, ops in USES.items() for op in ops])
+def test_function_identity_may_do_what_it_does(real_kube: RealKube, world: World, function: str, operation: str) -> None:
+    client = real_kube.client(function, max_attempts=1)
+    try:
+        OPERATIONS[operation](real_kube, client, world)
+    finally:
+        client.close()
+
+
+def _access(kube: RealKube, user: str, groups: tuple[str, ...], verb: str, resource: str, group: str = "", sub: str = "") -> bool:
+    review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+              "spec": {"user": user, "groups": [*groups, "system:authenticated"],
+                       "resourceAttributes": {"verb": verb, "group": group, "resource": resource, "subresource": sub}}}
+    return bool(kube.admin.create("/apis/authorization.k8s.io/v1/subjectaccessreviews", review)["status"].get("allowed"))
+
+
+@pytest.mark.parametrize(("function", "verb", "resource", "group", "sub"), [
+    ("watcher", "delete", "nodes", "", ""),
+    ("watcher", "patch", "nodes", "", ""),
+    ("watcher", "create", "pods", "", "eviction"),
+    ("watcher", "patch", "nodepools", "joiner.dev", "status"),
+    ("watcher", "get", "pods", "", ""),
+    ("scanner", "create", "pods", "", ""),
+    ("scanner", "get", "secrets", "", ""),
+    ("scanner", "list", "configmaps", "", ""),
+    ("scanner", "update", "nodeclaims", "joiner.dev", ""),
+    ("scanner", "delete", "nodepools", "joiner.dev", ""),
+    ("gc", "create", "clusterrolebindings", "rbac.authorization.k8s.io", ""),
+])
+def test_what_rbac_does_not_grant(real_kube: RealKube, function: str, verb: str, resource: str, group: str, sub: str) -> None:
+    user = f"joiner:{function}"
+    assert not _access(real_kube, user, function_groups()[user], verb, resource, group, sub)
+
