@@ -192,6 +192,7 @@ class Cluster:
         self.state = FakeState()
         for claim in self.spec.claims():
             self.state.put_claim(claim)
+        self._publish_unreserved()
         self.queue = FakeQueue()
         self.pricing = FakePricing()
         self.aws = _Aws()
@@ -203,6 +204,20 @@ class Cluster:
         from joiner.domain.catalog import load_bundled_catalog
 
         self.catalog = load_bundled_catalog()
+
+    def _publish_unreserved(self) -> None:
+        """What the scanner's last round left in the state: the limited NodePool's usage by Nodes
+        no reservation covers (the claims here reserve nothing, so every Node)."""
+        import json as _json
+
+        from bench.scale_world import NODE_TEMPLATE, POOL
+        from joiner.domain.snapshot import parse_node
+        from joiner.services.provisioning import UNRESERVED_KIND, unreserved_usage
+
+        node = parse_node(_json.loads(NODE_TEMPLATE.fill(self.spec.node_values(0, 1))))
+        usage = unreserved_usage([node], [], {POOL: {}})[POOL]
+        total = {name: value * self.spec.nodes for name, value in usage.items()}
+        self.state.put_item(UNRESERVED_KIND, POOL, {"pool": POOL, "unreserved": total})
 
     def runtime(self) -> Any:
         """A function's own runtime (its Kubernetes client built from the settings) on the shared fakes."""

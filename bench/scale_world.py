@@ -187,6 +187,19 @@ def _pod_template(kind: str) -> Template:
     return Template({"metadata": metadata, "spec": spec, "status": status, "kind": "Pod", "apiVersion": "v1"})
 
 
+def _instance_labels() -> dict[str, str]:
+    """The instance-type labels Joiner's registration puts on a Node of :data:`NODE_TYPE` (so a
+    round finds the Nodes as Joiner left them and patches none)."""
+    from joiner.domain.catalog import load_bundled_catalog
+    from joiner.domain.model import KubeletConfig
+    from joiner.ports import ClaimRecord
+    from joiner.services.registration import claim_labels
+
+    instance_type = load_bundled_catalog().instance_type(NODE_TYPE, KubeletConfig())
+    sample = ClaimRecord(claim_id="sample", node_pool=POOL, state="initialized", created_at=CREATED, instance_type=NODE_TYPE)
+    return {key: value for key, value in claim_labels(sample, initialized=True, instance_type=instance_type).items() if "/instance-" in key}
+
+
 def _node_template() -> Template:
     labels = {
         "beta.kubernetes.io/arch": "amd64", "beta.kubernetes.io/instance-type": NODE_TYPE, "beta.kubernetes.io/os": "linux",
@@ -198,6 +211,8 @@ def _node_template() -> Template:
         "joiner.dev/registered": "true", "joiner.dev/initialized": "true", "joiner.dev/instance-category": "m",
         "joiner.dev/instance-family": "m5", "joiner.dev/instance-generation": "5", "joiner.dev/instance-size": "2xlarge",
         "joiner.dev/instance-cpu": "8", "joiner.dev/instance-memory": "32768",
+        "karpenter.sh/nodepool": POOL, "karpenter.sh/capacity-type": "@@capacity@@",
+        **_instance_labels(),
     }
     resources = {"cpu": "8", "ephemeral-storage": "83873772Ki", "hugepages-1Gi": "0", "hugepages-2Mi": "0", "memory": "32386544Ki", "pods": "58"}
     allocatable = {"cpu": "7910m", "ephemeral-storage": "76224326324", "hugepages-1Gi": "0", "hugepages-2Mi": "0", "memory": "31369712Ki", "pods": "58"}
@@ -220,9 +235,9 @@ def _node_template() -> Template:
     managed = [
         _managed("kubelet", "Update", {"f:metadata": {"f:annotations": {".": {}, "f:alpha.kubernetes.io/provided-node-ip": {},
                                                                          "f:volumes.kubernetes.io/controller-managed-attach-detach": {}},
-                                                      "f:labels": {".": {}, **{f"f:{key}": {} for key in labels if not key.startswith("joiner")}}},
+                                                      "f:labels": {".": {}, **{f"f:{key}": {} for key in labels if not key.startswith(("joiner", "karpenter"))}}},
                                        "f:spec": {"f:providerID": {}}}),
-        _managed("joiner", "Apply", {"f:metadata": {"f:labels": {f"f:{key}": {} for key in labels if key.startswith("joiner")}}}),
+        _managed("joiner", "Apply", {"f:metadata": {"f:labels": {f"f:{key}": {} for key in labels if key.startswith(("joiner", "karpenter"))}}}),
         _managed("kube-controller-manager", "Update", {"f:metadata": {"f:annotations": {"f:node.alpha.kubernetes.io/ttl": {}}},
                                                        "f:spec": {"f:podCIDR": {}, "f:podCIDRs": {".": {}, 'v:"@@pod_cidr@@"': {}}}}),
         _managed("kubelet", "Update", {"f:status": {

@@ -48,6 +48,7 @@ from joiner.ports import (
     StateError,
     Subnet,
     WatchEvent,
+    WatchExpired,
 )
 
 __all__ = [
@@ -328,6 +329,17 @@ class FakeKubernetes:
     def list_nodes(self) -> list[JsonDict]:
         self._enter("list_nodes")
         return self._list("nodes")
+
+    def list_pages(self, resource: str) -> Iterator[tuple[list[JsonDict], str]]:
+        self._enter("iter_pods" if resource == "pods" else "iter_nodes")
+        with self._lock:
+            version = str(int(self._next_version()) - 1)
+        yield self._list(resource), version
+
+    def changes_since(self, resource: str, resource_version: str) -> Iterator[WatchEvent]:
+        """No change log in memory: every read lists again (the emulator and the stand-in
+        API server test the resumed path)."""
+        raise WatchExpired(f"the fake keeps no history of {resource}")
 
     def iter_nodes(self, *, label_selector: str | None = None) -> Iterator[JsonDict]:
         self._enter("iter_nodes")

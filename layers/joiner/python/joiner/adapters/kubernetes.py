@@ -45,6 +45,10 @@ _EVENT_MESSAGE_LIMIT = 1024
 #: A watch line longer than this is a broken stream, not a pod (the API server's own object limit is 1.5 MiB).
 WATCH_LINE_LIMIT = 4 * 1024 * 1024
 WATCH_EVENT_TYPES = frozenset({"ADDED", "MODIFIED", "DELETED", "BOOKMARK"})
+#: A catch-up watch (:meth:`KubernetesClient.changes_since`) ends once its stream was idle this long.
+CATCH_UP_IDLE_SECONDS = 0.3
+#: ... or after this long (the server's ``timeoutSeconds``): a busy cluster's next round goes on from there.
+CATCH_UP_MAX_SECONDS = 10
 
 
 def _owned_by(pod: Mapping[str, Any], api_version: str, kind: str) -> bool:
@@ -406,6 +410,64 @@ class KubernetesClient:
         finally:
             response.release_conn()
 
+    def list_pages(self, resource: str) -> Iterator[tuple[list[JsonDict], str]]:
+        path, kind = _cluster_resource(resource)
+        for page, version in self._pages(path, kind, "v1"):
+            if page is None:
+                raise KubernetesError(f"Kubernetes GET {path}: continuation expired while streaming the list", status=410)
+            yield page, version
+
+    def changes_since(self, resource: str, resource_version: str, *, idle_seconds: float = CATCH_UP_IDLE_SECONDS) -> Iterator[WatchEvent]:
+        """The changes the server has ready after ``resource_version`` (see
+        :meth:`joiner.ports.KubernetesPort.changes_since`): a watch whose stream is closed once
+        no line arrived for ``idle_seconds`` (the server replays its backlog at once) or after
+        :data:`CATCH_UP_MAX_SECONDS`."""
+        import urllib3
+        from urllib3.exceptions import ProtocolError, ReadTimeoutError
+
+        if not resource_version:
+            raise ValueError("changes_since: resource_version is required (list first)")
+        path, kind = _cluster_resource(resource)
+        params = {"watch": "true", "resourceVersion": resource_version, "timeoutSeconds": str(CATCH_UP_MAX_SECONDS), "allowWatchBookmarks": "true"}
+        headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
+        authorization = self._authorization()
+        if authorization:
+            headers["Authorization"] = authorization
+        timeout = urllib3.Timeout(connect=self._urllib3_timeout.connect_timeout, read=idle_seconds)
+        try:
+            response = self._pool.request("GET", f"{self._host}{path}?{urlencode(params)}", headers=headers, timeout=timeout,
+                                          retries=False, redirect=False, preload_content=False)
+        except ReadTimeoutError:
+            return  # the server sent no headers yet: nothing ready
+        except (urllib3.exceptions.HTTPError, OSError) as error:
+            raise KubernetesError(f"Kubernetes watch {path} failed: {error}") from error
+        try:
+            if response.status == 410:
+                raise WatchExpired(f"Kubernetes watch {path} from {resource_version}: {_excerpt(response.read())}")
+            if response.status != 200:
+                raise KubernetesError(f"Kubernetes watch {path} failed: HTTP {response.status}: {_excerpt(response.read())}", status=response.status)
+            buffer = b""
+            while True:
+                try:
+                    chunk = response.read1(65536) if hasattr(response, "read1") else response.read(65536)
+                except (ReadTimeoutError, ProtocolError) as error:
+                    if isinstance(error, ReadTimeoutError) or "timed out" in str(error):
+                        return  # idle: caught up
+                    raise KubernetesError(f"Kubernetes watch {path}: the stream broke: {error}") from error
+                except OSError as error:
+                    raise KubernetesError(f"Kubernetes watch {path}: the stream broke: {error}") from error
+                if not chunk:
+                    return
+                buffer += chunk
+                if len(buffer) > WATCH_LINE_LIMIT and b"\n" not in buffer:
+                    raise KubernetesError(f"Kubernetes watch {path}: a line longer than {WATCH_LINE_LIMIT} bytes")
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        yield _watch_event(path, kind, "v1", line)
+        finally:
+            response.release_conn()
+
     def list_pending_pods(self) -> list[JsonDict]:
         return [pod for pod in self.list_pods(field_selector="spec.nodeName=") if is_pending_pod(pod)]
 
@@ -598,6 +660,15 @@ def _plan_input(resource: str) -> tuple[str, str]:
     if resource == "nodeclasses":
         return NODE_CLASSES_PATH, "NodeClass"
     raise ValueError(f"plan inputs are nodepools or nodeclasses, not {resource!r}")
+
+
+def _cluster_resource(resource: str) -> tuple[str, str]:
+    """The path and kind of ``pods`` or ``nodes`` (the resources kept by :mod:`joiner.services.cluster_state`)."""
+    if resource == "pods":
+        return "/api/v1/pods", "Pod"
+    if resource == "nodes":
+        return "/api/v1/nodes", "Node"
+    raise ValueError(f"unknown cluster resource {resource!r} (pods or nodes)")
 
 
 def _watch_event(path: str, kind: str, api_version: str, line: bytes) -> WatchEvent:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from joiner.services.cluster_state import ClusterCache
 from joiner.settings import Settings
 
 if TYPE_CHECKING:
@@ -118,8 +119,8 @@ class Runtime:
     recent_events: TtlCache = field(default_factory=lambda: TtlCache(timedelta(minutes=5)))
     #: Resolved subnets / security groups / AMIs / launch templates per NodeClass, briefly.
     resolved: TtlCache = field(default_factory=lambda: TtlCache(timedelta(seconds=60)))
-    #: Pods parsed in the previous round by (uid, resourceVersion): unchanged pods are not parsed again.
-    parsed_pods: dict[str, Any] = field(default_factory=dict, repr=False)
+    #: The cluster's pods and Nodes, kept up to date from the changes since the last read.
+    cluster_state: ClusterCache = field(default_factory=ClusterCache, repr=False)
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
     _cluster: ClusterInfo | None = field(default=None, repr=False)
     _base_catalog: Catalog | None = field(default=None, repr=False)

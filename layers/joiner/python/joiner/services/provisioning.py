@@ -39,7 +39,6 @@ from typing import TYPE_CHECKING, Any
 from joiner.domain import labels as wk
 from joiner.domain import snapshot as snap
 from joiner.domain.amis import PUBLISHED, STANDARD, VARIANTS, variant_of, variant_requirements
-from joiner.domain.interning import PodInterner
 from joiner.domain.launch import (
     CAPACITY_TYPE_PREFERENCE,
     LaunchError,
@@ -84,6 +83,7 @@ from joiner.ports import (
     StatePort,
     Subnet,
 )
+from joiner.services.cluster_state import object_reference
 from joiner.services.registration import RegistrationResult, reconcile_registration
 
 if TYPE_CHECKING:
@@ -336,8 +336,7 @@ class _Round:
         kube, state, now = self.kube, self.state, self.now
         self.workloads = workloads
         reads: dict[str, Callable[[], Any]] = {
-            "pods": self._read_pods if workloads else self._read_runtime_classes_only,
-            "nodes": (lambda: [n for n in (self._parse(snap.parse_node, o) for o in kube.iter_nodes()) if n is not None]) if workloads else list,
+            "workloads": self._read_workloads if workloads else self._read_runtime_classes_only,
             "daemonsets": kube.list_daemonsets,
             "pools": kube.list_node_pools,
             "classes": kube.list_node_classes,
@@ -347,12 +346,12 @@ class _Round:
         with ThreadPoolExecutor(max_workers=len(reads), thread_name_prefix="joiner-read") as pool:
             futures = {name: pool.submit(function) for name, function in reads.items()}
             answers = {name: future.result() for name, future in futures.items()}
-        runtime_classes, pods = answers["pods"]
+        runtime_classes, pods, nodes = answers["workloads"]
         daemonsets_raw, pools_raw, classes_raw = answers["daemonsets"], answers["pools"], answers["classes"]
         self.claims = answers["claims"]
         self.unavailable = set(answers["unavailable"])
         self.pods = tuple(pods)
-        self.nodes = tuple(answers["nodes"])
+        self.nodes = tuple(nodes)
         #: every Node read, also those a replacement round leaves out of planning (going away):
         #: they count against limits until their capacity is released
         self.all_nodes = self.nodes
@@ -371,8 +370,8 @@ class _Round:
             **self._read_volumes(),
         )
 
-    def _read_runtime_classes_only(self) -> tuple[dict[str, Resources], list[Pod]]:
-        return self._read_runtime_classes(), []
+    def _read_runtime_classes_only(self) -> tuple[dict[str, Resources], list[Pod], list[Node]]:
+        return self._read_runtime_classes(), [], []
 
     def _read_runtime_classes(self) -> dict[str, Resources]:
         runtime_classes: dict[str, Resources] = {}
@@ -382,42 +381,20 @@ class _Round:
                 runtime_classes[parsed[0]] = parsed[1]
         return runtime_classes
 
-    def _read_pods(self) -> tuple[dict[str, Resources], list[Pod]]:
-        """RuntimeClasses (pods need their overhead), then every pod, parsed as its page
-        arrives. A pod parsed in an earlier round of this warm container at the same
-        ``resourceVersion`` is reused as it is. Keeps an event reference only for unbound
-        pods (the only ones a round writes events for) and notes which of them kube-scheduler
-        marked unschedulable."""
+    def _read_workloads(self) -> tuple[dict[str, Resources], list[Pod], list[Node]]:
+        """RuntimeClasses (pods need their overhead), then pods and Nodes from the container's
+        :class:`~joiner.services.cluster_state.ClusterCache`: listed once, then caught up from
+        the changes since. Keeps an event reference only for unbound pods and notes which of
+        them kube-scheduler marked unschedulable."""
         runtime_classes = self._read_runtime_classes()
-        cache = self.runtime.parsed_pods
-        if cache.get("runtime_classes") != runtime_classes:
-            cache.clear()
-            cache["runtime_classes"] = dict(runtime_classes)
-        previous: dict[tuple[str, str], Pod] = cache.get("pods", {})
-        current: dict[tuple[str, str], Pod] = {}
-        interner = PodInterner()
-        pods: list[Pod] = []
-        pod_refs: dict[str, JsonDict] = {}
-        marked: set[str] = set()
-        for obj in self.kube.iter_pods():
-            meta = obj.get("metadata") or {}
-            key = (str(meta.get("uid") or ""), str(meta.get("resourceVersion") or ""))
-            pod = previous.get(key) if all(key) else None
-            if pod is None:
-                parsed = self._parse(lambda o: snap.parse_pod(o, runtime_classes), obj, event_pod=True)
-                pod = interner.pod(parsed) if parsed is not None else None
-            if pod is None:
-                continue
-            pods.append(pod)
-            if all(key):
-                current[key] = pod
-            if not pod.node_name:
-                pod_refs[pod.key] = object_reference(obj)
-                if _marked_unschedulable(obj):
-                    marked.add(pod.key)
-        self.pod_refs, self.marked_unschedulable = pod_refs, marked
-        cache["pods"] = current  # only what exists now: the cache never outgrows the cluster
-        return runtime_classes, pods
+        found = self.runtime.cluster_state.read(
+            self.kube, runtime_classes,
+            lambda obj: self._parse(lambda o: snap.parse_pod(o, runtime_classes), obj, event_pod=True),
+            lambda obj: self._parse(snap.parse_node, obj),
+        )
+        self.pod_refs = {entry.pod.key: entry.reference for entry in found.pods if entry.reference is not None}
+        self.marked_unschedulable = {entry.pod.key for entry in found.pods if entry.marked_unschedulable}
+        return runtime_classes, [entry.pod for entry in found.pods], list(found.nodes)
 
     def _read_volumes(self) -> dict[str, Any]:
         """Volume claims, volumes, storage classes and CSINodes, read only when a pod uses a
@@ -1226,29 +1203,6 @@ def published_unreserved(state: StatePort) -> dict[str, Resources]:
         if isinstance(amounts, dict):
             found[str(item.get("pool"))] = Resources({str(k): int(v) for k, v in amounts.items()})
     return found
-
-
-def object_reference(obj: JsonDict) -> JsonDict:
-    """What an Event needs of ``obj`` (kind, name, namespace, uid, resourceVersion): kept
-    instead of the whole object, which may be many kilobytes."""
-    meta = obj.get("metadata") or {}
-    return {
-        "apiVersion": obj.get("apiVersion"),
-        "kind": obj.get("kind"),
-        "metadata": {key: meta[key] for key in ("name", "namespace", "uid", "resourceVersion") if meta.get(key)},
-    }
-
-
-def _marked_unschedulable(obj: JsonDict | None) -> bool:
-    """kube-scheduler has tried and failed (``PodScheduled=False``, reason ``Unschedulable``):
-    only such pods are provisioned for, so Joiner never races the scheduler for pods that
-    fit existing nodes."""
-    if not obj:
-        return False
-    for condition in (obj.get("status") or {}).get("conditions") or []:
-        if isinstance(condition, dict) and condition.get("type") == "PodScheduled":
-            return condition.get("status") == "False" and condition.get("reason") == "Unschedulable"
-    return False
 
 
 def _launch_all(work: _Round, plan: Plan, pods_by_key: Mapping[str, Pod], in_flight: list[InFlightClaim]) -> float:

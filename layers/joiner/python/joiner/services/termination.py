@@ -945,16 +945,14 @@ def _replacement_ready(runtime: Runtime, state: TerminationState, now: datetime)
 
 
 def _ready_claim_nodes(runtime: Runtime, claim_ids: Sequence[str]) -> set[str]:
-    wanted = set(claim_ids)
+    """The claims among ``claim_ids`` whose Node is Ready, each looked up by its label (a
+    replacement has one or two claims: never a list of every Node)."""
     ready: set[str] = set()
-    for node in runtime.kube.list_nodes():
-        labels = (node.get("metadata") or {}).get("labels") or {}
-        claim = labels.get(wk.NODECLAIM)
-        if claim not in wanted:
-            continue
-        conditions = (node.get("status") or {}).get("conditions") or []
-        if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
-            ready.add(claim)
+    for claim_id in sorted(set(claim_ids)):
+        for node in runtime.kube.iter_nodes(label_selector=f"{wk.NODECLAIM}={claim_id}"):
+            conditions = (node.get("status") or {}).get("conditions") or []
+            if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
+                ready.add(claim_id)
     return ready
 
 

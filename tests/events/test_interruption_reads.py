@@ -1,0 +1,41 @@
+"""A spot warning costs the same on a small and on a ten-times larger cluster: the interruption
+path reads the Node its event names, that Node's pods, the DaemonSets, NodePools and NodeClasses,
+never the whole cluster (``bench.scale``'s stand-in API server counts what it serves)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _measure(nodes: int) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "layers" / "joiner" / "python"), str(ROOT)])}
+    answer = subprocess.run(
+        [sys.executable, "-m", "bench.scale", "--nodes", str(nodes), "--functions", "interruption", "--modes", "none"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=True,
+    )
+    lines = [json.loads(line) for line in answer.stdout.splitlines() if line.startswith("{")]
+    assert len(lines) == 1, answer.stdout + answer.stderr
+    assert "error" not in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.mark.slow
+def test_a_spot_warning_reads_the_same_on_a_cluster_ten_times_larger() -> None:
+    small, large = _measure(20), _measure(200)
+    assert small["full_pod_lists"] == large["full_pod_lists"] == 0
+    # Every request is one the event needs; none lists what grows with the cluster.
+    assert large["api_requests"] == small["api_requests"], (small["by_resource"], large["by_resource"])
+    for resource, (requests, megabytes) in large["by_resource"].items():
+        assert requests == small["by_resource"][resource][0], resource
+        assert megabytes <= small["by_resource"][resource][1] + 0.05, (resource, small["by_resource"][resource], megabytes)
+    # The path ran to its end: the node was cordoned and its pods read.
+    assert large["requests_by_verb"].get("patch") == 1 and large["by_resource"]["pods"][0] == 1

@@ -1,0 +1,163 @@
+"""The container's cluster model stays equal to a fresh list of the cluster, whatever changes,
+resumes, refusals and partial catch-ups it goes through, and lists again only when it must."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from joiner.domain.snapshot import SnapshotError, parse_node, parse_pod
+from joiner.ports import JsonDict, KubernetesError, WatchEvent, WatchExpired
+from joiner.services.cluster_state import ClusterCache
+
+
+class LogKube:
+    """Pods and Nodes with a bounded change log, as the API server's watch cache keeps them."""
+
+    def __init__(self, history: int = 6) -> None:
+        self.objects: dict[str, dict[str, JsonDict]] = {"pods": {}, "nodes": {}}
+        self.log: dict[str, list[tuple[int, str, JsonDict]]] = {"pods": [], "nodes": []}
+        self.floor = {"pods": 0, "nodes": 0}
+        self.version = 1
+        self.history = history
+        self.lists = 0
+        self.ready_fraction = 1.0  # how much of the backlog a catch-up gets before the stream idles
+        self.break_stream = False
+
+    def write(self, resource: str, kind: str, obj: JsonDict | None, name: str) -> None:
+        self.version += 1
+        if obj is None:
+            old = self.objects[resource].pop(name, None)
+            if old is None:
+                return
+            gone = {**old, "metadata": {**old["metadata"], "resourceVersion": str(self.version)}}
+            self.log[resource].append((self.version, "DELETED", gone))
+        else:
+            kind_of = "MODIFIED" if name in self.objects[resource] else "ADDED"
+            obj["metadata"]["resourceVersion"] = str(self.version)
+            self.objects[resource][name] = obj
+            self.log[resource].append((self.version, kind_of, obj))
+        while len(self.log[resource]) > self.history:
+            self.floor[resource] = self.log[resource].pop(0)[0]
+
+    def list_pages(self, resource: str) -> Iterator[tuple[list[JsonDict], str]]:
+        self.lists += 1
+        items = [self.objects[resource][k] for k in sorted(self.objects[resource])]
+        for start in range(0, max(1, len(items)), 2):
+            yield items[start:start + 2], str(self.version)
+
+    def changes_since(self, resource: str, resource_version: str) -> Iterator[WatchEvent]:
+        since = int(resource_version)
+        if since < self.floor[resource]:
+            raise WatchExpired("too old")
+        ready = [entry for entry in self.log[resource] if entry[0] > since]
+        cut = int(len(ready) * self.ready_fraction)
+        for index, (_, kind_of, obj) in enumerate(ready[:cut]):
+            if self.break_stream and index == 1:
+                raise KubernetesError("stream broke")
+            yield WatchEvent(kind_of, obj)
+
+
+def pod(name: str, node: str | None, cpu: int) -> JsonDict:
+    spec: dict[str, Any] = {"containers": [{"name": "c", "resources": {"requests": {"cpu": f"{cpu}m"}}}]}
+    if node:
+        spec["nodeName"] = node
+    status = {} if node else {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}"}, "spec": spec, "status": status}
+
+
+def node(name: str, cpu: int) -> JsonDict:
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "uid": f"uid-{name}", "labels": {"k": "v"}},
+            "status": {"allocatable": {"cpu": str(cpu), "pods": "10"}, "capacity": {"cpu": str(cpu), "pods": "10"}}}
+
+
+def _pod(obj: JsonDict) -> Any:
+    try:
+        return parse_pod(obj)
+    except SnapshotError:
+        return None
+
+
+def _node(obj: JsonDict) -> Any:
+    try:
+        return parse_node(obj)
+    except SnapshotError:
+        return None
+
+
+def view(cache: ClusterCache, kube: LogKube) -> tuple[Any, Any, Any]:
+    found = cache.read(kube, {}, _pod, _node)  # type: ignore[arg-type]
+    return ([(e.pod.key, e.pod.node_name, e.pod.requests, e.marked_unschedulable, e.reference is not None) for e in found.pods],
+            [(n.name, n.allocatable) for n in found.nodes], found.how)
+
+
+operations = st.lists(st.one_of(
+    st.tuples(st.just("pod"), st.integers(0, 5), st.sampled_from([None, "n0", "n1"]), st.integers(1, 4000)),
+    st.tuples(st.just("delete-pod"), st.integers(0, 5)),
+    st.tuples(st.just("node"), st.integers(0, 2), st.integers(1, 64)),
+    st.tuples(st.just("delete-node"), st.integers(0, 2)),
+    st.tuples(st.just("read"), st.sampled_from([1.0, 0.5, 0.0]), st.booleans()),
+), max_size=40)
+
+
+@settings(max_examples=150, deadline=None)
+@given(operations)
+def test_the_model_always_equals_a_fresh_list(ops: list[tuple[Any, ...]]) -> None:
+    kube, now = LogKube(), [0.0]
+    cache = ClusterCache(clock=lambda: now[0])
+    for op in [*ops, ("read", 1.0, False)]:
+        if op[0] == "pod":
+            kube.write("pods", "Pod", pod(f"p{op[1]}", op[2], op[3]), f"ns/p{op[1]}")
+        elif op[0] == "delete-pod":
+            kube.write("pods", "Pod", None, f"ns/p{op[1]}")
+        elif op[0] == "node":
+            kube.write("nodes", "Node", node(f"n{op[1]}", op[2]), f"n{op[1]}")
+        elif op[0] == "delete-node":
+            kube.write("nodes", "Node", None, f"n{op[1]}")
+        else:
+            kube.ready_fraction, kube.break_stream = op[1], op[2]
+            seen = view(cache, kube)
+            kube.ready_fraction, kube.break_stream = 1.0, False
+            if op[1] == 1.0 and not op[2]:
+                fresh = view(ClusterCache(), kube)
+                assert seen[:2] == fresh[:2]
+            now[0] += 1.0
+    # A caught-up model equals the cluster, with everything read at most once more.
+    assert view(cache, kube)[:2] == view(ClusterCache(), kube)[:2]
+
+
+def test_reads_follow_changes_and_list_again_only_when_they_must() -> None:
+    kube, now = LogKube(history=3), [0.0]
+    cache = ClusterCache(clock=lambda: now[0], resync_after=600)
+    kube.write("pods", "Pod", pod("a", "n0", 100), "ns/a")
+    assert view(cache, kube)[2] == {"pods": "list", "nodes": "list"} and kube.lists == 2
+    kube.write("pods", "Pod", pod("b", None, 100), "ns/b")
+    pods, _, how = view(cache, kube)
+    assert how == {"pods": "changes", "nodes": "changes"} and kube.lists == 2
+    assert [p[0] for p in pods] == ["ns/a", "ns/b"] and pods[1][3] and pods[1][4]  # unbound: marked, with a reference
+    for index in range(5):  # more changes than the server keeps: the resume is refused
+        kube.write("pods", "Pod", pod("b", None, 100 + index), "ns/b")
+    now[0] += 1
+    view(cache, kube)
+    assert kube.lists == 3  # pods listed again; nodes resumed
+    now[0] += 601
+    assert view(cache, kube)[2] == {"pods": "list", "nodes": "list"}  # the periodic resync
+    assert cache.read(kube, {"kata": __import__("joiner.domain.resources", fromlist=["Resources"]).Resources({"cpu": 100})},  # type: ignore[arg-type]
+                      _pod, _node).how["pods"] == "list"  # RuntimeClasses changed: overhead may differ
+
+
+def test_a_resync_reuses_pods_at_the_same_version() -> None:
+    kube, now = LogKube(), [0.0]
+    cache = ClusterCache(clock=lambda: now[0], resync_after=10)
+    kube.write("pods", "Pod", pod("a", "n0", 100), "ns/a")
+    kube.write("pods", "Pod", pod("b", "n0", 100), "ns/b")
+    first = cache.read(kube, {}, _pod, _node)  # type: ignore[arg-type]
+    kube.write("pods", "Pod", pod("b", "n1", 100), "ns/b")
+    now[0] += 11
+    second = cache.read(kube, {}, _pod, _node)  # type: ignore[arg-type]
+    assert second.how["pods"] == "list"
+    assert second.pods[0] is first.pods[0]  # unchanged: not parsed again
+    assert second.pods[1].pod.node_name == "n1"
