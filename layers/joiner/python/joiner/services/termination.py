@@ -45,6 +45,8 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Self
 
 from joiner.domain import labels as wk
+from joiner.domain.bounded import parse_aware_time
+from joiner.domain.durations import clamp_seconds
 from joiner.domain.launch import CLUSTER_TAG
 from joiner.domain.model import Pod
 from joiner.domain.termination import (
@@ -199,12 +201,9 @@ def _parse_pods(raw_pods: Sequence[JsonDict]) -> tuple[list[Pod], dict[str, date
         except SnapshotError:
             pod = _minimal_pod(raw)
         pods.append(pod)
-        stamp = (raw.get("metadata") or {}).get("deletionTimestamp")
-        if stamp:
-            try:
-                deletion_deadlines[pod.key] = datetime.fromisoformat(str(stamp))
-            except ValueError:
-                pass
+        stamp = parse_aware_time((raw.get("metadata") or {}).get("deletionTimestamp"))
+        if stamp is not None:
+            deletion_deadlines[pod.key] = stamp
     return pods, deletion_deadlines
 
 
@@ -226,7 +225,7 @@ def _minimal_pod(raw: JsonDict) -> Pod:
         owner_name=str(owners[0].get("name")) if owners else None,
         phase=str((raw.get("status") or {}).get("phase") or "Running"),
         deleting=bool(meta.get("deletionTimestamp")),
-        termination_grace_seconds=grace if isinstance(grace, int) and grace >= 0 else 30,
+        termination_grace_seconds=clamp_seconds(grace) if isinstance(grace, int) and not isinstance(grace, bool) and grace >= 0 else 30,
     )
 
 
