@@ -35,7 +35,8 @@ def visibility_timeout_for(consumer_timeout_seconds: int, batching_window_second
 
 
 class DeadLetteredQueue(Construct):
-    """``queue`` redrives to ``dead_letter_queue`` after :data:`MAX_RECEIVE_COUNT` receives."""
+    """``queue`` redrives to ``dead_letter_queue`` after ``max_receive_count`` receives
+    (default :data:`MAX_RECEIVE_COUNT`)."""
 
     def __init__(
         self,
@@ -45,6 +46,7 @@ class DeadLetteredQueue(Construct):
         key: kms.IKey,
         visibility_timeout: Duration,
         retention_period: Duration,
+        max_receive_count: int = MAX_RECEIVE_COUNT,
     ) -> None:
         super().__init__(scope, construct_id)
         self.dead_letter_queue = sqs.Queue(
@@ -65,5 +67,5 @@ class DeadLetteredQueue(Construct):
             enforce_ssl=True,
             visibility_timeout=visibility_timeout,
             retention_period=retention_period,
-            dead_letter_queue=sqs.DeadLetterQueue(queue=self.dead_letter_queue, max_receive_count=MAX_RECEIVE_COUNT),
+            dead_letter_queue=sqs.DeadLetterQueue(queue=self.dead_letter_queue, max_receive_count=max_receive_count),
         )
