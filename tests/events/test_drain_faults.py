@@ -280,8 +280,8 @@ class Outage:
 
         if self.world.clock.now() < self.until:
             self.failed += 1
-            raise ClientError({"Error": {"Code": self.code, "Message": "simulated outage"}, "ResponseMetadata": {"HTTPStatusCode": 503}},
-                              model.name)
+            response: Any = {"Error": {"Code": self.code, "Message": "simulated outage"}, "ResponseMetadata": {"HTTPStatusCode": 503}}
+            raise ClientError(response, model.name)
 
 
 def test_a_drain_outlives_a_dynamodb_outage_of_several_minutes(world: World) -> None:
@@ -336,12 +336,13 @@ def test_a_continuation_dead_lettered_by_a_longer_outage_names_its_node_and_gc_r
     events = world.base.dynamodb_resource.meta.client.meta.events
     events.register("before-call.dynamodb", outage)
     lines = _LogLines()
-    logger.addHandler(lines)
+    underlying = logging.getLogger(logger.name)  # powertools' Logger writes through it
+    underlying.addHandler(lines)
     try:
         world.run_work_queue(max_invocations=300)
     finally:
         events.unregister("before-call.dynamodb", outage)
-        logger.removeHandler(lines)
+        underlying.removeHandler(lines)
     dead = world.sqs.get_queue_attributes(QueueUrl=world.work.dlq_url, AttributeNames=["ApproximateNumberOfMessages"])
     dead_lettered = int(dead["Attributes"]["ApproximateNumberOfMessages"])
     assert dead_lettered >= 1  # the chain's message (and the safety continuations sent before the outage)

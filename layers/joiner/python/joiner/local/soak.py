@@ -124,7 +124,7 @@ def soak_scenario(rng: random.Random, cluster: str = "soak") -> Scenario:
     boot = rng.choice([40, 70, 100])  # launch -> Node Ready: shorter or longer than a scanner period
     web = rng.randint(3, 10)
     web_cpu = rng.choice(["500m", "1"])
-    pool = {
+    pool: dict[str, Any] = {
         "apiVersion": "joiner.dev/v1", "kind": "NodePool", "metadata": {"name": "spot"},
         "spec": {
             "template": {"spec": {
