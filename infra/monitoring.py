@@ -49,6 +49,13 @@ __all__ = [
 ]
 
 METRICS_NAMESPACE = "Joiner"
+#: What a message in each dead-letter queue went through, and where to look (the queue's depth
+#: cannot name the node).
+DEAD_LETTER_HINTS = {
+    "Interruption": "failed 5 receives",
+    "Work": ("a drain continuation failed 24 receives over 42 minutes; the termination function logged "
+             "'termination continuation dead-lettered' with the node, and gc resumes a drain stalled 20 minutes"),
+}
 
 
 def metric_dimensions(cluster_name: str) -> dict[str, str]:
@@ -173,7 +180,7 @@ class Monitoring(Construct):
             self.alarms[alarm_id] = created
 
         for name, queue in dead_letter_queues.items():
-            alarm(f"{name}DeadLetters", f"messages in the {name} dead-letter queue (failed 5 times)",
+            alarm(f"{name}DeadLetters", f"messages in the {name} dead-letter queue ({DEAD_LETTER_HINTS.get(name, 'failed on every receive')})",
                   queue.metric_approximate_number_of_messages_visible(statistic="Maximum", period=FIVE_MINUTES), threshold=0)
         for name, function in functions.items():
             title = name.capitalize()

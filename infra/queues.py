@@ -10,7 +10,7 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-__all__ = ["DEAD_LETTER_RETENTION", "MAX_RECEIVE_COUNT", "VISIBILITY_TIMEOUT_FACTOR", "DeadLetteredQueue", "visibility_timeout_for"]
+__all__ = ["DEAD_LETTER_RETENTION", "MAX_RECEIVE_COUNT", "VISIBILITY_MARGIN_SECONDS", "DeadLetteredQueue", "visibility_timeout_for"]
 
 #: A message that failed this many receives goes to the dead-letter queue.
 MAX_RECEIVE_COUNT = 5
@@ -18,25 +18,29 @@ MAX_RECEIVE_COUNT = 5
 DEAD_LETTER_RETENTION = Duration.days(14)
 
 
-#: AWS: a queue a Lambda event source mapping consumes needs a visibility timeout of at least
-#: six times the function's timeout (plus the batching window).
-VISIBILITY_TIMEOUT_FACTOR = 6
+#: Seconds past the consumer's timeout (and the batching window) before a message comes back.
+VISIBILITY_MARGIN_SECONDS = 5
 
 
 def visibility_timeout_for(consumer_timeout_seconds: int, batching_window_seconds: int) -> Duration:
-    """Six times the function timeout plus the batching window, the least AWS documents for a
-    queue with a Lambda event source mapping: a batch whose invocation is throttled is retried
-    by the mapping within that time instead of coming back and using up its receives.
+    """The function timeout plus the batching window plus :data:`VISIBILITY_MARGIN_SECONDS`:
+    the shortest a Lambda-consumed queue allows without redelivering a message still being
+    processed.
 
-    A message whose invocation *died* (a crash, a timeout) is seen again only after this
-    timeout; failures the handlers catch come back sooner, through ChangeMessageVisibility
-    (:func:`joiner.adapters.queue.redeliver_sooner`), and the redrive policy bounds the retries."""
-    return Duration.seconds(VISIBILITY_TIMEOUT_FACTOR * consumer_timeout_seconds + batching_window_seconds)
+    AWS suggests six times the function timeout so that a batch whose invocation is
+    throttled is not redelivered too often; Joiner chooses promptness instead: a message
+    whose invocation *died* (a crash, a timeout) is seen again only after the visibility
+    timeout, and a spot warning gives two minutes. Throttling is unlikely (each event source
+    mapping caps its concurrency), costs a receive each time and every handler is idempotent;
+    the redrive policy still bounds the retries. Failures the handlers catch come back sooner
+    still, through ChangeMessageVisibility (:func:`joiner.adapters.queue.redeliver_sooner`)."""
+    return Duration.seconds(consumer_timeout_seconds + batching_window_seconds + VISIBILITY_MARGIN_SECONDS)
 
 
 class DeadLetteredQueue(Construct):
-    """``queue`` redrives to ``dead_letter_queue`` after :data:`MAX_RECEIVE_COUNT` receives;
-    both encrypted with ``key``, or with SSE-SQS when ``key`` is None."""
+    """``queue`` redrives to ``dead_letter_queue`` after ``max_receive_count`` receives
+    (default :data:`MAX_RECEIVE_COUNT`); both encrypted with ``key``, or with SSE-SQS when
+    ``key`` is None."""
 
     def __init__(
         self,
@@ -46,6 +50,7 @@ class DeadLetteredQueue(Construct):
         key: kms.IKey | None,
         visibility_timeout: Duration,
         retention_period: Duration,
+        max_receive_count: int = MAX_RECEIVE_COUNT,
     ) -> None:
         super().__init__(scope, construct_id)
         # Without a key: SSE-SQS (SQS-owned keys), which EventBridge can write to with nothing
@@ -69,5 +74,5 @@ class DeadLetteredQueue(Construct):
             enforce_ssl=True,
             visibility_timeout=visibility_timeout,
             retention_period=retention_period,
-            dead_letter_queue=sqs.DeadLetterQueue(queue=self.dead_letter_queue, max_receive_count=MAX_RECEIVE_COUNT),
+            dead_letter_queue=sqs.DeadLetterQueue(queue=self.dead_letter_queue, max_receive_count=max_receive_count),
         )

@@ -7,10 +7,14 @@ schedules its own retry within seconds and is acknowledged; a message that finds
 node's lease held by another invocation, or whose state cannot be read or saved
 (DynamoDB, SQS errors), is reported in ``batchItemFailures`` and SQS redelivers it; the
 termination state is durable, so a crash or timeout mid-step is resumed by that
-redelivery. On receipt every message of the batch is made visible again 20 s later
-(:data:`joiner.services.termination.RECEIVED_VISIBILITY_SECONDS`, one
-``ChangeMessageVisibilityBatch``): a death before a step's safety continuation is sent costs
-seconds, not the queue's visibility timeout, and a failed record is retried as soon. Malformed or unknown messages (including bodies over the bounds of
+redelivery. On receipt every message of the batch is made visible again 20 s later on its
+first two receives, then 40 s, 80 s and 120 s on later ones
+(:func:`joiner.services.termination.received_visibility` of its ``ApproximateReceiveCount``,
+one ``ChangeMessageVisibilityBatch``): a death before a step's safety continuation is sent
+costs seconds, not the queue's visibility timeout, and a record that keeps failing on an
+outage of DynamoDB (or the Kubernetes API, or EC2) is retried for over 40 minutes (24
+receives) before it is dead-lettered; its last failure is logged naming the node
+(``WorkMessageDeadLettered``), and gc's stalled-termination sweep resumes the drain. Malformed or unknown messages (including bodies over the bounds of
 :func:`joiner.domain.bounded.load_json`: 256 KiB, 32 levels, 64-bit integers) are logged,
 counted (``WorkMessageInvalid``) and acknowledged.
 """
@@ -61,21 +65,46 @@ def record_handler(record: SQSRecord) -> dict[str, Any]:
         runtime.count("WorkMessageInvalid")
         logger.warning("invalid work message acknowledged", extra={"message_id": record.message_id, "error": str(error)})
         return {"messageId": record.message_id, "status": "invalid"}
-    result = continue_termination(runtime, node, runtime.clock.now(), generation=generation)
+    try:
+        result = continue_termination(runtime, node, runtime.clock.now(), generation=generation)
+    except Exception as error:
+        _note_failure(runtime, record, node, generation, error)
+        raise
     logger.info("termination step", extra=result.to_dict())
     return result.to_dict()
 
 
+def _note_failure(runtime: Any, record: SQSRecord, node: str, generation: int | None, error: Exception) -> None:
+    """A continuation failed (redelivered after :func:`received_visibility` of its receive
+    count). On its last receive before the dead-letter queue, name the node: the alarm on
+    that queue's depth cannot, and gc's stalled-termination sweep resumes the drain."""
+    from joiner.services.termination import STALL_AFTER, WORK_MAX_RECEIVES
+
+    try:
+        receives = int(str(record.raw_event.get("attributes", {}).get("ApproximateReceiveCount", "1")))
+    except ValueError:
+        receives = 1
+    extra = {"node": node, "generation": generation, "receives": receives, "message_id": record.message_id, "error": f"{type(error).__name__}: {error}"}
+    if receives >= WORK_MAX_RECEIVES:
+        runtime.count("WorkMessageDeadLettered")
+        logger.error("termination continuation dead-lettered; gc resumes the drain once it has stalled",
+                     extra={**extra, "resumed_within_minutes": int(STALL_AFTER.total_seconds() // 60)})
+    else:
+        logger.warning("termination continuation failed; redelivered", extra=extra)
+
+
 def _shorten_visibility(runtime: Any, event: dict[str, Any]) -> None:
     from joiner.adapters.queue import shorten_visibility
-    from joiner.services.termination import RECEIVED_VISIBILITY_SECONDS
+    from joiner.services.termination import received_visibility
 
     records = event.get("Records") if isinstance(event, dict) else None
     if not isinstance(records, list) or not runtime.settings.work_queue_url:
         return
-    handles = [str(record.get("receiptHandle") or "") for record in records if isinstance(record, dict)]
+    received = [record for record in records if isinstance(record, dict)]
+    handles = [str(record.get("receiptHandle") or "") for record in received]
+    seconds = [received_visibility((record.get("attributes") or {}).get("ApproximateReceiveCount")) for record in received]
     if handles:
-        shorten_visibility(runtime.aws_client("sqs"), runtime.settings.work_queue_url, handles, RECEIVED_VISIBILITY_SECONDS)
+        shorten_visibility(runtime.aws_client("sqs"), runtime.settings.work_queue_url, handles, seconds)
 
 
 @handler_entry

@@ -12,6 +12,8 @@ every pod's shutdown end by then?
 
 from __future__ import annotations
 
+import json
+import logging
 import threading
 import time
 from datetime import datetime, timedelta
@@ -21,6 +23,7 @@ import pytest
 
 from joiner.domain import labels as wk
 from joiner.local.lambdas import next_visible_in
+from joiner.observability import logger
 from tests.events.world import REGION, World
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:No application metrics to publish")]
@@ -257,3 +260,99 @@ def test_a_spot_warning_never_waits_behind_a_slow_drain_step(world: World) -> No
 
     timeline = Timeline(world)
     assert_nothing_left_at_reclaim(world, timeline, reclaim)
+
+
+# ---------------------------------------------------------------- a dependency's outage
+
+
+class Outage:
+    """A botocore ``before-call`` hook failing every call of a client (as after botocore's own
+    retries) while Joiner's clock is before ``until``."""
+
+    def __init__(self, world: World, until: datetime, code: str = "ServiceUnavailable") -> None:
+        self.world = world
+        self.until = until
+        self.code = code
+        self.failed = 0
+
+    def __call__(self, model: Any, **_: Any) -> None:
+        from botocore.exceptions import ClientError
+
+        if self.world.clock.now() < self.until:
+            self.failed += 1
+            response: Any = {"Error": {"Code": self.code, "Message": "simulated outage"}, "ResponseMetadata": {"HTTPStatusCode": 503}}
+            raise ClientError(response, model.name)
+
+
+def test_a_drain_outlives_a_dynamodb_outage_of_several_minutes(world: World) -> None:
+    """DynamoDB fails every call for 12 minutes right after a spot warning started the drain.
+    Every continuation fails on its lease and is redelivered, later each time, so none is
+    dead-lettered during the outage (it used to be after 5 receives, 20 s apart: the drain then
+    waited for gc's 20-minute stall sweep): the drain finishes once DynamoDB is back."""
+    instance = three_pods(world)
+    world.publish("spot_interruption.json", instance)
+    response, _ = world.deliver_interruptions()
+    assert response == {"batchItemFailures": []}
+    outage = Outage(world, world.clock.now() + timedelta(minutes=12))
+    events = world.base.dynamodb_resource.meta.client.meta.events
+    events.register("before-call.dynamodb", outage)
+    try:
+        world.run_work_queue(max_invocations=200)
+    finally:
+        events.unregister("before-call.dynamodb", outage)
+    dead = world.sqs.get_queue_attributes(QueueUrl=world.work.dlq_url, AttributeNames=["ApproximateNumberOfMessages"])
+    assert dead["Attributes"]["ApproximateNumberOfMessages"] == "0", f"a continuation was dead-lettered at {world.clock.now()}"
+    assert outage.failed >= 10, f"only {outage.failed} DynamoDB calls failed: the outage was not met"
+    assert world.clock.now() >= outage.until
+    assert world.node("n1") is None, "the drain did not finish after the outage"
+    assert world.instance_state(instance) in ("shutting-down", "terminated")
+    assert world.runtime.state.get_item("TERMINATION", "n1") is None
+
+
+class _LogLines(logging.Handler):
+    """The structured log lines (powertools' JSON) Joiner's logger writes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+        self.setFormatter(logger.registered_formatter)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(self.format(record))
+
+
+def test_a_continuation_dead_lettered_by_a_longer_outage_names_its_node_and_gc_resumes_the_drain(
+    world: World,
+) -> None:
+    """An outage past the redelivery schedule (an hour): the continuation is dead-lettered on
+    its last receive, logged with the node and counted (the dead-letter queue's alarm cannot
+    name it); gc's stalled-termination sweep then resumes the drain, which finishes."""
+    from joiner.services.termination import OUTAGE_BUDGET, WORK_MAX_RECEIVES, resume_stalled_terminations
+
+    instance = three_pods(world)
+    world.publish("spot_interruption.json", instance)
+    world.deliver_interruptions()
+    outage = Outage(world, world.clock.now() + timedelta(hours=1))
+    events = world.base.dynamodb_resource.meta.client.meta.events
+    events.register("before-call.dynamodb", outage)
+    lines = _LogLines()
+    underlying = logging.getLogger(logger.name)  # powertools' Logger writes through it
+    underlying.addHandler(lines)
+    try:
+        world.run_work_queue(max_invocations=300)
+    finally:
+        events.unregister("before-call.dynamodb", outage)
+        underlying.removeHandler(lines)
+    dead = world.sqs.get_queue_attributes(QueueUrl=world.work.dlq_url, AttributeNames=["ApproximateNumberOfMessages"])
+    dead_lettered = int(dead["Attributes"]["ApproximateNumberOfMessages"])
+    assert dead_lettered >= 1  # the chain's message (and the safety continuations sent before the outage)
+    assert world.metrics.total("WorkMessageDeadLettered") == dead_lettered
+    logged = [json.loads(line) for line in lines.lines if "dead-lettered" in line]
+    assert len(logged) == dead_lettered and {entry["node"] for entry in logged} == {"n1"}
+    assert all(entry["level"] == "ERROR" and entry["receives"] == WORK_MAX_RECEIVES for entry in logged)
+    assert world.clock.now() - (outage.until - timedelta(hours=1)) > OUTAGE_BUDGET
+    world.advance((outage.until - world.clock.now()).total_seconds() + 1)
+    assert resume_stalled_terminations(world.runtime, world.clock.now()) == ["n1"]  # what gc runs every few minutes
+    world.run_work_queue()
+    assert world.node("n1") is None
+    assert world.runtime.state.get_item("TERMINATION", "n1") is None

@@ -563,3 +563,27 @@ def test_a_step_that_dies_between_scheduling_and_saving_its_successor_is_carried
     assert carried.status in ("draining", "terminated") and carried.generation >= 1
     assert world.run_until_done()[-1] == "terminated"
     assert world.clock.now() <= deadline
+
+
+@pytest.mark.parametrize("grace", [100_000_000_000_000, 2**63 - 1])
+@pytest.mark.parametrize("malformed", [False, True])
+def test_a_grace_period_longer_than_any_date_range_still_drains_a_spot_node_by_its_deadline(world: World, grace: int, malformed: bool) -> None:
+    """terminationGracePeriodSeconds is any int64 >= 0 to the API server; one past what a
+    datetime can add (100000000000000 s, about 3 million years) once raised OverflowError in
+    drain_start_by and plan_drain, wedging the spot drain. The grace is clamped where it is
+    read (by the snapshot parser, and for a pod the parser rejects), so the pod is deleted
+    with the time left and the node terminated by the deadline."""
+    world.pod("web")
+    world.pod("forever", grace=grace)
+    if malformed:  # a field the drain does not need is malformed: the reduced pod path
+        world.kube.get("pods", "default", "forever")["spec"]["priority"] = "high"
+    world.state.put_claim(ClaimRecord("r1", "default", "launched", EPOCH, instance_id="i-00000000000000002"))
+    deadline = EPOCH + timedelta(seconds=120)
+    first = begin_termination(world.runtime, "n1", "spot-interruption", deadline, EPOCH, replacement_claims=("r1",), wait_for_replacement=True)
+    assert first.status in ("started", "draining")
+    statuses = world.run_until_done()
+    assert statuses[-1] == "terminated"
+    deletions = dict(world.kube.deletions)
+    assert deletions["default/forever"] == 120  # exactly the time left: the drain started at once
+    assert world.ec2.terminated == [INSTANCE]
+    assert world.clock.now() <= deadline + timedelta(seconds=5)

@@ -251,3 +251,70 @@ def test_a_node_pool_change_while_pods_wait_wakes_the_planner_again(world: World
     run_watcher(runtime, runtime.kube, planner)  # "stuck" was reported before: only the edit brings it back
     timer.join()
     assert [(reason, pods) for _, reason, pods in planner.wakes] == [("batch", 1)]
+
+
+def test_a_wake_up_lambda_refuses_is_made_again_not_forgotten(world: World) -> None:
+    """lambda:Invoke answers TooManyRequestsException (beyond botocore's retries) for the whole
+    first watcher: its batch was not accepted, so no saved position may take those pods as
+    reported. The next watcher wakes the planner for them at once, not the minute tick."""
+    runtime = watcher_runtime(world, window=2.0, idle=0.2, maximum=1.0)
+    client = runtime.aws_client("lambda")
+    throttled = json.dumps({"Type": "User", "message": "Rate exceeded"}).encode()
+    refusing = {"on": True}
+    sent: list[bool] = []
+    accepted_at: list[float] = []
+
+    def before_send(request: Any, **_: Any) -> AWSResponse:
+        sent.append(refusing["on"])
+        if not refusing["on"]:
+            accepted_at.append(time.monotonic())
+        if refusing["on"]:
+            return AWSResponse(request.url, 429, {"x-amzn-errortype": "TooManyRequestsException"}, Body(throttled))  # type: ignore[arg-type]
+        return AWSResponse(request.url, 202, {}, Body())  # type: ignore[arg-type]
+
+    client.meta.events.register("before-send.lambda.Invoke", before_send)
+    planner = LambdaPlanner(client, SCANNER)
+    timer = later(0.3, lambda: world.emulator.apply(pending_pod("web")))
+    first = run_watcher(runtime, runtime.kube, planner)
+    timer.join()
+    assert any(sent) and first.wake_ups == 0 and first.woken_pods == 0
+    assert world.metrics.total("PlannerWakeFailures") >= 1
+    saved = runtime.state.get_item(WATCH_POSITION_KIND, WATCH_POSITION_ID)
+    uid = world.emulator.get("Pod", "web", "default")["metadata"]["uid"]  # type: ignore[index]
+    assert saved is not None and saved["unwoken"] == [uid]
+
+    refusing["on"] = False
+    sent.clear()
+    started = time.monotonic()
+    second = run_watcher(runtime, runtime.kube, planner)
+    assert second.wake_ups == 1 and second.woken_pods == 1, second
+    assert sent == [False]
+    assert accepted_at[0] - started < 1.0  # at once (the 0.2 s idle window), not at the window's end
+    assert "unwoken" not in (runtime.state.get_item(WATCH_POSITION_KIND, WATCH_POSITION_ID) or {})
+
+
+def test_a_refused_wake_up_is_tried_again_within_the_window(world: World) -> None:
+    """A planner port that refuses its first wake-up: the batch stays open and the next try,
+    WAKE_RETRY_SECONDS later in the same invocation, carries the same pods."""
+    from joiner.services.watcher import WAKE_RETRY_SECONDS
+
+    class RefusingOnce(RecordingPlanner):
+        refused = 0
+
+        def wake(self, reason: str, pending_pods: int) -> None:
+            if not self.refused:
+                self.refused += 1
+                raise RuntimeError("TooManyRequestsException: Rate exceeded")
+            super().wake(reason, pending_pods)
+
+    runtime = watcher_runtime(world, window=4.0, idle=0.2, maximum=1.0)
+    planner = RefusingOnce()
+    started = time.monotonic()
+    timers = [later(0.3, lambda: world.emulator.apply(pending_pod("a"))), later(0.35, lambda: world.emulator.apply(pending_pod("b")))]
+    summary = run_watcher(runtime, runtime.kube, planner)
+    for timer in timers:
+        timer.join()
+    assert planner.refused == 1 and [(reason, pods) for _, reason, pods in planner.wakes] == [("batch", 2)]
+    assert summary.wake_ups == 1 and summary.woken_pods == 2
+    assert WAKE_RETRY_SECONDS <= planner.wakes[0][0] - started < WAKE_RETRY_SECONDS + 1.5
+    assert "unwoken" not in (runtime.state.get_item(WATCH_POSITION_KIND, WATCH_POSITION_ID) or {})

@@ -37,6 +37,7 @@ from joiner.local.lambdas import LambdaContext, SqsTime, next_visible_in, queue_
 from joiner.local.lambdas import load_handler as _load_handler
 from joiner.local.stack import (
     INTERRUPTION_VISIBILITY,
+    WORK_MAX_RECEIVE_COUNT,
     WORK_VISIBILITY,
     LocalQueue,
     create_dead_lettered_queue,
@@ -122,7 +123,7 @@ class World:
         state_table = create_state_table(self.dynamodb, f"{STATE_TABLE}-{suffix}")
         idempotency_table = create_idempotency_table(self.dynamodb, f"{IDEMPOTENCY_TABLE}-{suffix}")
         self.interruption = create_dead_lettered_queue(self.sqs, f"joiner-interruption-{suffix}", INTERRUPTION_VISIBILITY)
-        self.work = create_dead_lettered_queue(self.sqs, f"joiner-work-{suffix}", WORK_VISIBILITY)
+        self.work = create_dead_lettered_queue(self.sqs, f"joiner-work-{suffix}", WORK_VISIBILITY, WORK_MAX_RECEIVE_COUNT)
         route_interruptions(self.events, self.rule, self.interruption.arn)
         self.preexisting = {i["id"] for i in self._instances()}
 

@@ -283,3 +283,102 @@ def test_ebs_attach_limit_by_hypervisor_and_instance_store() -> None:
     assert ebs_attach_limit(instance(**{wk.INSTANCE_HYPERVISOR: "nitro", wk.INSTANCE_LOCAL_NVME: "75"})) == 25
     assert ebs_attach_limit(instance(**{wk.INSTANCE_HYPERVISOR: "xen"})) == 39
     assert ebs_attach_limit(instance()) == 26
+
+
+# ---------------------------------------------------------------- in-tree plugins, beta class annotation, counting
+
+
+def gp2(name: str = "gp2", *, default: bool = True, mode: str = "WaitForFirstConsumer") -> dict[str, Any]:
+    """EKS's default class: the in-tree EBS provisioner."""
+    obj = storage_class(name, mode=mode, default=default)
+    obj["provisioner"] = "kubernetes.io/aws-ebs"
+    return obj
+
+
+def in_tree_pv(name: str, zone: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name}, "spec": {
+        "awsElasticBlockStore": {"volumeID": f"vol-{name}", "fsType": "ext4"},
+        "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [{"key": wk.ZONE, "operator": "In", "values": [zone]}]}]}},
+    }}
+
+
+@pytest.mark.parametrize("bound", [False, True])
+def test_in_tree_ebs_claims_count_against_the_ebs_csi_limit(bound: bool) -> None:
+    """30 pods with a gp2 claim each (unbound under WaitForFirstConsumer, or bound to in-tree
+    awsElasticBlockStore volumes): with CSI migration kube-scheduler counts them against
+    ebs.csi.aws.com's 26 attachments on a Nitro node, so they need two nodes, not one."""
+    objects: list[dict[str, Any]] = [gp2()]
+    for index in range(30):
+        objects.append(claim_pod(f"db-{index}", f"data-{index}", cpu="10m", memory="16Mi"))
+        if bound:
+            objects += [pvc(f"data-{index}", storage_class="gp2", volume=f"pv-{index}"), in_tree_pv(f"pv-{index}", "us-east-1a")]
+        else:
+            objects.append(pvc(f"data-{index}", storage_class=None))
+    result = plan(*objects)
+    assert not result.unschedulable
+    assert sorted(len(claim.pods) for claim in result.node_claims) == [4, 26]
+
+
+@pytest.mark.parametrize(("provisioner", "driver"), [
+    ("kubernetes.io/aws-ebs", "ebs.csi.aws.com"), ("kubernetes.io/gce-pd", "pd.csi.storage.gke.io"),
+    ("kubernetes.io/azure-disk", "disk.csi.azure.com"), ("kubernetes.io/azure-file", "file.csi.azure.com"),
+    ("kubernetes.io/cinder", "cinder.csi.openstack.org"), ("kubernetes.io/vsphere-volume", "csi.vsphere.vmware.com"),
+    ("kubernetes.io/portworx-volume", "pxd.portworx.com"), ("kubernetes.io/rbd", "rbd.csi.ceph.com"),
+    ("ebs.csi.aws.com", "ebs.csi.aws.com"), ("example.com/other", "example.com/other"),
+])
+def test_in_tree_provisioners_and_sources_translate_as_csi_migration_does(provisioner: str, driver: str) -> None:
+    from joiner.domain.volumes import IN_TREE_SOURCES, csi_driver, parse_persistent_volume, parse_storage_class
+
+    obj = storage_class()
+    obj["provisioner"] = provisioner
+    assert csi_driver(parse_storage_class(obj).provisioner) == driver
+    sources = [source for source, name in IN_TREE_SOURCES.items() if name == driver]
+    for source in sources:
+        volume = parse_persistent_volume({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "p"}, "spec": {source: {"x": "y"}}})
+        assert volume.driver == driver
+
+
+def test_the_beta_storage_class_annotation_wins_over_the_spec() -> None:
+    """GetPersistentVolumeClaimClass: volume.beta.kubernetes.io/storage-class first. A claim
+    naming an Immediate class only there waits for its volume; it is not planned as if it
+    were the default WaitForFirstConsumer class."""
+    claim = pvc("data-db-0", storage_class=None)
+    claim["metadata"]["annotations"] = {"volume.beta.kubernetes.io/storage-class": "io2-now"}
+    result = plan(claim_pod("db-0", "data-db-0"), claim, storage_class("standard", zones=("us-east-1b",), default=True),
+                  storage_class("io2-now", mode="Immediate"))
+    (waiting,) = result.unschedulable
+    assert waiting.pod == "default/db-0" and "Immediate binding (storageclass io2-now)" in waiting.reason
+    both = pvc("data-db-1", storage_class="io2-now")
+    both["metadata"]["annotations"] = {"volume.beta.kubernetes.io/storage-class": "standard"}
+    result = plan(claim_pod("db-1", "data-db-1"), both, storage_class("standard", zones=("us-east-1b",), default=True),
+                  storage_class("io2-now", mode="Immediate"))
+    assert zones_of(result) == {"default/db-1": ("us-east-1b",)}
+
+
+@pytest.mark.parametrize("state", ["deleting", "lost", "not-bind-completed", "missing"])
+def test_a_running_pods_volumes_all_count_whatever_state_its_first_claim_is_in(state: str) -> None:
+    """n1 may attach 3 EBS volumes; a running pod holds 3 (its first claim terminating, lost,
+    not yet bind-completed, or gone): every one counts, so the pending pod needs a new node.
+    Counting used to stop at the first such claim, and n1 looked free."""
+    first: dict[str, Any]
+    if state == "deleting":
+        first = pvc("data-a", volume="pv-a", deleting=True)
+    elif state == "lost":
+        first = pvc("data-a", volume="pv-a", phase="Lost")
+    elif state == "not-bind-completed":
+        first = pvc("data-a", volume="pv-a", bind_completed=False)
+    else:
+        first = pvc("data-x", volume="pv-x")  # the pod's first claim, data-a, does not exist
+    objects = [
+        node_json("n1", instance_id="i-0000000000000001a", cpu="8", memory="32Gi"), csi_node("n1", 3),
+        claim_pod("old", "data-a", "data-b", "data-c", node_name="n1", cpu="100m"), first,
+        pvc("data-b", volume="pv-b"), pvc("data-c", volume="pv-c"),
+        pv("pv-a", "us-east-1a"), pv("pv-b", "us-east-1a"), pv("pv-c", "us-east-1a"),
+        claim_pod("new", "data-new", cpu="100m"), pvc("data-new", volume="pv-new"), pv("pv-new", "us-east-1a"),
+        storage_class(),
+    ]
+    result = plan(*objects)
+    on_n1 = [pod for existing in result.existing_nodes for pod in existing.pods if existing.name == "n1"]
+    full = state != "missing"  # a claim that does not exist attaches nothing (kube-scheduler skips it)
+    assert on_n1 == ([] if full else ["default/new"])
+    assert [claim.pods for claim in result.node_claims] == ([("default/new",)] if full else [])

@@ -103,16 +103,20 @@ def redeliver_sooner(sqs: Any, queue_url: str, receipt_handle: str, receive_coun
     return delay
 
 
-def shorten_visibility(sqs: Any, queue_url: str, receipt_handles: Sequence[str], seconds: int) -> int:
-    """Make the received messages visible again ``seconds`` from now unless they are deleted
-    first: an invocation that dies (timeout, crash) then leaves its batch to another one
-    within seconds instead of the queue's visibility timeout. One
-    ``ChangeMessageVisibilityBatch`` per 10 messages; returns how many were changed (a
-    failure leaves the visibility timeout in force, which is only slower)."""
-    handles = [handle for handle in receipt_handles if handle]
+def shorten_visibility(sqs: Any, queue_url: str, receipt_handles: Sequence[str], seconds: int | Sequence[int]) -> int:
+    """Make the received messages visible again ``seconds`` from now (one figure for all, or
+    one per handle) unless they are deleted first: an invocation that dies (timeout, crash)
+    then leaves its batch to another one within seconds instead of the queue's visibility
+    timeout. One ``ChangeMessageVisibilityBatch`` per 10 messages; returns how many were
+    changed (a failure leaves the visibility timeout in force, which is only slower)."""
+    each = [seconds] * len(receipt_handles) if isinstance(seconds, int) else list(seconds)
+    if len(each) != len(receipt_handles):
+        raise ValueError("shorten_visibility: one visibility per receipt handle")
+    pairs = [(handle, delay) for handle, delay in zip(receipt_handles, each, strict=True) if handle]
     changed = 0
-    for start in range(0, len(handles), 10):
-        entries = [{"Id": str(index), "ReceiptHandle": handle, "VisibilityTimeout": seconds} for index, handle in enumerate(handles[start:start + 10])]
+    for start in range(0, len(pairs), 10):
+        entries = [{"Id": str(index), "ReceiptHandle": handle, "VisibilityTimeout": delay}
+                   for index, (handle, delay) in enumerate(pairs[start:start + 10])]
         try:
             answer = sqs.change_message_visibility_batch(QueueUrl=queue_url, Entries=entries)
         except (ClientError, BotoCoreError):

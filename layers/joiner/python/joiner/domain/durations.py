@@ -9,6 +9,14 @@ duration" and parses to ``None``. As in Go, a duration is at most
 :data:`MAX_DURATION_CHARS` characters. Values are exact down to the microsecond (the
 resolution of :class:`datetime.timedelta`); finer parts round to the nearest
 microsecond.
+
+Durations a Kubernetes object gives in whole seconds (``terminationGracePeriodSeconds``,
+``tolerationSeconds``: any int64 to the API server) are clamped by :func:`clamp_seconds` to
+``[0, MAX_SECONDS]`` where they are read, and Go durations in objects the API server
+admitted (``expireAfter: 99999999999999h`` matches the CRD's pattern) are read with
+``parse_duration(..., clamp=True)``: both are longer than any time Joiner reasons about, so
+nothing changes except that adding them to a time (at most
+:data:`joiner.domain.bounded.LATEST_TIME`) cannot overflow.
 """
 
 from __future__ import annotations
@@ -17,7 +25,16 @@ import re
 from datetime import timedelta
 from fractions import Fraction
 
-__all__ = ["DurationError", "parse_duration", "format_duration", "NEVER", "MAX_DURATION", "MAX_DURATION_CHARS"]
+__all__ = [
+    "DurationError",
+    "parse_duration",
+    "format_duration",
+    "clamp_seconds",
+    "NEVER",
+    "MAX_DURATION",
+    "MAX_DURATION_CHARS",
+    "MAX_SECONDS",
+]
 
 NEVER = "Never"
 
@@ -35,6 +52,8 @@ _PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
 #: Go's largest ``time.Duration`` (2**63 - 1 ns), truncated to microseconds: what Karpenter
 #: accepts, and small enough to add to any time Joiner accepts (joiner.domain.bounded).
 MAX_DURATION = timedelta(microseconds=(2**63 - 1) // 1000)
+#: :data:`MAX_DURATION` in whole seconds (9,223,372,036: about 292 years).
+MAX_SECONDS = MAX_DURATION // timedelta(seconds=1)
 #: Longest duration text read (``2562047h47m16.854775807s`` is 24).
 MAX_DURATION_CHARS = 64
 
@@ -43,11 +62,14 @@ class DurationError(ValueError):
     """A duration string that is not a non-negative Go duration or ``Never``."""
 
 
-def parse_duration(value: object) -> timedelta | None:
+def parse_duration(value: object, *, clamp: bool = False) -> timedelta | None:
     """Parse a Go-style duration; ``"Never"`` gives ``None``.
 
     ``0`` (integer or string) is accepted, as Go accepts ``"0"``; any other number
     needs a unit. Raises :class:`DurationError` naming the value and what was expected.
+    A duration longer than :data:`MAX_DURATION` is an error, as in Go, unless ``clamp``:
+    then it reads as :data:`MAX_DURATION` (for objects the API server admitted, whose
+    pattern allows any number of hours, where it means "longer than anything").
     """
     if isinstance(value, bool):
         raise DurationError(f"invalid duration {value!r}: expected a string such as 30s, 5m, 720h or Never")
@@ -78,8 +100,18 @@ def parse_duration(value: object) -> timedelta | None:
         position = match.end()
     microseconds = round(total)
     if microseconds > MAX_DURATION // timedelta(microseconds=1):
+        if clamp:
+            return MAX_DURATION
         raise DurationError(f"invalid duration {value!r}: too large (at most {format_duration(MAX_DURATION)}, as in Go)")
     return timedelta(microseconds=microseconds)
+
+
+def clamp_seconds(value: int) -> int:
+    """A whole-seconds duration from a user's object, clamped to ``[0, MAX_SECONDS]``: a
+    negative one means none (as Kubernetes reads a negative ``tolerationSeconds``), and one
+    longer than :data:`MAX_DURATION` outlasts any deadline or time Joiner accepts, so it
+    behaves the same clamped while adding it to any such time never overflows."""
+    return 0 if value < 0 else min(value, MAX_SECONDS)
 
 
 def _explain(value: str, rest: str) -> str:

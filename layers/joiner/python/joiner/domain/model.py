@@ -240,7 +240,7 @@ class Pod:
             if value == "false":
                 continue
             try:
-                grace = parse_duration(value)
+                grace = parse_duration(value, clamp=True)
             except DurationError:
                 return True
             if grace is None or self.created is None or now < self.created + grace:

@@ -37,7 +37,7 @@ from joiner.domain.bounded import (
     InputError,
     time_in_range,
 )
-from joiner.domain.durations import DurationError, parse_duration
+from joiner.domain.durations import DurationError, clamp_seconds, parse_duration
 from joiner.domain.model import (
     Budget,
     CSINode,
@@ -241,6 +241,12 @@ class _Fields:
             self.fail(path, f"must be at most {maximum}, got {value}")
         return value
 
+    def seconds(self, value: object, path: str, *, default: int | None = None, minimum: int | None = None) -> Any:
+        """A whole-seconds duration (an int64, as the API server takes it), clamped by
+        :func:`joiner.domain.durations.clamp_seconds` so adding it to a time never overflows."""
+        seconds = self.integer(value, path, default=default, minimum=minimum)
+        return seconds if seconds is None else clamp_seconds(seconds)
+
     def number(self, value: object, path: str, *, default: float, minimum: float, maximum: float | None = None) -> float:
         if value is None:
             return default
@@ -306,7 +312,7 @@ class _Fields:
         if value is None:
             return default
         try:
-            parsed = parse_duration(value)
+            parsed = parse_duration(value, clamp=True)
         except DurationError as error:
             self.fail(path, str(error))
         if parsed is None and not allow_never:
@@ -379,7 +385,7 @@ class _Fields:
             effect = self.string(item.get("effect"), f"{item_path}.effect", default="")
             if effect and effect not in _TAINT_EFFECTS:
                 self.fail(f"{item_path}.effect", f"{effect!r} is not one of {', '.join(_TAINT_EFFECTS)} (or empty for all)")
-            seconds = self.integer(item.get("tolerationSeconds"), f"{item_path}.tolerationSeconds")
+            seconds = self.seconds(item.get("tolerationSeconds"), f"{item_path}.tolerationSeconds")
             tolerations.append(Toleration(key, operator, value_, effect, seconds))
         return tuple(tolerations)
 
@@ -715,7 +721,7 @@ def _pod(
         phase=fields.string(status.get("phase"), "status.phase", default="Pending", allowed=_POD_PHASES),
         created=fields.timestamp(metadata.get("creationTimestamp"), f"{meta_path}.creationTimestamp"),
         deleting=fields.timestamp(metadata.get("deletionTimestamp"), f"{meta_path}.deletionTimestamp") is not None,
-        termination_grace_seconds=fields.integer(spec.get("terminationGracePeriodSeconds"), f"{spec_path}.terminationGracePeriodSeconds", default=30, minimum=0),
+        termination_grace_seconds=fields.seconds(spec.get("terminationGracePeriodSeconds"), f"{spec_path}.terminationGracePeriodSeconds", default=30, minimum=0),
         unschedulable_since=_unschedulable_since(fields, status),
         scheduling_gated=bool(fields.sequence(spec.get("schedulingGates"), f"{spec_path}.schedulingGates")),
         ready=_pod_ready(status),

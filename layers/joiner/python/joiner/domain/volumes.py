@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from types import MappingProxyType
 from typing import Any
 
 from joiner.domain import labels as wk
@@ -34,9 +35,13 @@ from joiner.domain.requirements import Requirement, Requirements
 __all__ = [
     "EBS_CSI_DRIVER",
     "EBS_CSI_ZONE",
+    "BETA_STORAGE_CLASS",
+    "IN_TREE_PROVISIONERS",
+    "IN_TREE_SOURCES",
     "VOLUME_KINDS",
     "VolumeTopology",
     "apply_volumes",
+    "csi_driver",
     "ebs_attach_limit",
     "parse_csi_node",
     "parse_persistent_volume",
@@ -47,8 +52,34 @@ __all__ = [
 
 EBS_CSI_ZONE = "topology.ebs.csi.aws.com/zone"
 _KEY_ALIASES = {EBS_CSI_ZONE: wk.ZONE}
-#: In-tree EBS volumes (``awsElasticBlockStore``) count against the EBS CSI driver's limit.
 EBS_CSI_DRIVER = "ebs.csi.aws.com"
+#: In-tree volume plugins and the CSI drivers CSI migration hands them to (k8s.io/csi-translation-lib):
+#: kube-scheduler counts their volumes against the CSI driver's attach limit. EKS's default
+#: ``gp2`` class names ``kubernetes.io/aws-ebs``.
+IN_TREE_PROVISIONERS: Mapping[str, str] = MappingProxyType({
+    "kubernetes.io/aws-ebs": EBS_CSI_DRIVER,
+    "kubernetes.io/gce-pd": "pd.csi.storage.gke.io",
+    "kubernetes.io/azure-disk": "disk.csi.azure.com",
+    "kubernetes.io/azure-file": "file.csi.azure.com",
+    "kubernetes.io/cinder": "cinder.csi.openstack.org",
+    "kubernetes.io/vsphere-volume": "csi.vsphere.vmware.com",
+    "kubernetes.io/portworx-volume": "pxd.portworx.com",
+    "kubernetes.io/rbd": "rbd.csi.ceph.com",
+})
+#: A PersistentVolume's in-tree source field -> the CSI driver its volume counts against.
+IN_TREE_SOURCES: Mapping[str, str] = MappingProxyType({
+    "awsElasticBlockStore": EBS_CSI_DRIVER,
+    "gcePersistentDisk": "pd.csi.storage.gke.io",
+    "azureDisk": "disk.csi.azure.com",
+    "azureFile": "file.csi.azure.com",
+    "cinder": "cinder.csi.openstack.org",
+    "vsphereVolume": "csi.vsphere.vmware.com",
+    "portworxVolume": "pxd.portworx.com",
+    "rbd": "rbd.csi.ceph.com",
+})
+#: The claim's class before ``spec.storageClassName`` existed; it still wins over the field
+#: (Kubernetes' GetPersistentVolumeClaimClass).
+BETA_STORAGE_CLASS = "volume.beta.kubernetes.io/storage-class"
 #: Nitro instances share 28 attachment slots between EBS volumes, ENIs and NVMe instance
 #: store; the primary ENI and the root volume take one each.
 NITRO_ATTACHMENTS = 28
@@ -70,6 +101,12 @@ def ebs_attach_limit(instance_type: InstanceType) -> int:
     local = instance_type.requirements.get(wk.INSTANCE_LOCAL_NVME)
     has_disks = local is not None and not local.complement and bool(local.values - {"", "0"})
     return NITRO_ATTACHMENTS - 2 - (1 if has_disks else 0)
+
+
+def csi_driver(provisioner: str) -> str:
+    """The CSI driver whose attach limit a volume of ``provisioner`` counts against: an
+    in-tree plugin's migration target (:data:`IN_TREE_PROVISIONERS`), else itself."""
+    return IN_TREE_PROVISIONERS.get(provisioner, provisioner)
 
 
 def _fields(ref: str) -> Any:
@@ -113,13 +150,17 @@ def parse_persistent_volume_claim(obj: Mapping[str, Any], *, origin: str = "") -
     spec = fields.mapping(checked.get("spec"), "spec")
     status = fields.mapping(checked.get("status"), "status")
     metadata = checked.get("metadata") or {}
+    annotations = fields.string_map(metadata.get("annotations"), "metadata.annotations")
     storage_class = spec.get("storageClassName")
+    class_name = fields.string(storage_class, "spec.storageClassName") if storage_class is not None else None
+    if BETA_STORAGE_CLASS in annotations:
+        class_name = annotations[BETA_STORAGE_CLASS]
     return PersistentVolumeClaim(
         namespace=namespace,
         name=name,
-        storage_class=fields.string(storage_class, "spec.storageClassName") if storage_class is not None else None,
+        storage_class=class_name,
         volume_name=fields.string(spec.get("volumeName"), "spec.volumeName", default="") or None,
-        bind_completed=_BIND_COMPLETED in fields.string_map(metadata.get("annotations"), "metadata.annotations"),
+        bind_completed=_BIND_COMPLETED in annotations,
         lost=fields.string(status.get("phase"), "status.phase", default="Pending", allowed=("Pending", "Bound", "Lost")) == "Lost",
         deleting=fields.timestamp(metadata.get("deletionTimestamp"), "metadata.deletionTimestamp") is not None,
     )
@@ -132,7 +173,8 @@ def parse_persistent_volume(obj: Mapping[str, Any], *, origin: str = "") -> Pers
     required = fields.mapping(affinity.get("required"), "spec.nodeAffinity.required")
     terms = _terms(fields, required.get("nodeSelectorTerms"), "spec.nodeAffinity.required.nodeSelectorTerms", expressions_key="matchExpressions")
     csi = fields.mapping(spec.get("csi"), "spec.csi")
-    driver = fields.string(csi.get("driver"), "spec.csi.driver", default="") or (EBS_CSI_DRIVER if spec.get("awsElasticBlockStore") else None)
+    driver = fields.string(csi.get("driver"), "spec.csi.driver", default="") or next(
+        (name for source, name in IN_TREE_SOURCES.items() if spec.get(source) is not None), None)
     metadata = checked.get("metadata") or {}
     return PersistentVolume(
         name=name, node_affinity=terms, driver=driver,
@@ -232,10 +274,33 @@ def _resolve(pod: Pod, claims: Mapping[str, PersistentVolumeClaim], volumes: Map
                                        f"(storageclass {storage_class.name}): waiting for its volume")
             terms = storage_class.allowed_topologies
             if storage_class.provisioner:
-                drivers[storage_class.provisioner] += 1
+                drivers[csi_driver(storage_class.provisioner)] += 1
         if terms:
             added = terms[0] if added is None else added.intersect(terms[0])
     return added, drivers, None
+
+
+def _attached(pod: Pod, claims: Mapping[str, PersistentVolumeClaim], volumes: Mapping[str, PersistentVolume],
+              classes: Mapping[str, StorageClass], default_class: StorageClass | None) -> Counter[str]:
+    """Volumes per CSI driver a pod already on a node holds, as kube-scheduler's CSI limits
+    count them: every claim that exists, whatever its state (terminating, lost, not yet
+    bind-completed: its volume may still be attached), by its volume's driver, or by its
+    class's provisioner while the volume is not known; a claim that does not exist is skipped."""
+    drivers: Counter[str] = Counter()
+    for claim_name, ephemeral_class in pod.volume_claims:
+        claim = claims.get(f"{pod.namespace}/{claim_name}")
+        if claim is None:
+            continue
+        volume = volumes.get(claim.volume_name) if claim.volume_name else None
+        if volume is not None:
+            if volume.driver:
+                drivers[volume.driver] += 1
+            continue
+        class_name = claim.storage_class if claim.storage_class is not None else ephemeral_class
+        storage_class = classes.get(class_name) if class_name else default_class
+        if storage_class is not None and storage_class.provisioner:
+            drivers[csi_driver(storage_class.provisioner)] += 1
+    return drivers
 
 
 def apply_volumes(
@@ -277,8 +342,7 @@ def apply_volumes(
     for pod in bound:
         if not pod.volume_claims or pod.node_name is None:
             continue
-        _, drivers, _ = _resolve(pod, claims_by_key, volumes_by_name, classes, default_class)
-        used.setdefault(pod.node_name, Counter()).update(drivers)
+        used.setdefault(pod.node_name, Counter()).update(_attached(pod, claims_by_key, volumes_by_name, classes, default_class))
     node_names = {n.name for n in nodes}
     free: dict[str, dict[str, int]] = {}
     for csi in csi_nodes:

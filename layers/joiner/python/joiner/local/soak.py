@@ -58,7 +58,7 @@ from joiner.local.simulator import Simulation
 from joiner.local.stack import LocalQueue
 
 __all__ = [
-    "FAULT_KINDS", "INVARIANTS", "TRACK_GRACE", "SoakResult", "SoakSimulation", "Violation", "run_seed", "soak_scenario",
+    "EXTREME_DURATIONS", "EXTREME_GRACE_SECONDS", "FAULT_KINDS", "INVARIANTS", "TRACK_GRACE", "SoakResult", "SoakSimulation", "Violation", "run_seed", "soak_scenario",
 ]
 
 FAULT_KINDS: tuple[str, ...] = (
@@ -70,6 +70,12 @@ INVARIANTS = ("double-launch", "limit", "stranded-pods", "untracked", "unowned")
 #: (boot, orphan settlement after 3 minutes, the next scanner tick).
 TRACK_GRACE = timedelta(minutes=5)
 DECOY_TAINT = "soak.joiner.dev/decoy"
+#: The menu of extreme values a seed draws from (each one the API server admits): the web
+#: workload's ``terminationGracePeriodSeconds`` (any int64 >= 0; past 292 years Joiner clamps
+#: it) and the NodePool's ``expireAfter``, ``terminationGracePeriod`` and a scheduled budget's
+#: ``duration`` (the CRD's pattern admits any count of hours, past Go's maximum too).
+EXTREME_GRACE_SECONDS = (0, 30, 2**31 - 1, 100_000_000_000_000, 2**63 - 1)
+EXTREME_DURATIONS = ("Never", "720h", "2562047h", "99999999999999h")
 _KUBE_PATHS = ("/pods", "/nodes", "/eviction", "/nodepools", "/poddisruptionbudgets", "")
 _SPOT_WARNING = "EC2 Spot Instance Interruption Warning"
 
@@ -118,7 +124,7 @@ def soak_scenario(rng: random.Random, cluster: str = "soak") -> Scenario:
     boot = rng.choice([40, 70, 100])  # launch -> Node Ready: shorter or longer than a scanner period
     web = rng.randint(3, 10)
     web_cpu = rng.choice(["500m", "1"])
-    pool = {
+    pool: dict[str, Any] = {
         "apiVersion": "joiner.dev/v1", "kind": "NodePool", "metadata": {"name": "spot"},
         "spec": {
             "template": {"spec": {
@@ -155,8 +161,19 @@ def soak_scenario(rng: random.Random, cluster: str = "soak") -> Scenario:
         events.append({"at": f"{warned}s", "rebalanceRecommendation": {"nodePool": "spot"}})
     events.append({"at": f"{warned + rng.randint(40, 80)}s", "scale": {"workload": "web", "replicas": web + rng.randint(1, 6)}})
     events.append({"at": f"{warned + rng.randint(150, 200)}s", "scale": {"workload": "web", "replicas": rng.randint(0, 2)}})
+    # Extremes the API server admits, from a generator of their own (seeded by ``rng``'s state,
+    # which it leaves as it is): every other draw of a seed, its fault kinds included, is unchanged.
+    extremes = random.Random(repr(rng.getstate()))
+    grace = extremes.choice(EXTREME_GRACE_SECONDS) if extremes.random() < 0.5 else 30
+    workloads[0]["terminationGracePeriodSeconds"] = grace
+    template = pool["spec"]["template"]["spec"]
+    template["expireAfter"] = extremes.choice(EXTREME_DURATIONS)
+    long_grace = extremes.choice([None, *EXTREME_DURATIONS[1:]])
+    if long_grace is not None:
+        template["terminationGracePeriod"] = long_grace
+    pool["spec"]["disruption"]["budgets"].append({"nodes": "100%", "schedule": "@daily", "duration": extremes.choice(EXTREME_DURATIONS[1:])})
     return parse_scenario({
-        "name": f"soak-{shape}-limit{limit}-boot{boot}s", "cluster": cluster, "duration": "9m", "bootDelay": f"{boot}s",
+        "name": f"soak-{shape}-limit{limit}-boot{boot}s-grace{grace}", "cluster": cluster, "duration": "9m", "bootDelay": f"{boot}s",
         "objects": objects, "workloads": workloads, "events": events,
     })
 

@@ -29,7 +29,7 @@ from joiner.local.aws import (
 from joiner.settings import Settings
 
 __all__ = [
-    "EVENT_RULE_PATTERN", "INTERRUPTION_VISIBILITY", "WORK_VISIBILITY", "MAX_RECEIVE_COUNT", "LocalQueue", "LocalStack",
+    "EVENT_RULE_PATTERN", "INTERRUPTION_VISIBILITY", "WORK_VISIBILITY", "MAX_RECEIVE_COUNT", "WORK_MAX_RECEIVE_COUNT", "LocalQueue", "LocalStack",
     "create_idempotency_table", "create_dead_lettered_queue", "route_interruptions",
 ]
 
@@ -45,9 +45,11 @@ EVENT_RULE_PATTERN = {
     ],
 }
 MAX_RECEIVE_COUNT = 5
-#: Six times the consumer's timeout + the batching window, as deployed (infra/queues.py; a test compares).
-INTERRUPTION_VISIBILITY = 181
-WORK_VISIBILITY = 361
+#: The work queue's redrive after this many receives, as deployed (infra/work_queue.py; a test compares).
+WORK_MAX_RECEIVE_COUNT = 24
+#: The function timeout + the batching window + 5 s, as deployed (infra/queues.py; a test compares).
+INTERRUPTION_VISIBILITY = 36
+WORK_VISIBILITY = 66
 #: Each function's timeout in seconds, as deployed (infra/functions.py; a test compares): what the
 #: local Lambda context reports as remaining time (powertools Idempotency's in-progress expiry).
 FUNCTION_TIMEOUTS: dict[str, int] = {"scanner": 75, "interruption": 30, "termination": 60, "disruption": 120, "gc": 120, "watcher": 62}
@@ -73,15 +75,15 @@ def create_idempotency_table(dynamodb: Any, name: str) -> str:
     return name
 
 
-def create_dead_lettered_queue(sqs: Any, name: str, visibility: int) -> LocalQueue:
-    """A queue redriving to ``<name>-dlq`` after :data:`MAX_RECEIVE_COUNT` receives."""
+def create_dead_lettered_queue(sqs: Any, name: str, visibility: int, max_receive_count: int = MAX_RECEIVE_COUNT) -> LocalQueue:
+    """A queue redriving to ``<name>-dlq`` after ``max_receive_count`` receives."""
     dlq_url = sqs.create_queue(QueueName=f"{name}-dlq")["QueueUrl"]
     dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     url = sqs.create_queue(
         QueueName=name,
         Attributes={
             "VisibilityTimeout": str(visibility),
-            "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(MAX_RECEIVE_COUNT)}),
+            "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(max_receive_count)}),
         },
     )["QueueUrl"]
     arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
@@ -133,7 +135,7 @@ class LocalStack:
         create_state_table(self.dynamodb, self.state_table)
         create_idempotency_table(self.dynamodb, self.idempotency_table)
         self.interruption = create_dead_lettered_queue(self.sqs, f"{self.cluster}-interruption", INTERRUPTION_VISIBILITY)
-        self.work = create_dead_lettered_queue(self.sqs, f"{self.cluster}-work", WORK_VISIBILITY)
+        self.work = create_dead_lettered_queue(self.sqs, f"{self.cluster}-work", WORK_VISIBILITY, WORK_MAX_RECEIVE_COUNT)
         route_interruptions(self.events, self.rule, self.interruption.arn)
         return self
 

@@ -45,6 +45,8 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Self
 
 from joiner.domain import labels as wk
+from joiner.domain.bounded import parse_aware_time
+from joiner.domain.durations import clamp_seconds
 from joiner.domain.launch import CLUSTER_TAG
 from joiner.domain.model import Pod
 from joiner.domain.termination import (
@@ -72,7 +74,11 @@ if TYPE_CHECKING:
 __all__ = [
     "CONTINUATION_KIND",
     "LEASE_TTL_SECONDS",
+    "OUTAGE_BUDGET",
+    "RECEIVED_VISIBILITY_CAP_SECONDS",
     "RECEIVED_VISIBILITY_SECONDS",
+    "SPARE_RECEIVES",
+    "WORK_MAX_RECEIVES",
     "REPLACEMENT_TIMEOUT",
     "TERMINATION_KIND",
     "InvalidWorkMessage",
@@ -84,6 +90,8 @@ __all__ = [
     "cordon_node",
     "handle_continuation",
     "parse_continuation",
+    "received_visibility",
+    "redelivery_budget",
     "request_termination",
     "resume_stalled_terminations",
 ]
@@ -107,6 +115,44 @@ BUSY_RETRY_SECONDS = 5
 #: visibility timeout (66 s). A live invocation still working past it meets a duplicate
 #: delivery, which finds the lease held (requeued) or its generation stale (dropped).
 RECEIVED_VISIBILITY_SECONDS = SAFETY_DELAY_SECONDS + 8
+#: A message received again after failing is invisible for longer each time (see
+#: :func:`received_visibility`), up to this: a drain resumes at most this long after its
+#: dependency recovers.
+RECEIVED_VISIBILITY_CAP_SECONDS = 120
+#: The work queue's redrive policy: receives of one message before it is dead-lettered
+#: (``maxReceiveCount`` in infra/work_queue.py and the local stack; a test compares).
+WORK_MAX_RECEIVES = 24
+#: Receives a message may already have spent (deaths, duplicate deliveries) when an outage begins.
+SPARE_RECEIVES = 3
+#: The longest outage of a dependency (DynamoDB, the Kubernetes API, EC2, beyond the clients'
+#: retries) that a failing continuation outlives: received after it ends, never dead-lettered
+#: during it, even with :data:`SPARE_RECEIVES` receives already spent (:func:`redelivery_budget`).
+OUTAGE_BUDGET = timedelta(minutes=30)
+
+
+def received_visibility(receive_count: object) -> int:
+    """Seconds a work-queue message received for the ``receive_count``-th time (SQS's
+    ``ApproximateReceiveCount``) stays invisible: :data:`RECEIVED_VISIBILITY_SECONDS` for the
+    first two receives (a death mid-step costs seconds), then doubling to at most
+    :data:`RECEIVED_VISIBILITY_CAP_SECONDS`: a message that keeps failing on a dependency's
+    outage is tried less often, and with :data:`WORK_MAX_RECEIVES` receives outlives
+    :data:`OUTAGE_BUDGET` before it is dead-lettered. A count that is not a positive integer
+    (missing, malformed) counts as the first receive."""
+    try:
+        count = int(str(receive_count)) if receive_count is not None else 1
+    except ValueError:
+        count = 1
+    exponent = min(max(0, count - 2), 8)
+    return min(RECEIVED_VISIBILITY_SECONDS << exponent, RECEIVED_VISIBILITY_CAP_SECONDS)
+
+
+def redelivery_budget(first: int = 1, max_receives: int = WORK_MAX_RECEIVES) -> timedelta:
+    """How long a message failing on every receive from its ``first``-th receive on is
+    retried before it is dead-lettered: the sum of :func:`received_visibility` over its
+    remaining receives (SQS moves it on the receive after ``max_receives``)."""
+    return timedelta(seconds=sum(received_visibility(n) for n in range(first, max_receives + 1)))
+
+
 #: How long a rebalance replacement is waited for before draining anyway.
 REPLACEMENT_TIMEOUT = timedelta(minutes=10)
 #: How often a ``replacing`` termination looks at its replacement.
@@ -199,12 +245,9 @@ def _parse_pods(raw_pods: Sequence[JsonDict]) -> tuple[list[Pod], dict[str, date
         except SnapshotError:
             pod = _minimal_pod(raw)
         pods.append(pod)
-        stamp = (raw.get("metadata") or {}).get("deletionTimestamp")
-        if stamp:
-            try:
-                deletion_deadlines[pod.key] = datetime.fromisoformat(str(stamp))
-            except ValueError:
-                pass
+        stamp = parse_aware_time((raw.get("metadata") or {}).get("deletionTimestamp"))
+        if stamp is not None:
+            deletion_deadlines[pod.key] = stamp
     return pods, deletion_deadlines
 
 
@@ -226,7 +269,7 @@ def _minimal_pod(raw: JsonDict) -> Pod:
         owner_name=str(owners[0].get("name")) if owners else None,
         phase=str((raw.get("status") or {}).get("phase") or "Running"),
         deleting=bool(meta.get("deletionTimestamp")),
-        termination_grace_seconds=grace if isinstance(grace, int) and grace >= 0 else 30,
+        termination_grace_seconds=clamp_seconds(grace) if isinstance(grace, int) and not isinstance(grace, bool) and grace >= 0 else 30,
     )
 
 

@@ -14,6 +14,11 @@ event. A position the API server no longer keeps (410 Gone) falls back to a full
 pending pods all count as new. A batch still open when the window ends is woken before the
 position is saved, so no saved position ever skips a pod nobody planned.
 
+A wake-up counts only once Lambda accepted it: when ``lambda:Invoke`` fails (throttled,
+for example) the batch stays open and is tried again :data:`WAKE_RETRY_SECONDS` later; one
+still refused when the window ends is saved with the position (``unwoken``) and the next
+watcher wakes the planner for it at once (``PlannerWakeFailures`` counts the refusals).
+
 Waking twice is harmless: the planner's round lease admits one round at a time, claim ids
 derive from the pods and launches carry client tokens (``tests/e2e/test_watcher.py``).
 """
@@ -34,7 +39,7 @@ from joiner.domain.wake import BatchWindow, PendingBatch
 from joiner.ports import JsonDict, KubernetesError, PlannerPort, PodWatchPort, WatchEvent, WatchExpired
 from joiner.services.context import Runtime
 
-__all__ = ["PLAN_INPUTS", "PODS", "read_position", "WATCH_POSITION_ID", "WATCH_POSITION_KIND", "PendingPods", "WatchSummary", "run_watcher"]
+__all__ = ["PLAN_INPUTS", "PODS", "WAKE_RETRY_SECONDS", "read_position", "read_unwoken", "WATCH_POSITION_ID", "WATCH_POSITION_KIND", "PendingPods", "WatchSummary", "run_watcher"]
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +53,9 @@ MAX_STREAM_ERRORS = 5
 EXIT_RESERVE_SECONDS = 3.0
 #: How often the position is saved while streaming (a crash replays at most this much).
 SAVE_EVERY_SECONDS = 15.0
+#: A wake-up the planner did not accept is tried again this much later (each try already
+#: includes botocore's retries).
+WAKE_RETRY_SECONDS = 2.0
 
 
 @dataclass
@@ -83,10 +91,16 @@ class PendingPods:
         return None if due is None else max(0.0, (due - now).total_seconds())
 
     def take(self) -> int:
-        """Close the batch (the planner is being woken); returns how many pods it held."""
+        """Close the batch (the planner accepted the wake-up); returns how many pods it held."""
         size = len(self.batch.pods)
         self.batch = PendingBatch()
         return size
+
+    def carry(self, uids: list[str], now: datetime) -> None:
+        """Pods an earlier watcher could not wake the planner for: batched again at once."""
+        for uid in uids:
+            self.known[uid] = None
+            self.batch = self.batch.add(uid, now)
 
     def remembered(self) -> list[str]:
         return list(self.known)[-REMEMBERED_PODS:]
@@ -109,6 +123,13 @@ class WatchSummary:
 
 
 _VERSION = re.compile(r"[0-9A-Za-z._-]{1,128}")
+
+
+def read_unwoken(saved: JsonDict | None) -> list[str]:
+    """The pods an earlier watcher could not wake the planner for (malformed entries dropped)."""
+    unwoken = saved.get("unwoken") if isinstance(saved, dict) else None
+    uids = [uid for uid in unwoken if isinstance(uid, str) and 0 < len(uid) <= 128] if isinstance(unwoken, list) else []
+    return uids[-REMEMBERED_PODS:]
 
 
 def read_position(saved: JsonDict | None) -> tuple[dict[str, str], list[str]]:
@@ -171,14 +192,27 @@ def run_watcher(
             left = min(left, remaining_ms() / 1000.0 - EXIT_RESERVE_SECONDS)
         return left
 
-    def wake(reason: str) -> None:
-        nonlocal wake_ups, woken
-        size = tracker.take()
-        planner.wake(reason, size)
+    retry_at: datetime | None = None
+
+    def wake(reason: str) -> bool:
+        """Wake the planner for the batch; the batch closes only if Lambda accepted it."""
+        nonlocal wake_ups, woken, retry_at
+        size = len(tracker.batch.pods)
+        try:
+            planner.wake(reason, size)
+        except Exception as error:  # noqa: BLE001 - any failure: not accepted; the batch stays and is tried again
+            retry_at = clock.now() + timedelta(seconds=WAKE_RETRY_SECONDS)
+            runtime.count("PlannerWakeFailures", 1)
+            log.warning("the planner did not accept the wake-up; the batch stays open",
+                        extra={"reason": reason, "pendingPods": size, "error": f"{type(error).__name__}: {error}"})
+            return False
+        retry_at = None
+        tracker.take()
         wake_ups += 1
         woken += size
         runtime.count("PlannerWakeUps", 1)
         log.info("woke the planner", extra={"reason": reason, "pendingPods": size})
+        return True
 
     def relist() -> str:
         listed, listed_version = pods.list_unbound_pods()
@@ -188,9 +222,11 @@ def run_watcher(
             tracker.observe("ADDED", pod, now)
         return listed_version
 
-    versions, remembered = read_position(runtime.state.get_item(WATCH_POSITION_KIND, WATCH_POSITION_ID))
+    saved_position = runtime.state.get_item(WATCH_POSITION_KIND, WATCH_POSITION_ID)
+    versions, remembered = read_position(saved_position)
     for uid in remembered:
         tracker.known[uid] = None
+    tracker.carry(read_unwoken(saved_position), clock.now())
     if not versions[PODS]:
         relists += 1
         versions[PODS] = relist()
@@ -199,9 +235,12 @@ def run_watcher(
             versions[stream] = pods.plan_input_version(stream)
 
     def save() -> None:
-        runtime.state.put_item(WATCH_POSITION_KIND, WATCH_POSITION_ID, {
+        position: JsonDict = {
             "resourceVersion": versions[PODS], "planInputs": {stream: versions[stream] for stream in PLAN_INPUTS},
-            "pending": tracker.remembered(), "savedAt": clock.now().isoformat()})
+            "pending": tracker.remembered(), "savedAt": clock.now().isoformat()}
+        if tracker.batch.pods:  # a wake-up not accepted: the next watcher makes it
+            position["unwoken"] = sorted(tracker.batch.pods)[-REMEMBERED_PODS:]
+        runtime.state.put_item(WATCH_POSITION_KIND, WATCH_POSITION_ID, position)
 
     inbox: queue.Queue[tuple[str, _Item]] = queue.Queue()
     open_streams: set[str] = set()
@@ -210,7 +249,7 @@ def run_watcher(
     try:
         while True:
             now = clock.now()
-            if tracker.due(now):
+            if tracker.due(now) and (retry_at is None or now >= retry_at):
                 wake("batch")
             left = time_left()
             if left >= 1.0:
@@ -220,6 +259,8 @@ def run_watcher(
                     threading.Thread(target=_read, args=(pods, stream, versions[stream], max(1, int(left)), inbox),
                                      daemon=True, name=f"joiner-watch-{stream}").start()
             until_due = tracker.seconds_until_due(now)
+            if until_due is not None and retry_at is not None:
+                until_due = max(until_due, (retry_at - now).total_seconds())
             try:
                 if left <= 0:  # time is up: only what already arrived (its position is saved below)
                     stream, item = inbox.get_nowait()
