@@ -1189,3 +1189,22 @@ def test_e2e_a_launch_template_deleted_behind_the_adapters_back_is_recreated_in_
     assert tags_of(instances[relaunched.instance_id])["joiner.dev/client-token"] == client_token(relaunched.claim_id, 0)
     claim = runtime.state.get_claim(relaunched.claim_id)
     assert claim is not None and claim.state == "launched" and claim.instance_id == relaunched.instance_id
+
+
+def test_the_fleet_request_leaves_out_metal_and_accelerator_types_the_pods_do_not_need() -> None:
+    """Karpenter's ExoticInstanceTypeFilter: the bundled catalog's 60 cheapest fitting types for
+    a 40-CPU pod include metal and GPU types; none is in the request."""
+    from joiner.domain.catalog import load_bundled_catalog
+
+    world = fake_world(catalog=load_bundled_catalog())
+    world.kube.add("node_classes", node_class_json(discovery=world.cluster))
+    world.kube.add("node_pools", node_pool_json(requirements=[
+        {"key": "joiner.dev/instance-cpu", "operator": "Gt", "values": ["40"]},
+    ]))
+    world.kube.add("pods", pod_json("big", cpu="40", memory="64Gi"))
+    result = provision(world.runtime(), world.clock.now())
+    assert len(result.launched) == 1, result
+    (request,) = world.ec2.fleet_requests
+    offered = {o.instance_type for o in request.overrides}
+    assert offered and not any("metal" in name for name in offered)
+    assert not any(name.startswith(("g4", "g5", "g6", "p3", "p4", "p5", "inf", "trn", "dl1")) for name in offered)

@@ -44,6 +44,7 @@ from joiner.domain.resources import (
     EPHEMERAL_STORAGE,
     MEMORY,
     NEURON,
+    NEURON_CORE,
     NVIDIA_GPU,
     PODS,
     Resources,
@@ -57,8 +58,6 @@ __all__ = [
     "NEURON_CORE", "VM_MEMORY_OVERHEAD_PERCENT", "DEFAULT_ROOT_VOLUME_BYTES", "DEFAULT_MAX_PODS",
     "BUNDLED_REGIONS",
 ]
-
-NEURON_CORE = "aws.amazon.com/neuroncore"
 
 #: Karpenter's default ``vmMemoryOverheadPercent``: memory the hypervisor and firmware keep.
 VM_MEMORY_OVERHEAD_PERCENT = 0.075

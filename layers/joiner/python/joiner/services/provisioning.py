@@ -46,6 +46,7 @@ from joiner.domain.launch import (
     NoOfferingsError,
     build_fleet_request,
     choose_capacity_type,
+    exotic_names,
     launch_tags,
     node_labels,
     node_taints,
@@ -794,6 +795,7 @@ class _Round:
                     plan, job.claim_id, capacity_type, job.env.subnets, template, prices, unavailable,
                     launch_tags(runtime.settings.cluster_name, job.pool.name, job.claim_id, job.env.node_class.tags),
                     attempt=attempt, templates=templates, zone_templates=zone_templates,
+                    exotic=exotic_names(job.types),
                 )
             except NoOfferingsError as error:
                 outcome.capacity_failure = True
