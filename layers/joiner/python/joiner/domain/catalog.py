@@ -46,6 +46,7 @@ from joiner.domain.resources import (
     NEURON,
     NEURON_CORE,
     NVIDIA_GPU,
+    POD_ENI,
     PODS,
     Resources,
 )
@@ -56,7 +57,7 @@ __all__ = [
     "eni_limited_pods", "max_pods", "kube_reserved_cpu_milli", "kube_reserved_memory_mib",
     "vm_memory_capacity_mib", "eviction_signal_bytes", "eks_capacity", "eks_overhead",
     "NEURON_CORE", "VM_MEMORY_OVERHEAD_PERCENT", "DEFAULT_ROOT_VOLUME_BYTES", "DEFAULT_MAX_PODS",
-    "BUNDLED_REGIONS",
+    "BUNDLED_REGIONS", "pod_eni_limits",
 ]
 
 #: Karpenter's default ``vmMemoryOverheadPercent``: memory the hypervisor and firmware keep.
@@ -225,6 +226,17 @@ def eviction_signal_bytes(capacity_bytes: int, value: str, *, where: str = "evic
     return math.ceil(amount)
 
 
+@lru_cache(maxsize=1)
+def pod_eni_limits() -> Mapping[str, int]:
+    """Branch network interfaces per instance type for security groups for pods
+    (``vpc.amazonaws.com/pod-eni``): Karpenter's generated VPC limits table, trunking-compatible
+    types only, shipped as ``joiner/data/ec2-pod-eni.json.gz`` (``scripts/build_pod_eni_limits.py``).
+    EC2 does not describe these limits, so every region uses the table."""
+    payload = importlib_resources.files("joiner").joinpath("data", "ec2-pod-eni.json.gz").read_bytes()
+    table = json.loads(gzip.decompress(payload))["branchInterfaces"]
+    return {str(name): int(value) for name, value in table.items()}
+
+
 def _bytes(milli: int) -> int:
     return milli // 1000
 
@@ -250,6 +262,9 @@ def eks_capacity(info: InstanceTypeInfo, kubelet: KubeletConfig = KubeletConfig(
         capacity[NEURON_CORE] = info.neuron_cores * 1000
     if info.efa_count:
         capacity[EFA] = info.efa_count * 1000
+    branch_enis = pod_eni_limits().get(info.name, 0)
+    if branch_enis:
+        capacity[POD_ENI] = branch_enis * 1000
     return Resources(capacity)
 
 
@@ -512,7 +527,7 @@ class Catalog:
             elif entry.overhead is not None:
                 capacity, overhead = entry.capacity, entry.overhead
             else:
-                capacity, overhead = _declared_capacity_and_overhead(entry.capacity, kubelet, root_volume_bytes)
+                capacity, overhead = _declared_capacity_and_overhead(entry.capacity, kubelet, root_volume_bytes, name)
             allocatable = capacity - overhead
             if allocatable[CPU] <= 0 or allocatable[MEMORY] <= 0 or allocatable[PODS] <= 0:
                 continue
@@ -549,10 +564,13 @@ class Catalog:
         return f"instance type {name} is not in the {self.region or 'given'} catalog"
 
 
-def _declared_capacity_and_overhead(capacity: Resources, kubelet: KubeletConfig, root_volume_bytes: int) -> tuple[Resources, Resources]:
-    """EKS formulas for a declared entry: its ``pods`` plays the ENI-limited count."""
+def _declared_capacity_and_overhead(capacity: Resources, kubelet: KubeletConfig, root_volume_bytes: int, name: str) -> tuple[Resources, Resources]:
+    """EKS formulas for a declared entry: its ``pods`` plays the ENI-limited count; an EC2
+    type name not given ``vpc.amazonaws.com/pod-eni`` gets the type's branch interfaces."""
     values = dict(capacity.items())
     values.setdefault(EPHEMERAL_STORAGE, root_volume_bytes * 1000)
+    if POD_ENI not in values and pod_eni_limits().get(name):
+        values[POD_ENI] = pod_eni_limits()[name] * 1000
     base_pods = values.get(PODS, DEFAULT_MAX_PODS * 1000) // 1000
     values[PODS] = max_pods(values[CPU] // 1000, base_pods, kubelet) * 1000
     overhead = eks_overhead(values[CPU], _bytes(values[MEMORY]), _bytes(values[EPHEMERAL_STORAGE]), base_pods, kubelet)
