@@ -1208,3 +1208,28 @@ def test_the_fleet_request_leaves_out_metal_and_accelerator_types_the_pods_do_no
     offered = {o.instance_type for o in request.overrides}
     assert offered and not any("metal" in name for name in offered)
     assert not any(name.startswith(("g4", "g5", "g6", "p3", "p4", "p5", "inf", "trn", "dl1")) for name in offered)
+
+
+def test_a_pool_requiring_dedicated_tenancy_launches_dedicated_instances(world: FakeWorld) -> None:
+    """Karpenter's instance-tenancy requirement: Placement.Tenancy dedicated in the launch
+    template, and the Node labelled with it; a pool allowing both launches default tenancy."""
+    dedicated = node_pool_json(requirements=[{"key": "karpenter.k8s.aws/instance-tenancy", "operator": "In", "values": ["dedicated"]}])
+    setup_cluster(world, pods=1, pool=dedicated)
+    result = provision(world.runtime(), world.clock.now())
+    assert len(result.launched) == 1 and not result.unschedulable
+    inputs = world.ec2.template_inputs[world.ec2.fleet_requests[0].launch_template.id]
+    assert inputs["tenancy"] == "dedicated"
+    assert inputs["labels"][wk.INSTANCE_TENANCY] == "dedicated" and inputs["labels"]["karpenter.k8s.aws/instance-tenancy"] == "dedicated"
+
+
+def test_the_default_tenancy_template_and_the_zone_id_label(world: FakeWorld) -> None:
+    from joiner.ports import ClaimRecord
+    from joiner.services.registration import claim_labels
+
+    setup_cluster(world, pods=1)
+    provision(world.runtime(), world.clock.now())
+    inputs = world.ec2.template_inputs[world.ec2.fleet_requests[0].launch_template.id]
+    assert inputs["tenancy"] == "default" and inputs["labels"][wk.INSTANCE_TENANCY] == "default"
+    claim = ClaimRecord(claim_id="c-1", node_pool="default", state="registered", created_at=world.clock.now(), zone="us-east-1b")
+    labels = claim_labels(claim, initialized=False, zone_ids=world.ec2.zone_ids())
+    assert labels[wk.ZONE_ID] == "use1-az2" and labels["topology.ebs.csi.aws.com/zone"] == "us-east-1b"

@@ -255,6 +255,7 @@ def test_labels_of_c5_2xlarge(bundled: Catalog) -> None:
         # Karpenter's documented values for c5.2xlarge (website instance-types reference)
         wk.INSTANCE_CPU_MANUFACTURER: "intel", wk.INSTANCE_CPU_CLOCK: "3400", wk.INSTANCE_EBS_BANDWIDTH: "4750",
         wk.INSTANCE_NETWORK_BANDWIDTH: "2500", wk.INSTANCE_ENCRYPTION_IN_TRANSIT: "false",
+        wk.INSTANCE_CAPABILITY_FLEX: "false", wk.INSTANCE_NITRO_ENCLAVES: "true",
     }
 
 

@@ -20,6 +20,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from joiner.domain import labels as wk
 from joiner.domain.model import InstanceType, NodeClaimPlan, NodePool, OfferingKey, Taint
+from joiner.domain.requirements import Requirements
 from joiner.domain.resources import AMD_GPU, HABANA_GAUDI, NEURON, NEURON_CORE, NVIDIA_GPU
 from joiner.ports import FleetOverride, FleetRequest, LaunchTemplateRef, Subnet
 
@@ -27,7 +28,7 @@ __all__ = [
     "LaunchError", "NoOfferingsError", "MAX_INSTANCE_TYPES", "MAX_OVERRIDES", "CAPACITY_TYPE_PREFERENCE",
     "client_token", "choose_capacity_type", "zonal_subnets", "build_fleet_request", "launch_tags",
     "node_labels", "node_taints", "cluster_tags", "CLUSTER_TAG", "CLIENT_TOKEN_TAG", "CLIENT_TOKEN_PATTERN",
-    "EXOTIC_RESOURCES", "is_exotic", "exotic_names",
+    "EXOTIC_RESOURCES", "is_exotic", "exotic_names", "tenancy_of",
 ]
 
 MAX_INSTANCE_TYPES = 60
@@ -43,6 +44,15 @@ CLIENT_TOKEN_PATTERN = re.compile(r"^joiner-[0-9a-f]{40}-[0-9]{1,12}$")
 _RESERVED_TAG_PREFIXES = ("joiner.dev/", "kubernetes.io/cluster/")
 #: Accelerators that make a type "exotic" (Karpenter's ``ExoticInstanceTypeFilter``).
 EXOTIC_RESOURCES = (NEURON, NEURON_CORE, AMD_GPU, NVIDIA_GPU, HABANA_GAUDI)
+
+
+def tenancy_of(requirements: Requirements) -> str:
+    """The tenancy a claim launches with: ``default`` unless its requirements exclude it and
+    allow ``dedicated`` (Karpenter's ``getTenancyType``)."""
+    requirement = requirements.get(wk.INSTANCE_TENANCY)
+    if requirement is None or requirement.has(wk.TENANCY_DEFAULT) or not requirement.has(wk.TENANCY_DEDICATED):
+        return wk.TENANCY_DEFAULT
+    return wk.TENANCY_DEDICATED
 
 
 def is_exotic(instance_type: InstanceType) -> bool:

@@ -50,6 +50,7 @@ from joiner.domain.launch import (
     launch_tags,
     node_labels,
     node_taints,
+    tenancy_of,
 )
 from joiner.domain.model import (
     InFlightClaim,
@@ -901,7 +902,8 @@ class _Round:
         return plan, templates[names[0]], templates
 
     def _variant_template(self, job: _Job, capacity_type: str, variant: str, reservation_id: str | None = None) -> LaunchTemplateRef:
-        key = ("launch-template", repr(job.env.node_class), repr(job.pool), job.arch, capacity_type, job.env.security_groups, variant, reservation_id)
+        tenancy = tenancy_of(job.plan.requirements)
+        key = ("launch-template", repr(job.env.node_class), repr(job.pool), job.arch, capacity_type, job.env.security_groups, variant, reservation_id, tenancy)
         cached: LaunchTemplateRef | None = self.runtime.resolved.get(key, self.now)
         if cached is not None:
             return cached
@@ -909,11 +911,12 @@ class _Round:
         ec2 = self.runtime.ec2
         ami = ec2.resolve_ami(job.env.node_class, cluster.version, job.arch, variant)
         labels = node_labels(job.pool, capacity_type)
+        labels.update(wk.with_alias_labels({wk.INSTANCE_TENANCY: tenancy}))
         if reservation_id:
             labels.update(wk.with_alias_labels({wk.CAPACITY_RESERVATION_ID: reservation_id}))
         template = ec2.ensure_launch_template(
             job.env.node_class, job.arch, cluster, job.env.security_groups, ami,
-            labels=labels, taints=node_taints(job.pool), capacity_reservation_id=reservation_id,
+            labels=labels, taints=node_taints(job.pool), capacity_reservation_id=reservation_id, tenancy=tenancy,
         )
         self.runtime.resolved.put(key, template, self.now)
         return template
