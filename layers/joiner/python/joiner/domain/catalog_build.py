@@ -245,7 +245,7 @@ def _info_document(info: InstanceTypeInfo) -> dict[str, Any]:
 def encode_catalog(catalog: Catalog) -> str:
     """The catalog's raw facts, gzipped JSON in base64 (about 40 KB for a region's ~900
     types, far below DynamoDB's 400 KB item limit). Spot offerings are not included."""
-    document = {
+    document: dict[str, Any] = {
         "format": _FORMAT, "region": catalog.region, "priceSource": catalog.price_source,
         "instanceTypes": [_info_document(info) for info in catalog.infos],
     }

@@ -50,7 +50,8 @@ def _mentions_zone_id(pod: Pod) -> bool:
         wk.ZONE_ID in pod.node_selector
         or any(wk.ZONE_ID in term for term in pod.required_node_affinity)
         or any(wk.ZONE_ID in term.requirements for term in pod.preferred_node_affinity)
-        or any(t.topology_key == wk.ZONE_ID for t in (*pod.pod_affinity, *pod.pod_anti_affinity, *pod.topology_spread))
+        or any(t.topology_key == wk.ZONE_ID for t in (*pod.pod_affinity, *pod.pod_anti_affinity))
+        or any(t.topology_key == wk.ZONE_ID for t in pod.topology_spread)
     )
 
 
