@@ -84,9 +84,9 @@ STATE_TABLE_ACTIONS_BY_FUNCTION: Mapping[str, tuple[str, ...]] = {"watcher": ("d
 #: EC2 reads every function makes (instance records prove ownership before any action).
 READ_ACTIONS: tuple[str, ...] = ("ec2:DescribeInstances",)
 #: EC2 reads of the launch path: selectors, AMIs, launch templates, spot prices, and the
-#: instance types and zone offerings the run-time catalog is built from (services/catalog.py).
+#: instance types, zone offerings and zone ids the run-time catalog is built from (services/catalog.py).
 LAUNCH_READ_ACTIONS: tuple[str, ...] = (
-    "ec2:DescribeImages", "ec2:DescribeInstanceTypeOfferings", "ec2:DescribeInstanceTypes", "ec2:DescribeLaunchTemplates",
+    "ec2:DescribeAvailabilityZones", "ec2:DescribeImages", "ec2:DescribeInstanceTypeOfferings", "ec2:DescribeInstanceTypes", "ec2:DescribeLaunchTemplates",
     "ec2:DescribeCapacityReservations", "ec2:DescribeSecurityGroups", "ec2:DescribeSpotPriceHistory", "ec2:DescribeSubnets",
 )
 #: On-demand prices of the run-time catalog (the Price List API has no resources and is served

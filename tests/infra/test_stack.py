@@ -306,7 +306,7 @@ def test_read_only_grants(synthesized):
     describe = statement(synthesized, "AccessReadInstances", "DescribeInstancesInThisRegion")
     assert (describe["Action"], describe["Condition"]) == ("ec2:DescribeInstances", in_region)
     launch = statement(synthesized, "AccessLaunch", "DescribeLaunchInputsInThisRegion")
-    assert sorted(launch["Action"]) == ["ec2:DescribeCapacityReservations", "ec2:DescribeImages", "ec2:DescribeInstanceTypeOfferings", "ec2:DescribeInstanceTypes",
+    assert sorted(launch["Action"]) == ["ec2:DescribeAvailabilityZones", "ec2:DescribeCapacityReservations", "ec2:DescribeImages", "ec2:DescribeInstanceTypeOfferings", "ec2:DescribeInstanceTypes",
                                         "ec2:DescribeLaunchTemplates", "ec2:DescribeSecurityGroups",
                                         "ec2:DescribeSpotPriceHistory", "ec2:DescribeSubnets"]
     assert launch["Condition"] == in_region

@@ -1189,3 +1189,47 @@ def test_e2e_a_launch_template_deleted_behind_the_adapters_back_is_recreated_in_
     assert tags_of(instances[relaunched.instance_id])["joiner.dev/client-token"] == client_token(relaunched.claim_id, 0)
     claim = runtime.state.get_claim(relaunched.claim_id)
     assert claim is not None and claim.state == "launched" and claim.instance_id == relaunched.instance_id
+
+
+def test_the_fleet_request_leaves_out_metal_and_accelerator_types_the_pods_do_not_need() -> None:
+    """Karpenter's ExoticInstanceTypeFilter: the bundled catalog's 60 cheapest fitting types for
+    a 40-CPU pod include metal and GPU types; none is in the request."""
+    from joiner.domain.catalog import load_bundled_catalog
+
+    world = fake_world(catalog=load_bundled_catalog())
+    world.kube.add("node_classes", node_class_json(discovery=world.cluster))
+    world.kube.add("node_pools", node_pool_json(requirements=[
+        {"key": "joiner.dev/instance-cpu", "operator": "Gt", "values": ["40"]},
+    ]))
+    world.kube.add("pods", pod_json("big", cpu="40", memory="64Gi"))
+    result = provision(world.runtime(), world.clock.now())
+    assert len(result.launched) == 1, result
+    (request,) = world.ec2.fleet_requests
+    offered = {o.instance_type for o in request.overrides}
+    assert offered and not any("metal" in name for name in offered)
+    assert not any(name.startswith(("g4", "g5", "g6", "p3", "p4", "p5", "inf", "trn", "dl1")) for name in offered)
+
+
+def test_a_pool_requiring_dedicated_tenancy_launches_dedicated_instances(world: FakeWorld) -> None:
+    """Karpenter's instance-tenancy requirement: Placement.Tenancy dedicated in the launch
+    template, and the Node labelled with it; a pool allowing both launches default tenancy."""
+    dedicated = node_pool_json(requirements=[{"key": "karpenter.k8s.aws/instance-tenancy", "operator": "In", "values": ["dedicated"]}])
+    setup_cluster(world, pods=1, pool=dedicated)
+    result = provision(world.runtime(), world.clock.now())
+    assert len(result.launched) == 1 and not result.unschedulable
+    inputs = world.ec2.template_inputs[world.ec2.fleet_requests[0].launch_template.id]
+    assert inputs["tenancy"] == "dedicated"
+    assert inputs["labels"][wk.INSTANCE_TENANCY] == "dedicated" and inputs["labels"]["karpenter.k8s.aws/instance-tenancy"] == "dedicated"
+
+
+def test_the_default_tenancy_template_and_the_zone_id_label(world: FakeWorld) -> None:
+    from joiner.ports import ClaimRecord
+    from joiner.services.registration import claim_labels
+
+    setup_cluster(world, pods=1)
+    provision(world.runtime(), world.clock.now())
+    inputs = world.ec2.template_inputs[world.ec2.fleet_requests[0].launch_template.id]
+    assert inputs["tenancy"] == "default" and inputs["labels"][wk.INSTANCE_TENANCY] == "default"
+    claim = ClaimRecord(claim_id="c-1", node_pool="default", state="registered", created_at=world.clock.now(), zone="us-east-1b")
+    labels = claim_labels(claim, initialized=False, zone_ids=world.ec2.zone_ids())
+    assert labels[wk.ZONE_ID] == "use1-az2" and labels["topology.ebs.csi.aws.com/zone"] == "us-east-1b"

@@ -593,9 +593,10 @@ class FakeEc2:
         labels: Mapping[str, str] | None = None,
         taints: Sequence[Taint] = (),
         capacity_reservation_id: str | None = None,
+        tenancy: str = "default",
     ) -> LaunchTemplateRef:
         self._enter("ensure_launch_template")
-        inputs = (node_class.name, arch, tuple(security_groups), ami_id, tuple(sorted((labels or {}).items())), tuple(taints), capacity_reservation_id)
+        inputs = (node_class.name, arch, tuple(security_groups), ami_id, tuple(sorted((labels or {}).items())), tuple(taints), capacity_reservation_id, tenancy)
         digest = hashlib.sha256(repr(inputs).encode()).hexdigest()[:17]
         ref = LaunchTemplateRef(id=f"lt-{digest}", name=f"joiner/{cluster.name}/{node_class.name}/{arch}")
         with self._lock:
@@ -603,7 +604,7 @@ class FakeEc2:
             if ref.id not in self.template_records:
                 self.template_records[ref.id] = (cluster.name, LaunchTemplateInfo(ref, node_class.name, self.clock.now()))
             self.template_inputs[ref.id] = {"labels": dict(labels or {}), "taints": tuple(taints), "ami": ami_id, "security_groups": tuple(security_groups),
-                                            "capacity_reservation_id": capacity_reservation_id}
+                                            "capacity_reservation_id": capacity_reservation_id, "tenancy": tenancy}
         return ref
 
     def create_fleet(self, request: FleetRequest) -> FleetResult:
@@ -711,6 +712,12 @@ class FakeEc2:
         """moto's copy of EC2's real offerings in the region of this fake's zones."""
         self._enter("instance_type_zones")
         return moto_instance_type_zones(self.subnets[0].zone[:-1])
+
+    def zone_ids(self) -> dict[str, str]:
+        """A zone id per subnet zone (``us-east-1a`` -> ``use1-az1``, in zone order)."""
+        self._enter("zone_ids")
+        zones = sorted({subnet.zone for subnet in self.subnets})
+        return {zone: f"{zone[:2]}{zone.split('-')[1][0]}{zone.split('-')[2][:-1]}-az{index + 1}" for index, zone in enumerate(zones)}
 
     def list_launch_templates(self, cluster_name: str) -> list[LaunchTemplateInfo]:
         self._enter("list_launch_templates")

@@ -94,11 +94,11 @@ def test_vm_memory_overhead_and_graviton_cma() -> None:
     ("name", "expected"),
     [
         # Karpenter's published instance-types reference (website/content/en/docs/reference/instance-types.md)
-        ("c5.large", {"cpu": "1930m", "ephemeral-storage": "17Gi", "memory": "3114Mi", "pods": "29"}),
-        ("c5.2xlarge", {"cpu": "7910m", "ephemeral-storage": "17Gi", "memory": "14162Mi", "pods": "58"}),
+        ("c5.large", {"cpu": "1930m", "ephemeral-storage": "17Gi", "memory": "3114Mi", "pods": "29", "vpc.amazonaws.com/pod-eni": "9"}),
+        ("c5.2xlarge", {"cpu": "7910m", "ephemeral-storage": "17Gi", "memory": "14162Mi", "pods": "58", "vpc.amazonaws.com/pod-eni": "38"}),
         ("c4.8xlarge", {"cpu": "35840m", "ephemeral-storage": "17Gi", "memory": "53903Mi", "pods": "234"}),
-        ("a1.large", {"cpu": "1930m", "ephemeral-storage": "17Gi", "memory": "3055Mi", "pods": "29"}),
-        ("a1.metal", {"cpu": "15890m", "ephemeral-storage": "17Gi", "memory": "27322Mi", "pods": "234"}),
+        ("a1.large", {"cpu": "1930m", "ephemeral-storage": "17Gi", "memory": "3055Mi", "pods": "29", "vpc.amazonaws.com/pod-eni": "9"}),
+        ("a1.metal", {"cpu": "15890m", "ephemeral-storage": "17Gi", "memory": "27322Mi", "pods": "234", "vpc.amazonaws.com/pod-eni": "54"}),
     ],
 )
 def test_allocatable_matches_karpenter_reference(bundled: Catalog, name: str, expected: dict[str, str]) -> None:
@@ -145,7 +145,7 @@ def test_kube_reserved_overrides_per_resource(bundled: Catalog) -> None:
 
 def test_system_reserved_adds(bundled: Catalog) -> None:
     kubelet = KubeletConfig(system_reserved=Resources.parse({"cpu": "100m", "memory": "200Mi"}))
-    assert alloc(bundled, "c5.large", kubelet) == {"cpu": "1830m", "ephemeral-storage": "17Gi", "memory": "2914Mi", "pods": "29"}
+    assert alloc(bundled, "c5.large", kubelet) == {"cpu": "1830m", "ephemeral-storage": "17Gi", "memory": "2914Mi", "pods": "29", "vpc.amazonaws.com/pod-eni": "9"}
 
 
 def test_eviction_hard_absolute_and_percentages(bundled: Catalog) -> None:
@@ -255,6 +255,7 @@ def test_labels_of_c5_2xlarge(bundled: Catalog) -> None:
         # Karpenter's documented values for c5.2xlarge (website instance-types reference)
         wk.INSTANCE_CPU_MANUFACTURER: "intel", wk.INSTANCE_CPU_CLOCK: "3400", wk.INSTANCE_EBS_BANDWIDTH: "4750",
         wk.INSTANCE_NETWORK_BANDWIDTH: "2500", wk.INSTANCE_ENCRYPTION_IN_TRANSIT: "false",
+        wk.INSTANCE_CAPABILITY_FLEX: "false", wk.INSTANCE_NITRO_ENCLAVES: "true",
     }
 
 

@@ -259,6 +259,7 @@ def test_node_pool_requirement_keys_are_mapped_and_unsupported_ones_dropped(conv
         {"key": "joiner.dev/instance-category", "operator": "In", "values": ["c", "m", "r"], "minValues": 2},
         {"key": "joiner.dev/instance-generation", "operator": "Gt", "values": ["2"]},
         {"key": "joiner.dev/instance-local-nvme", "operator": "Gt", "values": ["100"]},
+        {"key": "joiner.dev/instance-capability-flex", "operator": "In", "values": ["true"]},
     ]
     assert spec["taints"] == [{"key": "example.com/special", "value": "true", "effect": "NoSchedule"}]
     assert spec["startupTaints"] == [{"key": "node.cilium.io/agent-not-ready", "effect": "NoExecute"}]
@@ -336,7 +337,6 @@ def test_bottlerocket_user_data_is_dropped_al2_user_data_kept():
 def test_every_dropped_field_is_warned_about_with_object_and_path(conversion):
     text = "\n".join(conversion.warnings)
     for expected in (
-        "NodePool default: spec.template.spec.requirements[6]: requirement on karpenter.k8s.aws/instance-capability-flex dropped",
         "NodePool default: spec.template.metadata.labels.karpenter.sh/nodepool: dropped",
         "NodePool gpu: spec.template.spec.requirements[2]: requirement on kubernetes.io/hostname dropped",
         "EC2NodeClass default: spec.kubelet.evictionSoft: dropped",

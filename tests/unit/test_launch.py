@@ -273,3 +273,29 @@ def test_overrides_invariants(types, zones, price_values, unavailable_mask, max_
     assert {k for k in eligible if k.instance_type in kept} == set(offered)
     subnet_ids = {o.zone: o.subnet_id for o in request.overrides}
     assert all(zonal_subnets(SUBNETS)[z].id == s for z, s in subnet_ids.items())
+
+
+# ---------------------------------------------------------------- exotic types (Karpenter's ExoticInstanceTypeFilter)
+
+
+def test_exotic_types_are_left_out_of_a_launch_when_generic_types_can_take_it() -> None:
+    from joiner.domain.catalog import load_bundled_catalog
+    from joiner.domain.launch import exotic_names
+
+    catalog = load_bundled_catalog()
+    names = ("m5.large", "c5.metal", "g4dn.xlarge", "inf1.xlarge", "m5.xlarge")
+    exotic = exotic_names(t for t in catalog.instance_types() if t.name in names)
+    assert exotic == {"c5.metal", "g4dn.xlarge", "inf1.xlarge"}
+    table = prices({"g4dn.xlarge": 0.01, "c5.metal": 0.02, "inf1.xlarge": 0.015, "m5.large": 0.05, "m5.xlarge": 0.1})
+    request = build_fleet_request(claim(types=names), "claim-1", "spot", SUBNETS, TEMPLATE, table, frozenset(), {}, exotic=exotic)
+    assert {o.instance_type for o in request.overrides} == {"m5.large", "m5.xlarge"}
+    # Only exotic types can take it (or the generic ones are all out of capacity): they are launched.
+    only = build_fleet_request(claim(types=("g4dn.xlarge", "c5.metal")), "claim-1", "spot", SUBNETS, TEMPLATE, table, frozenset(), {}, exotic=exotic)
+    assert {o.instance_type for o in only.overrides} == {"g4dn.xlarge", "c5.metal"}
+    out = frozenset(OfferingKey(name, zone, "spot") for name in ("m5.large", "m5.xlarge") for zone in ZONES)
+    fallback = build_fleet_request(claim(types=names), "claim-1", "spot", SUBNETS, TEMPLATE, table, out, {}, exotic=exotic)
+    assert {o.instance_type for o in fallback.overrides} == {"g4dn.xlarge", "c5.metal", "inf1.xlarge"}
+    # minValues keeps every type (Karpenter skips the filter then).
+    flexible = Requirements([Requirement.create(wk.INSTANCE_TYPE, "In", names, min_values=2)])
+    kept = build_fleet_request(claim(types=names, requirements=flexible), "claim-1", "spot", SUBNETS, TEMPLATE, table, frozenset(), {}, exotic=exotic)
+    assert {o.instance_type for o in kept.overrides} == set(names)

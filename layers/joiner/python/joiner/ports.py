@@ -358,10 +358,12 @@ class Ec2Port(Protocol):
         labels: Mapping[str, str] | None = None,
         taints: Sequence[Taint] = (),
         capacity_reservation_id: str | None = None,
+        tenancy: str = "default",
     ) -> LaunchTemplateRef:
         """Create (or reuse when inputs are unchanged) the launch template for this NodeClass and
         architecture. ``labels``/``taints`` go into the kubelet's start flags (user data), so the
-        template is also per distinct label/taint set (see docs/aws.md)."""
+        template is also per distinct label/taint set (see docs/aws.md). ``tenancy``
+        ``dedicated`` launches Dedicated Instances (``Placement.Tenancy``)."""
         ...
     def create_fleet(self, request: FleetRequest) -> FleetResult: ...
     def terminate_instances(self, instance_ids: Sequence[str]) -> None: ...
@@ -384,6 +386,10 @@ class Ec2Port(Protocol):
         ...
     def instance_type_zones(self) -> dict[str, list[str]]:
         """Availability zones each instance type is offered in (``DescribeInstanceTypeOfferings``)."""
+        ...
+
+    def zone_ids(self) -> dict[str, str]:
+        """Zone name -> zone id (``use1-az4``) of the region's zones (``DescribeAvailabilityZones``)."""
         ...
 
 

@@ -499,6 +499,7 @@ class Ec2Adapter:
         labels: Mapping[str, str] | None = None,
         taints: Sequence[Taint] = (),
         capacity_reservation_id: str | None = None,
+        tenancy: str = "default",
     ) -> LaunchTemplateRef:
         """The launch template for these exact inputs, created on first use. With
         ``capacity_reservation_id`` its instances launch into that reservation (a template per
@@ -514,6 +515,8 @@ class Ec2Adapter:
         if not k8s_arch:
             raise NodeClassConfigError(f"NodeClass {node_class.name}: architecture {arch!r} is not supported (amd64 or arm64)")
         data, resource_tags = self._template_inputs(node_class, cluster, security_groups, ami_id, labels, taints)
+        if tenancy != "default":
+            data["Placement"] = {"Tenancy": tenancy}
         if capacity_reservation_id:
             data["CapacityReservationSpecification"] = {"CapacityReservationTarget": {"CapacityReservationId": capacity_reservation_id}}
         digest = hashlib.sha256(json.dumps({"data": data, "tags": resource_tags}, sort_keys=True).encode()).hexdigest()
@@ -818,6 +821,15 @@ class Ec2Adapter:
             if name and zone:
                 zones.setdefault(name, set()).add(zone)
         return {name: sorted(found) for name, found in sorted(zones.items())}
+
+    def zone_ids(self) -> dict[str, str]:
+        """Zone name -> zone id of the region's availability zones (every opt-in state)."""
+        response = self._call("ec2", "describe_availability_zones", self._ec2.describe_availability_zones, AllAvailabilityZones=True)
+        return {
+            str(zone["ZoneName"]): str(zone["ZoneId"])
+            for zone in sorted(response.get("AvailabilityZones", []), key=lambda z: str(z.get("ZoneName", "")))
+            if zone.get("ZoneName") and zone.get("ZoneId") and zone.get("ZoneType", "availability-zone") == "availability-zone"
+        }
 
     # ------------------------------------------------------------ cluster
 

@@ -44,7 +44,9 @@ from joiner.domain.resources import (
     EPHEMERAL_STORAGE,
     MEMORY,
     NEURON,
+    NEURON_CORE,
     NVIDIA_GPU,
+    POD_ENI,
     PODS,
     Resources,
 )
@@ -55,10 +57,8 @@ __all__ = [
     "eni_limited_pods", "max_pods", "kube_reserved_cpu_milli", "kube_reserved_memory_mib",
     "vm_memory_capacity_mib", "eviction_signal_bytes", "eks_capacity", "eks_overhead",
     "NEURON_CORE", "VM_MEMORY_OVERHEAD_PERCENT", "DEFAULT_ROOT_VOLUME_BYTES", "DEFAULT_MAX_PODS",
-    "BUNDLED_REGIONS",
+    "BUNDLED_REGIONS", "pod_eni_limits",
 ]
-
-NEURON_CORE = "aws.amazon.com/neuroncore"
 
 #: Karpenter's default ``vmMemoryOverheadPercent``: memory the hypervisor and firmware keep.
 VM_MEMORY_OVERHEAD_PERCENT = 0.075
@@ -89,8 +89,10 @@ _ATTRIBUTE_KEYS = (
     wk.INSTANCE_HYPERVISOR, wk.INSTANCE_CPU_MANUFACTURER, wk.INSTANCE_CPU_CLOCK, wk.INSTANCE_EBS_BANDWIDTH,
     wk.INSTANCE_NETWORK_BANDWIDTH, wk.INSTANCE_LOCAL_NVME, wk.INSTANCE_ENCRYPTION_IN_TRANSIT,
     wk.INSTANCE_GPU_MANUFACTURER, wk.INSTANCE_GPU_MEMORY, wk.INSTANCE_ACCELERATOR_NAME,
-    wk.INSTANCE_ACCELERATOR_MANUFACTURER, wk.INSTANCE_ACCELERATOR_COUNT,
+    wk.INSTANCE_ACCELERATOR_MANUFACTURER, wk.INSTANCE_ACCELERATOR_COUNT, wk.INSTANCE_CAPABILITY_FLEX,
+    wk.INSTANCE_NITRO_ENCLAVES,
 )
+_TENANCIES = frozenset(wk.TENANCIES)
 _MEMO_SIZE = 32
 
 
@@ -136,6 +138,7 @@ class InstanceTypeInfo:
     accelerator_name: str = ""  # single-model inference accelerators (Inferentia, Trainium, ...)
     accelerator_manufacturer: str = ""
     accelerator_count: int = 0
+    nitro_enclaves: bool = False  # NitroEnclavesSupport: supported
 
     @property
     def architecture(self) -> str:
@@ -226,6 +229,17 @@ def eviction_signal_bytes(capacity_bytes: int, value: str, *, where: str = "evic
     return math.ceil(amount)
 
 
+@lru_cache(maxsize=1)
+def pod_eni_limits() -> Mapping[str, int]:
+    """Branch network interfaces per instance type for security groups for pods
+    (``vpc.amazonaws.com/pod-eni``): Karpenter's generated VPC limits table, trunking-compatible
+    types only, shipped as ``joiner/data/ec2-pod-eni.json.gz`` (``scripts/build_pod_eni_limits.py``).
+    EC2 does not describe these limits, so every region uses the table."""
+    payload = importlib_resources.files("joiner").joinpath("data", "ec2-pod-eni.json.gz").read_bytes()
+    table = json.loads(gzip.decompress(payload))["branchInterfaces"]
+    return {str(name): int(value) for name, value in table.items()}
+
+
 def _bytes(milli: int) -> int:
     return milli // 1000
 
@@ -251,6 +265,9 @@ def eks_capacity(info: InstanceTypeInfo, kubelet: KubeletConfig = KubeletConfig(
         capacity[NEURON_CORE] = info.neuron_cores * 1000
     if info.efa_count:
         capacity[EFA] = info.efa_count * 1000
+    branch_enis = pod_eni_limits().get(info.name, 0)
+    if branch_enis:
+        capacity[POD_ENI] = branch_enis * 1000
     return Resources(capacity)
 
 
@@ -302,6 +319,7 @@ def _name_labels(name: str) -> dict[str, str]:
     if len(parts) == 2:
         out[wk.INSTANCE_FAMILY] = parts[0]
         out[wk.INSTANCE_SIZE] = parts[1]
+    out[wk.INSTANCE_CAPABILITY_FLEX] = "true" if "-flex" in parts[0] else "false"
     return out
 
 
@@ -314,6 +332,7 @@ def _info_labels(info: InstanceTypeInfo) -> dict[str, str]:
         wk.INSTANCE_MEMORY: str(info.memory_mib),
         wk.INSTANCE_HYPERVISOR: info.hypervisor,
         wk.INSTANCE_ENCRYPTION_IN_TRANSIT: "true" if info.encryption_in_transit else "false",
+        wk.INSTANCE_NITRO_ENCLAVES: "true" if info.nitro_enclaves else "false",
     }
     out.update(_name_labels(info.name))
     optional = {
@@ -353,11 +372,18 @@ def _single(key: str, value: str) -> Requirement:
     return Requirement(key, False, frozenset((value,)))
 
 
-def _requirements(labels: Mapping[str, str], offerings: tuple[Offering, ...], region: str | None) -> Requirements:
+def _requirements(labels: Mapping[str, str], offerings: tuple[Offering, ...], region: str | None,
+                  zone_ids: Mapping[str, str] | None = None) -> Requirements:
     items = [_single(key, value) for key, value in labels.items()]
     items.extend(Requirement(key, False, frozenset()) for key in _ATTRIBUTE_KEYS if key not in labels)
+    if wk.INSTANCE_TENANCY not in labels:
+        items.append(Requirement(wk.INSTANCE_TENANCY, False, _TENANCIES))
     available = [o for o in offerings if o.available]
     items.append(Requirement(wk.ZONE, False, frozenset(o.zone for o in available)))
+    if zone_ids:
+        ids = frozenset(zone_ids[o.zone] for o in available if o.zone in zone_ids)
+        if ids and wk.ZONE_ID not in labels:
+            items.append(Requirement(wk.ZONE_ID, False, ids))
     items.append(Requirement(wk.CAPACITY_TYPE, False, frozenset(o.capacity_type for o in available)))
     if region and wk.REGION not in labels:
         items.append(_single(wk.REGION, region))
@@ -397,11 +423,13 @@ class Catalog:
         declared: Iterable[DeclaredInstanceType] = (),
         region: str | None = None,
         price_source: str = "",
+        zone_ids: Mapping[str, str] | None = None,
     ) -> None:
         """``offerings`` maps a type name to its offerings; types it leaves out get one
         on-demand offering per zone of their info at the on-demand price (none if unpriced).
         ``price_source`` says where on-demand prices came from ("" for a file or the bundled
-        catalog; see :mod:`joiner.domain.catalog_build`)."""
+        catalog; see :mod:`joiner.domain.catalog_build`). ``zone_ids`` maps zone names to
+        their account-independent ids (``use1-az4``), when known."""
         entries: dict[str, InstanceTypeInfo | DeclaredInstanceType] = {}
         defined: list[InstanceTypeInfo | DeclaredInstanceType] = [*infos, *declared]
         for entry in defined:
@@ -423,6 +451,7 @@ class Catalog:
                 self._offerings[name] = ()
         self.region = region
         self.price_source = price_source
+        self.zone_ids: Mapping[str, str] = dict(sorted((zone_ids or {}).items()))
         self._requirements: dict[str, Requirements] | None = None
         self._memo: OrderedDict[tuple[Any, ...], tuple[InstanceType, ...]] = OrderedDict()
         self._by_name: dict[tuple[Any, ...], dict[str, InstanceType]] = {}
@@ -464,7 +493,7 @@ class Catalog:
             built = {}
             for name, entry in self._entries.items():
                 labels = _info_labels(entry) if isinstance(entry, InstanceTypeInfo) else _declared_labels(entry)
-                built[name] = _requirements(labels, self._offerings[name], self.region)
+                built[name] = _requirements(labels, self._offerings[name], self.region, self.zone_ids)
             self._requirements = built
         return self._requirements
 
@@ -513,7 +542,7 @@ class Catalog:
             elif entry.overhead is not None:
                 capacity, overhead = entry.capacity, entry.overhead
             else:
-                capacity, overhead = _declared_capacity_and_overhead(entry.capacity, kubelet, root_volume_bytes)
+                capacity, overhead = _declared_capacity_and_overhead(entry.capacity, kubelet, root_volume_bytes, name)
             allocatable = capacity - overhead
             if allocatable[CPU] <= 0 or allocatable[MEMORY] <= 0 or allocatable[PODS] <= 0:
                 continue
@@ -539,21 +568,28 @@ class Catalog:
             kept = [o for o in offerings[name] if not (o.capacity_type == wk.CAPACITY_TYPE_SPOT and o.zone == zone)]
             kept.append(Offering(zone, wk.CAPACITY_TYPE_SPOT, value))
             offerings[name] = kept
-        return Catalog(self.infos, offerings, declared=self.declared, region=self.region, price_source=self.price_source)
+        return Catalog(self.infos, offerings, declared=self.declared, region=self.region, price_source=self.price_source, zone_ids=self.zone_ids)
 
     def with_price_source(self, price_source: str) -> Catalog:
         """The same catalog marked with where its on-demand prices came from."""
-        return Catalog(self.infos, self._offerings, declared=self.declared, region=self.region, price_source=price_source)
+        return Catalog(self.infos, self._offerings, declared=self.declared, region=self.region, price_source=price_source, zone_ids=self.zone_ids)
+
+    def with_zone_ids(self, zone_ids: Mapping[str, str]) -> Catalog:
+        """The same catalog with these zone ids (zone name -> ``use1-az4``)."""
+        return Catalog(self.infos, self._offerings, declared=self.declared, region=self.region, price_source=self.price_source, zone_ids=zone_ids)
 
     def missing_message(self, name: str) -> str:
         """Why ``name`` cannot be used, for a requirement that names it."""
         return f"instance type {name} is not in the {self.region or 'given'} catalog"
 
 
-def _declared_capacity_and_overhead(capacity: Resources, kubelet: KubeletConfig, root_volume_bytes: int) -> tuple[Resources, Resources]:
-    """EKS formulas for a declared entry: its ``pods`` plays the ENI-limited count."""
+def _declared_capacity_and_overhead(capacity: Resources, kubelet: KubeletConfig, root_volume_bytes: int, name: str) -> tuple[Resources, Resources]:
+    """EKS formulas for a declared entry: its ``pods`` plays the ENI-limited count; an EC2
+    type name not given ``vpc.amazonaws.com/pod-eni`` gets the type's branch interfaces."""
     values = dict(capacity.items())
     values.setdefault(EPHEMERAL_STORAGE, root_volume_bytes * 1000)
+    if POD_ENI not in values and pod_eni_limits().get(name):
+        values[POD_ENI] = pod_eni_limits()[name] * 1000
     base_pods = values.get(PODS, DEFAULT_MAX_PODS * 1000) // 1000
     values[PODS] = max_pods(values[CPU] // 1000, base_pods, kubelet) * 1000
     overhead = eks_overhead(values[CPU], _bytes(values[MEMORY]), _bytes(values[EPHEMERAL_STORAGE]), base_pods, kubelet)
@@ -575,7 +611,7 @@ _INFO_FIELDS = {
     "ebsBandwidthMbps": "ebs_bandwidth_mbps", "networkBandwidthMbps": "network_bandwidth_mbps",
     "localNvmeGiB": "local_nvme_gib", "encryptionInTransit": "encryption_in_transit",
     "acceleratorName": "accelerator_name", "acceleratorManufacturer": "accelerator_manufacturer",
-    "acceleratorCount": "accelerator_count",
+    "acceleratorCount": "accelerator_count", "nitroEnclaves": "nitro_enclaves",
 }
 _TUPLE_FIELDS = frozenset({"architectures", "usage_classes", "zones"})
 
@@ -667,7 +703,7 @@ def _parse_text(text: str) -> Any:
         raise CatalogError(f"not valid YAML: {error}") from None
 
 
-_TOP_LEVEL_KEYS = frozenset({"instanceTypes", "region"})
+_TOP_LEVEL_KEYS = frozenset({"instanceTypes", "region", "zoneIds"})
 _ENTRY_KEYS = frozenset({"name", "capacity", "overhead", "labels", "offerings"})
 _OFFERING_KEYS = frozenset({"zone", "capacityType", "price", "available"})
 
@@ -699,6 +735,9 @@ def parse_catalog(document: Any) -> Catalog:
     region = document.get("region")
     if region is not None and (not isinstance(region, str) or not region):
         raise CatalogError(f"region: expected a non-empty string, got {region!r}")
+    zone_ids = document.get("zoneIds") or {}
+    if not isinstance(zone_ids, Mapping) or not all(isinstance(k, str) and k and isinstance(v, str) and v for k, v in zone_ids.items()):
+        raise CatalogError(f"zoneIds: expected a mapping of zone name to zone id, got {zone_ids!r}")
     entries = document.get("instanceTypes")
     if not isinstance(entries, list) or not entries:
         raise CatalogError("instanceTypes: expected a non-empty list")
@@ -743,7 +782,7 @@ def parse_catalog(document: Any) -> Catalog:
             label_pairs.append((key, str(value)))
         offerings[name] = _parse_offerings(raw.get("offerings"), f"{where}.offerings")
         declared.append(DeclaredInstanceType(name, capacity, overhead, tuple(sorted(label_pairs))))
-    return Catalog(declared=declared, offerings=offerings, region=region)
+    return Catalog(declared=declared, offerings=offerings, region=region, zone_ids=zone_ids)
 
 
 def _parse_offerings(raw: Any, where: str) -> list[Offering]:

@@ -150,6 +150,7 @@ def info_from_description(record: Mapping[str, Any], zones: Iterable[str], price
         "network_bandwidth_mbps": int(network_mbps or 0),
         "local_nvme_gib": nvme_gib,
         "encryption_in_transit": bool(network.get("EncryptionInTransitSupported")),
+        "nitro_enclaves": record.get("NitroEnclavesSupport") == "supported",
     }
     gpus = (record.get("GpuInfo") or {}).get("Gpus") or []
     if gpus:
@@ -200,7 +201,8 @@ def infos_from_descriptions(records: Iterable[Mapping[str, Any]], zones: Mapping
 
 
 def build_catalog(region: str, records: Iterable[Mapping[str, Any]], zones: Mapping[str, Iterable[str]],
-                  prices: Mapping[str, float] | None, fallback_prices: Mapping[str, float]) -> Catalog:
+                  prices: Mapping[str, float] | None, fallback_prices: Mapping[str, float],
+                  zone_ids: Mapping[str, str] | None = None) -> Catalog:
     """The region's catalog. ``prices`` None (the Pricing API could not be read) or empty
     means ``fallback_prices`` (the bundled us-east-1 table), and the catalog says so in
     ``price_source``. Raises :class:`CatalogError` when EC2 described no usable type."""
@@ -208,7 +210,7 @@ def build_catalog(region: str, records: Iterable[Mapping[str, Any]], zones: Mapp
     infos = infos_from_descriptions(records, zones, prices or fallback_prices)
     if not infos:
         raise CatalogError(f"EC2 describes no instance type offered in {region} for amd64 or arm64")
-    return Catalog(infos, region=region, price_source=source)
+    return Catalog(infos, region=region, price_source=source, zone_ids=zone_ids)
 
 
 def on_demand_price_from_product(product: str | Mapping[str, Any]) -> tuple[str, float] | None:
@@ -243,10 +245,12 @@ def _info_document(info: InstanceTypeInfo) -> dict[str, Any]:
 def encode_catalog(catalog: Catalog) -> str:
     """The catalog's raw facts, gzipped JSON in base64 (about 40 KB for a region's ~900
     types, far below DynamoDB's 400 KB item limit). Spot offerings are not included."""
-    document = {
+    document: dict[str, Any] = {
         "format": _FORMAT, "region": catalog.region, "priceSource": catalog.price_source,
         "instanceTypes": [_info_document(info) for info in catalog.infos],
     }
+    if catalog.zone_ids:
+        document["zoneIds"] = dict(catalog.zone_ids)
     payload = json.dumps(document, sort_keys=True, separators=(",", ":")).encode("utf-8")
     return base64.b64encode(gzip.compress(payload, compresslevel=6, mtime=0)).decode("ascii")
 
@@ -255,8 +259,12 @@ def decode_catalog(text: str) -> Catalog:
     """The catalog :func:`encode_catalog` wrote. Raises :class:`CatalogError` when malformed."""
     try:
         document = json.loads(gzip.decompress(base64.b64decode(text, validate=True)))
-        catalog = catalog_from_bundled_document({key: value for key, value in document.items() if key != "priceSource"})
-        return catalog.with_price_source(str(document.get("priceSource", "")))
+        catalog = catalog_from_bundled_document({key: value for key, value in document.items() if key not in ("priceSource", "zoneIds")})
+        zone_ids = document.get("zoneIds") or {}
+        if not isinstance(zone_ids, dict):
+            raise CatalogError(f"shared catalog: zoneIds is not a mapping: {zone_ids!r}")
+        return Catalog(catalog.infos, region=catalog.region, price_source=str(document.get("priceSource", "")),
+                       zone_ids={str(k): str(v) for k, v in zone_ids.items()})
     except CatalogError:
         raise
     except (ValueError, TypeError, KeyError, OSError, EOFError) as error:

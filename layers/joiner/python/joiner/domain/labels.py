@@ -11,7 +11,8 @@ __all__ = [
     "INSTANCE_CPU_MANUFACTURER", "INSTANCE_CPU_CLOCK", "INSTANCE_EBS_BANDWIDTH", "INSTANCE_NETWORK_BANDWIDTH",
     "INSTANCE_LOCAL_NVME", "INSTANCE_ENCRYPTION_IN_TRANSIT", "INSTANCE_GPU_MANUFACTURER", "INSTANCE_GPU_MEMORY",
     "INSTANCE_ACCELERATOR_NAME", "INSTANCE_ACCELERATOR_MANUFACTURER", "INSTANCE_ACCELERATOR_COUNT",
-    "INSTANCE_ATTRIBUTE_LABELS", "CAPACITY_TYPE_SPOT", "CAPACITY_TYPE_ON_DEMAND", "CAPACITY_TYPE_RESERVED", "CAPACITY_RESERVATION_ID", "WELL_KNOWN_LABELS", "KARPENTER_ALIASES",
+    "INSTANCE_TENANCY", "INSTANCE_CAPABILITY_FLEX", "INSTANCE_NITRO_ENCLAVES", "ZONE_ID", "TENANCY_DEFAULT", "TENANCY_DEDICATED",
+    "TENANCIES", "EBS_CSI_ZONE", "INSTANCE_ATTRIBUTE_LABELS", "CAPACITY_TYPE_SPOT", "CAPACITY_TYPE_ON_DEMAND", "CAPACITY_TYPE_RESERVED", "CAPACITY_RESERVATION_ID", "WELL_KNOWN_LABELS", "KARPENTER_ALIASES",
     "DO_NOT_DISRUPT", "KARPENTER_DO_NOT_DISRUPT", "MIRROR_POD_ANNOTATION", "DISRUPTED_TAINT_KEY", "INITIALIZED", "REGISTERED",
     "MANAGED_BY_TAG", "normalize_label_key", "normalize_labels", "with_alias_labels",
 ]
@@ -47,11 +48,26 @@ INSTANCE_GPU_MEMORY = "joiner.dev/instance-gpu-memory"
 INSTANCE_ACCELERATOR_NAME = "joiner.dev/instance-accelerator-name"
 INSTANCE_ACCELERATOR_MANUFACTURER = "joiner.dev/instance-accelerator-manufacturer"
 INSTANCE_ACCELERATOR_COUNT = "joiner.dev/instance-accelerator-count"
+#: ``default`` or ``dedicated``: every type can launch either way, the requirements choose
+#: (``dedicated`` only when they exclude ``default``: Karpenter's rule).
+INSTANCE_TENANCY = "joiner.dev/instance-tenancy"
+TENANCY_DEFAULT = "default"
+TENANCY_DEDICATED = "dedicated"
+TENANCIES = (TENANCY_DEFAULT, TENANCY_DEDICATED)
+#: ``true`` for the flex types (``c7i-flex``, ``m7i-flex``, ...), else ``false``.
+INSTANCE_CAPABILITY_FLEX = "joiner.dev/instance-capability-flex"
+#: ``true`` where EC2 says ``NitroEnclavesSupport: supported``, else ``false``.
+INSTANCE_NITRO_ENCLAVES = "joiner.dev/instance-nitro-enclaves-supported"
+#: The account-independent zone id (``use1-az4``) of the node's zone.
+ZONE_ID = "topology.k8s.aws/zone-id"
+#: The EBS CSI driver's zone key; Karpenter reads it as the zone label.
+EBS_CSI_ZONE = "topology.ebs.csi.aws.com/zone"
 #: Instance attribute labels added for every Karpenter ``instance-*`` label (see KARPENTER_ALIASES).
 INSTANCE_ATTRIBUTE_LABELS = (
     INSTANCE_CPU_MANUFACTURER, INSTANCE_CPU_CLOCK, INSTANCE_EBS_BANDWIDTH, INSTANCE_NETWORK_BANDWIDTH,
     INSTANCE_LOCAL_NVME, INSTANCE_ENCRYPTION_IN_TRANSIT, INSTANCE_GPU_MANUFACTURER, INSTANCE_GPU_MEMORY,
     INSTANCE_ACCELERATOR_NAME, INSTANCE_ACCELERATOR_MANUFACTURER, INSTANCE_ACCELERATOR_COUNT,
+    INSTANCE_TENANCY, INSTANCE_CAPABILITY_FLEX, INSTANCE_NITRO_ENCLAVES,
 )
 
 CAPACITY_TYPE_SPOT = "spot"
@@ -84,6 +100,9 @@ KARPENTER_ALIASES: dict[str, str] = {
     "karpenter.k8s.aws/instance-gpu-name": INSTANCE_GPU_NAME,
     "karpenter.k8s.aws/instance-hypervisor": INSTANCE_HYPERVISOR,
     **{key.replace("joiner.dev/", "karpenter.k8s.aws/"): key for key in INSTANCE_ATTRIBUTE_LABELS},
+    # Karpenter renamed its instance-nitro-enclaves-supported label nitro-sandbox: both are read.
+    "karpenter.k8s.aws/nitro-sandbox": INSTANCE_NITRO_ENCLAVES,
+    EBS_CSI_ZONE: ZONE,
     "beta.kubernetes.io/arch": ARCH,
     "beta.kubernetes.io/os": OS,
     "beta.kubernetes.io/instance-type": INSTANCE_TYPE,
@@ -98,7 +117,7 @@ WELL_KNOWN_LABELS: frozenset[str] = frozenset(
         ARCH, OS, INSTANCE_TYPE, ZONE, REGION, HOSTNAME, CAPACITY_TYPE, NODEPOOL, CAPACITY_RESERVATION_ID,
         INSTANCE_FAMILY, INSTANCE_CATEGORY, INSTANCE_GENERATION, INSTANCE_SIZE, INSTANCE_CPU,
         INSTANCE_MEMORY, INSTANCE_GPU_COUNT, INSTANCE_GPU_NAME, INSTANCE_HYPERVISOR,
-        *INSTANCE_ATTRIBUTE_LABELS,
+        *INSTANCE_ATTRIBUTE_LABELS, ZONE_ID,
     }
 )
 

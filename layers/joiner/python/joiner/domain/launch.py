@@ -16,16 +16,19 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from joiner.domain import labels as wk
-from joiner.domain.model import NodeClaimPlan, NodePool, OfferingKey, Taint
+from joiner.domain.model import InstanceType, NodeClaimPlan, NodePool, OfferingKey, Taint
+from joiner.domain.requirements import Requirements
+from joiner.domain.resources import AMD_GPU, HABANA_GAUDI, NEURON, NEURON_CORE, NVIDIA_GPU
 from joiner.ports import FleetOverride, FleetRequest, LaunchTemplateRef, Subnet
 
 __all__ = [
     "LaunchError", "NoOfferingsError", "MAX_INSTANCE_TYPES", "MAX_OVERRIDES", "CAPACITY_TYPE_PREFERENCE",
     "client_token", "choose_capacity_type", "zonal_subnets", "build_fleet_request", "launch_tags",
     "node_labels", "node_taints", "cluster_tags", "CLUSTER_TAG", "CLIENT_TOKEN_TAG", "CLIENT_TOKEN_PATTERN",
+    "EXOTIC_RESOURCES", "is_exotic", "exotic_names", "tenancy_of",
 ]
 
 MAX_INSTANCE_TYPES = 60
@@ -39,6 +42,31 @@ CLIENT_TOKEN_TAG = "joiner.dev/client-token"
 CLIENT_TOKEN_PATTERN = re.compile(r"^joiner-[0-9a-f]{40}-[0-9]{1,12}$")
 
 _RESERVED_TAG_PREFIXES = ("joiner.dev/", "kubernetes.io/cluster/")
+#: Accelerators that make a type "exotic" (Karpenter's ``ExoticInstanceTypeFilter``).
+EXOTIC_RESOURCES = (NEURON, NEURON_CORE, AMD_GPU, NVIDIA_GPU, HABANA_GAUDI)
+
+
+def tenancy_of(requirements: Requirements) -> str:
+    """The tenancy a claim launches with: ``default`` unless its requirements exclude it and
+    allow ``dedicated`` (Karpenter's ``getTenancyType``)."""
+    requirement = requirements.get(wk.INSTANCE_TENANCY)
+    if requirement is None or requirement.has(wk.TENANCY_DEFAULT) or not requirement.has(wk.TENANCY_DEDICATED):
+        return wk.TENANCY_DEFAULT
+    return wk.TENANCY_DEDICATED
+
+
+def is_exotic(instance_type: InstanceType) -> bool:
+    """A bare-metal size (``metal`` in the size label) or a type with GPUs or other
+    accelerators: launched only when nothing generic can take the claim."""
+    size = instance_type.requirements.get(wk.INSTANCE_SIZE)
+    if size is not None and not size.complement and any("metal" in value for value in size.values):
+        return True
+    return any(instance_type.capacity[name] > 0 for name in EXOTIC_RESOURCES)
+
+
+def exotic_names(instance_types: Iterable[InstanceType]) -> frozenset[str]:
+    """Names of the exotic types among ``instance_types`` (see :func:`is_exotic`)."""
+    return frozenset(t.name for t in instance_types if is_exotic(t))
 
 
 class LaunchError(ValueError):
@@ -160,6 +188,7 @@ def build_fleet_request(
     attempt: int = 0,
     templates: Mapping[str, LaunchTemplateRef] | None = None,
     zone_templates: Mapping[tuple[str, str], LaunchTemplateRef] | None = None,
+    exotic: Collection[str] = frozenset(),
 ) -> FleetRequest:
     """The CreateFleet request for one claim in one capacity type.
 
@@ -170,7 +199,10 @@ def build_fleet_request(
     launch template of instance types that need another one than ``launch_template`` (an
     NVIDIA or Neuron AMI); their overrides carry it. ``zone_templates`` (``reserved``
     capacity) names, per (instance type, zone), the template that targets that zone's
-    capacity reservation; only those offerings are launched.
+    capacity reservation; only those offerings are launched. ``exotic`` names bare-metal, GPU
+    and accelerator types (:func:`exotic_names`): as in Karpenter, their offerings are left
+    out when any other type has one, unless the claim has a ``minValues`` requirement; a claim
+    that needs an accelerator only lists types that have it, so they stay.
     """
     if capacity_type not in CAPACITY_TYPE_PREFERENCE:
         raise LaunchError(f"capacity type {capacity_type!r} must be one of {list(CAPACITY_TYPE_PREFERENCE)}")
@@ -187,6 +219,10 @@ def build_fleet_request(
     offerings = _eligible(claim, capacity_type, by_zone, instance_type_prices, unavailable)
     if zone_templates is not None:
         offerings = [o for o in offerings if (o[1], o[2]) in zone_templates]
+    if exotic and not any(r.min_values for _key, r in claim.requirements.items()):
+        generic = [o for o in offerings if o[1] not in exotic]
+        if generic:
+            offerings = generic
     if not offerings:
         raise NoOfferingsError(
             f"node claim {claim_id} (NodePool {claim.node_pool}): no available {capacity_type} offering of "

@@ -6,15 +6,62 @@ disruption simulation, so they all plan the same way.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import dataclasses
+from collections.abc import Iterable, Mapping
 
+from joiner.domain import labels as wk
 from joiner.domain.catalog import Catalog
-from joiner.domain.model import InFlightClaim, InstanceType, KubeletConfig, NodeClass, NodePool, OfferingKey, Plan, Pod
+from joiner.domain.model import InFlightClaim, InstanceType, KubeletConfig, NodeClass, NodePool, OfferingKey, Plan, Pod, PreferredNodeTerm
+from joiner.domain.requirements import Requirement, Requirements
 from joiner.domain.scheduling import SchedulingProblem, solve
 from joiner.domain.snapshot import Snapshot
 from joiner.domain.volumes import VolumeTopology, apply_volumes
 
-__all__ = ["instance_types_by_pool", "build_problem", "plan_snapshot"]
+__all__ = ["instance_types_by_pool", "build_problem", "plan_snapshot", "zone_id_requirements", "with_zone_ids"]
+
+
+def zone_id_requirements(requirements: Requirements, zone_ids: Mapping[str, str]) -> Requirements:
+    """``requirements`` with a requirement on ``topology.k8s.aws/zone-id`` also stated on the
+    zone: the zones whose id it allows (none when the ids are not known), so every zone choice
+    of the planner and of the launch honours it."""
+    wanted = requirements.get(wk.ZONE_ID)
+    if wanted is None:
+        return requirements
+    return requirements.add(Requirement(wk.ZONE, False, frozenset(zone for zone, zone_id in zone_ids.items() if wanted.has(zone_id))))
+
+
+def _zone_id_pod(pod: Pod, zone_ids: Mapping[str, str]) -> Pod:
+    def topology(key: str) -> str:
+        return wk.ZONE if key == wk.ZONE_ID else key  # one zone id per zone: the same domains
+
+    return dataclasses.replace(
+        pod,
+        node_selector=zone_id_requirements(pod.node_selector, zone_ids),
+        required_node_affinity=tuple(zone_id_requirements(term, zone_ids) for term in pod.required_node_affinity),
+        preferred_node_affinity=tuple(PreferredNodeTerm(t.weight, zone_id_requirements(t.requirements, zone_ids)) for t in pod.preferred_node_affinity),
+        pod_affinity=tuple(dataclasses.replace(t, topology_key=topology(t.topology_key)) for t in pod.pod_affinity),
+        pod_anti_affinity=tuple(dataclasses.replace(t, topology_key=topology(t.topology_key)) for t in pod.pod_anti_affinity),
+        topology_spread=tuple(dataclasses.replace(t, topology_key=topology(t.topology_key)) for t in pod.topology_spread),
+    )
+
+
+def _mentions_zone_id(pod: Pod) -> bool:
+    return (
+        wk.ZONE_ID in pod.node_selector
+        or any(wk.ZONE_ID in term for term in pod.required_node_affinity)
+        or any(wk.ZONE_ID in term.requirements for term in pod.preferred_node_affinity)
+        or any(t.topology_key == wk.ZONE_ID for t in (*pod.pod_affinity, *pod.pod_anti_affinity))
+        or any(t.topology_key == wk.ZONE_ID for t in pod.topology_spread)
+    )
+
+
+def with_zone_ids(pods: Iterable[Pod], pools: Iterable[NodePool], zone_ids: Mapping[str, str]) -> tuple[tuple[Pod, ...], tuple[NodePool, ...]]:
+    """Pods and NodePools with zone-id requirements and topology keys restated on the zone
+    (see :func:`zone_id_requirements`); objects that do not mention zone ids are kept as they are."""
+    return (
+        tuple(_zone_id_pod(p, zone_ids) if _mentions_zone_id(p) else p for p in pods),
+        tuple(dataclasses.replace(p, requirements=zone_id_requirements(p.requirements, zone_ids)) if wk.ZONE_ID in p.requirements else p for p in pools),
+    )
 
 
 def instance_types_by_pool(node_pools: Iterable[NodePool], node_classes: Iterable[NodeClass], catalog: Catalog) -> dict[str, tuple[InstanceType, ...]]:
@@ -52,15 +99,17 @@ def build_problem(
         topology = apply_volumes(pods, bound, nodes, snapshot.volume_claims, snapshot.persistent_volumes, snapshot.storage_classes, snapshot.csi_nodes)
     else:  # the volume objects could not be read: plan as without volume topology rather than not at all
         topology = VolumeTopology(pods, {}, {})
+    pending_pods, pools = with_zone_ids(topology.pods, (p for p in snapshot.node_pools if not p.deleting), catalog.zone_ids)
+    bound_pods = with_zone_ids(bound, (), catalog.zone_ids)[0]
     return SchedulingProblem(
-        pending=topology.pods,
+        pending=pending_pods,
         blocked=topology.blocked,
         free_attachments=topology.free_attachments,
         nodes=nodes,
-        bound_pods=bound,
+        bound_pods=bound_pods,
         daemonsets=tuple(sorted(snapshot.daemonsets, key=lambda d: (d.namespace, d.name))),
         # A NodePool being deleted launches nothing new (its nodes stay until it is gone).
-        node_pools=tuple(sorted((p for p in snapshot.node_pools if not p.deleting), key=lambda p: p.name)),
+        node_pools=tuple(sorted(pools, key=lambda p: p.name)),
         instance_types=instance_types_by_pool(snapshot.node_pools, snapshot.node_classes, catalog),
         in_flight=tuple(sorted(in_flight, key=lambda c: c.name)),
         unavailable=unavailable,

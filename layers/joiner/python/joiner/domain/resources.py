@@ -7,7 +7,7 @@ from typing import Any
 
 from joiner.domain.quantity import QuantityError, format_milli, parse_milli
 
-__all__ = ["Resources", "CPU", "MEMORY", "PODS", "EPHEMERAL_STORAGE", "NVIDIA_GPU", "AMD_GPU", "NEURON", "EFA"]
+__all__ = ["Resources", "CPU", "MEMORY", "PODS", "EPHEMERAL_STORAGE", "NVIDIA_GPU", "AMD_GPU", "NEURON", "NEURON_CORE", "HABANA_GAUDI", "EFA", "POD_ENI"]
 
 CPU = "cpu"
 MEMORY = "memory"
@@ -16,7 +16,11 @@ EPHEMERAL_STORAGE = "ephemeral-storage"
 NVIDIA_GPU = "nvidia.com/gpu"
 AMD_GPU = "amd.com/gpu"
 NEURON = "aws.amazon.com/neuron"
+NEURON_CORE = "aws.amazon.com/neuroncore"
+HABANA_GAUDI = "habana.ai/gaudi"
 EFA = "vpc.amazonaws.com/efa"
+#: Branch network interfaces for security groups for pods (the VPC resource controller's).
+POD_ENI = "vpc.amazonaws.com/pod-eni"
 
 
 class Resources(Mapping[str, int]):

@@ -78,7 +78,13 @@ def build_region_catalog(ec2: Ec2Port, pricing: PricingPort | None, region: str,
         except Exception as error:  # noqa: BLE001 - any Pricing failure falls back to the bundled table
             warn("on-demand prices unavailable; using the bundled us-east-1 prices as an approximation",
                  {"region": region, "error": f"{type(error).__name__}: {error}"})
-    catalog = build_catalog(region, records, zones, prices, bundled_price_table())
+    zone_ids: dict[str, str] = {}
+    try:
+        zone_ids = ec2.zone_ids()
+    except Exception as error:  # noqa: BLE001 - zone ids only label nodes and map zone-id requirements
+        warn("zone ids unavailable; topology.k8s.aws/zone-id requirements cannot be met",
+             {"region": region, "error": f"{type(error).__name__}: {error}"})
+    catalog = build_catalog(region, records, zones, prices, bundled_price_table(), zone_ids)
     if catalog.price_source != PRICE_SOURCE_PRICING_API:
         count("OnDemandPricesApproximate")
     return catalog

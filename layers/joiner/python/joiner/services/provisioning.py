@@ -45,9 +45,11 @@ from joiner.domain.launch import (
     NoOfferingsError,
     build_fleet_request,
     choose_capacity_type,
+    exotic_names,
     launch_tags,
     node_labels,
     node_taints,
+    tenancy_of,
 )
 from joiner.domain.model import (
     InFlightClaim,
@@ -771,6 +773,7 @@ class _Round:
                     plan, job.claim_id, capacity_type, job.env.subnets, template, prices, unavailable,
                     launch_tags(runtime.settings.cluster_name, job.pool.name, job.claim_id, job.env.node_class.tags),
                     attempt=attempt, templates=templates, zone_templates=zone_templates,
+                    exotic=exotic_names(job.types),
                 )
             except NoOfferingsError as error:
                 outcome.capacity_failure = True
@@ -876,7 +879,8 @@ class _Round:
         return plan, templates[names[0]], templates
 
     def _variant_template(self, job: _Job, capacity_type: str, variant: str, reservation_id: str | None = None) -> LaunchTemplateRef:
-        key = ("launch-template", repr(job.env.node_class), repr(job.pool), job.arch, capacity_type, job.env.security_groups, variant, reservation_id)
+        tenancy = tenancy_of(job.plan.requirements)
+        key = ("launch-template", repr(job.env.node_class), repr(job.pool), job.arch, capacity_type, job.env.security_groups, variant, reservation_id, tenancy)
         cached: LaunchTemplateRef | None = self.runtime.resolved.get(key, self.now)
         if cached is not None:
             return cached
@@ -884,11 +888,12 @@ class _Round:
         ec2 = self.runtime.ec2
         ami = ec2.resolve_ami(job.env.node_class, cluster.version, job.arch, variant)
         labels = node_labels(job.pool, capacity_type)
+        labels.update(wk.with_alias_labels({wk.INSTANCE_TENANCY: tenancy}))
         if reservation_id:
             labels.update(wk.with_alias_labels({wk.CAPACITY_RESERVATION_ID: reservation_id}))
         template = ec2.ensure_launch_template(
             job.env.node_class, job.arch, cluster, job.env.security_groups, ami,
-            labels=labels, taints=node_taints(job.pool), capacity_reservation_id=reservation_id,
+            labels=labels, taints=node_taints(job.pool), capacity_reservation_id=reservation_id, tenancy=tenancy,
         )
         self.runtime.resolved.put(key, template, self.now)
         return template

@@ -67,7 +67,8 @@ class RegistrationResult:
     node_pools: Mapping[str, str] = field(default_factory=dict)
 
 
-def claim_labels(claim: ClaimRecord, *, initialized: bool, instance_type: InstanceType | None = None) -> dict[str, str]:
+def claim_labels(claim: ClaimRecord, *, initialized: bool, instance_type: InstanceType | None = None,
+                 zone_ids: Mapping[str, str] | None = None) -> dict[str, str]:
     """The labels a Node launched for ``claim`` must carry: the claim's own, the attributes of
     its instance type (``instance_type``, from the catalog) and its zone, each Joiner key also
     under every alias the planner accepts (:func:`joiner.domain.labels.with_alias_labels`), so
@@ -75,15 +76,25 @@ def claim_labels(claim: ClaimRecord, *, initialized: bool, instance_type: Instan
     labels: dict[str, str] = {}
     if instance_type is not None:
         labels.update((key, value) for key, value in instance_type.requirements.labels().items()
-                      if key not in (wk.ZONE, wk.CAPACITY_TYPE, wk.HOSTNAME))
+                      if key not in (wk.ZONE, wk.ZONE_ID, wk.CAPACITY_TYPE, wk.HOSTNAME))
     if claim.zone:
         labels[wk.ZONE] = claim.zone
+        zone_id = (zone_ids or {}).get(claim.zone)
+        if zone_id:
+            labels[wk.ZONE_ID] = zone_id
     labels.update({wk.NODECLAIM: claim.claim_id, wk.NODEPOOL: claim.node_pool, wk.REGISTERED: "true"})
     if claim.capacity_type:
         labels[wk.CAPACITY_TYPE] = claim.capacity_type
     if initialized:
         labels[wk.INITIALIZED] = "true"
     return wk.with_alias_labels(labels)
+
+
+def _zone_ids(runtime: Runtime) -> Mapping[str, str]:
+    try:
+        return runtime.catalog.zone_ids
+    except Exception:  # noqa: BLE001 - without the catalog the node just lacks its zone-id label
+        return {}
 
 
 def _instance_type(runtime: Runtime, claim: ClaimRecord, errors: list[str]) -> InstanceType | None:
@@ -166,7 +177,8 @@ def reconcile_registration(
             continue
 
         if claim.state in (REGISTERED, INITIALIZED):
-            desired = claim_labels(claim, initialized=claim.state == INITIALIZED, instance_type=_instance_type(runtime, claim, errors))
+            desired = claim_labels(claim, initialized=claim.state == INITIALIZED, instance_type=_instance_type(runtime, claim, errors),
+                                   zone_ids=_zone_ids(runtime))
             missing = {k: v for k, v in desired.items() if k not in node.labels or (k in _MARKERS and node.labels[k] != v)}
             patch: dict[str, dict[str, str]] = {"labels": missing} if missing else {}
             stamps = {key: value for key, value in ((NODEPOOL_HASH_KEY, claim.pool_hash), (NODECLASS_HASH_KEY, claim.class_hash))
