@@ -128,7 +128,7 @@ def read_world(runtime: Runtime, now: datetime) -> GcInputs:
     cluster = runtime.settings.cluster_name
     instances = runtime.ec2.list_cluster_instances(cluster)
     claims = runtime.state.open_claims()
-    nodes = [node for node in (parse_gc_node(raw) for raw in runtime.kube.list_nodes()) if node.name]
+    nodes = [node for node in (parse_gc_node(raw) for raw in runtime.kube.iter_nodes()) if node.name]
     terminating_nodes, terminating_instances, terminating_claims = terminating_names(runtime.state.list_items(TERMINATION_KIND))
     templates = runtime.ec2.list_launch_templates(cluster)
     marks: dict[str, datetime] = {}
