@@ -36,8 +36,13 @@ class InterruptionRule:
     construct_id: str
     description: str
     source: str
-    detail_type: str
+    #: one detail-type, or several that name the same event
+    detail_type: str | tuple[str, ...]
     detail: dict[str, Any] | None = None
+
+    @property
+    def detail_types(self) -> list[str]:
+        return [self.detail_type] if isinstance(self.detail_type, str) else list(self.detail_type)
 
 
 INTERRUPTION_RULES: tuple[InterruptionRule, ...] = (
@@ -48,8 +53,11 @@ INTERRUPTION_RULES: tuple[InterruptionRule, ...] = (
     InterruptionRule("StateChangeRule", "EC2 instances stopping or terminating outside Joiner", "aws.ec2",
                      "EC2 Instance State-change Notification",
                      {"state": ["stopping", "stopped", "shutting-down", "terminated"]}),
-    InterruptionRule("CapacityReservationInterruptionRule", "EC2 capacity reservation (Capacity Block) ending",
+    InterruptionRule("CapacityReservationInterruptionRule", "EC2 interruptible capacity reservation reclaiming an instance",
                      "aws.ec2", "EC2 Capacity Reservation Instance Interruption Warning"),
+    # AWS documents this event under both names (EC2 user guide, EventBridge event reference).
+    InterruptionRule("CapacityBlockExpirationRule", "EC2 Capacity Block ending (its instances terminate 10 minutes later)",
+                     "aws.ec2", ("Capacity Block Reservation Expiration Warning", "Capacity Block Expiration Warning")),
     InterruptionRule("ScheduledChangeRule", "AWS Health scheduled maintenance for EC2 instances", "aws.health",
                      "AWS Health Event", {"service": ["EC2"], "eventTypeCategory": ["scheduledChange"]}),
 )
@@ -118,7 +126,7 @@ class InterruptionIngestion(Construct):
                 self,
                 spec.construct_id,
                 description=f"Joiner: {spec.description}",
-                event_pattern=events.EventPattern(source=[spec.source], detail_type=[spec.detail_type], detail=spec.detail),
+                event_pattern=events.EventPattern(source=[spec.source], detail_type=spec.detail_types, detail=spec.detail),
             )
             rule.add_target(_QueueTarget(self.queue, self.dead_letter_queue))
             self.rules.append(rule)

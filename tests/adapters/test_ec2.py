@@ -14,14 +14,14 @@ import yaml
 from moto import mock_aws
 
 from joiner.adapters.aws import AwsClients
-from joiner.adapters.ec2 import Ec2Adapter, NodeClassConfigError
+from joiner.adapters.ec2 import LIVE_INSTANCE_STATES, Ec2Adapter, NodeClassConfigError
 from joiner.domain import labels as wk
-from joiner.domain.launch import CLIENT_TOKEN_TAG, build_fleet_request, launch_tags
+from joiner.domain.launch import CLIENT_TOKEN_TAG, CLUSTER_TAG, build_fleet_request, launch_tags
 from joiner.domain.model import KubeletConfig, NodeClaimPlan, NodeClass, OfferingKey, SelectorTerm, Taint
 from joiner.domain.requirements import Requirements
 from joiner.domain.resources import Resources
 from joiner.domain.userdata import NODECONFIG_CONTENT_TYPE, parse_user_data
-from joiner.ports import LAUNCH_TEMPLATE_NOT_FOUND_CODES, Ec2Error, FleetRequest, LaunchTemplateNotFound
+from joiner.ports import CAPACITY_BLOCK, LAUNCH_TEMPLATE_NOT_FOUND_CODES, Ec2Error, FleetRequest, LaunchTemplateNotFound
 from tests.support.aws import (
     K8S_VERSION,
     REGION,
@@ -824,3 +824,64 @@ def test_a_reserved_launch_template_targets_its_reservation_and_the_fleet_launch
     assert sent[-1]["LaunchTemplateConfigs"][0]["LaunchTemplateSpecification"]["LaunchTemplateId"] == template.id
     (launched,) = result.instances
     assert launched.capacity_type == "reserved" and launched.zone == "us-east-1a"
+
+
+def test_a_capacity_block_launch_uses_the_capacity_block_market(world: World, ec2: Ec2Adapter) -> None:
+    """A Capacity Block takes instances only in its own market: the template says
+    ``InstanceMarketOptions.MarketType = capacity-block`` and CreateFleet
+    ``DefaultTargetCapacityType = capacity-block``, without on-demand options."""
+    nc = node_class(world)
+    labels = {wk.CAPACITY_TYPE: "reserved", wk.CAPACITY_RESERVATION_ID: "cr-0b10c4"}
+    template = ec2.ensure_launch_template(nc, "amd64", cluster_info(ec2), world.network.security_groups, world.amis["x86_64"],
+                                          labels=labels, capacity_reservation_id="cr-0b10c4", reservation_type=CAPACITY_BLOCK)
+    ordinary = ec2.ensure_launch_template(nc, "amd64", cluster_info(ec2), world.network.security_groups, world.amis["x86_64"],
+                                          labels=labels, capacity_reservation_id="cr-0b10c4")
+    assert template.id != ordinary.id
+    data = template_data(world, template.id)
+    assert data["CapacityReservationSpecification"] == {"CapacityReservationTarget": {"CapacityReservationId": "cr-0b10c4"}}
+    assert data["InstanceMarketOptions"] == {"MarketType": "capacity-block"}
+    assert "InstanceMarketOptions" not in template_data(world, ordinary.id)
+
+    sent: list[dict] = []
+
+    def capture(params: dict, **_: object) -> None:
+        sent.append(params)
+
+    world.clients.ec2.meta.events.register("before-parameter-build.ec2.CreateFleet", capture)
+    try:
+        plan = NodeClaimPlan("default", ("c5.large",), ZONES, ("reserved",), ("ns/p",), 0.0001, Requirements(), Resources())
+        prices = {OfferingKey("c5.large", "us-east-1a", "reserved"): 0.0001}
+        request = build_fleet_request(plan, f"claim-{next(_ids)}", "reserved", ec2.resolve_subnets(discovery(world)), template, prices, frozenset(),
+                                      launch_tags(CLUSTER, "default", "claim-b", nc.tags), zone_templates={("c5.large", "us-east-1a"): template})
+        ec2.create_fleet(replace(request, reservation_type=CAPACITY_BLOCK))  # moto launches nothing in this market
+    finally:
+        world.clients.ec2.meta.events.unregister("before-parameter-build.ec2.CreateFleet", capture)
+    assert sent[-1]["TargetCapacitySpecification"]["DefaultTargetCapacityType"] == "capacity-block"
+    assert "OnDemandOptions" not in sent[-1] and "SpotOptions" not in sent[-1]
+    assert sent[-1]["LaunchTemplateConfigs"][0]["LaunchTemplateSpecification"]["LaunchTemplateId"] == template.id
+
+
+def test_instances_in_a_reservation_are_found_with_ec2s_own_filter(world: World, ec2: Ec2Adapter) -> None:
+    """A Capacity Block warning names the reservation: its instances come from DescribeInstances
+    filtered by ``capacity-reservation-id`` (moto lacks that filter: the request is checked, and
+    the instance EC2 would return is answered)."""
+    seen: list[dict] = []
+
+    def check(params: dict, **_: object) -> None:
+        seen.append(params)
+        for item in params.get("Filters") or []:
+            if item["Name"] == "capacity-reservation-id":
+                item["Name"], item["Values"] = "tag:Name", ["in-the-block"]
+
+    world.clients.ec2.run_instances(ImageId=world.amis["x86_64"], MinCount=1, MaxCount=1, InstanceType="c5.large",
+                                    TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": "Name", "Value": "in-the-block"},
+                                                                                             {"Key": CLUSTER_TAG, "Value": CLUSTER}]}])
+    world.clients.ec2.meta.events.register("before-parameter-build.ec2.DescribeInstances", check)
+    try:
+        found = ec2.reservation_instances(CLUSTER, "cr-0b10c4")
+    finally:
+        world.clients.ec2.meta.events.unregister("before-parameter-build.ec2.DescribeInstances", check)
+    assert {f["Name"]: f["Values"] for f in seen[-1]["Filters"]} == {
+        f"tag:{CLUSTER_TAG}": [CLUSTER], "instance-state-name": list(LIVE_INSTANCE_STATES), "tag:Name": ["in-the-block"],
+    }
+    assert len(found) == 1 and found[0].tags.get("Name") == "in-the-block"

@@ -341,6 +341,22 @@ def test_unavailable_offerings_filter_expired_items(state: StateAdapter, table) 
     assert state.unavailable_offerings(T0 + timedelta(minutes=15)) == {soon}
 
 
+def test_a_reservation_is_marked_unavailable_apart_from_its_offering(state: StateAdapter, table) -> None:
+    """One record per reservation: other reservations of the same type and zone, and the
+    offering as a whole, stay available; records written before reservations had one read back as before."""
+    block = OfferingKey("p5.48xlarge", "us-east-1a", "reserved", reservation_id="cr-0a1b2c3d4e5f60718")
+    offering = OfferingKey("p5.48xlarge", "us-east-1a", "reserved")
+    state.mark_unavailable(block, T0 + timedelta(minutes=40), "capacity-block-expiration e1")
+    state.mark_unavailable(offering, T0 + timedelta(minutes=3), "ReservationCapacityExceeded")
+    assert state.unavailable_offerings(T0) == {block, offering}
+    assert state.unavailable_offerings(T0 + timedelta(minutes=5)) == {block}
+    item = table.get_item(Key={"pk": "UNAVAILABLE#reservation#cr-0a1b2c3d4e5f60718", "sk": "UNAVAILABLE"})["Item"]
+    assert item["reservationId"] == "cr-0a1b2c3d4e5f60718" and item["instanceType"] == "p5.48xlarge"
+    # the same reservation named without its type and zone is the same record (the later expiry wins)
+    state.mark_unavailable(OfferingKey("", "", "reserved", reservation_id=block.reservation_id), T0 + timedelta(minutes=50), "again")
+    assert state.unavailable_offerings(T0 + timedelta(minutes=45)) == {OfferingKey("", "", "reserved", reservation_id=block.reservation_id)}
+
+
 # ---------------------------------------------------------------- generic items
 
 

@@ -17,6 +17,8 @@ from joiner.events import parse_time
 
 FIXTURE_DIR = Path(__file__).parent
 FIXTURE_INSTANCE = "i-0b662ef9931388ba0"
+#: The reservation ``capacity_block_expiration.json`` names (it names no instance).
+FIXTURE_RESERVATION = "cr-0a1b2c3d4e5f60718"
 
 #: fixture file -> expected normalised kind
 KINDS = {
@@ -28,13 +30,14 @@ KINDS = {
     "state_change_terminated.json": "state-change",
     "state_change_running.json": "noop",
     "capacity_reservation_interruption.json": "capacity-reservation-interruption",
+    "capacity_block_expiration.json": "capacity-block-expiration",
     "health_scheduled_change.json": "scheduled-change",
     "health_scheduled_change_arn.json": "scheduled-change",
 }
 
 
 #: Times inside ``detail`` that move with the event time (kept at the same distance from it).
-DETAIL_TIMES = ("startTime", "endTime", "lastUpdatedTime", "instance-termination-time")
+DETAIL_TIMES = ("startTime", "endTime", "lastUpdatedTime", "instance-termination-time", "end-date")
 
 
 def load_event(name: str, *, instance_id: str | None = None, event_id: str | None = None, time: datetime | None = None) -> dict[str, Any]:

@@ -33,7 +33,10 @@ def test_every_fixture_is_explained(capsys: pytest.CaptureFixture[str], name: st
     assert out.count("\n") == 1
     result = json.loads(out)
     assert result["kind"] == KINDS[name]
-    assert result["instanceIds"] == ["i-0b662ef9931388ba0"]
+    if result["kind"] == "capacity-block-expiration":  # names the reservation: every Joiner instance in it
+        assert result["instanceIds"] == [] and result["capacityReservationId"] == "cr-0a1b2c3d4e5f60718"
+    else:
+        assert result["instanceIds"] == ["i-0b662ef9931388ba0"]
     assert "instance managed by Joiner" in result["assumes"]
 
 

@@ -14,8 +14,10 @@ from joiner.domain.model import OfferingKey
 from joiner.local.lambdas import next_visible_in
 from joiner.ports import ClaimRecord
 from joiner.settings import get_settings
-from tests.events.fixtures import KINDS
+from tests.events.fixtures import FIXTURE_RESERVATION, KINDS
 from tests.events.world import CLUSTER, REGION, T0, World
+from tests.support.aws import CapacityReservationApi, FakeReservation
+from tests.support.fakes import node_class_json
 
 #: The recording metrics stand in for EMF; powertools then has nothing to flush and says so.
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:No application metrics to publish")]
@@ -82,7 +84,8 @@ def test_spot_warning_cordons_drains_in_order_and_terminates(world: World) -> No
 
 @pytest.mark.parametrize("fixture", sorted(KINDS))
 def test_every_kind_from_eventbridge_to_action(world: World, fixture: str) -> None:
-    instance = world.launch_node("n1")
+    reserved = KINDS[fixture] in ("capacity-reservation-interruption", "capacity-block-expiration")
+    instance = world.launch_node("n1", reservation=FIXTURE_RESERVATION if reserved else None)
     world.add_pod("web-1", "n1")
     world.publish(fixture, instance)
     response, _ = world.deliver_interruptions()
@@ -497,3 +500,98 @@ def test_a_replacement_plans_on_the_catalog_the_function_builds_from_ec2_under_i
     assert world.metrics.total("InterruptionActions", action="cordon-replace-drain") == 1
     shared = world.runtime.state.get_item(CATALOG_KIND, world.settings.region)
     assert shared is not None and runtime.catalog.region == world.settings.region and "c5.large" in runtime.catalog
+
+
+# ---------------------------------------------------------------- capacity reservations
+
+#: Another reservation of the same type and zone, with less room than the one reclaimed.
+OTHER_RESERVATION = "cr-0fedcba9876543210"
+
+
+class ReservedWorld:
+    """A NodeClass selecting two c5.xlarge reservations in us-east-1a (the one the fixtures
+    reclaim has the most room, so a replacement would go there first), a NodePool that prefers
+    reserved capacity, and every CreateFleet call's launch templates."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+        self.api = CapacityReservationApi([
+            FakeReservation(FIXTURE_RESERVATION, "c5.xlarge", "us-east-1a", 8, tags=(("team", "ml"),)),
+            FakeReservation(OTHER_RESERVATION, "c5.xlarge", "us-east-1a", 2, tags=(("team", "ml"),)),
+        ]).register(world.ec2)
+        self.fleet_templates: list[list[str]] = []
+        world.ec2.meta.events.register("before-parameter-build.ec2.CreateFleet", self._capture)
+        node_class = node_class_json("default", discovery=CLUSTER)
+        node_class["spec"]["capacityReservationSelectorTerms"] = [{"tags": {"team": "ml"}}]
+        world.emulator.apply(node_class)
+        world.node_pool(capacity_types=("reserved", "on-demand"))
+
+    def _capture(self, params: dict, **_: object) -> None:
+        self.fleet_templates.append([c["LaunchTemplateSpecification"]["LaunchTemplateId"] for c in params["LaunchTemplateConfigs"]])
+
+    def targeted(self) -> set[str]:
+        """The capacity reservations the launches so far targeted ("" for a template without one)."""
+        found = set()
+        for template in {t for call in self.fleet_templates for t in call}:
+            data = self.world.ec2.describe_launch_template_versions(LaunchTemplateId=template)["LaunchTemplateVersions"][0]["LaunchTemplateData"]
+            found.add(((data.get("CapacityReservationSpecification") or {}).get("CapacityReservationTarget") or {}).get("CapacityReservationId", ""))
+        return found
+
+    def close(self) -> None:
+        self.world.ec2.meta.events.unregister("before-call.ec2.DescribeCapacityReservations", self.api)
+        self.world.ec2.meta.events.unregister("before-parameter-build.ec2.CreateFleet", self._capture)
+
+
+def test_a_capacity_block_warning_drains_every_node_in_the_block_before_ec2_terminates_it(world: World) -> None:
+    """The warning names the reservation, not instances: every Joiner node running in it is
+    cordoned, replaced outside it (the block is marked unavailable until it ends) and drained
+    by the time EC2 begins terminating, 10 minutes after the warning; nodes outside the block
+    are left alone."""
+    reserved = ReservedWorld(world)
+    try:
+        in_block = {name: populate(world, name, reservation=FIXTURE_RESERVATION) for name in ("n1", "n2")}
+        world.launch_node("n3", capacity_type="on-demand")
+        event = world.publish("capacity_block_expiration.json", "")
+        assert event["detail"]["end-date"] == "2025-01-06T09:40:00Z"
+        response, _ = world.deliver_interruptions()
+        assert response == {"batchItemFailures": []}
+        for name in in_block:
+            assert_cordoned(world, name)
+            stored = world.runtime.state.get_item("TERMINATION", name)
+            assert stored["phase"] == "replacing" and datetime.fromisoformat(stored["deadline"]) == T0 + timedelta(minutes=10)
+        assert world.node("n3")["spec"].get("unschedulable") is None
+        block = OfferingKey("c5.xlarge", "us-east-1a", "reserved", reservation_id=FIXTURE_RESERVATION)
+        assert block in world.runtime.state.unavailable_offerings(T0 + timedelta(minutes=39))  # until the block ends
+        assert not any(k.reservation_id for k in world.runtime.state.unavailable_offerings(T0 + timedelta(minutes=41)))
+        # the replacement never goes back into the block being reclaimed
+        replacement_claims = sorted({c for name in in_block for c in world.runtime.state.get_item("TERMINATION", name)["replacementClaims"]})
+        assert replacement_claims and reserved.fleet_templates
+        assert reserved.targeted() == {OTHER_RESERVATION}
+        assert world.metrics.total("InterruptionActions", action="cordon-replace-drain", kind="capacity-block-expiration") == 2
+
+        world.ready_replacements()
+        world.run_work_queue()
+        for name, instance in in_block.items():
+            assert_terminated(world, name, instance, f"default-{name}")
+        assert world.clock.now() <= T0 + timedelta(minutes=10)
+    finally:
+        reserved.close()
+
+
+def test_an_interruptible_reservations_warning_marks_that_reservation_unavailable(world: World) -> None:
+    """Karpenter's interruption controller marks the reclaimed reservation unavailable: the
+    replacement goes to another reservation of the same type and zone, not back into it."""
+    reserved = ReservedWorld(world)
+    try:
+        instance = populate(world, "n1", reservation=FIXTURE_RESERVATION)
+        world.publish("capacity_reservation_interruption.json", instance)
+        response, _ = world.deliver_interruptions()
+        assert response == {"batchItemFailures": []}
+        assert_cordoned(world, "n1")
+        marked = [k for k in world.runtime.state.unavailable_offerings(world.clock.now()) if k.reservation_id]
+        assert [(k.instance_type, k.zone, k.capacity_type, k.reservation_id) for k in marked] == [("c5.xlarge", "us-east-1a", "reserved", FIXTURE_RESERVATION)]
+        assert not any(k.reservation_id for k in world.runtime.state.unavailable_offerings(world.clock.now() + timedelta(minutes=3, seconds=1)))
+        claims = world.runtime.state.get_item("TERMINATION", "n1")["replacementClaims"]
+        assert claims and reserved.targeted() == {OTHER_RESERVATION}
+    finally:
+        reserved.close()

@@ -15,7 +15,7 @@ from joiner.domain.interruption import InterruptionEvent, decide_action, instanc
 from joiner.domain.model import NodePool
 from joiner.events import UnparseableEvent, normalize, normalize_body, parse_time
 from joiner.ports import ClaimRecord
-from tests.events.fixtures import FIXTURE_INSTANCE, KINDS, load_event
+from tests.events.fixtures import FIXTURE_INSTANCE, FIXTURE_RESERVATION, KINDS, load_event
 from tests.events.fuzz import event_bodies
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
@@ -25,7 +25,10 @@ T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 def test_every_fixture_normalises_to_its_kind(name: str) -> None:
     event = normalize(load_event(name))
     assert event.kind == KINDS[name]
-    assert event.instance_ids == (FIXTURE_INSTANCE,)
+    if event.kind == di.CAPACITY_BLOCK_EXPIRATION:  # names its reservation: its instances are looked up
+        assert event.instance_ids == () and event.capacity_reservation_id == FIXTURE_RESERVATION
+    else:
+        assert event.instance_ids == (FIXTURE_INSTANCE,)
     assert event.start_time == T0
     assert event.event_id == load_event(name)["id"]
 
@@ -42,6 +45,50 @@ def test_capacity_reservation_uses_the_stated_termination_time_else_two_minutes(
     assert normalize(raw).deadline == T0 + timedelta(minutes=5)
     del raw["detail"]["instance-termination-time"]
     assert normalize(raw).deadline == T0 + timedelta(minutes=2)
+
+
+@pytest.mark.parametrize("detail_type", ["Capacity Block Reservation Expiration Warning", "Capacity Block Expiration Warning"])
+def test_a_capacity_block_warning_names_its_reservation_and_drains_before_ec2_terminates(detail_type: str) -> None:
+    """EC2 warns 40 minutes before the block ends that its instances begin terminating 10
+    minutes later: the drain's deadline is then, well before the block's end."""
+    raw = load_event("capacity_block_expiration.json")
+    raw["detail-type"] = detail_type
+    event = normalize(raw)
+    assert (event.kind, event.capacity_reservation_id, event.instance_ids) == (di.CAPACITY_BLOCK_EXPIRATION, FIXTURE_RESERVATION, ())
+    assert event.deadline == T0 + timedelta(minutes=10)
+    assert event.reservation_end == T0 + timedelta(minutes=40)
+    assert event.to_dict()["capacityReservationId"] == FIXTURE_RESERVATION
+
+
+def test_a_capacity_block_reservation_id_may_come_from_resources_and_must_be_one() -> None:
+    raw = load_event("capacity_block_expiration.json")
+    del raw["detail"]["capacity-reservation-id"]
+    assert normalize(raw).capacity_reservation_id == FIXTURE_RESERVATION
+    raw["resources"] = []
+    with pytest.raises(UnparseableEvent, match="capacity-reservation-id"):
+        normalize(raw)
+    raw["detail"]["capacity-reservation-id"] = "i-0b662ef9931388ba0"
+    with pytest.raises(UnparseableEvent, match="not a capacity reservation id"):
+        normalize(raw)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    end=st.one_of(st.none(), st.integers(min_value=-366 * 86400, max_value=366 * 86400)),
+    time=st.datetimes(min_value=datetime(1971, 1, 2), max_value=datetime(2198, 1, 1), timezones=st.just(UTC)),
+)
+def test_a_capacity_block_deadline_is_never_before_the_warning_nor_after_ec2_begins_terminating(end: int | None, time: datetime) -> None:
+    raw = load_event("capacity_block_expiration.json")
+    raw["time"] = time.strftime("%Y-%m-%dT%H:%M:%SZ")
+    if end is None:
+        del raw["detail"]["end-date"]
+    else:
+        raw["detail"]["end-date"] = (time.replace(microsecond=0) + timedelta(seconds=end)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    event = normalize(raw)
+    assert event.deadline is not None
+    assert event.start_time <= event.deadline <= event.start_time + di.CAPACITY_BLOCK_NOTICE
+    if event.reservation_end is not None:
+        assert event.deadline <= max(event.start_time, event.reservation_end - di.CAPACITY_BLOCK_RECLAIM_LEAD)
 
 
 def test_health_start_time_in_rfc1123_and_iso_forms() -> None:
@@ -153,6 +200,17 @@ def test_spot_cordons_replaces_and_marks_unavailable_with_the_event_deadline() -
     assert action.kind == di.ACTION_CORDON_REPLACE_DRAIN
     assert action.mark_unavailable and action.replace and action.wait_for_replacement and action.urgent
     assert action.deadline == T0 + timedelta(minutes=2)
+
+
+@pytest.mark.parametrize("name", ["capacity_reservation_interruption.json", "capacity_block_expiration.json"])
+def test_a_reservations_warning_marks_the_reservation_unavailable_and_replaces_before_its_deadline(name: str) -> None:
+    """Karpenter's interruption controller marks the reservation unavailable, so the
+    replacement never targets the capacity being reclaimed."""
+    event = normalize(load_event(name))
+    action = decide_action(event, _claim(capacity_type="reserved"), NodePool("default"))
+    assert action.kind == di.ACTION_CORDON_REPLACE_DRAIN
+    assert action.mark_unavailable and action.replace and action.wait_for_replacement and action.urgent
+    assert action.deadline == event.deadline
 
 
 def test_termination_grace_period_caps_the_deadline() -> None:

@@ -126,6 +126,9 @@ class World:
         self.work = create_dead_lettered_queue(self.sqs, f"joiner-work-{suffix}", WORK_VISIBILITY, WORK_MAX_RECEIVE_COUNT)
         route_interruptions(self.events, self.rule, self.interruption.arn)
         self.preexisting = {i["id"] for i in self._instances()}
+        #: capacity reservation -> the instances launched into it (moto knows no reservations)
+        self.reservations: dict[str, list[str]] = {}
+        self.ec2.meta.events.register("before-parameter-build.ec2.DescribeInstances", self._reservation_filter)
 
         self.settings = Settings(
             cluster_name=CLUSTER, region=REGION, state_table=state_table, idempotency_table=idempotency_table,
@@ -155,6 +158,7 @@ class World:
         emulator.apply(node_class_json("default", discovery=CLUSTER))
 
     def close(self) -> None:
+        self.ec2.meta.events.unregister("before-parameter-build.ec2.DescribeInstances", self._reservation_filter)
         self.events.remove_targets(Rule=self.rule, Ids=["queue"])
         self.events.delete_rule(Name=self.rule)
         self.kube.close()
@@ -173,9 +177,12 @@ class World:
 
     def launch_node(
         self, name: str, *, pool: str = "default", capacity_type: str = "spot", instance_type: str = "c5.xlarge",
-        zone: str = "us-east-1a", managed: bool = True, claim: bool = True,
+        zone: str = "us-east-1a", managed: bool = True, claim: bool = True, reservation: str | None = None,
     ) -> str:
-        """An EC2 instance (tagged as Joiner launches it when ``managed``), its claim, and its Node."""
+        """An EC2 instance (tagged as Joiner launches it when ``managed``), its claim, and its Node;
+        with ``reservation``, launched into that capacity reservation (capacity type ``reserved``)."""
+        if reservation:
+            capacity_type = "reserved"
         tags = {"Name": f"{CLUSTER}/{pool}"}
         claim_id = f"{pool}-{name}"
         if managed:
@@ -188,12 +195,16 @@ class World:
             TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}],
         )["Instances"][0]
         instance_id = instance["InstanceId"]
+        if reservation:
+            self.reservations.setdefault(reservation, []).append(instance_id)
         labels = {
             "kubernetes.io/arch": "amd64", "kubernetes.io/os": "linux", "kubernetes.io/hostname": name,
             wk.INSTANCE_TYPE: instance_type, wk.ZONE: zone, wk.REGION: REGION,
         }
         if managed:
             labels.update({wk.NODEPOOL: pool, wk.NODECLAIM: claim_id, wk.CAPACITY_TYPE: capacity_type})
+            if reservation:
+                labels.update(wk.with_alias_labels({wk.CAPACITY_RESERVATION_ID: reservation}))
         resources = {"cpu": "4", "memory": "8Gi", "pods": "58"}
         self.emulator.apply({
             "apiVersion": "v1", "kind": "Node",
@@ -207,6 +218,14 @@ class World:
                 instance_type=instance_type, zone=zone, capacity_type=capacity_type, node_name=name, price=0.07,
             ))
         return instance_id
+
+    def _reservation_filter(self, params: dict[str, Any], **_: Any) -> None:
+        """EC2's ``capacity-reservation-id`` filter of DescribeInstances, which moto lacks: the
+        instances :meth:`launch_node` put into the reservation, as an ``instance-id`` filter."""
+        for item in params.get("Filters") or []:
+            if item.get("Name") == "capacity-reservation-id":
+                ids = [i for reservation in item.get("Values") or [] for i in self.reservations.get(reservation, [])]
+                item["Name"], item["Values"] = "instance-id", ids or ["i-00000000000000000"]
 
     def add_pod(
         self, name: str, node: str, *, namespace: str = "default", app: str = "web", cpu: str = "500m", grace: int = 30,

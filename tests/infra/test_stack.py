@@ -51,13 +51,15 @@ def test_synth_time_is_reported(synthesized: Synthesized) -> None:
         ("aws.ec2", "EC2 Instance Rebalance Recommendation", None),
         ("aws.ec2", "EC2 Instance State-change Notification", {"state": ["stopping", "stopped", "shutting-down", "terminated"]}),
         ("aws.ec2", "EC2 Capacity Reservation Instance Interruption Warning", None),
+        # AWS documents the Capacity Block warning under two names: one rule matches both
+        ("aws.ec2", ["Capacity Block Reservation Expiration Warning", "Capacity Block Expiration Warning"], None),
         ("aws.health", "AWS Health Event", {"service": ["EC2"], "eventTypeCategory": ["scheduledChange"]}),
     ],
 )
 def test_each_interruption_rule_has_its_exact_pattern_and_targets_the_queue(synthesized, source, detail_type, detail):
     queue = logical_id(synthesized, "AWS::SQS::Queue", "IngestionInterruptionQueue")
     dlq = logical_id(synthesized, "AWS::SQS::Queue", "IngestionInterruptionDeadLetterQueue")
-    expected = {"source": [source], "detail-type": [detail_type]}
+    expected = {"source": [source], "detail-type": detail_type if isinstance(detail_type, list) else [detail_type]}
     if detail is not None:
         expected["detail"] = detail
     rules = [rule for rule in synthesized.resources("AWS::Events::Rule").values() if rule["Properties"].get("EventPattern") == expected]
@@ -68,9 +70,9 @@ def test_each_interruption_rule_has_its_exact_pattern_and_targets_the_queue(synt
     assert "InputTransformer" not in target and "Input" not in target  # raw event JSON as body
 
 
-def test_exactly_five_event_pattern_rules(synthesized):
+def test_exactly_six_event_pattern_rules(synthesized):
     patterns = [r for r in synthesized.resources("AWS::Events::Rule").values() if "EventPattern" in r["Properties"]]
-    assert len(patterns) == 5
+    assert len(patterns) == 6
 
 
 def test_interruption_queue_policy_admits_only_this_stacks_rules_and_denies_plain_http(synthesized):

@@ -5,6 +5,7 @@ unavailable. On the in-memory fakes; the EC2 adapter's side is in tests/adapters
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -16,7 +17,7 @@ from joiner.domain.requirements import Requirements
 from joiner.domain.reservations import RESERVED_PRICE_FACTOR, reservation_for, with_reserved_offerings
 from joiner.domain.resources import Resources
 from joiner.domain.snapshot import SnapshotError, parse_node_class
-from joiner.ports import CapacityReservation, LaunchTemplateRef, Subnet
+from joiner.ports import CAPACITY_BLOCK, CapacityReservation, LaunchTemplateRef, Subnet
 from joiner.services.provisioning import UNAVAILABLE_FOR, provision
 from tests.support.fakes import FakeWorld, fake_world, node_class_json, node_pool_json, pod_json, small_catalog
 
@@ -141,3 +142,59 @@ def test_reservation_terms_parse_with_owner() -> None:
     assert [(t.id, t.tags, t.owner) for t in parsed.capacity_reservation_terms] == [
         ("cr-0123abcd", (), None), (None, (("team", "ml"),), "111122223333"),
     ]
+
+
+# ---------------------------------------------------------------- Capacity Blocks and reclaimed reservations
+
+
+def _select(world: FakeWorld, *reservations: CapacityReservation) -> None:
+    """Only ``reservations`` (all selected by the NodeClass's ``team: ml`` term)."""
+    world.ec2.capacity_reservations[:] = [(r, {"team": "ml"}) for r in reservations]
+
+
+def test_a_capacity_block_launches_in_the_capacity_block_market() -> None:
+    """EC2 Fleet launches into a Capacity Block only with DefaultTargetCapacityType
+    ``capacity-block`` and a template in the capacity-block market."""
+    world = reserved_world()
+    _select(world, dataclasses.replace(RESERVATION, reservation_type=CAPACITY_BLOCK))
+    result = provision(world.runtime(), world.clock.now())
+    (launched,) = result.launched
+    assert (launched.capacity_type, launched.zone) == ("reserved", "us-east-1b")
+    (request,) = world.ec2.fleet_requests
+    assert request.reservation_type == CAPACITY_BLOCK
+    inputs = world.ec2.template_inputs[request.overrides[0].launch_template.id]  # type: ignore[union-attr]
+    assert (inputs["capacity_reservation_id"], inputs["reservation_type"]) == (RESERVATION.id, CAPACITY_BLOCK)
+
+
+@pytest.mark.parametrize(("block_zone", "expected"), [
+    ("us-east-1a", (CAPACITY_BLOCK, [("c5.large", "us-east-1a")])),  # the first pair is the block: it alone
+    ("us-east-1c", ("default", [("c5.large", "us-east-1b")])),  # the first pair is an ordinary reservation: no block
+])
+def test_a_request_never_mixes_a_capacity_block_with_other_reservations(block_zone: str, expected: tuple[str, list[tuple[str, str]]]) -> None:
+    """CreateFleet takes one market and at most one Capacity Block per request."""
+    world = reserved_world()
+    _select(world, RESERVATION, CapacityReservation("cr-0b10c4", "c5.large", block_zone, available=4, reservation_type=CAPACITY_BLOCK))
+    provision(world.runtime(), world.clock.now())
+    request = world.ec2.fleet_requests[0]
+    assert (request.reservation_type, [(o.instance_type, o.zone) for o in request.overrides]) == expected
+
+
+def test_a_reservation_marked_unavailable_is_never_targeted() -> None:
+    """An interruption marks the reservation it reclaims unavailable: a round launches into the
+    NodeClass's other reservation of that type and zone, and with none left, on demand."""
+    world = reserved_world()
+    busiest = CapacityReservation("cr-0b0b1e", "c5.large", "us-east-1b", available=5)  # preferred: the most room
+    _select(world, RESERVATION, busiest)
+    now = world.clock.now()
+    world.state.mark_unavailable(OfferingKey("c5.large", "us-east-1b", "reserved", reservation_id=busiest.id), now + UNAVAILABLE_FOR, "test")
+    result = provision(world.runtime(), now)
+    assert [c.capacity_type for c in result.launched] == ["reserved"]
+    (request,) = world.ec2.fleet_requests
+    assert world.ec2.template_inputs[request.overrides[0].launch_template.id]["capacity_reservation_id"] == RESERVATION.id  # type: ignore[union-attr]
+
+    world = reserved_world()
+    _select(world, RESERVATION)
+    world.state.mark_unavailable(OfferingKey("", "", "reserved", reservation_id=RESERVATION.id), now + UNAVAILABLE_FOR, "test")
+    result = provision(world.runtime(), now)
+    assert [c.capacity_type for c in result.launched] == ["on-demand"]
+    assert all(r.capacity_type == "on-demand" for r in world.ec2.fleet_requests)

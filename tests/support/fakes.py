@@ -594,9 +594,11 @@ class FakeEc2:
         taints: Sequence[Taint] = (),
         capacity_reservation_id: str | None = None,
         tenancy: str = "default",
+        reservation_type: str = "default",
     ) -> LaunchTemplateRef:
         self._enter("ensure_launch_template")
-        inputs = (node_class.name, arch, tuple(security_groups), ami_id, tuple(sorted((labels or {}).items())), tuple(taints), capacity_reservation_id, tenancy)
+        inputs = (node_class.name, arch, tuple(security_groups), ami_id, tuple(sorted((labels or {}).items())), tuple(taints), capacity_reservation_id,
+                  reservation_type, tenancy)
         digest = hashlib.sha256(repr(inputs).encode()).hexdigest()[:17]
         ref = LaunchTemplateRef(id=f"lt-{digest}", name=f"joiner/{cluster.name}/{node_class.name}/{arch}")
         with self._lock:
@@ -604,7 +606,8 @@ class FakeEc2:
             if ref.id not in self.template_records:
                 self.template_records[ref.id] = (cluster.name, LaunchTemplateInfo(ref, node_class.name, self.clock.now()))
             self.template_inputs[ref.id] = {"labels": dict(labels or {}), "taints": tuple(taints), "ami": ami_id, "security_groups": tuple(security_groups),
-                                            "capacity_reservation_id": capacity_reservation_id, "tenancy": tenancy}
+                                            "capacity_reservation_id": capacity_reservation_id, "reservation_type": reservation_type,
+                                            "tenancy": tenancy}
         return ref
 
     def create_fleet(self, request: FleetRequest) -> FleetResult:
@@ -653,6 +656,7 @@ class FakeEc2:
                     image_id=str(self.template_inputs.get(template_id, {}).get("ami", "")),
                     subnet_id=override.subnet_id,
                     security_group_ids=tuple(sorted(set(self.template_inputs.get(template_id, {}).get("security_groups", ())))),
+                    capacity_reservation_id=str(self.template_inputs.get(template_id, {}).get("capacity_reservation_id") or ""),
                 )
                 instances.append(LaunchedInstance(instance_id, override.instance_type, override.zone, request.capacity_type, override.subnet_id))
                 break
@@ -691,6 +695,10 @@ class FakeEc2:
                 record for _, record in sorted(self.instances.items())
                 if record.tags.get("joiner.dev/cluster") == cluster_name and record.state not in ("shutting-down", "terminated")
             ]
+
+    def reservation_instances(self, cluster_name: str, reservation_id: str) -> list[InstanceRecord]:
+        self._enter("reservation_instances")
+        return [record for record in self.list_cluster_instances(cluster_name) if record.capacity_reservation_id == reservation_id]
 
     def add_launch_template(self, name: str, *, node_class: str = "default", created: datetime | None = None, cluster: str | None = None) -> LaunchTemplateRef:
         """Test helper: a launch template tagged for ``cluster`` (default: this fake's), created at ``created``."""

@@ -211,6 +211,9 @@ class FleetRequest:
     overrides: tuple[FleetOverride, ...]
     tags: Mapping[str, str]
     target_capacity: int = 1
+    #: reserved launches: "default" (on-demand capacity reservations) or "capacity-block"
+    #: (EC2 Fleet's capacity-block market; one Capacity Block per request)
+    reservation_type: str = "default"
 
     @property
     def launch_templates(self) -> tuple[LaunchTemplateRef, ...]:
@@ -281,6 +284,8 @@ class InstanceRecord:
     image_id: str = ""
     subnet_id: str = ""
     security_group_ids: tuple[str, ...] = ()  # sorted
+    #: the capacity reservation the instance runs in ("" when none)
+    capacity_reservation_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,6 +321,10 @@ class LaunchTemplateNotFound(Ec2Error):
     def __init__(self, message: str, code: str, template: LaunchTemplateRef) -> None:
         super().__init__(message, code)
         self.template = template
+
+
+#: ``CapacityReservation.reservation_type`` of a Capacity Block (EC2's ``ReservationType``).
+CAPACITY_BLOCK = "capacity-block"
 
 
 @dataclass(frozen=True, slots=True)
@@ -359,17 +368,23 @@ class Ec2Port(Protocol):
         taints: Sequence[Taint] = (),
         capacity_reservation_id: str | None = None,
         tenancy: str = "default",
+        reservation_type: str = "default",
     ) -> LaunchTemplateRef:
         """Create (or reuse when inputs are unchanged) the launch template for this NodeClass and
         architecture. ``labels``/``taints`` go into the kubelet's start flags (user data), so the
         template is also per distinct label/taint set (see docs/aws.md). ``tenancy``
-        ``dedicated`` launches Dedicated Instances (``Placement.Tenancy``)."""
+        ``dedicated`` launches Dedicated Instances (``Placement.Tenancy``). A template targeting a
+        ``capacity-block`` reservation uses the capacity-block market."""
         ...
     def create_fleet(self, request: FleetRequest) -> FleetResult: ...
     def terminate_instances(self, instance_ids: Sequence[str]) -> None: ...
     def describe_instances(self, instance_ids: Sequence[str]) -> list[InstanceRecord]: ...
     def list_cluster_instances(self, cluster_name: str) -> list[InstanceRecord]:
         """Non-terminated instances tagged for this cluster by Joiner."""
+        ...
+    def reservation_instances(self, cluster_name: str, reservation_id: str) -> list[InstanceRecord]:
+        """Non-terminated instances tagged for this cluster running in capacity reservation
+        ``reservation_id`` (DescribeInstances filter ``capacity-reservation-id``)."""
         ...
     def describe_cluster(self, cluster_name: str) -> ClusterInfo: ...
     def list_launch_templates(self, cluster_name: str) -> list[LaunchTemplateInfo]:

@@ -26,6 +26,7 @@ from joiner.domain.model import NodeClass, SelectorTerm, Taint
 from joiner.domain.quantity import QuantityError, parse_quantity
 from joiner.domain.userdata import ClusterBootstrap, UserDataError, build_user_data, encode_user_data
 from joiner.ports import (
+    CAPACITY_BLOCK,
     LAUNCH_TEMPLATE_NOT_FOUND_CODES,
     CapacityReservation,
     Clock,
@@ -500,10 +501,12 @@ class Ec2Adapter:
         taints: Sequence[Taint] = (),
         capacity_reservation_id: str | None = None,
         tenancy: str = "default",
+        reservation_type: str = "default",
     ) -> LaunchTemplateRef:
         """The launch template for these exact inputs, created on first use. With
         ``capacity_reservation_id`` its instances launch into that reservation (a template per
-        reservation: CreateFleet cannot target one any other way).
+        reservation: CreateFleet cannot target one any other way); a ``capacity-block``
+        reservation also needs the capacity-block market (``InstanceMarketOptions``).
 
         Its name ends in a hash of the whole template (AMI, user data with labels/taints, SGs,
         profile, devices, metadata options, tags), so any NodeClass or NodePool change yields a
@@ -519,6 +522,8 @@ class Ec2Adapter:
             data["Placement"] = {"Tenancy": tenancy}
         if capacity_reservation_id:
             data["CapacityReservationSpecification"] = {"CapacityReservationTarget": {"CapacityReservationId": capacity_reservation_id}}
+            if reservation_type == CAPACITY_BLOCK:
+                data["InstanceMarketOptions"] = {"MarketType": CAPACITY_BLOCK}
         digest = hashlib.sha256(json.dumps({"data": data, "tags": resource_tags}, sort_keys=True).encode()).hexdigest()
         name = template_name(cluster.name, node_class.name, k8s_arch, digest)
         cached = self._templates.get(name)
@@ -638,6 +643,7 @@ class Ec2Adapter:
                 return FleetResult(instances=tuple(existing))
         zone_of_subnet = {o.subnet_id: o.zone for o in request.overrides}
         reserved = request.capacity_type == wk.CAPACITY_TYPE_RESERVED
+        capacity_block = reserved and request.reservation_type == CAPACITY_BLOCK
         by_template: dict[str, tuple[LaunchTemplateRef, list[dict[str, Any]]]] = {}
         for requested in request.overrides:
             item: dict[str, Any] = {"InstanceType": requested.instance_type, "SubnetId": requested.subnet_id, "AvailabilityZone": requested.zone}
@@ -660,8 +666,11 @@ class Ec2Adapter:
             ],
             "TargetCapacitySpecification": {
                 "TotalTargetCapacity": request.target_capacity,
-                # A reserved launch is on-demand into the reservation its overrides' templates target.
-                "DefaultTargetCapacityType": wk.CAPACITY_TYPE_ON_DEMAND if reserved else request.capacity_type,
+                # A reserved launch is on-demand into the reservation its overrides' templates
+                # target, or the capacity-block market for a Capacity Block.
+                "DefaultTargetCapacityType": (
+                    (CAPACITY_BLOCK if capacity_block else wk.CAPACITY_TYPE_ON_DEMAND) if reserved else request.capacity_type
+                ),
             },
             "TagSpecifications": [
                 {"ResourceType": resource, "Tags": _tag_list(tags)} for resource in ("instance", "volume", "fleet")
@@ -669,7 +678,7 @@ class Ec2Adapter:
         }
         if request.capacity_type == wk.CAPACITY_TYPE_SPOT:
             params["SpotOptions"] = {"AllocationStrategy": "price-capacity-optimized"}
-        else:
+        elif not capacity_block:
             params["OnDemandOptions"] = {"AllocationStrategy": "lowest-price"}
         try:
             response = self._call("ec2", "create_fleet", self._ec2.create_fleet, **params)
@@ -754,6 +763,7 @@ class Ec2Adapter:
             image_id=str(instance.get("ImageId") or ""),
             subnet_id=str(instance.get("SubnetId") or ""),
             security_group_ids=tuple(sorted({str(g["GroupId"]) for g in instance.get("SecurityGroups") or () if g.get("GroupId")})),
+            capacity_reservation_id=str(instance.get("CapacityReservationId") or ""),
         )
 
     def _describe(self, filters: list[dict[str, Any]]) -> list[InstanceRecord]:
@@ -775,6 +785,17 @@ class Ec2Adapter:
             [
                 {"Name": f"tag:{CLUSTER_TAG}", "Values": [cluster_name]},
                 {"Name": "instance-state-name", "Values": list(LIVE_INSTANCE_STATES)},
+            ]
+        )
+
+    def reservation_instances(self, cluster_name: str, reservation_id: str) -> list[InstanceRecord]:
+        """Live instances tagged ``joiner.dev/cluster=<cluster_name>`` running in capacity
+        reservation ``reservation_id``, by id."""
+        return self._describe(
+            [
+                {"Name": f"tag:{CLUSTER_TAG}", "Values": [cluster_name]},
+                {"Name": "instance-state-name", "Values": list(LIVE_INSTANCE_STATES)},
+                {"Name": "capacity-reservation-id", "Values": [reservation_id]},
             ]
         )
 

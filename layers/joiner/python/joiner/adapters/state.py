@@ -582,16 +582,21 @@ class StateAdapter:
     # ------------------------------------------------------------ unavailable offerings
 
     def mark_unavailable(self, key: OfferingKey, until: datetime, reason: str) -> None:
-        """Record an offering as out of capacity until ``until``; an existing later expiry is kept."""
+        """Record an offering as out of capacity until ``until``; an existing later expiry is kept.
+        A key with a ``reservation_id`` is that reservation's one record (its type and zone
+        are kept for display)."""
         until = _aware(until, "mark_unavailable until")
         expires = _epoch_ceil(until)
+        pk = (f"{UNAVAILABLE}#reservation#{key.reservation_id}" if key.reservation_id
+              else f"{UNAVAILABLE}#{key.instance_type}#{key.zone}#{key.capacity_type}")
         item = {
-            "pk": f"{UNAVAILABLE}#{key.instance_type}#{key.zone}#{key.capacity_type}",
+            "pk": pk,
             "sk": UNAVAILABLE,
             "nodePool": f"#{UNAVAILABLE}",  # overloads GSI byNodePool: list all with one Query
             "instanceType": key.instance_type,
             "zone": key.zone,
             "capacityType": key.capacity_type,
+            **({"reservationId": key.reservation_id} if key.reservation_id else {}),
             "reason": reason,
             "expiresAt": expires,
         }
@@ -611,7 +616,7 @@ class StateAdapter:
         has not deleted yet are filtered out)."""
         items = self._query(IndexName=BY_NODE_POOL, KeyConditionExpression=Key("nodePool").eq(f"#{UNAVAILABLE}"))
         return frozenset(
-            OfferingKey(str(item["instanceType"]), str(item["zone"]), str(item["capacityType"]))
+            OfferingKey(str(item["instanceType"]), str(item["zone"]), str(item["capacityType"]), str(item.get("reservationId") or ""))
             for item in items
             if not self._expired(item, now)
         )

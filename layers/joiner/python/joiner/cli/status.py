@@ -126,7 +126,7 @@ def render_table(status: dict[str, Any], *, wide: bool = False) -> str:
                                   if pending else ["  none"])
     unavailable = status["unavailableOfferings"]
     if unavailable:
-        out += ["", "UNAVAILABLE OFFERINGS"] + _rows(("TYPE", "ZONE", "CAPACITY"), [(u["instanceType"], u["zone"], u["capacityType"]) for u in unavailable])
+        out += ["", "UNAVAILABLE OFFERINGS"] + _rows(("TYPE", "ZONE", "CAPACITY"), [(u["instanceType"], u["zone"], u["capacityType"] + (f" ({u['reservationId']})" if u.get("reservationId") else "")) for u in unavailable])
     decisions = status["recentDecisions"]
     out += ["", "RECENT DECISIONS"] + (_rows(("TIME", "OBJECT", "REASON", "MESSAGE"), [
         (d["time"], d["object"], str(d["reason"]), str(d["message"] or "") if wide else str(d["message"] or "")[:120]) for d in decisions]) if decisions else ["  none"])

@@ -1,8 +1,8 @@
 """Interruption events as Joiner sees them, and what to do about each.
 
 Every EventBridge message that can take a node away (spot interruption warning, rebalance
-recommendation, instance state change, capacity reservation interruption warning, AWS
-Health scheduled change) is normalised by :mod:`joiner.events` into one
+recommendation, instance state change, capacity reservation interruption warning, Capacity
+Block expiration warning, AWS Health scheduled change) is normalised by :mod:`joiner.events` into one
 :class:`InterruptionEvent`. :func:`decide_action` then maps (event, claim, NodePool) to an
 :class:`Action`; :mod:`joiner.services.interruption` carries it out.
 
@@ -22,8 +22,9 @@ if TYPE_CHECKING:  # ClaimRecord is a plain dataclass; imported for typing only 
 
 __all__ = [
     "SPOT_INTERRUPTION", "REBALANCE_RECOMMENDATION", "STATE_CHANGE", "CAPACITY_RESERVATION_INTERRUPTION",
+    "CAPACITY_BLOCK_EXPIRATION", "RESERVATION_KINDS",
     "SCHEDULED_CHANGE", "NOOP", "KINDS", "DRAINING_STATES", "SPOT_NOTICE", "CAPACITY_RESERVATION_NOTICE",
-    "SCHEDULED_CHANGE_MIN_NOTICE",
+    "CAPACITY_BLOCK_NOTICE", "CAPACITY_BLOCK_RECLAIM_LEAD", "SCHEDULED_CHANGE_MIN_NOTICE",
     "InterruptionEvent", "Action", "ACTION_NONE", "ACTION_UNMANAGED", "ACTION_CORDON_REPLACE_DRAIN",
     "ACTION_REPLACE_THEN_DRAIN", "ACTION_DELETE_NODE", "decide_action", "instance_id_from_entity",
 ]
@@ -32,11 +33,16 @@ SPOT_INTERRUPTION = "spot-interruption"
 REBALANCE_RECOMMENDATION = "rebalance-recommendation"
 STATE_CHANGE = "state-change"
 CAPACITY_RESERVATION_INTERRUPTION = "capacity-reservation-interruption"
+#: A Capacity Block ends soon: every instance running in it is terminated. The event names the
+#: reservation, not instances (``capacity_reservation_id``).
+CAPACITY_BLOCK_EXPIRATION = "capacity-block-expiration"
 SCHEDULED_CHANGE = "scheduled-change"
 #: A recognised event that needs nothing (a state change to ``running``, a Health event
 #: for another service or category).
 NOOP = "noop"
-KINDS = (SPOT_INTERRUPTION, REBALANCE_RECOMMENDATION, STATE_CHANGE, CAPACITY_RESERVATION_INTERRUPTION, SCHEDULED_CHANGE, NOOP)
+KINDS = (SPOT_INTERRUPTION, REBALANCE_RECOMMENDATION, STATE_CHANGE, CAPACITY_RESERVATION_INTERRUPTION, CAPACITY_BLOCK_EXPIRATION, SCHEDULED_CHANGE, NOOP)
+#: Kinds that take capacity out of a reservation: the reservation is marked unavailable.
+RESERVATION_KINDS = frozenset({CAPACITY_RESERVATION_INTERRUPTION, CAPACITY_BLOCK_EXPIRATION})
 
 #: Instance states after which the node cannot keep running pods.
 DRAINING_STATES = frozenset({"stopping", "stopped", "shutting-down", "terminated"})
@@ -46,6 +52,11 @@ SPOT_NOTICE = timedelta(seconds=120)
 #: Interruptible capacity reservations warn two minutes ahead too (when the event carries
 #: no ``instance-termination-time``).
 CAPACITY_RESERVATION_NOTICE = timedelta(seconds=120)
+#: EC2 warns 40 minutes before a Capacity Block ends that its instances begin to terminate 10
+#: minutes later: the drain must be over by then.
+CAPACITY_BLOCK_NOTICE = timedelta(minutes=10)
+#: How long before a Capacity Block's end EC2 begins terminating its instances.
+CAPACITY_BLOCK_RECLAIM_LEAD = timedelta(minutes=30)
 #: A scheduled change whose start time has already come (an update for maintenance in
 #: progress) still gets this long for a graceful drain instead of immediate deletion.
 SCHEDULED_CHANGE_MIN_NOTICE = timedelta(seconds=120)
@@ -70,10 +81,13 @@ class InterruptionEvent:
 
     ``start_time`` is when the notice was raised (the EventBridge ``time``); ``deadline``
     is when the instance goes away (spot: ``time`` + 2 min; Health: the scheduled
-    ``startTime``, at least ``time`` + 2 min; capacity reservation: ``instance-termination-time``; state change: the
+    ``startTime``, at least ``time`` + 2 min; capacity reservation: ``instance-termination-time``;
+    Capacity Block: when EC2 begins terminating its instances; state change: the
     event time, it is already happening; rebalance: None). ``state`` is the instance state
     for state changes, ``detail`` a short description (the Health event type code, the
-    instance action).
+    instance action). ``capacity_reservation_id`` names the reservation a Capacity Block
+    warning is about (its instances are looked up, ``instance_ids`` is empty) and
+    ``reservation_end`` when that reservation ends.
     """
 
     kind: str
@@ -84,12 +98,15 @@ class InterruptionEvent:
     raw_detail_type: str
     state: str = ""
     detail: str = ""
+    capacity_reservation_id: str = ""
+    reservation_end: datetime | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"InterruptionEvent.kind: unknown kind {self.kind!r}")
-        if self.start_time.tzinfo is None or (self.deadline is not None and self.deadline.tzinfo is None):
-            raise ValueError("InterruptionEvent: start_time and deadline must be timezone-aware")
+        times = (self.start_time, self.deadline, self.reservation_end)
+        if any(moment is not None and moment.tzinfo is None for moment in times):
+            raise ValueError("InterruptionEvent: start_time, deadline and reservation_end must be timezone-aware")
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -101,6 +118,8 @@ class InterruptionEvent:
             "deadline": _iso(self.deadline) if self.deadline else None,
             **({"state": self.state} if self.state else {}),
             **({"detail": self.detail} if self.detail else {}),
+            **({"capacityReservationId": self.capacity_reservation_id} if self.capacity_reservation_id else {}),
+            **({"reservationEnd": _iso(self.reservation_end)} if self.reservation_end else {}),
         }
 
 
@@ -121,8 +140,9 @@ class Action:
 
     ``deadline``: when the drain must be over (pods still there are deleted with a grace
     period that ends by then); None waits for PDBs and ``do-not-disrupt`` pods
-    indefinitely. ``mark_unavailable``: the (instance type, zone, spot) offering goes on
-    the unavailable list so replacements avoid it. ``replace``: launch capacity for the
+    indefinitely. ``mark_unavailable``: the (instance type, zone, spot) offering, or for a
+    reservation's warning that reservation, goes on the unavailable list so replacements
+    avoid it. ``replace``: launch capacity for the
     node's reschedulable pods now. ``wait_for_replacement``: drain only once that capacity
     is Ready, or, with a ``deadline``, once the drain must start to end by it
     (:func:`joiner.domain.termination.drain_start_by`): pods move straight onto Ready
@@ -189,11 +209,13 @@ def decide_action(event: InterruptionEvent, claim: ClaimRecord | None, node_pool
             replace=True,
             wait_for_replacement=True,
         )
-    if event.kind == CAPACITY_RESERVATION_INTERRUPTION:
+    if event.kind in RESERVATION_KINDS:
+        what = "Capacity Block expiration warning" if event.kind == CAPACITY_BLOCK_EXPIRATION else "capacity reservation interruption warning"
         return Action(
             ACTION_CORDON_REPLACE_DRAIN,
-            "capacity reservation interruption warning: the instance is terminated at the deadline",
+            f"{what}: the instance is terminated at the deadline",
             deadline=capped(event.deadline),
+            mark_unavailable=True,
             replace=True,
             wait_for_replacement=True,
         )

@@ -500,9 +500,15 @@ def nodeclass_hash(node_class: NodeClass) -> str:
 
 @dataclass(frozen=True, slots=True, order=True)
 class OfferingKey:
+    """An offering (instance type, zone, capacity type). With ``reservation_id`` (capacity type
+    ``reserved``) it stands for that one capacity reservation: marked unavailable, the
+    reservation counts as full while other reservations of the same type and zone are still
+    offered."""
+
     instance_type: str
     zone: str
     capacity_type: str
+    reservation_id: str = ""
 
 
 @dataclass(frozen=True, slots=True, order=True)

@@ -13,16 +13,22 @@ from pydantic import ConfigDict
 
 __all__ = [
     "EventHeader", "InstanceDetail", "SpotInterruptionDetail", "StateChangeDetail",
-    "CapacityReservationInterruptionDetail", "AffectedEntity", "HealthDetail",
+    "CapacityReservationInterruptionDetail", "CapacityBlockExpirationDetail", "AffectedEntity", "HealthDetail",
     "SpotInterruptionEvent", "RebalanceRecommendationEvent", "StateChangeEvent",
-    "CapacityReservationInterruptionEvent", "HealthEvent",
-    "SPOT_INTERRUPTION_TYPE", "REBALANCE_TYPE", "STATE_CHANGE_TYPE", "CAPACITY_RESERVATION_TYPE", "HEALTH_TYPE",
+    "CapacityReservationInterruptionEvent", "CapacityBlockExpirationEvent", "HealthEvent",
+    "SPOT_INTERRUPTION_TYPE", "REBALANCE_TYPE", "STATE_CHANGE_TYPE", "CAPACITY_RESERVATION_TYPE", "CAPACITY_BLOCK_TYPES", "HEALTH_TYPE",
 ]
 
 SPOT_INTERRUPTION_TYPE = ("aws.ec2", "EC2 Spot Instance Interruption Warning")
 REBALANCE_TYPE = ("aws.ec2", "EC2 Instance Rebalance Recommendation")
 STATE_CHANGE_TYPE = ("aws.ec2", "EC2 Instance State-change Notification")
 CAPACITY_RESERVATION_TYPE = ("aws.ec2", "EC2 Capacity Reservation Instance Interruption Warning")
+#: AWS documents the Capacity Block expiration warning under both names (the EC2 user guide's
+#: sample, the EventBridge event reference): both are accepted.
+CAPACITY_BLOCK_TYPES = (
+    ("aws.ec2", "Capacity Block Reservation Expiration Warning"),
+    ("aws.ec2", "Capacity Block Expiration Warning"),
+)
 HEALTH_TYPE = ("aws.health", "AWS Health Event")
 
 
@@ -55,6 +61,14 @@ class StateChangeDetail(InstanceDetail):
 class CapacityReservationInterruptionDetail(InstanceDetail):
     instance_action: str = Field(default="terminate", alias="instance-action")
     instance_termination_time: str | None = Field(default=None, alias="instance-termination-time")
+
+
+class CapacityBlockExpirationDetail(_Lenient):
+    """Names the reservation (``cr-...``), not instances; ``end-date`` is when the block ends.
+    The id may instead come from the event's ``resources`` (the reservation's ARN)."""
+
+    capacity_reservation_id: str | None = Field(default=None, alias="capacity-reservation-id")
+    end_date: str | None = Field(default=None, alias="end-date")
 
 
 class AffectedEntity(_Lenient):
@@ -104,6 +118,10 @@ class StateChangeEvent(_Event):
 
 class CapacityReservationInterruptionEvent(_Event):
     detail: CapacityReservationInterruptionDetail
+
+
+class CapacityBlockExpirationEvent(_Event):
+    detail: CapacityBlockExpirationDetail
 
 
 class HealthEvent(_Event):

@@ -5,7 +5,8 @@ is read with :func:`joiner.domain.bounded.load_json` (at most 256 KiB, 32 levels
 64-bit integers), and times are bounded so no deadline arithmetic can overflow:
 
 * every time lies between 1970 and 2200 (:func:`joiner.domain.bounded.time_in_range`);
-* a time in ``detail`` (a Health ``startTime``, an ``instance-termination-time``) lies within
+* a time in ``detail`` (a Health ``startTime``, an ``instance-termination-time``, a Capacity
+  Block's ``end-date``) lies within
   :data:`MAX_DETAIL_TIME_OFFSET` of the event's ``time``;
 * with ``now`` (the interruption handler passes its clock), the event's ``time`` is at most
   :data:`MAX_EVENT_AGE` old (SQS keeps a message 14 days, a redrive from the dead-letter
@@ -14,6 +15,7 @@ is read with :func:`joiner.domain.bounded.load_json` (at most 256 KiB, 32 levels
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
@@ -143,6 +145,45 @@ def _capacity_reservation(event: m.CapacityReservationInterruptionEvent) -> Inte
     )
 
 
+_RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{8,17}$")
+_RESERVATION_ARN = re.compile(r"^arn:aws[a-z-]*:ec2:[^:]*:[^:]*:capacity-reservation/(cr-[0-9a-f]{8,17})$")
+
+
+def _reservation_id(event: m.CapacityBlockExpirationEvent) -> str:
+    stated = (event.detail.capacity_reservation_id or "").strip()
+    if stated:
+        if not _RESERVATION_ID.match(stated):
+            raise UnparseableEvent(f"detail.capacity-reservation-id: {stated!r} is not a capacity reservation id")
+        return stated
+    found = sorted({match.group(1) for value in event.resources if (match := _RESERVATION_ARN.match(value.strip()))})
+    if len(found) != 1:
+        raise UnparseableEvent("detail.capacity-reservation-id: missing (and resources name no single capacity reservation)")
+    return found[0]
+
+
+def _capacity_block(event: m.CapacityBlockExpirationEvent) -> InterruptionEvent:
+    """EC2 terminates the block's instances from ten minutes after the warning (40 minutes
+    before the block's end, so from 30 minutes before it): the deadline is the earlier of
+    ``time`` + 10 min and ``end-date`` - 30 min, never before ``time``."""
+    time = _utc(event.time)
+    reservation_id = _reservation_id(event)
+    end = _detail_time(event.detail.end_date, "detail.end-date", time) if event.detail.end_date else None
+    deadline = time + di.CAPACITY_BLOCK_NOTICE
+    if end is not None:
+        deadline = max(time, min(deadline, end - di.CAPACITY_BLOCK_RECLAIM_LEAD))
+    return InterruptionEvent(
+        kind=di.CAPACITY_BLOCK_EXPIRATION,
+        event_id=event.id,
+        instance_ids=(),
+        deadline=deadline,
+        start_time=time,
+        raw_detail_type=event.detail_type,
+        detail=reservation_id,
+        capacity_reservation_id=reservation_id,
+        reservation_end=end,
+    )
+
+
 def _health(event: m.HealthEvent) -> InterruptionEvent:
     time = _utc(event.time)
     detail = event.detail
@@ -181,6 +222,7 @@ _PARSERS: dict[tuple[str, str], tuple[type[Any], Callable[[Any], InterruptionEve
     m.STATE_CHANGE_TYPE: (m.StateChangeEvent, _state_change),
     m.CAPACITY_RESERVATION_TYPE: (m.CapacityReservationInterruptionEvent, _capacity_reservation),
     m.HEALTH_TYPE: (m.HealthEvent, _health),
+    **dict.fromkeys(m.CAPACITY_BLOCK_TYPES, (m.CapacityBlockExpirationEvent, _capacity_block)),
 }
 
 

@@ -33,7 +33,7 @@ __all__ = [
     "create_idempotency_table", "create_dead_lettered_queue", "route_interruptions",
 ]
 
-#: The interruption rule's pattern (infra/ingestion.py routes the same five event kinds).
+#: The interruption rule's pattern (infra/ingestion.py routes the same event kinds).
 EVENT_RULE_PATTERN = {
     "source": ["aws.ec2", "aws.health"],
     "detail-type": [
@@ -41,6 +41,8 @@ EVENT_RULE_PATTERN = {
         "EC2 Instance Rebalance Recommendation",
         "EC2 Instance State-change Notification",
         "EC2 Capacity Reservation Instance Interruption Warning",
+        "Capacity Block Reservation Expiration Warning",
+        "Capacity Block Expiration Warning",
         "AWS Health Event",
     ],
 }

@@ -281,6 +281,7 @@ class ClusterView:
         )
         work.compute_usage(RegistrationResult())
         work.unavailable = set(self.runtime.state.unavailable_offerings(now))
+        work.apply_unavailable_reservations()
 
         mine = {p.key for p in pods}
         for pod in pods:
@@ -374,7 +375,14 @@ def handle_interruption(runtime: Runtime, event: InterruptionEvent, now: datetim
     if event.kind == di.NOOP:
         runtime.count("InterruptionIgnored", kind=event.kind)
         return InterruptionOutcome(event, tuple(NodeOutcome(i, di.ACTION_NONE, event.detail) for i in event.instance_ids))
-    outcomes = [_handle_instance(runtime, view, event, instance_id, now) for instance_id in event.instance_ids]
+    instance_ids = event.instance_ids
+    if event.capacity_reservation_id and not instance_ids:
+        instance_ids = _reservation_instances(runtime, view, event)
+        if not instance_ids:
+            _mark_reservation(runtime, view, event, now, "", "")
+            runtime.count("InterruptionIgnored", kind=event.kind)
+            return InterruptionOutcome(event)
+    outcomes = [_handle_instance(runtime, view, event, instance_id, now) for instance_id in instance_ids]
     latency = (now - event.start_time).total_seconds()
     runtime.count("InterruptionLatencySeconds", max(0.0, latency), "Seconds")
     return InterruptionOutcome(event, tuple(outcomes))
@@ -461,17 +469,54 @@ def _handle_instance(runtime: Runtime, view: ClusterView, event: InterruptionEve
     return dataclasses.replace(base, replacement_claims=tuple(launched), termination=result.status, evicted=result.evicted)
 
 
+def _reservation_instances(runtime: Runtime, view: ClusterView, event: InterruptionEvent) -> tuple[str, ...]:
+    """The cluster's instances running in the reservation ``event`` names (a Capacity Block
+    warning names no instance), as EC2 reports them; their nodes are left out of every
+    replacement plan of the invocation."""
+    records = runtime.ec2.reservation_instances(runtime.settings.cluster_name, event.capacity_reservation_id)
+    instance_ids = tuple(sorted({r.instance_id for r in records}))
+    logger.info("capacity reservation warning: instances found", extra={
+        "reservation": event.capacity_reservation_id, "instances": list(instance_ids), "kind": event.kind, "event_id": event.event_id,
+    })
+    view.expect_disruption(instance_ids)
+    return instance_ids
+
+
 def _mark_unavailable(
     runtime: Runtime, claim: ClaimRecord | None, labels: dict[str, str], now: datetime, event: InterruptionEvent, view: ClusterView,
 ) -> None:
-    instance_type = (claim.instance_type if claim else None) or labels.get(wk.INSTANCE_TYPE)
-    zone = (claim.zone if claim else None) or labels.get(wk.ZONE)
+    instance_type = (claim.instance_type if claim else None) or labels.get(wk.INSTANCE_TYPE) or ""
+    zone = (claim.zone if claim else None) or labels.get(wk.ZONE) or ""
+    if event.kind in di.RESERVATION_KINDS:
+        _mark_reservation(runtime, view, event, now, instance_type, zone, labels.get(wk.CAPACITY_RESERVATION_ID, ""))
+        return
     if not instance_type or not zone:
         return
     key = OfferingKey(instance_type, zone, wk.CAPACITY_TYPE_SPOT)
     if not view.first_mark(key):
         return  # a burst reclaims many nodes of one offering: one write per invocation is enough
     runtime.state.mark_unavailable(key, now + UNAVAILABLE_FOR, f"{event.kind} {event.event_id}")
+    runtime.count("OfferingsMarkedUnavailable", reason=event.kind)
+
+
+def _mark_reservation(
+    runtime: Runtime, view: ClusterView, event: InterruptionEvent, now: datetime, instance_type: str, zone: str, labelled: str = "",
+) -> None:
+    """Mark the reservation being reclaimed unavailable (Karpenter's interruption controller
+    does the same), so no replacement targets it: a Capacity Block until it ends, an
+    interruptible reservation for :data:`UNAVAILABLE_FOR`. The reservation is the event's, else
+    the one the Node's ``capacity-reservation-id`` label names; a node without one (launched
+    by an older version) marks nothing here."""
+    reservation_id = event.capacity_reservation_id or labelled
+    if not reservation_id:
+        return
+    key = OfferingKey(instance_type, zone, wk.CAPACITY_TYPE_RESERVED, reservation_id=reservation_id)
+    if not view.first_mark(OfferingKey("", "", wk.CAPACITY_TYPE_RESERVED, reservation_id=reservation_id)):
+        return
+    until = now + UNAVAILABLE_FOR
+    if event.reservation_end is not None:
+        until = max(until, event.reservation_end)
+    runtime.state.mark_unavailable(key, until, f"{event.kind} {event.event_id}")
     runtime.count("OfferingsMarkedUnavailable", reason=event.kind)
 
 

@@ -71,6 +71,7 @@ from joiner.domain.reservations import reservation_for, with_reserved_offerings
 from joiner.domain.resources import EMPTY, Resources
 from joiner.domain.scheduling import solve
 from joiner.ports import (
+    CAPACITY_BLOCK,
     CapacityReservation,
     ClaimRecord,
     ClaimStateConflict,
@@ -476,6 +477,25 @@ class _Round:
         for env in self.envs.values():
             for reservation in env.reservations:
                 self.reservation_left.setdefault(reservation.id, reservation.available)
+        self.apply_unavailable_reservations()
+
+    def apply_unavailable_reservations(self) -> None:
+        """Reservations marked unavailable (:class:`OfferingKey` with ``reservation_id``: an
+        interruption is reclaiming them) count as full for this round, so neither the plan nor
+        a launch targets them; an instance type and zone that no NodeClass's reservations have
+        room for any more is no longer offered as ``reserved``."""
+        marked = {key.reservation_id for key in self.unavailable if key.reservation_id}
+        if not marked:
+            return
+        touched: set[tuple[str, str]] = set()
+        for env in self.envs.values():
+            for reservation in env.reservations:
+                if reservation.id in marked:
+                    self.reservation_left[reservation.id] = 0
+                    touched.add((reservation.instance_type, reservation.zone))
+        for instance_type, zone in sorted(touched):
+            if not any(reservation_for(instance_type, zone, env.reservations, self.reservation_left) for env in self.envs.values()):
+                self.unavailable.add(OfferingKey(instance_type, zone, wk.CAPACITY_TYPE_RESERVED))
 
     def pool_problem(self, pool: NodePool) -> str:
         """Why a NodePool cannot launch now ("" when it can)."""
@@ -762,8 +782,9 @@ class _Round:
                 capacity_type = choose_capacity_type(job.plan, prices, unavailable, job.env.subnets)
                 zone_templates: dict[tuple[str, str], LaunchTemplateRef] | None = None
                 templates: dict[str, LaunchTemplateRef] | None = None
+                reservation_type = "default"
                 if capacity_type == wk.CAPACITY_TYPE_RESERVED:
-                    plan, zone_templates = job.plan, self._reservation_templates(job)
+                    plan, (zone_templates, reservation_type) = job.plan, self._reservation_templates(job)
                     if not zone_templates:
                         raise NoOfferingsError(f"node claim {job.claim_id}: every selected capacity reservation is full")
                     template = zone_templates[min(zone_templates)]
@@ -775,6 +796,8 @@ class _Round:
                     attempt=attempt, templates=templates, zone_templates=zone_templates,
                     exotic=exotic_names(job.types),
                 )
+                if reservation_type != request.reservation_type:
+                    request = dataclasses.replace(request, reservation_type=reservation_type)
             except NoOfferingsError as error:
                 outcome.capacity_failure = True
                 outcome.failure = LaunchFailure(job.claim_id, job.pool.name, job.plan.pods, "InsufficientCapacity", str(error))
@@ -812,28 +835,45 @@ class _Round:
         outcome.failure = LaunchFailure(job.claim_id, job.pool.name, job.plan.pods, "IdempotentParameterMismatch", "client tokens already used")
         return outcome
 
-    def _reservation_templates(self, job: _Job) -> dict[tuple[str, str], LaunchTemplateRef]:
+    def _reservation_templates(self, job: _Job) -> tuple[dict[tuple[str, str], LaunchTemplateRef], str]:
         """Per (instance type, zone) of the claim with a reservation that has room: the launch
-        template targeting it (the type's AMI variant, the reservation's id). Only these are
-        made: a reserved launch needs no template without a target. A type whose AMI variant
-        has no AMI is left out while another launches; when none resolves, its error is raised."""
+        template targeting it (the type's AMI variant, the reservation's id), and the request's
+        reservation type. Only these are made: a reserved launch needs no template without a
+        target. A type whose AMI variant has no AMI is left out while another launches; when
+        none resolves, its error is raised.
+
+        CreateFleet takes one market per request and at most one Capacity Block: when the
+        cheapest pair's reservation is a Capacity Block, the request is that pair alone in the
+        capacity-block market; otherwise the Capacity Blocks are left out (the next attempt
+        may take them)."""
+        prices = _prices(job.types)
+        zones = sorted(set(job.plan.zones) & set(job.env.zones)) if job.plan.zones else sorted(job.env.zones)
+        candidates: list[tuple[float, int, str, str, CapacityReservation]] = []
+        for index, name in enumerate(job.plan.instance_types):
+            for zone in zones:
+                reservation = reservation_for(name, zone, job.env.reservations, self.reservation_left)
+                if reservation is None or OfferingKey(name, zone, wk.CAPACITY_TYPE_RESERVED) in self.unavailable:
+                    continue
+                candidates.append((prices.get(OfferingKey(name, zone, wk.CAPACITY_TYPE_RESERVED), float("inf")), index, name, zone, reservation))
+        candidates.sort(key=lambda c: c[:4])
+        reservation_type = candidates[0][4].reservation_type if candidates else "default"
+        if reservation_type == CAPACITY_BLOCK:
+            candidates = candidates[:1]
+        else:
+            candidates = [c for c in candidates if c[4].reservation_type != CAPACITY_BLOCK]
         out: dict[tuple[str, str], LaunchTemplateRef] = {}
         variant_of_type = {t.name: variant_of(t) for t in job.types}
         first_error: Ec2Error | None = None
-        for name in job.plan.instance_types:
-            for zone in sorted(job.env.zones):
-                reservation = reservation_for(name, zone, job.env.reservations, self.reservation_left)
-                if reservation is None:
-                    continue
-                try:
-                    out[(name, zone)] = self._variant_template(job, wk.CAPACITY_TYPE_RESERVED, variant_of_type.get(name, STANDARD), reservation.id)
-                except Ec2Error as error:
-                    if error.code != "AMINotFound":
-                        raise
-                    first_error = first_error or error
+        for _price, _index, name, zone, reservation in candidates:
+            try:
+                out[(name, zone)] = self._variant_template(job, wk.CAPACITY_TYPE_RESERVED, variant_of_type.get(name, STANDARD), reservation)
+            except Ec2Error as error:
+                if error.code != "AMINotFound":
+                    raise
+                first_error = first_error or error
         if not out and first_error is not None:
             raise first_error
-        return out
+        return out, reservation_type
 
     def _took_reservation(self, job: _Job, instance_type: str, zone: str) -> None:
         """One instance launched into a reservation of (type, zone): one less left this round;
@@ -878,9 +918,12 @@ class _Round:
         templates = {name: by_variant[variant_of_type.get(name, STANDARD)] for name in names}
         return plan, templates[names[0]], templates
 
-    def _variant_template(self, job: _Job, capacity_type: str, variant: str, reservation_id: str | None = None) -> LaunchTemplateRef:
+    def _variant_template(self, job: _Job, capacity_type: str, variant: str, reservation: CapacityReservation | None = None) -> LaunchTemplateRef:
+        reservation_id = reservation.id if reservation is not None else None
+        reservation_type = reservation.reservation_type if reservation is not None else "default"
         tenancy = tenancy_of(job.plan.requirements)
-        key = ("launch-template", repr(job.env.node_class), repr(job.pool), job.arch, capacity_type, job.env.security_groups, variant, reservation_id, tenancy)
+        key = ("launch-template", repr(job.env.node_class), repr(job.pool), job.arch, capacity_type, job.env.security_groups, variant, reservation_id,
+               reservation_type, tenancy)
         cached: LaunchTemplateRef | None = self.runtime.resolved.get(key, self.now)
         if cached is not None:
             return cached
@@ -893,7 +936,7 @@ class _Round:
             labels.update(wk.with_alias_labels({wk.CAPACITY_RESERVATION_ID: reservation_id}))
         template = ec2.ensure_launch_template(
             job.env.node_class, job.arch, cluster, job.env.security_groups, ami,
-            labels=labels, taints=node_taints(job.pool), capacity_reservation_id=reservation_id, tenancy=tenancy,
+            labels=labels, taints=node_taints(job.pool), capacity_reservation_id=reservation_id, reservation_type=reservation_type, tenancy=tenancy,
         )
         self.runtime.resolved.put(key, template, self.now)
         return template

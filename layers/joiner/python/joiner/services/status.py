@@ -133,8 +133,8 @@ def collect_status(state: StatusState, kube: StatusKube, now: datetime) -> Clust
             "age": _age_of(item.get("startedAt"), now),
         })
     unavailable = [
-        {"instanceType": o.instance_type, "zone": o.zone, "capacityType": o.capacity_type}
-        for o in sorted(state.unavailable_offerings(now), key=lambda o: (o.instance_type, o.zone, o.capacity_type))
+        {"instanceType": o.instance_type, "zone": o.zone, "capacityType": o.capacity_type, **({"reservationId": o.reservation_id} if o.reservation_id else {})}
+        for o in sorted(state.unavailable_offerings(now))
     ]
     events = [e for e in kube.list_events() if _from_joiner(e)]
     latest_reason: dict[str, str] = {}
