@@ -458,12 +458,16 @@ def test_node_and_nodeclass_template_hashes_drift_nodes_launched_from_an_older_t
 
 @pytest.mark.parametrize(("value", "age", "protected"), [
     ("30m", timedelta(minutes=10), True), ("30m", timedelta(minutes=31), False), ("2h30m", timedelta(hours=2), True),
-    ("Never", timedelta(days=400), True), ("false", timedelta(0), False), ("soon", timedelta(days=1), True),
+    ("+30m", timedelta(minutes=10), True), ("true", timedelta(days=400), True),
+    # Neither "true" nor a positive Go duration: Karpenter treats the annotation as absent.
+    ("Never", timedelta(days=400), False), ("false", timedelta(0), False), ("soon", timedelta(days=1), False),
+    ("True", timedelta(0), False), ("0s", timedelta(0), False), ("-30m", timedelta(0), False), (" 30m", timedelta(0), False),
+    ("30 m", timedelta(0), False), ("1d", timedelta(0), False),
 ])
 def test_a_duration_valued_do_not_disrupt_protects_for_that_long(value: str, age: timedelta, protected: bool) -> None:
-    """Issue 13 item 8 (Karpenter's do-not-disrupt grace period): "30m" protects the pod for 30
-    minutes after it was created, then the node may be consolidated; a value that is neither
-    "true", "false" nor a duration protects (the cautious reading)."""
+    """Karpenter's do-not-disrupt grace period: "30m" protects the pod for 30 minutes after it
+    was created, then the node may be consolidated; a value that is neither "true" nor a
+    positive Go duration does not protect (Karpenter ignores it, with an event)."""
     decision = run(pool(), managed_node("n1", "c5.2xlarge"),
                    running_pod("p1", "n1", created=T0 - age, annotations={wk.KARPENTER_DO_NOT_DISRUPT: value}))
     blocked = [b.reason for b in decision.blocked if b.node == "n1"]
