@@ -596,6 +596,28 @@ def test_an_always_allow_budget_does_not_hold_an_unhealthy_pod() -> None:
         assert (decision.commands == ()) is blocked, (ready, decision)
 
 
+def test_a_destination_that_took_a_pod_within_its_consolidate_after_window_is_no_destination() -> None:
+    """Karpenter's scheduler rule for consolidation: a node is under consolidateAfter while the
+    window since its last pod event (else its initialization) has not elapsed, however old the
+    node is. n2 is a day old but took p2 two minutes ago: n1's pod does not move onto it yet."""
+    for pod_age, onto_n2 in ((timedelta(minutes=2), False), (timedelta(minutes=20), True)):
+        objects = [pool(types=["c5.2xlarge"], consolidate_after="10m"), managed_node("n1", "c5.2xlarge", created=T0 - timedelta(days=1)),
+                   managed_node("n2", "c5.2xlarge", created=T0 - timedelta(days=1)), running_pod("p1", "n1", created=T0 - timedelta(hours=1)),
+                   running_pod("p2", "n2", created=T0 - pod_age)]
+        decision = run(*objects)
+        assert any(c.nodes == ("n1",) and c.replacements == () for c in decision.commands) is onto_n2, (pod_age, decision.commands)
+
+
+def test_a_destination_initialized_within_its_consolidate_after_window_is_no_destination() -> None:
+    """No pod event since: the window runs from the node's initialization (Karpenter's rule)."""
+    for since_init, onto_n2 in ((timedelta(minutes=3), False), (timedelta(minutes=30), True)):
+        objects = [pool(types=["c5.2xlarge"], consolidate_after="10m"), managed_node("n1", "c5.2xlarge", created=T0 - timedelta(days=1)),
+                   managed_node("n2", "c5.2xlarge", created=T0 - timedelta(days=1)), running_pod("p1", "n1", created=T0 - timedelta(hours=1)),
+                   running_pod("p2", "n2", created=T0 - timedelta(hours=2))]
+        decision = run(*objects, facts={"n2": NodeFacts(initialized_at=T0 - since_init)})
+        assert any(c.nodes == ("n1",) and c.replacements == () for c in decision.commands) is onto_n2, (since_init, decision.commands)
+
+
 def test_a_node_inside_its_own_consolidate_after_window_is_no_destination() -> None:
     """Issue 13 item 3: n2, launched 5 minutes ago under a 10-minute consolidateAfter, does not
     take n1's pod yet; once past the window it does."""
