@@ -618,6 +618,21 @@ def test_a_destination_initialized_within_its_consolidate_after_window_is_no_des
         assert any(c.nodes == ("n1",) and c.replacements == () for c in decision.commands) is onto_n2, (since_init, decision.commands)
 
 
+def test_drift_moves_pods_onto_nodes_inside_their_consolidate_after_window() -> None:
+    """consolidateAfter gates consolidation, not drift (Karpenter simulates drift without the
+    consolidateAfter rule): n1 drifted (its pool now wants team=a); n2, launched 2 minutes ago
+    under a 10-minute window, has room, so n1 goes without a replacement."""
+    objects = [pool(types=["c5.2xlarge"], consolidate_after="10m", labels={"team": "a"}),
+               managed_node("n1", "c5.2xlarge", created=T0 - timedelta(days=1)),
+               managed_node("n2", "c5.2xlarge", created=T0 - timedelta(minutes=2), labels={"team": "a"}),
+               running_pod("p1", "n1", created=T0 - timedelta(hours=1)), running_pod("p2", "n2", created=T0 - timedelta(minutes=2))]
+    (command,) = run(*objects).commands
+    assert command.method == DRIFT and command.nodes == ("n1",) and command.replacements == (), command
+    # Validation re-simulates the same way.
+    fresh, why = validate(command, disruption_input(snapshot(*objects)))
+    assert fresh is not None and fresh.replacements == (), why
+
+
 def test_a_node_inside_its_own_consolidate_after_window_is_no_destination() -> None:
     """Issue 13 item 3: n2, launched 5 minutes ago under a 10-minute consolidateAfter, does not
     take n1's pod yet; once past the window it does."""

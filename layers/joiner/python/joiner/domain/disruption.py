@@ -630,7 +630,7 @@ class _Pass:
         """A node of a Joiner NodePool still inside its ``consolidateAfter`` window (since its
         last pod event): no destination for consolidation yet (Karpenter's scheduler rule; it
         may itself be consolidated away once the window ends, and moving pods onto it only to
-        move them again is churn)."""
+        move them again is churn). Drift and expiration ignore the window, as Karpenter's do."""
         pool = self.pools.get(node.labels.get(wk.NODEPOOL, ""))
         window = pool.disruption.consolidate_after if pool is not None else None
         if not window:
@@ -651,7 +651,7 @@ class _Pass:
         nodes = tuple(
             n for n in snap.nodes
             if n.name not in exclude and not n.deleting and n.ready and (wk.NODEPOOL not in n.labels or n.labels.get(wk.INITIALIZED) == "true")
-            and not self._settling(n)
+            and not (consolidation and self._settling(n))
         )
         bound = tuple(p for p in self.bound_pods if p.node_name not in exclude)
         requested = {p.key for p in pending}
