@@ -672,6 +672,7 @@ class _Pass:
             nodes=nodes,
             bound_pods=bound,
             daemonsets=snap.daemonsets,
+            daemon_pods=snap.daemonset_pods,
             node_pools=tuple(pool for pool in snap.node_pools if not pool.deleting),  # no replacement from a pool being deleted
             instance_types=self.inp.instance_types,
             in_flight=self.inp.in_flight,

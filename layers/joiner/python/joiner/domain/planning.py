@@ -59,6 +59,7 @@ def build_problem(
         nodes=nodes,
         bound_pods=bound,
         daemonsets=tuple(sorted(snapshot.daemonsets, key=lambda d: (d.namespace, d.name))),
+        daemon_pods=snapshot.daemonset_pods,
         # A NodePool being deleted launches nothing new (its nodes stay until it is gone).
         node_pools=tuple(sorted((p for p in snapshot.node_pools if not p.deleting), key=lambda p: p.name)),
         instance_types=instance_types_by_pool(snapshot.node_pools, snapshot.node_classes, catalog),
