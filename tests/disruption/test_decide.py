@@ -458,12 +458,16 @@ def test_node_and_nodeclass_template_hashes_drift_nodes_launched_from_an_older_t
 
 @pytest.mark.parametrize(("value", "age", "protected"), [
     ("30m", timedelta(minutes=10), True), ("30m", timedelta(minutes=31), False), ("2h30m", timedelta(hours=2), True),
-    ("Never", timedelta(days=400), True), ("false", timedelta(0), False), ("soon", timedelta(days=1), True),
+    ("+30m", timedelta(minutes=10), True), ("true", timedelta(days=400), True),
+    # Neither "true" nor a positive Go duration: Karpenter treats the annotation as absent.
+    ("Never", timedelta(days=400), False), ("false", timedelta(0), False), ("soon", timedelta(days=1), False),
+    ("True", timedelta(0), False), ("0s", timedelta(0), False), ("-30m", timedelta(0), False), (" 30m", timedelta(0), False),
+    ("30 m", timedelta(0), False), ("1d", timedelta(0), False),
 ])
 def test_a_duration_valued_do_not_disrupt_protects_for_that_long(value: str, age: timedelta, protected: bool) -> None:
-    """Issue 13 item 8 (Karpenter's do-not-disrupt grace period): "30m" protects the pod for 30
-    minutes after it was created, then the node may be consolidated; a value that is neither
-    "true", "false" nor a duration protects (the cautious reading)."""
+    """Karpenter's do-not-disrupt grace period: "30m" protects the pod for 30 minutes after it
+    was created, then the node may be consolidated; a value that is neither "true" nor a
+    positive Go duration does not protect (Karpenter ignores it, with an event)."""
     decision = run(pool(), managed_node("n1", "c5.2xlarge"),
                    running_pod("p1", "n1", created=T0 - age, annotations={wk.KARPENTER_DO_NOT_DISRUPT: value}))
     blocked = [b.reason for b in decision.blocked if b.node == "n1"]
@@ -590,6 +594,43 @@ def test_an_always_allow_budget_does_not_hold_an_unhealthy_pod() -> None:
         pod_obj["status"]["conditions"] = [{"type": "Ready", "status": ready}]
         decision = run(pool(), managed_node("n1", "c5.2xlarge"), pod_obj, budget)
         assert (decision.commands == ()) is blocked, (ready, decision)
+
+
+def test_a_destination_that_took_a_pod_within_its_consolidate_after_window_is_no_destination() -> None:
+    """Karpenter's scheduler rule for consolidation: a node is under consolidateAfter while the
+    window since its last pod event (else its initialization) has not elapsed, however old the
+    node is. n2 is a day old but took p2 two minutes ago: n1's pod does not move onto it yet."""
+    for pod_age, onto_n2 in ((timedelta(minutes=2), False), (timedelta(minutes=20), True)):
+        objects = [pool(types=["c5.2xlarge"], consolidate_after="10m"), managed_node("n1", "c5.2xlarge", created=T0 - timedelta(days=1)),
+                   managed_node("n2", "c5.2xlarge", created=T0 - timedelta(days=1)), running_pod("p1", "n1", created=T0 - timedelta(hours=1)),
+                   running_pod("p2", "n2", created=T0 - pod_age)]
+        decision = run(*objects)
+        assert any(c.nodes == ("n1",) and c.replacements == () for c in decision.commands) is onto_n2, (pod_age, decision.commands)
+
+
+def test_a_destination_initialized_within_its_consolidate_after_window_is_no_destination() -> None:
+    """No pod event since: the window runs from the node's initialization (Karpenter's rule)."""
+    for since_init, onto_n2 in ((timedelta(minutes=3), False), (timedelta(minutes=30), True)):
+        objects = [pool(types=["c5.2xlarge"], consolidate_after="10m"), managed_node("n1", "c5.2xlarge", created=T0 - timedelta(days=1)),
+                   managed_node("n2", "c5.2xlarge", created=T0 - timedelta(days=1)), running_pod("p1", "n1", created=T0 - timedelta(hours=1)),
+                   running_pod("p2", "n2", created=T0 - timedelta(hours=2))]
+        decision = run(*objects, facts={"n2": NodeFacts(initialized_at=T0 - since_init)})
+        assert any(c.nodes == ("n1",) and c.replacements == () for c in decision.commands) is onto_n2, (since_init, decision.commands)
+
+
+def test_drift_moves_pods_onto_nodes_inside_their_consolidate_after_window() -> None:
+    """consolidateAfter gates consolidation, not drift (Karpenter simulates drift without the
+    consolidateAfter rule): n1 drifted (its pool now wants team=a); n2, launched 2 minutes ago
+    under a 10-minute window, has room, so n1 goes without a replacement."""
+    objects = [pool(types=["c5.2xlarge"], consolidate_after="10m", labels={"team": "a"}),
+               managed_node("n1", "c5.2xlarge", created=T0 - timedelta(days=1)),
+               managed_node("n2", "c5.2xlarge", created=T0 - timedelta(minutes=2), labels={"team": "a"}),
+               running_pod("p1", "n1", created=T0 - timedelta(hours=1)), running_pod("p2", "n2", created=T0 - timedelta(minutes=2))]
+    (command,) = run(*objects).commands
+    assert command.method == DRIFT and command.nodes == ("n1",) and command.replacements == (), command
+    # Validation re-simulates the same way.
+    fresh, why = validate(command, disruption_input(snapshot(*objects)))
+    assert fresh is not None and fresh.replacements == (), why
 
 
 def test_a_node_inside_its_own_consolidate_after_window_is_no_destination() -> None:

@@ -318,6 +318,28 @@ def test_node_classes_joiner_cannot_launch_are_refused(spec, problem):
     assert str(error.value).startswith("EC2NodeClass x: cannot be converted: ") and problem in str(error.value)
 
 
+@pytest.mark.parametrize("alias", ["al2023@latest", "bottlerocket@latest", "al2@v20240807"])
+@pytest.mark.parametrize("user_data", ["#!/bin/bash\n/usr/bin/nodeadm init --config-source file:///etc/eks/nodeadm.yaml\n", None])
+def test_custom_family_with_an_alias_is_refused_for_what_it_means(alias, user_data):
+    """Karpenter's amiFamily Custom with an alias: the alias only finds the AMI, and
+    spec.userData is the node's whole bootstrap (Karpenter merges nothing into it; without
+    it the node gets none). Joiner always bootstraps its nodes itself and merges userData into
+    that, so the class cannot be converted faithfully: refused with that reason, never read as
+    the alias's family (a Bottlerocket TOML warning, or AL2023 with the script run on top)."""
+    spec = {"amiFamily": "Custom", "amiSelectorTerms": [{"alias": alias}]}
+    if user_data is not None:
+        spec["userData"] = user_data
+    document = {
+        "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "x"},
+        "spec": {"role": "r", "subnetSelectorTerms": [{"id": "subnet-1"}], "securityGroupSelectorTerms": [{"id": "sg-1"}], **spec},
+    }
+    with pytest.raises(ConversionError) as error:
+        convert_documents([document])
+    message = str(error.value)
+    assert message.startswith("EC2NodeClass x: cannot be converted: spec.amiFamily 'Custom'"), message
+    assert alias in message and "whole bootstrap" in message and "Bottlerocket TOML" not in message, message
+
+
 def test_bottlerocket_user_data_is_dropped_al2_user_data_kept():
     def convert(family: str) -> tuple[dict, list[str]]:
         document = {

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from joiner.domain import labels as wk
+from joiner.domain.bounded import LATEST_TIME
 from joiner.domain.model import (
     HostPort,
     InstanceType,
@@ -96,6 +100,9 @@ class TestPod:
         assert Pod("d", "p", annotations={wk.KARPENTER_DO_NOT_DISRUPT: "true"}).do_not_disrupt
         assert Pod("d", "p", annotations={wk.DO_NOT_DISRUPT: "true"}).do_not_disrupt
         assert not Pod("d", "p", annotations={wk.DO_NOT_DISRUPT: "false"}).do_not_disrupt
+        assert Pod("d", "p", annotations={wk.DO_NOT_DISRUPT: "30m"}).do_not_disrupt
+        for ignored in ("True", "yes", "Never", "0s", "-5m", "5m ", ""):  # Karpenter: as if absent
+            assert not Pod("d", "p", annotations={wk.KARPENTER_DO_NOT_DISRUPT: ignored}).do_not_disrupt, ignored
         assert Pod("d", "p", annotations={"kubernetes.io/config.mirror": "x"}).is_mirror
         assert Pod("d", "p", priority_class_name="system-node-critical").is_critical
         assert Pod("d", "p", annotations={"controller.kubernetes.io/pod-deletion-cost": "-5"}).deletion_cost == -5
@@ -173,3 +180,17 @@ def test_plan_to_dict() -> None:
         "price": 0.031235,
     }
     assert out["unschedulable"] == [{"pod": "d/c", "reason": "no NodePool tolerates taint x"}]
+
+
+_CREATED = datetime(2024, 1, 1, tzinfo=UTC)
+
+
+@given(st.integers(min_value=1, max_value=2**63 - 1),
+       st.integers(min_value=0, max_value=(LATEST_TIME - _CREATED) // timedelta(microseconds=1)))
+def test_a_duration_do_not_disrupt_protects_exactly_that_long(nanoseconds: int, age_microseconds: int) -> None:
+    """Karpenter: active while the pod's age is below the duration (compared at the microsecond,
+    Joiner's clock resolution), never after; always while the age is unknown."""
+    pod = Pod("d", "p", annotations={wk.KARPENTER_DO_NOT_DISRUPT: f"{nanoseconds}ns"}, created=_CREATED)
+    now = _CREATED + timedelta(microseconds=age_microseconds)
+    assert pod.protected_at(now) is (age_microseconds * 1000 < nanoseconds)
+    assert dataclasses.replace(pod, created=None).protected_at(now)

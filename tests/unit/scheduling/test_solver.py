@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from joiner.domain import labels as wk
 from joiner.domain.model import InFlightClaim, OfferingKey, Taint, Toleration
@@ -569,3 +571,109 @@ def test_architecture_free_pods_are_packed_together_with_the_architecture_they_a
     assert plan.cost_per_hour == pytest.approx(4.30)
     mixed = [claim for claim in plan.node_claims if any("/free" in key for key in claim.pods) and any("/arm" in key for key in claim.pods)]
     assert len(mixed) == 20 and all(claim.instance_types[0] == "mg.xlarge" for claim in mixed)
+
+
+# ----------------------------------------------------------------- DaemonSet overhead and host ports as Karpenter reads them
+
+
+def _daemonset_world(ds_pods: list[dict[str, object]]) -> object:
+    """A NodePool labelled foo=bar limited to c5 types; a DaemonSet whose template asks for 3
+    CPUs on foo=bar nodes; its pods ``ds_pods``; one pending 1-CPU pod for foo=bar."""
+    from tests.support.fakes import daemonset_json, node_class_json, node_pool_json, pod_json
+
+    pool = node_pool_json("default", labels={"foo": "bar"}, requirements=[{"key": wk.INSTANCE_TYPE, "operator": "In", "values": ["c5.large", "c5.xlarge", "c5.2xlarge"]}])
+    ds = daemonset_json("agent", cpu="3", memory="512Mi")
+    ds["spec"]["template"]["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "foo", "operator": "In", "values": ["bar"]}]}]}}}
+    pending = pod_json("web", cpu="1", memory="1Gi", node_selector={"foo": "bar"})
+    from joiner.domain.snapshot import parse_objects
+
+    return parse_objects([pool, node_class_json("default"), ds, pending, *ds_pods])
+
+
+def _daemonset_pod(name: str, cpu: str, *, created: object, node_name: str | None = None) -> dict[str, object]:
+    """A pod of DaemonSet agent as its controller makes it: pinned to one node by a
+    ``metadata.name`` matchFields term that replaces the template's node affinity."""
+    from tests.support.fakes import pod_json
+
+    obj = pod_json(name, namespace="kube-system", cpu=cpu, memory="512Mi", node_name=node_name, created=created,  # type: ignore[arg-type]
+                   extra_spec={"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                       "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-x"]}]}]}}}})
+    obj["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent", "uid": "uid-agent", "controller": True}]  # type: ignore[index]
+    return obj
+
+
+def test_daemonset_overhead_comes_from_an_unbound_daemonset_pod_and_ignores_its_node_pinning() -> None:
+    """Karpenter's "should remove daemonset node hostname affinity when considering daemonset
+    schedulability": the DaemonSet's only pod is not bound yet; a LimitRange gave it 500m
+    instead of the template's 3 CPUs. Its requests are the overhead, its node pinning (the
+    controller's metadata.name term) is not read: the template's foo=bar affinity decides
+    where it runs. 500m + 1 CPU fit a c5.large; 3 + 1 CPUs would need a c5.2xlarge."""
+    from datetime import UTC, datetime
+
+    from joiner.domain.planning import plan_snapshot
+    from tests.support.fakes import small_catalog
+
+    snapshot = _daemonset_world([_daemonset_pod("agent-abcde", "500m", created=datetime(2025, 1, 1, tzinfo=UTC))])
+    (claim,) = plan_snapshot(snapshot, small_catalog()).node_claims  # type: ignore[arg-type]
+    assert claim.instance_types[0] == "c5.large", claim.instance_types
+
+
+def test_daemonset_overhead_comes_from_its_newest_pod_bound_or_not() -> None:
+    """Karpenter keeps the newest pod the DaemonSet controls (by creation time) as its
+    representative, whatever its node or phase: after a rollout to 500m, the new unbound pod
+    counts, not the larger old one still running."""
+    from datetime import UTC, datetime
+
+    from joiner.domain.planning import plan_snapshot
+    from tests.support.fakes import node_json, small_catalog
+
+    old = _daemonset_pod("agent-old", "3", created=datetime(2025, 1, 1, tzinfo=UTC), node_name="n0")
+    new = _daemonset_pod("agent-new", "500m", created=datetime(2025, 1, 2, tzinfo=UTC))
+    node = node_json("n0", instance_id="i-000000000001", instance_type="c5.xlarge", cpu="4", memory="8Gi")
+    for pods, first in (([old, new], "c5.large"), ([old], "c5.2xlarge")):
+        snapshot = _daemonset_world([*pods, node])
+        (claim,) = plan_snapshot(snapshot, small_catalog()).node_claims  # type: ignore[arg-type]
+        assert claim.instance_types[0] == first, (len(pods), claim.instance_types)
+
+
+def test_a_daemonset_host_port_is_taken_only_on_the_types_the_daemonset_runs_on() -> None:
+    """Karpenter groups a NodePool's types by the DaemonSets that run on them, each group with
+    its own host ports: an arm64-only exporter on port 9100 leaves 9100 free on amd64 types,
+    so a pod asking for it gets an amd64 node (not refused everywhere); on arm64 it cannot run."""
+    types = (instance_type("c5.large", 2, 4, 0.085), instance_type("m6g.large", 2, 8, 0.077, arch="arm64"))
+    ds = daemonset("exporter", "100m", "128Mi", node_selector={wk.ARCH: "arm64"}, host_ports=(9100,))
+    problem = SchedulingProblem(
+        pending=(pod("clash", "100m", "128Mi", host_ports=(9100,)),
+                 pod("arm-clash", "100m", "128Mi", host_ports=(9100,), node_selector={wk.ARCH: "arm64"})),
+        daemonsets=(ds,), node_pools=(node_pool("general"),), instance_types={"general": types})
+    plan = solve(problem)
+    placed = {key: claim.instance_types for claim in plan.node_claims for key in claim.pods}
+    assert placed["default/clash"] == ("c5.large",), plan
+    (stuck,) = plan.unschedulable
+    assert stuck.pod == "default/arm-clash" and "host port 9100" in stuck.reason, stuck
+
+
+_ARCH_TYPES = (instance_type("c5.large", 2, 4, 0.085), instance_type("m5.large", 2, 8, 0.096), instance_type("m6g.large", 2, 8, 0.077, arch="arm64"))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([None, "amd64", "arm64"]), st.sampled_from([9100, 9101])), max_size=4),
+       st.sampled_from([9100, 9101, 8080]), st.sampled_from([None, "amd64", "arm64"]))
+def test_a_pod_gets_exactly_the_types_where_no_daemonset_holds_its_port(daemons: list[tuple[str | None, int]], port: int, wants: str | None) -> None:
+    """Whatever DaemonSets hold which ports on which architectures: the pod's claim offers only
+    types its requirements allow where no DaemonSet holding its port runs, all of them, and
+    the pod is unschedulable exactly when there is none."""
+    arch_of = {t.name: t.requirements.get(wk.ARCH).single_value() for t in _ARCH_TYPES}  # type: ignore[union-attr]
+    dss = tuple(daemonset(f"ds{i}", "100m", "128Mi", node_selector={wk.ARCH: arch} if arch else None, host_ports=(p,))
+                for i, (arch, p) in enumerate(daemons))
+    problem = SchedulingProblem(pending=(pod("p", "100m", "128Mi", host_ports=(port,), node_selector={wk.ARCH: wants} if wants else None),),
+                                daemonsets=dss, node_pools=(node_pool("general"),), instance_types={"general": _ARCH_TYPES})
+    expected = {name for name, arch in arch_of.items()
+                if (wants is None or arch == wants) and not any(p == port and (a is None or a == arch) for a, p in daemons)}
+    plan = solve(problem)
+    if not expected:
+        assert [u.pod for u in plan.unschedulable] == ["default/p"]
+        return
+    (claim,) = plan.node_claims
+    assert set(claim.instance_types) == expected, (daemons, port, wants, claim.instance_types)

@@ -35,7 +35,7 @@ _KARPENTER_PREFIXES = ("karpenter.sh/", "karpenter.k8s.aws/")
 _CAPACITY_TYPES = (wk.CAPACITY_TYPE_RESERVED, wk.CAPACITY_TYPE_SPOT, wk.CAPACITY_TYPE_ON_DEMAND)
 _AMI_ALIAS_FAMILIES = {"al2023": "AL2023", "al2": "AL2", "bottlerocket": "Bottlerocket"}
 #: Karpenter families Joiner converts: AL2023 as it is; AL2 (end-of-life) and Bottlerocket to AL2023
-#: with a warning (Joiner launches AL2023 only). Custom AMIs cannot be known to bootstrap with nodeadm.
+#: with a warning (Joiner launches AL2023 only). Custom (userData as the whole bootstrap) is refused.
 _AMI_FAMILIES = ("AL2023", "AL2", "Bottlerocket")
 _KUBELET_FIELDS = ("maxPods", "podsPerCore", "systemReserved", "kubeReserved", "evictionHard")
 _EBS_FIELDS = ("volumeSize", "volumeType", "iops", "throughput", "encrypted", "kmsKeyID", "deleteOnTermination", "snapshotID")
@@ -414,6 +414,17 @@ def _node_class(context: _Context) -> dict[str, Any]:
     ami_terms = _selector_terms(context, spec.get("amiSelectorTerms"), "spec.amiSelectorTerms", ("alias", "id", "name", "owner", "tags"))
     family = spec.get("amiFamily")
     aliases = [term["alias"] for term in ami_terms if "alias" in term]
+    if family == "Custom":
+        # In Karpenter, Custom means spec.userData is the node's whole bootstrap (an alias then
+        # only finds the AMI); Joiner always bootstraps its nodes itself and merges userData
+        # into that, so reading the class as the alias's family would change what runs.
+        selected = f"with alias {aliases[0]!r}" if aliases else "with AMIs selected by id, name or tags"
+        bootstrap = "spec.userData" if spec.get("userData") is not None else "no userData (the node gets no bootstrap)"
+        raise _Unconvertible(
+            f"spec.amiFamily 'Custom' {selected}: Karpenter then uses {bootstrap} as the node's whole bootstrap and adds none "
+            "of its own; Joiner always bootstraps AL2023 nodes with its own nodeadm settings and merges userData into them, "
+            "so this cannot be converted faithfully. Drop amiFamily: Custom and keep in userData only what adds to the "
+            "bootstrap (a nodeadm NodeConfig part or a script), or keep this EC2NodeClass on Karpenter")
     if aliases:
         alias_family = str(aliases[0]).partition("@")[0]
         if alias_family not in _AMI_ALIAS_FAMILIES:

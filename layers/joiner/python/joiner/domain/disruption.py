@@ -591,8 +591,7 @@ class _Pass:
             if pdb_blocked:
                 break
         created = facts.initialized_at or node.created
-        since_candidates = [t for t in (facts.initialized_at, node.created, *(p.created for p in live if not p.is_daemonset_pod)) if t is not None]
-        since = max(since_candidates) if since_candidates else None
+        since = self._last_pod_event(node)
         age = self.now - node.created if node.created is not None else None
         return _Candidate(
             node=node, pool=pool, pods=movable, price=self._node_price(node, pool, facts), cost=disruption_cost(movable, age, pool.expire_after),
@@ -618,16 +617,30 @@ class _Pass:
 
     # ------------------------------------------------------------ simulation
 
+    def _last_pod_event(self, node: Node) -> datetime | None:
+        """Since when the node has been as it is: the last pod that arrived (DaemonSet pods
+        aside), else its initialization or creation. Karpenter's ``lastPodEventTime``, read from
+        what the snapshot shows."""
+        facts = self.facts(node.name)
+        live = (p.created for p in self.pods_by_node.get(node.name, ()) if not p.is_terminal and not p.is_daemonset_pod)
+        times = [t for t in (facts.initialized_at, node.created, *live) if t is not None]
+        return max(times) if times else None
+
     def _settling(self, node: Node) -> bool:
-        """A node of a Joiner NodePool still inside its own ``consolidateAfter`` window since it
-        was created: no destination yet (it may itself be consolidated away, and moving pods
-        onto it only to move them again is the churn minSavings is there to avoid)."""
+        """A node of a Joiner NodePool still inside its ``consolidateAfter`` window (since its
+        last pod event): no destination for consolidation yet (Karpenter's scheduler rule; it
+        may itself be consolidated away once the window ends, and moving pods onto it only to
+        move them again is churn). Drift and expiration ignore the window, as Karpenter's do."""
         pool = self.pools.get(node.labels.get(wk.NODEPOOL, ""))
         window = pool.disruption.consolidate_after if pool is not None else None
-        return bool(window and node.created is not None and self.now - node.created < window)
+        if not window:
+            return False
+        since = self._last_pod_event(node)
+        return since is not None and self.now - since < window
 
-    def _solve(self, pending: Sequence[Pod], exclude: frozenset[str]) -> Plan:
-        """Plan ``pending`` on the nodes outside ``exclude``, in-flight claims and new claims.
+    def _solve(self, pending: Sequence[Pod], exclude: frozenset[str], *, consolidation: bool = False) -> Plan:
+        """Plan ``pending`` on the nodes outside ``exclude``, in-flight claims and new claims;
+        for ``consolidation``, not on nodes inside their ``consolidateAfter`` window either.
 
         The pending pods in-flight claims were launched for go into the problem too (the
         planner puts them on their claims first), so room promised to them never passes for
@@ -638,7 +651,7 @@ class _Pass:
         nodes = tuple(
             n for n in snap.nodes
             if n.name not in exclude and not n.deleting and n.ready and (wk.NODEPOOL not in n.labels or n.labels.get(wk.INITIALIZED) == "true")
-            and not self._settling(n)
+            and not (consolidation and self._settling(n))
         )
         bound = tuple(p for p in self.bound_pods if p.node_name not in exclude)
         requested = {p.key for p in pending}
@@ -659,6 +672,7 @@ class _Pass:
             nodes=nodes,
             bound_pods=bound,
             daemonsets=snap.daemonsets,
+            daemon_pods=snap.daemonset_pods,
             node_pools=tuple(pool for pool in snap.node_pools if not pool.deleting),  # no replacement from a pool being deleted
             instance_types=self.inp.instance_types,
             in_flight=self.inp.in_flight,
@@ -702,10 +716,10 @@ class _Pass:
         prices = [worst_case_price(types[name], replacement.zones, replacement.capacity_types, self.inp.unavailable) for name in kept]
         return replace(replacement, instance_types=kept, price=max(p for p in prices if p is not None))
 
-    def simulate(self, group: Sequence[_Candidate], extra_exclude: frozenset[str] = frozenset()) -> Plan:
+    def simulate(self, group: Sequence[_Candidate], extra_exclude: frozenset[str] = frozenset(), *, consolidation: bool = False) -> Plan:
         exclude = frozenset(c.name for c in group) | frozenset(self.going) | extra_exclude
         pods = tuple(sorted((p for c in group for p in c.pods), key=lambda p: p.key))
-        return self._solve(pods, exclude)
+        return self._solve(pods, exclude, consolidation=consolidation)
 
     def required_savings(self, group: Sequence[_Candidate], price: float) -> float:
         """minSavings (the strictest NodePool of the group) plus the disruption cost's share."""
@@ -720,7 +734,7 @@ class _Pass:
         if any(c.price is None for c in group):
             return None, "price unknown"
         current = sum(c.price or 0.0 for c in group)
-        plan = self.simulate(group)
+        plan = self.simulate(group, consolidation=True)
         if plan.unschedulable:
             return None, f"pod {plan.unschedulable[0].pod} would not schedule elsewhere"
         if len(plan.node_claims) > 1:

@@ -26,14 +26,8 @@ from datetime import timedelta
 from fractions import Fraction
 
 __all__ = [
-    "DurationError",
-    "parse_duration",
-    "format_duration",
-    "clamp_seconds",
-    "NEVER",
-    "MAX_DURATION",
-    "MAX_DURATION_CHARS",
-    "MAX_SECONDS",
+    "DurationError", "parse_duration", "format_duration", "go_duration_nanoseconds", "clamp_seconds", "NEVER", "MAX_DURATION",
+    "MAX_DURATION_CHARS", "MAX_SECONDS",
 ]
 
 NEVER = "Never"
@@ -112,6 +106,84 @@ def clamp_seconds(value: int) -> int:
     longer than :data:`MAX_DURATION` outlasts any deadline or time Joiner accepts, so it
     behaves the same clamped while adding it to any such time never overflows."""
     return 0 if value < 0 else min(value, MAX_SECONDS)
+
+
+_GO_UNIT_NANOSECONDS: dict[str, int] = {
+    "ns": 1, "us": 1000, "µs": 1000, "μs": 1000, "ms": 10**6, "s": 10**9, "m": 60 * 10**9, "h": 3600 * 10**9,
+}
+_GO_LIMIT = 1 << 63
+
+
+def go_duration_nanoseconds(value: str) -> int:
+    """Go's ``time.ParseDuration`` exactly, in nanoseconds: an optional sign, then ``0`` or
+    ``<number><unit>`` parts; no spaces, no ``Never``; a fraction's nanoseconds truncated as Go
+    truncates them; anything outside a signed 64-bit count of nanoseconds is an error.
+
+    For values read the way Karpenter reads them (the ``do-not-disrupt`` annotation), where
+    whatever Go refuses must be refused too; configuration fields use :func:`parse_duration`.
+    """
+    shown = value if len(value) <= 40 else value[:40] + "..."
+    text = value
+    negative = False
+    if text[:1] in ("-", "+"):
+        negative = text[0] == "-"
+        text = text[1:]
+    if text == "0":
+        return 0
+    if not text:
+        raise DurationError(f"invalid duration {shown!r}")
+    total = 0
+    position = 0
+    while position < len(text):
+        integer, fraction, scale, position = _go_number(shown, text, position)
+        end = position
+        while end < len(text) and not (text[end] == "." or "0" <= text[end] <= "9"):
+            end += 1
+        unit = _GO_UNIT_NANOSECONDS.get(text[position:end])
+        if unit is None:
+            raise DurationError(f"invalid duration {shown!r}: unknown or missing unit {text[position:end]!r}")
+        position = end
+        if integer > _GO_LIMIT // unit:
+            raise DurationError(f"invalid duration {shown!r}: too large")
+        part = integer * unit
+        if fraction:
+            part += int(float(fraction) * (float(unit) / scale))  # Go computes this part in float64
+        total += part
+        if part > _GO_LIMIT or total > _GO_LIMIT:
+            raise DurationError(f"invalid duration {shown!r}: too large")
+    if negative:
+        return -total
+    if total > _GO_LIMIT - 1:
+        raise DurationError(f"invalid duration {shown!r}: too large")
+    return total
+
+
+def _go_number(shown: str, text: str, position: int) -> tuple[int, int, float, int]:
+    r"""One part's ``[0-9]*(\.[0-9]*)?`` as Go's leadingInt and leadingFraction read it."""
+    start = position
+    integer = 0
+    while position < len(text) and "0" <= text[position] <= "9":
+        integer = integer * 10 + ord(text[position]) - ord("0")
+        if integer > _GO_LIMIT:
+            raise DurationError(f"invalid duration {shown!r}: too large")
+        position += 1
+    digits_before = position > start
+    fraction, scale, digits_after = 0, 1.0, False
+    if position < len(text) and text[position] == ".":
+        position += 1
+        overflow = False
+        while position < len(text) and "0" <= text[position] <= "9":
+            digits_after = True
+            digit = ord(text[position]) - ord("0")
+            position += 1
+            if overflow or fraction > (_GO_LIMIT - 1) // 10 or fraction * 10 + digit > _GO_LIMIT:
+                overflow = True  # Go ignores the digits it cannot hold
+                continue
+            fraction = fraction * 10 + digit
+            scale *= 10
+    if not (digits_before or digits_after):
+        raise DurationError(f"invalid duration {shown!r}: expected a number at {text[start:start + 8]!r}")
+    return integer, fraction, scale, position
 
 
 def _explain(value: str, rest: str) -> str:

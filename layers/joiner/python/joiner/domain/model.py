@@ -24,7 +24,7 @@ __all__ = [
     "PersistentVolumeClaim", "PersistentVolume", "StorageClass", "CSINode",
     "Budget", "Disruption", "NodePool", "SelectorTerm", "KubeletConfig", "NodeClass",
     "Offering", "InstanceType", "NodeClaimPlan", "ExistingNodePlan", "UnschedulablePod", "Plan",
-    "InFlightClaim", "OfferingKey", "CRITICAL_PRIORITY_CLASSES",
+    "InFlightClaim", "OfferingKey", "CRITICAL_PRIORITY_CLASSES", "do_not_disrupt_grace",
 ]
 
 TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
@@ -158,6 +158,24 @@ class HostPort:
         return self.host_ip in wildcard or other.host_ip in wildcard or self.host_ip == other.host_ip
 
 
+def do_not_disrupt_grace(value: str) -> timedelta | Literal[True] | None:
+    """What a do-not-disrupt annotation value means, as Karpenter reads it: ``True`` protects
+    for good (exactly ``"true"``); a timedelta protects for that long (a positive Go duration,
+    rounded up to the microsecond); ``None`` means nothing (``"false"``, ``"0s"``, ``"Never"``,
+    negative durations, typos: Karpenter treats them as if the annotation were absent)."""
+    from joiner.domain.durations import DurationError, go_duration_nanoseconds
+
+    if value == "true":
+        return True
+    try:
+        nanoseconds = go_duration_nanoseconds(value)
+    except DurationError:
+        return None
+    if nanoseconds <= 0:
+        return None
+    return timedelta(microseconds=-(-nanoseconds // 1000))
+
+
 @dataclass(frozen=True, slots=True)
 class Pod:
     """A pod as the scheduler sees it. ``requests`` already holds the effective request:
@@ -223,29 +241,26 @@ class Pod:
 
     @property
     def do_not_disrupt(self) -> bool:
-        """The pod carries a do-not-disrupt annotation (``"true"`` or a duration: see
-        :meth:`protected_at` for whether it still protects)."""
-        return any(value and value != "false" for value in (self.annotations.get(wk.DO_NOT_DISRUPT), self.annotations.get(wk.KARPENTER_DO_NOT_DISRUPT)))
+        """The pod carries a do-not-disrupt annotation that counts (``"true"`` or a positive Go
+        duration: see :meth:`protected_at` for whether it still protects)."""
+        return any(do_not_disrupt_grace(value) is not None for value in self._do_not_disrupt_values())
 
     def protected_at(self, now: datetime) -> bool:
-        """Whether the do-not-disrupt annotation protects the pod at ``now``: ``"true"`` always;
-        a Go duration (``"30m"``, Karpenter's grace period) for that long after the pod was
-        created; ``"false"`` never; any other value (a typo) protects, the cautious reading."""
-        from joiner.domain.durations import DurationError, parse_duration
-
-        values = [v for v in (self.annotations.get(wk.DO_NOT_DISRUPT), self.annotations.get(wk.KARPENTER_DO_NOT_DISRUPT)) if v]
-        for value in values:
-            if value == "true":
+        """Whether the do-not-disrupt annotation protects the pod at ``now``, Karpenter's rule:
+        ``"true"`` always; a positive Go duration (``"30m"``, Karpenter's grace period) for that
+        long after the pod was created (always while the creation time is unknown); any other
+        value (``"false"``, ``"Never"``, a typo) is as if the annotation were absent."""
+        for value in self._do_not_disrupt_values():
+            grace = do_not_disrupt_grace(value)
+            if grace is True:
                 return True
-            if value == "false":
-                continue
-            try:
-                grace = parse_duration(value, clamp=True)
-            except DurationError:
-                return True
-            if grace is None or self.created is None or now < self.created + grace:
+            if isinstance(grace, timedelta) and (self.created is None or now < self.created + grace):
                 return True
         return False
+
+    def _do_not_disrupt_values(self) -> tuple[str, ...]:
+        values = (self.annotations.get(wk.DO_NOT_DISRUPT), self.annotations.get(wk.KARPENTER_DO_NOT_DISRUPT))
+        return tuple(v for v in values if v is not None)
 
     @property
     def deletion_cost(self) -> int:

@@ -108,6 +108,7 @@ def build_problem(
         nodes=nodes,
         bound_pods=bound_pods,
         daemonsets=tuple(sorted(snapshot.daemonsets, key=lambda d: (d.namespace, d.name))),
+        daemon_pods=snapshot.daemonset_pods,
         # A NodePool being deleted launches nothing new (its nodes stay until it is gone).
         node_pools=tuple(sorted(pools, key=lambda p: p.name)),
         instance_types=instance_types_by_pool(snapshot.node_pools, snapshot.node_classes, catalog),

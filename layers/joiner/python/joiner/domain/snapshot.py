@@ -1228,6 +1228,11 @@ class Snapshot:
         return tuple(pod for pod in self.pods if pod.is_pending)
 
     @property
+    def daemonset_pods(self) -> tuple[Pod, ...]:
+        """Pods a DaemonSet owns, bound or not (their requests are the DaemonSets' overhead)."""
+        return tuple(pod for pod in self.pods if pod.is_daemonset_pod)
+
+    @property
     def bound_pods(self) -> tuple[Pod, ...]:
         """Pods bound to a node and not finished (they occupy its capacity)."""
         return tuple(pod for pod in self.pods if pod.node_name is not None and not pod.is_terminal)

@@ -6,6 +6,7 @@ filtering, shapes and compatibility checks are computed once.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
 
 from joiner.domain import labels as wk
@@ -45,7 +46,7 @@ class Context:
         self.dims: tuple[str, ...] = tuple(sorted(names))
         self.dim_index = {name: i for i, name in enumerate(self.dims)}
         usage = self._usage(problem)
-        daemonsets = _as_running(problem.daemonsets, problem.bound_pods)
+        daemonsets = _as_running(problem.daemonsets, (*problem.bound_pods, *problem.daemon_pods))
         self.pools = [
             Pool(i, pool, problem.instance_types.get(pool.name, ()), daemonsets, self.dims, problem.unavailable, usage.get(pool.name, EMPTY))
             for i, pool in enumerate(problem.node_pools)
@@ -122,19 +123,28 @@ class Context:
         return self.template_shapes[pool.index].merge(variant.sid, variant.requirements)
 
 
-def _as_running(daemonsets: tuple[DaemonSet, ...], bound_pods: tuple[Pod, ...]) -> tuple[DaemonSet, ...]:
-    """Each DaemonSet with the requests its running pods actually have, when it has any (a
-    LimitRange or a mutating webhook may have changed them from the template; Karpenter reads
-    the pods too): the largest of them per resource, else the template's."""
-    running: dict[tuple[str, str], Resources] = {}
-    for pod in bound_pods:
-        if pod.owner_kind == "DaemonSet" and pod.owner_name:
-            key = (pod.namespace, pod.owner_name)
-            running[key] = running[key].maximum(pod.requests) if key in running else pod.requests
+def _as_running(daemonsets: tuple[DaemonSet, ...], pods: Iterable[Pod]) -> tuple[DaemonSet, ...]:
+    """Each DaemonSet with the requests of its newest pod (by creation time; bound or not,
+    whatever its phase), when it has any, else its template's: Karpenter's representative
+    pod (a LimitRange or a mutating webhook may have changed the requests, and after a
+    rollout the newest pod has the new ones). Only the requests are taken: the pod's node
+    affinity is the controller's pin to its own node, the template's says where it runs."""
+    newest: dict[tuple[str, str], Pod] = {}
+    seen: set[tuple[str, str, str]] = set()
+    # Pods in name order, replaced only by a strictly newer one: the first of equal creation
+    # times wins, as in Karpenter's pass over the listed pods; no creation time is oldest.
+    for pod in sorted(pods, key=lambda p: (p.namespace, p.name, p.uid)):
+        if pod.owner_kind != "DaemonSet" or not pod.owner_name or (pod.namespace, pod.name, pod.uid) in seen:
+            continue
+        seen.add((pod.namespace, pod.name, pod.uid))
+        key = (pod.namespace, pod.owner_name)
+        current = newest.get(key)
+        if current is None or (pod.created is not None and (current.created is None or pod.created > current.created)):
+            newest[key] = pod
     result = []
     for daemon in daemonsets:
-        requests = running.get((daemon.namespace, daemon.name))
-        result.append(daemon if requests is None else replace(daemon, pod=replace(daemon.pod, requests=requests)))
+        found = newest.get((daemon.namespace, daemon.name))
+        result.append(daemon if found is None else replace(daemon, pod=replace(daemon.pod, requests=found.requests)))
     return tuple(result)
 
 

@@ -688,6 +688,20 @@ class Engine:
                     self.fail_kind = FAIL_STATIC
                     self.fail_reason = f"host port {port.port}/{port.protocol} in use"
                     return 0
+        if spec.host_ports and shape is not None and shape.pool.partial_daemon_ports:
+            # A DaemonSet that runs on only some of the types holds the port on those: the
+            # claim keeps the types where the port is free.
+            holding = shape.pool.types_holding(spec.host_ports)
+            if holding:
+                port_free = frozenset(pt.name for pt in shape.typeset.types if pt.name not in holding)
+                if not port_free:
+                    port = spec.host_ports[0]
+                    self.fail_kind = FAIL_STATIC
+                    self.fail_reason = f"host port {port.port}/{port.protocol} in use by a DaemonSet on every instance type left"
+                    return 0
+                if len(port_free) < len(shape.typeset.types):
+                    shape = shape.narrow(wk.INSTANCE_TYPE, port_free)
+                    base_shape = shape
         for group in variant.groups:
             domains = self.domains_of(target, shape, group.key)
             allowed = self.allowed(group, variant, domains)

@@ -43,6 +43,9 @@ class SchedulingProblem:
     blocked: Mapping[str, str] = field(default_factory=dict)
     #: Per existing node, per CSI driver, how many more volumes it may attach.
     free_attachments: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    #: Pods DaemonSets own, bound or not (``bound_pods`` may hold some of them too): each
+    #: DaemonSet's newest pod gives its requests (Karpenter's representative pod).
+    daemon_pods: tuple[Pod, ...] = ()
 
     def canonical(self) -> SchedulingProblem:
         """The same problem with every collection in a total order, so any input order
@@ -62,4 +65,5 @@ class SchedulingProblem:
             node_classes=self.node_classes,
             blocked=dict(sorted(self.blocked.items())),
             free_attachments={name: dict(sorted(free.items())) for name, free in sorted(self.free_attachments.items())},
+            daemon_pods=tuple(sorted(self.daemon_pods, key=lambda p: (p.namespace, p.name, p.uid))),
         )

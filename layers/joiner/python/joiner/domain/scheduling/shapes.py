@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from joiner.domain import labels as wk
-from joiner.domain.model import DaemonSet, InstanceType, NodePool, OfferingKey, Taint, Toleration
+from joiner.domain.model import DaemonSet, HostPort, InstanceType, NodePool, OfferingKey, Taint, Toleration
 from joiner.domain.requirements import Requirement, Requirements
 from joiner.domain.resources import Resources
 
@@ -83,6 +83,7 @@ class PoolType:
     effective: tuple[int, ...]  # allocatable - daemonset overhead, per dimension
     daemon_overhead: Resources
     limit_capacity: tuple[int, ...]  # capacity per limited resource of the pool
+    daemon_ports: tuple[HostPort, ...] = ()  # host ports the DaemonSets that run on this type hold
 
 
 @dataclass(eq=False, slots=True)
@@ -139,9 +140,6 @@ class Pool:
         self.usage = usage
         self.min_values = any(r.min_values for r in self.template.values())
         daemons = [d for d in daemonsets if self._daemon_runs(d)]
-        #: Host ports the pool's DaemonSets hold on every new node (a pending pod asking for one
-        #: of them cannot run there).
-        self.daemon_ports = tuple(port for daemon in daemons for port in daemon.pod.host_ports)
         self.types: list[PoolType] = []
         self.type_keys: set[str] = set()
         for it in instance_types:
@@ -157,9 +155,11 @@ class Pool:
                 else:
                     keys[key] = requirement
             overhead = Resources()
+            ports: list[HostPort] = []
             for daemon in daemons:
                 if self._daemon_fits_type(daemon, keys):
                     overhead = overhead + daemon.pod.requests
+                    ports.extend(daemon.pod.host_ports)
             allocatable = it.allocatable
             effective = tuple(allocatable.get(d, 0) - overhead.get(d, 0) for d in dims)
             if any(v < 0 for v in effective):
@@ -172,8 +172,27 @@ class Pool:
             if not offerings:
                 continue
             limit_capacity = tuple(1000 if r == NODES_LIMIT else it.capacity.get(r, 0) for r in self.limited)
-            self.types.append(PoolType(len(self.types), it, it.name, keys, offerings, effective, overhead, limit_capacity))
+            self.types.append(PoolType(len(self.types), it, it.name, keys, offerings, effective, overhead, limit_capacity, tuple(ports)))
             self.type_keys.update(keys)
+        # Host ports are held per instance type, as Karpenter groups a pool's types by the
+        # DaemonSets that run on them: a DaemonSet restricted to some types holds its ports
+        # on those only. ``daemon_ports``: held on every type, so on every new node (a pending
+        # pod asking for one cannot run there); ``partial_daemon_ports``: held on some types,
+        # which a claim taking a pod that asks for one of them gives up.
+        held = [set(pt.daemon_ports) for pt in self.types]
+        everywhere = set.intersection(*held) if held else set()
+        self.daemon_ports: tuple[HostPort, ...] = tuple(sorted(everywhere, key=_port_order))
+        self.partial_daemon_ports = bool(held) and any(h != everywhere for h in held)
+        self._types_holding: dict[tuple[HostPort, ...], frozenset[str]] = {}
+
+    def types_holding(self, ports: tuple[HostPort, ...]) -> frozenset[str]:
+        """Names of the pool's types where a DaemonSet holds a port that conflicts with one of
+        ``ports``."""
+        found = self._types_holding.get(ports)
+        if found is None:
+            found = frozenset(pt.name for pt in self.types if any(p.conflicts(q) for p in ports for q in pt.daemon_ports))
+            self._types_holding[ports] = found
+        return found
 
     def _daemon_runs(self, daemon: DaemonSet) -> bool:
         """Whether the DaemonSet's pod lands on the pool's nodes: it tolerates every taint that
@@ -189,6 +208,10 @@ class Pool:
             if all(_type_key_check(req, keys[key]) for key, req in terms.items() if key in keys):
                 return True
         return False
+
+
+def _port_order(port: HostPort) -> tuple[int, str, str]:
+    return (port.port, port.protocol, port.host_ip)
 
 
 def _daemon_terms(daemon: DaemonSet) -> list[Requirements]:
