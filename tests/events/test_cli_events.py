@@ -34,7 +34,7 @@ def test_every_fixture_is_explained(capsys: pytest.CaptureFixture[str], name: st
     result = json.loads(out)
     assert result["kind"] == KINDS[name]
     assert result["instanceIds"] == ["i-0b662ef9931388ba0"]
-    assert "instance managed by Joiner" in result["assumes"]
+    assert "instance owned by Joiner" in result["assumes"]
 
 
 def test_spot_warning_explanation(capsys: pytest.CaptureFixture[str]) -> None:
