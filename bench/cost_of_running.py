@@ -32,13 +32,14 @@ import contextlib
 import dataclasses
 import json
 import re
-import sys
 import tempfile
 from collections import Counter
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+
+from bench import parse_none
 
 ROOT = Path(__file__).resolve().parents[1]
 PRICES = Path(__file__).resolve().parent / "data" / "aws-prices-us-east-1.json"
@@ -227,7 +228,7 @@ def _lines(mode: str, month: str, inv: Inventory, prices: dict[str, Any], idle: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    _ = argv if argv is not None else sys.argv[1:]
+    parse_none("bench.cost_of_running", __doc__, argv)
     prices = json.loads(PRICES.read_text())
     for mode in ("responsive", "economy"):
         inv = inventory(synthesized_template(mode))

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import json
 import random
-import sys
 import time
 from datetime import UTC, datetime, timedelta
 
+from bench import parse_counts
 from joiner.domain import labels as wk
 from joiner.domain.catalog import load_bundled_catalog
 from joiner.domain.disruption import DisruptionInput, decide
@@ -88,7 +88,7 @@ def benchmark_input(nodes: int, scenario: str = "packed", seed: int = 7) -> Disr
 
 
 def main(argv: list[str] | None = None) -> int:
-    counts = [int(a) for a in (argv if argv is not None else sys.argv[1:])] or [100, 500, 1000]
+    counts = [int(a) for a in parse_counts("bench.disruption", __doc__, argv, ["100", "500", "1000"], what="NODE_COUNTS")]
     for count in counts:
         for scenario in ("packed", "underutilized"):
             inp = benchmark_input(count, scenario)

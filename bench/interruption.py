@@ -27,6 +27,8 @@ import sys
 import time
 import warnings
 
+from bench import parse_none
+
 BURSTS = (1, 10, 50)
 PODS_PER_NODE = 3
 TARGET_SECONDS_FOR_50 = 10.0
@@ -97,7 +99,8 @@ def run_burst(size: int, base, emulator_factory) -> dict[str, object]:  # type: 
             world.close()
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parse_none("bench.interruption", __doc__, argv)
     warnings.simplefilter("ignore")
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "ERROR")
     os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")

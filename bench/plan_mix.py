@@ -21,9 +21,10 @@ from __future__ import annotations
 import json
 import random
 import resource
-import sys
 import time
 from typing import Any
+
+from bench import parse_counts
 
 __all__ = ["INSTANCE_TYPES", "main", "snapshot_yaml"]
 
@@ -92,7 +93,7 @@ def measure(pods: int, workload: str) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    counts = [int(a) for a in (argv if argv is not None else sys.argv[1:])] or [5000, 20000]
+    counts = [int(a) for a in parse_counts("bench.plan_mix", __doc__, argv, ["5000", "20000"])]
     for workload in ("free", "arch-mix", "tiny"):
         for count in counts:
             print(json.dumps(measure(count, workload)), flush=True)

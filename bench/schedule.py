@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 
+from bench import parse_counts
 from joiner.domain import labels as wk
 from joiner.domain.model import InstanceType, LabelSelector, NodePool, Offering, Pod, PodAffinityTerm, TopologySpreadConstraint
 from joiner.domain.requirements import Requirements
@@ -151,7 +152,7 @@ def bench_cli(count: int) -> dict[str, object]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = list(argv if argv is not None else sys.argv[1:]) or ["100", "1000", "5000", "10000", "shapes:5000", "shapes:20000", "cli:5000"]
+    args = parse_counts("bench.schedule", __doc__, argv, ["100", "1000", "5000", "10000", "shapes:5000", "shapes:20000", "cli:5000"])
     types = benchmark_instance_types()
     for arg in args:
         kind, _, number = arg.rpartition(":")

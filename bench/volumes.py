@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 import time
 
+from bench import parse_counts
 from bench.schedule import ZONES, benchmark_instance_types, benchmark_problem
 from joiner.domain import labels as wk
 from joiner.domain.model import PersistentVolume, PersistentVolumeClaim, StorageClass
@@ -26,7 +26,7 @@ __all__ = ["main"]
 
 
 def main(argv: list[str] | None = None) -> int:
-    counts = [int(a) for a in (argv if argv is not None else sys.argv[1:])] or [100, 1000, 5000]
+    counts = [int(a) for a in parse_counts("bench.volumes", __doc__, argv, ["100", "1000", "5000"])]
     types = benchmark_instance_types()
     for count in counts:
         base = benchmark_problem(count, types)

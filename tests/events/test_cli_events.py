@@ -37,7 +37,7 @@ def test_every_fixture_is_explained(capsys: pytest.CaptureFixture[str], name: st
         assert result["instanceIds"] == [] and result["capacityReservationId"] == "cr-0a1b2c3d4e5f60718"
     else:
         assert result["instanceIds"] == ["i-0b662ef9931388ba0"]
-    assert "instance managed by Joiner" in result["assumes"]
+    assert "instance owned by Joiner" in result["assumes"]
 
 
 def test_spot_warning_explanation(capsys: pytest.CaptureFixture[str]) -> None:

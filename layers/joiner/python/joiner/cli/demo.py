@@ -13,8 +13,12 @@ import argparse
 import sys
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from joiner.cli.main import UsageError
+
+if TYPE_CHECKING:
+    from joiner.local.simulator import Simulation
 
 DEFAULT_REPORT = "out/joiner-demo.html"
 
@@ -36,6 +40,9 @@ def _options(parser: argparse.ArgumentParser) -> None:
                         help="scanner mode: economy (one round a minute) or responsive (the watcher wakes the scanner)")
     parser.add_argument("--verbose", action="store_true", help="let Joiner's JSON logs through to stdout")
     parser.add_argument("--quiet", action="store_true", help="print only the summary")
+    parser.add_argument("--hold", action="store_true",
+                        help="at the end keep the local AWS and Kubernetes API up, print how to reach them "
+                             "(kubectl, joiner status) and wait for Ctrl-D or Ctrl-C")
 
 
 class _Progress:
@@ -89,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(TIMELINE_HEADER, flush=True)
     simulation = Simulation(scenario, functions_dir=args.functions, on_entry=on_entry, on_progress=progress.update, verbose=args.verbose,
-                            scanner_mode=args.mode)
+                            scanner_mode=args.mode, on_end=(lambda sim: hold(sim, Path(args.report).with_suffix(".kubeconfig"))) if args.hold else None)
     try:
         result = simulation.run()
     finally:
@@ -116,3 +123,27 @@ def run(args: argparse.Namespace) -> int:
         print(f"joiner {args.command}: " + " | ".join(reasons), file=sys.stderr)
         return 1
     return 0
+
+
+def hold(simulation: Simulation, kubeconfig: Path) -> None:
+    """Write a kubeconfig for the API emulator, print how to look at the world, wait for EOF or Ctrl-C."""
+    import json
+
+    kubeconfig.parent.mkdir(parents=True, exist_ok=True)
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "joiner-demo",
+        "clusters": [{"name": "joiner-demo", "cluster": {"server": simulation.emulator.url}}],
+        "users": [{"name": "joiner-demo", "user": {"token": "local"}}],
+        "contexts": [{"name": "joiner-demo", "context": {"cluster": "joiner-demo", "user": "joiner-demo"}}],
+    }, indent=2) + "\n", encoding="utf-8")
+    at = simulation.clock.now().isoformat().replace("+00:00", "Z")
+    aws = f"AWS_ENDPOINT_URL={simulation.moto.endpoint} AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing"
+    print(f"\njoiner: holding the local world at {at} (simulated); in another shell:", flush=True)
+    print(f"  kubectl --kubeconfig {kubeconfig} get nodes,nodeclaims,nodepools,nodeclasses", flush=True)
+    print(f"  {aws} joiner status --table {simulation.stack.state_table} --region {simulation.region} --kubeconfig {kubeconfig} --at {at}",
+          flush=True)
+    print("Ctrl-D or Ctrl-C ends it.", flush=True)
+    try:
+        sys.stdin.read()
+    except KeyboardInterrupt:
+        pass

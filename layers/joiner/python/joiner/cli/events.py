@@ -43,7 +43,8 @@ def explain_event(data: object, *, rebalance: str = "replace", termination_grace
         **event.to_dict(),
         **action.to_dict(),
         "assumes": (
-            "instance managed by Joiner (it has a claim or a joiner.dev/nodepool label); "
+            "instance owned by Joiner: its EC2 tags name this cluster (joiner.dev/cluster) and a claim in the "
+            "state table recorded its instance id (Node labels prove nothing); "
             f"for an unmanaged instance the action is {ACTION_UNMANAGED!r}: acknowledged and counted, nothing done"
         ),
         "nodePool": {"rebalance": rebalance, "terminationGracePeriod": termination_grace_period},

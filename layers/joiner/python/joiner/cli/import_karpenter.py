@@ -23,6 +23,7 @@ from typing import Any, NoReturn
 
 from joiner.cli.main import UsageError
 from joiner.domain import labels as wk
+from joiner.domain.known_fields import strict_problem
 
 __all__ = ["register", "run", "convert_documents", "Conversion", "ConversionError"]
 
@@ -30,6 +31,7 @@ KARPENTER_NODEPOOL_API = "karpenter.sh/v1"
 KARPENTER_NODECLASS_API = "karpenter.k8s.aws/v1"
 JOINER_API = "joiner.dev/v1"
 
+_CONVERTED_KINDS = ((KARPENTER_NODEPOOL_API, "NodePool"), (KARPENTER_NODECLASS_API, "EC2NodeClass"))
 _AWS_INSTANCE_PREFIX = "karpenter.k8s.aws/instance-"
 _KARPENTER_PREFIXES = ("karpenter.sh/", "karpenter.k8s.aws/")
 _CAPACITY_TYPES = (wk.CAPACITY_TYPE_RESERVED, wk.CAPACITY_TYPE_SPOT, wk.CAPACITY_TYPE_ON_DEMAND)
@@ -59,6 +61,8 @@ class Conversion:
 
     documents: list[Any] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    #: How many Karpenter objects were converted (the others passed through).
+    converted: int = 0
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -90,10 +94,16 @@ def run(args: argparse.Namespace) -> int:
     except InputError as error:
         where = f" at {error.where}" if error.where else ""
         raise UsageError(f"{args.file}: invalid YAML{where}: {error.problem}") from None
+    if not documents:
+        raise UsageError(f"{args.file}: no Kubernetes objects (an empty file?); give Karpenter NodePools and EC2NodeClasses, "
+                         "e.g. kubectl get nodepools.karpenter.sh,ec2nodeclasses -o yaml")
     try:
         conversion = convert_documents(documents)
     except ConversionError as error:
         raise UsageError(f"{args.file}: {error}") from None
+    if not conversion.converted:
+        print(f"joiner import-karpenter: warning: {args.file} holds no {KARPENTER_NODEPOOL_API} NodePool or "
+              f"{KARPENTER_NODECLASS_API} EC2NodeClass: every document is passed through unchanged", file=sys.stderr)
     for warning in conversion.warnings:
         print(f"joiner import-karpenter: warning: {warning}", file=sys.stderr)
     class NoAliasDumper(yaml.SafeDumper):
@@ -141,18 +151,22 @@ def _write_whole(target: Path, text: str, *, overwrite: bool) -> None:
 def convert_documents(documents: Iterable[Any]) -> Conversion:
     """Convert parsed YAML documents; ``kind: List`` documents are converted item by item."""
     conversion = Conversion()
+
+    def convert(item: Any, where: str) -> Any:
+        if isinstance(item, Mapping) and (item.get("apiVersion"), item.get("kind")) in _CONVERTED_KINDS:
+            conversion.converted += 1
+        return _convert_one(item, where, conversion.warnings)
+
     for index, document in enumerate(documents, start=1):
         if not isinstance(document, Mapping):
             raise ConversionError(f"document {index}: expected a Kubernetes object (a mapping), got {type(document).__name__}")
         if document.get("kind") == "List" and isinstance(document.get("items"), list):
             converted_list = dict(document)
-            converted_list["items"] = [
-                _convert_one(item, f"document {index} item {position}", conversion.warnings)
-                for position, item in enumerate(document["items"], start=1)
-            ]
+            converted_list["items"] = [convert(item, f"document {index} item {position}")
+                                       for position, item in enumerate(document["items"], start=1)]
             conversion.documents.append(converted_list)
         else:
-            conversion.documents.append(_convert_one(document, f"document {index}", conversion.warnings))
+            conversion.documents.append(convert(document, f"document {index}"))
     return conversion
 
 
@@ -176,6 +190,9 @@ def _convert_one(document: Any, where: str, warnings: list[str]) -> Any:
     name = metadata.get("name") if isinstance(metadata, Mapping) else None
     if not isinstance(name, str) or not name:
         raise ConversionError(f"{where}: {kind} has no metadata.name")
+    problem = strict_problem(document)
+    if problem is not None:
+        raise ConversionError(f"{where}: {kind} {name}: {problem[0]}: {problem[1]}")
     context = _Context(f"{kind} {name}", document, warnings)
     try:
         converted = converter(context)

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from joiner.domain.catalog import Catalog
     from joiner.domain.snapshot import Snapshot
 
-__all__ = ["add_snapshot_arguments", "read_text", "load_snapshot_and_catalog"]
+__all__ = ["add_snapshot_arguments", "input_name", "read_text", "load_snapshot_and_catalog", "KARPENTER_GROUPS"]
 
 
 def add_snapshot_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,6 +27,15 @@ def add_snapshot_arguments(parser: argparse.ArgumentParser) -> None:
     from joiner.cli.output import add_output_argument
 
     add_output_argument(parser)
+
+
+#: apiVersion prefixes of Karpenter's kinds (``joiner import-karpenter`` converts them).
+KARPENTER_GROUPS = ("karpenter.sh/", "karpenter.k8s.aws/")
+
+
+def input_name(path: str) -> str:
+    """How messages name an input file (``-``: standard input)."""
+    return "<stdin>" if path == "-" else path
 
 
 def read_text(path: str, what: str) -> str:
@@ -43,10 +52,18 @@ def load_snapshot_and_catalog(args: argparse.Namespace) -> tuple[Snapshot, Catal
     from joiner.domain.snapshot import SnapshotError, load_snapshot_yaml
 
     text = read_text(args.snapshot, "snapshot")
+    source = input_name(args.snapshot)
     try:
-        snapshot = load_snapshot_yaml(text)
+        snapshot = load_snapshot_yaml(text, strict=True, source=source)
     except SnapshotError as error:
-        raise UsageError(str(error)) from None
+        raise UsageError(f"{source}: {error}" if error.object_ref != source else str(error)) from None
+    if not snapshot.kinds_read:
+        raise UsageError(f"{source}: no Kubernetes objects (an empty file?); give Pods, Nodes, NodePools and NodeClasses, "
+                         "e.g. kubectl get pods,nodes,daemonsets,pdb,nodepools,nodeclasses -A -o yaml")
+    karpenter = sorted(k for k in snapshot.kinds_read if k.startswith(KARPENTER_GROUPS))
+    if karpenter:
+        print(f"joiner {args.command}: hint: {source} holds Karpenter objects ({', '.join(karpenter)}); they are read as "
+              f"Joiner's here, and `joiner import-karpenter {args.snapshot}` converts them to manifests to apply", file=sys.stderr)
     region = getattr(args, "region", "us-east-1")
     if args.catalog and region != "us-east-1":
         raise UsageError("--region selects a bundled catalog: give --catalog or --region, not both")

@@ -63,10 +63,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.handler(args) or 0)
     except UsageError as error:
-        print(f"joiner {args.command}: {error}", file=sys.stderr)
+        print(f"{command_name(args)}: {error}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         return 0
+
+
+def command_name(args: argparse.Namespace) -> str:
+    """``joiner events explain``: the command and its subcommand, as typed."""
+    words = ["joiner", args.command]
+    for key in sorted(vars(args)):
+        if key.endswith("_command") and isinstance(getattr(args, key), str):
+            words.append(getattr(args, key))
+    return " ".join(words)
 
 
 def _set_log_level(level: str) -> None:

@@ -47,7 +47,23 @@ def render_table(plan, *, wide: bool = False) -> str:  # type: ignore[no-untyped
     for node in plan.existing_nodes:
         if node.pods:
             lines.append(f"existing node {node.name}: {len(node.pods)} pod(s)" + (f" ({', '.join(node.pods)})" if wide else ""))
-    for item in plan.unschedulable:
-        lines.append(f"unschedulable {item.pod}: {item.reason}")
+    lines += unschedulable_lines(plan.unschedulable, wide=wide)
     lines.append(f"new nodes: {len(plan.node_claims)}, cost per hour: ${plan.cost_per_hour:.4f}")
     return "\n".join(lines) + "\n"
+
+
+def unschedulable_lines(items, *, wide: bool = False) -> list[str]:  # type: ignore[no-untyped-def]
+    """One line per distinct reason, in first-seen order: ``unschedulable default/web-0: ...``
+    for one pod, ``unschedulable 20 pods (default/web-0, default/web-1, default/web-2 ...): ...``
+    for several (``wide``: every pod named)."""
+    groups: dict[str, list[str]] = {}
+    for item in items:
+        groups.setdefault(item.reason, []).append(item.pod)
+    lines = []
+    for reason, pods in groups.items():
+        if len(pods) == 1:
+            lines.append(f"unschedulable {pods[0]}: {reason}")
+        else:
+            shown = pods if wide or len(pods) <= 3 else [*pods[:3], "..."]
+            lines.append(f"unschedulable {len(pods)} pods ({', '.join(shown)}): {reason}")
+    return lines

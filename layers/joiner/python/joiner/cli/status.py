@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -102,8 +103,15 @@ def _rows(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
     return ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in table]
 
 
-def _quantities(values: dict[str, str]) -> str:
-    return ",".join(f"{k}={v}" for k, v in sorted(values.items())) or "-"
+def _quantities(values: dict[str, str], names: Iterable[str] | None = None) -> str:
+    """``cpu=4,memory=16Gi``; with ``names``, exactly those resources (absent ones as 0)."""
+    keys = sorted(values) if names is None else sorted(names)
+    return ",".join(f"{k}={values.get(k, '0')}" for k in keys) or "-"
+
+
+def _shared(*columns: dict[str, str]) -> set[str]:
+    """The resources CAPACITY and RESERVED both show: what either has."""
+    return {key for column in columns for key in column}
 
 
 def render_table(status: dict[str, Any], *, wide: bool = False) -> str:
@@ -111,8 +119,9 @@ def render_table(status: dict[str, Any], *, wide: bool = False) -> str:
     out: list[str] = []
     pools = status["nodePools"]
     out += ["NODEPOOLS"] + (_rows(("NAME", "NODECLASS", "READY", "NODES", "CAPACITY", "RESERVED", "LIMITS", "IN FLIGHT"), [
-        (p["name"], str(p["nodeClass"] or "-"), str(p["ready"] or "-"), str(p["nodes"]), _quantities(p["capacity"]),
-         _quantities(p["reserved"]), _quantities(p["limits"]), str(p["inFlight"])) for p in pools]) if pools else ["  none"])
+        (p["name"], str(p["nodeClass"] or "-"), str(p["ready"] or "-"), str(p["nodes"]),
+         _quantities(p["capacity"], _shared(p["capacity"], p["reserved"])), _quantities(p["reserved"], _shared(p["capacity"], p["reserved"])),
+         _quantities(p["limits"]), str(p["inFlight"])) for p in pools]) if pools else ["  none"])
     claims = status["claimsInFlight"]
     out += ["", "CLAIMS IN FLIGHT"] + (_rows(("CLAIM", "NODEPOOL", "STATE", "TYPE", "CAPACITY", "ZONE", "NODE", "PODS", "AGE"), [
         (c["claim"], c["nodePool"], c["state"], str(c["instanceType"] or "-"), str(c["capacityType"] or "-"), str(c["zone"] or "-"),

@@ -36,6 +36,7 @@ from typing import Any
 
 from joiner.domain import labels as wk
 from joiner.domain.amis import STANDARD, ami_key, node_variant
+from joiner.domain.durations import format_duration
 from joiner.domain.model import (
     NODECLASS_HASH_KEY,
     NODEPOOL_HASH_KEY,
@@ -799,7 +800,7 @@ class _Pass:
                 left[pool.name] = self.allowed(pool, method)
             if left[pool.name] <= 0:
                 if report:
-                    self.blocked.setdefault(candidate.name, f"{REASONS[method]} disruption budget of nodepool {pool.name} is exhausted")
+                    self.blocked.setdefault(candidate.name, f"the disruption budget of nodepool {pool.name} allows no more {REASONS[method]} nodes to be disrupted now")
                 continue
             left[pool.name] -= 1
             result.append(candidate)
@@ -932,7 +933,7 @@ class _Pass:
                 self.blocked[c.name] = f"expired, but {c.pdb_blocked}"
                 continue
             eligible.append(c)
-            why[c.name] = f"expired (older than {c.pool.expire_after})"
+            why[c.name] = f"expired (older than expireAfter {format_duration(c.pool.expire_after)})"
         return self.replace_batch(EXPIRATION, eligible, why, require_all=False)
 
     def drift(self) -> list[Command]:

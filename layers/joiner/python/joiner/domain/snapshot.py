@@ -275,11 +275,17 @@ class _Fields:
         return [self.string(item, f"{path}[{i}]", required=not allow_empty, default="") if allow_empty and item is not None
                 else self.string(item, f"{path}[{i}]", required=True) for i, item in enumerate(self.sequence(value, path))]
 
-    def resources(self, value: object, path: str, *, keep_zeros: bool = False) -> Resources:
-        """Non-negative quantities in milli-units (``Resources.parse`` rules, with our paths)."""
+    def resources(self, value: object, path: str, *, keep_zeros: bool = False, crd: bool = False) -> Resources:
+        """Non-negative quantities in milli-units (``Resources.parse`` rules, with our paths).
+        ``crd``: a field of Joiner's CRDs, whose quantity pattern admits no ``-`` sign (not even
+        ``-0``) and no surrounding whitespace (built-in kinds' quantities are trimmed)."""
         mapping = self.mapping(value, path)
         parsed: dict[str, int] = {}
         for name, quantity in mapping.items():
+            if crd and isinstance(quantity, str) and quantity.startswith("-"):
+                self.fail(f"{path}.{name}", f"must not be negative, got {quantity!r}")
+            if crd and isinstance(quantity, str) and quantity != quantity.strip():
+                self.fail(f"{path}.{name}", f"invalid quantity {quantity!r}: surrounding whitespace")
             try:
                 milli = parse_milli(quantity)
             except QuantityError as error:
@@ -949,7 +955,7 @@ def parse_node_pool(obj: Mapping[str, Any], *, origin: str = "") -> NodePool:
             fields.fail("spec.template.spec.nodeClassRef", f"must reference {expected}, got {group}/{kind}")
 
     limits_value = spec.get("limits")
-    limits = None if limits_value is None else fields.resources(limits_value, "spec.limits", keep_zeros=True)
+    limits = None if limits_value is None else fields.resources(limits_value, "spec.limits", keep_zeros=True, crd=True)
     interruption = fields.mapping(spec.get("interruption"), "spec.interruption")
     return NodePool(
         name=name,
@@ -1074,9 +1080,9 @@ def _kubelet(fields: _Fields, value: object, path: str) -> KubeletConfig:
     return KubeletConfig(
         max_pods=fields.integer(kubelet.get("maxPods"), f"{path}.maxPods", minimum=1),
         pods_per_core=pods_per_core or None,  # the kubelet reads 0 as "no per-core limit"
-        system_reserved=fields.resources(kubelet.get("systemReserved"), f"{path}.systemReserved"),
+        system_reserved=fields.resources(kubelet.get("systemReserved"), f"{path}.systemReserved", crd=True),
         # An explicit 0 replaces the EKS formula for that resource, so zeros are kept.
-        kube_reserved=None if kube_reserved is None else fields.resources(kube_reserved, f"{path}.kubeReserved", keep_zeros=True),
+        kube_reserved=None if kube_reserved is None else fields.resources(kube_reserved, f"{path}.kubeReserved", keep_zeros=True, crd=True),
         eviction_hard=eviction_hard,
     )
 
@@ -1221,6 +1227,9 @@ class Snapshot:
     #: planner then places pending pods without volume topology, and consolidation moves
     #: no pod that has a persistent volume.
     volumes_known: bool = True
+    #: ``apiVersion/kind`` of every object read, modelled or skipped (what a CLI tells the user
+    #: about its input); not part of the snapshot's value.
+    kinds_read: frozenset[str] = field(default=frozenset(), compare=False)
 
     @property
     def pending_pods(self) -> tuple[Pod, ...]:
@@ -1281,12 +1290,14 @@ def _flatten(obj: object, origin: str) -> Iterator[tuple[Mapping[str, Any], str]
     yield obj, origin
 
 
-def _collect(entries: Iterable[tuple[object, str]]) -> Snapshot:
+def _collect(entries: Iterable[tuple[object, str]], *, strict: bool = False) -> Snapshot:
     objects = [flat for obj, origin in entries for flat in _flatten(obj, origin)]
     typed: list[tuple[str, Mapping[str, Any], str]] = []
+    kinds_read: set[str] = set()
     for obj, origin in objects:
         kind = obj["kind"]
         api_version = obj.get("apiVersion")
+        kinds_read.add(f"{api_version}/{kind}")
         if api_version is not None and not isinstance(api_version, str):
             ref = _ref(kind, obj, namespaced=kind in _NAMESPACED, origin=origin)
             raise SnapshotError(ref, "apiVersion", f"expected a string such as v1 or joiner.dev/v1, got {_describe(api_version)}")
@@ -1296,6 +1307,8 @@ def _collect(entries: Iterable[tuple[object, str]]) -> Snapshot:
                 ref = _ref(kind, obj, namespaced=kind in _NAMESPACED, origin=origin)
                 raise SnapshotError(ref, "apiVersion", f"{api_version!r} is not supported (expected {' or '.join(_MODELLED_KINDS[kind])})")
             continue  # ConfigMaps, Services, ...: not scheduling inputs
+        if strict:
+            _check_known_fields(obj, kind, origin)
         typed.append((target, obj, origin))
 
     seen: dict[tuple[str, str], str] = {}
@@ -1358,7 +1371,17 @@ def _collect(entries: Iterable[tuple[object, str]]) -> Snapshot:
         persistent_volumes=tuple(sorted(persistent_volumes, key=lambda v: v.name)),
         storage_classes=tuple(sorted(storage_classes, key=lambda c: c.name)),
         csi_nodes=tuple(sorted(csi_nodes, key=lambda c: c.name)),
+        kinds_read=frozenset(kinds_read),
     )
+
+
+def _check_known_fields(obj: Mapping[str, Any], kind: str, origin: str) -> None:
+    """kubectl's strict field validation: the first unknown field is an error."""
+    from joiner.domain.known_fields import strict_problem
+
+    problem = strict_problem(obj)
+    if problem is not None:
+        raise SnapshotError(_ref(kind, obj, namespaced=kind in _NAMESPACED, origin=origin), *problem)
 
 
 def _unique(seen: dict[tuple[str, str], str], kind: str, key: str, ref: str) -> None:
@@ -1377,13 +1400,16 @@ def parse_objects(objects: Iterable[Mapping[str, Any]]) -> Snapshot:
     return _collect((obj, f"object {index + 1}") for index, obj in enumerate(objects))
 
 
-def load_snapshot_yaml(text: str) -> Snapshot:
+def load_snapshot_yaml(text: str, *, strict: bool = False, source: str = "snapshot") -> Snapshot:
     """A snapshot from multi-document YAML (``---`` separated objects, ``kind: List``
-    documents, empty documents skipped). Syntax errors name the line and column; size,
-    nesting, aliases and numbers are bounded (:data:`joiner.domain.bounded.DEFAULT_LIMITS`)."""
+    documents, empty documents skipped). Syntax errors name ``source`` (the file), the line
+    and the column; size, nesting, aliases and numbers are bounded
+    (:data:`joiner.domain.bounded.DEFAULT_LIMITS`). ``strict``: a field the kind's schema
+    does not know is an error (:mod:`joiner.domain.known_fields`), as with ``kubectl apply``."""
     with gc_paused():
         try:
             documents = load_snapshot_documents(text, DEFAULT_LIMITS)
         except InputError as error:
-            raise SnapshotError("snapshot", error.where, error.problem) from None
-        return _collect((document, f"document {index + 1}") for index, document in enumerate(documents) if document is not None)
+            raise SnapshotError(source, error.where, error.problem) from None
+        return _collect(((document, f"document {index + 1}") for index, document in enumerate(documents) if document is not None),
+                        strict=strict)

@@ -719,14 +719,14 @@ class Fault:
 # ---------------------------------------------------------------- the API handler
 
 
-#: The repository's CRDs (a checkout: tests, ``joiner demo``); their schemas and CEL rules
-#: admit every NodePool and NodeClass the emulator stores.
-CRD_DIR = Path(__file__).resolve().parents[5] / "manifests" / "crds"
+#: The packaged CRDs (``manifests/crds`` links to them); their schemas and CEL rules admit
+#: every NodePool and NodeClass the emulator stores.
+CRD_DIR = Path(__file__).resolve().parents[1] / "data" / "crds"
 
 
 @functools.cache
 def joiner_crds() -> tuple[JsonDict, ...]:
-    """Joiner's CustomResourceDefinitions from :data:`CRD_DIR` (none outside a checkout)."""
+    """Joiner's CustomResourceDefinitions from :data:`CRD_DIR`."""
     import yaml
 
     return tuple(yaml.safe_load(path.read_text(encoding="utf-8")) for path in sorted(CRD_DIR.glob("*.yaml")))

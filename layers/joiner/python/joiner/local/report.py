@@ -52,6 +52,9 @@ def summary_lines(result: SimulationResult) -> list[str]:
     lines = [
         f"scenario          {result.scenario.name}: {result.scenario.description}" if result.scenario.description else f"scenario          {result.scenario.name}",
         f"time              {result.simulated_seconds / 60:.1f} min simulated in {result.wall_seconds:.1f} s real ({result.speedup:.0f}x)",
+        f"scanner mode      {result.scanner_mode}"
+        + (" (the scanner runs once a minute; `--mode responsive` adds the watcher)" if result.scanner_mode == "economy"
+           else f" (the watcher wakes the scanner: {result.watcher_windows} windows, {result.wake_ups} wake-ups)"),
         f"functions         {', '.join(f'{n} x{result.invocations[n]}' for n in result.handlers)}"
         + (f"; not present: {', '.join(result.missing_handlers)}" if result.missing_handlers else ""),
         f"nodes launched    {sum(result.launched.values())}: {_counts(dict(result.launched))}",

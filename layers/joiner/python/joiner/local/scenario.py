@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from joiner.domain.durations import parse_duration
+from joiner.domain.known_fields import strict_problem
 
 __all__ = [
     "CHECKS", "DEFAULT_SCENARIO", "Check", "Event", "Scenario", "ScenarioError", "Workload", "bundled_scenario",
@@ -402,6 +403,9 @@ def parse_scenario(document: object, *, source: str = "") -> Scenario:
         for key in ("apiVersion", "kind"):
             _string(obj.get(key), f"objects[{index}].{key}")
         _string(_mapping(obj.get("metadata"), f"objects[{index}].metadata").get("name"), f"objects[{index}].metadata.name")
+        problem = strict_problem(obj)
+        if problem is not None:
+            raise ScenarioError(f"objects[{index}].{problem[0]}: {problem[1]}")
         objects.append(copy.deepcopy(dict(obj)))
     workloads: dict[str, Workload] = {}
     for index, raw in enumerate(_list(top.get("workloads", []), "workloads")):

@@ -201,6 +201,8 @@ class SimulationResult:
     #: instance id -> wall seconds of the invocation that launched it; -> when its node registered
     launch_round_seconds: dict[str, float] = field(default_factory=dict)
     registered_at: dict[str, datetime] = field(default_factory=dict)
+    #: ``economy`` (the scanner runs once a minute) or ``responsive`` (a watcher wakes it)
+    scanner_mode: str = "economy"
     #: responsive mode: watcher windows opened and scanner wake-ups
     watcher_windows: int = 0
     wake_ups: int = 0
@@ -343,6 +345,7 @@ class Simulation:
         start: datetime | None = None,
         region: str | None = None,
         scanner_mode: str = "economy",
+        on_end: Callable[[Simulation], None] | None = None,
     ) -> None:
         from joiner.local.aws import REGION
 
@@ -350,6 +353,8 @@ class Simulation:
             raise ValueError(f"scanner_mode must be 'economy' or 'responsive', got {scanner_mode!r}")
         self.scenario = scenario
         self.scanner_mode = scanner_mode
+        #: called after the last step, with moto and the API emulator still up (``--hold``)
+        self.on_end = on_end
         self.region = region or REGION
         self.functions_dir = functions_dir
         self.on_entry = on_entry or (lambda entry: None)
@@ -357,7 +362,7 @@ class Simulation:
         self.verbose = verbose
         self.start = start or datetime.now(UTC).replace(microsecond=0)
         self.clock = SimClock(self.start)
-        self.result = SimulationResult(scenario=scenario, start=self.start)
+        self.result = SimulationResult(scenario=scenario, start=self.start, scanner_mode=scanner_mode)
         self._capture = _Capture()
 
     # ------------------------------------------------------------ public
@@ -374,6 +379,8 @@ class Simulation:
             self._setup()
             try:
                 self._loop()
+                if self.on_end is not None:
+                    self.on_end(self)
             finally:
                 self._teardown()
         self.result.wall_seconds = time.monotonic() - wall
@@ -847,7 +854,7 @@ class Simulation:
                         "EC2 Instance State-change Notification": f"state change to {detail.get('state')}"}.get(body["detail-type"], body["detail-type"])
                 described.append(f"{what} {detail.get('instance-id', '')}".strip())
             elif body.get("kind") == "termination":
-                described.append(f"termination step {body.get('node')} (generation {body.get('generation')})")
+                described.append(f"termination step {body.get('node')}")
             else:
                 described.append(str(body.get("kind") or "message"))
         return "SQS: " + "; ".join(described)
