@@ -129,6 +129,10 @@ class Runtime:
     _prices_refresh_at: datetime = field(default=datetime.min.replace(tzinfo=UTC), repr=False)
     _aws: Any = field(default=None, repr=False)
 
+    def __post_init__(self) -> None:
+        # The cluster state's resync follows the runtime's clock (the simulator's runs fast).
+        self.cluster_state.clock = lambda: self.clock.now().timestamp()
+
     # -- ports
 
     @property
