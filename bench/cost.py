@@ -50,6 +50,8 @@ import time
 from collections.abc import Callable
 from functools import partial
 
+from bench.bounds.lp_bound import lp_lower_bound, whole_pod_lower_bound
+from bench.bounds.pattern_bound import pattern_lp_bound, pattern_milp_optimum, pool_instances
 from bench.workloads import FAMILIES, realistic_pods, tiny_pods, two_shape_pods
 from joiner.domain import labels as wk
 from joiner.domain.catalog import load_bundled_catalog
@@ -57,8 +59,6 @@ from joiner.domain.model import DaemonSet, NodePool, Pod, Toleration
 from joiner.domain.requirements import Requirement, Requirements
 from joiner.domain.resources import Resources
 from joiner.domain.scheduling import SchedulingProblem
-from joiner.domain.scheduling.lp_bound import lp_lower_bound, whole_pod_lower_bound
-from joiner.domain.scheduling.pattern_bound import pattern_lp_bound, pattern_milp_optimum, pool_instances
 from joiner.domain.scheduling.solver import solve_with_baseline
 
 __all__ = ["WORKLOADS", "GENERATED", "workload_problem", "main"]

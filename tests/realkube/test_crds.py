@@ -114,6 +114,8 @@ CASES = [
     Case("NodeClass", "spec.capacityReservationSelectorTerms[*]", "ownerID needs tags",
          {"spec.capacityReservationSelectorTerms": [{"tags": {"a": "b"}, "ownerID": SR}]},
          {"spec.capacityReservationSelectorTerms": [{"ownerID": SR}]}),
+    Case("NodePool", "spec.limits.*", "a limit must not be negative",
+         {"spec.limits": {"cpu": 0, "memory": "10Gi"}}, {"spec.limits": {"cpu": -4}}),
     Case("NodePool", "spec.template.metadata.labels", "labels joiner.dev/nodepool",
          {"spec.template.metadata": {"labels": {"team": "a"}}}, {"spec.template.metadata": {"labels": {"kubernetes.io/hostname": "n"}}}),
     Case("NodePool", "spec.template.spec.requirements[*]", "requirements with operator 'In'",

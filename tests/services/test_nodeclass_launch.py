@@ -111,10 +111,12 @@ def test_each_instance_type_launches_the_al2023_variant_it_needs(world: E2E) -> 
 
 @pytest.mark.slow
 def test_a_claim_mixing_gpu_and_plain_types_sends_one_template_per_ami(world: E2E) -> None:
-    """A pod that needs no GPU may land on the GPU type when it is the only one with
-    capacity: the fleet carries both templates, each type with its own AMI."""
+    """A pod that needs no GPU may land on the GPU type when the NodePool asks for type
+    flexibility (``minValues``: accelerated types are then kept in the launch, as Karpenter
+    keeps them): the fleet carries both templates, each type with its own AMI."""
     amis = other_amis(world)
-    world.emulator.apply(node_pool_json("default", requirements=[{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c5.xlarge", "g5.xlarge"]}]))
+    world.emulator.apply(node_pool_json("default", requirements=[
+        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c5.xlarge", "g5.xlarge"], "minValues": 2}]))
     world.emulator.apply(pod_json("web", cpu="1", memory="1Gi"))
     sent: list[dict[str, Any]] = []
     runtime = world.runtime(catalog=accelerated_catalog())
@@ -203,12 +205,16 @@ def test_node_classes_that_cannot_launch_say_why(world: E2E) -> None:
 # ---------------------------------------------------------------- with fakes: AMI choice per claim
 
 
-def mixed_pool_world(missing: set[str]):  # type: ignore[no-untyped-def]
+def mixed_pool_world(missing: set[str], min_values: int | None = None):  # type: ignore[no-untyped-def]
+    """A NodePool of c5.xlarge and g5.xlarge; ``min_values`` keeps the GPU type in launches of
+    pods that need no GPU (otherwise left out while a generic type fits, as Karpenter does)."""
     world = fake_world(catalog=accelerated_catalog())
     world.ec2.missing_variants = missing
     world.kube.add("node_classes", node_class_json(discovery=world.cluster))
-    world.kube.add("node_pools", node_pool_json(requirements=[
-        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c5.xlarge", "g5.xlarge"]}]))
+    requirement: dict[str, object] = {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c5.xlarge", "g5.xlarge"]}
+    if min_values is not None:
+        requirement["minValues"] = min_values
+    world.kube.add("node_pools", node_pool_json(requirements=[requirement]))
     return world
 
 
@@ -223,7 +229,7 @@ def test_types_whose_variant_has_no_ami_are_left_out_while_another_launches() ->
 
 
 def test_both_variants_resolved_each_type_names_its_template() -> None:
-    world = mixed_pool_world(set())
+    world = mixed_pool_world(set(), min_values=2)
     world.kube.add("pods", pod_json("web", cpu="1", memory="1Gi"))
     provision(world.runtime(), world.clock.now())
     (request,) = world.ec2.fleet_requests

@@ -601,7 +601,7 @@ def test_an_overlapping_invocation_does_nothing_while_the_lease_is_held(world: F
     now = world.clock.now()
     assert world.state.acquire_lease(LEASE_NAME, "other-invocation", now, 60)
     skipped = provision(world.runtime(), now)
-    assert not skipped.ran and not world.ec2.fleet_requests and "iter_pods" not in world.kube.calls
+    assert not skipped.ran and not world.ec2.fleet_requests and "list_pages(pods)" not in world.kube.calls
     assert world.metrics.total("ScanSkipped") == 1
     assert world.state.lease_holder(LEASE_NAME)[0] == "other-invocation"  # not released by us
 
@@ -755,7 +755,7 @@ def test_responsive_mode_stops_before_the_lambda_timeout(world: FakeWorld) -> No
 
 def test_responsive_mode_keeps_scanning_after_a_failed_round(world: FakeWorld) -> None:
     setup_cluster(world, pods=1)
-    world.kube.fail("iter_pods")
+    world.kube.fail("list_pages(pods)")
     summary = run_scanner(world.runtime(), "responsive")
     assert summary.errors == 1 and summary.rounds >= 1
     assert summary.to_dict()["claimsLaunched"] == 1

@@ -281,13 +281,6 @@ class FakeKubernetes:
             if _field_matches(pod, field_selector) and _selector_matches(pod["metadata"].get("labels") or {}, label_selector)
         ]
 
-    def iter_pods(self, *, field_selector: str | None = None, label_selector: str | None = None) -> Iterator[JsonDict]:
-        self._enter("iter_pods")
-        return iter([
-            pod for pod in self._list("pods")
-            if _field_matches(pod, field_selector) and _selector_matches(pod["metadata"].get("labels") or {}, label_selector)
-        ])
-
     def list_unbound_pods(self) -> tuple[list[JsonDict], str]:
         self._enter("list_unbound_pods")
         with self._lock:
@@ -331,7 +324,7 @@ class FakeKubernetes:
         return self._list("nodes")
 
     def list_pages(self, resource: str) -> Iterator[tuple[list[JsonDict], str]]:
-        self._enter("iter_pods" if resource == "pods" else "iter_nodes")
+        self._enter(f"list_pages({resource})")
         with self._lock:
             version = str(int(self._next_version()) - 1)
         yield self._list(resource), version

@@ -28,7 +28,7 @@ from joiner.domain.termination import (
     record_eviction,
     step_retry_delay,
 )
-from joiner.services.termination import _assume_applied, _parse_pods
+from joiner.services.termination import _assume_applied, parse_node_pods
 
 INT64 = st.integers(-MAX_INT, MAX_INT)  # what joiner.domain.bounded reads as 64-bit
 #: Every instant Joiner's clock or an accepted input can hold.
@@ -111,7 +111,7 @@ def test_no_drain_function_overflows_on_any_pod_an_api_server_accepts(
         assert parsed.termination_grace_seconds == min(grace, MAX_SECONDS)
         assert all(0 <= (t.toleration_seconds or 0) <= MAX_SECONDS for t in parsed.tolerations)
     # the termination handler's own reading never refuses a pod (it is drained whatever it says)
-    pods, deletion_deadlines = _parse_pods([raw])
+    pods, deletion_deadlines = parse_node_pods([raw])
     (pod,) = pods
     assert pod.termination_grace_seconds == min(grace, MAX_SECONDS)
     pod.protected_at(now)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from bench.bounds.lp_bound import lp_lower_bound, whole_pod_lower_bound
 from joiner.domain.scheduling import SchedulingProblem, solve
-from joiner.domain.scheduling.lp_bound import lp_lower_bound, whole_pod_lower_bound
 
 from .builders import instance_type, node_pool, pod
 

@@ -10,9 +10,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from joiner.domain.scheduling import SchedulingProblem, solve
-from joiner.domain.scheduling.lp_bound import covering_lp_value, lp_lower_bound, whole_pod_lower_bound
-from joiner.domain.scheduling.pattern_bound import (
+from bench.bounds.lp_bound import covering_lp_value, lp_lower_bound, whole_pod_lower_bound
+from bench.bounds.pattern_bound import (
     PoolInstance,
     maximal_patterns,
     pattern_lp_bound,
@@ -21,6 +20,7 @@ from joiner.domain.scheduling.pattern_bound import (
     pattern_milp_pool,
     plan_patterns,
 )
+from joiner.domain.scheduling import SchedulingProblem, solve
 
 from .builders import instance_type, node_pool, pod
 

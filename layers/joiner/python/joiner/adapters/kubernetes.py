@@ -312,9 +312,6 @@ class KubernetesClient:
     def list_pods(self, *, field_selector: str | None = None, label_selector: str | None = None) -> list[JsonDict]:
         return self._list("/api/v1/pods", "Pod", "v1", fieldSelector=field_selector, labelSelector=label_selector)
 
-    def iter_pods(self, *, field_selector: str | None = None, label_selector: str | None = None) -> Iterator[JsonDict]:
-        return self._iter("/api/v1/pods", "Pod", "v1", fieldSelector=field_selector, labelSelector=label_selector)
-
     def list_unbound_pods(self) -> tuple[list[JsonDict], str]:
         return self._list_versioned("/api/v1/pods", "Pod", "v1", fieldSelector="spec.nodeName=")
 

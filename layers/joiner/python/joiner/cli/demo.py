@@ -139,7 +139,7 @@ def hold(simulation: Simulation, kubeconfig: Path) -> None:
     at = simulation.clock.now().isoformat().replace("+00:00", "Z")
     aws = f"AWS_ENDPOINT_URL={simulation.moto.endpoint} AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing"
     print(f"\njoiner: holding the local world at {at} (simulated); in another shell:", flush=True)
-    print(f"  kubectl --kubeconfig {kubeconfig} get nodes,nodeclaims,nodepools,nodeclasses", flush=True)
+    print(f"  kubectl --kubeconfig {kubeconfig} get nodes,nodeclaims.joiner.dev,nodepools.joiner.dev,nodeclasses.joiner.dev", flush=True)
     print(f"  {aws} joiner status --table {simulation.stack.state_table} --region {simulation.region} --kubeconfig {kubeconfig} --at {at}",
           flush=True)
     print("Ctrl-D or Ctrl-C ends it.", flush=True)

@@ -600,7 +600,7 @@ def _declared_capacity_and_overhead(capacity: Resources, kubelet: KubeletConfig,
 # Loading
 # ---------------------------------------------------------------------------------------
 
-_INFO_FIELDS = {
+INFO_FIELDS = {
     "name": "name", "vcpus": "vcpus", "memoryMiB": "memory_mib", "architectures": "architectures",
     "maxENIs": "max_enis", "ipv4PerENI": "ipv4_per_eni", "hypervisor": "hypervisor",
     "bareMetal": "bare_metal", "cpuManufacturer": "cpu_manufacturer", "gpuCount": "gpu_count",
@@ -619,7 +619,7 @@ _TUPLE_FIELDS = frozenset({"architectures", "usage_classes", "zones"})
 def _info_from_bundled(raw: Mapping[str, Any]) -> InstanceTypeInfo:
     kwargs: dict[str, Any] = {}
     for key, value in raw.items():
-        attribute = _INFO_FIELDS.get(key)
+        attribute = INFO_FIELDS.get(key)
         if attribute is None:
             raise CatalogError(f"bundled catalog entry {raw.get('name')!r}: unknown field {key!r}")
         kwargs[attribute] = tuple(value) if attribute in _TUPLE_FIELDS else value

@@ -25,8 +25,8 @@ from importlib import resources as importlib_resources
 from typing import Any
 
 from joiner.domain.catalog import (
-    _INFO_FIELDS,
     CAPACITY_TYPES,
+    INFO_FIELDS,
     Catalog,
     CatalogError,
     InstanceTypeInfo,
@@ -52,7 +52,7 @@ KUBE_ARCHITECTURES = {"x86_64": "amd64", "arm64": "arm64"}
 PRICE_SOURCE_PRICING_API = "pricing-api"
 PRICE_SOURCE_BUNDLED = "bundled-us-east-1"
 _FORMAT = 1
-_FIELD_NAMES = {attribute: key for key, attribute in _INFO_FIELDS.items()}
+_FIELD_NAMES = {attribute: key for key, attribute in INFO_FIELDS.items()}
 
 
 @lru_cache(maxsize=1)

@@ -60,6 +60,7 @@ from joiner.services.ownership import refuse
 
 if TYPE_CHECKING:
     from joiner.services.context import Runtime
+    from joiner.services.interruption import ClusterView
 
 __all__ = [
     "COMMAND_KIND", "PENDING_ID", "EMPTY_KIND", "NOMINATION_KIND", "LEASE_NAME", "LEASE_TTL_SECONDS",
@@ -122,12 +123,11 @@ def _time(value: Any) -> datetime | None:
 def read_input(runtime: Runtime, now: datetime) -> DisruptionInput:
     """The cluster, the state and what earlier passes remembered, as a domain input."""
     from joiner.domain.snapshot import SnapshotError, parse_pdb
-    from joiner.services import provisioning as prov
+    from joiner.services.provisioning import PlanningRound
     from joiner.services.registration import RegistrationResult
     from joiner.services.termination import TERMINATION_KIND
 
-    work = prov._Round(runtime, now, owner=f"disruption/{runtime.invocation_id}")
-    work.renew_lease = lambda: None  # type: ignore[method-assign]  # reads only: no provisioning lease
+    work = PlanningRound(runtime, now, owner=f"disruption/{runtime.invocation_id}", lease=None)  # reads only: no provisioning lease
     work.read()
     work.resolve_classes()
     types = work.instance_types()
@@ -361,25 +361,21 @@ def execute_command(runtime: Runtime, command: Command, inp: DisruptionInput, no
     return errors
 
 
-def _replacement_view(runtime: Runtime, command: Command, now: datetime) -> Any:
+def _replacement_view(runtime: Runtime, command: Command, now: datetime) -> ClusterView:
     """A :class:`~joiner.services.interruption.ClusterView` whose launches may only use the
     command's replacement types: the ones the simulation found cheaper at their worst-case
     price, never the candidates' own types."""
-    from joiner.services.interruption import ClusterView, _replacement_round
+    from joiner.services.interruption import ClusterView, replacement_round
 
     view = ClusterView(runtime)
-    work = _replacement_round(runtime, now)
+    work = replacement_round(runtime, now)
     work.read()
     work.resolve_classes()
     work.instance_types()
     allowed = {name for r in command.replacements for name in r.instance_types}
     work.types_by_pool = {pool: tuple(t for t in types if t.name in allowed) for pool, types in work.types_by_pool.items()}
     work.type_index = {pool: {t.name: t for t in types} for pool, types in work.types_by_pool.items()}
-    work.open_by_id = {c.claim_id: c for c in work.claims}
-    view._in_flight = work.in_flight(work.open_by_id.values())
-    view._all_nodes = work.nodes
-    view._all_pods = work.snapshot.pods
-    view._round = work
+    view.plan_with(work)
     return view
 
 

@@ -68,9 +68,10 @@ from joiner.services.termination import TerminationResult, begin_termination, co
 
 if TYPE_CHECKING:
     from joiner.services.context import Runtime
+    from joiner.services.provisioning import PlanningRound
 
 __all__ = [
-    "UNAVAILABLE_FOR", "NodeOutcome", "InterruptionOutcome", "ClusterView",
+    "UNAVAILABLE_FOR", "NodeOutcome", "InterruptionOutcome", "ClusterView", "replacement_round",
     "handle_interruption",
 ]
 
@@ -126,7 +127,7 @@ class ClusterView:
     _pools: dict[str, NodePool] | None = None
     _claims: dict[str, ClaimRecord | None] = field(default_factory=dict)
     disrupted: set[str] = field(default_factory=set)
-    _round: Any = None
+    _round: PlanningRound | None = None
     _in_flight: list[Any] = field(default_factory=list)
     _all_nodes: tuple[Any, ...] = ()
     _all_pods: tuple[Pod, ...] = ()
@@ -173,6 +174,17 @@ class ClusterView:
             if node is not None:
                 with self._lock:
                     self.disrupted.add(node["metadata"]["name"])
+
+    def plan_with(self, work: PlanningRound) -> None:
+        """Plan this view's replacements with ``work``, a round its caller has read and
+        narrowed (disruption: the cluster read in full, the replacement types the simulation
+        chose), instead of one read on first use."""
+        with self._lock:
+            work.open_by_id = {c.claim_id: c for c in work.claims}
+            self._in_flight = work.in_flight(work.open_by_id.values())
+            self._all_nodes = work.nodes
+            self._all_pods = work.snapshot.pods
+            self._round = work
 
     def first_mark(self, offering: OfferingKey) -> bool:
         """True the first time the invocation marks ``offering`` unavailable."""
@@ -255,12 +267,12 @@ class ClusterView:
 
     def _launch_replacement(self, pods: Sequence[Pod], now: datetime) -> dict[str, set[str]]:
         """One plan and launch wave for ``pods``: claim id -> the keys of ``pods`` it hosts."""
-        from joiner.services import provisioning as prov
+        from joiner.services.provisioning import launch_all
         from joiner.services.registration import RegistrationResult
 
         work = self._round
         if work is None:
-            work = _replacement_round(self.runtime, now)
+            work = replacement_round(self.runtime, now)
             work.read(workloads=False)
             work.resolve_classes()
             work.instance_types()
@@ -291,7 +303,7 @@ class ClusterView:
         before = len(work.launched)
         existing_before = len(work.existing_claims)
         plan = work.solve(pending, sorted(self._in_flight, key=lambda c: c.name))
-        prov._launch_all(work, plan, by_key, self._in_flight)
+        launch_all(work, plan, by_key, self._in_flight)
         work.flush_pod_events()
         if len(work.launched) > before:
             self.runtime.count("ReplacementsLaunched", len(work.launched) - before)
@@ -332,22 +344,17 @@ class _ReplacementRequest:
         return self.hosts
 
 
-def _replacement_round(runtime: Runtime, now: datetime) -> Any:
-    """A provisioning round object used for its read, plan and launch steps only.
+def replacement_round(runtime: Runtime, now: datetime) -> PlanningRound:
+    """A planning round used for its read, plan and launch steps only, holding no lease.
 
     Replacement launches do not take the cluster's provisioning lease: a scanner round may
     be running and must not be blocked by (nor block) an interruption. That is safe because
     limit reservations are conditional writes and claim ids derive from the pods, so two
-    rounds never launch twice for the same pods nor past a limit. The round's lease renewal
-    is therefore switched off.
+    rounds never launch twice for the same pods nor past a limit.
     """
-    from joiner.services import provisioning as prov
+    from joiner.services.provisioning import PlanningRound
 
-    class _UnleasedRound(prov._Round):
-        def renew_lease(self) -> None:
-            """No lease to renew (see above)."""
-
-    return _UnleasedRound(runtime, now, owner=f"interruption/{getattr(runtime, 'invocation_id', 'local')}")
+    return PlanningRound(runtime, now, owner=f"interruption/{getattr(runtime, 'invocation_id', 'local')}", lease=None)
 
 
 def _instance_of(node: JsonDict) -> str:
@@ -537,9 +544,9 @@ def _close_without_node(runtime: Runtime, claim: ClaimRecord | None, instance_id
 def _replace(runtime: Runtime, view: ClusterView, node_name: str, pods_raw: Sequence[JsonDict], event: InterruptionEvent, now: datetime) -> tuple[str, ...]:
     """Launch capacity for the node's reschedulable pods; () when none is needed or the
     launch failed (the drain goes ahead either way)."""
-    from joiner.services.termination import _parse_pods
+    from joiner.services.termination import parse_node_pods
 
-    pods, _ = _parse_pods(pods_raw)
+    pods, _ = parse_node_pods(pods_raw)
     pending = reschedulable_pods(pods)
     if not pending:
         return ()

@@ -87,6 +87,7 @@ from joiner.ports import (
     Subnet,
 )
 from joiner.services.cluster_state import object_reference
+from joiner.services.leases import Lease, RenewingLease
 from joiner.services.registration import RegistrationResult, reconcile_registration
 
 if TYPE_CHECKING:
@@ -95,7 +96,7 @@ if TYPE_CHECKING:
 __all__ = [
     "LEASE_NAME", "LEASE_TTL_SECONDS", "UNAVAILABLE_FOR", "MAX_LAUNCH_ATTEMPTS", "LIMIT_REACHED",
     "LaunchedClaim", "LaunchFailure", "RoundResult", "ScanSummary", "provision", "run_scanner", "claim_id_for",
-    "ProvisioningRound", "launch_plan", "unreserved_usage",
+    "PlanningRound", "launch_all", "unreserved_usage", "published_unreserved", "UNRESERVED_KIND",
 ]
 
 log = logging.getLogger(__name__)
@@ -277,12 +278,14 @@ class _Outcome:
     capacity_errors: list[tuple[OfferingKey, str]] = field(default_factory=list)
 
 
-class _Round:
-    def __init__(self, runtime: Runtime, now: datetime, owner: str) -> None:
+class PlanningRound:
+    def __init__(self, runtime: Runtime, now: datetime, owner: str, lease: Lease | None = None) -> None:
         self.runtime = runtime
         self.now = now
         self.owner = owner
-        self.lease_renewed = time.monotonic()
+        #: the lease this round holds (the scanner's provisioning lease); None for rounds that
+        #: take none (replacement launches, disruption's reads)
+        self.lease = lease
         self.kube = runtime.kube
         self.state = runtime.state
         self.invalid: list[str] = []
@@ -312,17 +315,10 @@ class _Round:
         #: launches never both count on a reservation's last slot
         self.reservation_lock = threading.Lock()
 
-    def renew_lease(self) -> None:
-        """Keep the lease while a long launch wave runs (every :data:`LEASE_RENEW_SECONDS`).
-        Losing it is logged, not fatal: reservations and claim ids keep a concurrent round safe."""
-        if time.monotonic() - self.lease_renewed < LEASE_RENEW_SECONDS:
-            return
-        self.lease_renewed = time.monotonic()
-        try:
-            if not self.state.acquire_lease(LEASE_NAME, self.owner, self.runtime.clock.now(), LEASE_TTL_SECONDS):
-                log.warning("provisioning lease taken over by another invocation during the round")
-        except Exception as error:  # noqa: BLE001
-            log.warning("renewing the provisioning lease failed: %s", error)
+    def keep_lease(self) -> None:
+        """Keep the round's lease while a long launch wave runs (a round without one: nothing)."""
+        if self.lease is not None:
+            self.lease.keep()
 
     # ------------------------------------------------------------ read
 
@@ -1161,7 +1157,8 @@ def provision(runtime: Runtime, now: datetime | None = None, *, owner: str | Non
 
 def _run_round(runtime: Runtime, now: datetime, owner: str) -> RoundResult:
     started = time.perf_counter()
-    work = _Round(runtime, now, owner)
+    lease = RenewingLease(runtime, LEASE_NAME, owner, ttl_seconds=LEASE_TTL_SECONDS, renew_seconds=LEASE_RENEW_SECONDS)
+    work = PlanningRound(runtime, now, owner, lease)
     work.read()
     registration = reconcile_registration(runtime, work.claims, work.nodes, work.pools, now)
     for message in registration.errors:
@@ -1202,7 +1199,7 @@ def _run_round(runtime: Runtime, now: datetime, owner: str) -> RoundResult:
             if pod is not None:
                 work._unschedulable(pod, item.reason)
         launch_started = time.perf_counter()
-        replan_seconds = _launch_all(work, plan, pods_by_key, in_flight)
+        replan_seconds = launch_all(work, plan, pods_by_key, in_flight)
         launch_seconds = time.perf_counter() - launch_started - replan_seconds
         plan_seconds += replan_seconds
         runtime.count("DecisionSeconds", time.perf_counter() - started, "Seconds")
@@ -1236,15 +1233,8 @@ def _run_round(runtime: Runtime, now: datetime, owner: str) -> RoundResult:
     )
 
 
-#: The round's steps, for other services that plan and launch the same way without the
-#: lease (interruption replacements): ``read()``, ``resolve_classes()``, ``instance_types()``,
-#: ``compute_usage()``, ``in_flight()``, ``solve()``, then :func:`launch_plan` and
-#: ``flush_pod_events()``.
-ProvisioningRound = _Round
-
-
 def published_unreserved(state: StatePort) -> dict[str, Resources]:
-    """NodePool -> the unreserved usage the last full round published (:meth:`_Round.publish_unreserved`)."""
+    """NodePool -> the unreserved usage the last full round published (:meth:`PlanningRound.publish_unreserved`)."""
     found: dict[str, Resources] = {}
     for item in state.list_items(UNRESERVED_KIND):
         amounts = item.get("unreserved")
@@ -1253,7 +1243,7 @@ def published_unreserved(state: StatePort) -> dict[str, Resources]:
     return found
 
 
-def _launch_all(work: _Round, plan: Plan, pods_by_key: Mapping[str, Pod], in_flight: list[InFlightClaim]) -> float:
+def launch_all(work: PlanningRound, plan: Plan, pods_by_key: Mapping[str, Pod], in_flight: list[InFlightClaim]) -> float:
     """Launch the plan's claims in waves. Pods of claims that failed on capacity are
     re-planned at once without the failed offerings; each wave is one CreateFleet per
     claim. Returns the seconds spent re-planning."""
@@ -1267,8 +1257,8 @@ def _launch_all(work: _Round, plan: Plan, pods_by_key: Mapping[str, Pod], in_fli
         planned_ids = {job.claim_id for job in jobs}
         for claim_id in sorted(set(failed) - planned_ids):
             _give_up(work, failed.pop(claim_id), report_pods=False)
-        work.renew_lease()
-        outcomes = _run_parallel(work.launch, jobs, work.renew_lease)
+        work.keep_lease()
+        outcomes = _run_parallel(work.launch, jobs, work.keep_lease)
         failed = {}
         retry_pods: list[Pod] = []
         for outcome in outcomes:
@@ -1308,11 +1298,9 @@ def _launch_all(work: _Round, plan: Plan, pods_by_key: Mapping[str, Pod], in_fli
     return replan_seconds
 
 
-#: Launch a plan's claims with capacity-error fallback (see :func:`_launch_all`).
-launch_plan = _launch_all
 
 
-def _give_up(work: _Round, outcome: _Outcome, *, report_pods: bool) -> None:
+def _give_up(work: PlanningRound, outcome: _Outcome, *, report_pods: bool) -> None:
     """Close a claim that failed on capacity (releasing its reservation)."""
     job = outcome.job
     if work.is_closed(job.claim_id):
@@ -1352,7 +1340,7 @@ def _in_flight_from(outcome: _Outcome) -> InFlightClaim:
     )
 
 
-def _settle_orphans(work: _Round, claims: list[ClaimRecord]) -> tuple[list[str], list[str]]:
+def _settle_orphans(work: PlanningRound, claims: list[ClaimRecord]) -> tuple[list[str], list[str]]:
     """``reserved`` claims older than :data:`ORPHAN_AFTER` belong to a round that died
     between reserving and recording its launch: adopt the instance it started (found by
     its ``joiner.dev/nodeclaim`` tag) or close the claim and return its reservation."""
@@ -1396,7 +1384,7 @@ def _settle_orphans(work: _Round, claims: list[ClaimRecord]) -> tuple[list[str],
     return closed, adopted
 
 
-def _patch_pool_status(work: _Round) -> None:
+def _patch_pool_status(work: PlanningRound) -> None:
     """NodePool status: resources and node count of its Nodes, and a Ready condition."""
     for name in sorted(work.pools_raw):
         pool = work.pools.get(name)
@@ -1432,7 +1420,7 @@ def _patch_pool_status(work: _Round) -> None:
 STATUS_MAX_ITEMS = 1000
 
 
-def _class_amis(work: _Round, node_class: NodeClass) -> tuple[list[JsonDict], str]:
+def _class_amis(work: PlanningRound, node_class: NodeClass) -> tuple[list[JsonDict], str]:
     """The AMIs a launch of this NodeClass uses now, one per architecture and AL2023 variant
     (:data:`~joiner.domain.amis.PUBLISHED`; one per architecture for AMIs chosen by id, name
     or tags), as ``status.amis`` entries, and the first lookup error. Shares the disruption
@@ -1469,7 +1457,7 @@ def _class_amis(work: _Round, node_class: NodeClass) -> tuple[list[JsonDict], st
     return amis, first_error
 
 
-def _patch_class_status(work: _Round) -> None:
+def _patch_class_status(work: PlanningRound) -> None:
     """NodeClass status: what its selectors resolve to (subnets, security groups, AMIs) and a
     Ready condition saying whether nodes can launch from it, and if not, why. Written only
     when something changed (the condition's transition time is kept while it holds)."""

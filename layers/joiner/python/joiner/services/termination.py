@@ -73,6 +73,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CONTINUATION_KIND",
+    "parse_node_pods",
     "LEASE_TTL_SECONDS",
     "OUTAGE_BUDGET",
     "RECEIVED_VISIBILITY_CAP_SECONDS",
@@ -228,7 +229,7 @@ class TerminationResult:
 
 
 
-def _parse_pods(raw_pods: Sequence[JsonDict]) -> tuple[list[Pod], dict[str, datetime]]:
+def parse_node_pods(raw_pods: Sequence[JsonDict]) -> tuple[list[Pod], dict[str, datetime]]:
     """Domain pods plus, for terminating pods, when their grace ends (deletionTimestamp).
 
     A pod the snapshot parser rejects (a malformed field the drain does not need) is still
@@ -822,7 +823,7 @@ def _run_step(
         drain_by: datetime | None = None
         if state.deadline is not None:
             pods_raw = pods_raw if pods_raw is not None else runtime.kube.list_pods_on_node(state.node)
-            drain_by = drain_start_by(_parse_pods(pods_raw)[0], state.deadline)
+            drain_by = drain_start_by(parse_node_pods(pods_raw)[0], state.deadline)
         if drain_by is not None and now >= drain_by:
             ready, why = True, "not Ready in time: the drain starts now to end by the deadline"
         else:
@@ -840,7 +841,7 @@ def _run_step(
         state = replace(state, phase=PHASE_DRAINING)
         _record_event(runtime, node, "DrainStarted", f"replacement {why}; draining")
 
-    pods, deletion_deadlines = _parse_pods(pods_raw if pods_raw is not None else runtime.kube.list_pods_on_node(state.node))
+    pods, deletion_deadlines = parse_node_pods(pods_raw if pods_raw is not None else runtime.kube.list_pods_on_node(state.node))
     progress = dict(state.progress)
     evicted: list[str] = []
     blocked: list[str] = []

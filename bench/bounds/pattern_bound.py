@@ -92,8 +92,8 @@ GroupKey = tuple[tuple[int, ...], frozenset[str]]
 
 def _instances(problem: SchedulingProblem) -> list[tuple[int, PoolInstance, dict[str, int]]]:
     """Per NodePool index: its instance and each pod key's group (the grouping of
-    :func:`joiner.domain.scheduling.lp_bound.pool_group_members`)."""
-    from joiner.domain.scheduling.lp_bound import pool_group_members
+    :func:`bench.bounds.lp_bound.pool_group_members`)."""
+    from bench.bounds.lp_bound import pool_group_members
 
     ctx, groups_by_pool = pool_group_members(problem)
     result = []
