@@ -190,6 +190,7 @@ def _pod_template(kind: str) -> Template:
 def _instance_labels() -> dict[str, str]:
     """The instance-type labels Joiner's registration puts on a Node of :data:`NODE_TYPE` (so a
     round finds the Nodes as Joiner left them and patches none)."""
+    from joiner.domain import labels as wk
     from joiner.domain.catalog import load_bundled_catalog
     from joiner.domain.model import KubeletConfig
     from joiner.ports import ClaimRecord
@@ -197,7 +198,8 @@ def _instance_labels() -> dict[str, str]:
 
     instance_type = load_bundled_catalog().instance_type(NODE_TYPE, KubeletConfig())
     sample = ClaimRecord(claim_id="sample", node_pool=POOL, state="initialized", created_at=CREATED, instance_type=NODE_TYPE)
-    return {key: value for key, value in claim_labels(sample, initialized=True, instance_type=instance_type).items() if "/instance-" in key}
+    per_claim = {wk.NODECLAIM, wk.NODEPOOL, wk.CAPACITY_TYPE, "karpenter.sh/nodepool", "karpenter.sh/capacity-type"}
+    return {key: value for key, value in claim_labels(sample, initialized=True, instance_type=instance_type).items() if key not in per_claim}
 
 
 def _node_template() -> Template:

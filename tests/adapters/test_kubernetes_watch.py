@@ -119,3 +119,42 @@ def test_plan_inputs_are_versioned_and_watched(kube_emulator: KubeEmulator, kube
     assert list(kube_client.watch_plan_inputs("nodeclasses", version, timeout_seconds=1)) == []
     with pytest.raises(ValueError, match="nodepools or nodeclasses"):
         kube_client.plan_input_version("pods")
+
+
+def test_a_trimmed_unbound_pod_is_judged_pending_exactly_as_the_full_one() -> None:
+    """The watcher's list keeps each pod trimmed (memory); what it decides must not change."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from joiner.adapters.kubernetes import is_pending_pod, pending_view
+
+    conditions = st.lists(st.fixed_dictionaries({
+        "type": st.sampled_from(["PodScheduled", "Ready"]), "status": st.sampled_from(["True", "False"]),
+        "reason": st.sampled_from(["Unschedulable", "SchedulerError", ""])}), max_size=3)
+    owners = st.lists(st.fixed_dictionaries({"apiVersion": st.sampled_from(["apps/v1", "v1", "batch/v1"]),
+                                             "kind": st.sampled_from(["DaemonSet", "Node", "ReplicaSet", "Job"]),
+                                             "name": st.just("o"), "controller": st.booleans()}), max_size=2)
+
+    @settings(max_examples=300, deadline=None)
+    @given(conditions, owners, st.sampled_from([None, "n1"]), st.sampled_from([None, "n2"]), st.sampled_from([None, "Running", "Failed"]),
+           st.booleans())
+    def check(conds: list[dict[str, str]], refs: list[dict[str, object]], node: str | None, nominated: str | None, phase: str | None,
+              deleting: bool) -> None:
+        meta: dict[str, object] = {"name": "p", "namespace": "ns", "uid": "u", "ownerReferences": refs,
+                                   "managedFields": [{"manager": "x" * 100}], "labels": {"a": "b"}}
+        if deleting:
+            meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+        status: dict[str, object] = {"conditions": conds, "containerStatuses": [{"name": "c"}]}
+        if phase:
+            status["phase"] = phase
+        if nominated:
+            status["nominatedNodeName"] = nominated
+        spec: dict[str, object] = {"containers": [{"name": "c", "image": "i"}]}
+        if node:
+            spec["nodeName"] = node
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": status}
+        view = pending_view(pod)
+        assert is_pending_pod(view) == is_pending_pod(pod)
+        assert view["metadata"]["uid"] == "u" and "managedFields" not in view["metadata"] and len(str(view)) < len(str(pod))
+
+    check()

@@ -71,7 +71,10 @@ class PodWatchPort(Protocol):
     NodePools and NodeClasses whose changes can make pending pods schedulable."""
 
     def list_unbound_pods(self) -> tuple[list[JsonDict], str]:
-        """The unbound pods and the list's ``resourceVersion``."""
+        """The unbound pods and the list's ``resourceVersion``. A pod may be trimmed to its
+        metadata (name, namespace, uid, resourceVersion, deletionTimestamp, ownerReferences),
+        ``spec.nodeName`` and status (phase, nominatedNodeName, conditions): what deciding
+        whether it is pending needs."""
         ...
 
     def watch_unbound_pods(self, resource_version: str, timeout_seconds: int) -> Iterator[WatchEvent]:
