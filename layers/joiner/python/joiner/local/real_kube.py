@@ -22,6 +22,7 @@ import socket
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -297,10 +298,18 @@ class ControlPlane:
             "users": [{"name": "scheduler", "user": {"token": self.identities[SCHEDULER].token}}],
             "contexts": [{"name": "scheduler", "context": {"cluster": "test", "user": "scheduler"}}],
         }))
+        config = self.work / "scheduler-config.yaml"
+        config.write_text(yaml.safe_dump({
+            "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+            "clientConnection": {"kubeconfig": str(kubeconfig)}, "leaderElection": {"leaderElect": False},
+            # Retry timing only (filters and scores are the defaults): the simulator's clock stands
+            # still while it waits for the scheduler, so real seconds of backoff are pure waiting.
+            "podInitialBackoffSeconds": 1, "podMaxBackoffSeconds": 1,
+        }))
         self.scheduler_port = free_port()
         self._spawn("kube-scheduler", [
-            f"--kubeconfig={kubeconfig}", f"--authentication-kubeconfig={kubeconfig}", f"--authorization-kubeconfig={kubeconfig}",
-            "--leader-elect=false", "--bind-address=127.0.0.1", f"--secure-port={self.scheduler_port}", "--v=0",
+            f"--config={config}", f"--authentication-kubeconfig={kubeconfig}", f"--authorization-kubeconfig={kubeconfig}",
+            "--bind-address=127.0.0.1", f"--secure-port={self.scheduler_port}", "--v=0",
         ])
         self.startup_seconds = time.monotonic() - started
 
@@ -309,9 +318,11 @@ class ControlPlane:
         value), read from its secure port as the admin (delegated authentication and authorisation)."""
         if not hasattr(self, "_metrics_pool"):
             self._metrics_pool = urllib3.PoolManager(cert_reqs="CERT_NONE", retries=False)
-        answer = self._metrics_pool.request(
-            "GET", f"https://127.0.0.1:{self.scheduler_port}/metrics",
-            headers={"Authorization": f"Bearer {self.identities[ADMIN].token}"}, timeout=urllib3.Timeout(connect=2.0, read=10.0))
+        with warnings.catch_warnings():  # its serving certificate is self-signed in memory: nothing to verify it with
+            warnings.simplefilter("ignore", urllib3.exceptions.InsecureRequestWarning)
+            answer = self._metrics_pool.request(
+                "GET", f"https://127.0.0.1:{self.scheduler_port}/metrics",
+                headers={"Authorization": f"Bearer {self.identities[ADMIN].token}"}, timeout=urllib3.Timeout(connect=2.0, read=10.0))
         if answer.status != 200:
             raise RuntimeError(f"kube-scheduler /metrics: HTTP {answer.status}: {answer.data[:300]!r}")
         samples: dict[str, float] = {}

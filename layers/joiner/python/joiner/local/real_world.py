@@ -470,13 +470,15 @@ class RealCluster(SimulatedCluster):
 
     def wait_for_scheduler(self) -> list[dict[str, Any]]:
         """Waits (real time; simulated time stands still) until kube-scheduler is done with the
-        pending pods: every unbound pod attempted (a ``PodScheduled`` condition), its active and
-        backoff queues empty twice in a row, and no unbound pod that the model places on a node
+        pending pods: every unbound pod attempted (a ``PodScheduled`` condition), its active queue
+        empty and its count of scheduling attempts unchanged twice in a row (pods it found
+        unschedulable wait in its backoff queue for a cluster event), and no unbound pod that the model places on a node
         (allocatable minus what is bound there, selectors, affinity, taints) — unless that lasts
         :attr:`scheduler_patience` seconds, then recorded as a :class:`SchedulerDisagreement`.
         Returns the pods as last listed."""
         deadline = time.monotonic() + self.scheduler_patience
         quiet = 0
+        last_attempts = -1.0
         while True:
             pods = self._harness.list("Pod")
             unbound = [p for p in pods if not (p.get("spec") or {}).get("nodeName") and not p["metadata"].get("deletionTimestamp")
@@ -484,15 +486,17 @@ class RealCluster(SimulatedCluster):
             if not unbound:
                 return pods
             attempted = all(_scheduled_condition(p) for p in unbound)
-            metrics = self._kube.plane.scheduler_metrics(("scheduler_pending_pods",))
-            queued = sum(v for k, v in metrics.items() if 'queue="active"' in k or 'queue="backoff"' in k)
-            fits = self._model_fits(pods, unbound) if attempted and not queued else {}
-            if attempted and not queued and not fits:
+            metrics = self._kube.plane.scheduler_metrics(("scheduler_pending_pods", "scheduler_schedule_attempts_total"))
+            active = sum(v for k, v in metrics.items() if k.startswith("scheduler_pending_pods") and 'queue="active"' in k)
+            attempts = sum(v for k, v in metrics.items() if k.startswith("scheduler_schedule_attempts_total"))
+            fits = self._model_fits(pods, unbound) if attempted and not active else {}
+            if attempted and not active and not fits and attempts == last_attempts:
                 quiet += 1
                 if quiet >= 2:
                     return pods
             else:
                 quiet = 0
+            last_attempts = attempts
             if time.monotonic() > deadline:
                 if fits:
                     for key, node in sorted(fits.items()):
