@@ -31,6 +31,7 @@ from typing import Any
 import urllib3
 import yaml
 
+
 def _repo_root() -> Path:
     """The repository holding tools/kube (this file's checkout, else the working directory's)."""
     for candidate in (*Path(__file__).resolve().parents, *Path.cwd().resolve().parents, Path.cwd().resolve()):
@@ -445,7 +446,7 @@ def object_path(obj: Mapping[str, Any]) -> str:
     key = (obj.get("apiVersion"), obj.get("kind"))
     if key not in _PATHS:
         raise ValueError(f"no API path known for {key} (tests/realkube/cluster.py _PATHS)")
-    collection, namespaced = _PATHS[key]  # type: ignore[index]
+    collection, namespaced = _PATHS[key]
     meta = obj.get("metadata") or {}
     if namespaced:
         collection = collection.format(namespace=meta.get("namespace") or "default")

@@ -28,6 +28,7 @@ Joiner than it is in simulated time by how far the simulated clock was ahead whe
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import secrets
 import time
@@ -40,7 +41,7 @@ from typing import Any
 from joiner.domain.model import Node, Pod
 from joiner.domain.resources import EMPTY, Resources
 from joiner.domain.snapshot import SnapshotError, parse_node, parse_pod
-from joiner.local.cluster import BootSpec, SimulatedCluster, quantities, stamp
+from joiner.local.cluster import BootSpec, SimulatedCluster, stamp
 from joiner.local.kube_emulator import EXPECTED_PODS_ANNOTATION, DeletionRecord, pdb_status, selector_object_matches
 from joiner.local.real_kube import (
     ADMIN,
@@ -48,7 +49,6 @@ from joiner.local.real_kube import (
     RBAC,
     SCHEDULER,
     Api,
-    ApiError,
     AuditedRequest,
     AuditLog,
     ControlPlane,
@@ -83,6 +83,12 @@ KINDS: Mapping[str, tuple[str, str, bool]] = {
 
 def joiner_groups() -> dict[str, tuple[str, ...]]:
     """Function -> the Kubernetes groups of its EKS access entry (infra/access.py)."""
+    import sys
+
+    from joiner.local.real_kube import ROOT
+
+    if str(ROOT) not in sys.path and (ROOT / "infra" / "access.py").is_file():
+        sys.path.append(str(ROOT))  # the checkout's infra package (a run from another directory)
     from infra.access import CAPABILITIES, KUBERNETES_GROUP, KUBERNETES_GROUP_BY_FUNCTION
 
     return {name: (KUBERNETES_GROUP_BY_FUNCTION.get(name, KUBERNETES_GROUP),) for name in CAPABILITIES}
@@ -244,7 +250,7 @@ class RealHarness:
         return None if status == 404 else dict(body)
 
     def list(self, kind: str, namespace: str | None = None, *, label_selector: str | None = None,
-             field_selector: str | None = None) -> list[JsonDict]:
+             field_selector: str | None = None) -> builtins.list[JsonDict]:
         from urllib.parse import quote
 
         api_version, path, namespaced = KINDS[kind]
@@ -287,7 +293,7 @@ class RealHarness:
         return code != 404
 
     @property
-    def deletions(self) -> list[DeletionRecord]:
+    def deletions(self) -> builtins.list[DeletionRecord]:
         """Joiner's accepted deletions so far (pods deleted or evicted, Nodes, NodeClaims), from the audit log."""
         for request in self.kube.settled_audit():
             if request.user not in self._joiner_users:
@@ -519,23 +525,23 @@ class RealCluster(SimulatedCluster):
             if node.ready and not node.unschedulable and not node.deleting:
                 parsed[name] = node
         used: dict[str, Resources] = dict.fromkeys(parsed, EMPTY)
-        for raw in pods:
-            name = (raw.get("spec") or {}).get("nodeName")
+        for raw_bound in pods:
+            name = (raw_bound.get("spec") or {}).get("nodeName")
             if name in used:
                 try:
-                    pod = parse_pod(raw)
+                    bound = parse_pod(raw_bound)
                 except SnapshotError:
                     continue
-                if not pod.is_terminal:
-                    used[name] = used[name] + pod.requests
+                if not bound.is_terminal:
+                    used[name] = used[name] + bound.requests
         fits: dict[str, str] = {}
-        for raw in unbound:
+        for raw_pending in unbound:
             try:
-                pod: Pod = parse_pod(raw)
+                pod: Pod = parse_pod(raw_pending)
             except SnapshotError:
                 continue
             for name, node in sorted(parsed.items()):
-                if self._misfit(pod, raw, node, raw_nodes[name], used[name]) is None:
+                if self._misfit(pod, raw_pending, node, raw_nodes[name], used[name]) is None:
                     fits[pod.key] = name
                     break
         return fits

@@ -437,6 +437,7 @@ class Simulation:
         self.stack = LocalStack(self.moto.endpoint, scenario.cluster, region).create(tuple(f"{region}{letter}" for letter in "abc"))
         self.catalog = _with_simulated_spot_prices(self._region_catalog())
         self.ec2 = SimulatedEc2(self.stack.ec2, self.stack.events, scenario.cluster, self.catalog, self.clock.now, region)
+        self.cluster: SimulatedCluster
         if self.real is not None:
             from joiner.local.real_world import RealCluster
 
@@ -570,9 +571,10 @@ class Simulation:
                 assert isinstance(self.emulator, RealHarness)
                 self.emulator.deletions  # noqa: B018 - reads the audit log to its end
                 self.result.kube_requests = list(self.emulator.joiner_requests)
-            if isinstance(getattr(self, "cluster", None), RealCluster):
-                self.result.scheduler_disagreements = list(self.cluster.disagreements)
-                self.result.scheduler_wait_seconds = self.cluster.scheduler_wait_seconds
+            real_cluster = getattr(self, "cluster", None)
+            if isinstance(real_cluster, RealCluster):
+                self.result.scheduler_disagreements = list(real_cluster.disagreements)
+                self.result.scheduler_wait_seconds = real_cluster.scheduler_wait_seconds
         self._exit.close()
 
     # ------------------------------------------------------------ the loop
