@@ -47,7 +47,8 @@ def test_scenario_on_the_real_control_plane(path: Path, real_kube: RealKube, tmp
     assert not result.scheduler_disagreements, result.scheduler_disagreements
     known = {description: why for (scenario, description), why in FIFO_ONLY.items() if scenario == path.stem}
     failed = [c for c in result.checks if not c.passed and c.description not in known]
-    assert failed == [], [f"{c.description}: {c.detail}" for c in failed]
+    timeline = "\n".join(f"{e.at} {e.source}: {e.event} -> {e.action}" for e in result.entries)
+    assert failed == [], "\n".join([f"{c.description}: {c.detail}" for c in failed] + [timeline])
     # kube-scheduler bound the pods; the simulator's own scheduler never ran
     sources = {entry.source for entry in result.entries}
     assert "kube-scheduler" in sources and "scheduler" not in sources
