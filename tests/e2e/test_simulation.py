@@ -262,3 +262,14 @@ def test_responsive_mode_wakes_the_scanner_within_the_batch_window(classic: Simu
 def test_an_unknown_scanner_mode_is_refused() -> None:
     with pytest.raises(ValueError, match="scanner_mode"):
         Simulation(load_scenario(bundled_scenario()), scanner_mode="eager")
+
+
+def test_demo_on_real_kubernetes_without_the_binaries_stops_with_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("JOINER_KUBE_BIN", str(tmp_path / "empty"))
+    assert main(["demo", "--kube", "real", "--quiet", "--report", str(tmp_path / "r.html")]) == 2
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("joiner demo: --kube real: the real Kubernetes components are not built")
+    assert "run `make kube`" in lines[0] and "etcd, kube-apiserver, kube-scheduler missing" in lines[0]
+    assert "simulating" not in out and not (tmp_path / "r.html").exists()

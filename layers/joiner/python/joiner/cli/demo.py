@@ -5,6 +5,10 @@
 simulated time, print the timeline as it happens and a summary, and write a self-contained
 HTML report. Exit status: 0 when every expectation held, 1 when one failed (or a handler
 raised), 2 for a malformed scenario (one line naming the field). No network, no AWS account.
+
+``--kube real`` runs the same against etcd, kube-apiserver and kube-scheduler built by ``make kube``
+(a fresh control plane for the run, the shipped CRDs and RBAC, each function as its own identity,
+kube-scheduler binding the pods: docs/kubernetes.md); without the binaries it stops with one line.
 """
 
 from __future__ import annotations
@@ -38,6 +42,9 @@ def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--functions", type=Path, default=None, help="directory holding <name>/handler.py (default: this checkout's functions/)")
     parser.add_argument("--mode", choices=("economy", "responsive"), default="economy",
                         help="scanner mode: economy (one round a minute) or responsive (the watcher wakes the scanner)")
+    parser.add_argument("--kube", choices=("emulator", "real"), default="emulator",
+                        help="Kubernetes: the in-process API emulator (default, fast) or real etcd, kube-apiserver and "
+                             "kube-scheduler built by `make kube`")
     parser.add_argument("--verbose", action="store_true", help="let Joiner's JSON logs through to stdout")
     parser.add_argument("--quiet", action="store_true", help="print only the summary")
     parser.add_argument("--hold", action="store_true",
@@ -81,6 +88,14 @@ def run(args: argparse.Namespace) -> int:
     if args.functions is not None and not args.functions.is_dir():
         raise UsageError(f"--functions {str(args.functions)!r} is not a directory")
 
+    if args.kube == "real":
+        from joiner.local.real_kube import installed_bin_dir
+
+        try:
+            installed_bin_dir()
+        except FileNotFoundError as missing:
+            raise UsageError(f"--kube real: {missing}") from None
+
     from joiner.local.report import TIMELINE_HEADER, check_lines, format_entry, render_html, summary_lines
     from joiner.local.simulator import Simulation
 
@@ -96,7 +111,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(TIMELINE_HEADER, flush=True)
     simulation = Simulation(scenario, functions_dir=args.functions, on_entry=on_entry, on_progress=progress.update, verbose=args.verbose,
-                            scanner_mode=args.mode, on_end=(lambda sim: hold(sim, Path(args.report).with_suffix(".kubeconfig"))) if args.hold else None)
+                            scanner_mode=args.mode, kube=args.kube,
+                            on_end=(lambda sim: hold(sim, Path(args.report).with_suffix(".kubeconfig"))) if args.hold else None)
     try:
         result = simulation.run()
     finally:

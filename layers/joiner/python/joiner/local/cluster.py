@@ -31,7 +31,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 
@@ -41,13 +41,36 @@ from joiner.domain.model import InstanceType, KubeletConfig, Node, Pod, Taint
 from joiner.domain.resources import EMPTY, Resources
 from joiner.domain.snapshot import SnapshotError, parse_node, parse_pod
 from joiner.domain.userdata import NODECONFIG_CONTENT_TYPE, UserDataError, parse_user_data
-from joiner.local.kube_emulator import EXPECTED_PODS_ANNOTATION, KubeEmulator, selector_object_matches
+from joiner.local.kube_emulator import EXPECTED_PODS_ANNOTATION, DeletionRecord, KubeEmulator, selector_object_matches
 from joiner.local.node_match import node_affinity_misfit, untolerated_taint
 from joiner.local.scenario import Workload
 
-__all__ = ["BootSpec", "PodRecord", "SimulatedCluster", "kubelet_registration", "stamp"]
+__all__ = ["BootSpec", "KubeHarness", "PodRecord", "SimulatedCluster", "kubelet_registration", "quantities", "stamp"]
 
 WORKLOAD_LABEL = "joiner.dev/sim-workload"
+
+
+class KubeHarness(Protocol):
+    """What the simulation does to the cluster: the emulator's harness API
+    (:class:`~joiner.local.kube_emulator.KubeEmulator`), or the same on a real API server
+    (:class:`joiner.local.real_world.RealHarness`)."""
+
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def deletions(self) -> list[DeletionRecord]: ...
+
+    def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]: ...
+
+    def get(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None: ...
+
+    def list(self, kind: str, namespace: str | None = None, *, label_selector: str | None = None,
+             field_selector: str | None = None) -> list[dict[str, Any]]: ...
+
+    def patch(self, kind: str, name: str, patch: Mapping[str, Any], namespace: str | None = None) -> dict[str, Any]: ...
+
+    def delete(self, kind: str, name: str, namespace: str | None = None, *, grace_period_seconds: int | None = None) -> bool: ...
 
 
 def stamp(when: datetime) -> str:
@@ -55,7 +78,7 @@ def stamp(when: datetime) -> str:
     return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _quantities(resources: Resources) -> dict[str, str]:
+def quantities(resources: Resources) -> dict[str, str]:
     return {name: (f"{value}m" if name == "cpu" else str(value // 1000)) for name, value in sorted(resources.items())}
 
 
@@ -132,7 +155,7 @@ class PodRecord:
 class SimulatedCluster:
     """kubelet, node lifecycle, ReplicaSet controller and kube-scheduler on ``emulator``."""
 
-    emulator: KubeEmulator
+    emulator: KubeHarness
     catalog: Catalog
     region: str
     now: Callable[[], datetime]
@@ -160,6 +183,14 @@ class SimulatedCluster:
 
     def register_node(self, instance_id: str, name: str, instance_type: str, zone: str, boot: BootSpec) -> dict[str, Any]:
         """The kubelet of ``instance_id`` registers its Node, Ready."""
+        node = self.emulator.apply(self.node_object(instance_id, name, instance_type, zone, boot))
+        self.registered[instance_id] = name
+        self.node_ready_at[name] = self.now()
+        return node
+
+    def node_object(self, instance_id: str, name: str, instance_type: str, zone: str, boot: BootSpec) -> dict[str, Any]:
+        """The Node the kubelet registers: labels, taints and providerID, capacity and
+        allocatable from the catalog, Ready."""
         info: InstanceType | None = self.catalog.instance_type(instance_type, boot.kubelet)
         capacity = info.capacity if info is not None else EMPTY
         allocatable = info.allocatable if info is not None else EMPTY
@@ -176,19 +207,16 @@ class SimulatedCluster:
         if boot.taints:
             spec["taints"] = [t.to_dict() for t in boot.taints]
         now = stamp(self.now())
-        node = self.emulator.apply({
+        return {
             "apiVersion": "v1", "kind": "Node",
             "metadata": {"name": name, "labels": labels},
             "spec": spec,
             "status": {
-                "capacity": _quantities(capacity), "allocatable": _quantities(allocatable),
+                "capacity": quantities(capacity), "allocatable": quantities(allocatable),
                 "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "lastTransitionTime": now, "lastHeartbeatTime": now}],
                 "nodeInfo": {"architecture": arch, "operatingSystem": "linux", "kubeletVersion": "v1.31.0-eks"},
             },
-        })
-        self.registered[instance_id] = name
-        self.node_ready_at[name] = self.now()
-        return node
+        }
 
     def instance_gone(self, instance_id: str) -> list[str]:
         """The instance died: the node lifecycle controller deletes its Node and pod GC the
@@ -358,6 +386,7 @@ class SimulatedCluster:
                 continue
             name = best[1]
             used[name] = used[name] + pod.requests
+            assert isinstance(self.emulator, KubeEmulator), "the simulated scheduler binds on the emulator"
             self.emulator._call(functools.partial(self.emulator.handler.bind,  # noqa: SLF001
                 pod.namespace, pod.name, {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod.name}, "target": {"apiVersion": "v1", "kind": "Node", "name": name}}))
             record = self.pods.get(pod.key)

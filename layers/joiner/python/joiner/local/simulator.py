@@ -48,6 +48,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from joiner.local.cloud import Interruption, Rebalance
+    from joiner.local.cluster import KubeHarness
+    from joiner.local.real_world import RealKube
     from joiner.local.stack import LocalQueue
 
 __all__ = [
@@ -208,6 +210,15 @@ class SimulationResult:
     wake_ups: int = 0
     wall_seconds: float = 0.0
     simulated_seconds: float = 0.0
+    #: ``emulator`` or ``real`` (etcd, kube-apiserver, kube-scheduler: :mod:`joiner.local.real_world`)
+    kube: str = "emulator"
+    kube_version: str = ""
+    #: real mode: every request of a Joiner identity the API server's audit log recorded
+    kube_requests: list[Any] = field(default_factory=list)
+    #: real mode: pods kube-scheduler left pending although the model placed them
+    scheduler_disagreements: list[Any] = field(default_factory=list)
+    #: real mode: wall seconds spent waiting for kube-scheduler (simulated time standing still)
+    scheduler_wait_seconds: float = 0.0
 
     @property
     def launched(self) -> Counter[str]:
@@ -346,11 +357,17 @@ class Simulation:
         region: str | None = None,
         scanner_mode: str = "economy",
         on_end: Callable[[Simulation], None] | None = None,
+        kube: str = "emulator",
+        kube_dir: Path | None = None,
     ) -> None:
         from joiner.local.aws import REGION
 
         if scanner_mode not in ("economy", "responsive"):
             raise ValueError(f"scanner_mode must be 'economy' or 'responsive', got {scanner_mode!r}")
+        if kube not in ("emulator", "real"):
+            raise ValueError(f"kube must be 'emulator' or 'real', got {kube!r}")
+        self.kube = kube
+        self.kube_dir = kube_dir
         self.scenario = scenario
         self.scanner_mode = scanner_mode
         #: called after the last step, with moto and the API emulator still up (``--hold``)
@@ -362,7 +379,7 @@ class Simulation:
         self.verbose = verbose
         self.start = start or datetime.now(UTC).replace(microsecond=0)
         self.clock = SimClock(self.start)
-        self.result = SimulationResult(scenario=scenario, start=self.start, scanner_mode=scanner_mode)
+        self.result = SimulationResult(scenario=scenario, start=self.start, scanner_mode=scanner_mode, kube=kube)
         self._capture = _Capture()
 
     # ------------------------------------------------------------ public
@@ -376,7 +393,12 @@ class Simulation:
         env = {"POWERTOOLS_METRICS_DISABLED": "true", "POWERTOOLS_TRACE_DISABLED": "true", "POWERTOOLS_DEV": "false"}
         with fake_credentials(self.region), environment(env), _quiet_logs(self._capture, self.verbose), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            self._setup()
+            try:
+                self._setup()
+            except BaseException:
+                if hasattr(self, "_exit"):
+                    self._exit.close()  # what was started (a control plane, moto) stops
+                raise
             try:
                 self._loop()
                 if self.on_end is not None:
@@ -408,19 +430,33 @@ class Simulation:
         urllib3.PoolManager().request("POST", f"{self.moto.endpoint}/moto-api/reset")
         self._exit.enter_context(SqsTime(self.clock))
         self._exit.enter_context(spot_fleet_security_groups())
-        self.emulator = KubeEmulator(clock=self.clock.now).start()
-        self._exit.callback(self.emulator.close)
+        self.real: RealKube | None = None
+        self.emulator: KubeHarness
+        if self.kube == "real":
+            self.emulator = self._start_real_kube()
+        else:
+            emulator = KubeEmulator(clock=self.clock.now).start()
+            self._exit.callback(emulator.close)
+            self.emulator = emulator
 
         scenario = self.scenario
         region = self.region
         self.stack = LocalStack(self.moto.endpoint, scenario.cluster, region).create(tuple(f"{region}{letter}" for letter in "abc"))
         self.catalog = _with_simulated_spot_prices(self._region_catalog())
         self.ec2 = SimulatedEc2(self.stack.ec2, self.stack.events, scenario.cluster, self.catalog, self.clock.now, region)
-        self.cluster = SimulatedCluster(self.emulator, self.catalog, region, self.clock.now, note=self._note)
+        self.cluster: SimulatedCluster
+        if self.real is not None:
+            from joiner.local.real_world import RealCluster
+
+            self.cluster = RealCluster(self.emulator, self.catalog, region, self.clock.now, note=self._note, kube=self.real)
+        else:
+            self.cluster = SimulatedCluster(self.emulator, self.catalog, region, self.clock.now, note=self._note)
         for obj in scenario.objects:
             self.emulator.apply(obj)
+        where = (f"kube-apiserver {self.real.version} with etcd and kube-scheduler on {self.emulator.url}" if self.real is not None
+                 else f"Kubernetes API on {self.emulator.url}")
         self._note("setup", "stack and cluster created",
-                   f"moto on {self.moto.endpoint}, Kubernetes API on {self.emulator.url}; "
+                   f"moto on {self.moto.endpoint}, {where}; "
                    f"{len(scenario.objects)} object{'s' if len(scenario.objects) != 1 else ''} installed")
         for workload in scenario.workloads:
             self.cluster.add_workload(workload)
@@ -443,7 +479,7 @@ class Simulation:
                 self.result.missing_handlers.append(name)
                 continue
             module = load_handler(name, self.functions_dir)
-            runtime = self._build_runtime(name, settings, record)
+            runtime = self._build_runtime(name, self._function_settings(name, settings), record)
             if hasattr(module, "reset"):
                 module.reset()
             module.configure(runtime)
@@ -470,6 +506,35 @@ class Simulation:
         self._queues = {"interruption": self.stack.interruption, "work": self.stack.work}
         self._events = list(scenario.events)
         self._replacements: dict[str, list[str]] = {}  # instance -> interrupted instance it replaces
+
+    def _start_real_kube(self) -> KubeHarness:
+        """Real mode: a fresh control plane for this run (stopped at teardown)."""
+        import tempfile
+
+        from joiner.local.real_world import RealHarness, RealKube
+
+        work = Path(tempfile.mkdtemp(prefix="joiner-kube-", dir=self.kube_dir))
+        self.real = RealKube.start(work)
+        self.result.kube_version = self.real.version
+
+        def stop() -> None:
+            import shutil
+
+            leaked = self.real.stop() if self.real is not None else []
+            if leaked:
+                raise RuntimeError(f"real Kubernetes: process groups still alive after stopping: {leaked}")
+            shutil.rmtree(work, ignore_errors=True)
+
+        self._exit.callback(stop)
+        return RealHarness(self.real)
+
+    def _function_settings(self, name: str, settings: Any) -> Any:
+        """Real mode: the function's own identity (bearer token, the API server's CA)."""
+        import dataclasses
+
+        if self.real is None or name not in self.real.functions:
+            return settings
+        return dataclasses.replace(settings, kubernetes_token=self.real.token(name), kubernetes_ca_file=self.real.ca_file)
 
     def _build_runtime(self, name: str, settings: Any, metric: Callable[..., None]) -> Any:
         """The runtime of function ``name``'s execution environment (the fault-injection soak
@@ -506,6 +571,17 @@ class Simulation:
         self.result.interruptions = list(self.ec2.interruptions) if hasattr(self, "ec2") else []
         self.result.rebalances = list(self.ec2.rebalances) if hasattr(self, "ec2") else []
         self.result.pods = list(self.cluster.pods.values()) if hasattr(self, "cluster") else []
+        if self.real is not None and hasattr(self, "emulator"):
+            from joiner.local.real_world import RealCluster, RealHarness
+
+            with contextlib.suppress(Exception):
+                assert isinstance(self.emulator, RealHarness)
+                self.emulator.deletions  # noqa: B018 - reads the audit log to its end
+                self.result.kube_requests = list(self.emulator.joiner_requests)
+            real_cluster = getattr(self, "cluster", None)
+            if isinstance(real_cluster, RealCluster):
+                self.result.scheduler_disagreements = list(real_cluster.disagreements)
+                self.result.scheduler_wait_seconds = real_cluster.scheduler_wait_seconds
         self._exit.close()
 
     # ------------------------------------------------------------ the loop

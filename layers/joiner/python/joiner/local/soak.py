@@ -350,15 +350,19 @@ class SoakSimulation(Simulation):
         return Armed(crash=crash, pause_after=pause, throttle_ec2=throttle, capacity=capacity), kube, overlap
 
     def _call_handler(self, name: str, module: ModuleType, event: dict[str, Any], context: Any) -> dict[str, Any] | None:
+        from joiner.local.kube_emulator import KubeEmulator
+
+        emulator = self.emulator
+        assert isinstance(emulator, KubeEmulator), "the fault-injection soak runs on the API emulator"
         gate = self.gates[name]
         armed, kube, overlap = self._draw(name)
         injected = []
         for kind, path, times in kube:
             if kind == "kube-timeout":
-                injected.append((kind, self.emulator.disconnect_next(None, path, times=times)))
+                injected.append((kind, emulator.disconnect_next(None, path, times=times)))
             else:
                 status = 429 if kind == "kube-429" else self.rng.choice([500, 503])
-                injected.append((kind, self.emulator.fail_next(None, path, status=status, times=times,
+                injected.append((kind, emulator.fail_next(None, path, status=status, times=times,
                                                                retry_after=1 if status == 429 else None)))
         failures_before = len(gate.capacity.failures)
         gate.arm(armed)
@@ -378,7 +382,7 @@ class SoakSimulation(Simulation):
             raise SimulatedCrash(str(death)) from None
         finally:
             gate.disarm()
-            self.emulator.clear_faults()
+            emulator.clear_faults()
             for kind, fault in injected:
                 if fault.hits:
                     self.faults[kind] += 1
