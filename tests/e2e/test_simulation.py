@@ -133,6 +133,27 @@ def test_classic_expectations_hold_and_the_report_is_self_contained(classic: Sim
     assert classic.simulated_seconds == 14 * 60 and classic.wall_seconds < classic.simulated_seconds
 
 
+def test_classic_report_chart_bills_the_replacement_from_the_warning_and_explains_the_idle_nodes(classic: SimulationResult) -> None:
+    """The chart of a real run (geometry in tests/unit/test_report_chart.py): the replacement's
+    bar starts at the warning, every event is marked, no label crosses a line or another label,
+    and the empty nodes' wait for consolidateAfter is annotated."""
+    from tests.support.report_geometry import layout_problems, read_chart
+
+    chart = read_chart(render_html(classic))
+    assert layout_problems(chart) == []
+    [record] = classic.interruptions
+    warned = (record.warned - classic.start).total_seconds()
+    [replacement] = [i for i in classic.instances if i.managed and i.launched >= record.warned]
+    billed = chart.lanes()[replacement.instance_id]["billed"]
+    assert billed[0] == pytest.approx(chart.marker_x("warning", warned), abs=0.2)
+    assert replacement.terminated is not None
+    assert billed[2] == pytest.approx(chart.marker_x("termination", (replacement.terminated - classic.start).total_seconds()), abs=0.2)
+    assert {kind for kind, *_ in chart.markers} == {"scale", "launch", "warning", "drain", "termination"}
+    if HAS_DISRUPTION:
+        [(start, _end, label)] = chart.idle()
+        assert start == 600 and "waiting for consolidateAfter 30s" in label
+
+
 @pytest.mark.parametrize(("value", "top"), [(0.572, 0.6), (1.04, 1.2), (0.0884, 0.1), (3.0, 3.2), (0.01, 0.01), (7.9, 8.0), (12.1, 16.0)])
 def test_cost_axis_tops_are_round(value: float, top: float) -> None:
     from joiner.local.report import nice_axis_top

@@ -1,16 +1,17 @@
-"""Rendering a simulation: timeline rows, the summary, and a self-contained HTML report (inline
-SVG chart of nodes, pending pods and cost per hour over simulated time; no external JS or CSS)."""
+"""Rendering a simulation: timeline rows, the summary, and a self-contained HTML report (the
+inline SVG chart of :mod:`joiner.local.chart`, the list of its numbered events, the summary and
+the timeline; no script, no external resource)."""
 
 from __future__ import annotations
 
 import html
-import math
 from collections.abc import Sequence
 from datetime import timedelta
 
-from joiner.local.simulator import Entry, Sample, SimulationResult, percentile
+from joiner.local.chart import Mark, chart_data, nice_axis_top, render_chart
+from joiner.local.simulator import SCHEDULED, Entry, Sample, SimulationResult, percentile
 
-__all__ = ["format_entry", "render_html", "summary_lines", "TIMELINE_HEADER"]
+__all__ = ["format_entry", "nice_axis_top", "render_html", "summary_lines", "TIMELINE_HEADER"]
 
 TIMELINE_HEADER = f"{'TIME':>6}  {'SOURCE':<20} {'EVENT':<52} ACTION"
 
@@ -119,104 +120,25 @@ def check_lines(result: SimulationResult) -> list[str]:
 # ---------------------------------------------------------------- HTML
 
 
-def nice_axis_top(value: float) -> float:
-    """The smallest top of an axis, at least ``value``, whose four gridline steps are round
-    (1, 1.5, 2, 2.5, 3, 4, 5, 6 or 8 times a power of ten): $0.60 for $0.572, $1.20 for $1.04."""
-    if value <= 0:
-        return 1.0
-    quarter = value / 4
-    power: float = 10.0 ** math.floor(math.log10(quarter))
-    for factor in (1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0):
-        if factor * power >= quarter - 1e-12:
-            return round(4 * factor * power, 10)
-    return 4 * 10 * power
-
-
-def _money(value: float) -> str:
-    """Dollars with as many decimals as a round axis value needs (at least two)."""
-    text = f"{value:.4f}".rstrip("0")
-    whole, _, decimals = text.partition(".")
-    return f"{whole}.{decimals.ljust(2, '0')}"
-
-
-def _chart(samples: Sequence[Sample], total: float, marks: Sequence[tuple[float, str]]) -> str:
-    width, height, left, right, top, bottom = 900, 345, 50, 60, 20, 65
-    plot_w, plot_h = width - left - right, height - top - bottom
-    total = max(total, 1.0)
-    counts = [max(sum(s.nodes.values()), s.pending) for s in samples] or [0]
-    y_max = 4 * max(1, -(-max(counts) // 4))  # whole-number gridlines: four equal integer steps
-    cost_max = nice_axis_top(max([s.cost for s in samples] + [0.01]))
-
-    def x(seconds: float) -> float:
-        return left + plot_w * seconds / total
-
-    def y(value: float, top_value: float) -> float:
-        return top + plot_h * (1 - value / top_value)
-
-    def steps(values: list[tuple[float, float]], top_value: float) -> str:
-        points: list[str] = []
-        previous = None
-        for seconds, value in values:
-            if previous is not None:
-                points.append(f"{x(seconds):.1f},{y(previous, top_value):.1f}")
-            points.append(f"{x(seconds):.1f},{y(value, top_value):.1f}")
-            previous = value
-        if previous is not None:
-            points.append(f"{x(total):.1f},{y(previous, top_value):.1f}")
-        return " ".join(points)
-
-    nodes = [(s.at.total_seconds(), float(sum(s.nodes.values()))) for s in samples]
-    pending = [(s.at.total_seconds(), float(s.pending)) for s in samples]
-    cost = [(s.at.total_seconds(), s.cost) for s in samples]
-    parts = [(f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img" '
-             'aria-label="nodes, pending pods and cost per hour over simulated time">')]
-    parts.append(f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="#fafafa" stroke="#ccc"/>')
-    for i in range(5):
-        value = y_max * i / 4
-        parts.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{y(value, y_max):.1f}" y2="{y(value, y_max):.1f}" stroke="#eee"/>')
-        parts.append(f'<text x="{left - 6}" y="{y(value, y_max) + 4:.1f}" text-anchor="end" font-size="11">{value:.0f}</text>')
-        parts.append(f'<text x="{left + plot_w + 6}" y="{y(cost_max * i / 4, cost_max) + 4:.1f}" font-size="11" fill="#b35c00">${_money(cost_max * i / 4)}</text>')
-    minutes = int(total // 60)
-    step = max(1, minutes // 10)
-    for minute in range(0, minutes + 1, step):
-        parts.append(f'<text x="{x(minute * 60):.1f}" y="{top + plot_h + 16}" text-anchor="middle" font-size="11">{minute}m</text>')
-    for seconds, label in marks:
-        parts.append(f'<line x1="{x(seconds):.1f}" x2="{x(seconds):.1f}" y1="{top}" y2="{top + plot_h}" stroke="#c00" stroke-dasharray="4 3"/>')
-        parts.append(f'<text x="{x(seconds) + 3:.1f}" y="{top + 12}" font-size="11" fill="#c00">{html.escape(label)}</text>')
-    parts.append(f'<polyline fill="none" stroke="#1f6feb" stroke-width="2" points="{steps(nodes, y_max)}"/>')
-    parts.append(f'<polyline fill="none" stroke="#8250df" stroke-width="2" points="{steps(pending, y_max)}"/>')
-    parts.append(f'<polyline fill="none" stroke="#b35c00" stroke-width="2" stroke-dasharray="6 3" points="{steps(cost, cost_max)}"/>')
-    legend = [("#1f6feb", "managed nodes"), ("#8250df", "pending pods"), ("#b35c00", "cost per hour (right axis)")]
-    for index, (color, label) in enumerate(legend):
-        lx = left + index * 200
-        parts.append(f'<rect x="{lx}" y="{height - 14}" width="12" height="4" fill="{color}"/>')
-        parts.append(f'<text x="{lx + 16}" y="{height - 9}" font-size="12">{label}</text>')
-    parts.append(f'<text x="{left + plot_w / 2}" y="{top + plot_h + 30}" text-anchor="middle" font-size="11" fill="#555">simulated time</text>')
-    middle = top + plot_h / 2
-    parts.append(f'<text x="12" y="{middle:.1f}" transform="rotate(-90 12 {middle:.1f})" text-anchor="middle" font-size="11" fill="#555">'
-                 'nodes, pending pods</text>')
-    parts.append(f'<text x="{width - 8}" y="{middle:.1f}" transform="rotate(90 {width - 8} {middle:.1f})" text-anchor="middle" font-size="11" '
-                 'fill="#b35c00">cost per hour ($)</text>')
-    parts.append("</svg>")
-    return "".join(parts)
+def _mark_list(numbered: Sequence[tuple[int, Mark]]) -> str:
+    items = []
+    for number, mark in numbered:
+        items.append(f'<li><span class="badge" style="background:{mark.kind.color}">{number}</span> '
+                     f"<b>{_clock(timedelta(seconds=mark.at))}</b> {html.escape(mark.kind.value)}: {html.escape(mark.text)}</li>")
+    return '<ol class="marks">' + "".join(items) + "</ol>" if items else ""
 
 
 def render_html(result: SimulationResult) -> str:
     """The self-contained HTML report."""
-    from joiner.local.report import check_lines as _checks
-
     esc = html.escape
-    marks = []
-    for record in result.interruptions:
-        marks.append(((record.warned - result.start).total_seconds(), "spot warning"))
-    for rebalance in result.rebalances:
-        marks.append(((rebalance.warned - result.start).total_seconds(), "rebalance"))
-    chart = _chart(result.samples, result.simulated_seconds, marks)
+    data = chart_data(result, disruption_every=float(SCHEDULED["disruption"]) if "disruption" in result.handlers else None)
+    chart, numbered = render_chart(data)
+    idle = "".join(f'<p class="idle">{esc(span.explanation)}</p>' for span in data.idle)
     rows = "\n".join(
         f"<tr><td>{_clock(e.at)}</td><td>{esc(e.source)}</td><td>{esc(e.event)}</td><td>{esc(e.action)}</td></tr>" for e in result.entries
     )
     summary = "\n".join(esc(line) for line in summary_lines(result))
-    checks = "\n".join(esc(line) for line in _checks(result)) or "no expectations declared"
+    checks = "\n".join(esc(line) for line in check_lines(result)) or "no expectations declared"
     verdict = "PASSED" if result.passed else "FAILED"
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>Joiner simulation: {esc(result.scenario.name)}</title>
@@ -227,6 +149,10 @@ p {{ max-width: 60em; }}
 table {{ border-collapse: collapse; font-size: 13px; }}
 td, th {{ border-bottom: 1px solid #eee; padding: 3px 8px; text-align: left; vertical-align: top; }}
 th {{ background: #f6f8fa; }}
+ol.marks {{ list-style: none; padding-left: 0; font-size: 13px; max-width: 75em; }}
+ol.marks li {{ margin: 2px 0; }}
+.badge {{ display: inline-block; min-width: 1.5em; border-radius: 0.75em; color: #fff; text-align: center; font-size: 11px; }}
+p.idle {{ font-size: 13px; color: #8a4600; }}
 .verdict {{ font-weight: bold; color: {'#1a7f37' if result.passed else '#cf222e'}; }}
 </style></head><body>
 <h1>Joiner simulation: {esc(result.scenario.name)}</h1>
@@ -234,6 +160,8 @@ th {{ background: #f6f8fa; }}
 <p>Started {result.start.isoformat()} (simulated clock). {result.simulated_seconds / 60:.1f} minutes simulated in
 {result.wall_seconds:.1f} seconds of real time. Expectations: <span class="verdict">{verdict}</span>.</p>
 {chart}
+{_mark_list(numbered)}
+{idle}
 <h2>Summary</h2>
 <pre>{summary}</pre>
 <h2>Expectations</h2>
