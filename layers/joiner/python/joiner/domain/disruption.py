@@ -146,13 +146,13 @@ def _span(value: timedelta) -> str:
 def unhealthy(node: Node) -> Unhealthy | None:
     """The node's unhealthy condition that is due first (Karpenter's choice when several
     are), None when no repair policy matches. A condition without ``lastTransitionTime``
-    counts from the node's creation; with neither it is not judged."""
+    (the API server always sets one) is not judged: unknown is never a reason to replace."""
     found: Unhealthy | None = None
     for policy in REPAIR_POLICIES:
         condition = node.condition(policy.condition)
         if condition is None or condition.status != policy.status:
             continue
-        since = condition.last_transition or node.created
+        since = condition.last_transition
         if since is None:
             continue
         candidate = Unhealthy(policy.condition, policy.status, since, policy.after)
@@ -164,7 +164,7 @@ def unhealthy(node: Node) -> Unhealthy | None:
 def repair_allowed(unhealthy_nodes: int, total: int) -> bool:
     """Karpenter's safety rule: a NodePool repairs only while at most
     :data:`MAX_UNHEALTHY_PERCENT` of its nodes (rounded up) are unhealthy."""
-    return unhealthy_nodes <= math.ceil(total * MAX_UNHEALTHY_PERCENT / 100)
+    return unhealthy_nodes <= -(-total * MAX_UNHEALTHY_PERCENT // 100)  # integers: exact at any size
 
 #: A node the provisioner nominated for pending pods this recently is not a candidate.
 NOMINATION_WINDOW = timedelta(seconds=20)
