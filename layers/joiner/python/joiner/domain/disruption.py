@@ -1075,7 +1075,7 @@ class _Pass:
                 continue
             unhealthy_nodes, total = self.pool_unhealthy.get(pool.name, 0), self.pool_nodes.get(pool.name, 0)
             if not repair_allowed(unhealthy_nodes, total):
-                reason = (f"unhealthy ({finding.describe(self.now)}), but {unhealthy_nodes} of the {total} nodes of nodepool "
+                reason = (f"unhealthy ({finding.condition}={finding.status} past its repair time), but {unhealthy_nodes} of the {total} nodes of nodepool "
                           f"{pool.name} are unhealthy: no repair while more than {MAX_UNHEALTHY_PERCENT}% are")
                 self.repair_blocked[node.name] = reason
                 self.blocked[node.name] = reason
