@@ -1002,7 +1002,7 @@ class _Pass:
     def node_room(self, pool: NodePool) -> int | None:
         """Nodes ``pool`` may still add under ``limits.nodes`` (None: no such limit): every
         node counts, going ones included, as Karpenter waits for them before bursting."""
-        limit = (pool.limits or {}).get(NODES_LIMIT)
+        limit = pool.limits.get(NODES_LIMIT) if pool.limits is not None else None
         if limit is None:
             return None
         return max(0, limit // 1000 - self.pool_nodes.get(pool.name, 0) - self.in_flight_only(pool.name))
