@@ -59,7 +59,8 @@ def pool(
     name: str = "default", *, types: Sequence[str] = ALL_TYPES, capacity_types: Sequence[str] = ("on-demand",),
     consolidate_after: str = "0s", policy: str = "WhenEmptyOrUnderutilized", budgets: Sequence[Mapping[str, Any]] | None = None,
     min_savings: Mapping[str, Any] | None = None, expire_after: str = "720h", labels: Mapping[str, str] | None = None,
-    taints: Sequence[Mapping[str, str]] = (),
+    taints: Sequence[Mapping[str, str]] = (), repair: str | None = None, replicas: int | None = None,
+    limits: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     obj = node_pool_json(name, requirements=[
         {"key": wk.INSTANCE_TYPE, "operator": "In", "values": list(types)},
@@ -68,8 +69,14 @@ def pool(
     disruption: dict[str, Any] = {"consolidationPolicy": policy, "consolidateAfter": consolidate_after, "budgets": list(budgets or [{"nodes": "100%"}])}
     if min_savings is not None:
         disruption["minSavings"] = dict(min_savings)
+    if repair is not None:
+        disruption["repair"] = repair
     obj["spec"]["disruption"] = disruption
     obj["spec"]["template"]["spec"]["expireAfter"] = expire_after
+    if replicas is not None:
+        obj["spec"]["replicas"] = replicas
+    if limits is not None:
+        obj["spec"]["limits"] = dict(limits)
     return obj
 
 

@@ -524,7 +524,8 @@ def test_not_ready_nodes_use_up_budget_and_uninitialized_ones_are_not_counted() 
     uninitialized one is in neither (ceil(2.7) = 3)."""
     nodes = [managed_node(f"n{i:02d}") for i in range(9)]
     sick = managed_node("sick")
-    sick["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+    # NotReady for 5 minutes: not yet due for repair (30 minutes)
+    sick["status"]["conditions"] = [{"type": "Ready", "status": "False", "lastTransitionTime": (T0 - timedelta(minutes=5)).isoformat()}]
     (command,) = run(pool(budgets=[{"nodes": "30%"}]), *nodes, sick).commands
     assert len(command.nodes) == 2
     young = managed_node("young", initialized=False)

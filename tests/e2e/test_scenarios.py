@@ -150,3 +150,20 @@ def test_consolidation_removes_underutilised_nodes_within_the_budget_and_cost_dr
     assert consolidation.pods_lost == 0 and end.pending == 0
     remaining = [p for p in consolidation.pods if p.gone is None]
     assert len(remaining) == 6
+
+
+# ---------------------------------------------------------------- static NodePools
+
+
+@pytest.fixture(scope="module")
+def static() -> Iterator[SimulationResult]:
+    yield _run("static")
+
+
+def test_a_static_pool_keeps_its_replicas_and_pods_launch_only_the_dynamic_one(static: SimulationResult) -> None:
+    assert not static.handler_errors and static.passed, [c for c in static.checks if not c.passed]
+    managed = sorted((i for i in static.instances if i.managed), key=lambda i: (i.launched, i.instance_type))
+    minute = timedelta(minutes=1)
+    # both replicas in the first scanner round, with no pod pending; the pods' extra node from `burst`
+    assert [(_at(static, i.launched), i.instance_type) for i in managed] == [(minute, "c5.large"), (minute, "c5.large"), (3 * minute, "c5.xlarge")]
+    assert static.pods_lost == 0

@@ -48,7 +48,9 @@ def test_crds_are_cluster_scoped_v1_served_and_stored_with_status(file_name, plu
     spec = document["spec"]
     assert (spec["group"], spec["scope"], spec["names"]["kind"], spec["names"]["plural"]) == ("joiner.dev", "Cluster", kind, plural)
     (version,) = spec["versions"]
-    assert (version["name"], version["served"], version["storage"], version["subresources"]) == ("v1", True, True, {"status": {}})
+    scale = {"scale": {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.nodes"}} if kind == "NodePool" else {}
+    # a static NodePool answers kubectl scale
+    assert (version["name"], version["served"], version["storage"], version["subresources"]) == ("v1", True, True, {"status": {}, **scale})
 
 
 def test_kubectl_get_nodepools_columns():

@@ -66,6 +66,9 @@ class Case:
     message: str  # the start of the rule's message: which rule at that path
     valid: dict[str, Any]
     invalid: dict[str, Any]
+    #: a transition rule (``oldSelf``): the object is first created with these edits, then
+    #: updated to ``valid`` (admitted) and, created afresh, to ``invalid`` (refused)
+    before: dict[str, Any] | None = None
 
     @property
     def id(self) -> str:
@@ -133,6 +136,12 @@ CASES = [
     Case("NodePool", "spec.template.spec.requirements[*]", "requirements on labels Joiner sets",
          {"spec.template.spec.requirements": [{"key": "joiner.dev/capacity-type", "operator": "In", "values": ["spot"]}]},
          {"spec.template.spec.requirements": [{"key": "joiner.dev/nodeclaim", "operator": "Exists"}]}),
+    Case("NodePool", "spec", "Cannot transition NodePool between static",
+         {"spec.replicas": 5}, {"spec.replicas": None}, before={"spec.replicas": 3}),
+    Case("NodePool", "spec", "only 'limits.nodes' is supported",
+         {"spec.replicas": 2, "spec.limits": {"nodes": 4}}, {"spec.replicas": 2, "spec.limits": {"nodes": 4, "cpu": "8"}}),
+    Case("NodePool", "spec", "'weight' is not supported",
+         {"spec.replicas": 2}, {"spec.replicas": 2, "spec.weight": 10}),
     Case("NodePool", "spec.disruption.budgets[*]", "schedule and duration must be given together",
          {"spec.disruption": {"budgets": [{"nodes": "1", "schedule": "@daily", "duration": "1h"}]}},
          {"spec.disruption": {"budgets": [{"nodes": "1", "schedule": "@daily"}]}}),
@@ -147,7 +156,10 @@ def edited(base: dict[str, Any], edits: dict[str, Any], name: str) -> dict[str, 
         node = obj
         for part in parents:
             node = node.setdefault(part, {})
-        node[last] = value
+        if value is None:
+            node.pop(last, None)
+        else:
+            node[last] = value
     return obj
 
 
@@ -161,6 +173,14 @@ class Target:
         path = f"/apis/joiner.dev/v1/{PLURALS[obj['kind']]}"
         suffix = "?" + "&".join(f"{k}={v}" for k, v in query.items()) if query else ""
         answer = self.pool.request("POST", self.url + path + suffix, body=json.dumps(obj).encode(),
+                                   headers=dict(self.headers, **{"Content-Type": "application/json"}))
+        return answer.status, json.loads(answer.data) if answer.data else None
+
+    def update(self, obj: dict[str, Any], edits: dict[str, Any]) -> tuple[int, Any]:
+        """Replace the stored ``obj`` (as created) with ``edits`` applied (PUT)."""
+        path = f"/apis/joiner.dev/v1/{PLURALS[obj['kind']]}/{obj['metadata']['name']}"
+        replaced = edited(obj, edits, obj["metadata"]["name"])
+        answer = self.pool.request("PUT", self.url + path, body=json.dumps(replaced).encode(),
                                    headers=dict(self.headers, **{"Content-Type": "application/json"}))
         return answer.status, json.loads(answer.data) if answer.data else None
 
@@ -194,9 +214,18 @@ def test_cel_rule_admits_the_valid_and_refuses_the_invalid_with_its_message(targ
     base = NODE_CLASS if case.kind == "NodeClass" else NODE_POOL
     message = next(m for kind, path, _, m in cel_rules() if (kind, path) == (case.kind, case.path) and m.startswith(case.message))
     name = RealKube.unique("cel")
-    status, body = target.create(edited(base, case.valid, name + "-ok"))
-    assert status == 201, body
-    status, body = target.create(edited(base, case.invalid, name + "-bad"))
+    if case.before is not None:  # a transition rule: updates of an object created without breaking it
+        status, created = target.create(edited(base, case.before, name + "-ok"))
+        assert status == 201, created
+        status, body = target.update(created, case.valid)
+        assert status == 200, body
+        status, created = target.create(edited(base, case.before, name + "-bad"))
+        assert status == 201, created
+        status, body = target.update(created, case.invalid)
+    else:
+        status, body = target.create(edited(base, case.valid, name + "-ok"))
+        assert status == 201, body
+        status, body = target.create(edited(base, case.invalid, name + "-bad"))
     assert status == 422, body
     assert body["reason"] == "Invalid"
     causes = body["details"]["causes"]

@@ -18,6 +18,20 @@ pass:
 5. **single-node consolidation**: the first candidate that can be deleted, or replaced by
    one cheaper node.
 
+Before them all, **repair** (Karpenter's node health controller, ``NodeRepair``): a node whose
+``Ready`` condition is False or Unknown, or whose EKS node monitoring agent condition
+(``AcceleratedHardwareReady``, ``ContainerRuntimeReady``, ``KernelReady``, ``NetworkingReady``,
+``StorageReady``) is False, for longer than that condition's repair time
+(:data:`REPAIR_POLICIES`, EKS's table) is replaced, unless more than 20 % of its NodePool's
+nodes are unhealthy (:func:`repair_allowed`) or the NodePool opts out
+(``spec.disruption.repair: Disabled``). Budgets, ``do-not-disrupt`` and blocking
+PodDisruptionBudgets do not hold a repair back (it is forceful).
+
+Static NodePools (``spec.replicas``) are never emptied or consolidated; their drifted and
+expired nodes are replaced one for one by a replica of the same pool whatever the pods
+need, and **scale-down** (``overprovisioned``) removes the nodes beyond ``replicas`` without
+budgets: not-yet-Ready ones first, then empty ones, then the cheapest to disrupt.
+
 Every simulation is a :func:`joiner.domain.scheduling.solve` of the candidates' pods with the
 candidates (and every node already going) removed from the existing capacity, so topology
 spread, anti-affinity, taints and limits are honoured exactly as when provisioning.
@@ -54,6 +68,7 @@ from joiner.domain.model import (
 )
 from joiner.domain.resources import EMPTY, Resources
 from joiner.domain.scheduling import SchedulingProblem, solve
+from joiner.domain.scheduling.shapes import NODES_LIMIT
 from joiner.domain.snapshot import Snapshot
 from joiner.domain.volumes import VolumeTopology, apply_volumes
 
@@ -64,13 +79,93 @@ __all__ = [
     "SECURITY_GROUPS_ANNOTATION", "LaunchInputs", "NodeFacts", "ResolvedNodeClass", "DisruptionInput", "Replacement",
     "Command", "Blocked", "Decision", "decide", "validate", "nodepool_hash", "cron_matches",
     "budget_active", "allowed_disruptions", "eviction_cost", "disruption_cost", "worst_case_price",
-    "launch_inputs_from_annotations",
+    "launch_inputs_from_annotations", "REPAIR", "SCALE_DOWN", "RepairPolicy", "REPAIR_POLICIES",
+    "MAX_UNHEALTHY_PERCENT", "Unhealthy", "unhealthy", "repair_allowed",
 ]
 
 EMPTINESS, EXPIRATION, DRIFT, CONSOLIDATION = "emptiness", "expiration", "drift", "consolidation"
-METHODS = (EMPTINESS, EXPIRATION, DRIFT, CONSOLIDATION)
-#: Budget reason per method (consolidation is ``Underutilized``).
-REASONS = {EMPTINESS: "Empty", EXPIRATION: "Expired", DRIFT: "Drifted", CONSOLIDATION: "Underutilized"}
+#: Forceful methods outside the budgets: node auto repair, and a static NodePool's scale-down.
+REPAIR, SCALE_DOWN = "repair", "overprovisioned"
+METHODS = (REPAIR, SCALE_DOWN, EMPTINESS, EXPIRATION, DRIFT, CONSOLIDATION)
+#: Budget reason per method (consolidation is ``Underutilized``; repair and scale-down ignore budgets).
+REASONS = {EMPTINESS: "Empty", EXPIRATION: "Expired", DRIFT: "Drifted", CONSOLIDATION: "Underutilized",
+           REPAIR: "Unhealthy", SCALE_DOWN: "Overprovisioned"}
+_UNBUDGETED = (REPAIR, SCALE_DOWN)
+
+
+@dataclass(frozen=True, slots=True)
+class RepairPolicy:
+    """A node condition in this status for longer than ``after`` calls for a repair."""
+
+    condition: str
+    status: str
+    after: timedelta
+
+
+#: EKS's node repair table for Karpenter and Auto Mode (all actions Replace): Ready False or
+#: Unknown and the node monitoring agent's conditions False; AcceleratedHardwareReady after 10
+#: minutes, the others after 30.
+REPAIR_POLICIES: tuple[RepairPolicy, ...] = (
+    RepairPolicy("Ready", "False", timedelta(minutes=30)),
+    RepairPolicy("Ready", "Unknown", timedelta(minutes=30)),
+    RepairPolicy("AcceleratedHardwareReady", "False", timedelta(minutes=10)),
+    RepairPolicy("ContainerRuntimeReady", "False", timedelta(minutes=30)),
+    RepairPolicy("KernelReady", "False", timedelta(minutes=30)),
+    RepairPolicy("NetworkingReady", "False", timedelta(minutes=30)),
+    RepairPolicy("StorageReady", "False", timedelta(minutes=30)),
+)
+#: No repair in a NodePool where more than this share of the nodes is unhealthy at once
+#: (rounded up, as a PodDisruptionBudget's percentage: one of three nodes may be repaired).
+MAX_UNHEALTHY_PERCENT = 20
+
+
+@dataclass(frozen=True, slots=True)
+class Unhealthy:
+    """A node's unhealthy condition: which, in what status, since when, and its repair time.
+    ``due``: when the repair time is over."""
+
+    condition: str
+    status: str
+    since: datetime
+    after: timedelta
+
+    @property
+    def due(self) -> datetime:
+        return self.since + self.after
+
+    def describe(self, now: datetime) -> str:
+        return f"{self.condition}={self.status} for {_span(now - self.since)} (repair after {_span(self.after)})"
+
+
+def _span(value: timedelta) -> str:
+    seconds = max(0, int(value.total_seconds()))
+    hours, rest = divmod(seconds, 3600)
+    minutes, seconds = divmod(rest, 60)
+    return "".join(f"{n}{u}" for n, u in ((hours, "h"), (minutes, "m"), (seconds, "s")) if n) or "0s"
+
+
+def unhealthy(node: Node) -> Unhealthy | None:
+    """The node's unhealthy condition that is due first (Karpenter's choice when several
+    are), None when no repair policy matches. A condition without ``lastTransitionTime``
+    (the API server always sets one) is not judged: unknown is never a reason to replace."""
+    found: Unhealthy | None = None
+    for policy in REPAIR_POLICIES:
+        condition = node.condition(policy.condition)
+        if condition is None or condition.status != policy.status:
+            continue
+        since = condition.last_transition
+        if since is None:
+            continue
+        candidate = Unhealthy(policy.condition, policy.status, since, policy.after)
+        if found is None or (candidate.due, candidate.condition) < (found.due, found.condition):
+            found = candidate
+    return found
+
+
+def repair_allowed(unhealthy_nodes: int, total: int) -> bool:
+    """Karpenter's safety rule: a NodePool repairs only while at most
+    :data:`MAX_UNHEALTHY_PERCENT` of its nodes (rounded up) are unhealthy."""
+    return unhealthy_nodes <= -(-total * MAX_UNHEALTHY_PERCENT // 100)  # integers: exact at any size
 
 #: A node the provisioner nominated for pending pods this recently is not a candidate.
 NOMINATION_WINDOW = timedelta(seconds=20)
@@ -269,6 +364,8 @@ class Decision:
     #: whether consolidation may consider it: its NodePool consolidates underutilized nodes
     #: and no pod arrived within ``consolidateAfter``).
     standing: tuple[tuple[str, str | None, bool], ...] = ()
+    #: nodes due for repair that the 20 % rule holds back, and why (``NodeRepairBlocked`` events).
+    repair_blocked: tuple[Blocked, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The ``joiner disrupt`` contract: ``commands`` and ``blocked``."""
@@ -495,6 +592,11 @@ class _Pass:
         self.disrupting: dict[str, int] = {}
         self.candidates: list[_Candidate] = []
         self.empty: list[str] = []
+        self.pool_nodes: dict[str, int] = {}  # owned nodes per NodePool (the 20 % rule's total)
+        self.pool_unhealthy: dict[str, int] = {}  # of which a repair policy matches, due or not
+        self.due: list[tuple[Node, NodePool, Unhealthy]] = []  # past their repair time
+        self.live: dict[str, list[Node]] = {}  # per static NodePool, its nodes not going
+        self.repair_blocked: dict[str, str] = {}
         self.nominated = self._nominations()
         self._classify()
 
@@ -529,6 +631,7 @@ class _Pass:
             if not_owned is not None:
                 self.blocked[node.name] = f"not owned by Joiner: {not_owned}"
                 continue
+            self._health(node, pool_name)
             # Budgets as Karpenter counts them: an uninitialized node is not in the total; a
             # NotReady one uses up budget as a terminating one does.
             initialized = node.labels.get(wk.INITIALIZED) == "true"
@@ -555,6 +658,21 @@ class _Pass:
                 continue
             self.candidates.append(self._candidate(node, pool, pdbs))
         self.candidates.sort(key=_Candidate.order)
+
+    def _health(self, node: Node, pool_name: str) -> None:
+        """Count the node for its NodePool's 20 % rule, remember it when it is due for
+        repair, and as a live node of a static NodePool."""
+        self.pool_nodes[pool_name] = self.pool_nodes.get(pool_name, 0) + 1
+        finding = unhealthy(node)
+        if finding is not None:
+            self.pool_unhealthy[pool_name] = self.pool_unhealthy.get(pool_name, 0) + 1
+        pool = self.pools.get(pool_name)
+        if pool is None or self._terminating(node):
+            return
+        if pool.static:
+            self.live.setdefault(pool_name, []).append(node)
+        if finding is not None and pool.disruption.repair and self.now >= finding.due:
+            self.due.append((node, pool, finding))
 
     def _candidate(self, node: Node, pool: NodePool, pdbs: Sequence[PodDisruptionBudget]) -> _Candidate:
         facts = self.facts(node.name)
@@ -889,12 +1007,145 @@ class _Pass:
             return f"security groups {','.join(sorted(groups))} differ from the NodeClass's {','.join(sorted(resolved.security_groups))}"
         return None
 
+    # ------------------------------------------------------------ static NodePools and repair
+
+    def in_flight_only(self, pool: str) -> int:
+        """Claims of ``pool`` launched but not yet a Node."""
+        named = {n.labels.get(wk.NODECLAIM) for n in self.inp.snapshot.nodes}
+        return sum(1 for c in self.inp.in_flight if c.node_pool == pool and c.name not in named)
+
+    def node_room(self, pool: NodePool) -> int | None:
+        """Nodes ``pool`` may still add under ``limits.nodes`` (None: no such limit): every
+        node counts, going ones included, as Karpenter waits for them before bursting."""
+        limit = pool.limits.get(NODES_LIMIT) if pool.limits is not None else None
+        if limit is None:
+            return None
+        return max(0, limit // 1000 - self.pool_nodes.get(pool.name, 0) - self.in_flight_only(pool.name))
+
+    def static_replacement(self, pool: NodePool) -> Replacement | None:
+        """One replica of static ``pool``: every type its template allows with an available
+        offering, cheapest first (the launch picks among them), or None if there is none."""
+        requirements = pool.template_requirements()
+        zones, capacity_types = requirements.get(wk.ZONE), requirements.get(wk.CAPACITY_TYPE)
+        options = []
+        for instance_type in self.inp.instance_types.get(pool.name, ()):
+            if instance_type.requirements.conflicts(requirements):
+                continue
+            offers = [
+                o for o in instance_type.offerings
+                if o.available and (zones is None or zones.has(o.zone)) and (capacity_types is None or capacity_types.has(o.capacity_type))
+                and OfferingKey(instance_type.name, o.zone, o.capacity_type) not in self.inp.unavailable
+            ]
+            if offers:
+                options.append((min(o.price for o in offers), instance_type.name, offers))
+        if not options:
+            return None
+        options.sort(key=lambda o: (o[0], o[1]))
+        offers = [o for _, _, found in options for o in found]
+        return Replacement(
+            node_pool=pool.name, instance_types=tuple(name for _, name, _ in options),
+            zones=tuple(sorted({o.zone for o in offers})), capacity_types=tuple(sorted({o.capacity_type for o in offers})),
+            price=options[0][0],
+        )
+
+    def static_batch(self, method: str, chosen: Sequence[_Candidate], why: Mapping[str, str], *, need_replacement: bool) -> list[Command]:
+        """One command per node of a static NodePool, each replaced by a replica of its pool
+        (Karpenter's static drift), within ``limits.nodes``. Without room or a launchable
+        type, ``need_replacement`` (drift) holds the node back; otherwise it goes alone and
+        the provisioner brings the pool back to ``replicas``."""
+        room: dict[str, int | None] = {}
+        commands = []
+        for candidate in chosen:
+            pool = candidate.pool
+            if pool.name not in room:
+                room[pool.name] = self.node_room(pool)
+            left = room[pool.name]
+            replacement = self.static_replacement(pool) if left is None or left > 0 else None
+            if replacement is None:
+                if need_replacement:
+                    missing = "no launchable instance type" if left is None or left > 0 else "limits.nodes leaves no room"
+                    self.blocked.setdefault(candidate.name, f"{why[candidate.name]}, but {missing} for a replacement replica of nodepool {pool.name}")
+                    continue
+                replacements: tuple[Replacement, ...] = ()
+            else:
+                replacements = (replacement,)
+                if left is not None:
+                    room[pool.name] = left - 1
+            savings = (candidate.price or 0.0) - sum(r.price for r in replacements)
+            commands.append(Command(method, (candidate.name,), replacements, savings, f"{candidate.name}: {why[candidate.name]}"))
+        return commands
+
+    def repair(self, only: frozenset[str] | None = None) -> list[Command]:
+        """Nodes past their repair time, replaced (Karpenter's node health controller):
+        forceful (no budget, do-not-disrupt or PodDisruptionBudget holds it back) but never
+        in a NodePool where more than :data:`MAX_UNHEALTHY_PERCENT` of the nodes are
+        unhealthy. A NodePool's nodes are replaced by what their pods need, where capacity
+        allows (their pods need not all fit); a static NodePool's by one replica each."""
+        pdbs = [p for p in self.inp.snapshot.pdbs if p.disruptions_allowed == 0]
+        dynamic: list[_Candidate] = []
+        static: list[_Candidate] = []
+        why: dict[str, str] = {}
+        for node, pool, finding in sorted(self.due, key=lambda d: (d[2].due, d[0].name)):
+            if only is not None and node.name not in only:
+                continue
+            unhealthy_nodes, total = self.pool_unhealthy.get(pool.name, 0), self.pool_nodes.get(pool.name, 0)
+            if not repair_allowed(unhealthy_nodes, total):
+                reason = (f"unhealthy ({finding.condition}={finding.status} past its repair time), but {unhealthy_nodes} of the {total} nodes of nodepool "
+                          f"{pool.name} are unhealthy: no repair while more than {MAX_UNHEALTHY_PERCENT}% are")
+                self.repair_blocked[node.name] = reason
+                self.blocked[node.name] = reason
+                continue
+            why[node.name] = f"unhealthy: {finding.describe(self.now)}"
+            (static if pool.static else dynamic).append(self._candidate(node, pool, pdbs))
+        commands = self.static_batch(REPAIR, static, why, need_replacement=False)
+        group = dynamic[:MAX_BATCH]
+        if group:
+            plan = self.simulate(group)
+            replacements = tuple(r for r in (self._replacement(claim) for claim in plan.node_claims) if r is not None)
+            reason = "; ".join(f"{c.name}: {why[c.name]}" for c in group)
+            if plan.unschedulable:
+                reason += f"; {len(plan.unschedulable)} pod(s) will wait for capacity"
+            savings = sum(c.price or 0.0 for c in group) - sum(r.price for r in replacements)
+            commands.append(Command(REPAIR, tuple(c.name for c in group), replacements, savings, reason))
+        return commands
+
+    def surplus(self, pool: NodePool) -> int:
+        """How many nodes static ``pool`` has beyond ``replicas`` (nodes not going plus
+        claims not yet a Node)."""
+        if pool.replicas is None:
+            return 0
+        return len(self.live.get(pool.name, ())) + self.in_flight_only(pool.name) - pool.replicas
+
+    def scale_down(self) -> list[Command]:
+        """A static NodePool above ``replicas`` loses its surplus (Karpenter's static
+        deprovisioning, reason ``overprovisioned``): no budget applies, the drain honours
+        PodDisruptionBudgets until the terminationGracePeriod. Nodes not yet Ready go first,
+        then empty ones, then the cheapest to disrupt."""
+        commands = []
+        for name in sorted(self.live):
+            pool = self.pools[name]
+            extra = self.surplus(pool)
+            if extra <= 0 or pool.deleting:
+                continue
+
+            def order(node: Node) -> tuple[bool, bool, float, str]:
+                pods = [p for p in self.pods_by_node.get(node.name, []) if not p.is_terminal and not p.is_daemonset_pod and not p.is_mirror]
+                settled = node.ready and node.labels.get(wk.INITIALIZED) == "true"
+                return (settled, bool(pods), disruption_cost(pods, None, None), node.name)
+
+            chosen = sorted(self.live[name], key=order)[:extra]
+            commands.append(Command(
+                SCALE_DOWN, tuple(n.name for n in chosen), (), 0.0,
+                f"nodepool {name} has {len(self.live[name]) + self.in_flight_only(name)} nodes for {pool.replicas} replicas",
+            ))
+        return commands
+
     # ------------------------------------------------------------ methods
 
     def emptiness(self) -> list[Command]:
         eligible = [
             c for c in self.candidates
-            if c.protected is None and c.pdb_blocked is None
+            if not c.pool.static and c.protected is None and c.pdb_blocked is None
             and c.pool.disruption.consolidation_policy in ("WhenEmpty", "WhenEmptyOrUnderutilized") and self.is_empty(c)
         ]
         chosen = self.within_budget(eligible, EMPTINESS)
@@ -904,6 +1155,11 @@ class _Pass:
         return [Command(EMPTINESS, tuple(c.name for c in chosen), (), savings, "empty: no pods but DaemonSet or terminal ones")]
 
     def replace_batch(self, method: str, eligible: list[_Candidate], why: Mapping[str, str], require_all: bool) -> list[Command]:
+        static = self.static_batch(method, self.within_budget([c for c in eligible if c.pool.static], method)[:MAX_BATCH], why,
+                                   need_replacement=require_all)
+        return static + self.pod_batch(method, [c for c in eligible if not c.pool.static], why, require_all)
+
+    def pod_batch(self, method: str, eligible: list[_Candidate], why: Mapping[str, str], require_all: bool) -> list[Command]:
         chosen = self.within_budget(eligible, method)[:MAX_BATCH]
         attempts = [chosen] + [[c] for c in chosen] if len(chosen) > 1 else [chosen]
         for group in attempts:
@@ -954,7 +1210,8 @@ class _Pass:
     def consolidation_candidates(self) -> list[_Candidate]:
         eligible = [
             c for c in self.candidates
-            if c.pods and c.protected is None and c.pdb_blocked is None and c.pool.disruption.consolidation_policy == "WhenEmptyOrUnderutilized"
+            if not c.pool.static and c.pods and c.protected is None and c.pdb_blocked is None
+            and c.pool.disruption.consolidation_policy == "WhenEmptyOrUnderutilized"
             and self.consolidatable(c) and c.price is not None
         ]
         return self.within_budget(eligible, CONSOLIDATION, report=False)
@@ -1055,7 +1312,7 @@ class _Pass:
         return []
 
     def run(self) -> Decision:
-        commands = self.emptiness() or self.expiration() or self.drift()
+        commands = self.repair() or self.scale_down() or self.emptiness() or self.expiration() or self.drift()
         if not commands:
             eligible = self.consolidation_candidates()
             commands = self.multi_node(eligible) or self.single_node(eligible)
@@ -1073,10 +1330,11 @@ class _Pass:
         declined = tuple(Blocked(node, why) for node, why in sorted(self.declined.items()) if node not in chosen and why)
         standing = tuple(sorted(
             (c.name, self.drift_reason(c),
-             c.pool.disruption.consolidation_policy == "WhenEmptyOrUnderutilized" and self.consolidatable(c))
+             not c.pool.static and c.pool.disruption.consolidation_policy == "WhenEmptyOrUnderutilized" and self.consolidatable(c))
             for c in self.candidates
         ))
-        return Decision(tuple(commands), blocked, tuple(sorted(self.nominated)), empty, self.simulations, declined, standing)
+        repair_blocked = tuple(Blocked(node, why) for node, why in sorted(self.repair_blocked.items()))
+        return Decision(tuple(commands), blocked, tuple(sorted(self.nominated)), empty, self.simulations, declined, standing, repair_blocked)
 
 
 def decide(inp: DisruptionInput) -> Decision:
@@ -1094,6 +1352,26 @@ def validate(command: Command, inp: DisruptionInput) -> tuple[Command | None, st
     (pods no longer fit, a different number of replacements, a dearer replacement).
     """
     work = _Pass(inp)
+    if command.method == REPAIR:
+        nodes = frozenset(command.nodes)
+        due = {node.name for node, _, _ in work.due}
+        gone = sorted(nodes - due)
+        if gone:
+            return None, f"node {gone[0]} is no longer due for repair ({work.blocked.get(gone[0], 'healthy or gone')})"
+        fresh = [c for c in work.repair(only=nodes)]
+        if len(fresh) != 1 or fresh[0].nodes != command.nodes:
+            held = next((work.repair_blocked[n] for n in command.nodes if n in work.repair_blocked), "the nodes can no longer go together")
+            return None, f"repair changed: {held}"
+        return fresh[0], ""
+    if command.method == SCALE_DOWN:
+        live = {node.name: pool for pool, nodes in work.live.items() for node in nodes}
+        for name in command.nodes:
+            if name not in live:
+                return None, f"node {name} is no longer a live node of a static NodePool"
+        for pool in {live[name] for name in command.nodes}:
+            if work.surplus(work.pools[pool]) < sum(1 for name in command.nodes if live[name] == pool):
+                return None, f"nodepool {pool} no longer has that many nodes beyond its replicas"
+        return command, ""
     by_name = {c.name: c for c in work.candidates}
     group = []
     for name in command.nodes:

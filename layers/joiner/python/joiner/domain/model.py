@@ -20,7 +20,7 @@ from joiner.domain.resources import EMPTY, Resources
 
 __all__ = [
     "POD_DELETION_COST", "Taint", "Toleration", "LabelSelector", "PodAffinityTerm", "TopologySpreadConstraint",
-    "PreferredNodeTerm", "HostPort", "Pod", "Node", "DaemonSet", "PodDisruptionBudget",
+    "PreferredNodeTerm", "HostPort", "Pod", "Node", "NodeCondition", "DaemonSet", "PodDisruptionBudget",
     "PersistentVolumeClaim", "PersistentVolume", "StorageClass", "CSINode",
     "Budget", "Disruption", "NodePool", "SelectorTerm", "KubeletConfig", "NodeClass",
     "Offering", "InstanceType", "NodeClaimPlan", "ExistingNodePlan", "UnschedulablePod", "Plan",
@@ -282,6 +282,16 @@ class Pod:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeCondition:
+    """One ``status.conditions`` entry of a Node: its type, status (``True``, ``False``,
+    ``Unknown``) and when the status last changed (None: not given)."""
+
+    type: str
+    status: str
+    last_transition: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Node:
     name: str
     labels: Mapping[str, str] = field(default_factory=dict)
@@ -294,6 +304,11 @@ class Node:
     ready: bool = False
     created: datetime | None = None
     deleting: bool = False
+    conditions: tuple[NodeCondition, ...] = ()
+
+    def condition(self, kind: str) -> NodeCondition | None:
+        """The condition of type ``kind``, None when the Node does not report it."""
+        return next((c for c in self.conditions if c.type == kind), None)
 
     @property
     def instance_id(self) -> str | None:
@@ -400,6 +415,8 @@ class Disruption:
     budgets: tuple[Budget, ...] = (Budget(),)
     min_savings_per_hour: float = 0.0
     min_savings_percent: float = 10.0
+    #: Node auto repair (``spec.disruption.repair``: ``Enabled``, the default, or ``Disabled``).
+    repair: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -419,6 +436,13 @@ class NodePool:
     rebalance: str = "replace"  # "replace" or "ignore"
     #: The NodePool has a deletionTimestamp: nothing new launches from it (Karpenter's rule).
     deleting: bool = False
+    #: ``spec.replicas``: a static NodePool keeping exactly this many nodes whatever the pods
+    #: need (Karpenter's StaticCapacity); None: nodes follow the pending pods.
+    replicas: int | None = None
+
+    @property
+    def static(self) -> bool:
+        return self.replicas is not None
 
     def template_requirements(self) -> Requirements:
         """Requirements plus template labels and the nodepool label, as a launch would carry."""

@@ -48,6 +48,7 @@ from joiner.domain.model import (
     LabelSelector,
     Node,
     NodeClass,
+    NodeCondition,
     NodePool,
     PersistentVolume,
     PersistentVolumeClaim,
@@ -116,6 +117,7 @@ _POD_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 _CONSOLIDATION_POLICIES = ("WhenEmptyOrUnderutilized", "WhenEmpty")
 _BUDGET_REASONS = ("Drifted", "Empty", "Expired", "Underutilized")
 _REBALANCE = ("replace", "ignore")
+_REPAIR = ("Enabled", "Disabled")
 _BUDGET_NODES = re.compile(r"^((100|[0-9]{1,2})%|[0-9]+)$")
 _CRON_MACROS = ("@annually", "@yearly", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
 _PERCENT = re.compile(r"^[0-9]{1,18}%$")
@@ -796,9 +798,15 @@ def parse_node(obj: Mapping[str, Any], *, origin: str = "") -> Node:
     spec = fields.mapping(obj.get("spec"), "spec")
     status = fields.mapping(obj.get("status"), "status")
     ready = False
+    conditions: dict[str, NodeCondition] = {}
     for item_path, condition in fields.items(status.get("conditions"), "status.conditions"):
-        if condition.get("type") == "Ready":
-            ready = fields.string(condition.get("status"), f"{item_path}.status", default="Unknown") == "True"
+        kind = fields.string(condition.get("type"), f"{item_path}.type", default="")
+        state = fields.string(condition.get("status"), f"{item_path}.status", default="Unknown")
+        if kind == "Ready":
+            ready = state == "True"
+        if kind and kind not in conditions:  # the API server keeps one entry per type; the first wins
+            since = fields.timestamp(condition.get("lastTransitionTime"), f"{item_path}.lastTransitionTime")
+            conditions[kind] = NodeCondition(kind, state, since)
     return Node(
         name=_name(fields, metadata),
         labels=wk.normalize_labels(fields.string_map(metadata.get("labels"), "metadata.labels")),
@@ -811,6 +819,7 @@ def parse_node(obj: Mapping[str, Any], *, origin: str = "") -> Node:
         ready=ready,
         created=fields.timestamp(metadata.get("creationTimestamp"), "metadata.creationTimestamp"),
         deleting=fields.timestamp(metadata.get("deletionTimestamp"), "metadata.deletionTimestamp") is not None,
+        conditions=tuple(conditions[k] for k in sorted(conditions)),
     )
 
 
@@ -922,6 +931,7 @@ def _disruption(fields: _Fields, value: object, path: str) -> Disruption:
         budgets=budgets,
         min_savings_per_hour=fields.number(min_savings.get("perHour"), f"{path}.minSavings.perHour", default=0.0, minimum=0.0),
         min_savings_percent=fields.number(min_savings.get("percent"), f"{path}.minSavings.percent", default=10.0, minimum=0.0, maximum=100.0),
+        repair=fields.string(disruption.get("repair"), f"{path}.repair", default="Enabled", allowed=_REPAIR) == "Enabled",
     )
 
 
@@ -956,6 +966,13 @@ def parse_node_pool(obj: Mapping[str, Any], *, origin: str = "") -> NodePool:
 
     limits_value = spec.get("limits")
     limits = None if limits_value is None else fields.resources(limits_value, "spec.limits", keep_zeros=True, crd=True)
+    replicas = fields.integer(spec.get("replicas"), "spec.replicas", minimum=0)
+    if replicas is not None:  # Karpenter's StaticCapacity rules (the CRD's CEL says the same)
+        other = sorted(set(limits or {}) - {"nodes"})
+        if other:
+            fields.fail(f"spec.limits.{other[0]}", "only 'limits.nodes' is supported on static NodePools (spec.replicas is set)")
+        if spec.get("weight") is not None:
+            fields.fail("spec.weight", "'weight' is not supported on static NodePools (spec.replicas is set)")
     interruption = fields.mapping(spec.get("interruption"), "spec.interruption")
     return NodePool(
         name=name,
@@ -972,6 +989,7 @@ def parse_node_pool(obj: Mapping[str, Any], *, origin: str = "") -> NodePool:
         disruption=_disruption(fields, spec.get("disruption"), "spec.disruption"),
         rebalance=fields.string(interruption.get("rebalance"), "spec.interruption.rebalance", default="replace", allowed=_REBALANCE),
         deleting=metadata.get("deletionTimestamp") is not None,
+        replicas=replicas,
     )
 
 

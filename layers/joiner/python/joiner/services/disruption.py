@@ -41,7 +41,9 @@ from typing import TYPE_CHECKING, Any
 from joiner.domain import labels as wk
 from joiner.domain.amis import ami_key, node_variant
 from joiner.domain.disruption import (
+    DRIFT,
     NOMINATION_WINDOW,
+    REPAIR,
     VALIDATION_DELAY,
     Command,
     Decision,
@@ -50,6 +52,7 @@ from joiner.domain.disruption import (
     NodeFacts,
     ResolvedNodeClass,
     decide,
+    unhealthy,
     validate,
 )
 from joiner.domain.model import InstanceType, Node
@@ -319,7 +322,12 @@ def _current_amis(
 
 def execute_command(runtime: Runtime, command: Command, inp: DisruptionInput, now: datetime) -> list[str]:
     """Launch the command's replacements, then begin every node's termination (drained
-    once the replacements are Ready). Returns errors (the other nodes still go ahead)."""
+    once the replacements are Ready). Returns errors (the other nodes still go ahead).
+
+    A static NodePool's replacement is a replica of that pool (launched whatever the pods
+    need). A repair goes ahead when its replacements cannot be launched (the node is broken:
+    its pods wait for capacity instead), and its drain deadline is the repair time plus the
+    NodePool's terminationGracePeriod (none: at once, as Karpenter's repair)."""
     from joiner.domain.termination import reschedulable_pods
     from joiner.services.termination import TerminationBusy, begin_termination
 
@@ -327,26 +335,50 @@ def execute_command(runtime: Runtime, command: Command, inp: DisruptionInput, no
     pools = {p.name: p for p in inp.snapshot.node_pools}
     errors: list[str] = []
     claims: tuple[str, ...] = ()
-    if command.replacements:
+    forced = command.method == REPAIR
+    static = [r for r in command.replacements if r.node_pool in pools and pools[r.node_pool].static]
+    dynamic = [r for r in command.replacements if r not in static]
+    if dynamic:
         view = _replacement_view(runtime, command, now)
         view.disrupted.update(command.nodes)
         view.disrupted.update(name for name, facts in inp.facts.items() if facts.terminating)
         pods = reschedulable_pods(p for p in inp.snapshot.pods if p.node_name in command.nodes)
+        failure = ""
         try:
             claims = view.launch_replacement(pods, now) if pods else ()
+            if not claims:
+                failure = "replacement launch produced no claim"
         except Exception as error:  # noqa: BLE001 - never drain without a replacement we promised
+            failure = f"replacement launch failed: {type(error).__name__}: {error}"
+        if failure:
             runtime.count("DisruptionReplacementFailed", method=command.method)
-            return [f"replacement launch failed: {type(error).__name__}: {error}"]
-        if not claims:
+            if not forced:
+                return [failure if "failed" in failure else f"{failure}; nodes left alone"]
+            errors.append(f"{failure}; repairing without it")
+    if static:
+        failure = ""
+        try:
+            launched = _launch_static_replacements(runtime, command, static, now)
+            claims += launched
+            if len(launched) < len(static):
+                failure = f"{len(static) - len(launched)} replacement replica(s) not launched"
+        except Exception as error:  # noqa: BLE001 - never drain without a replacement we promised
+            failure = f"replacement replica launch failed: {type(error).__name__}: {error}"
+        if failure:
             runtime.count("DisruptionReplacementFailed", method=command.method)
-            return ["replacement launch produced no claim; nodes left alone"]
+            if command.method == DRIFT:
+                return [f"{failure}; nodes left alone"]
+            errors.append(failure)
     for name in command.nodes:
         node = nodes.get(name)
         pool = pools.get(node.labels.get(wk.NODEPOOL, "")) if node is not None else None
         grace = pool.termination_grace_period if pool is not None else None
+        deadline = now + grace if grace is not None else (now if forced else None)
+        if forced and node is not None:
+            _record_repair(runtime, node, pool.name if pool is not None else "", now)
         try:
             begin_termination(
-                runtime, name, f"disruption/{command.method}", now + grace if grace is not None else None, now,
+                runtime, name, f"disruption/{command.method}", deadline, now,
                 instance_id=node.instance_id if node is not None else None,
                 claim_id=node.labels.get(wk.NODECLAIM) if node is not None else None,
                 node_pool=pool.name if pool is not None else None,
@@ -359,6 +391,50 @@ def execute_command(runtime: Runtime, command: Command, inp: DisruptionInput, no
     runtime.count("NodesDisrupted", len(command.nodes), method=command.method)
     logger.info("disruption command executed", extra={"command": command.to_dict(), "claims": list(claims)})
     return errors
+
+
+def _record_repair(runtime: Runtime, node: Node, pool: str, now: datetime) -> None:
+    """The ``NodeRepair`` event on the Node and the metrics saying which condition and for how
+    long (``NodesRepaired`` and ``NodeRepairUnhealthySeconds``, dimension ``condition``)."""
+    finding = unhealthy(node)
+    if finding is None:
+        return
+    condition = f"{finding.condition}={finding.status}"
+    runtime.count("NodesRepaired", condition=condition, nodePool=pool)
+    runtime.count("NodeRepairUnhealthySeconds", max(0.0, (now - finding.since).total_seconds()), "Seconds", condition=condition)
+    logger.warning("repairing an unhealthy node", extra={"node": node.name, "nodePool": pool, "condition": condition,
+                                                          "since": finding.since.isoformat(), "repairAfterSeconds": finding.after.total_seconds()})
+    involved = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node.name}}
+    try:
+        runtime.kube.create_event(involved, "NodeRepair", f"replacing the node: {finding.describe(now)}", "Warning")
+    except KubernetesError as error:
+        logger.warning("repair event not recorded", extra={"node": node.name, "error": str(error)})
+
+
+def _launch_static_replacements(runtime: Runtime, command: Command, replacements: Sequence[Any], now: datetime) -> tuple[str, ...]:
+    """One replica of each replacement's static NodePool (the provisioning path's static
+    launch: ``limits.nodes``, reservations, claim ids per replica index)."""
+    from joiner.services.interruption import replacement_round
+    from joiner.services.provisioning import launch_static_replicas
+    from joiner.services.registration import RegistrationResult
+
+    work = replacement_round(runtime, now)
+    work.read()
+    work.resolve_classes()
+    work.instance_types()
+    work.compute_usage(RegistrationResult())
+    work.unavailable = set(runtime.state.unavailable_offerings(now))
+    work.open_by_id = {c.claim_id: c for c in work.claims}
+    going = set(command.nodes)
+    work.retiring_claims |= {c.claim_id for c in work.claims if c.node_name in going}
+    launched: list[str] = []
+    for replacement in replacements:
+        pool = work.pools.get(replacement.node_pool)
+        if pool is None or work.pool_problem(pool):
+            continue
+        launched += launch_static_replicas(work, pool, 1)
+    work.flush_pod_events()
+    return tuple(launched)
 
 
 def _replacement_view(runtime: Runtime, command: Command, now: datetime) -> ClusterView:
@@ -410,6 +486,7 @@ def _explain(runtime: Runtime, decision: Decision, now: datetime) -> None:
     for pool, count in sorted(held_back.items()):
         wanted.append(("NodePool", pool, "DisruptionBlocked", f"the disruption budget held back {count} node(s) this pass"))
     wanted += [("Node", item.node, "Unconsolidatable", item.reason) for item in decision.unconsolidatable]
+    wanted = [("Node", item.node, "NodeRepairBlocked", item.reason) for item in decision.repair_blocked] + wanted
     sent = 0
     for kind, name, reason, message in wanted:
         if sent >= MAX_DECISION_EVENTS:
@@ -421,7 +498,7 @@ def _explain(runtime: Runtime, decision: Decision, now: datetime) -> None:
         involved = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}} if kind == "Node" else \
             {"apiVersion": "joiner.dev/v1", "kind": "NodePool", "metadata": {"name": name}}
         try:
-            runtime.kube.create_event(involved, reason, message, "Normal")
+            runtime.kube.create_event(involved, reason, message, "Warning" if reason == "NodeRepairBlocked" else "Normal")
         except KubernetesError as error:
             logger.warning("decision event not recorded", extra={"object": f"{kind}/{name}", "error": str(error)})
             continue

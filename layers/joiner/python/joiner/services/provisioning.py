@@ -662,15 +662,16 @@ class PlanningRound:
 
     # ------------------------------------------------------------ launching
 
-    def prepare(self, claim_plan: NodeClaimPlan, pods_by_key: Mapping[str, Pod]) -> _Job | None:
+    def prepare(self, claim_plan: NodeClaimPlan, pods_by_key: Mapping[str, Pod], identity: Sequence[str] | None = None) -> _Job | None:
         """Pick the claim id, filter candidates to the limit, reserve and record the claim.
 
         Returns None when nothing is to be launched for it (an existing claim covers these
-        pods, or the limit refuses it; the latter is reported).
+        pods, or the limit refuses it; the latter is reported). ``identity``: what the claim
+        id derives from instead of the pods' uids (a static NodePool's replica).
         """
         pool = self.pools[claim_plan.node_pool]
         pods = tuple(pods_by_key[key] for key in claim_plan.pods if key in pods_by_key)
-        pod_ids = [p.uid or p.key for p in pods]
+        pod_ids = list(identity) if identity is not None else [p.uid or p.key for p in pods]
 
         claim_id, existing = self._claim_identity(pool.name, pod_ids)
         if existing is not None and claim_id not in self.attempts:
@@ -1204,6 +1205,7 @@ def _run_round(runtime: Runtime, now: datetime, owner: str) -> RoundResult:
         plan_seconds += replan_seconds
         runtime.count("DecisionSeconds", time.perf_counter() - started, "Seconds")
 
+    _provision_static(work)
     work.flush_pod_events()
     _patch_pool_status(work)
     _patch_class_status(work)
@@ -1382,6 +1384,135 @@ def _settle_orphans(work: PlanningRound, claims: list[ClaimRecord]) -> tuple[lis
         except Exception as error:  # noqa: BLE001
             log.warning("settling orphaned claim %s failed: %s", claim.claim_id, error)
     return closed, adopted
+
+
+# ---------------------------------------------------------------- static NodePools
+
+
+def static_identity(index: int) -> tuple[str, ...]:
+    """What a static NodePool's replica ``index`` claim id derives from (with the pool and the
+    generation, :func:`claim_id_for`): a retried launch of the same replica reuses its id."""
+    return (f"static-replica/{index}",)
+
+
+def _static_plan(work: PlanningRound, pool: NodePool) -> NodeClaimPlan | None:
+    """One replica of static ``pool``: every type its template allows with an available
+    offering (capacity reservations included, priced near zero so chosen first), cheapest
+    first; None when there is none."""
+    requirements = pool.template_requirements()
+    zones, capacity_types = requirements.get(wk.ZONE), requirements.get(wk.CAPACITY_TYPE)
+    unavailable = frozenset(work.unavailable)
+    options = []
+    for instance_type in work.types_by_pool.get(pool.name, ()):
+        if instance_type.requirements.conflicts(requirements):
+            continue
+        offers = [
+            o for o in instance_type.offerings
+            if o.available and (zones is None or zones.has(o.zone)) and (capacity_types is None or capacity_types.has(o.capacity_type))
+            and OfferingKey(instance_type.name, o.zone, o.capacity_type) not in unavailable
+        ]
+        if offers:
+            options.append((min(o.price for o in offers), instance_type.name, offers))
+    if not options:
+        return None
+    options.sort(key=lambda o: (o[0], o[1]))
+    offers = [o for _, _, found in options for o in found]
+    return NodeClaimPlan(
+        node_pool=pool.name, instance_types=tuple(name for _, name, _ in options),
+        zones=tuple(sorted({o.zone for o in offers})), capacity_types=tuple(sorted({o.capacity_type for o in offers})),
+        pods=(), price=options[0][0], requirements=requirements, requests=EMPTY,
+    )
+
+
+def live_replicas(work: PlanningRound, pool: NodePool) -> int:
+    """Replicas static ``pool`` has now: its open claims not going away (reserved, launched,
+    registered, initialized), plus any of its Nodes not being deleted that no open claim
+    records (so the scanner and the disruption pass count alike)."""
+    open_claims = {
+        c.claim_id for c in work.open_by_id.values()
+        if c.node_pool == pool.name and c.state not in (CLOSED, TERMINATING) and c.claim_id not in work.retiring_claims
+    }
+    recorded = {c.claim_id for c in work.open_by_id.values()}
+    unclaimed = sum(
+        1 for node in work.nodes
+        if node.labels.get(wk.NODEPOOL) == pool.name and not node.deleting and node.labels.get(wk.NODECLAIM) not in recorded
+        and not any(t.key == wk.DISRUPTED_TAINT_KEY for t in node.taints)
+    )
+    return len(open_claims) + unclaimed
+
+
+def launch_static_replicas(work: PlanningRound, pool: NodePool, count: int) -> list[str]:
+    """Launch ``count`` replicas of static ``pool`` (claims without pods), each under the
+    lowest replica index no open claim holds, within ``limits.nodes``. A capacity error is
+    retried at once on the remaining offerings (the same claim ids); a replica that cannot
+    launch is closed, reported on the NodePool, and tried again by the next round. Returns
+    the claim ids launched."""
+    launched: list[str] = []
+    if count <= 0 or pool.deleting:
+        return launched
+    identities: list[tuple[str, ...]] = []
+    for index in range(count + len(work.open_by_id) + 1):
+        identity = static_identity(index)
+        _, existing = work._claim_identity(pool.name, identity)
+        if existing is None:
+            identities.append(identity)
+            if len(identities) == count:
+                break
+    pool_obj = work.pools_raw.get(pool.name) or {"apiVersion": "joiner.dev/v1", "kind": "NodePool", "metadata": {"name": pool.name}}
+    retrying: dict[tuple[str, ...], _Outcome] = {}  # replicas that failed on capacity, to try on other offerings
+    for wave in range(MAX_LAUNCH_ATTEMPTS):
+        plan = _static_plan(work, pool)
+        jobs = []
+        for identity in identities if plan is not None else ():
+            job = work.prepare(plan, {}, identity=identity)  # type: ignore[arg-type]
+            if job is not None:
+                jobs.append((identity, job))
+                retrying.pop(identity, None)
+        for outcome in retrying.values():  # nothing left to try: closed, the next round starts a new generation
+            _give_up(work, outcome, report_pods=False)
+        if plan is None:
+            work._emit(pool_obj, "StaticReplicasNotLaunched",
+                       f"{len(identities)} replica(s) missing: no instance type of the NodePool has an available offering", "Warning")
+            break
+        work.keep_lease()
+        outcomes = _run_parallel(work.launch, [job for _, job in jobs], work.keep_lease)
+        by_claim = {job.claim_id: identity for identity, job in jobs}
+        retrying = {}
+        for outcome in outcomes:
+            if outcome.capacity_errors:
+                work.mark_unavailable(outcome.capacity_errors)
+            if outcome.launched is not None:
+                try:
+                    work.record_launch(outcome)
+                except Exception as error:  # noqa: BLE001 - the instance exists; the adapter's tag guard and gc find it
+                    log.error("static replica %s launched %s but recording failed: %s", outcome.launched.claim_id, outcome.launched.instance_id, error)
+                    work.launched.append(outcome.launched)
+                launched.append(outcome.launched.claim_id)
+            elif outcome.capacity_failure and wave < MAX_LAUNCH_ATTEMPTS - 1:
+                retrying[by_claim[outcome.job.claim_id]] = outcome
+            else:
+                _give_up(work, outcome, report_pods=False)
+                if outcome.failure is not None:
+                    work._emit(pool_obj, "StaticReplicasNotLaunched", f"replica {outcome.job.claim_id}: {outcome.failure.reason}: {outcome.failure.message}", "Warning")
+        identities = list(retrying)
+        if not identities:
+            break
+    if launched:
+        work.runtime.count("StaticReplicasLaunched", len(launched), nodePool=pool.name)
+    return launched
+
+
+def _provision_static(work: PlanningRound) -> None:
+    """Bring every static NodePool up to ``spec.replicas`` whatever the pods need (Karpenter's
+    StaticCapacity); the disruption pass removes a surplus."""
+    for name in sorted(work.pools):
+        pool = work.pools[name]
+        if pool.replicas is None or pool.deleting or work.pool_problem(pool):
+            continue
+        missing = pool.replicas - live_replicas(work, pool)
+        if missing > 0:
+            log.info("static nodepool %s: launching %d replica(s) for %d", name, missing, pool.replicas)
+            launch_static_replicas(work, pool, missing)
 
 
 def _patch_pool_status(work: PlanningRound) -> None:

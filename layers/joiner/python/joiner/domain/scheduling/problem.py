@@ -49,13 +49,14 @@ class SchedulingProblem:
 
     def canonical(self) -> SchedulingProblem:
         """The same problem with every collection in a total order, so any input order
-        plans identically."""
+        plans identically. Static NodePools (``spec.replicas``) never launch for pods (their
+        nodes are existing capacity like any other): they are left out."""
         return SchedulingProblem(
             pending=tuple(sorted(self.pending, key=lambda p: (p.namespace, p.name, p.uid))),
             nodes=tuple(sorted(self.nodes, key=lambda n: n.name)),
             bound_pods=tuple(sorted(self.bound_pods, key=lambda p: (p.namespace, p.name, p.uid))),
             daemonsets=tuple(sorted(self.daemonsets, key=lambda d: (d.namespace, d.name))),
-            node_pools=tuple(sorted(self.node_pools, key=lambda p: (-p.weight, p.name))),
+            node_pools=tuple(sorted((p for p in self.node_pools if not p.static), key=lambda p: (-p.weight, p.name))),
             instance_types={name: tuple(sorted(types, key=lambda t: t.name)) for name, types in sorted(self.instance_types.items())},
             in_flight=tuple(sorted(self.in_flight, key=lambda c: c.name)),
             unavailable=self.unavailable,
