@@ -297,6 +297,30 @@ def node_claims(kube: RealKube, client: KubernetesClient, w: World) -> None:
     assert client.patch_node_claim(name, {"spec": desired["spec"]}) is False  # gone
 
 
+def node_overlays(kube: RealKube, client: KubernetesClient, w: World) -> None:
+    """Listing NodeOverlays and writing the status the scanner computes."""
+    name = kube.unique("overlay")
+    kube.admin.create("/apis/joiner.dev/v1alpha1/nodeoverlays", {
+        "apiVersion": "joiner.dev/v1alpha1", "kind": "NodeOverlay", "metadata": {"name": name},
+        "spec": {"requirements": [{"key": "joiner.dev/nodepool", "operator": "In", "values": [w.node_pool["metadata"]["name"]]}],
+                 "priceAdjustment": "-10%"}})
+    assert name in names(client.list_node_overlays())
+
+
+def patch_node_overlay_status(kube: RealKube, client: KubernetesClient, w: World) -> None:
+    name = kube.unique("overlay")
+    kube.admin.create("/apis/joiner.dev/v1alpha1/nodeoverlays", {
+        "apiVersion": "joiner.dev/v1alpha1", "kind": "NodeOverlay", "metadata": {"name": name},
+        "spec": {"requirements": [], "capacity": {"example.com/gpu-slice": "4"}}})
+    ready = {"type": "Ready", "status": "False", "reason": "Conflict", "message": "conflicts with NodeOverlay b",
+             "lastTransitionTime": "2026-01-01T00:00:00Z"}
+    client.patch_node_overlay_status(name, {"instanceTypes": ["m5.large"], "instanceTypeCount": 1, "nodePools": ["default"],
+                                            "conditions": [ready]})
+    stored = kube.admin.get(f"/apis/joiner.dev/v1alpha1/nodeoverlays/{name}")["status"]
+    assert stored["instanceTypes"] == ["m5.large"] and stored["conditions"][0]["reason"] == "Conflict"
+    client.patch_node_overlay_status(kube.unique("gone"), {"instanceTypes": []})  # deleted meanwhile: skipped
+
+
 OPERATIONS: dict[str, Operation] = {
     "list_pods": list_pods, "list_pending_pods": list_pending_pods, "list_unbound_pods": list_unbound_pods,
     "watch_unbound_pods": watch_unbound_pods,
@@ -307,18 +331,19 @@ OPERATIONS: dict[str, Operation] = {
     "patch_node": patch_node, "delete_node": delete_node, "evict_pod": evict_pod, "delete_pod": delete_pod,
     "create_event": create_event, "patch_node_pool_status": patch_node_pool_status,
     "patch_node_class_status": patch_node_class_status, "node_claims": node_claims,
+    "list_node_overlays": node_overlays, "patch_node_overlay_status": patch_node_overlay_status,
 }
 
 #: What the provisioning round reads and writes (joiner.services.provisioning: read(), registration,
 #: events, NodePool and NodeClass status, the NodeClaim mirrors' sync).
 _PROVISIONING = ("list_pods", "list_pending_pods", "list_nodes", "list_daemonsets", "list_runtime_classes", "list_node_pools",
-                 "list_node_classes", "list_volume_objects", "patch_node", "create_event")
+                 "list_node_classes", "list_volume_objects", "list_node_overlays", "patch_node", "create_event")
 #: Beginning and continuing a termination (joiner.services.termination).
 _TERMINATION = ("list_nodes", "get_node", "list_pods_on_node", "patch_node", "evict_pod", "delete_pod", "delete_node", "create_event")
 
 #: The KubernetesPort methods each function's services call.
 USES: dict[str, tuple[str, ...]] = {
-    "scanner": (*_PROVISIONING, "patch_node_pool_status", "patch_node_class_status", "node_claims"),
+    "scanner": (*_PROVISIONING, "patch_node_pool_status", "patch_node_class_status", "patch_node_overlay_status", "node_claims"),
     # replacement rounds (provisioning's reads and launch) and the termination it begins
     "interruption": tuple(dict.fromkeys((*_PROVISIONING, "get_node", *_TERMINATION))),
     "termination": _TERMINATION,
@@ -368,6 +393,8 @@ def _access(kube: RealKube, user: str, groups: tuple[str, ...], verb: str, resou
     ("scanner", "list", "configmaps", "", ""),
     ("scanner", "update", "nodeclaims", "joiner.dev", ""),
     ("scanner", "delete", "nodepools", "joiner.dev", ""),
+    ("scanner", "update", "nodeoverlays", "joiner.dev", ""),
+    ("watcher", "list", "nodeoverlays", "joiner.dev", ""),
     ("gc", "create", "clusterrolebindings", "rbac.authorization.k8s.io", ""),
 ])
 def test_what_rbac_does_not_grant(real_kube: RealKube, function: str, verb: str, resource: str, group: str, sub: str) -> None:

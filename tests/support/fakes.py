@@ -197,7 +197,7 @@ class FakeKubernetes:
     ``fail(method, error, times)`` makes the next calls of one method raise.
     """
 
-    KINDS = ("pods", "nodes", "daemonsets", "pdbs", "node_pools", "node_classes", "runtime_classes", "node_claims", "volume_objects")
+    KINDS = ("pods", "nodes", "daemonsets", "pdbs", "node_pools", "node_classes", "runtime_classes", "node_claims", "volume_objects", "node_overlays")
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
@@ -206,6 +206,7 @@ class FakeKubernetes:
         self.node_patches: list[tuple[str, JsonDict]] = []
         self.status_patches: list[tuple[str, JsonDict]] = []
         self.class_status_patches: list[tuple[str, JsonDict]] = []
+        self.overlay_status_patches: list[tuple[str, JsonDict]] = []
         self.calls: list[str] = []
         self._failures: dict[str, list[Exception]] = {}
         self._uids = itertools.count(1)
@@ -372,6 +373,18 @@ class FakeKubernetes:
     def list_runtime_classes(self) -> list[JsonDict]:
         self._enter("list_runtime_classes")
         return self._list("runtime_classes")
+
+    def list_node_overlays(self) -> list[JsonDict]:
+        self._enter("list_node_overlays")
+        return self._list("node_overlays")
+
+    def patch_node_overlay_status(self, name: str, status: JsonDict) -> None:
+        self._enter("patch_node_overlay_status")
+        with self._lock:
+            overlay = self._objects["node_overlays"].get(name)
+            self.overlay_status_patches.append((name, copy.deepcopy(status)))
+            if overlay is not None:
+                overlay["status"] = merge_patch(overlay.get("status") or {}, status)
 
     def patch_node(self, name: str, patch: JsonDict) -> JsonDict:
         self._enter("patch_node")

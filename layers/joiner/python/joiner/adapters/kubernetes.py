@@ -38,6 +38,7 @@ MERGE_PATCH = "application/merge-patch+json"
 NODE_POOLS_PATH = "/apis/joiner.dev/v1/nodepools"
 NODE_CLASSES_PATH = "/apis/joiner.dev/v1/nodeclasses"
 NODE_CLAIMS_PATH = "/apis/joiner.dev/v1/nodeclaims"
+NODE_OVERLAYS_PATH = "/apis/joiner.dev/v1alpha1/nodeoverlays"
 RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
 EVENT_COMPONENT = "joiner"
 USER_AGENT = "joiner/0.1"
@@ -526,6 +527,20 @@ class KubernetesClient:
         if code == 404:
             return []
         return self._list(NODE_CLAIMS_PATH, "NodeClaim", "joiner.dev/v1")
+
+    def list_node_overlays(self) -> list[JsonDict]:
+        """NodeOverlays (``joiner.dev/v1alpha1``); an empty list when their CRD is not installed (404)."""
+        code, _ = self._request("GET", NODE_OVERLAYS_PATH, query={"limit": "1"}, accept={404})
+        if code == 404:
+            return []
+        return self._list(NODE_OVERLAYS_PATH, "NodeOverlay", "joiner.dev/v1alpha1")
+
+    def patch_node_overlay_status(self, name: str, status: JsonDict) -> None:
+        """Merge patch on a NodeOverlay's status subresource; one deleted meanwhile is skipped."""
+        code, _ = self._request("PATCH", f"{NODE_OVERLAYS_PATH}/{_segment(name)}/status", body={"status": status},
+                                content_type=MERGE_PATCH, accept={404})
+        if code == 404:
+            log.info("kubernetes: NodeOverlay %s is gone; status not written", name)
 
     def create_node_claim(self, obj: JsonDict) -> bool:
         """Create a NodeClaim mirror (its status written separately); False if one of that name exists."""
