@@ -321,6 +321,17 @@ def patch_node_overlay_status(kube: RealKube, client: KubernetesClient, w: World
     client.patch_node_overlay_status(kube.unique("gone"), {"instanceTypes": []})  # deleted meanwhile: skipped
 
 
+def set_node_finalizer(kube: RealKube, client: KubernetesClient, w: World) -> None:
+    """Delete to drain: Joiner's finalizer added and removed by strategic merge, others kept."""
+    name = kube.unique("node")
+    kube.admin.create("/api/v1/nodes", dict(node(name, w.tag), metadata={"name": name, "finalizers": ["example.com/keep"]}))
+    assert client.set_node_finalizer(name, "joiner.dev/termination", True) is True
+    assert sorted(kube.admin.get(f"/api/v1/nodes/{name}")["metadata"]["finalizers"]) == ["example.com/keep", "joiner.dev/termination"]
+    assert client.set_node_finalizer(name, "joiner.dev/termination", False) is True
+    assert kube.admin.get(f"/api/v1/nodes/{name}")["metadata"]["finalizers"] == ["example.com/keep"]
+    assert client.set_node_finalizer(kube.unique("gone"), "joiner.dev/termination", False) is False
+
+
 OPERATIONS: dict[str, Operation] = {
     "list_pods": list_pods, "list_pending_pods": list_pending_pods, "list_unbound_pods": list_unbound_pods,
     "watch_unbound_pods": watch_unbound_pods,
@@ -331,7 +342,7 @@ OPERATIONS: dict[str, Operation] = {
     "patch_node": patch_node, "delete_node": delete_node, "evict_pod": evict_pod, "delete_pod": delete_pod,
     "create_event": create_event, "patch_node_pool_status": patch_node_pool_status,
     "patch_node_class_status": patch_node_class_status, "node_claims": node_claims,
-    "list_node_overlays": node_overlays, "patch_node_overlay_status": patch_node_overlay_status,
+    "set_node_finalizer": set_node_finalizer, "list_node_overlays": node_overlays, "patch_node_overlay_status": patch_node_overlay_status,
 }
 
 #: What the provisioning round reads and writes (joiner.services.provisioning: read(), registration,
@@ -339,7 +350,8 @@ OPERATIONS: dict[str, Operation] = {
 _PROVISIONING = ("list_pods", "list_pending_pods", "list_nodes", "list_daemonsets", "list_runtime_classes", "list_node_pools",
                  "list_node_classes", "list_volume_objects", "list_node_overlays", "patch_node", "create_event")
 #: Beginning and continuing a termination (joiner.services.termination).
-_TERMINATION = ("list_nodes", "get_node", "list_pods_on_node", "patch_node", "evict_pod", "delete_pod", "delete_node", "create_event")
+_TERMINATION = ("list_nodes", "get_node", "list_pods_on_node", "patch_node", "set_node_finalizer", "evict_pod", "delete_pod", "delete_node",
+                "create_event")
 
 #: The KubernetesPort methods each function's services call.
 USES: dict[str, tuple[str, ...]] = {
@@ -349,7 +361,7 @@ USES: dict[str, tuple[str, ...]] = {
     "termination": _TERMINATION,
     # candidates, budgets, replacements, terminations begun, mirrors' findings
     "disruption": tuple(dict.fromkeys((*_PROVISIONING, "list_pdbs", "get_node", *_TERMINATION, "node_claims"))),
-    "gc": ("list_nodes", "get_node", "list_node_classes", "list_node_pools", "delete_node", "node_claims"),
+    "gc": ("list_nodes", "get_node", "list_node_classes", "list_node_pools", "delete_node", "set_node_finalizer", "node_claims"),
     "watcher": ("list_unbound_pods", "watch_unbound_pods", "watch_plan_inputs(nodepools)", "watch_plan_inputs(nodeclasses)"),
 }
 

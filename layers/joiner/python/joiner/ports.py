@@ -130,6 +130,9 @@ class KubernetesPort(PodWatchPort, Protocol):
     def patch_node(self, name: str, patch: JsonDict) -> JsonDict:
         """Strategic-merge-free JSON merge patch of a Node (labels, annotations, spec.taints, spec.unschedulable)."""
         ...
+    def set_node_finalizer(self, name: str, finalizer: str, present: bool) -> bool:
+        """Add or remove one finalizer of a Node, keeping the others; False when it is gone."""
+        ...
     def delete_node(self, name: str, uid: str | None = None) -> bool:
         """Delete a Node; one already gone is fine (True). With ``uid``, only that very Node
         (DeleteOptions ``preconditions.uid``): a Node re-created under the same name has

@@ -35,6 +35,7 @@ __all__ = ["MERGE_PATCH", "NODE_CLAIMS_PATH", "NODE_CLASSES_PATH", "NODE_POOLS_P
 log = logging.getLogger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 NODE_POOLS_PATH = "/apis/joiner.dev/v1/nodepools"
 NODE_CLASSES_PATH = "/apis/joiner.dev/v1/nodeclasses"
 NODE_CLAIMS_PATH = "/apis/joiner.dev/v1/nodeclaims"
@@ -569,6 +570,14 @@ class KubernetesClient:
         node.setdefault("apiVersion", "v1")
         node.setdefault("kind", "Node")
         return node
+
+    def set_node_finalizer(self, name: str, finalizer: str, present: bool) -> bool:
+        """Add or remove one finalizer of a Node (a strategic merge patch: other finalizers are
+        kept whatever was added meanwhile); False when the Node is gone."""
+        metadata = {"finalizers": [finalizer]} if present else {"$deleteFromPrimitiveList/finalizers": [finalizer]}
+        code, _ = self._request("PATCH", f"/api/v1/nodes/{_segment(name)}", body={"metadata": metadata},
+                                content_type=STRATEGIC_PATCH, accept={404})
+        return code != 404
 
     def delete_node(self, name: str, uid: str | None = None) -> bool:
         """Delete a Node. Idempotent: a node already gone is fine (True).
