@@ -109,6 +109,7 @@ bootstrap: require-cluster $(STAMP) $(CDK_STAMP)
 	$(CDK_ENV) $(CDK_REGION_ENV) $(CDK) bootstrap $(CDK_FLAGS) $(CDK_ARGS)
 
 destroy: require-cluster $(STAMP) $(CDK_STAMP)
+	-$(VENV)/bin/joiner uninstall    # Joiner's finalizers go first: nothing may wait on a Joiner that is gone
 	$(CDK_ENV) $(CDK_REGION_ENV) $(CDK) destroy $(CDK_FLAGS) $(CDK_ARGS)
 
 clean:

@@ -36,12 +36,25 @@ def dry_run_requested(event: Any) -> bool:
     return bool(fields["dryRun"])
 
 
+def _handle_deletions(runtime: Any) -> None:
+    """``kubectl delete nodeclaim/node`` drains start within the minute (:mod:`joiner.services.deletion`)."""
+    from joiner.services.deletion import handle_deletions
+
+    try:
+        handle_deletions(runtime, runtime.clock.now())
+    except Exception:  # noqa: BLE001 - never fails the pass; the next pass or gc tries again
+        logger.exception("delete-to-drain pass failed")
+
+
 @handler_entry
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     from joiner.services.disruption import run_disruption
 
     dry_run = dry_run_requested(event)
-    summary = run_disruption(cold_start.runtime(context), dry_run=dry_run)
+    runtime = cold_start.runtime(context)
+    summary = run_disruption(runtime, dry_run=dry_run)
     result = summary.to_dict()
+    if not dry_run:
+        _handle_deletions(runtime)
     logger.info("disruption pass finished", extra={"summary": result})
     return result

@@ -166,6 +166,8 @@ def test_rbac_grants_only_what_joiner_uses():
         ("joiner.dev", "nodeclasses/status"): {"patch", "update"},
         ("joiner.dev", "nodeclaims"): {"get", "list", "create", "patch", "delete"},
         ("joiner.dev", "nodeclaims/status"): {"patch"},
+        ("joiner.dev", "nodeoverlays"): {"list"},
+        ("joiner.dev", "nodeoverlays/status"): {"patch"},
     }
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "joiner:controller"}]

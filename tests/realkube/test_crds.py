@@ -20,7 +20,7 @@ from tests.support.kube_emulator import KubeEmulator
 
 pytestmark = pytest.mark.real_kube
 
-PLURALS = {"NodeClass": "nodeclasses", "NodePool": "nodepools"}
+PLURALS = {"NodeClass": "nodeclasses", "NodePool": "nodepools", "NodeOverlay": "nodeoverlays"}
 
 NODE_CLASS: dict[str, Any] = {
     "apiVersion": "joiner.dev/v1", "kind": "NodeClass", "metadata": {"name": "x"},
@@ -32,6 +32,12 @@ NODE_POOL: dict[str, Any] = {
     "spec": {"template": {"spec": {"nodeClassRef": {"group": "joiner.dev", "kind": "NodeClass", "name": "default"},
                                    "requirements": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]}}},
 }
+
+NODE_OVERLAY: dict[str, Any] = {
+    "apiVersion": "joiner.dev/v1alpha1", "kind": "NodeOverlay", "metadata": {"name": "x"},
+    "spec": {"requirements": [{"key": "joiner.dev/instance-family", "operator": "In", "values": ["m5"]}], "priceAdjustment": "-10%"},
+}
+BASES = {"NodeClass": NODE_CLASS, "NodePool": NODE_POOL, "NodeOverlay": NODE_OVERLAY}
 
 
 def cel_rules() -> list[tuple[str, str, str, str]]:
@@ -142,6 +148,22 @@ CASES = [
          {"spec.replicas": 2, "spec.limits": {"nodes": 4}}, {"spec.replicas": 2, "spec.limits": {"nodes": 4, "cpu": "8"}}),
     Case("NodePool", "spec", "'weight' is not supported",
          {"spec.replicas": 2}, {"spec.replicas": 2, "spec.weight": 10}),
+    Case("NodeOverlay", "spec", "cannot set both 'price' and 'priceAdjustment'",
+         {"spec.price": "0.42", "spec.priceAdjustment": None}, {"spec.price": "0.42"}),
+    Case("NodeOverlay", "spec.requirements[*].key", 'label "kubernetes.io/hostname" is restricted',
+         {"spec.requirements": [{"key": "joiner.dev/nodepool", "operator": "In", "values": ["default"]}]},
+         {"spec.requirements": [{"key": "kubernetes.io/hostname", "operator": "Exists"}]}),
+    Case("NodeOverlay", "spec.requirements[*]", "requirements with operator 'In' or 'NotIn'",
+         {"spec.requirements": [{"key": "kubernetes.io/arch", "operator": "NotIn", "values": ["arm64"]}]},
+         {"spec.requirements": [{"key": "kubernetes.io/arch", "operator": "NotIn", "values": []}]}),
+    Case("NodeOverlay", "spec.requirements[*]", "requirements operator 'Gt'",
+         {"spec.requirements": [{"key": "joiner.dev/instance-cpu", "operator": "Lte", "values": ["8"]}]},
+         {"spec.requirements": [{"key": "joiner.dev/instance-cpu", "operator": "Lt", "values": ["-1"]}]}),
+    Case("NodeOverlay", "spec.requirements[*]", "requirements with operator 'Exists'",
+         {"spec.requirements": [{"key": "example.com/x", "operator": "DoesNotExist"}]},
+         {"spec.requirements": [{"key": "example.com/x", "operator": "Exists", "values": ["a"]}]}),
+    Case("NodeOverlay", "spec.capacity", "invalid resource restricted",
+         {"spec.capacity": {"example.com/gpu-slice": "4"}}, {"spec.capacity": {"example.com/gpu-slice": "4", "memory": "1Gi"}}),
     Case("NodePool", "spec.disruption.budgets[*]", "schedule and duration must be given together",
          {"spec.disruption": {"budgets": [{"nodes": "1", "schedule": "@daily", "duration": "1h"}]}},
          {"spec.disruption": {"budgets": [{"nodes": "1", "schedule": "@daily"}]}}),
@@ -170,7 +192,7 @@ class Target:
         self.url, self.headers, self.pool = url, headers, pool
 
     def create(self, obj: dict[str, Any], **query: str) -> tuple[int, Any]:
-        path = f"/apis/joiner.dev/v1/{PLURALS[obj['kind']]}"
+        path = f"/apis/{obj['apiVersion']}/{PLURALS[obj['kind']]}"
         suffix = "?" + "&".join(f"{k}={v}" for k, v in query.items()) if query else ""
         answer = self.pool.request("POST", self.url + path + suffix, body=json.dumps(obj).encode(),
                                    headers=dict(self.headers, **{"Content-Type": "application/json"}))
@@ -211,7 +233,7 @@ def test_every_cel_rule_has_a_case() -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_cel_rule_admits_the_valid_and_refuses_the_invalid_with_its_message(target: Target, case: Case) -> None:
-    base = NODE_CLASS if case.kind == "NodeClass" else NODE_POOL
+    base = BASES[case.kind]
     message = next(m for kind, path, _, m in cel_rules() if (kind, path) == (case.kind, case.path) and m.startswith(case.message))
     name = RealKube.unique("cel")
     if case.before is not None:  # a transition rule: updates of an object created without breaking it

@@ -151,6 +151,11 @@ def changes_since(kube: RealKube, client: KubernetesClient, w: World) -> None:
         return any(e.type == "ADDED" and e.object["metadata"]["name"] == new for e in client.changes_since("pods", version))
     eventually(replayed)
     assert list(client.changes_since("nodes", next(iter(client.list_pages("nodes")))[1])) is not None
+    # A catch-up leaves the watch mid-stream: the connection it used must not serve the next
+    # request (it would read the watch's next chunk as a status line).
+    for _ in range(3):
+        list(client.changes_since("pods", version))
+        assert client.get_node(w.node["metadata"]["name"]) is not None
 
 
 def list_pending_pods(kube: RealKube, client: KubernetesClient, w: World) -> None:
@@ -321,6 +326,41 @@ def node_claims(kube: RealKube, client: KubernetesClient, w: World) -> None:
     assert client.patch_node_claim(name, {"spec": desired["spec"]}) is False  # gone
 
 
+def node_overlays(kube: RealKube, client: KubernetesClient, w: World) -> None:
+    """Listing NodeOverlays and writing the status the scanner computes."""
+    name = kube.unique("overlay")
+    kube.admin.create("/apis/joiner.dev/v1alpha1/nodeoverlays", {
+        "apiVersion": "joiner.dev/v1alpha1", "kind": "NodeOverlay", "metadata": {"name": name},
+        "spec": {"requirements": [{"key": "joiner.dev/nodepool", "operator": "In", "values": [w.node_pool["metadata"]["name"]]}],
+                 "priceAdjustment": "-10%"}})
+    assert name in names(client.list_node_overlays())
+
+
+def patch_node_overlay_status(kube: RealKube, client: KubernetesClient, w: World) -> None:
+    name = kube.unique("overlay")
+    kube.admin.create("/apis/joiner.dev/v1alpha1/nodeoverlays", {
+        "apiVersion": "joiner.dev/v1alpha1", "kind": "NodeOverlay", "metadata": {"name": name},
+        "spec": {"requirements": [], "capacity": {"example.com/gpu-slice": "4"}}})
+    ready = {"type": "Ready", "status": "False", "reason": "Conflict", "message": "conflicts with NodeOverlay b",
+             "lastTransitionTime": "2026-01-01T00:00:00Z"}
+    client.patch_node_overlay_status(name, {"instanceTypes": ["m5.large"], "instanceTypeCount": 1, "nodePools": ["default"],
+                                            "conditions": [ready]})
+    stored = kube.admin.get(f"/apis/joiner.dev/v1alpha1/nodeoverlays/{name}")["status"]
+    assert stored["instanceTypes"] == ["m5.large"] and stored["conditions"][0]["reason"] == "Conflict"
+    client.patch_node_overlay_status(kube.unique("gone"), {"instanceTypes": []})  # deleted meanwhile: skipped
+
+
+def set_node_finalizer(kube: RealKube, client: KubernetesClient, w: World) -> None:
+    """Delete to drain: Joiner's finalizer added and removed by strategic merge, others kept."""
+    name = kube.unique("node")
+    kube.admin.create("/api/v1/nodes", dict(node(name, w.tag), metadata={"name": name, "finalizers": ["example.com/keep"]}))
+    assert client.set_node_finalizer(name, "joiner.dev/termination", True) is True
+    assert sorted(kube.admin.get(f"/api/v1/nodes/{name}")["metadata"]["finalizers"]) == ["example.com/keep", "joiner.dev/termination"]
+    assert client.set_node_finalizer(name, "joiner.dev/termination", False) is True
+    assert kube.admin.get(f"/api/v1/nodes/{name}")["metadata"]["finalizers"] == ["example.com/keep"]
+    assert client.set_node_finalizer(kube.unique("gone"), "joiner.dev/termination", False) is False
+
+
 OPERATIONS: dict[str, Operation] = {
     "iter_nodes": iter_nodes, "list_pages": list_pages, "changes_since": changes_since,
     "list_pending_pods": list_pending_pods, "list_unbound_pods": list_unbound_pods,
@@ -332,24 +372,26 @@ OPERATIONS: dict[str, Operation] = {
     "patch_node": patch_node, "delete_node": delete_node, "evict_pod": evict_pod, "delete_pod": delete_pod,
     "create_event": create_event, "patch_node_pool_status": patch_node_pool_status,
     "patch_node_class_status": patch_node_class_status, "node_claims": node_claims,
+    "set_node_finalizer": set_node_finalizer, "list_node_overlays": node_overlays, "patch_node_overlay_status": patch_node_overlay_status,
 }
 
 #: What the provisioning round reads and writes (joiner.services.provisioning: read(), registration,
 #: events, NodePool and NodeClass status, the NodeClaim mirrors' sync).
 _PROVISIONING = ("list_pages", "changes_since", "iter_nodes", "list_pending_pods", "list_daemonsets", "list_runtime_classes", "list_node_pools",
-                 "list_node_classes", "list_volume_objects", "patch_node", "create_event")
+                 "list_node_classes", "list_volume_objects", "list_node_overlays", "patch_node", "create_event")
 #: Beginning and continuing a termination (joiner.services.termination).
-_TERMINATION = ("iter_nodes", "get_node", "list_pods_on_node", "patch_node", "evict_pod", "delete_pod", "delete_node", "create_event")
+_TERMINATION = ("iter_nodes", "get_node", "list_pods_on_node", "patch_node", "set_node_finalizer", "evict_pod", "delete_pod", "delete_node",
+                "create_event")
 
 #: The KubernetesPort methods each function's services call.
 USES: dict[str, tuple[str, ...]] = {
-    "scanner": (*_PROVISIONING, "patch_node_pool_status", "patch_node_class_status", "node_claims"),
+    "scanner": (*_PROVISIONING, "patch_node_pool_status", "patch_node_class_status", "patch_node_overlay_status", "node_claims"),
     # replacement rounds (provisioning's reads and launch) and the termination it begins
     "interruption": tuple(dict.fromkeys((*_PROVISIONING, "get_node", *_TERMINATION))),
     "termination": _TERMINATION,
     # candidates, budgets, replacements, terminations begun, mirrors' findings
     "disruption": tuple(dict.fromkeys((*_PROVISIONING, "list_pdbs", "get_node", *_TERMINATION, "node_claims"))),
-    "gc": ("iter_nodes", "get_node", "list_node_classes", "list_node_pools", "delete_node", "node_claims"),
+    "gc": ("iter_nodes", "get_node", "list_node_classes", "list_node_pools", "delete_node", "set_node_finalizer", "node_claims"),
     "watcher": ("list_unbound_pods", "watch_unbound_pods", "watch_plan_inputs(nodepools)", "watch_plan_inputs(nodeclasses)"),
 }
 
@@ -394,6 +436,8 @@ def _access(kube: RealKube, user: str, groups: tuple[str, ...], verb: str, resou
     ("scanner", "list", "configmaps", "", ""),
     ("scanner", "update", "nodeclaims", "joiner.dev", ""),
     ("scanner", "delete", "nodepools", "joiner.dev", ""),
+    ("scanner", "update", "nodeoverlays", "joiner.dev", ""),
+    ("watcher", "list", "nodeoverlays", "joiner.dev", ""),
     ("gc", "create", "clusterrolebindings", "rbac.authorization.k8s.io", ""),
 ])
 def test_what_rbac_does_not_grant(real_kube: RealKube, function: str, verb: str, resource: str, group: str, sub: str) -> None:

@@ -197,7 +197,7 @@ class FakeKubernetes:
     ``fail(method, error, times)`` makes the next calls of one method raise.
     """
 
-    KINDS = ("pods", "nodes", "daemonsets", "pdbs", "node_pools", "node_classes", "runtime_classes", "node_claims", "volume_objects")
+    KINDS = ("pods", "nodes", "daemonsets", "pdbs", "node_pools", "node_classes", "runtime_classes", "node_claims", "volume_objects", "node_overlays")
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
@@ -206,10 +206,16 @@ class FakeKubernetes:
         self.node_patches: list[tuple[str, JsonDict]] = []
         self.status_patches: list[tuple[str, JsonDict]] = []
         self.class_status_patches: list[tuple[str, JsonDict]] = []
+        self.overlay_status_patches: list[tuple[str, JsonDict]] = []
         self.calls: list[str] = []
         self._failures: dict[str, list[Exception]] = {}
         self._uids = itertools.count(1)
         self._versions = itertools.count(1)
+
+    def _deletion_stamp(self) -> str:
+        """When a deletion held by finalizers is recorded: the fake's clock when it has one."""
+        clock = getattr(self, "clock", None)
+        return (clock.now() if clock is not None else EPOCH).strftime("%Y-%m-%dT%H:%M:%SZ")
 
     def _next_version(self) -> str:
         """Every write bumps one global counter, as the API server's resourceVersion does."""
@@ -366,6 +372,18 @@ class FakeKubernetes:
         self._enter("list_runtime_classes")
         return self._list("runtime_classes")
 
+    def list_node_overlays(self) -> list[JsonDict]:
+        self._enter("list_node_overlays")
+        return self._list("node_overlays")
+
+    def patch_node_overlay_status(self, name: str, status: JsonDict) -> None:
+        self._enter("patch_node_overlay_status")
+        with self._lock:
+            overlay = self._objects["node_overlays"].get(name)
+            self.overlay_status_patches.append((name, copy.deepcopy(status)))
+            if overlay is not None:
+                overlay["status"] = merge_patch(overlay.get("status") or {}, status)
+
     def patch_node(self, name: str, patch: JsonDict) -> JsonDict:
         self._enter("patch_node")
         with self._lock:
@@ -378,12 +396,29 @@ class FakeKubernetes:
             self.node_patches.append((name, copy.deepcopy(patch)))
             return copy.deepcopy(patched)
 
+    def set_node_finalizer(self, name: str, finalizer: str, present: bool) -> bool:
+        self._enter("set_node_finalizer")
+        with self._lock:
+            node = self._objects["nodes"].get(name)
+            if node is None:
+                return False
+            meta = node.setdefault("metadata", {})
+            finalizers = [f for f in meta.get("finalizers") or [] if f != finalizer] + ([finalizer] if present else [])
+            meta["finalizers"] = finalizers
+            meta["resourceVersion"] = self._next_version()
+            if not finalizers and meta.get("deletionTimestamp"):
+                self._objects["nodes"].pop(name)  # the API server removes it with its last finalizer
+            return True
+
     def delete_node(self, name: str, uid: str | None = None) -> bool:
         self._enter("delete_node")
         with self._lock:
             node = self._objects["nodes"].get(name)
             if node is not None and uid and (node.get("metadata") or {}).get("uid") != uid:
                 return False  # the API's 409: a Node re-created under this name is someone else's
+            if node is not None and (node.get("metadata") or {}).get("finalizers"):
+                node["metadata"].setdefault("deletionTimestamp", self._deletion_stamp())  # held until they are removed
+                return True
             self._objects["nodes"].pop(name, None)
             return True
 
@@ -447,7 +482,11 @@ class FakeKubernetes:
             if current is None:
                 return False
             body = {"status": patch.get("status")} if status else {k: v for k, v in patch.items() if k != "status"}
-            self._objects["node_claims"][name] = merge_patch(current, dict(body, metadata={**(body.get("metadata") or {}), "resourceVersion": self._next_version()}))
+            patched = merge_patch(current, dict(body, metadata={**(body.get("metadata") or {}), "resourceVersion": self._next_version()}))
+            if patched["metadata"].get("deletionTimestamp") and not patched["metadata"].get("finalizers"):
+                del self._objects["node_claims"][name]  # the API server removes it with its last finalizer
+            else:
+                self._objects["node_claims"][name] = patched
             return True
 
     def delete_node_claim(self, name: str, uid: str | None = None) -> bool:
@@ -458,6 +497,9 @@ class FakeKubernetes:
                 return True
             if uid and current["metadata"].get("uid") != uid:
                 return False
+            if current["metadata"].get("finalizers"):
+                current["metadata"].setdefault("deletionTimestamp", self._deletion_stamp())  # held until they are removed
+                return True
             del self._objects["node_claims"][name]
             return True
 

@@ -530,3 +530,35 @@ def test_capacity_reservations_and_the_reserved_capacity_type_are_kept():
     pool = next(d for d in result.documents if d.get("kind") == "NodePool")
     assert pool["spec"]["template"]["spec"]["requirements"] == [{"key": "joiner.dev/capacity-type", "operator": "In", "values": ["reserved", "on-demand"]}]
     assert not any("capacityReservation" in w or "reserved" in w for w in result.warnings), result.warnings
+
+
+# ---------------------------------------------------------------- NodeOverlay
+
+KARPENTER_OVERLAY = {
+    "apiVersion": "karpenter.sh/v1alpha1", "kind": "NodeOverlay", "metadata": {"name": "savings-plan"},
+    "spec": {"requirements": [{"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["m5", "c5"]},
+                              {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+                              {"key": "karpenter.sh/nodepool", "operator": "In", "values": ["default"]}],
+             "priceAdjustment": "-20%", "weight": 10},
+}
+
+
+def test_node_overlay_is_converted_with_joiner_keys_and_validates_against_its_crd():
+    from joiner.domain.snapshot import parse_node_overlay
+
+    conversion = convert_documents([KARPENTER_OVERLAY])
+    (converted,) = conversion.documents
+    assert converted["apiVersion"] == "joiner.dev/v1alpha1" and converted["kind"] == "NodeOverlay"
+    assert [r["key"] for r in converted["spec"]["requirements"]] == ["joiner.dev/instance-family", "joiner.dev/capacity-type", "joiner.dev/nodepool"]
+    assert converted["spec"]["priceAdjustment"] == "-20%" and converted["spec"]["weight"] == 10 and conversion.warnings == []
+    schema = yaml.safe_load((Path(__file__).resolve().parents[2] / "manifests" / "crds" / "nodeoverlays.joiner.dev.yaml").read_text())
+    validator = jsonschema.Draft7Validator(schema["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
+    assert list(validator.iter_errors(converted)) == []
+    assert parse_node_overlay(converted).weight == 10
+
+
+def test_node_overlay_selecting_on_a_label_joiner_does_not_set_is_refused_not_widened():
+    overlay = {**KARPENTER_OVERLAY, "spec": {"requirements": [{"key": "karpenter.k8s.aws/ec2nodeclass", "operator": "In",
+                                                               "values": ["default"]}], "price": "0.1"}}
+    with pytest.raises(ConversionError, match="karpenter.k8s.aws/ec2nodeclass"):
+        convert_documents([overlay])

@@ -130,6 +130,9 @@ class KubernetesPort(PodWatchPort, Protocol):
     def patch_node(self, name: str, patch: JsonDict) -> JsonDict:
         """Strategic-merge-free JSON merge patch of a Node (labels, annotations, spec.taints, spec.unschedulable)."""
         ...
+    def set_node_finalizer(self, name: str, finalizer: str, present: bool) -> bool:
+        """Add or remove one finalizer of a Node, keeping the others; False when it is gone."""
+        ...
     def delete_node(self, name: str, uid: str | None = None) -> bool:
         """Delete a Node; one already gone is fine (True). With ``uid``, only that very Node
         (DeleteOptions ``preconditions.uid``): a Node re-created under the same name has
@@ -152,6 +155,12 @@ class KubernetesPort(PodWatchPort, Protocol):
         ...
     def create_node_claim(self, obj: JsonDict) -> bool:
         """Create a NodeClaim mirror; False if one of that name exists."""
+        ...
+    def list_node_overlays(self) -> list[JsonDict]:
+        """NodeOverlays (``joiner.dev/v1alpha1``); none when their CRD is not installed."""
+        ...
+    def patch_node_overlay_status(self, name: str, status: JsonDict) -> None:
+        """Merge patch on a NodeOverlay's status subresource; one deleted meanwhile is skipped."""
         ...
     def patch_node_claim(self, name: str, patch: JsonDict, *, status: bool = False) -> bool:
         """Merge patch of a NodeClaim mirror or (``status``) its status; False if it is gone."""

@@ -35,9 +35,11 @@ __all__ = ["MERGE_PATCH", "NODE_CLAIMS_PATH", "NODE_CLASSES_PATH", "NODE_POOLS_P
 log = logging.getLogger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 NODE_POOLS_PATH = "/apis/joiner.dev/v1/nodepools"
 NODE_CLASSES_PATH = "/apis/joiner.dev/v1/nodeclasses"
 NODE_CLAIMS_PATH = "/apis/joiner.dev/v1/nodeclaims"
+NODE_OVERLAYS_PATH = "/apis/joiner.dev/v1alpha1/nodeoverlays"
 RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
 EVENT_COMPONENT = "joiner"
 USER_AGENT = "joiner/0.1"
@@ -460,6 +462,7 @@ class KubernetesClient:
             return  # the server sent no headers yet: nothing ready
         except (urllib3.exceptions.HTTPError, OSError) as error:
             raise KubernetesError(f"Kubernetes watch {path} failed: {error}") from error
+        finished = False  # the server ended the stream: the connection may serve another request
         try:
             if response.status == 410:
                 raise WatchExpired(f"Kubernetes watch {path} from {resource_version}: {_excerpt(response.read())}")
@@ -476,6 +479,7 @@ class KubernetesClient:
                 except OSError as error:
                     raise KubernetesError(f"Kubernetes watch {path}: the stream broke: {error}") from error
                 if not chunk:
+                    finished = True
                     return
                 buffer += chunk
                 if len(buffer) > WATCH_LINE_LIMIT and b"\n" not in buffer:
@@ -485,7 +489,12 @@ class KubernetesClient:
                     if line.strip():
                         yield _watch_event(path, kind, "v1", line)
         finally:
-            response.release_conn()
+            if finished or response.status != 200:
+                response.release_conn()
+            else:
+                # Left mid-stream (idle, a consumer that stopped, an error): the rest of the
+                # stream is still on the wire, so the connection must not serve another request.
+                response.close()
 
     def list_pending_pods(self) -> list[JsonDict]:
         return [pod for pod in self.list_pods(field_selector="spec.nodeName=") if is_pending_pod(pod)]
@@ -546,6 +555,20 @@ class KubernetesClient:
             return []
         return self._list(NODE_CLAIMS_PATH, "NodeClaim", "joiner.dev/v1")
 
+    def list_node_overlays(self) -> list[JsonDict]:
+        """NodeOverlays (``joiner.dev/v1alpha1``); an empty list when their CRD is not installed (404)."""
+        code, _ = self._request("GET", NODE_OVERLAYS_PATH, query={"limit": "1"}, accept={404})
+        if code == 404:
+            return []
+        return self._list(NODE_OVERLAYS_PATH, "NodeOverlay", "joiner.dev/v1alpha1")
+
+    def patch_node_overlay_status(self, name: str, status: JsonDict) -> None:
+        """Merge patch on a NodeOverlay's status subresource; one deleted meanwhile is skipped."""
+        code, _ = self._request("PATCH", f"{NODE_OVERLAYS_PATH}/{_segment(name)}/status", body={"status": status},
+                                content_type=MERGE_PATCH, accept={404})
+        if code == 404:
+            log.info("kubernetes: NodeOverlay %s is gone; status not written", name)
+
     def create_node_claim(self, obj: JsonDict) -> bool:
         """Create a NodeClaim mirror (its status written separately); False if one of that name exists."""
         code, _ = self._request("POST", NODE_CLAIMS_PATH, body=obj, accept={409})
@@ -573,6 +596,14 @@ class KubernetesClient:
         node.setdefault("apiVersion", "v1")
         node.setdefault("kind", "Node")
         return node
+
+    def set_node_finalizer(self, name: str, finalizer: str, present: bool) -> bool:
+        """Add or remove one finalizer of a Node (a strategic merge patch: other finalizers are
+        kept whatever was added meanwhile); False when the Node is gone."""
+        metadata = {"finalizers": [finalizer]} if present else {"$deleteFromPrimitiveList/finalizers": [finalizer]}
+        code, _ = self._request("PATCH", f"/api/v1/nodes/{_segment(name)}", body={"metadata": metadata},
+                                content_type=STRATEGIC_PATCH, accept={404})
+        return code != 404
 
     def delete_node(self, name: str, uid: str | None = None) -> bool:
         """Delete a Node. Idempotent: a node already gone is fine (True).

@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     now = _now(args.now)
     snapshot, catalog = load_snapshot_and_catalog(args)
     try:
-        types = instance_types_by_pool(snapshot.node_pools, snapshot.node_classes, catalog)
+        types = instance_types_by_pool(snapshot.node_pools, snapshot.node_classes, catalog, snapshot.node_overlays)
     except CatalogError as error:
         raise UsageError(f"catalog {args.catalog or '(bundled)'}: {error}") from None
     decision = decide(DisruptionInput(

@@ -1,7 +1,8 @@
 """``joiner import-karpenter FILE [-o OUTPUT [--force]]``: Karpenter v1 manifests to Joiner's.
 
-A pure YAML transform: ``karpenter.sh/v1`` NodePools become ``joiner.dev/v1`` NodePools
-and ``karpenter.k8s.aws/v1`` EC2NodeClasses become ``joiner.dev/v1`` NodeClasses; every
+A pure YAML transform: ``karpenter.sh/v1`` NodePools become ``joiner.dev/v1`` NodePools,
+``karpenter.k8s.aws/v1`` EC2NodeClasses become ``joiner.dev/v1`` NodeClasses and
+``karpenter.sh/v1alpha1`` NodeOverlays become ``joiner.dev/v1alpha1`` NodeOverlays; every
 other document is passed through unchanged. Requirement keys are renamed
 (``karpenter.sh/capacity-type`` -> ``joiner.dev/capacity-type``,
 ``karpenter.k8s.aws/instance-*`` -> ``joiner.dev/instance-*``); what Joiner cannot express
@@ -29,6 +30,8 @@ __all__ = ["register", "run", "convert_documents", "Conversion", "ConversionErro
 
 KARPENTER_NODEPOOL_API = "karpenter.sh/v1"
 KARPENTER_NODECLASS_API = "karpenter.k8s.aws/v1"
+KARPENTER_OVERLAY_API = "karpenter.sh/v1alpha1"
+JOINER_OVERLAY_API = "joiner.dev/v1alpha1"
 JOINER_API = "joiner.dev/v1"
 
 _CONVERTED_KINDS = ((KARPENTER_NODEPOOL_API, "NodePool"), (KARPENTER_NODECLASS_API, "EC2NodeClass"))
@@ -179,6 +182,8 @@ def _convert_one(document: Any, where: str, warnings: list[str]) -> Any:
         converter = _node_pool
     elif kind == "EC2NodeClass" and api_version == KARPENTER_NODECLASS_API:
         converter = _node_class
+    elif kind == "NodeOverlay" and api_version == KARPENTER_OVERLAY_API:
+        converter = _node_overlay
     elif isinstance(api_version, str) and api_version.split("/")[0] in ("karpenter.sh", "karpenter.k8s.aws") and kind in ("NodePool", "EC2NodeClass"):
         # Passed through, it would be an object Joiner never reads next to converted ones
         # pointing at it: a migration that launches nothing. Refused instead.
@@ -207,9 +212,10 @@ def _convert_one(document: Any, where: str, warnings: list[str]) -> Any:
 def _check_output(context: _Context, converted: Mapping[str, Any]) -> None:
     """Parse the converted object as ``joiner plan`` and the functions would: an object Joiner
     would reject is a refusal, never written."""
-    from joiner.domain.snapshot import SnapshotError, parse_node_class, parse_node_pool
+    from joiner.domain.snapshot import SnapshotError, parse_node_class, parse_node_overlay, parse_node_pool
 
-    parse = parse_node_pool if converted.get("kind") == "NodePool" else parse_node_class
+    parsers: dict[str, Callable[[Mapping[str, Any]], object]] = {"NodePool": parse_node_pool, "NodeOverlay": parse_node_overlay}
+    parse = parsers.get(str(converted.get("kind")), parse_node_class)
     try:
         parse(converted)
     except SnapshotError as error:
@@ -517,3 +523,34 @@ def _node_class(context: _Context) -> dict[str, Any]:
         "spec",
     )
     return {"apiVersion": JOINER_API, "kind": "NodeClass", "metadata": _metadata(context), "spec": out}
+
+
+# ---------------------------------------------------------------- NodeOverlay
+
+
+def _node_overlay(context: _Context) -> dict[str, Any]:
+    """``karpenter.sh/v1alpha1`` NodeOverlay -> ``joiner.dev/v1alpha1``: requirement keys renamed
+    as a NodePool's are; a requirement on a label Joiner does not set is refused, not dropped
+    (dropping it would widen the overlay to instance types it did not select)."""
+    spec = context.mapping(context.document.get("spec"), "spec", required=True)
+    requirements = []
+    for index, item in enumerate(context.sequence(spec.get("requirements"), "spec.requirements")):
+        path = f"spec.requirements[{index}]"
+        requirement = context.mapping(item, path)
+        key = requirement.get("key")
+        if not isinstance(key, str) or not key:
+            context.fail(f"{path}.key", "is required")
+        joiner_key = _requirement_key(key)
+        if key.startswith((*_KARPENTER_PREFIXES, _EKS_AUTO_PREFIX)) and joiner_key not in wk.WELL_KNOWN_LABELS:
+            raise _Unconvertible(f"{path} selects on {key}, a label Joiner does not set: without it the overlay would "
+                                 "select instance types it did not")
+        converted: dict[str, Any] = {"key": joiner_key}
+        converted.update((k, copy.deepcopy(requirement[k])) for k in ("operator", "values") if k in requirement)
+        context.drop_unknown(requirement, ("key", "operator", "values"), path)
+        requirements.append(converted)
+    out: dict[str, Any] = {"requirements": requirements}
+    for name in ("price", "priceAdjustment", "capacity", "weight"):
+        if spec.get(name) is not None:
+            out[name] = copy.deepcopy(spec[name])
+    context.drop_unknown(spec, ("requirements", "price", "priceAdjustment", "capacity", "weight"), "spec")
+    return {"apiVersion": JOINER_OVERLAY_API, "kind": "NodeOverlay", "metadata": _metadata(context), "spec": out}

@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "events": "events",
     "import-karpenter": "import_karpenter",
     "status": "status",
+    "uninstall": "uninstall",
     "demo": "demo",
     "simulate": "demo",
 }

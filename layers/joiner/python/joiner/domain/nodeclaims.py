@@ -8,11 +8,12 @@ last wrote on the mirror, which are kept.
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from joiner.domain import labels as wk
@@ -22,6 +23,10 @@ __all__ = [
     "API_VERSION",
     "CLAIM_CONDITIONS",
     "MAX_MIRRORED_PODS",
+    "TERMINATION_FINALIZER",
+    "STUCK_DELETION_AFTER",
+    "DeletionStep",
+    "deletion_step",
     "MirrorCondition",
     "mirror_name",
     "node_claim_object",
@@ -150,3 +155,45 @@ def status_differs(current: Mapping[str, Any], desired: Mapping[str, Any]) -> bo
     times alone do not count)."""
     now, want = dict(current.get("status") or {}), dict(desired.get("status") or {})
     return _comparable(now.pop("conditions", None)) != _comparable(want.pop("conditions", None)) or now != want
+
+
+#: The finalizer Joiner puts on its Nodes and NodeClaim mirrors (Karpenter's ``karpenter.sh/termination``):
+#: ``kubectl delete`` then waits while Joiner replaces, drains and terminates, and Joiner removes it.
+TERMINATION_FINALIZER = "joiner.dev/termination"
+#: A deletion Joiner's finalizer has held this long with no termination under way is let go:
+#: the finalizer is removed so a deletion never waits forever on a Joiner that cannot act.
+STUCK_DELETION_AFTER = timedelta(minutes=15)
+
+
+class DeletionStep(enum.Enum):
+    NONE = "none"
+    ADD_FINALIZER = "add-finalizer"
+    TERMINATE = "terminate"
+    RELEASE = "release"
+
+
+def deletion_step(
+    finalizers: Sequence[str], deletion: datetime | None, *, managed: bool, enabled: bool, terminating: bool, now: datetime,
+) -> DeletionStep:
+    """What to do with a Node or NodeClaim mirror and Joiner's finalizer.
+
+    ``managed``: the object is one of Joiner's open claims (its instance can be drained and
+    terminated); ``terminating``: a termination of its node is under way. A deletion of an
+    object Joiner does not manage, or one with delete-to-drain turned off, releases the
+    finalizer at once; one held for :data:`STUCK_DELETION_AFTER` with nothing under way too."""
+    held = TERMINATION_FINALIZER in finalizers
+    if deletion is None:
+        if not held and managed and enabled:
+            return DeletionStep.ADD_FINALIZER
+        if held and not enabled:
+            return DeletionStep.RELEASE
+        return DeletionStep.NONE
+    if not held:
+        return DeletionStep.NONE
+    if not managed or not enabled:
+        return DeletionStep.RELEASE
+    if terminating:
+        return DeletionStep.NONE
+    if now - deletion >= STUCK_DELETION_AFTER:
+        return DeletionStep.RELEASE
+    return DeletionStep.TERMINATE

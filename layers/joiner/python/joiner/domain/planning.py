@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from joiner.domain import labels as wk
 from joiner.domain.catalog import Catalog
 from joiner.domain.model import InFlightClaim, InstanceType, KubeletConfig, NodeClass, NodePool, OfferingKey, Plan, Pod, PreferredNodeTerm
+from joiner.domain.overlays import NodeOverlay, apply_overlays
 from joiner.domain.requirements import Requirement, Requirements
 from joiner.domain.scheduling import SchedulingProblem, solve
 from joiner.domain.snapshot import Snapshot
@@ -64,17 +65,24 @@ def with_zone_ids(pods: Iterable[Pod], pools: Iterable[NodePool], zone_ids: Mapp
     )
 
 
-def instance_types_by_pool(node_pools: Iterable[NodePool], node_classes: Iterable[NodeClass], catalog: Catalog) -> dict[str, tuple[InstanceType, ...]]:
-    """Instance types per NodePool, built with its NodeClass's kubelet settings.
+def instance_types_by_pool(
+    node_pools: Iterable[NodePool], node_classes: Iterable[NodeClass], catalog: Catalog, overlays: Iterable[NodeOverlay] = (),
+) -> dict[str, tuple[InstanceType, ...]]:
+    """Instance types per NodePool, built with its NodeClass's kubelet settings, with the
+    NodeOverlays applied (:func:`joiner.domain.overlays.apply_overlays`).
 
     A NodePool whose NodeClass is missing gets no instance types: it cannot launch, and
     the plan says so for every pod that only it could host.
     """
     classes = {node_class.name: node_class for node_class in node_classes}
+    pools = sorted(node_pools, key=lambda p: p.name)
     result: dict[str, tuple[InstanceType, ...]] = {}
-    for pool in sorted(node_pools, key=lambda p: p.name):
+    for pool in pools:
         node_class = classes.get(pool.node_class)
         result[pool.name] = catalog.instance_types(node_class.kubelet) if node_class is not None else ()
+    overlays = tuple(overlays)
+    if overlays:
+        result = dict(apply_overlays(result, overlays, {pool.name: pool for pool in pools}).instance_types)
     return result
 
 
@@ -111,7 +119,7 @@ def build_problem(
         daemon_pods=snapshot.daemonset_pods,
         # A NodePool being deleted launches nothing new (its nodes stay until it is gone).
         node_pools=tuple(sorted(pools, key=lambda p: p.name)),
-        instance_types=instance_types_by_pool(snapshot.node_pools, snapshot.node_classes, catalog),
+        instance_types=instance_types_by_pool(snapshot.node_pools, snapshot.node_classes, catalog, snapshot.node_overlays),
         in_flight=tuple(sorted(in_flight, key=lambda c: c.name)),
         unavailable=unavailable,
         catalog_names=frozenset(catalog.names),

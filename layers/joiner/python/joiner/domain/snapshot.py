@@ -28,6 +28,7 @@ from types import MappingProxyType
 from typing import Any, NoReturn
 
 from joiner.domain import labels as wk
+from joiner.domain import overlays as ov
 from joiner.domain.amis import ALIAS_PATTERN, AMI_FAMILY
 from joiner.domain.bounded import (
     DEFAULT_LIMITS,
@@ -62,6 +63,7 @@ from joiner.domain.model import (
     Toleration,
     TopologySpreadConstraint,
 )
+from joiner.domain.overlays import NodeOverlay
 from joiner.domain.quantity import QuantityError, parse_milli
 from joiner.domain.requirements import Requirement, RequirementError, Requirements
 from joiner.domain.resources import EMPTY, PODS, Resources
@@ -79,6 +81,7 @@ __all__ = [
     "parse_runtime_class",
     "parse_node_pool",
     "parse_node_class",
+    "parse_node_overlay",
     "effective_requests",
     "MATCH_NOTHING",
     "DEFAULT_METADATA_OPTIONS",
@@ -88,6 +91,8 @@ __all__ = [
 JOINER_V1 = "joiner.dev/v1"
 KARPENTER_V1 = "karpenter.sh/v1"
 KARPENTER_AWS_V1 = "karpenter.k8s.aws/v1"
+JOINER_V1ALPHA1 = "joiner.dev/v1alpha1"
+KARPENTER_V1ALPHA1 = "karpenter.sh/v1alpha1"
 
 #: A selector no label set satisfies: how a ``null`` PDB selector (policy/v1: "selects no
 #: pods") is represented, since an empty :class:`LabelSelector` selects everything.
@@ -1223,6 +1228,48 @@ def _reservation_terms(fields: _Fields, value: object, path: str) -> tuple[Selec
     return tuple(terms)
 
 
+# ---------------------------------------------------------------- NodeOverlays
+
+
+def parse_node_overlay(obj: Mapping[str, Any], *, origin: str = "") -> NodeOverlay:
+    """A ``joiner.dev/v1alpha1`` or ``karpenter.sh/v1alpha1`` NodeOverlay, with the CRD's rules:
+    requirements (Gt/Lt/Gte/Lte with one non-negative integer), at most one of ``price`` and
+    ``priceAdjustment`` (Karpenter's patterns), ``capacity`` with extended resources only,
+    weight 1..10000 (absent: 0)."""
+    obj = _object(obj, "NodeOverlay", origin)
+    fields = _Fields(_ref("NodeOverlay", obj, namespaced=False, origin=origin))
+    name = _name(fields, _metadata(fields, obj))
+    spec = fields.mapping(obj.get("spec"), "spec", required=True)
+    if spec.get("requirements") is None:
+        fields.fail("spec.requirements", "required (an empty list selects every instance type)")
+    raw_requirements = fields.sequence(spec.get("requirements"), "spec.requirements")
+    if len(raw_requirements) > 100:
+        fields.fail("spec.requirements", f"at most 100 requirements, got {len(raw_requirements)}")
+    for item_path, item in fields.items(raw_requirements, "spec.requirements"):
+        operator, values = item.get("operator"), item.get("values")
+        if operator in ("Gt", "Lt", "Gte", "Lte") and isinstance(values, list) and values and str(values[0]).startswith("-"):
+            fields.fail(f"{item_path}.values", f"operator {operator} needs a single non-negative integer value")
+    price = fields.string(spec.get("price"), "spec.price")
+    adjustment = fields.string(spec.get("priceAdjustment"), "spec.priceAdjustment")
+    if price is not None and adjustment is not None:
+        fields.fail("spec", "cannot set both 'price' and 'priceAdjustment'")
+    if price is not None and not ov.PRICE_PATTERN.match(price):
+        fields.fail("spec.price", f"expected a non-negative decimal such as 0.42, got {price!r}")
+    if adjustment is not None and not ov.PRICE_ADJUSTMENT_PATTERN.match(adjustment):
+        fields.fail("spec.priceAdjustment", f"expected +N, -N, +N% or -N% (at most -100%), got {adjustment!r}")
+    capacity = fields.resources(spec.get("capacity"), "spec.capacity")
+    for resource in sorted(fields.mapping(spec.get("capacity"), "spec.capacity")):
+        if resource in ov.RESTRICTED_CAPACITY:
+            fields.fail(f"spec.capacity.{resource}", "an overlay adds extended resources only (not cpu, memory, ephemeral-storage or pods)")
+    return NodeOverlay(
+        name=name,
+        requirements=fields.requirements(raw_requirements, "spec.requirements"),
+        price_change=price if price is not None else adjustment,
+        capacity=capacity,
+        weight=fields.integer(spec.get("weight"), "spec.weight", default=0, minimum=1, maximum=ov.MAX_WEIGHT),
+    )
+
+
 # ---------------------------------------------------------------- snapshots
 
 
@@ -1241,6 +1288,7 @@ class Snapshot:
     persistent_volumes: tuple[PersistentVolume, ...] = ()
     storage_classes: tuple[StorageClass, ...] = ()
     csi_nodes: tuple[CSINode, ...] = ()
+    node_overlays: tuple[NodeOverlay, ...] = ()
     #: False when the volume objects could not be read (an API error, RBAC not updated): the
     #: planner then places pending pods without volume topology, and consolidation moves
     #: no pod that has a persistent volume.
@@ -1280,6 +1328,8 @@ _KINDS: dict[tuple[str, str], str] = {
     (KARPENTER_V1, "NodePool"): "NodePool",
     (JOINER_V1, "NodeClass"): "NodeClass",
     (KARPENTER_AWS_V1, "EC2NodeClass"): "NodeClass",
+    (JOINER_V1ALPHA1, "NodeOverlay"): "NodeOverlay",
+    (KARPENTER_V1ALPHA1, "NodeOverlay"): "NodeOverlay",
 }
 _MODELLED_KINDS = {kind: sorted(api for api, k in _KINDS if k == kind) for _, kind in _KINDS}
 _NAMESPACED = {"Pod", "DaemonSet", "PodDisruptionBudget", "PersistentVolumeClaim"}
@@ -1339,7 +1389,7 @@ def _collect(entries: Iterable[tuple[object, str]], *, strict: bool = False) -> 
 
     from joiner.domain import volumes as vol
 
-    pods, nodes, daemonsets, pdbs, pools, classes = [], [], [], [], [], []
+    pods, nodes, daemonsets, pdbs, pools, classes, overlays = [], [], [], [], [], [], []
     volume_objects: dict[str, list[Any]] = {field_name: [] for _, field_name in vol.VOLUME_KINDS.values()}
     for target, obj, origin in typed:
         if target in vol.VOLUME_KINDS:
@@ -1377,6 +1427,10 @@ def _collect(entries: Iterable[tuple[object, str]], *, strict: bool = False) -> 
             node_class = parse_node_class(obj, origin=origin)
             _unique(seen, target, node_class.name, f"{obj['kind']} {node_class.name}")
             classes.append(node_class)
+        elif target == "NodeOverlay":
+            overlay = parse_node_overlay(obj, origin=origin)
+            _unique(seen, target, overlay.name, f"NodeOverlay {overlay.name}")
+            overlays.append(overlay)
     return Snapshot(
         pods=tuple(sorted(pods, key=lambda p: (p.namespace, p.name))),
         nodes=tuple(sorted(nodes, key=lambda n: n.name)),
@@ -1390,6 +1444,7 @@ def _collect(entries: Iterable[tuple[object, str]], *, strict: bool = False) -> 
         storage_classes=tuple(sorted(storage_classes, key=lambda c: c.name)),
         csi_nodes=tuple(sorted(csi_nodes, key=lambda c: c.name)),
         kinds_read=frozenset(kinds_read),
+        node_overlays=tuple(sorted(overlays, key=lambda o: o.name)),
     )
 
 

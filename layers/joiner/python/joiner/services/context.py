@@ -121,6 +121,8 @@ class Runtime:
     resolved: TtlCache = field(default_factory=lambda: TtlCache(timedelta(seconds=60)))
     #: The cluster's pods and Nodes, kept up to date from the changes since the last read.
     cluster_state: ClusterCache = field(default_factory=ClusterCache, repr=False)
+    #: The NodeOverlays last read: used while they cannot be read, so prices do not jump back.
+    node_overlays: list[Any] | None = field(default=None, repr=False)
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
     _cluster: ClusterInfo | None = field(default=None, repr=False)
     _base_catalog: Catalog | None = field(default=None, repr=False)

@@ -104,6 +104,7 @@ def collect_garbage(runtime: Runtime, now: datetime | None = None, *, policy: Gc
         inputs = read_world(runtime, now)
         plan = plan_gc(inputs, policy)
         result = execute_plan(runtime, plan, now)
+        _handle_deletions(runtime, now)
         _sync_mirrors(runtime)
         return result
     finally:
@@ -111,6 +112,17 @@ def collect_garbage(runtime: Runtime, now: datetime | None = None, *, policy: Gc
             runtime.state.release_lease(LEASE_NAME, owner)
         except Exception as error:  # noqa: BLE001 - the lease expires on its own
             logger.warning("releasing the gc lease failed", extra={"error": str(error)})
+
+
+def _handle_deletions(runtime: Runtime, now: datetime) -> None:
+    """Delete to drain (:mod:`joiner.services.deletion`): finalizers added, deletions drained,
+    finalizers Joiner cannot act on released (best-effort: never fails a collection)."""
+    from joiner.services.deletion import handle_deletions
+
+    try:
+        handle_deletions(runtime, now)
+    except Exception:  # noqa: BLE001
+        logger.exception("delete-to-drain pass failed")
 
 
 def _sync_mirrors(runtime: Runtime) -> None:

@@ -24,7 +24,14 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from joiner.domain.nodeclaims import MirrorCondition, mirror_name, node_claim_object, status_differs, with_conditions
+from joiner.domain.nodeclaims import (
+    TERMINATION_FINALIZER,
+    MirrorCondition,
+    mirror_name,
+    node_claim_object,
+    status_differs,
+    with_conditions,
+)
 from joiner.ports import ClaimRecord, JsonDict, KubernetesError, StateError
 from joiner.services.context import Runtime
 
@@ -95,7 +102,10 @@ def sync_node_claims(
         try:
             if current is None:
                 writes += 1
-                runtime.kube.create_node_claim({k: v for k, v in desired.items() if k != "status"})
+                created_object = {k: v for k, v in desired.items() if k != "status"}
+                if runtime.settings.delete_to_drain:  # kubectl delete drains through it (joiner.services.deletion)
+                    created_object["metadata"] = dict(created_object["metadata"], finalizers=[TERMINATION_FINALIZER])
+                runtime.kube.create_node_claim(created_object)
                 writes += 1
                 runtime.kube.patch_node_claim(name, {"status": desired["status"]}, status=True)
                 created += 1
@@ -122,7 +132,11 @@ def sync_node_claims(
             continue
         writes += 1
         try:
-            runtime.kube.delete_node_claim(name, uid=(mirror.get("metadata") or {}).get("uid"))
+            meta = mirror.get("metadata") or {}
+            finalizers = [f for f in meta.get("finalizers") or [] if f != TERMINATION_FINALIZER]
+            if len(finalizers) != len(meta.get("finalizers") or []):  # the claim is closed: nothing left to drain
+                runtime.kube.patch_node_claim(name, {"metadata": {"finalizers": finalizers or None, "resourceVersion": meta.get("resourceVersion")}})
+            runtime.kube.delete_node_claim(name, uid=meta.get("uid"))
             deleted += 1
         except KubernetesError as error:
             errors += 1

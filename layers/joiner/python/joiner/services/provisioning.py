@@ -517,9 +517,35 @@ class PlanningRound:
             result[name] = _zonal(self.runtime, base, env.zones, self.now)
             if env.reservations:
                 result[name] = with_reserved_offerings(result[name], env.reservations, env.zones, self.reservation_left)
+        result = self._with_overlays(result)
         self.types_by_pool = result
         self.type_index = {pool: {t.name: t for t in types} for pool, types in result.items()}
         return result
+
+    def _with_overlays(self, types: dict[str, tuple[InstanceType, ...]]) -> dict[str, tuple[InstanceType, ...]]:
+        """``types`` with the cluster's NodeOverlays applied (:func:`joiner.domain.overlays.apply_overlays`);
+        what each overlay matched, or why it was not applied, is kept for its status. When the
+        overlays cannot be read, the ones this container read last are applied."""
+        from joiner.domain.overlays import apply_overlays
+
+        try:
+            raw = self.kube.list_node_overlays()
+            self.runtime.node_overlays = raw
+        except KubernetesError as error:
+            raw = self.runtime.node_overlays or []
+            log.warning("NodeOverlays could not be read (%s); applying the %d read last", error, len(raw))
+            self.runtime.count("NodeOverlaysUnreadable")
+        self.overlays_raw: dict[str, JsonDict] = {str((o.get("metadata") or {}).get("name")): o for o in raw}
+        self.overlay_errors: dict[str, str] = {}
+        overlays = []
+        for obj in raw:
+            try:
+                overlays.append(snap.parse_node_overlay(obj))
+            except snap.SnapshotError as error:
+                self.overlay_errors[str((obj.get("metadata") or {}).get("name"))] = str(error)
+        applied = apply_overlays(types, overlays, self.pools)
+        self.overlay_outcomes = dict(applied.outcomes)
+        return dict(applied.instance_types)
 
     # ------------------------------------------------------------ usage and limits
 
@@ -1209,6 +1235,7 @@ def _run_round(runtime: Runtime, now: datetime, owner: str) -> RoundResult:
     work.flush_pod_events()
     _patch_pool_status(work)
     _patch_class_status(work)
+    _patch_overlay_status(work)
     cost = sum(c.price or 0.0 for c in work.open_by_id.values() if c.state in (LAUNCHED, REGISTERED, INITIALIZED))
     if cost > 0:
         runtime.count("ManagedCostPerHour", round(cost, 6), "None")
@@ -1545,6 +1572,47 @@ def _patch_pool_status(work: PlanningRound) -> None:
             work.kube.patch_node_pool_status(name, status)
         except KubernetesError as error:
             log.warning("NodePool %s status patch failed: %s", name, error)
+
+
+def _patch_overlay_status(work: PlanningRound) -> None:
+    """NodeOverlay status: the instance types and NodePools it matched, and conditions
+    ``ValidationSucceeded`` and ``Ready`` (False with reason ``Conflict`` naming the other
+    overlay, or ``RuntimeValidation`` with the parse error), as Karpenter's controller writes."""
+    from joiner.domain.overlays import MAX_LISTED_TYPES, OverlayOutcome
+
+    stamp = work.now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    for name in sorted(getattr(work, "overlays_raw", {})):
+        current = work.overlays_raw[name].get("status") or {}
+        outcome = work.overlay_outcomes.get(name, OverlayOutcome())
+        error = work.overlay_errors.get(name)
+        if error is not None:
+            reason, message = "RuntimeValidation", error
+        elif outcome.conflict:
+            reason, message = "Conflict", outcome.conflict
+        else:
+            reason, message = "", ""
+        conditions = []
+        previous = {c.get("type"): c for c in current.get("conditions") or [] if isinstance(c, dict)}
+        for kind in ("ValidationSucceeded", "Ready"):
+            condition: dict[str, Any] = {"type": kind, "status": "False" if reason else "True", "reason": reason or kind, "message": message}
+            old = previous.get(kind)
+            same = old is not None and all(old.get(k) == v for k, v in condition.items())
+            condition["lastTransitionTime"] = old.get("lastTransitionTime") if same and old else stamp
+            conditions.append(condition)
+        status: dict[str, Any] = {
+            "instanceTypes": list(outcome.instance_types[:MAX_LISTED_TYPES]),
+            "instanceTypeCount": len(outcome.instance_types),
+            "nodePools": list(outcome.node_pools[:MAX_LISTED_TYPES]),
+            "conditions": conditions,
+        }
+        if all(current.get(k) == v for k, v in status.items() if k != "conditions") and all(
+            previous.get(c["type"]) == c for c in conditions
+        ):
+            continue
+        try:
+            work.kube.patch_node_overlay_status(name, status)
+        except KubernetesError as error:
+            log.warning("NodeOverlay %s status patch failed: %s", name, error)
 
 
 #: ``maxItems`` of a NodeClass's ``status.subnets`` and ``status.securityGroups`` in the CRD.

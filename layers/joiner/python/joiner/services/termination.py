@@ -49,6 +49,7 @@ from joiner.domain.bounded import parse_aware_time
 from joiner.domain.durations import clamp_seconds
 from joiner.domain.launch import CLUSTER_TAG
 from joiner.domain.model import Pod
+from joiner.domain.nodeclaims import TERMINATION_FINALIZER
 from joiner.domain.termination import (
     DISRUPTED_TAINT,
     EXCLUDE_FROM_LB_LABEL,
@@ -1032,6 +1033,8 @@ def _finish(
         _terminate_if_ours(runtime, state.instance_id, state.node)
     if node_exists:
         try:
+            # Joiner's own finalizer (delete to drain) goes with the instance: the Node then goes.
+            runtime.kube.set_node_finalizer(state.node, TERMINATION_FINALIZER, False)
             if not runtime.kube.delete_node(state.node, uid=node_uid):
                 logger.warning("node not deleted: re-created under the same name", extra={"node": state.node, "uid": node_uid})
         except KubernetesError as error:
