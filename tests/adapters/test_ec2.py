@@ -281,6 +281,17 @@ def test_launch_template_contents(world: World, ec2: Ec2Adapter) -> None:
     assert "--register-with-taints=dedicated=gpu:NoSchedule,joiner.dev/unregistered:NoExecute" in config["spec"]["kubelet"]["flags"]
 
 
+def test_raid0_launch_templates_tell_nodeadm_to_stripe_the_instance_store(world: World, ec2: Ec2Adapter) -> None:
+    configs = {}
+    for policy in (None, "RAID0"):
+        nc = node_class(world, instance_store_policy=policy)
+        ref = ec2.ensure_launch_template(nc, "amd64", cluster_info(ec2), world.network.security_groups, world.amis["x86_64"])
+        parts = parse_user_data(base64.b64decode(template_data(world, ref.id)["UserData"]).decode())
+        configs[policy] = yaml.safe_load(parts[0].content)
+    assert configs["RAID0"]["spec"]["instance"] == {"localStorage": {"strategy": "RAID0"}}
+    assert "instance" not in configs[None]["spec"]
+
+
 def test_block_devices_metadata_and_profile_from_the_node_class(world: World, ec2: Ec2Adapter) -> None:
     nc = node_class(
         world,

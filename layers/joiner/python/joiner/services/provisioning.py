@@ -488,7 +488,7 @@ class _Round:
         return ""
 
     def instance_types(self) -> dict[str, tuple[InstanceType, ...]]:
-        """Per NodePool: the catalog's types under its NodeClass kubelet settings, with
+        """Per NodePool: the catalog's types as its NodeClass makes them, with
         offerings limited to the zones its subnets cover."""
         result: dict[str, tuple[InstanceType, ...]] = {}
         for name in sorted(self.pools):
@@ -497,7 +497,7 @@ class _Round:
                 result[name] = ()
                 continue
             env = self.envs[pool.node_class]
-            base = self.runtime.catalog.instance_types(env.node_class.kubelet)
+            base = self.runtime.catalog.for_node_class(env.node_class)
             result[name] = _zonal(self.runtime, base, env.zones, self.now)
             if env.reservations:
                 result[name] = with_reserved_offerings(result[name], env.reservations, env.zones, self.reservation_left)
@@ -593,7 +593,7 @@ class _Round:
             pool = self.pools.get(claim.node_pool)
             instance_type = self.type_index.get(claim.node_pool, {}).get(claim.instance_type)
             if instance_type is None and pool is not None and pool.node_class in self.classes:
-                instance_type = self.runtime.catalog.instance_type(claim.instance_type, self.classes[pool.node_class].kubelet)
+                instance_type = self.runtime.catalog.type_for_node_class(claim.instance_type, self.classes[pool.node_class])
             if pool is None or instance_type is None:
                 continue
             capacity_type = claim.capacity_type or ON_DEMAND
