@@ -126,6 +126,17 @@ def test_subnets_by_discovery_tag_sorted_by_zone(world: World, ec2: Ec2Adapter) 
     assert subnets[0].tags["joiner.dev/discovery"] == CLUSTER
 
 
+def test_subnets_say_whether_they_assign_public_addresses(world: World, ec2: Ec2Adapter) -> None:
+    decoy = world.network.decoy_subnet
+    assert [s.map_public_ip for s in ec2.resolve_subnets(discovery(world))] == [False] * len(ZONES)
+    world.clients.ec2.modify_subnet_attribute(SubnetId=decoy, MapPublicIpOnLaunch={"Value": True})
+    try:
+        (subnet,) = ec2.resolve_subnets((SelectorTerm(id=decoy),))
+        assert subnet.map_public_ip is True
+    finally:
+        world.clients.ec2.modify_subnet_attribute(SubnetId=decoy, MapPublicIpOnLaunch={"Value": False})
+
+
 def test_subnet_terms_union_ids_names_and_wildcards(world: World, ec2: Ec2Adapter) -> None:
     by_id = ec2.resolve_subnets((SelectorTerm(id=world.network.decoy_subnet), SelectorTerm(id=world.network.subnets["us-east-1b"])))
     assert [s.id for s in by_id] == sorted([world.network.decoy_subnet, world.network.subnets["us-east-1b"]], key=lambda i: (

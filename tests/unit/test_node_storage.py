@@ -165,14 +165,15 @@ def test_declared_catalog_entries_use_their_local_nvme_label() -> None:
 
 
 def test_the_node_class_parses_the_policy_and_rejects_others() -> None:
-    base = {"kind": "NodeClass", "metadata": {"name": "d"}, "spec": {"subnetSelectorTerms": [{"id": "subnet-1"}], "securityGroupSelectorTerms": [{"id": "sg-1"}]}}
+    spec: dict[str, Any] = {"subnetSelectorTerms": [{"id": "subnet-1"}], "securityGroupSelectorTerms": [{"id": "sg-1"}]}
+    base: dict[str, Any] = {"kind": "NodeClass", "metadata": {"name": "d"}, "spec": spec}
     assert parse_node_class(base).instance_store_policy is None
-    raid = {**base, "spec": {**base["spec"], "instanceStorePolicy": "RAID0"}}
+    raid = {**base, "spec": {**spec, "instanceStorePolicy": "RAID0"}}
     assert parse_node_class(raid).instance_store_policy == "RAID0"
     karpenter = {**raid, "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass"}
     assert parse_node_class(karpenter).instance_store_policy == "RAID0"
     with pytest.raises(SnapshotError, match=r"spec\.instanceStorePolicy.*RAID1"):
-        parse_node_class({**base, "spec": {**base["spec"], "instanceStorePolicy": "RAID1"}})
+        parse_node_class({**base, "spec": {**spec, "instanceStorePolicy": "RAID1"}})
 
 
 def test_the_policy_is_drift_but_older_nodes_keep_their_hash() -> None:

@@ -231,6 +231,7 @@ class Ec2Adapter:
                     zone=raw["AvailabilityZone"],
                     available_ips=int(raw.get("AvailableIpAddressCount", 0)),
                     tags=tags,
+                    map_public_ip=raw.get("MapPublicIpOnLaunch") is True,
                 )
         return sorted(found.values(), key=lambda s: (s.zone, s.id))
 

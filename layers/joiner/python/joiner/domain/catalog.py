@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from joiner.domain import labels as wk
+from joiner.domain.costs import block_device_cost_per_hour
 from joiner.domain.model import INSTANCE_STORE_POLICIES, INSTANCE_STORE_RAID0, InstanceType, KubeletConfig, NodeClass, Offering
 from joiner.domain.quantity import QuantityError, parse_quantity
 from joiner.domain.requirements import Requirement, Requirements
@@ -539,21 +540,22 @@ class Catalog:
         return self._requirements
 
     def instance_types(self, kubelet: KubeletConfig = KubeletConfig(), *, root_volume_bytes: int = DEFAULT_ROOT_VOLUME_BYTES,
-                       instance_store_policy: str | None = None) -> tuple[InstanceType, ...]:
+                       instance_store_policy: str | None = None, node_cost_per_hour: float = 0.0) -> tuple[InstanceType, ...]:
         """Every type as a node with these kubelet settings, root volume size and instance-store
-        policy would be, sorted by name.
+        policy would be, sorted by name; ``node_cost_per_hour`` (what each node costs besides
+        its instance: :mod:`joiner.domain.costs`) is added to every offering's price.
 
         Types whose allocatable CPU, memory or pods is not positive (e.g. a large
         ``systemReserved`` on a nano) can host nothing and are left out. Raises
         :class:`CatalogError` for a malformed eviction threshold.
         """
-        key = (_kubelet_key(kubelet), root_volume_bytes, instance_store_policy)
+        key = (_kubelet_key(kubelet), root_volume_bytes, instance_store_policy, node_cost_per_hour)
         with self._lock:
             cached = self._memo.get(key)
             if cached is not None:
                 self._memo.move_to_end(key)
                 return cached
-            built = self._build(kubelet, root_volume_bytes, instance_store_policy)
+            built = self._build(kubelet, root_volume_bytes, instance_store_policy, node_cost_per_hour)
             self._memo[key] = built
             self._by_name[key] = {it.name: it for it in built}
             while len(self._memo) > _MEMO_SIZE:
@@ -562,27 +564,30 @@ class Catalog:
             return built
 
     def instance_type(self, name: str, kubelet: KubeletConfig = KubeletConfig(), *, root_volume_bytes: int = DEFAULT_ROOT_VOLUME_BYTES,
-                      instance_store_policy: str | None = None) -> InstanceType | None:
+                      instance_store_policy: str | None = None, node_cost_per_hour: float = 0.0) -> InstanceType | None:
         """One type from the memoised :meth:`instance_types` (None if unknown or unusable)."""
-        self.instance_types(kubelet, root_volume_bytes=root_volume_bytes, instance_store_policy=instance_store_policy)
+        self.instance_types(kubelet, root_volume_bytes=root_volume_bytes, instance_store_policy=instance_store_policy, node_cost_per_hour=node_cost_per_hour)
         with self._lock:
-            by_name = self._by_name.get((_kubelet_key(kubelet), root_volume_bytes, instance_store_policy))
+            by_name = self._by_name.get((_kubelet_key(kubelet), root_volume_bytes, instance_store_policy, node_cost_per_hour))
         if by_name is None:  # evicted by a concurrent caller in between: rebuild once
-            return {it.name: it for it in self._build(kubelet, root_volume_bytes, instance_store_policy)}.get(name)
+            return {it.name: it for it in self._build(kubelet, root_volume_bytes, instance_store_policy, node_cost_per_hour)}.get(name)
         return by_name.get(name)
 
     def for_node_class(self, node_class: NodeClass) -> tuple[InstanceType, ...]:
         """:meth:`instance_types` as the NodeClass makes them: its kubelet settings, root volume
-        (:func:`root_volume_size`) and ``instanceStorePolicy``."""
+        (:func:`root_volume_size`) and ``instanceStorePolicy``, offerings priced with its volumes
+        (:func:`joiner.domain.costs.block_device_cost_per_hour`)."""
         return self.instance_types(node_class.kubelet, root_volume_bytes=root_volume_size(node_class),
-                                   instance_store_policy=node_class.instance_store_policy)
+                                   instance_store_policy=node_class.instance_store_policy, node_cost_per_hour=block_device_cost_per_hour(node_class))
 
     def type_for_node_class(self, name: str, node_class: NodeClass) -> InstanceType | None:
         """One type of :meth:`for_node_class` (None if unknown or unusable)."""
         return self.instance_type(name, node_class.kubelet, root_volume_bytes=root_volume_size(node_class),
-                                  instance_store_policy=node_class.instance_store_policy)
+                                  instance_store_policy=node_class.instance_store_policy, node_cost_per_hour=block_device_cost_per_hour(node_class))
 
-    def _build(self, kubelet: KubeletConfig, root_volume_bytes: int, instance_store_policy: str | None = None) -> tuple[InstanceType, ...]:
+    def _build(self, kubelet: KubeletConfig, root_volume_bytes: int, instance_store_policy: str | None = None,
+               node_cost_per_hour: float = 0.0) -> tuple[InstanceType, ...]:
+        node_cost = _check_price(node_cost_per_hour, "node cost per hour")
         if root_volume_bytes <= 0:
             raise CatalogError(f"root volume size must be positive, got {root_volume_bytes}")
         if instance_store_policy is not None and instance_store_policy not in INSTANCE_STORE_POLICIES:
@@ -604,7 +609,10 @@ class Catalog:
             allocatable = capacity - overhead
             if allocatable[CPU] <= 0 or allocatable[MEMORY] <= 0 or allocatable[PODS] <= 0:
                 continue
-            result.append(InstanceType(name, capacity, overhead, requirements[name], self._offerings[name]))
+            offerings = self._offerings[name]
+            if node_cost:
+                offerings = tuple(Offering(o.zone, o.capacity_type, o.price + node_cost, o.available) for o in offerings)
+            result.append(InstanceType(name, capacity, overhead, requirements[name], offerings))
         return tuple(result)
 
     def with_spot_prices(self, prices: Mapping[tuple[str, str], float]) -> Catalog:
