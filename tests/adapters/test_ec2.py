@@ -126,6 +126,17 @@ def test_subnets_by_discovery_tag_sorted_by_zone(world: World, ec2: Ec2Adapter) 
     assert subnets[0].tags["joiner.dev/discovery"] == CLUSTER
 
 
+def test_subnets_say_whether_they_assign_public_addresses(world: World, ec2: Ec2Adapter) -> None:
+    decoy = world.network.decoy_subnet
+    assert [s.map_public_ip for s in ec2.resolve_subnets(discovery(world))] == [False] * len(ZONES)
+    world.clients.ec2.modify_subnet_attribute(SubnetId=decoy, MapPublicIpOnLaunch={"Value": True})
+    try:
+        (subnet,) = ec2.resolve_subnets((SelectorTerm(id=decoy),))
+        assert subnet.map_public_ip is True
+    finally:
+        world.clients.ec2.modify_subnet_attribute(SubnetId=decoy, MapPublicIpOnLaunch={"Value": False})
+
+
 def test_subnet_terms_union_ids_names_and_wildcards(world: World, ec2: Ec2Adapter) -> None:
     by_id = ec2.resolve_subnets((SelectorTerm(id=world.network.decoy_subnet), SelectorTerm(id=world.network.subnets["us-east-1b"])))
     assert [s.id for s in by_id] == sorted([world.network.decoy_subnet, world.network.subnets["us-east-1b"]], key=lambda i: (
@@ -279,6 +290,17 @@ def test_launch_template_contents(world: World, ec2: Ec2Adapter) -> None:
     assert config["spec"]["kubelet"]["config"]["clusterDNS"] == ["10.100.0.10"]
     assert "--node-labels=joiner.dev/nodepool=gpu,team=a" in config["spec"]["kubelet"]["flags"]
     assert "--register-with-taints=dedicated=gpu:NoSchedule,joiner.dev/unregistered:NoExecute" in config["spec"]["kubelet"]["flags"]
+
+
+def test_raid0_launch_templates_tell_nodeadm_to_stripe_the_instance_store(world: World, ec2: Ec2Adapter) -> None:
+    configs = {}
+    for policy in (None, "RAID0"):
+        nc = node_class(world, instance_store_policy=policy)
+        ref = ec2.ensure_launch_template(nc, "amd64", cluster_info(ec2), world.network.security_groups, world.amis["x86_64"])
+        parts = parse_user_data(base64.b64decode(template_data(world, ref.id)["UserData"]).decode())
+        configs[policy] = yaml.safe_load(parts[0].content)
+    assert configs["RAID0"]["spec"]["instance"] == {"localStorage": {"strategy": "RAID0"}}
+    assert "instance" not in configs[None]["spec"]
 
 
 def test_block_devices_metadata_and_profile_from_the_node_class(world: World, ec2: Ec2Adapter) -> None:

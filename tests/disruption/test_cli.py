@@ -24,7 +24,7 @@ def test_example_prints_one_json_object_with_the_contract(capsys):
     assert command["method"] == "consolidation"
     assert command["nodes"] == ["ip-10-0-1-10.ec2.internal", "ip-10-0-1-11.ec2.internal"]
     assert command["replacements"] == []
-    assert command["savingsPerHour"] == pytest.approx(0.34)
+    assert command["savingsPerHour"] == pytest.approx(0.34 + 2 * 20 * 0.08 / 730, abs=1e-6)  # two nodes and their 20Gi gp3 root volumes
     assert result["blocked"] == [{"node": "ip-10-0-1-13.ec2.internal", "reason": "pod default/batch-0 has the do-not-disrupt annotation"}]
 
 
@@ -46,7 +46,7 @@ def test_table_output(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == ["METHOD", "NODES", "SAVES/H", "REPLACEMENTS", "REASON"]
     method, nodes, saves, replacements, *reason = lines[1].split()
-    assert (method, nodes, saves, replacements) == ("consolidation", "ip-10-0-1-10.ec2.internal,ip-10-0-1-11.ec2.internal", "0.3400", "-")
+    assert (method, nodes, saves, replacements) == ("consolidation", "ip-10-0-1-10.ec2.internal,ip-10-0-1-11.ec2.internal", "0.3444", "-")  # with two root volumes
     assert lines[1].endswith("...") and len(lines[1]) < 200  # the reason is cut in the table ...
     blocked = lines.index("") + 1
     assert lines[blocked].split() == ["NOT", "DISRUPTED", "REASON"]
@@ -76,9 +76,9 @@ def test_replacement_in_json(tmp_path, capsys):
     (replacement,) = command["replacements"]
     assert set(replacement) == {"instanceTypes", "price"}
     assert command["nodes"] == ["ip-10-0-1-10.ec2.internal", "ip-10-0-1-11.ec2.internal"]
-    assert command["savingsPerHour"] == pytest.approx(0.68 - 0.17)
+    assert command["savingsPerHour"] == pytest.approx(0.68 - 0.17 + 20 * 0.08 / 730, abs=1e-6)  # one root volume fewer
     assert replacement["instanceTypes"][0] == "c5.xlarge" and "c5.2xlarge" not in replacement["instanceTypes"]
-    assert replacement["price"] == pytest.approx(0.17)
+    assert replacement["price"] == pytest.approx(0.17 + 20 * 0.08 / 730, abs=1e-6)
 
 
 @pytest.mark.parametrize(("text", "needle"), [

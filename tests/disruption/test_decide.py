@@ -28,6 +28,9 @@ from joiner.domain.model import Budget, Disruption, NodePool, Pod
 from tests.disruption.builders import DAY, T0, disruption_input, managed_node, pdb, pool, run, running_pod, snapshot
 from tests.support.fakes import pod_json
 
+#: Every node's default 20Gi gp3 root volume ($0.08 per GB-month): part of each node's price.
+ROOT_VOLUME = 20 * 0.08 / 730
+
 SPREAD = {
     "topologySpreadConstraints": [
         {"maxSkew": 1, "topologyKey": wk.ZONE, "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "spread"}}},
@@ -45,7 +48,7 @@ def unmanaged(name: str, instance_type: str = "c5.2xlarge", zone: str = "us-east
 def test_delete_when_pods_fit_on_other_nodes():
     decision = run(pool(), unmanaged("big"), managed_node("n1", "c5.xlarge"), running_pod("p1", "n1"))
     assert [c.to_dict() for c in decision.commands] == [{
-        "method": "consolidation", "nodes": ["n1"], "replacements": [], "savingsPerHour": 0.17,
+        "method": "consolidation", "nodes": ["n1"], "replacements": [], "savingsPerHour": round(0.17 + ROOT_VOLUME, 6),
         "reason": "underutilized: pods of n1 fit on other nodes",
     }]
 
@@ -58,7 +61,7 @@ def test_replace_with_one_cheaper_node():
     assert "c5.2xlarge" not in replacement.instance_types
     assert replacement.instance_types[0] == "c5.large"
     assert replacement.price < 0.34 * 0.9
-    assert command.savings_per_hour == pytest.approx(0.34 - replacement.price)
+    assert command.savings_per_hour == pytest.approx(0.34 + ROOT_VOLUME - replacement.price)
     assert replacement.pods == ("default/p1",)
 
 
@@ -71,7 +74,7 @@ def test_multi_node_consolidation_deletes_onto_a_candidate_rather_than_buying_a_
     pods = [running_pod(f"p{i}", f"n{i}") for i in range(3)]
     (command,) = run(pool(), *nodes, *pods).commands
     assert command.nodes == ("n0", "n1") and command.replacements == ()
-    assert command.savings_per_hour == pytest.approx(0.34)
+    assert command.savings_per_hour == pytest.approx(0.34 + 2 * ROOT_VOLUME)
 
 
 def test_never_merge_into_a_node_of_the_same_type():
@@ -90,8 +93,8 @@ def test_replacement_must_be_cheaper_at_its_worst_case_price():
     (command,) = run(*objects, facts={"n1": NodeFacts(price=0.2)}).commands
     (replacement,) = command.replacements
     assert replacement.instance_types == ("c5.large",)  # m5.large is the node's own type
-    assert replacement.price == pytest.approx(0.085)  # the on-demand worst case, not the spot price
-    assert command.savings_per_hour == pytest.approx(0.2 - 0.085)
+    assert replacement.price == pytest.approx(0.085 + ROOT_VOLUME)  # the on-demand worst case, not the spot price
+    assert command.savings_per_hour == pytest.approx(0.2 - 0.085 - ROOT_VOLUME)
 
 
 def test_min_savings_per_hour_and_cost_model_keep_a_busy_node():
@@ -151,7 +154,7 @@ def test_empty_nodes_are_deleted_and_daemonset_or_finished_pods_do_not_count():
     ]
     (command,) = run(*objects).commands
     assert command.method == EMPTINESS and command.nodes == ("n1", "n2") and command.replacements == ()
-    assert command.savings_per_hour == pytest.approx(0.34)
+    assert command.savings_per_hour == pytest.approx(0.34 + 2 * ROOT_VOLUME)
 
 
 def test_emptiness_waits_consolidate_after_since_the_node_was_first_seen_empty():
@@ -420,7 +423,7 @@ def test_spot_to_spot_replacement_offers_only_the_fifteen_cheapest_types():
     (replacement,) = command.replacements
     assert replacement.capacity_types == ("spot",)
     assert replacement.instance_types == tuple(f"s{index:02d}.large" for index in range(15))
-    assert replacement.price == pytest.approx(0.024)  # the dearest of the fifteen, not of all twenty
+    assert replacement.price == pytest.approx(0.024 + ROOT_VOLUME)  # the dearest of the fifteen, not of all twenty
 
 
 def test_spot_to_spot_truncation_keeps_enough_types_for_min_values():
@@ -543,7 +546,7 @@ def test_two_nodes_of_one_type_are_not_merged_into_a_dearer_type() -> None:
                running_pod("p1", "n1", cpu="600m", memory="512Mi"), running_pod("p2", "n2", cpu="600m", memory="512Mi")]
     (command,) = run(*objects).commands
     assert len(command.nodes) == 1 and command.replacements == ()
-    assert command.savings_per_hour == pytest.approx(0.085)
+    assert command.savings_per_hour == pytest.approx(0.085 + ROOT_VOLUME)
 
 
 def test_a_termination_grace_period_lets_drift_take_a_node_that_do_not_disrupt_or_a_budget_holds() -> None:

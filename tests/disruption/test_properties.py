@@ -15,6 +15,8 @@ from tests.disruption.builders import CATALOG, T0, disruption_input, managed_nod
 
 TYPES = ("c5.large", "c5.xlarge", "c5.2xlarge", "m5.large")
 PRICE = {"c5.large": 0.085, "c5.xlarge": 0.17, "c5.2xlarge": 0.34, "m5.large": 0.096}
+#: What every node pays besides its instance: the default 20Gi gp3 root volume.
+ROOT_VOLUME = 20 * 0.08 / 730
 
 clusters = st.lists(
     st.tuples(st.sampled_from(TYPES), st.sampled_from(("us-east-1a", "us-east-1b")), st.lists(st.sampled_from((0, 250, 500, 1000, 1500)), max_size=4)),
@@ -40,7 +42,7 @@ def test_commands_never_strand_a_pod_never_exceed_budgets_and_always_save(cluste
     types = {n.name: n.labels[wk.INSTANCE_TYPE] for n in snap.nodes}
     for command in decision.commands:
         assert command.method in (EMPTINESS, CONSOLIDATION)  # nothing expired or drifted here
-        current = sum(PRICE[types[n]] for n in command.nodes)
+        current = sum(PRICE[types[n]] + ROOT_VOLUME for n in command.nodes)
         if command.method == EMPTINESS:
             assert not [p for p in snap.pods if p.node_name in command.nodes]
             continue

@@ -110,7 +110,8 @@ def test_every_alias_the_planner_accepts_is_on_every_node_with_its_joiner_keys_v
         assert labels[wk.CAPACITY_TYPE] == instance.capacity_type and labels[wk.NODEPOOL] == instance.node_pool
         type_labels = load_bundled_catalog("us-east-1").instance_type(instance.instance_type).requirements.labels()
         for alias, key in wk.KARPENTER_ALIASES.items():
-            if (key.startswith("joiner.dev/instance-") and key not in type_labels) or (
+            # tenancy is the launch's, not the type's (every type offers default and dedicated)
+            if (key.startswith("joiner.dev/instance-") and key not in type_labels and key != wk.INSTANCE_TENANCY) or (
                     key == wk.CAPACITY_RESERVATION_ID and instance.capacity_type != wk.CAPACITY_TYPE_RESERVED):
                 assert alias not in labels and key not in labels  # an attribute the node lacks: neither spelling
                 continue

@@ -44,7 +44,13 @@ def test_a_price_overlay_changes_what_launches_and_the_recorded_price(world: Fak
     (launched,) = result.launched
     assert launched.instance_type == "c5.2xlarge"
     claim = world.state.get_claim(launched.claim_id)
-    assert claim is not None and claim.price == pytest.approx(0.34 * 0.9)  # one price change per offering: the licence (weight 10) on c5.xlarge, the savings elsewhere
+    # One price change per offering: the licence (weight 10) on c5.xlarge, the savings elsewhere;
+    # an adjustment applies to the offering's whole price, the node's root volume included.
+    from joiner.domain.costs import block_device_cost_per_hour
+    from joiner.domain.snapshot import parse_node_class
+
+    volume = block_device_cost_per_hour(parse_node_class(world.kube.get("node_classes", None, "default")))
+    assert claim is not None and claim.price == pytest.approx((0.34 + volume) * 0.9)
     statuses = dict(world.kube.overlay_status_patches)
     assert statuses["licence"]["instanceTypes"] == ["c5.large", "c5.xlarge"] and statuses["licence"]["nodePools"] == ["default"]
     assert statuses["savings"]["instanceTypeCount"] == 3

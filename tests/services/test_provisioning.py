@@ -54,6 +54,25 @@ def setup_cluster(world: FakeWorld, *, pods: int = 3, cpu: str = "1", pool: dict
         world.kube.add("pods", pod_json(f"web-{index}", cpu=cpu, memory="256Mi"))
 
 
+def test_a_public_ipv4_address_is_priced_in_zones_whose_subnet_assigns_one(world: FakeWorld) -> None:
+    import dataclasses
+
+    world.ec2.subnets = [dataclasses.replace(s, map_public_ip=s.zone != "us-east-1c") for s in world.ec2.subnets]
+    root_volume = 20 * 0.08 / 730
+    on_demand_c5 = [{"key": wk.INSTANCE_TYPE, "operator": "In", "values": ["c5.xlarge"]}, {"key": wk.CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]}]
+    setup_cluster(world, pods=1, pool=node_pool_json(requirements=on_demand_c5))
+    (launched,) = provision(world.runtime(), world.clock.now()).launched
+    (request,) = world.ec2.fleet_requests
+    # The zone without public addresses is $0.005/h cheaper: the fleet tries it first.
+    assert request.overrides[0].zone == "us-east-1c" and launched.zone == "us-east-1c"
+    assert launched.price == pytest.approx(0.17 + root_volume)
+    public = fake_world()
+    public.ec2.subnets = [dataclasses.replace(s, map_public_ip=True) for s in public.ec2.subnets]
+    setup_cluster(public, pods=1, pool=node_pool_json(requirements=on_demand_c5))
+    (launched,) = provision(public.runtime(), public.clock.now()).launched
+    assert launched.price == pytest.approx(0.17 + root_volume + 0.005)
+
+
 def spot_and_on_demand_pool(**kwargs: object) -> dict:
     return node_pool_json(
         requirements=[
@@ -95,7 +114,7 @@ def test_pending_pods_become_one_launched_claim_with_tags_events_and_metrics(wor
 
     claim = world.state.get_claim(launched.claim_id)
     assert claim is not None and claim.state == "launched"
-    assert claim.instance_id == launched.instance_id and claim.instance_type == "c5.xlarge" and claim.price == pytest.approx(0.17)
+    assert claim.instance_id == launched.instance_id and claim.instance_type == "c5.xlarge" and claim.price == pytest.approx(0.17 + 20 * 0.08 / 730)  # c5.xlarge and its 20Gi gp3 root volume
     assert claim.launched_at == world.clock.now() and sorted(claim.pods) == sorted(launched.pods)
     pool = parse_node_pool(world.kube.list_node_pools()[0])
     assert claim.pool_hash == nodepool_hash(pool) != ""  # stamped on the Node at registration (template drift)
@@ -111,7 +130,7 @@ def test_pending_pods_become_one_launched_claim_with_tags_events_and_metrics(wor
     assert [e.kind for e in world.kube.events if e.reason == "Launched"] == ["NodePool"]
     assert world.metrics.total("ClaimsLaunched") == 1 and world.metrics.total("ScanCompleted") == 1
     assert world.metrics.total("PodsPending") == 3
-    assert world.metrics.values("ManagedCostPerHour") == [pytest.approx(0.17)]
+    assert world.metrics.values("ManagedCostPerHour") == [pytest.approx(0.17 + 20 * 0.08 / 730, abs=1e-6)]
     assert world.state.lease_holder(LEASE_NAME) is None  # released after the round
 
 

@@ -13,6 +13,9 @@ from joiner.cli.main import main
 ROOT = Path(__file__).resolve().parents[2]
 CLASSIC = ROOT / "examples" / "snapshots" / "classic.yaml"
 
+#: Each node's default root volume (20Gi gp3 at $0.08 per GB-month): planned prices include it.
+ROOT_VOLUME_PER_HOUR = 20 * 0.08 / 730
+
 CATALOG = {
     "instanceTypes": [
         {"name": "small.x", "capacity": {"cpu": "2", "memory": "4Gi", "pods": "10"}, "overhead": {"cpu": "0", "memory": "0"},
@@ -68,7 +71,7 @@ def test_classic_example_plans_three_c5_2xlarge_as_one_json_object(capsys: pytes
     assert sorted(len(c["pods"]) for c in claims) == [6, 7, 7]
     assert sorted(p for c in claims for p in c["pods"]) == [f"default/inflate-{i:02d}" for i in range(20)]
     assert all(c["nodePool"] == "default" and c["capacityTypes"] == ["on-demand"] for c in claims)
-    assert plan["costPerHour"] == pytest.approx(sum(c["price"] for c in claims)) == pytest.approx(1.02)
+    assert plan["costPerHour"] == pytest.approx(sum(c["price"] for c in claims)) == pytest.approx(1.02 + 3 * ROOT_VOLUME_PER_HOUR, abs=1e-6)
     assert plan["unschedulable"] == []
 
 
@@ -84,7 +87,7 @@ def test_catalog_file_existing_nodes_and_unschedulable_reasons(tmp_path: Path, c
     assert plan["existingNodes"] == [{"name": "node-a", "pods": ["team/fits-existing"]}]
     # Two 1.5-CPU pods: one small.x each (0.20) beats one big.x (0.50); the spot offering is unavailable.
     assert sorted(c["instanceTypes"][0] for c in plan["nodeClaims"]) == ["small.x", "small.x"]
-    assert all(c["price"] == pytest.approx(0.10) for c in plan["nodeClaims"])
+    assert all(c["price"] == pytest.approx(0.10 + ROOT_VOLUME_PER_HOUR, abs=1e-6) for c in plan["nodeClaims"])
     reasons = {u["pod"]: u["reason"] for u in plan["unschedulable"]}
     assert set(reasons) == {"team/huge", "team/arm"}
     assert "general" in reasons["team/huge"] and "cpu" in reasons["team/huge"]
@@ -100,8 +103,8 @@ def test_table_output_names_each_claim_and_the_total(capsys: pytest.CaptureFixtu
     assert [row[1] for row in rows] == ["c5.2xlarge"] * 3
     # Columns line up: every row's price ends where the header's PRICE/H ends.
     price_end = lines[0].index("PRICE/H") + len("PRICE/H")
-    assert all(line[:price_end].endswith("0.3400") for line in lines[1:4])
-    assert lines[-1] == "new nodes: 3, cost per hour: $1.0200"
+    assert all(line[:price_end].endswith("0.3422") for line in lines[1:4])  # 0.34 and the root volume
+    assert lines[-1] == "new nodes: 3, cost per hour: $1.0266"
 
 
 @pytest.mark.parametrize(

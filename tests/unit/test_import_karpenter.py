@@ -289,6 +289,7 @@ def test_node_class_keeps_what_joiner_supports(conversion):
     }
     assert spec["tags"] == {"team": "web"}
     assert spec["userData"] == 'echo "hello"\n'
+    assert spec["instanceStorePolicy"] == "RAID0" and parse_node_class(node_class).instance_store_policy == "RAID0"
     bottlerocket = by_kind_and_name(conversion.documents)[("NodeClass", "bottlerocket")]
     # Joiner launches AL2023 only: the alias-implied Bottlerocket becomes AL2023, and says so
     assert bottlerocket["spec"]["amiFamily"] == "AL2023" and bottlerocket["spec"]["amiSelectorTerms"] == [{"alias": "al2023@latest"}]
@@ -366,7 +367,6 @@ def test_every_dropped_field_is_warned_about_with_object_and_path(conversion):
         "EC2NodeClass default: spec.kubelet.imageGCHighThresholdPercent: dropped",
         "EC2NodeClass default: spec.associatePublicIPAddress: dropped",
         "EC2NodeClass default: spec.detailedMonitoring: dropped",
-        "EC2NodeClass default: spec.instanceStorePolicy: dropped",
         "EC2NodeClass default: spec.blockDeviceMappings[0].ebs.volumeInitializationRate: dropped",
         "EC2NodeClass default: spec.tags.kubernetes.io/cluster/my-cluster: dropped",
         "EC2NodeClass default: spec.role: KarpenterNodeRole-my-cluster",

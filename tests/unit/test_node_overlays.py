@@ -213,7 +213,7 @@ def test_joiner_plan_applies_overlays(tmp_path: Path, capsys: pytest.CaptureFixt
     plain = plan(pod("a"), pod("b"))
     assert sorted(c["instanceTypes"][0] for c in plain["nodeClaims"]) == ["small.x", "small.x"]
     overlaid = plan(pod("a"), pod("b"), dearer)
-    assert [c["instanceTypes"][0] for c in overlaid["nodeClaims"]] == ["big.x"] and overlaid["costPerHour"] == pytest.approx(0.5)
+    assert [c["instanceTypes"][0] for c in overlaid["nodeClaims"]] == ["big.x"] and overlaid["costPerHour"] == pytest.approx(0.5 + 20 * 0.08 / 730)  # and its 20 GiB gp3 root volume
     assert plan(pod("gpu", {GPU_SLICE: "1"}))["unschedulable"][0]["pod"] == "team/gpu"
     placed = plan(pod("gpu", {GPU_SLICE: "1"}), slices)
     assert placed["unschedulable"] == [] and placed["nodeClaims"][0]["instanceTypes"] == ["big.x"]

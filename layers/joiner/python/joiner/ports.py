@@ -179,6 +179,8 @@ class Subnet:
     zone: str
     available_ips: int = 0
     tags: Mapping[str, str] = field(default_factory=dict)
+    #: ``MapPublicIpOnLaunch``: instances launched here get a public IPv4 address (billed hourly).
+    map_public_ip: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -232,6 +232,7 @@ class Ec2Adapter:
                     zone=raw["AvailabilityZone"],
                     available_ips=int(raw.get("AvailableIpAddressCount", 0)),
                     tags=tags,
+                    map_public_ip=raw.get("MapPublicIpOnLaunch") is True,
                 )
         return sorted(found.values(), key=lambda s: (s.zone, s.id))
 
@@ -468,7 +469,8 @@ class Ec2Adapter:
             cluster_dns=cluster.cluster_dns,
         )
         try:
-            user_data = build_user_data(bootstrap, node_class.kubelet, labels, taints, node_class.user_data, where=where)
+            user_data = build_user_data(bootstrap, node_class.kubelet, labels, taints, node_class.user_data, where=where,
+                                        instance_store_policy=node_class.instance_store_policy)
             resource_tags = cluster_tags(cluster.name, node_class.tags, where=f"{where} spec.tags")
         except (UserDataError, ValueError) as error:
             raise NodeClassConfigError(f"{where}: {error}") from error

@@ -516,10 +516,15 @@ def _node_class(context: _Context) -> dict[str, Any]:
         out["metadataOptions"] = {key: options[key] for key in _METADATA_OPTIONS if key in options}
     if spec.get("userData") is not None:
         out["userData"] = spec["userData"]
+    if spec.get("instanceStorePolicy") is not None:
+        if spec["instanceStorePolicy"] != "RAID0":
+            context.fail("spec.instanceStorePolicy", f"{spec['instanceStorePolicy']!r} is not RAID0, the one policy Karpenter and Joiner know")
+        out["instanceStorePolicy"] = "RAID0"
     context.drop_unknown(
         spec,
         ("amiFamily", "amiSelectorTerms", "subnetSelectorTerms", "securityGroupSelectorTerms", "role", "instanceProfile",
-         "kubelet", "blockDeviceMappings", "tags", "metadataOptions", "userData", "capacityReservationSelectorTerms"),
+         "kubelet", "blockDeviceMappings", "tags", "metadataOptions", "userData", "capacityReservationSelectorTerms",
+         "instanceStorePolicy"),
         "spec",
     )
     return {"apiVersion": JOINER_API, "kind": "NodeClass", "metadata": _metadata(context), "spec": out}

@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from joiner.domain import labels as wk
-from joiner.domain.model import InstanceType, KubeletConfig, Offering
+from joiner.domain.costs import block_device_cost_per_hour
+from joiner.domain.model import INSTANCE_STORE_POLICIES, INSTANCE_STORE_RAID0, InstanceType, KubeletConfig, NodeClass, Offering
 from joiner.domain.quantity import QuantityError, parse_quantity
 from joiner.domain.requirements import Requirement, Requirements
 from joiner.domain.resources import (
@@ -57,7 +58,8 @@ __all__ = [
     "eni_limited_pods", "max_pods", "kube_reserved_cpu_milli", "kube_reserved_memory_mib",
     "vm_memory_capacity_mib", "eviction_signal_bytes", "eks_capacity", "eks_overhead",
     "NEURON_CORE", "VM_MEMORY_OVERHEAD_PERCENT", "DEFAULT_ROOT_VOLUME_BYTES", "DEFAULT_MAX_PODS",
-    "BUNDLED_REGIONS", "pod_eni_limits",
+    "BUNDLED_REGIONS", "pod_eni_limits", "INSTANCE_STORE_RAID0", "INSTANCE_STORE_POLICIES", "root_volume_size",
+    "ephemeral_storage_bytes",
 ]
 
 #: Karpenter's default ``vmMemoryOverheadPercent``: memory the hypervisor and firmware keep.
@@ -66,6 +68,8 @@ VM_MEMORY_OVERHEAD_PERCENT = 0.075
 GRAVITON_CMA_MIB = 64
 #: The AL2023 default root volume (``/dev/xvda``, 20Gi gp3) backs ephemeral storage.
 DEFAULT_ROOT_VOLUME_BYTES = 20 * 2**30
+#: The AL2023 device whose volume is the root file system (Karpenter's ``EphemeralBlockDevice``).
+ROOT_DEVICE = "/dev/xvda"
 #: The kubelet's own default when a catalog file entry gives no ``pods`` capacity.
 DEFAULT_MAX_PODS = 110
 #: Default hard eviction thresholds of the EKS AL2023 kubelet configuration.
@@ -133,7 +137,7 @@ class InstanceTypeInfo:
     on_demand_price: float | None = None
     ebs_bandwidth_mbps: int = 0  # EBS-optimized maximum bandwidth
     network_bandwidth_mbps: int = 0  # baseline network bandwidth
-    local_nvme_gib: int = 0  # instance-store NVMe, total
+    local_nvme_gib: int = 0  # instance-store NVMe total, in GB (EC2's TotalSizeInGB, decimal)
     encryption_in_transit: bool = False
     accelerator_name: str = ""  # single-model inference accelerators (Inferentia, Trainium, ...)
     accelerator_manufacturer: str = ""
@@ -244,13 +248,51 @@ def _bytes(milli: int) -> int:
     return milli // 1000
 
 
-def eks_capacity(info: InstanceTypeInfo, kubelet: KubeletConfig = KubeletConfig(), root_volume_bytes: int = DEFAULT_ROOT_VOLUME_BYTES) -> Resources:
+def root_volume_size(node_class: NodeClass) -> int:
+    """The size of the volume that backs a node's ephemeral storage (Karpenter's rule): the
+    block device mapping marked ``rootVolume``, else the one on ``/dev/xvda`` (the AL2023 root
+    device; for ``amiFamily: Custom`` the last mapping), when it gives ``volumeSize``; else the
+    AL2023 default of 20Gi. Sizes are taken as written (``100G`` is 10^11 bytes), as Karpenter
+    plans with them; EC2 gets whole GiB rounded up, so the volume is never smaller."""
+    mappings = node_class.block_device_mappings
+    chosen = next((m for m in mappings if m.get("rootVolume") is True), None)
+    if chosen is None or _volume_size(chosen) is None:
+        if node_class.ami_family == "Custom":
+            chosen = mappings[-1] if mappings else None
+        else:
+            chosen = next((m for m in mappings if m.get("deviceName") == ROOT_DEVICE), None)
+    size = _volume_size(chosen) if chosen is not None else None
+    return size if size is not None and size > 0 else DEFAULT_ROOT_VOLUME_BYTES
+
+
+def _volume_size(mapping: Mapping[str, object]) -> int | None:
+    ebs = mapping.get("ebs")
+    value = ebs.get("volumeSize") if isinstance(ebs, Mapping) else None
+    if value is None or not isinstance(value, (str, int)):
+        return None
+    try:
+        return math.ceil(parse_quantity(value))
+    except QuantityError:
+        return None
+
+
+def ephemeral_storage_bytes(local_nvme_gb: int, instance_store_policy: str | None, root_bytes: int) -> int:
+    """A node's ephemeral storage: with ``instanceStorePolicy: RAID0`` and instance-store NVMe,
+    the disks' total (EC2's ``TotalSizeInGB``, decimal GB, as Karpenter counts it); else the
+    root volume."""
+    if instance_store_policy == INSTANCE_STORE_RAID0 and local_nvme_gb > 0:
+        return local_nvme_gb * 10**9
+    return root_bytes
+
+
+def eks_capacity(info: InstanceTypeInfo, kubelet: KubeletConfig = KubeletConfig(), root_volume_bytes: int = DEFAULT_ROOT_VOLUME_BYTES,
+                 instance_store_policy: str | None = None) -> Resources:
     """Node capacity for an EKS AL2023 node of this type (milli-units)."""
     pods = max_pods(info.vcpus, eni_limited_pods(info.max_enis, info.ipv4_per_eni), kubelet)
     capacity = {
         CPU: info.vcpus * 1000,
         MEMORY: vm_memory_capacity_mib(info.memory_mib, info.architecture) * _MIB * 1000,
-        EPHEMERAL_STORAGE: root_volume_bytes * 1000,
+        EPHEMERAL_STORAGE: ephemeral_storage_bytes(info.local_nvme_gib, instance_store_policy, root_volume_bytes) * 1000,
         PODS: pods * 1000,
     }
     if info.gpu_count:
@@ -411,8 +453,8 @@ class Catalog:
     """Instance types and their offerings for one region.
 
     Immutable: :meth:`with_spot_prices` returns a new catalog. :meth:`instance_types` is
-    memoised per kubelet configuration (and root volume size), so equal NodeClass kubelet
-    settings share one tuple of :class:`InstanceType`.
+    memoised per kubelet configuration, root volume size and instance-store policy, so
+    NodeClasses equal in those share one tuple of :class:`InstanceType`.
     """
 
     def __init__(
@@ -497,20 +539,23 @@ class Catalog:
             self._requirements = built
         return self._requirements
 
-    def instance_types(self, kubelet: KubeletConfig = KubeletConfig(), *, root_volume_bytes: int = DEFAULT_ROOT_VOLUME_BYTES) -> tuple[InstanceType, ...]:
-        """Every type as a node with these kubelet settings would be, sorted by name.
+    def instance_types(self, kubelet: KubeletConfig = KubeletConfig(), *, root_volume_bytes: int = DEFAULT_ROOT_VOLUME_BYTES,
+                       instance_store_policy: str | None = None, node_cost_per_hour: float = 0.0) -> tuple[InstanceType, ...]:
+        """Every type as a node with these kubelet settings, root volume size and instance-store
+        policy would be, sorted by name; ``node_cost_per_hour`` (what each node costs besides
+        its instance: :mod:`joiner.domain.costs`) is added to every offering's price.
 
         Types whose allocatable CPU, memory or pods is not positive (e.g. a large
         ``systemReserved`` on a nano) can host nothing and are left out. Raises
         :class:`CatalogError` for a malformed eviction threshold.
         """
-        key = (_kubelet_key(kubelet), root_volume_bytes)
+        key = (_kubelet_key(kubelet), root_volume_bytes, instance_store_policy, node_cost_per_hour)
         with self._lock:
             cached = self._memo.get(key)
             if cached is not None:
                 self._memo.move_to_end(key)
                 return cached
-            built = self._build(kubelet, root_volume_bytes)
+            built = self._build(kubelet, root_volume_bytes, instance_store_policy, node_cost_per_hour)
             self._memo[key] = built
             self._by_name[key] = {it.name: it for it in built}
             while len(self._memo) > _MEMO_SIZE:
@@ -518,35 +563,56 @@ class Catalog:
                 self._by_name.pop(evicted, None)
             return built
 
-    def instance_type(self, name: str, kubelet: KubeletConfig = KubeletConfig(), *, root_volume_bytes: int = DEFAULT_ROOT_VOLUME_BYTES) -> InstanceType | None:
+    def instance_type(self, name: str, kubelet: KubeletConfig = KubeletConfig(), *, root_volume_bytes: int = DEFAULT_ROOT_VOLUME_BYTES,
+                      instance_store_policy: str | None = None, node_cost_per_hour: float = 0.0) -> InstanceType | None:
         """One type from the memoised :meth:`instance_types` (None if unknown or unusable)."""
-        self.instance_types(kubelet, root_volume_bytes=root_volume_bytes)
+        self.instance_types(kubelet, root_volume_bytes=root_volume_bytes, instance_store_policy=instance_store_policy, node_cost_per_hour=node_cost_per_hour)
         with self._lock:
-            by_name = self._by_name.get((_kubelet_key(kubelet), root_volume_bytes))
+            by_name = self._by_name.get((_kubelet_key(kubelet), root_volume_bytes, instance_store_policy, node_cost_per_hour))
         if by_name is None:  # evicted by a concurrent caller in between: rebuild once
-            return {it.name: it for it in self._build(kubelet, root_volume_bytes)}.get(name)
+            return {it.name: it for it in self._build(kubelet, root_volume_bytes, instance_store_policy, node_cost_per_hour)}.get(name)
         return by_name.get(name)
 
-    def _build(self, kubelet: KubeletConfig, root_volume_bytes: int) -> tuple[InstanceType, ...]:
+    def for_node_class(self, node_class: NodeClass) -> tuple[InstanceType, ...]:
+        """:meth:`instance_types` as the NodeClass makes them: its kubelet settings, root volume
+        (:func:`root_volume_size`) and ``instanceStorePolicy``, offerings priced with its volumes
+        (:func:`joiner.domain.costs.block_device_cost_per_hour`)."""
+        return self.instance_types(node_class.kubelet, root_volume_bytes=root_volume_size(node_class),
+                                   instance_store_policy=node_class.instance_store_policy, node_cost_per_hour=block_device_cost_per_hour(node_class))
+
+    def type_for_node_class(self, name: str, node_class: NodeClass) -> InstanceType | None:
+        """One type of :meth:`for_node_class` (None if unknown or unusable)."""
+        return self.instance_type(name, node_class.kubelet, root_volume_bytes=root_volume_size(node_class),
+                                  instance_store_policy=node_class.instance_store_policy, node_cost_per_hour=block_device_cost_per_hour(node_class))
+
+    def _build(self, kubelet: KubeletConfig, root_volume_bytes: int, instance_store_policy: str | None = None,
+               node_cost_per_hour: float = 0.0) -> tuple[InstanceType, ...]:
+        node_cost = _check_price(node_cost_per_hour, "node cost per hour")
         if root_volume_bytes <= 0:
             raise CatalogError(f"root volume size must be positive, got {root_volume_bytes}")
+        if instance_store_policy is not None and instance_store_policy not in INSTANCE_STORE_POLICIES:
+            raise CatalogError(f"instanceStorePolicy: expected one of {', '.join(INSTANCE_STORE_POLICIES)}, got {instance_store_policy!r}")
         requirements = self._all_requirements()
         result = []
         for name, entry in self._entries.items():
             if isinstance(entry, InstanceTypeInfo):
-                capacity = eks_capacity(entry, kubelet, root_volume_bytes)
+                capacity = eks_capacity(entry, kubelet, root_volume_bytes, instance_store_policy)
                 overhead = eks_overhead(
-                    capacity[CPU], _bytes(capacity[MEMORY]), root_volume_bytes,
+                    capacity[CPU], _bytes(capacity[MEMORY]), _bytes(capacity[EPHEMERAL_STORAGE]),
                     eni_limited_pods(entry.max_enis, entry.ipv4_per_eni), kubelet,
                 )
             elif entry.overhead is not None:
                 capacity, overhead = entry.capacity, entry.overhead
             else:
-                capacity, overhead = _declared_capacity_and_overhead(entry.capacity, kubelet, root_volume_bytes, name)
+                storage = ephemeral_storage_bytes(_declared_local_nvme_gb(entry), instance_store_policy, root_volume_bytes)
+                capacity, overhead = _declared_capacity_and_overhead(entry.capacity, kubelet, storage, name)
             allocatable = capacity - overhead
             if allocatable[CPU] <= 0 or allocatable[MEMORY] <= 0 or allocatable[PODS] <= 0:
                 continue
-            result.append(InstanceType(name, capacity, overhead, requirements[name], self._offerings[name]))
+            offerings = self._offerings[name]
+            if node_cost:
+                offerings = tuple(Offering(o.zone, o.capacity_type, o.price + node_cost, o.available) for o in offerings)
+            result.append(InstanceType(name, capacity, overhead, requirements[name], offerings))
         return tuple(result)
 
     def with_spot_prices(self, prices: Mapping[tuple[str, str], float]) -> Catalog:
@@ -581,6 +647,13 @@ class Catalog:
     def missing_message(self, name: str) -> str:
         """Why ``name`` cannot be used, for a requirement that names it."""
         return f"instance type {name} is not in the {self.region or 'given'} catalog"
+
+
+def _declared_local_nvme_gb(entry: DeclaredInstanceType) -> int:
+    """The instance-store NVMe GB a catalog file entry states in its
+    ``karpenter.k8s.aws/instance-local-nvme`` label (0 when absent or not a whole number)."""
+    value = next((v for k, v in entry.labels if wk.normalize_label_key(k) == wk.INSTANCE_LOCAL_NVME), "")
+    return int(value) if value.isdigit() else 0
 
 
 def _declared_capacity_and_overhead(capacity: Resources, kubelet: KubeletConfig, root_volume_bytes: int, name: str) -> tuple[Resources, Resources]:

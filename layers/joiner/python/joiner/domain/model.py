@@ -24,13 +24,17 @@ __all__ = [
     "PersistentVolumeClaim", "PersistentVolume", "StorageClass", "CSINode",
     "Budget", "Disruption", "NodePool", "SelectorTerm", "KubeletConfig", "NodeClass",
     "Offering", "InstanceType", "NodeClaimPlan", "ExistingNodePlan", "UnschedulablePod", "Plan",
-    "InFlightClaim", "OfferingKey", "CRITICAL_PRIORITY_CLASSES", "do_not_disrupt_grace",
+    "InFlightClaim", "OfferingKey", "CRITICAL_PRIORITY_CLASSES", "do_not_disrupt_grace", "INSTANCE_STORE_RAID0", "INSTANCE_STORE_POLICIES",
 ]
 
 TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 #: The ReplicaSet controller's per-pod deletion preference (an int32 annotation).
 POD_DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 CRITICAL_PRIORITY_CLASSES = frozenset({"system-cluster-critical", "system-node-critical"})
+#: ``instanceStorePolicy: RAID0``: nodeadm stripes the instance-store NVMe disks into one array
+#: that holds the kubelet's and containerd's data, so it is the node's ephemeral storage.
+INSTANCE_STORE_RAID0 = "RAID0"
+INSTANCE_STORE_POLICIES = (INSTANCE_STORE_RAID0,)
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -508,6 +512,9 @@ class NodeClass:
     #: On-demand capacity reservations nodes may launch into (``id``, or ``tags`` with an
     #: optional ``owner`` account): Karpenter's ``capacityReservationSelectorTerms``.
     capacity_reservation_terms: tuple[SelectorTerm, ...] = ()
+    #: ``RAID0``: the instance-store NVMe disks, striped by nodeadm, hold the node's ephemeral
+    #: storage (Karpenter's ``instanceStorePolicy``); None: the root volume does.
+    instance_store_policy: str | None = None
 
 
 #: Node annotation (and claim field) holding :func:`nodeclass_hash` of the NodeClass at launch.
@@ -517,7 +524,8 @@ NODECLASS_HASH_KEY = "joiner.dev/nodeclass-hash"
 def nodeclass_hash(node_class: NodeClass) -> str:
     """Hash of the NodeClass fields a node carries from launch that drift cannot read off the
     instance itself (AMI, subnets and security groups are compared with the instance): role or
-    instance profile, kubelet settings, block devices, metadata options, tags and user data."""
+    instance profile, kubelet settings, block devices, instance-store policy, metadata options,
+    tags and user data."""
     kubelet = node_class.kubelet
     material = {
         "role": node_class.role,
@@ -534,6 +542,8 @@ def nodeclass_hash(node_class: NodeClass) -> str:
         "tags": sorted(node_class.tags.items()),
         "userData": node_class.user_data,
     }
+    if node_class.instance_store_policy is not None:  # absent when unset: hashes of older nodes stay valid
+        material["instanceStorePolicy"] = node_class.instance_store_policy
     return hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

@@ -68,8 +68,9 @@ def with_zone_ids(pods: Iterable[Pod], pools: Iterable[NodePool], zone_ids: Mapp
 def instance_types_by_pool(
     node_pools: Iterable[NodePool], node_classes: Iterable[NodeClass], catalog: Catalog, overlays: Iterable[NodeOverlay] = (),
 ) -> dict[str, tuple[InstanceType, ...]]:
-    """Instance types per NodePool, built with its NodeClass's kubelet settings, with the
-    NodeOverlays applied (:func:`joiner.domain.overlays.apply_overlays`).
+    """Instance types per NodePool, built as its NodeClass makes them (kubelet settings, root
+    volume, instance-store policy: :meth:`~joiner.domain.catalog.Catalog.for_node_class`), with
+    the NodeOverlays applied (:func:`joiner.domain.overlays.apply_overlays`).
 
     A NodePool whose NodeClass is missing gets no instance types: it cannot launch, and
     the plan says so for every pod that only it could host.
@@ -79,7 +80,7 @@ def instance_types_by_pool(
     result: dict[str, tuple[InstanceType, ...]] = {}
     for pool in pools:
         node_class = classes.get(pool.node_class)
-        result[pool.name] = catalog.instance_types(node_class.kubelet) if node_class is not None else ()
+        result[pool.name] = catalog.for_node_class(node_class) if node_class is not None else ()
     overlays = tuple(overlays)
     if overlays:
         result = dict(apply_overlays(result, overlays, {pool.name: pool for pool in pools}).instance_types)

@@ -41,11 +41,14 @@ def _on_demand_price(instance_type: InstanceType, zone: str) -> float | None:
 
 def with_reserved_offerings(
     types: Iterable[InstanceType], reservations: Sequence[CapacityReservation], zones: Iterable[str], left: Mapping[str, int] | None = None,
+    node_costs: Mapping[str, float] | None = None,
 ) -> tuple[InstanceType, ...]:
     """``types`` with a ``reserved`` offering for every reservation with room (``left``: what
     this round knows is left of each, else its ``available`` count) in one of ``zones``.
     Types without an on-demand price are left as they are (nothing to price the offering
-    from)."""
+    from). ``node_costs`` (per zone) is the part of the on-demand prices a node pays besides
+    its instance (volumes, public address: :mod:`joiner.domain.costs`): a reservation does not
+    cover it, so it is added in full rather than scaled by :data:`RESERVED_PRICE_FACTOR`."""
     allowed = frozenset(zones)
     by_type: dict[str, set[str]] = {}
     for reservation in reservations:
@@ -62,7 +65,8 @@ def with_reserved_offerings(
         for zone in sorted(reserved_zones):
             price = _on_demand_price(instance_type, zone)
             if price is not None:
-                added.append(Offering(zone, wk.CAPACITY_TYPE_RESERVED, round(price * RESERVED_PRICE_FACTOR, 9)))
+                fixed = min((node_costs or {}).get(zone, 0.0), price)
+                added.append(Offering(zone, wk.CAPACITY_TYPE_RESERVED, round((price - fixed) * RESERVED_PRICE_FACTOR + fixed, 9)))
         if not added:
             out.append(instance_type)
             continue

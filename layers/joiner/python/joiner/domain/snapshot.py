@@ -40,6 +40,7 @@ from joiner.domain.bounded import (
 )
 from joiner.domain.durations import DurationError, clamp_seconds, parse_duration
 from joiner.domain.model import (
+    INSTANCE_STORE_POLICIES,
     Budget,
     CSINode,
     DaemonSet,
@@ -1163,7 +1164,8 @@ def parse_node_class(obj: Mapping[str, Any], *, origin: str = "") -> NodeClass:
     only (``httpTokens: required``) with hop limit 1. ``role`` and ``instanceProfile``
     are exclusive; with neither, the deployment's node role (JOINER_NODE_ROLE) is used.
     EC2NodeClass fields Joiner does not model (detailedMonitoring,
-    associatePublicIPAddress, instanceStorePolicy, ...) are ignored.
+    associatePublicIPAddress, ...) are ignored. ``instanceStorePolicy: RAID0`` makes the
+    instance-store NVMe disks the node's ephemeral storage.
     """
     declared = obj.get("kind") if isinstance(obj, Mapping) else None
     kind = declared if isinstance(declared, str) else "NodeClass"
@@ -1196,6 +1198,7 @@ def parse_node_class(obj: Mapping[str, Any], *, origin: str = "") -> NodeClass:
         metadata_options=_metadata_options(fields, spec.get("metadataOptions"), "spec.metadataOptions"),
         user_data=fields.string(spec.get("userData"), "spec.userData") or None,
         capacity_reservation_terms=_reservation_terms(fields, spec.get("capacityReservationSelectorTerms"), "spec.capacityReservationSelectorTerms"),
+        instance_store_policy=fields.string(spec.get("instanceStorePolicy"), "spec.instanceStorePolicy", allowed=INSTANCE_STORE_POLICIES) or None,
     )
 
 

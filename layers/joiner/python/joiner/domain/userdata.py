@@ -31,7 +31,7 @@ from typing import Any, cast
 import yaml
 
 from joiner.domain.bounded import InputError, load_yaml
-from joiner.domain.model import KubeletConfig, Taint
+from joiner.domain.model import INSTANCE_STORE_POLICIES, KubeletConfig, Taint
 from joiner.domain.resources import Resources
 
 __all__ = [
@@ -224,8 +224,14 @@ def node_config(
     kubelet: KubeletConfig = KubeletConfig(),
     labels: Mapping[str, str] | None = None,
     taints: Sequence[Taint] = (),
+    *,
+    instance_store_policy: str | None = None,
 ) -> dict[str, Any]:
-    """The nodeadm ``NodeConfig`` document as a dict (validated)."""
+    """The nodeadm ``NodeConfig`` document as a dict (validated). ``instance_store_policy``
+    ``RAID0`` sets ``spec.instance.localStorage.strategy: RAID0``: nodeadm stripes the
+    instance-store NVMe disks into one array and mounts the kubelet's and containerd's data there."""
+    if instance_store_policy is not None and instance_store_policy not in INSTANCE_STORE_POLICIES:
+        raise UserDataError(f"instanceStorePolicy: expected one of {', '.join(INSTANCE_STORE_POLICIES)}, got {instance_store_policy!r}")
     _validate_cluster(cluster)
     labels = dict(labels or {})
     for key, value in labels.items():
@@ -275,6 +281,8 @@ def node_config(
     }
     if kubelet_spec:
         spec["kubelet"] = kubelet_spec
+    if instance_store_policy is not None:
+        spec["instance"] = {"localStorage": {"strategy": instance_store_policy}}
     return {"apiVersion": NODECONFIG_API_VERSION, "kind": "NodeConfig", "spec": spec}
 
 
@@ -361,13 +369,14 @@ def build_user_data(
     extra_user_data: str | None = None,
     *,
     where: str = "NodeClass",
+    instance_store_policy: str | None = None,
 ) -> str:
     """The complete user data (plain text, not yet base64): Joiner's NodeConfig then the extra parts.
 
     Raises :class:`UserDataError` on invalid labels/taints/cluster data, unrecognised extra user
     data, or a result over EC2's 16 KiB limit.
     """
-    parts = [UserDataPart(NODECONFIG_CONTENT_TYPE, render_node_config(node_config(cluster, kubelet, labels, taints)))]
+    parts = [UserDataPart(NODECONFIG_CONTENT_TYPE, render_node_config(node_config(cluster, kubelet, labels, taints, instance_store_policy=instance_store_policy)))]
     if extra_user_data:
         parts += _custom_parts(extra_user_data, f"{where} spec.userData")
     rendered = _serialize(parts)

@@ -37,7 +37,7 @@ import yaml
 
 from joiner.domain import labels as wk
 from joiner.domain.catalog import Catalog
-from joiner.domain.model import InstanceType, KubeletConfig, Node, Pod, Taint
+from joiner.domain.model import INSTANCE_STORE_POLICIES, InstanceType, KubeletConfig, Node, Pod, Taint
 from joiner.domain.resources import EMPTY, Resources
 from joiner.domain.snapshot import SnapshotError, parse_node, parse_pod
 from joiner.domain.userdata import NODECONFIG_CONTENT_TYPE, UserDataError, parse_user_data
@@ -89,6 +89,8 @@ class BootSpec:
     labels: dict[str, str]
     taints: tuple[Taint, ...]
     kubelet: KubeletConfig
+    #: nodeadm's ``spec.instance.localStorage.strategy`` (``RAID0``), or None.
+    instance_store_policy: str | None = None
 
 
 def _split_flag(flags: Iterable[str], name: str) -> list[str]:
@@ -105,6 +107,7 @@ def kubelet_registration(user_data_b64: str | None) -> BootSpec:
     labels: dict[str, str] = {}
     taints: list[Taint] = []
     max_pods: int | None = None
+    local_storage: str | None = None
     if user_data_b64:
         try:
             text = base64.b64decode(user_data_b64).decode()
@@ -118,6 +121,9 @@ def kubelet_registration(user_data_b64: str | None) -> BootSpec:
                 document = yaml.safe_load(part.content) or {}
             except yaml.YAMLError:
                 continue
+            strategy = (((document.get("spec") or {}).get("instance") or {}).get("localStorage") or {}).get("strategy")
+            if strategy in INSTANCE_STORE_POLICIES:
+                local_storage = strategy
             kubelet = ((document.get("spec") or {}).get("kubelet") or {})
             flags = [str(f) for f in kubelet.get("flags") or []]
             for item in _split_flag(flags, "node-labels"):
@@ -130,7 +136,7 @@ def kubelet_registration(user_data_b64: str | None) -> BootSpec:
             config = kubelet.get("config") or {}
             if isinstance(config.get("maxPods"), int):
                 max_pods = config["maxPods"]
-    return BootSpec(labels, tuple(taints), KubeletConfig(max_pods=max_pods))
+    return BootSpec(labels, tuple(taints), KubeletConfig(max_pods=max_pods), local_storage)
 
 
 @dataclass
@@ -191,7 +197,7 @@ class SimulatedCluster:
     def node_object(self, instance_id: str, name: str, instance_type: str, zone: str, boot: BootSpec) -> dict[str, Any]:
         """The Node the kubelet registers: labels, taints and providerID, capacity and
         allocatable from the catalog, Ready."""
-        info: InstanceType | None = self.catalog.instance_type(instance_type, boot.kubelet)
+        info: InstanceType | None = self.catalog.instance_type(instance_type, boot.kubelet, instance_store_policy=boot.instance_store_policy)
         capacity = info.capacity if info is not None else EMPTY
         allocatable = info.allocatable if info is not None else EMPTY
         arch = "amd64"

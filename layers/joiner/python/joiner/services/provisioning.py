@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from joiner.domain import labels as wk
 from joiner.domain import snapshot as snap
 from joiner.domain.amis import PUBLISHED, STANDARD, VARIANTS, variant_of, variant_requirements
+from joiner.domain.costs import PUBLIC_IPV4_PER_HOUR, block_device_cost_per_hour
 from joiner.domain.launch import (
     CAPACITY_TYPE_PREFERENCE,
     LaunchError,
@@ -50,6 +51,7 @@ from joiner.domain.launch import (
     node_labels,
     node_taints,
     tenancy_of,
+    zonal_subnets,
 )
 from joiner.domain.model import (
     InFlightClaim,
@@ -504,8 +506,9 @@ class PlanningRound:
         return ""
 
     def instance_types(self) -> dict[str, tuple[InstanceType, ...]]:
-        """Per NodePool: the catalog's types under its NodeClass kubelet settings, with
-        offerings limited to the zones its subnets cover."""
+        """Per NodePool: the catalog's types as its NodeClass makes them (offerings priced with
+        its volumes), with offerings limited to the zones its subnets cover and a public IPv4
+        address's price added where the subnet a launch would use there assigns one."""
         result: dict[str, tuple[InstanceType, ...]] = {}
         for name in sorted(self.pools):
             pool = self.pools[name]
@@ -513,10 +516,13 @@ class PlanningRound:
                 result[name] = ()
                 continue
             env = self.envs[pool.node_class]
-            base = self.runtime.catalog.instance_types(env.node_class.kubelet)
-            result[name] = _zonal(self.runtime, base, env.zones, self.now)
+            base = self.runtime.catalog.for_node_class(env.node_class)
+            public = public_ip_zones(env.subnets)
+            result[name] = _zonal(self.runtime, base, env.zones, public, self.now)
             if env.reservations:
-                result[name] = with_reserved_offerings(result[name], env.reservations, env.zones, self.reservation_left)
+                fixed = block_device_cost_per_hour(env.node_class)
+                node_costs = {zone: fixed + (PUBLIC_IPV4_PER_HOUR if zone in public else 0.0) for zone in env.zones}
+                result[name] = with_reserved_offerings(result[name], env.reservations, env.zones, self.reservation_left, node_costs)
         result = self._with_overlays(result)
         self.types_by_pool = result
         self.type_index = {pool: {t.name: t for t in types} for pool, types in result.items()}
@@ -635,7 +641,7 @@ class PlanningRound:
             pool = self.pools.get(claim.node_pool)
             instance_type = self.type_index.get(claim.node_pool, {}).get(claim.instance_type)
             if instance_type is None and pool is not None and pool.node_class in self.classes:
-                instance_type = self.runtime.catalog.instance_type(claim.instance_type, self.classes[pool.node_class].kubelet)
+                instance_type = self.runtime.catalog.type_for_node_class(claim.instance_type, self.classes[pool.node_class])
             if pool is None or instance_type is None:
                 continue
             capacity_type = claim.capacity_type or ON_DEMAND
@@ -1821,15 +1827,25 @@ def _summarize_errors(errors: Sequence[Any], request: FleetRequest) -> str:
     return "; ".join(f"{code}: {name} {ct} in {', '.join(sorted(zones))}" for (code, name, ct), zones in sorted(grouped.items()))
 
 
-def _zonal(runtime: Runtime, types: tuple[InstanceType, ...], zones: frozenset[str], now: datetime) -> tuple[InstanceType, ...]:
-    """``types`` with offerings outside ``zones`` removed (memoised per runtime)."""
-    key = ("zonal", id(types), zones)
+def public_ip_zones(subnets: Iterable[Subnet]) -> frozenset[str]:
+    """Zones whose launch subnet (:func:`~joiner.domain.launch.zonal_subnets`: the one a fleet
+    request uses there) gives instances a public IPv4 address."""
+    return frozenset(zone for zone, subnet in zonal_subnets(subnets).items() if subnet.map_public_ip)
+
+
+def _zonal(runtime: Runtime, types: tuple[InstanceType, ...], zones: frozenset[str], public: frozenset[str], now: datetime) -> tuple[InstanceType, ...]:
+    """``types`` with offerings outside ``zones`` removed and those in ``public`` zones priced
+    with a public IPv4 address (memoised per runtime)."""
+    key = ("zonal", id(types), zones, public)
     cached: tuple[tuple[InstanceType, ...], tuple[InstanceType, ...]] | None = runtime.resolved.get(key, now)
     if cached is not None and cached[0] is types:
         return cached[1]
     result = []
     for instance_type in types:
-        offerings = tuple(o for o in instance_type.offerings if o.zone in zones)
+        offerings = tuple(
+            (dataclasses.replace(o, price=o.price + PUBLIC_IPV4_PER_HOUR) if o.zone in public else o)
+            for o in instance_type.offerings if o.zone in zones
+        )
         if offerings == instance_type.offerings:
             result.append(instance_type)
         elif offerings:
