@@ -53,9 +53,11 @@ from joiner.domain.disruption import (
     validate,
 )
 from joiner.domain.model import InstanceType, Node
+from joiner.domain.nodeclaims import disrupting_condition
 from joiner.domain.ownership import not_owned_reason
 from joiner.observability import logger
 from joiner.ports import InstanceRecord, KubernetesError
+from joiner.services.nodeclaims import mirror_claim
 from joiner.services.ownership import refuse
 
 if TYPE_CHECKING:
@@ -353,6 +355,7 @@ def execute_command(runtime: Runtime, command: Command, inp: DisruptionInput, no
                 replacement_claims=claims,
                 wait_for_replacement=bool(claims),
             )
+            mirror_claim(runtime, node.labels.get(wk.NODECLAIM) if node is not None else None, condition=disrupting_condition(f"disruption/{command.method}", command.reason))
         except TerminationBusy as error:
             errors.append(f"{name}: {error}")
     runtime.count("DisruptionCommandsExecuted", method=command.method)

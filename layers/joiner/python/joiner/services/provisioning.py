@@ -87,6 +87,7 @@ from joiner.ports import (
     Subnet,
 )
 from joiner.services.cluster_state import object_reference
+from joiner.services.nodeclaims import mirror_claim
 from joiner.services.registration import RegistrationResult, reconcile_registration
 
 if TYPE_CHECKING:
@@ -1029,6 +1030,7 @@ class _Round:
                     obj, "Nominated",
                     f"Pod should schedule on nodeclaim {launched.claim_id} ({launched.instance_type} {launched.capacity_type} in {launched.zone}, {launched.instance_id})",
                 )
+        mirror_claim(self.runtime, self.open_by_id[launched.claim_id])
         return True
 
     def _launch_overtaken(self, outcome: _Outcome, current: ClaimRecord) -> bool:
