@@ -492,9 +492,9 @@ def _pass(runtime: Runtime, now: datetime, dry_run: bool) -> DisruptionSummary:
     if not dry_run:
         _remember(runtime, inp, decision, now)
         _explain(runtime, decision, now)
-        _mirror(runtime, inp, decision, now)
         if decision.commands:
             state.put_item(COMMAND_KIND, PENDING_ID, {"computedAt": now.isoformat(), "status": "pending", "commands": [c.to_state() for c in decision.commands]})
+        _mirror(runtime, inp, decision, now)  # last: its catch-up may take a while
     seconds = time.monotonic() - started
     if decision.commands or decision.blocked or decision.simulations:  # a decision about something
         runtime.count("DisruptionDecisionSeconds", seconds, "Seconds")
@@ -509,7 +509,7 @@ def _mirror(runtime: Runtime, inp: DisruptionInput, decision: Decision, now: dat
     """The NodeClaim mirrors, with each candidate's ``Drifted`` and ``Consolidatable``
     standing (:mod:`joiner.services.nodeclaims`; best-effort, never fails the pass)."""
     from joiner.domain.nodeclaims import MirrorCondition
-    from joiner.services.nodeclaims import sync_node_claims
+    from joiner.services.nodeclaims import CATCH_UP_SYNC_SECONDS, sync_node_claims
 
     claim_of = {node.name: node.labels.get(wk.NODECLAIM) for node in inp.snapshot.nodes}
     findings: dict[str, list[MirrorCondition]] = {}
@@ -523,7 +523,7 @@ def _mirror(runtime: Runtime, inp: DisruptionInput, decision: Decision, now: dat
                             "Consolidatable" if consolidatable else "NotConsolidatable", "", now),
         ]
     try:
-        sync_node_claims(runtime, findings=findings)
+        sync_node_claims(runtime, findings=findings, seconds=CATCH_UP_SYNC_SECONDS)
     except Exception:  # noqa: BLE001 - a mirror must never fail a pass
         logger.exception("nodeclaim mirror sync failed")
 

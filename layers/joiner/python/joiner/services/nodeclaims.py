@@ -14,10 +14,11 @@ error is logged, counted as ``NodeClaimMirrorErrors`` and left for the next writ
   ``Consolidatable`` findings) and in the garbage collector: it repairs what a failed write
   left and catches up a cluster whose mirrors are missing (the CRD installed on a running
   cluster). Its writes are paced at :data:`MIRROR_WRITE_QPS` (client-side, as client-go's
-  rate limiter) and bounded by time (:data:`MAX_SYNC_SECONDS`): a 5,000-node cluster's
-  10,000 writes (create, then status) take the scanner's and the disruption pass's syncs of
-  the first minute and part of the second. Each sync starts at a random place in the claims,
-  so two syncs running at once (scanner and disruption) mostly write different mirrors.
+  rate limiter) and bounded by time: briefly after a scanner round (:data:`MAX_SYNC_SECONDS`,
+  a wake-up for pending pods waits for it), longer in the disruption pass and gc
+  (:data:`CATCH_UP_SYNC_SECONDS`). A 5,000-node cluster's 10,000 writes (create, then status)
+  take the first minute's syncs (7,000) and the second's. Each sync starts at a random place
+  in the claims, so two syncs running at once mostly write different mirrors.
 
 Ordering makes deletion safe against a concurrent launch: the mirrors are listed *before*
 the claims are read (a strongly consistent scan), and a mirror is only ever created after
@@ -49,7 +50,7 @@ from joiner.ports import ClaimRecord, JsonDict, KubernetesError, StateError
 if TYPE_CHECKING:
     from joiner.services.context import Runtime
 
-__all__ = ["MAX_SYNC_SECONDS", "MIRROR_WRITE_BURST", "MIRROR_WRITE_QPS", "MirrorSync", "mirror_claim", "sync_node_claims"]
+__all__ = ["CATCH_UP_SYNC_SECONDS", "MAX_SYNC_SECONDS", "MIRROR_WRITE_BURST", "MIRROR_WRITE_QPS", "MirrorSync", "mirror_claim", "sync_node_claims"]
 
 log = logging.getLogger("joiner.nodeclaims")
 
@@ -61,9 +62,12 @@ log = logging.getLogger("joiner.nodeclaims")
 MIRROR_WRITE_QPS = 200.0
 #: Writes sent without waiting before the pace applies (a few claims' changes never wait).
 MIRROR_WRITE_BURST = 100
-#: A sync's time for writing; what is left is done by the next sync (the scanner's next round
-#: waits for it, so it stays well inside the scanner's timeout).
-MAX_SYNC_SECONDS = 20.0
+#: A sync's time for writing by default: the scanner's, whose next round (a watcher's wake-up
+#: for pending pods) waits for it. What is left is done by the next sync.
+MAX_SYNC_SECONDS = 5.0
+#: ... and that of the disruption pass (every minute) and the garbage collector, which nothing
+#: waits for (a quarter of their 120 s timeout): they catch a cluster's mirrors up.
+CATCH_UP_SYNC_SECONDS = 30.0
 #: The NodePools mirrors name as their owners, cached briefly (runtime.resolved, a minute).
 _POOLS_KEY = ("nodeclaim-mirrors", "node-pools")
 
@@ -86,15 +90,16 @@ class _Pacer:
 
     def __init__(self, qps: float, burst: int) -> None:
         self.interval = 1.0 / qps if qps > 0 else 0.0
-        self.allowance = burst * self.interval
-        self.next_at = time.monotonic() - self.allowance
+        self.tolerance = max(0, burst - 1) * self.interval
+        self.due = time.monotonic()  # when the next write is due at the steady pace
 
     def wait(self) -> None:
         now = time.monotonic()
-        self.next_at = max(self.next_at, now - self.allowance) + self.interval
-        delay = self.next_at - now - self.allowance
+        self.due = max(self.due, now)
+        delay = self.due - now - self.tolerance
         if delay > 0:
             time.sleep(delay)
+        self.due += self.interval
 
 
 def _node_pools(runtime: Runtime, *, fresh: list[JsonDict] | None = None) -> dict[str, JsonDict]:
@@ -208,12 +213,14 @@ def sync_node_claims(
     *,
     findings: Mapping[str, Sequence[MirrorCondition]] | None = None,
     claims: Sequence[ClaimRecord] | None = None,
+    seconds: float | None = None,
 ) -> MirrorSync:
     """Reconcile the NodeClaim mirrors with the open claims. ``findings``: extra conditions
     by claim id (the disruption pass's ``Drifted``/``Consolidatable``), merged into the
     mirror's conditions. ``claims``: the open claims when the caller just read them (they
     must have been read *after* this call lists the mirrors, so pass them only if fresh:
-    by default they are read here). Never raises."""
+    by default they are read here). ``seconds``: the time for writing (default
+    :data:`MAX_SYNC_SECONDS`). Never raises."""
     try:
         existing = {str((m.get("metadata") or {}).get("name")): m for m in runtime.kube.list_node_claims()}
     except KubernetesError as error:
@@ -233,8 +240,10 @@ def sync_node_claims(
     pace = _Pacer(MIRROR_WRITE_QPS, MIRROR_WRITE_BURST)
     now = runtime.clock.now()
 
+    budget = MAX_SYNC_SECONDS if seconds is None else seconds
+
     def exhausted() -> bool:
-        return time.monotonic() - started > MAX_SYNC_SECONDS
+        return time.monotonic() - started > budget
 
     ordered = sorted(open_claims, key=lambda c: (c.created_at, c.claim_id))
     start = random.randrange(len(ordered)) if ordered else 0
