@@ -33,7 +33,7 @@ Objects are generated from templates until first changed (:mod:`bench.scale_worl
 Admin endpoints (no token): ``GET /_stats`` (counters: requests by verb and resource, bytes sent,
 full unfiltered pod lists, watch-cache reads, watch events, 410s), ``POST /_reset`` (zero them),
 ``POST /_mutate`` ``{"ops": [{"op": "add_pending"|"add_running"|"delete_pods"|"bind_pending"|
-"touch_pods"|"touch_nodes", "count": n} | {"op": "compact"} | {"op": "reset_world"}]}``, ``GET
+"touch_pods"|"touch_nodes", "count": n} | {"op": "compact"} | {"op": "reset_world"} | {"op": "drop_nodeclaims"}]}``, ``GET
 /_info``.
 """
 
@@ -45,6 +45,7 @@ import bisect
 import copy
 import json
 import random
+import socket
 import subprocess
 import sys
 import threading
@@ -678,6 +679,11 @@ class Api:
                     world.lock.notify_all()
                 elif kind == "compact":
                     world.compact()
+                elif kind == "drop_nodeclaims":
+                    claims = world.stores["nodeclaims"]
+                    for index in range(claims.count):
+                        if claims.exists(index):
+                            world.record(claims, index, None, "DELETED")
                 elif kind in ("add_pending", "add_running"):
                     for _ in range(count):
                         template = self.rng_pod(pods, pending=kind == "add_pending")
@@ -750,6 +756,12 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     api: Api
     _raw: bytes = b""
+
+    def setup(self) -> None:
+        super().setup()
+        # As Go's net/http (kube-apiserver): no Nagle. Otherwise a body written after its
+        # headers waits for the client's delayed ACK, 40 ms a request on Linux.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
         pass

@@ -37,5 +37,7 @@ def test_a_spot_warning_reads_the_same_on_a_cluster_ten_times_larger() -> None:
     for resource, (requests, megabytes) in large["by_resource"].items():
         assert requests == small["by_resource"][resource][0], resource
         assert megabytes <= small["by_resource"][resource][1] + 0.05, (resource, small["by_resource"][resource], megabytes)
-    # The path ran to its end: the node was cordoned and its pods read.
-    assert large["requests_by_verb"].get("patch") == 1 and large["by_resource"]["pods"][0] == 1
+    # The path ran to its end: the node was cordoned and its pods read; the old claim's NodeClaim
+    # and its replacements' were written (one status patch each, read by name, never listed).
+    assert large["requests_by_verb"].get("patch") == small["requests_by_verb"].get("patch")
+    assert large["requests_by_verb"]["patch"] >= 3 and large["by_resource"]["pods"][0] == 1 and large["by_resource"]["nodeclaims"][0] >= 3

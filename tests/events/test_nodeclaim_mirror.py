@@ -138,3 +138,109 @@ def test_a_slow_api_server_bounds_a_sync_in_time_and_the_next_one_finishes(world
     while len(mirrors(world)) < 6:
         assert sync_node_claims(world.runtime).created > 0
     assert sorted(mirrors(world)) == [f"default-c{index}" for index in range(6)]
+
+
+# ---------------------------------------------------------------- written when the claim changes
+
+
+def condition(mirror: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next(c for c in mirror["status"]["conditions"] if c["type"] == kind)
+
+
+def claim_events(world: World, uid: str) -> list[tuple[str, str]]:
+    """(reason, message) of the Events on the NodeClaim of ``uid``, as ``kubectl describe`` finds them."""
+    found = [e for e in world.emulator.list("Event") if e["involvedObject"].get("kind") == "NodeClaim" and e["involvedObject"].get("uid") == uid]
+    return [(e["reason"], e["message"]) for e in sorted(found, key=lambda e: int(e["metadata"]["resourceVersion"]))]
+
+
+def stamp(moment: Any) -> str:
+    return str(moment.strftime("%Y-%m-%dT%H:%M:%SZ"))
+
+
+def test_a_spot_warning_shows_on_the_nodeclaims_when_its_handler_returns(world: World) -> None:
+    """No sync runs between the warning and the look: the interruption handler itself leaves the
+    old claim Disrupting (with why and since when) and the replacement's NodeClaim launched, and
+    each step is an Event on the NodeClaim, up to the old one's Terminated."""
+    from joiner.services.provisioning import run_scanner
+
+    instance = world.launch_node("n1")
+    world.add_pod("n1-web-1", "n1")
+    world.add_pod("n1-web-2", "n1")
+    sync_node_claims(world.runtime)  # what the last scanner round left
+    before = mirrors(world)["default-n1"]
+    world.advance(30)
+    warned_at = world.clock.now()
+    world.publish("spot_interruption.json", instance)
+    response, messages = world.deliver_interruptions()
+    assert response == {"batchItemFailures": []} and len(messages) == 1
+
+    found = mirrors(world)
+    old = found["default-n1"]
+    disrupting = condition(old, "Disrupting")
+    assert (disrupting["status"], disrupting["reason"]) == ("True", "SpotInterruption")
+    assert disrupting["message"].startswith("spot interruption; drain deadline ")
+    assert disrupting["lastTransitionTime"] == stamp(warned_at)
+    assert old["status"]["state"] == "terminating"
+    for kind in ("Launched", "Registered", "Ready"):  # unchanged: their transition times stay
+        assert condition(old, kind)["lastTransitionTime"] == condition(before, kind)["lastTransitionTime"]
+    replacements = [c for c in world.runtime.state.open_claims() if c.claim_id != "default-n1"]
+    assert len(replacements) == 1
+    replacement = found[mirror_name(replacements[0].claim_id)]
+    assert replacement["status"]["instanceID"] == replacements[0].instance_id
+    assert conditions(replacement)["Launched"] == "True" and conditions(replacement)["Ready"] == "Unknown"
+    assert condition(replacement, "Launched")["lastTransitionTime"] == stamp(warned_at)
+    assert [reason for reason, _ in claim_events(world, old["metadata"]["uid"])] == ["Disrupting"]
+    assert claim_events(world, old["metadata"]["uid"])[0][1].startswith("Disrupting NodeClaim: SpotInterruption (spot interruption; drain deadline")
+    launched_events = claim_events(world, replacement["metadata"]["uid"])
+    assert [reason for reason, _ in launched_events] == ["Launched"]
+    assert replacements[0].instance_id in launched_events[0][1] and replacements[0].instance_type in launched_events[0][1]
+
+    # the replacement's kubelet joins; the scanner's registration says so at once
+    world.ready_replacements()
+    world.advance(5)
+    run_scanner(world.runtime, "economy")
+    assert [r for r, _ in claim_events(world, replacement["metadata"]["uid"])] == ["Launched", "Registered", "Initialized"]
+    assert conditions(mirrors(world)[replacement["metadata"]["name"]])["Ready"] == "True"
+
+    # the drain ends: the old claim closes, its NodeClaim says Terminated and goes
+    world.run_work_queue()
+    assert world.runtime.state.get_claim("default-n1").state == "closed"
+    assert "default-n1" not in mirrors(world)
+    story = claim_events(world, old["metadata"]["uid"])
+    assert [reason for reason, _ in story] == ["Disrupting", "Terminated"]
+    assert story[1][1].startswith(f"instance {instance} terminated; spot-interruption")
+
+
+def test_a_mirror_written_on_change_survives_a_failing_api_server_and_the_sync_repairs_it(world: World) -> None:
+    """mirror_claim never raises into its caller: the error is counted, the sync writes it later."""
+    from joiner.services.nodeclaims import mirror_claim
+
+    world.runtime.state.put_claim(ClaimRecord("default-c1", "default", "reserved", T0))
+    world.emulator.fail_next("POST", r"/apis/joiner.dev/v1/nodeclaims$", status=500, times=8)
+    assert mirror_claim(world.runtime, "default-c1") is False
+    assert world.metrics.total("NodeClaimMirrorErrors", operation="mirror") == 1
+    world.emulator.clear_faults()
+    assert mirror_claim(world.runtime, "no-such-claim") is False and mirror_claim(world.runtime, None) is False
+    assert sync_node_claims(world.runtime).created == 1
+
+
+def test_a_disruption_names_its_method_and_why_and_keeps_the_first_transition_time(world: World) -> None:
+    from joiner.domain.nodeclaims import disrupting_condition
+    from joiner.services.nodeclaims import mirror_claim
+
+    world.launch_node("n1")
+    claim = world.runtime.state.get_claim("default-n1")
+    assert claim is not None and mirror_claim(world.runtime, claim)
+    uid = mirrors(world)["default-n1"]["metadata"]["uid"]
+    world.advance(10)
+    marked = world.runtime.state.update_claim("default-n1", state="terminating", reason="disruption/drift")
+    mirror_claim(world.runtime, marked)
+    first = condition(mirrors(world)["default-n1"], "Disrupting")
+    assert (first["reason"], first["lastTransitionTime"]) == ("Drifted", stamp(T0 + timedelta(seconds=10)))
+    world.advance(10)
+    mirror_claim(world.runtime, marked, condition=disrupting_condition("disruption/drift", "drifted: NodeClass AMI changed"))
+    again = condition(mirrors(world)["default-n1"], "Disrupting")
+    assert (again["reason"], again["message"], again["lastTransitionTime"]) == ("Drifted", "drifted: NodeClass AMI changed", first["lastTransitionTime"])
+    assert [r for r, _ in claim_events(world, uid)] == ["Launched", "Registered", "Initialized", "Disrupting"]
+    sync_node_claims(world.runtime)  # the scanner's sync keeps the disruption's why
+    assert condition(mirrors(world)["default-n1"], "Disrupting")["message"] == "drifted: NodeClass AMI changed"

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from joiner.adapters.kubernetes import KubernetesClient
-from joiner.domain.nodeclaims import node_claim_object
+from joiner.domain.nodeclaims import involved_object, node_claim_object
 from joiner.ports import ClaimRecord, KubernetesPort
 from tests.realkube.access import function_groups
 from tests.realkube.conftest import RealKube
@@ -306,16 +306,26 @@ def patch_node_class_status(kube: RealKube, client: KubernetesClient, w: World) 
 
 
 def node_claims(kube: RealKube, client: KubernetesClient, w: World) -> None:
-    """The mirror's whole life as sync_node_claims writes it: create, status, spec/metadata, delete."""
+    """The mirror's whole life as sync_node_claims and mirror_claim write it: read, create, status,
+    spec/metadata, an Event on it, delete."""
     now = datetime(2026, 1, 1, tzinfo=UTC)
     claim = ClaimRecord(claim_id=kube.unique("claim"), node_pool=w.node_pool["metadata"]["name"], state="launched", created_at=now,
                         instance_id="i-0123456789abcdef0", instance_type="m5.large", zone="us-east-1a", capacity_type="spot",
                         price=0.05, pods=("default/a",), launched_at=now)
-    desired = node_claim_object(claim, w.node_pool)
+    desired = node_claim_object(claim, w.node_pool, now=now)
     name = desired["metadata"]["name"]
-    assert client.create_node_claim({k: v for k, v in desired.items() if k != "status"}) is True
-    assert client.create_node_claim({k: v for k, v in desired.items() if k != "status"}) is False  # exists
+    assert client.get_node_claim(name) is None
+    created = client.create_node_claim({k: v for k, v in desired.items() if k != "status"})
+    assert created is not None and created["metadata"]["uid"]
+    assert client.create_node_claim({k: v for k, v in desired.items() if k != "status"}) is None  # exists
     assert client.patch_node_claim(name, {"status": desired["status"]}, status=True) is True
+    found = client.get_node_claim(name)
+    assert found is not None and found["metadata"]["uid"] == created["metadata"]["uid"]
+    assert found["status"]["conditions"] == desired["status"]["conditions"]
+    reason = kube.unique("Launched").replace("-", "")
+    client.create_event(involved_object(found), reason, "instance i-0123456789abcdef0")
+    assert any(e["reason"] == reason and e["involvedObject"]["uid"] == created["metadata"]["uid"] and e["involvedObject"]["kind"] == "NodeClaim"
+               for e in kube.admin.get("/api/v1/namespaces/default/events")["items"])
     assert client.patch_node_claim(name, {"spec": dict(desired["spec"], pods=["default/b"])}) is True
     mirror = next(m for m in client.list_node_claims() if m["metadata"]["name"] == name)
     assert mirror["spec"]["pods"] == ["default/b"] and mirror["status"] == kube.admin.get(f"/apis/joiner.dev/v1/nodeclaims/{name}")["status"]
@@ -376,16 +386,17 @@ OPERATIONS: dict[str, Operation] = {
 }
 
 #: What the provisioning round reads and writes (joiner.services.provisioning: read(), registration,
-#: events, NodePool and NodeClass status, the NodeClaim mirrors' sync).
+#: events, NodePool and NodeClass status, the mirrors of the claims it launches and registers).
 _PROVISIONING = ("list_pages", "changes_since", "iter_nodes", "list_pending_pods", "list_daemonsets", "list_runtime_classes", "list_node_pools",
-                 "list_node_classes", "list_volume_objects", "list_node_overlays", "patch_node", "create_event")
-#: Beginning and continuing a termination (joiner.services.termination).
+                 "list_node_classes", "list_volume_objects", "list_node_overlays", "patch_node", "create_event", "node_claims")
+#: Beginning and continuing a termination (joiner.services.termination), the claim's mirror
+#: written as it begins (Disrupting) and ends (Terminated, deleted).
 _TERMINATION = ("iter_nodes", "get_node", "list_pods_on_node", "patch_node", "set_node_finalizer", "evict_pod", "delete_pod", "delete_node",
-                "create_event")
+                "create_event", "node_claims")
 
 #: The KubernetesPort methods each function's services call.
 USES: dict[str, tuple[str, ...]] = {
-    "scanner": (*_PROVISIONING, "patch_node_pool_status", "patch_node_class_status", "patch_node_overlay_status", "node_claims"),
+    "scanner": (*_PROVISIONING, "patch_node_pool_status", "patch_node_class_status", "patch_node_overlay_status"),  # and the mirrors' sync
     # replacement rounds (provisioning's reads and launch) and the termination it begins
     "interruption": tuple(dict.fromkeys((*_PROVISIONING, "get_node", *_TERMINATION))),
     "termination": _TERMINATION,
@@ -404,7 +415,7 @@ def test_every_function_has_an_identity_and_uses() -> None:
 def test_every_port_method_but_the_clis_is_exercised() -> None:
     methods = {m for m in dir(KubernetesPort) if not m.startswith("_")}
     # list_pods and list_nodes: `joiner status` (the CLI, run with the user's own credentials)
-    exercised = {op.split("(")[0] for op in OPERATIONS} | {"plan_input_version", "list_node_claims", "create_node_claim",
+    exercised = {op.split("(")[0] for op in OPERATIONS} | {"plan_input_version", "list_node_claims", "get_node_claim", "create_node_claim",
                                                            "patch_node_claim", "delete_node_claim", "list_pods", "list_nodes"}
     assert methods - exercised == set()
 

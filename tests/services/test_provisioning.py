@@ -127,7 +127,8 @@ def test_pending_pods_become_one_launched_claim_with_tags_events_and_metrics(wor
     nominated = [e for e in world.kube.events if e.reason == "Nominated"]
     assert sorted(e.name for e in nominated) == ["web-0", "web-1", "web-2"]
     assert all(launched.claim_id in e.message for e in nominated)
-    assert [e.kind for e in world.kube.events if e.reason == "Launched"] == ["NodePool"]
+    # on the NodePool, and on the claim's NodeClaim (written at launch, not at the next sync)
+    assert [(e.kind, e.name) for e in world.kube.events if e.reason == "Launched"] == [("NodePool", "default"), ("NodeClaim", launched.claim_id)]
     assert world.metrics.total("ClaimsLaunched") == 1 and world.metrics.total("ScanCompleted") == 1
     assert world.metrics.total("PodsPending") == 3
     assert world.metrics.values("ManagedCostPerHour") == [pytest.approx(0.17 + 20 * 0.08 / 730, abs=1e-6)]

@@ -463,17 +463,23 @@ class FakeKubernetes:
         self._enter("list_node_claims")
         return self._list("node_claims")
 
-    def create_node_claim(self, obj: JsonDict) -> bool:
+    def get_node_claim(self, name: str) -> JsonDict | None:
+        self._enter("get_node_claim")
+        with self._lock:
+            found = self._objects["node_claims"].get(name)
+            return copy.deepcopy(found) if found is not None else None
+
+    def create_node_claim(self, obj: JsonDict) -> JsonDict | None:
         self._enter("create_node_claim")
         with self._lock:
             name = obj["metadata"]["name"]
             if name in self._objects["node_claims"]:
-                return False
+                return None
             stored = copy.deepcopy(dict(obj))
             stored.pop("status", None)  # the status subresource is written separately
             stored["metadata"] = dict(stored["metadata"], uid=f"uid-{next(self._uids)}", resourceVersion=self._next_version())
             self._objects["node_claims"][name] = stored
-            return True
+            return copy.deepcopy(stored)
 
     def patch_node_claim(self, name: str, patch: JsonDict, *, status: bool = False) -> bool:
         self._enter("patch_node_claim")

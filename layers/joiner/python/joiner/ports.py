@@ -153,8 +153,11 @@ class KubernetesPort(PodWatchPort, Protocol):
     def list_node_claims(self) -> list[JsonDict]:
         """NodeClaim mirrors (``joiner.dev/v1``); none when their CRD is not installed."""
         ...
-    def create_node_claim(self, obj: JsonDict) -> bool:
-        """Create a NodeClaim mirror; False if one of that name exists."""
+    def get_node_claim(self, name: str) -> JsonDict | None:
+        """One NodeClaim mirror; None when there is none (or no NodeClaim CRD)."""
+        ...
+    def create_node_claim(self, obj: JsonDict) -> JsonDict | None:
+        """Create a NodeClaim mirror: the object created (its uid), None if one of that name exists."""
         ...
     def list_node_overlays(self) -> list[JsonDict]:
         """NodeOverlays (``joiner.dev/v1alpha1``); none when their CRD is not installed."""

@@ -569,10 +569,18 @@ class KubernetesClient:
         if code == 404:
             log.info("kubernetes: NodeOverlay %s is gone; status not written", name)
 
-    def create_node_claim(self, obj: JsonDict) -> bool:
-        """Create a NodeClaim mirror (its status written separately); False if one of that name exists."""
-        code, _ = self._request("POST", NODE_CLAIMS_PATH, body=obj, accept={409})
-        return code != 409
+    def get_node_claim(self, name: str) -> JsonDict | None:
+        """One NodeClaim mirror; None when it does not exist or the NodeClaim CRD is not installed (404)."""
+        claim: JsonDict
+        code, claim = self._request("GET", f"{NODE_CLAIMS_PATH}/{_segment(name)}", accept={404})
+        return None if code == 404 else claim
+
+    def create_node_claim(self, obj: JsonDict) -> JsonDict | None:
+        """Create a NodeClaim mirror (its status written separately): the object created, None
+        if one of that name exists."""
+        created: JsonDict
+        code, created = self._request("POST", NODE_CLAIMS_PATH, body=obj, accept={409})
+        return None if code == 409 else created
 
     def patch_node_claim(self, name: str, patch: JsonDict, *, status: bool = False) -> bool:
         """JSON merge patch of a NodeClaim mirror (``status``: its status subresource); False if it is gone."""

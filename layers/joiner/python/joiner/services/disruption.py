@@ -56,9 +56,11 @@ from joiner.domain.disruption import (
     validate,
 )
 from joiner.domain.model import InstanceType, Node
+from joiner.domain.nodeclaims import disrupting_condition
 from joiner.domain.ownership import not_owned_reason
 from joiner.observability import logger
 from joiner.ports import InstanceRecord, KubernetesError
+from joiner.services.nodeclaims import mirror_claim
 from joiner.services.ownership import refuse
 
 if TYPE_CHECKING:
@@ -385,6 +387,7 @@ def execute_command(runtime: Runtime, command: Command, inp: DisruptionInput, no
                 replacement_claims=claims,
                 wait_for_replacement=bool(claims),
             )
+            mirror_claim(runtime, node.labels.get(wk.NODECLAIM) if node is not None else None, condition=disrupting_condition(f"disruption/{command.method}", command.reason))
         except TerminationBusy as error:
             errors.append(f"{name}: {error}")
     runtime.count("DisruptionCommandsExecuted", method=command.method)
@@ -562,9 +565,9 @@ def _pass(runtime: Runtime, now: datetime, dry_run: bool) -> DisruptionSummary:
     if not dry_run:
         _remember(runtime, inp, decision, now)
         _explain(runtime, decision, now)
-        _mirror(runtime, inp, decision, now)
         if decision.commands:
             state.put_item(COMMAND_KIND, PENDING_ID, {"computedAt": now.isoformat(), "status": "pending", "commands": [c.to_state() for c in decision.commands]})
+        _mirror(runtime, inp, decision, now)  # last: its catch-up may take a while
     seconds = time.monotonic() - started
     if decision.commands or decision.blocked or decision.simulations:  # a decision about something
         runtime.count("DisruptionDecisionSeconds", seconds, "Seconds")
@@ -579,7 +582,7 @@ def _mirror(runtime: Runtime, inp: DisruptionInput, decision: Decision, now: dat
     """The NodeClaim mirrors, with each candidate's ``Drifted`` and ``Consolidatable``
     standing (:mod:`joiner.services.nodeclaims`; best-effort, never fails the pass)."""
     from joiner.domain.nodeclaims import MirrorCondition
-    from joiner.services.nodeclaims import sync_node_claims
+    from joiner.services.nodeclaims import CATCH_UP_SYNC_SECONDS, sync_node_claims
 
     claim_of = {node.name: node.labels.get(wk.NODECLAIM) for node in inp.snapshot.nodes}
     findings: dict[str, list[MirrorCondition]] = {}
@@ -593,7 +596,7 @@ def _mirror(runtime: Runtime, inp: DisruptionInput, decision: Decision, now: dat
                             "Consolidatable" if consolidatable else "NotConsolidatable", "", now),
         ]
     try:
-        sync_node_claims(runtime, findings=findings)
+        sync_node_claims(runtime, findings=findings, seconds=CATCH_UP_SYNC_SECONDS)
     except Exception:  # noqa: BLE001 - a mirror must never fail a pass
         logger.exception("nodeclaim mirror sync failed")
 

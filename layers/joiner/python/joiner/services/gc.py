@@ -127,10 +127,10 @@ def _handle_deletions(runtime: Runtime, now: datetime) -> None:
 
 def _sync_mirrors(runtime: Runtime) -> None:
     """Mirrors of claims closed here, or whose earlier sync failed, go now (best-effort)."""
-    from joiner.services.nodeclaims import sync_node_claims
+    from joiner.services.nodeclaims import CATCH_UP_SYNC_SECONDS, sync_node_claims
 
     try:
-        sync_node_claims(runtime)
+        sync_node_claims(runtime, seconds=CATCH_UP_SYNC_SECONDS)
     except Exception:  # noqa: BLE001 - a mirror must never fail a collection
         logger.exception("nodeclaim mirror sync failed")
 

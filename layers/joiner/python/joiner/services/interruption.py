@@ -63,6 +63,7 @@ from joiner.domain.model import NodePool, OfferingKey, Pod
 from joiner.domain.termination import DISRUPTED_TAINT, reschedulable_pods
 from joiner.observability import logger
 from joiner.ports import ClaimRecord, Ec2Error, JsonDict, KubernetesError
+from joiner.services.nodeclaims import mirror_claim
 from joiner.services.ownership import instance_tags, ownership_problem, refuse
 from joiner.services.termination import TerminationResult, begin_termination, cordon_node, request_termination
 
@@ -538,6 +539,7 @@ def _close_without_node(runtime: Runtime, claim: ClaimRecord | None, instance_id
     if claim is not None and claim.state != "closed":
         runtime.state.update_claim(claim.claim_id, state="closed", closed_at=now, reason=event.kind)
         runtime.state.release_capacity(claim.node_pool, claim.claim_id)
+        mirror_claim(runtime, claim.claim_id)
     return dataclasses.replace(base, termination="terminated")
 
 

@@ -90,6 +90,7 @@ from joiner.ports import (
 )
 from joiner.services.cluster_state import object_reference
 from joiner.services.leases import Lease, RenewingLease
+from joiner.services.nodeclaims import mirror_claim
 from joiner.services.registration import RegistrationResult, reconcile_registration
 
 if TYPE_CHECKING:
@@ -1058,6 +1059,7 @@ class PlanningRound:
                     obj, "Nominated",
                     f"Pod should schedule on nodeclaim {launched.claim_id} ({launched.instance_type} {launched.capacity_type} in {launched.zone}, {launched.instance_id})",
                 )
+        mirror_claim(self.runtime, self.open_by_id[launched.claim_id])
         return True
 
     def _launch_overtaken(self, outcome: _Outcome, current: ClaimRecord) -> bool:

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 from joiner.domain import labels as wk
 from joiner.domain.model import NODECLASS_HASH_KEY, NODEPOOL_HASH_KEY, InstanceType, Node, NodePool
 from joiner.ports import ClaimRecord, Ec2Error, KubernetesError
+from joiner.services.nodeclaims import mirror_claim
 
 if TYPE_CHECKING:
     from joiner.services.context import Runtime
@@ -160,6 +161,7 @@ def reconcile_registration(
             continue
 
         node_pools_by_node[node.name] = claim.node_pool
+        was = claim.state
         try:
             if claim.state == LAUNCHED:
                 claim = state.update_claim(claim.claim_id, state=REGISTERED, registered_at=now, node_name=node.name)
@@ -171,6 +173,8 @@ def reconcile_registration(
                 claim = state.update_claim(claim.claim_id, state=INITIALIZED, initialized_at=now)
                 initialized.append(claim.claim_id)
                 runtime.count("NodesInitialized", 1)
+            if claim.state != was:
+                mirror_claim(runtime, claim)
         except Exception as error:  # noqa: BLE001 - one claim's failure must not stop the others
             errors.append(f"claim {claim.claim_id}: {error}")
             remaining.append(claim)
@@ -219,8 +223,9 @@ def _time_out(runtime: Runtime, claim: ClaimRecord, now: datetime, errors: list[
             errors.append(f"claim {claim.claim_id}: terminating {claim.instance_id}: {error}")
             return False
     try:
-        runtime.state.update_claim(claim.claim_id, state=CLOSED, closed_at=now, reason="registration timeout")
+        closed = runtime.state.update_claim(claim.claim_id, state=CLOSED, closed_at=now, reason="registration timeout")
         runtime.state.release_capacity(claim.node_pool, claim.claim_id)
+        mirror_claim(runtime, closed)
     except Exception as error:  # noqa: BLE001
         errors.append(f"claim {claim.claim_id}: closing after registration timeout: {error}")
         return False

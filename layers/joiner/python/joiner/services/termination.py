@@ -49,7 +49,7 @@ from joiner.domain.bounded import parse_aware_time
 from joiner.domain.durations import clamp_seconds
 from joiner.domain.launch import CLUSTER_TAG
 from joiner.domain.model import Pod
-from joiner.domain.nodeclaims import TERMINATION_FINALIZER
+from joiner.domain.nodeclaims import TERMINATION_FINALIZER, disrupting_condition
 from joiner.domain.termination import (
     DISRUPTED_TAINT,
     EXCLUDE_FROM_LB_LABEL,
@@ -68,6 +68,7 @@ from joiner.domain.termination import (
 )
 from joiner.observability import logger
 from joiner.ports import ClaimRecord, Ec2Error, JsonDict, KubernetesError
+from joiner.services.nodeclaims import mirror_claim
 
 if TYPE_CHECKING:
     from joiner.services.context import Runtime
@@ -486,7 +487,7 @@ def begin_termination(
             )
             status = "started"
             if claim_id:
-                _mark_claim_terminating(runtime, claim_id, reason, claim if claim is not None and claim.claim_id == claim_id else None)
+                _mark_claim_terminating(runtime, claim_id, reason, claim if claim is not None and claim.claim_id == claim_id else None, deadline)
             if node is not None:
                 _record_event(runtime, node, "Terminating", f"{reason}; " + (f"drain deadline {deadline.isoformat()}" if deadline else "no drain deadline"))
         else:
@@ -1043,10 +1044,11 @@ def _finish(
     if state.claim_id:
         claim = runtime.state.get_claim(state.claim_id)
         if claim is not None and claim.state != "closed":
-            runtime.state.update_claim(state.claim_id, state="closed", closed_at=now, reason=state.reason or claim.reason)
+            claim = runtime.state.update_claim(state.claim_id, state="closed", closed_at=now, reason=state.reason or claim.reason)
         pool = state.node_pool or (claim.node_pool if claim is not None else None)
         if pool:
             runtime.state.release_capacity(pool, state.claim_id)
+        mirror_claim(runtime, claim)
     runtime.state.delete_item(TERMINATION_KIND, state.node)
     runtime.count("NodesTerminated", 1, reason=state.reason or "unknown")
     runtime.count("TerminationSeconds", max(0.0, (now - state.started_at).total_seconds()), "Seconds")
@@ -1054,10 +1056,11 @@ def _finish(
     return TerminationResult(state.node, "terminated", state.generation, evicted=evicted, blocked=blocked, deleted=deleted, phase="terminated", failed=failed)
 
 
-def _mark_claim_terminating(runtime: Runtime, claim_id: str, reason: str, claim: ClaimRecord | None = None) -> None:
+def _mark_claim_terminating(runtime: Runtime, claim_id: str, reason: str, claim: ClaimRecord | None = None, deadline: datetime | None = None) -> None:
     claim = claim or runtime.state.get_claim(claim_id)
     if claim is not None and claim.state not in ("terminating", "closed"):
-        runtime.state.update_claim(claim_id, state="terminating", reason=reason)
+        marked = runtime.state.update_claim(claim_id, state="terminating", reason=reason)
+        mirror_claim(runtime, marked, condition=disrupting_condition(reason, deadline=deadline))
 
 
 def _record_event(runtime: Runtime, node: JsonDict, reason: str, message: str) -> None:
