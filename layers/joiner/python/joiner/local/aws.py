@@ -134,17 +134,23 @@ def put_eks_ami_parameters(
 
 
 def create_state_table(dynamodb: Any, name: str = "joiner-state") -> str:
-    """The state table per the shared schema (pk/sk, GSIs byInstance and byNodePool, TTL expiresAt)."""
+    """The state table per the shared schema (pk/sk, GSIs byInstance, byNodePool and the sparse
+    byOpenClaim, TTL expiresAt)."""
     dynamodb.create_table(
         TableName=name,
         BillingMode="PAY_PER_REQUEST",
         KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
-        AttributeDefinitions=[{"AttributeName": a, "AttributeType": "S"} for a in ("pk", "sk", "instanceId", "nodePool")],
+        AttributeDefinitions=[{"AttributeName": a, "AttributeType": "S"} for a in ("pk", "sk", "instanceId", "nodePool", "openClaim")],
         GlobalSecondaryIndexes=[
             {"IndexName": "byInstance", "KeySchema": [{"AttributeName": "instanceId", "KeyType": "HASH"}], "Projection": {"ProjectionType": "ALL"}},
             {
                 "IndexName": "byNodePool",
                 "KeySchema": [{"AttributeName": "nodePool", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+                "Projection": {"ProjectionType": "ALL"},
+            },
+            {
+                "IndexName": "byOpenClaim",
+                "KeySchema": [{"AttributeName": "openClaim", "KeyType": "HASH"}, {"AttributeName": "pk", "KeyType": "RANGE"}],
                 "Projection": {"ProjectionType": "ALL"},
             },
         ],
