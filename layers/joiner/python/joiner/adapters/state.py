@@ -53,7 +53,9 @@ OPEN_INDEX_SETTLE = timedelta(hours=1)
 #: Claims this adapter wrote within this window are re-read by id (strongly consistent) on top
 #: of the eventually consistent index: a round sees its own and the previous round's claims.
 _RECENT_WRITES = timedelta(minutes=2)
-_RECENT_LIMIT = 2000
+_RECENT_LIMIT = 500
+#: Items per TransactGetItems (DynamoDB allows 100; moto and older endpoints 25).
+_GET_CHUNK = 25
 #: TransactWriteItems attempts when DynamoDB cancels for a concurrent transaction on the same item.
 _TRANSACT_ATTEMPTS = 8
 _KIND = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
@@ -542,8 +544,8 @@ class StateAdapter:
         found: dict[str, dict[str, Any] | None] = dict.fromkeys(self._recent)
         ids = sorted(self._recent)
         client = self._table.meta.client
-        for start in range(0, len(ids), 100):
-            chunk = ids[start:start + 100]
+        for start in range(0, len(ids), _GET_CHUNK):
+            chunk = ids[start:start + _GET_CHUNK]
             gets = [{"Get": {"TableName": self._table.name, "Key": self._claim_key(claim_id)}} for claim_id in chunk]
             for attempt in range(3):
                 try:
