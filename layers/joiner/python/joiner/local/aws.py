@@ -219,8 +219,8 @@ def item_level_transaction_rollback() -> Iterator[None]:
             key = op.get("Key") or {a: op["Item"][a] for a in (table.hash_key_attr, table.range_key_attr) if a}
             current = self.get_item(op["TableName"], key)
             saved.append((op["TableName"], key, current.to_json()["Attributes"] if current is not None else None))
-        real_copy = models.copy
-        models.copy = types.SimpleNamespace(deepcopy=lambda table: table)  # type: ignore[assignment]
+        real_copy = models.copy  # type: ignore[attr-defined]
+        models.copy = types.SimpleNamespace(deepcopy=lambda table: table)  # type: ignore[attr-defined]
         try:
             original(self, transact_items)
         except Exception:
@@ -231,7 +231,7 @@ def item_level_transaction_rollback() -> Iterator[None]:
                     self.delete_item(name, key)
             raise
         finally:
-            models.copy = real_copy
+            models.copy = real_copy  # type: ignore[attr-defined]
 
     backend.transact_write_items = transact  # type: ignore[method-assign]
     try:
