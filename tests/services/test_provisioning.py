@@ -1160,13 +1160,18 @@ def test_e2e_a_paused_round_and_a_registration_in_between_never_exceed_the_limit
     paused, resume = threading.Event(), threading.Event()
 
     def hold_reservation(params: dict, **_: object) -> None:
-        pk = params.get("Key", {}).get("pk")
-        reserving = str(pk.get("S", "") if isinstance(pk, dict) else pk).startswith("POOL#") and "ConditionExpression" in params
+        """The reservation: one transaction of the claim's reservation item and the pool total."""
+        def key(action: dict) -> str:
+            body = next(iter(action.values()))
+            pk = (body.get("Key") or body.get("Item") or {}).get("pk")
+            return str(pk.get("S", "") if isinstance(pk, dict) else pk)
+
+        reserving = any(key(action).startswith("POOL#") and "Put" in action for action in params.get("TransactItems", []))
         if reserving and not paused.is_set():
             paused.set()
             assert resume.wait(timeout=30)
 
-    clients_a.table(E2E_TABLE).meta.client.meta.events.register("before-parameter-build.dynamodb.UpdateItem", hold_reservation)
+    clients_a.table(E2E_TABLE).meta.client.meta.events.register("before-parameter-build.dynamodb.TransactWriteItems", hold_reservation)
     start = e2e.clock.now() + timedelta(seconds=30)
     runtime_a = e2e.runtime("round-a", clock=FakeClock(start), clients=clients_a)
     results: dict[str, object] = {}
