@@ -17,13 +17,13 @@ from botocore.awsrequest import AWSResponse
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from moto import mock_aws
+from moto.core.botocore_stubber import MockRawResponse
 
 from bench.state import MAX_ITEM_BYTES, item_size
 from joiner.adapters.aws import AwsClients
 from joiner.adapters.state import BY_OPEN_CLAIM, StateAdapter
 from joiner.domain.resources import Resources
 from joiner.local import lambdas
-from joiner.local.faults import MockRawResponse
 from joiner.ports import ClaimRecord, StateError
 from tests.support.aws import REGION, create_state_table, fake_credentials, item_level_transaction_rollback
 from tests.support.fakes import FakeState
