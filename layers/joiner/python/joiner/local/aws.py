@@ -220,7 +220,7 @@ def item_level_transaction_rollback() -> Iterator[None]:
             current = self.get_item(op["TableName"], key)
             saved.append((op["TableName"], key, current.to_json()["Attributes"] if current is not None else None))
         real_copy = models.copy  # type: ignore[attr-defined]
-        models.copy = types.SimpleNamespace(deepcopy=lambda table: table)  # type: ignore[attr-defined]
+        models.copy = types.SimpleNamespace(deepcopy=lambda table: table)  # type: ignore[attr-defined,assignment]
         try:
             original(self, transact_items)
         except Exception:
