@@ -208,7 +208,7 @@ def _lines(mode: str, month: str, inv: Inventory, prices: dict[str, Any], idle: 
     watcher_runs = float(inv.runs_per_month.get("watcher", 0))
     writes = monthly(idle.requests, "dynamodb", ("PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem", "TransactWriteItems"))
     writes += watcher_runs * WATCHER_STATE_WRITES
-    reads = monthly(idle.requests, "dynamodb", ("GetItem", "Query", "Scan", "BatchGetItem")) + watcher_runs * WATCHER_STATE_READS
+    reads = monthly(idle.requests, "dynamodb", ("GetItem", "Query", "Scan", "BatchGetItem", "TransactGetItems")) + watcher_runs * WATCHER_STATE_READS
     item("dynamodb:writes", writes, "requests (1 WRU each)", writes / 1e6 * prices["dynamodb_on_demand_write_per_million"])
     item("dynamodb:reads", reads, "requests (1 RRU each)", reads / 1e6 * prices["dynamodb_on_demand_read_per_million"])
     item("dynamodb:storage+pitr", inv.tables * 0.01, "GB (10 MB per table)", inv.tables * 0.01 * (prices["dynamodb_storage_gb_month"] + prices["dynamodb_pitr_gb_month"]))

@@ -14,8 +14,9 @@ __all__ = ["StateTables"]
 
 
 class StateTables(Construct):
-    """``state``: ``pk``/``sk`` strings, TTL ``expiresAt``, GSIs ``byInstance`` (``instanceId``)
-    and ``byNodePool`` (``nodePool``/``sk``), both projecting all attributes.
+    """``state``: ``pk``/``sk`` strings, TTL ``expiresAt``, GSIs ``byInstance`` (``instanceId``),
+    ``byNodePool`` (``nodePool``/``sk``) and ``byOpenClaim`` (``openClaim``/``pk``: sparse, only
+    claims not closed carry ``openClaim``), all projecting all attributes.
     ``idempotency``: ``id`` string, TTL ``expiration`` (powertools' layout).
 
     Both tables: on-demand billing (Joiner's traffic is spiky and small), point-in-time
@@ -51,6 +52,12 @@ class StateTables(Construct):
             index_name="byNodePool",
             partition_key=dynamodb.Attribute(name="nodePool", type=dynamodb.AttributeType.STRING),
             sort_key=dynamodb.Attribute(name="sk", type=dynamodb.AttributeType.STRING),
+            projection_type=dynamodb.ProjectionType.ALL,
+        )
+        self.state_table.add_global_secondary_index(
+            index_name="byOpenClaim",
+            partition_key=dynamodb.Attribute(name="openClaim", type=dynamodb.AttributeType.STRING),
+            sort_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING),
             projection_type=dynamodb.ProjectionType.ALL,
         )
         self.idempotency_table = dynamodb.Table(

@@ -418,6 +418,8 @@ def test_state_table_keys_indexes_ttl_pitr_encryption(template, synthesized):
                 {"IndexName": "byInstance", "KeySchema": [{"AttributeName": "instanceId", "KeyType": "HASH"}], "Projection": {"ProjectionType": "ALL"}},
                 {"IndexName": "byNodePool", "KeySchema": [{"AttributeName": "nodePool", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
                  "Projection": {"ProjectionType": "ALL"}},
+                {"IndexName": "byOpenClaim", "KeySchema": [{"AttributeName": "openClaim", "KeyType": "HASH"}, {"AttributeName": "pk", "KeyType": "RANGE"}],
+                 "Projection": {"ProjectionType": "ALL"}},
             ]),
         },
     )

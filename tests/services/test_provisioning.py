@@ -809,7 +809,7 @@ def any_state(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
 
     clients = request.getfixturevalue("dynamodb_clients")
     name = create_state_table(clients.dynamodb, f"contract-{next(_tables)}")
-    return StateAdapter(clients.table(name), FakeClock())
+    return StateAdapter(clients.table(name), FakeClock(), open_index_settle=timedelta(0))  # open claims from the index
 
 
 def test_state_contract_claims(any_state) -> None:  # type: ignore[no-untyped-def]
@@ -863,6 +863,37 @@ def test_state_contract_shrinking_a_reservation(any_state) -> None:  # type: ign
     any_state.release_capacity("p", "a")
     any_state.shrink_reservation("p", "a", Resources({"cpu": 1000}))  # released meanwhile: a no-op
     assert any_state.reservations("p") == {"b": two} and any_state.reserved_capacity("p") == two
+
+
+def test_state_contract_open_claims_follow_each_claims_state(any_state) -> None:  # type: ignore[no-untyped-def]
+    now = EPOCH
+    for claim_id in ("p-1", "p-2", "p-3"):
+        any_state.put_claim(ClaimRecord(claim_id, "p", "reserved", now))
+    assert {c.claim_id for c in any_state.open_claims()} == {"p-1", "p-2", "p-3"}  # the writer sees its writes at once
+    any_state.update_claim("p-2", state="closed", closed_at=now, reason="test")
+    any_state.update_claim("p-3", state="launched", instance_id="i-3")
+    assert {c.claim_id: c.state for c in any_state.open_claims()} == {"p-1": "reserved", "p-3": "launched"}
+    any_state.update_claim("p-2", state="terminating")  # re-opened
+    assert {c.claim_id for c in any_state.open_claims()} == {"p-1", "p-2", "p-3"}
+    any_state.put_claim(ClaimRecord("p-4", "p", "closed", now, closed_at=now))
+    assert "p-4" not in {c.claim_id for c in any_state.open_claims()}
+
+
+def test_state_contract_reservations_add_up_to_the_total(any_state) -> None:  # type: ignore[no-untyped-def]
+    limits = Resources({"cpu": 8000})
+    three, two = Resources({"cpu": 3000, "nodes": 1000}), Resources({"cpu": 2000, "nodes": 1000})
+    assert any_state.reserve_capacity("p", "a", three, limits, Resources())
+    assert any_state.reserve_capacity("p", "b", three, limits, Resources())
+    any_state.release_capacity("p", "a")
+    assert any_state.reserve_capacity("p", "a", two, limits, Resources())  # released, then reserved anew: the new amount
+    assert not any_state.reserve_capacity("p", "c", three, limits, Resources({"cpu": 1000}))  # 5 + 3 + 1 > 8
+    any_state.shrink_reservation("p", "b", Resources({"cpu": 1000}))  # a resource left out is returned whole
+    held = any_state.reservations("p")
+    assert held == {"a": two, "b": Resources({"cpu": 1000})}
+    assert any_state.reserved_capacity("p") == sum(held.values(), Resources()) == Resources({"cpu": 3000, "nodes": 1000})
+    for claim_id in ("a", "b", "a"):
+        any_state.release_capacity("p", claim_id)
+    assert any_state.reservations("p") == {} and any_state.reserved_capacity("p") == Resources()
 
 
 def test_state_contract_lease_and_unavailable(any_state) -> None:  # type: ignore[no-untyped-def]
@@ -1149,13 +1180,18 @@ def test_e2e_a_paused_round_and_a_registration_in_between_never_exceed_the_limit
     paused, resume = threading.Event(), threading.Event()
 
     def hold_reservation(params: dict, **_: object) -> None:
-        pk = params.get("Key", {}).get("pk")
-        reserving = str(pk.get("S", "") if isinstance(pk, dict) else pk).startswith("POOL#") and "ConditionExpression" in params
+        """The reservation: one transaction of the claim's reservation item and the pool total."""
+        def key(action: dict) -> str:
+            body = next(iter(action.values()))
+            pk = (body.get("Key") or body.get("Item") or {}).get("pk")
+            return str(pk.get("S", "") if isinstance(pk, dict) else pk)
+
+        reserving = any(key(action).startswith("POOL#") and "Put" in action for action in params.get("TransactItems", []))
         if reserving and not paused.is_set():
             paused.set()
             assert resume.wait(timeout=30)
 
-    clients_a.table(E2E_TABLE).meta.client.meta.events.register("before-parameter-build.dynamodb.UpdateItem", hold_reservation)
+    clients_a.table(E2E_TABLE).meta.client.meta.events.register("before-parameter-build.dynamodb.TransactWriteItems", hold_reservation)
     start = e2e.clock.now() + timedelta(seconds=30)
     runtime_a = e2e.runtime("round-a", clock=FakeClock(start), clients=clients_a)
     results: dict[str, object] = {}

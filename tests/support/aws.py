@@ -25,6 +25,7 @@ from joiner.local.aws import (  # noqa: F401  (re-exported for the tests)
     create_state_table,
     create_work_queue,
     fake_credentials,
+    item_level_transaction_rollback,
     moto_amis,
     put_eks_ami_parameters,
     put_public_parameter,
@@ -134,3 +135,4 @@ class CapacityReservationApi:
                 "ReservationType": "default", "Tags": [{"Key": k, "Value": v} for k, v in r.tags],
             })
         return _aws_response(200, ""), {"CapacityReservations": items, "ResponseMetadata": {"HTTPStatusCode": 200}}
+

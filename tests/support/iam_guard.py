@@ -391,7 +391,7 @@ _EC2_READS = frozenset({
     "DescribeLaunchTemplateVersions", "DescribeCapacityReservations",
 })
 _DYNAMODB_ITEM_OPERATIONS = frozenset({"GetItem", "PutItem", "UpdateItem", "DeleteItem", "Query", "Scan", "DescribeTable"})
-_TRANSACT_ACTIONS = {"Put": "PutItem", "Update": "UpdateItem", "Delete": "DeleteItem", "ConditionCheck": "ConditionCheckItem"}
+_TRANSACT_ACTIONS = {"Put": "PutItem", "Update": "UpdateItem", "Delete": "DeleteItem", "ConditionCheck": "ConditionCheckItem", "Get": "GetItem"}
 _NO_PERMISSION = frozenset({("sts", "GetCallerIdentity")})
 
 
@@ -545,7 +545,7 @@ def _dynamodb(b: _Builder, operation: str, params: Mapping[str, Any]) -> None:
             b.add(f"dynamodb:{operation}", "index", b.arn("dynamodb", "index", table, str(params["IndexName"])))
         else:
             b.add(f"dynamodb:{operation}", "table", b.arn("dynamodb", "table", table))
-    elif operation == "TransactWriteItems":
+    elif operation in ("TransactWriteItems", "TransactGetItems"):
         for item in params["TransactItems"]:
             ((kind, body),) = item.items()
             b.add(f"dynamodb:{_TRANSACT_ACTIONS[kind]}", "table", b.arn("dynamodb", "table", str(body["TableName"])))

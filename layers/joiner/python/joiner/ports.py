@@ -504,7 +504,11 @@ class StatePort(Protocol):
     def claim_by_instance(self, instance_id: str) -> ClaimRecord | None: ...
     def claims_by_node_pool(self, node_pool: str) -> list[ClaimRecord]: ...
     def open_claims(self) -> list[ClaimRecord]:
-        """Claims not closed."""
+        """Claims not closed. Reads no item per claim of the table's other kinds, and the
+        caller's own writes of the last minutes are always reflected; another caller's write
+        of the last moments may not be yet (an eventually consistent index), so a decision
+        that a claim is absent or in some state is re-checked by id (:meth:`get_claim`,
+        strongly consistent) or made by a conditional write."""
         ...
 
     def reserve_capacity(self, node_pool: str, claim_id: str, amount: Resources, limits: Resources | None, in_use: Resources) -> bool:
@@ -517,10 +521,14 @@ class StatePort(Protocol):
         (instance terminated, launch failed or abandoned); registering a Node does not move it.
         ``in_use`` is only what Nodes no reservation covers use (Nodes of claims released by an
         older version, Nodes Joiner has no claim for): nothing a concurrent round does can
-        make it shrink while the capacity still exists."""
+        make it shrink while the capacity still exists.
+
+        No stored item grows with the number of reservations: the total and each claim's
+        reservation are separate items, changed together atomically."""
         ...
     def release_capacity(self, node_pool: str, claim_id: str) -> None:
-        """Return a claim's reservation (no-op if already released): only once its capacity is gone."""
+        """Return a claim's reservation (no-op if already released; never subtracted twice,
+        however many callers release it at once): only once its capacity is gone."""
         ...
     def shrink_reservation(self, node_pool: str, claim_id: str, amount: Resources) -> None:
         """Lower a claim's reservation to ``amount`` (at most what it holds, per resource) in one
@@ -529,7 +537,9 @@ class StatePort(Protocol):
         ...
     def reserved_capacity(self, node_pool: str) -> Resources: ...
     def reservations(self, node_pool: str) -> dict[str, Resources]:
-        """Claim id -> its reservation, for every claim the pool's reserved total holds."""
+        """Claim id -> its reservation, for every claim the pool's reserved total holds
+        (strongly consistent; a paged read: a concurrent change may land between pages, so
+        the sum is not checked against :meth:`reserved_capacity` by callers)."""
         ...
 
     def acquire_lease(self, name: str, owner: str, now: datetime, ttl_seconds: int) -> bool:

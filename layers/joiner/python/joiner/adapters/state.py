@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import re
-from collections.abc import Callable, Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import fields as dataclass_fields
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -25,16 +27,37 @@ from joiner.domain.model import OfferingKey
 from joiner.domain.resources import Resources
 from joiner.ports import ClaimNotFound, ClaimRecord, ClaimStateConflict, Clock, JsonDict, StateError
 
-__all__ = ["StateAdapter", "StateError", "ClaimNotFound", "ClaimStateConflict", "CLOSED_CLAIM_RETENTION", "RESERVED_KINDS"]
+__all__ = [
+    "StateAdapter", "StateError", "ClaimNotFound", "ClaimStateConflict", "CLOSED_CLAIM_RETENTION", "RESERVED_KINDS",
+    "BY_OPEN_CLAIM", "OPEN_INDEX_SETTLE",
+]
 
 T = TypeVar("T")
 
 #: Closed claims stay readable this long (explanations, debugging), then DynamoDB TTL removes them.
 CLOSED_CLAIM_RETENTION = timedelta(days=1)
-CLAIM, POOL, LEASE, UNAVAILABLE = "CLAIM", "POOL", "LEASE", "UNAVAILABLE"
-RESERVED_KINDS = frozenset({CLAIM, POOL, LEASE, UNAVAILABLE})
+CLAIM, POOL, LEASE, UNAVAILABLE, MIGRATION = "CLAIM", "POOL", "LEASE", "UNAVAILABLE", "MIGRATION"
+RESERVED_KINDS = frozenset({CLAIM, POOL, LEASE, UNAVAILABLE, MIGRATION})
 BY_INSTANCE = "byInstance"
 BY_NODE_POOL = "byNodePool"
+#: Sparse GSI of the open claims: partition ``openClaim`` (always :data:`_OPEN`, present only
+#: while a claim is not closed), sort ``pk``.
+BY_OPEN_CLAIM = "byOpenClaim"
+_OPEN_ATTRIBUTE, _OPEN = "openClaim", "OPEN"
+#: A reservation item's sort key under its pool's partition: ``RES#<claim id>``.
+_RESERVATION = "RES#"
+#: How long after the first read of a table (the marker ``MIGRATION#openClaim``) open claims
+#: are still found by a consistent Scan that also backfills ``openClaim`` on claims written by
+#: an older version; longer than any deployment during which an older function still runs.
+OPEN_INDEX_SETTLE = timedelta(hours=1)
+#: Claims this adapter wrote within this window are re-read by id (strongly consistent) on top
+#: of the eventually consistent index: a round sees its own and the previous round's claims.
+_RECENT_WRITES = timedelta(minutes=2)
+_RECENT_LIMIT = 500
+#: Items per TransactGetItems (DynamoDB allows 100; moto and older endpoints 25).
+_GET_CHUNK = 25
+#: TransactWriteItems attempts when DynamoDB cancels for a concurrent transaction on the same item.
+_TRANSACT_ATTEMPTS = 8
 _KIND = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
 _DESERIALIZER = TypeDeserializer()
 
@@ -96,14 +119,66 @@ def _resources_from_item(raw: Mapping[str, Any] | None) -> Resources:
     return Resources({name: int(value) for name, value in (raw or {}).items()})
 
 
+class _Cancelled(Exception):
+    """A TransactWriteItems DynamoDB cancelled: one reason per action, in order."""
+
+    def __init__(self, reasons: Sequence[Mapping[str, Any]]) -> None:
+        super().__init__(", ".join(str(reason.get("Code", "None")) for reason in reasons))
+        self.codes = [str(reason.get("Code") or "None") for reason in reasons]
+        self.items = [
+            {name: _DESERIALIZER.deserialize(value) for name, value in reason["Item"].items()} if reason.get("Item") else None
+            for reason in reasons
+        ]
+
+    def failed(self, index: int) -> bool:
+        return index < len(self.codes) and self.codes[index] == "ConditionalCheckFailed"
+
+    @property
+    def conflict(self) -> bool:
+        """Cancelled for something other than a condition (a concurrent transaction, throttling): retry."""
+        return not any(code == "ConditionalCheckFailed" for code in self.codes)
+
+
+_PLACEHOLDER = re.compile(r"[#:][A-Za-z0-9_]+")
+
+
+def _used_only(request: Mapping[str, Any]) -> dict[str, Any]:
+    """``request`` with only the expression attribute names and values its expressions use
+    (DynamoDB refuses unused ones); empty maps are left out."""
+    used = set()
+    for field in ("UpdateExpression", "ConditionExpression", "KeyConditionExpression", "FilterExpression", "ProjectionExpression"):
+        used.update(_PLACEHOLDER.findall(str(request.get(field, ""))))
+    out = dict(request)
+    for field in ("ExpressionAttributeNames", "ExpressionAttributeValues"):
+        kept = {key: value for key, value in dict(request.get(field) or {}).items() if key in used}
+        if kept:
+            out[field] = kept
+        else:
+            out.pop(field, None)
+    return out
+
+
 class StateAdapter:
     """:class:`joiner.ports.StatePort` over one DynamoDB table (``pk``/``sk`` keys, GSIs
-    ``byInstance`` and ``byNodePool``, TTL attribute ``expiresAt``)."""
+    ``byInstance``, ``byNodePool`` and ``byOpenClaim``, TTL attribute ``expiresAt``)."""
 
-    def __init__(self, table: Any, clock: Clock, *, closed_retention: timedelta = CLOSED_CLAIM_RETENTION) -> None:
+    def __init__(
+        self,
+        table: Any,
+        clock: Clock,
+        *,
+        closed_retention: timedelta = CLOSED_CLAIM_RETENTION,
+        open_index_settle: timedelta = OPEN_INDEX_SETTLE,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self._table = table
         self._clock = clock
         self._closed_retention = closed_retention
+        self._open_index_settle = open_index_settle
+        self._open_index_ready = False
+        self._sleep = sleep
+        #: claim id -> when this adapter last wrote it (read-your-writes over the index)
+        self._recent: dict[str, datetime] = {}
 
     # ------------------------------------------------------------ plumbing
 
@@ -145,6 +220,35 @@ class StateAdapter:
             if not start:
                 return items
             kwargs["ExclusiveStartKey"] = start
+
+    def _transact(self, operation: str, actions: list[dict[str, Any]]) -> None:
+        """One TransactWriteItems (``actions``: ``{"Put"|"Update"|"Delete": {...}}`` with plain
+        Python values, which the Table resource's client serialises; the table name is added
+        here). Raises :class:`_Cancelled`
+        when DynamoDB cancelled it; botocore's idempotency token makes its own retries safe."""
+        items = []
+        for action in actions:
+            ((kind, body),) = action.items()
+            wired: dict[str, Any] = {"TableName": self._table.name}
+            wired.update(_used_only(body))
+            items.append({kind: wired})
+        client = self._table.meta.client
+        try:
+            client.transact_write_items(TransactItems=items)
+        except ClientError as error:
+            info = error.response.get("Error", {})
+            code = str(info.get("Code", "Unknown"))
+            if code == "TransactionCanceledException":
+                reasons = error.response.get("CancellationReasons")
+                if reasons is None:  # some botocore versions keep them in the raw error only
+                    reasons = [{"Code": part.strip()} for part in str(info.get("Message", "")).partition("[")[2].rstrip("]").split(",")]
+                raise _Cancelled(reasons) from None
+            raise StateError(f"DynamoDB TransactWriteItems ({operation}) failed: {code}: {info.get('Message', '')}", code=code) from error
+        except BotoCoreError as error:
+            raise StateError(f"DynamoDB TransactWriteItems ({operation}) failed: {error}", code=type(error).__name__) from error
+
+    def _backoff(self, attempt: int) -> None:
+        self._sleep(random.uniform(0, 0.025 * 2 ** min(attempt, 5)))  # noqa: S311 - jitter, not security
 
     def _scan(self, **kwargs: Any) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = []
@@ -209,6 +313,8 @@ class StateAdapter:
             item[attribute] = self._encode_claim_value(name, value)
         if claim.state == "closed":
             item["expiresAt"] = self._claim_expiry(claim.closed_at)
+        else:
+            item[_OPEN_ATTRIBUTE] = _OPEN
         return item
 
     @staticmethod
@@ -243,6 +349,7 @@ class StateAdapter:
     def put_claim(self, claim: ClaimRecord) -> bool:
         """Create the claim; False (nothing written) when the id already exists."""
         item = self._claim_item(claim)
+        self._wrote(claim.claim_id)
         try:
             self._call("PutItem", self._table.put_item, Item=item, ConditionExpression=Attr("pk").not_exists())
         except ClientError as error:
@@ -286,13 +393,16 @@ class StateAdapter:
             else:
                 sets.append(f"{placeholder} = :v{index}")
                 values[f":v{index}"] = self._encode_claim_value(name, value)
+        if "state" in fields:
+            names["#exp"], names["#open"] = "expiresAt", _OPEN_ATTRIBUTE
         if fields.get("state") == "closed":
-            names["#exp"] = "expiresAt"
             sets.append("#exp = :expires")
             values[":expires"] = self._claim_expiry(fields.get("closed_at"))
+            removes.append("#open")
         elif "state" in fields:
-            names["#exp"] = "expiresAt"
             removes.append("#exp")
+            sets.append("#open = :open")
+            values[":open"] = _OPEN
         expression = ""
         if sets:
             expression += "SET " + ", ".join(sets)
@@ -317,6 +427,7 @@ class StateAdapter:
             kwargs["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
         if values:
             kwargs["ExpressionAttributeValues"] = values
+        self._wrote(claim_id)
         try:
             response = self._call("UpdateItem", self._table.update_item, **kwargs)
         except ClientError as error:
@@ -357,14 +468,103 @@ class StateAdapter:
         return sorted(claims, key=lambda c: (c.created_at, c.claim_id))
 
     def open_claims(self) -> list[ClaimRecord]:
-        """Claims not closed, by (created, id): a strongly consistent filtered Scan (the table
-        stays small: closed claims expire after the retention period)."""
-        items = self._scan(
-            FilterExpression=Attr("sk").eq(CLAIM) & Attr("state").ne("closed"),
-            ConsistentRead=True,
-        )
+        """Claims not closed, by (created, id): a Query of the sparse GSI ``byOpenClaim``
+        (eventually consistent), with the claims this adapter wrote in the last
+        :data:`_RECENT_WRITES` re-read by id (TransactGetItems, strongly consistent), so a round
+        always sees what it and the previous rounds of this container wrote.
+
+        For :data:`OPEN_INDEX_SETTLE` after the table's first read by this version (the marker
+        ``MIGRATION#openClaim``), open claims are found as before, by a strongly consistent
+        Scan, which also sets ``openClaim`` on open claims an older version wrote."""
+        if not self._open_index_is_ready():
+            return self._scan_open_claims()
+        items = self._query(IndexName=BY_OPEN_CLAIM, KeyConditionExpression=Key(_OPEN_ATTRIBUTE).eq(_OPEN))
+        by_id = {str(item["claimId"]): item for item in items if item.get("sk") == CLAIM}
+        for claim_id, item in self._recently_written().items():
+            if item is None:
+                by_id.pop(claim_id, None)
+            else:
+                by_id[claim_id] = item
+        claims = [self._claim_from_item(item) for item in by_id.values() if item.get("state") != "closed"]
+        return sorted(claims, key=lambda c: (c.created_at, c.claim_id))
+
+    def _scan_open_claims(self) -> list[ClaimRecord]:
+        items = self._scan(FilterExpression=Attr("sk").eq(CLAIM) & Attr("state").ne("closed"), ConsistentRead=True)
+        for item in items:
+            if item.get(_OPEN_ATTRIBUTE) != _OPEN:
+                self._backfill_open(str(item["claimId"]))
         claims = [self._claim_from_item(item) for item in items]
         return sorted(claims, key=lambda c: (c.created_at, c.claim_id))
+
+    def _backfill_open(self, claim_id: str) -> None:
+        try:
+            self._call(
+                "UpdateItem", self._table.update_item, Key=self._claim_key(claim_id),
+                UpdateExpression="SET #open = :open",
+                ConditionExpression="attribute_exists(pk) AND #state <> :closed",
+                ExpressionAttributeNames={"#open": _OPEN_ATTRIBUTE, "#state": "state"},
+                ExpressionAttributeValues={":open": _OPEN, ":closed": "closed"},
+            )
+        except ClientError as error:
+            if not self._is_conditional_failure(error):
+                raise
+
+    def _open_index_is_ready(self) -> bool:
+        """True once the marker is older than the settle period (then remembered)."""
+        if self._open_index_ready:
+            return True
+        now = self._clock.now()
+        key = {"pk": f"{MIGRATION}#{_OPEN_ATTRIBUTE}", "sk": MIGRATION}
+        marker = self._get(key["pk"], key["sk"])
+        if marker is None:
+            try:
+                self._call("PutItem", self._table.put_item, Item={**key, "since": now.astimezone(UTC).isoformat()},
+                           ConditionExpression=Attr("pk").not_exists())
+            except ClientError as error:
+                if not self._is_conditional_failure(error):
+                    raise
+            since = now
+        else:
+            since = datetime.fromisoformat(str(marker["since"]))
+        self._open_index_ready = since + self._open_index_settle <= now
+        return self._open_index_ready
+
+    def _wrote(self, claim_id: str) -> None:
+        now = self._clock.now()
+        self._recent.pop(claim_id, None)
+        self._recent[claim_id] = now
+        while len(self._recent) > _RECENT_LIMIT:
+            del self._recent[next(iter(self._recent))]
+
+    def _recently_written(self) -> dict[str, dict[str, Any] | None]:
+        """Claim id -> its item now (None: gone) for the claims written within the window."""
+        horizon = self._clock.now() - _RECENT_WRITES
+        for claim_id in [claim_id for claim_id, when in self._recent.items() if when < horizon]:
+            del self._recent[claim_id]
+        found: dict[str, dict[str, Any] | None] = dict.fromkeys(self._recent)
+        ids = sorted(self._recent)
+        client = self._table.meta.client
+        for start in range(0, len(ids), _GET_CHUNK):
+            chunk = ids[start:start + _GET_CHUNK]
+            gets = [{"Get": {"TableName": self._table.name, "Key": self._claim_key(claim_id)}} for claim_id in chunk]
+            for attempt in range(3):
+                try:
+                    response = self._call("TransactGetItems", client.transact_get_items, TransactItems=gets)
+                except StateError as error:
+                    if error.code != "TransactionCanceledException":
+                        raise
+                    self._backoff(attempt)  # a write to one of them was in flight
+                    continue
+                for answer in response.get("Responses", []):
+                    raw = answer.get("Item")
+                    if raw:
+                        found[str(raw["claimId"])] = dict(raw)
+                break
+            else:  # kept conflicting: one consistent read each
+                for claim_id in chunk:
+                    key = self._claim_key(claim_id)
+                    found[claim_id] = self._get(key["pk"], key["sk"])
+        return found
 
     # ------------------------------------------------------------ limit reservations
 
@@ -374,34 +574,51 @@ class StateAdapter:
             raise StateError("node pool name is empty")
         return {"pk": f"{POOL}#{node_pool}", "sk": POOL}
 
+    def _reservation_key(self, node_pool: str, claim_id: str) -> dict[str, str]:
+        if not claim_id:
+            raise StateError("claim id is empty")
+        return {"pk": self._pool_key(node_pool)["pk"], "sk": f"{_RESERVATION}{claim_id}"}
+
     def _init_pool(self, node_pool: str) -> None:
         try:
             self._call(
                 "PutItem",
                 self._table.put_item,
-                Item={**self._pool_key(node_pool), "nodePoolName": node_pool, "reserved": {}, "claims": {}},
+                Item={**self._pool_key(node_pool), "nodePoolName": node_pool, "reserved": {}},
                 ConditionExpression=Attr("pk").not_exists(),
             )
         except ClientError as error:
             if not self._is_conditional_failure(error):
                 raise
 
-    def _pool_claims(self, node_pool: str) -> dict[str, Any]:
+    def _legacy_claims(self, node_pool: str) -> dict[str, Any]:
+        """The ``claims`` map an older version kept in the pool item (drains as those claims
+        are released or shrunk; nothing is added to it any more)."""
         key = self._pool_key(node_pool)
         item = self._get(key["pk"], key["sk"]) or {}
         return dict(item.get("claims") or {})
+
+    def _held(self, node_pool: str, claim_id: str) -> dict[str, int] | None:
+        """The claim's reservation item's amounts (strongly consistent), None when it has none."""
+        key = self._reservation_key(node_pool, claim_id)
+        item = self._get(key["pk"], key["sk"])
+        if item is None:
+            return None
+        return {name: int(value) for name, value in dict(item.get("amount") or {}).items()}
 
     def reserve_capacity(self, node_pool: str, claim_id: str, amount: Resources, limits: Resources | None, in_use: Resources) -> bool:
         """Add ``amount`` to the pool's reserved totals unless, for some limited resource,
         ``in_use + reserved + amount`` would exceed the limit. Idempotent per claim id.
 
-        One conditional UpdateItem on the ``POOL#<name>`` item: per limited resource the
-        condition is ``reserved[r] <= limit[r] - in_use[r] - amount[r]``, plus
-        ``attribute_not_exists(claims.<id>)``. DynamoDB evaluates the condition and applies the
-        update atomically, so overlapping callers can never together pass the limit; a failed
-        condition is authoritative for the state it saw (the old item comes back with the
-        failure), so the only retry is the first-use case where the pool item did not exist yet.
-        """
+        One TransactWriteItems of two actions: Put the claim's reservation item
+        ``RES#<claim>`` (``attribute_not_exists``) and Update the pool item's totals with, per
+        limited resource, the condition ``reserved[r] <= limit[r] - in_use[r] - amount[r]``
+        (plus ``attribute_not_exists(claims.<id>)`` for a reservation an older version kept
+        in the pool item). DynamoDB applies both or neither, atomically, so overlapping
+        callers can never together pass the limit. The cancellation reasons tell the cases
+        apart: the reservation item's condition failed: already reserved (True); the pool's
+        failed on a missing item: first use, created and tried again; otherwise: the limit
+        (False). A cancellation for a concurrent transaction is retried with backoff."""
         if not claim_id:
             raise StateError("reserve_capacity: claim id is empty")
         if amount.any_negative():
@@ -414,12 +631,12 @@ class StateAdapter:
             headroom[resource] = int(limit) - in_use.get(resource, 0) - need
         if any(room < 0 for room in headroom.values()):
             # Cannot fit whatever is reserved; only an earlier reservation by this claim counts.
-            return claim_id in self._pool_claims(node_pool)
+            return self._held(node_pool, claim_id) is not None or claim_id in self._legacy_claims(node_pool)
 
-        names: dict[str, str] = {"#claims": "claims", "#reserved": "reserved", "#cid": claim_id}
-        values: dict[str, Any] = {":amount": _resources_to_item(amount), ":zero": 0}
-        sets = ["#claims.#cid = :amount"]
-        conditions = ["attribute_not_exists(#claims.#cid)"]
+        names: dict[str, str] = {"#claims": "claims", "#reserved": "reserved", "#cid": claim_id, "#name": "nodePoolName"}
+        values: dict[str, Any] = {":zero": 0, ":name": node_pool}
+        sets = ["#name = :name"]
+        conditions = ["attribute_exists(pk)", "attribute_not_exists(#claims.#cid)"]
         for index, resource in enumerate(sorted(amount)):
             names[f"#r{index}"] = resource
             values[f":a{index}"] = int(amount[resource])
@@ -427,104 +644,181 @@ class StateAdapter:
             if resource in headroom:
                 values[f":max{index}"] = headroom[resource]
                 conditions.append(f"(attribute_not_exists(#reserved.#r{index}) OR #reserved.#r{index} <= :max{index})")
-        kwargs = {
-            "Key": self._pool_key(node_pool),
-            "UpdateExpression": "SET " + ", ".join(sets),
-            "ConditionExpression": "attribute_exists(pk) AND " + " AND ".join(conditions),
-            "ExpressionAttributeNames": names,
-            "ExpressionAttributeValues": values,
-            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-        }
-        for _ in range(2):
+        actions: list[dict[str, Any]] = [
+            {"Put": {
+                "Item": {**self._reservation_key(node_pool, claim_id), "claimId": claim_id, "amount": _resources_to_item(amount)},
+                "ConditionExpression": "attribute_not_exists(pk)",
+            }},
+            {"Update": {
+                "Key": self._pool_key(node_pool),
+                "UpdateExpression": "SET " + ", ".join(sets),
+                "ConditionExpression": " AND ".join(conditions),
+                "ExpressionAttributeNames": names,
+                "ExpressionAttributeValues": values,
+                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+            }},
+        ]
+        initialised = False
+        for attempt in range(_TRANSACT_ATTEMPTS):
             try:
-                self._call("UpdateItem", self._table.update_item, **kwargs)
+                self._transact("reserve", actions)
                 return True
-            except ClientError as error:
-                if not self._is_conditional_failure(error):
-                    raise
-                old = self._old_item(error)
-                if old is None:  # first reservation for this pool: create the item, try once more
-                    self._init_pool(node_pool)
-                    continue
-                return claim_id in (old.get("claims") or {})
-        raise StateError(f"reserve_capacity({node_pool}, {claim_id}): pool item could not be initialised", code="PoolInitFailed")
+            except _Cancelled as cancelled:
+                if cancelled.failed(0):
+                    return True  # this claim's reservation exists: a retry
+                if cancelled.failed(1):
+                    old = cancelled.items[1]
+                    if old is None and not initialised:  # first reservation for this pool
+                        self._init_pool(node_pool)
+                        initialised = True
+                        continue
+                    if old is None:
+                        raise StateError(f"reserve_capacity({node_pool}, {claim_id}): pool item could not be initialised",
+                                         code="PoolInitFailed") from None
+                    return claim_id in (old.get("claims") or {})
+                self._backoff(attempt)
+        raise StateError(f"reserve_capacity({node_pool}, {claim_id}): cancelled by concurrent transactions", code="ConcurrentChange")
 
     def release_capacity(self, node_pool: str, claim_id: str) -> None:
         """Return a claim's reservation; a no-op when it is not (or no longer) reserved.
 
-        The update is conditional on the claim's recorded amounts being the ones read, so a
-        concurrent release (or a release and re-reserve in between) is never subtracted twice.
-        """
-        for _ in range(3):
-            held = self._pool_claims(node_pool).get(claim_id)
+        One TransactWriteItems: Delete the reservation item, conditional on it still holding
+        the amounts just read, and subtract those amounts from the pool's totals. A concurrent
+        release (or a shrink in between) fails the condition: read again; gone means done, so
+        nothing is ever subtracted twice."""
+        for attempt in range(_TRANSACT_ATTEMPTS):
+            held = self._held(node_pool, claim_id)
             if held is None:
-                return
-            amounts = {name: int(value) for name, value in dict(held).items()}
-            names: dict[str, str] = {"#claims": "claims", "#reserved": "reserved", "#cid": claim_id}
+                if self._release_legacy(node_pool, claim_id):
+                    return
+                continue
+            names: dict[str, str] = {"#amount": "amount", "#reserved": "reserved"}
             values: dict[str, Any] = {}
             sets: list[str] = []
-            conditions = ["attribute_exists(#claims.#cid)"]
-            for index, resource in enumerate(sorted(amounts)):
+            conditions = ["attribute_exists(pk)"]
+            for index, resource in enumerate(sorted(held)):
                 names[f"#r{index}"] = resource
-                values[f":a{index}"] = amounts[resource]
+                values[f":a{index}"] = held[resource]
                 sets.append(f"#reserved.#r{index} = #reserved.#r{index} - :a{index}")
-                conditions.append(f"#claims.#cid.#r{index} = :a{index}")
-            expression = "REMOVE #claims.#cid"
+                conditions.append(f"#amount.#r{index} = :a{index}")
+            actions: list[dict[str, Any]] = [{"Delete": {
+                "Key": self._reservation_key(node_pool, claim_id), "ConditionExpression": " AND ".join(conditions),
+                "ExpressionAttributeNames": names, "ExpressionAttributeValues": values,
+            }}]
             if sets:
-                expression = "SET " + ", ".join(sets) + " " + expression
-            kwargs: dict[str, Any] = {
-                "Key": self._pool_key(node_pool),
-                "UpdateExpression": expression,
-                "ConditionExpression": " AND ".join(conditions),
-                "ExpressionAttributeNames": names,
-            }
-            if values:
-                kwargs["ExpressionAttributeValues"] = values
+                actions.append({"Update": {
+                    "Key": self._pool_key(node_pool), "UpdateExpression": "SET " + ", ".join(sets),
+                    "ExpressionAttributeNames": names, "ExpressionAttributeValues": values,
+                }})
             try:
-                self._call("UpdateItem", self._table.update_item, **kwargs)
+                self._transact("release", actions)
                 return
-            except ClientError as error:
-                if not self._is_conditional_failure(error):
-                    raise
-                # Changed under us: re-read; gone means a concurrent release already did it.
+            except _Cancelled as cancelled:
+                if not cancelled.failed(0):
+                    self._backoff(attempt)
+                # Changed under us: read again; gone means a concurrent release already did it.
         raise StateError(f"release_capacity({node_pool}, {claim_id}): the reservation kept changing", code="ConcurrentChange")
+
+    def _release_legacy(self, node_pool: str, claim_id: str) -> bool:
+        """Release a reservation an older version kept in the pool item's ``claims`` map: one
+        UpdateItem conditional on the amounts read. True when done or nothing is held."""
+        held = self._legacy_claims(node_pool).get(claim_id)
+        if held is None:
+            return True
+        amounts = {name: int(value) for name, value in dict(held).items()}
+        names: dict[str, str] = {"#claims": "claims", "#reserved": "reserved", "#cid": claim_id}
+        values: dict[str, Any] = {}
+        sets: list[str] = []
+        conditions = ["attribute_exists(#claims.#cid)"]
+        for index, resource in enumerate(sorted(amounts)):
+            names[f"#r{index}"] = resource
+            values[f":a{index}"] = amounts[resource]
+            sets.append(f"#reserved.#r{index} = #reserved.#r{index} - :a{index}")
+            conditions.append(f"#claims.#cid.#r{index} = :a{index}")
+        expression = "REMOVE #claims.#cid"
+        if sets:
+            expression = "SET " + ", ".join(sets) + " " + expression
+        request = _used_only({
+            "Key": self._pool_key(node_pool),
+            "UpdateExpression": expression,
+            "ConditionExpression": " AND ".join(conditions),
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": values,
+        })
+        try:
+            self._call("UpdateItem", self._table.update_item, **request)
+            return True
+        except ClientError as error:
+            if not self._is_conditional_failure(error):
+                raise
+            return False
 
     def shrink_reservation(self, node_pool: str, claim_id: str, amount: Resources) -> None:
         """Lower a claim's reservation to ``amount`` and the pool's totals by the difference in
-        one conditional UpdateItem (conditional on the amounts read, like a release), so the
-        pool never looks emptier than it is, not even for one round trip. No-op when the
-        claim holds no reservation; :class:`StateError` when ``amount`` exceeds what it holds."""
+        one TransactWriteItems, conditional on the amounts read (like a release), so the pool
+        never looks emptier than it is, not even for one round trip. No-op when the claim
+        holds no reservation; :class:`StateError` when ``amount`` exceeds what it holds."""
         if amount.any_negative():
             raise StateError(f"shrink_reservation({node_pool}, {claim_id}): amount must not be negative: {amount}")
-        for _ in range(3):
-            held = self._pool_claims(node_pool).get(claim_id)
-            if held is None:
-                return
-            amounts = {name: int(value) for name, value in dict(held).items()}
-            if any(int(value) > amounts.get(name, 0) for name, value in amount.items()):
-                raise StateError(f"shrink_reservation({node_pool}, {claim_id}): {dict(amount)} exceeds the {amounts} held")
-            names: dict[str, str] = {"#claims": "claims", "#reserved": "reserved", "#cid": claim_id}
+        for attempt in range(_TRANSACT_ATTEMPTS):
+            held = self._held(node_pool, claim_id)
+            legacy = held is None
+            if legacy:
+                raw = self._legacy_claims(node_pool).get(claim_id)
+                if raw is None:
+                    return
+                held = {name: int(value) for name, value in dict(raw).items()}
+            assert held is not None
+            if any(int(value) > held.get(name, 0) for name, value in amount.items()):
+                raise StateError(f"shrink_reservation({node_pool}, {claim_id}): {dict(amount)} exceeds the {held} held")
+            names: dict[str, str] = {"#reserved": "reserved"}
             values: dict[str, Any] = {":amount": _resources_to_item(amount)}
-            sets = ["#claims.#cid = :amount"]
-            conditions = ["attribute_exists(#claims.#cid)"]
-            for index, resource in enumerate(sorted(amounts)):
+            subtract: list[str] = []
+            conditions: list[str] = []
+            entry = "#claims.#cid" if legacy else "#amount"
+            for index, resource in enumerate(sorted(held)):
                 names[f"#r{index}"] = resource
-                values[f":h{index}"] = amounts[resource]
-                conditions.append(f"#claims.#cid.#r{index} = :h{index}")
-                difference = amounts[resource] - int(amount.get(resource, 0))
+                values[f":h{index}"] = held[resource]
+                conditions.append(f"{entry}.#r{index} = :h{index}")
+                difference = held[resource] - int(amount.get(resource, 0))
                 if difference:
                     values[f":d{index}"] = difference
-                    sets.append(f"#reserved.#r{index} = #reserved.#r{index} - :d{index}")
+                    subtract.append(f"#reserved.#r{index} = #reserved.#r{index} - :d{index}")
+            if legacy:
+                # The older version's entry in the pool item: one conditional UpdateItem.
+                names.update({"#claims": "claims", "#cid": claim_id})
+                try:
+                    self._call("UpdateItem", self._table.update_item, **_used_only({
+                        "Key": self._pool_key(node_pool),
+                        "UpdateExpression": "SET " + ", ".join(["#claims.#cid = :amount", *subtract]),
+                        "ConditionExpression": " AND ".join(["attribute_exists(#claims.#cid)", *conditions]),
+                        "ExpressionAttributeNames": names, "ExpressionAttributeValues": values,
+                    }))
+                    return
+                except ClientError as error:
+                    if not self._is_conditional_failure(error):
+                        raise
+                    continue
+            if not subtract:
+                return  # nothing to lower
+            names["#amount"] = "amount"
+            actions: list[dict[str, Any]] = [
+                {"Update": {
+                    "Key": self._reservation_key(node_pool, claim_id), "UpdateExpression": "SET #amount = :amount",
+                    "ConditionExpression": " AND ".join(["attribute_exists(pk)", *conditions]),
+                    "ExpressionAttributeNames": names, "ExpressionAttributeValues": values,
+                }},
+                {"Update": {
+                    "Key": self._pool_key(node_pool), "UpdateExpression": "SET " + ", ".join(subtract),
+                    "ExpressionAttributeNames": names, "ExpressionAttributeValues": values,
+                }},
+            ]
             try:
-                self._call(
-                    "UpdateItem", self._table.update_item, Key=self._pool_key(node_pool),
-                    UpdateExpression="SET " + ", ".join(sets), ConditionExpression=" AND ".join(conditions),
-                    ExpressionAttributeNames=names, ExpressionAttributeValues=values,
-                )
+                self._transact("shrink", actions)
                 return
-            except ClientError as error:
-                if not self._is_conditional_failure(error):
-                    raise
+            except _Cancelled as cancelled:
+                if not cancelled.failed(0):
+                    self._backoff(attempt)
                 # Changed under us (released, or shrunk by a concurrent retry): read again.
         raise StateError(f"shrink_reservation({node_pool}, {claim_id}): the reservation kept changing", code="ConcurrentChange")
 
@@ -534,8 +828,20 @@ class StateAdapter:
         return _resources_from_item(item.get("reserved"))
 
     def reservations(self, node_pool: str) -> dict[str, Resources]:
-        """Claim id -> reservation, as the pool item holds them (strongly consistent read)."""
-        return {str(claim_id): _resources_from_item(amount) for claim_id, amount in sorted(self._pool_claims(node_pool).items())}
+        """Claim id -> reservation: one paged, strongly consistent Query of the pool's
+        partition (its reservation items, and the pool item for what an older version kept
+        in its ``claims`` map)."""
+        items = self._query(KeyConditionExpression=Key("pk").eq(self._pool_key(node_pool)["pk"]), ConsistentRead=True)
+        held: dict[str, Resources] = {}
+        for item in items:
+            sk = str(item.get("sk", ""))
+            if sk == POOL:
+                for claim_id, amount in dict(item.get("claims") or {}).items():
+                    held.setdefault(str(claim_id), _resources_from_item(amount))
+            elif sk.startswith(_RESERVATION):
+                held[sk[len(_RESERVATION):]] = _resources_from_item(item.get("amount"))
+        return dict(sorted(held.items()))
+
 
     # ------------------------------------------------------------ leases
 

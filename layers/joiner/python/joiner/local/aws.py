@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import types
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,8 +22,8 @@ from werkzeug.serving import make_server
 
 __all__ = [
     "REGION", "ZONES", "K8S_VERSION", "Network", "SerialMotoServer", "create_eks_cluster", "create_network",
-    "create_state_table", "create_work_queue", "environment", "fake_credentials", "moto_amis", "put_eks_ami_parameters",
-    "put_public_parameter",
+    "create_state_table", "create_work_queue", "environment", "fake_credentials", "item_level_transaction_rollback", "moto_amis",
+    "put_eks_ami_parameters", "put_public_parameter",
 ]
 
 REGION = "us-east-1"
@@ -134,17 +135,23 @@ def put_eks_ami_parameters(
 
 
 def create_state_table(dynamodb: Any, name: str = "joiner-state") -> str:
-    """The state table per the shared schema (pk/sk, GSIs byInstance and byNodePool, TTL expiresAt)."""
+    """The state table per the shared schema (pk/sk, GSIs byInstance, byNodePool and the sparse
+    byOpenClaim, TTL expiresAt)."""
     dynamodb.create_table(
         TableName=name,
         BillingMode="PAY_PER_REQUEST",
         KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
-        AttributeDefinitions=[{"AttributeName": a, "AttributeType": "S"} for a in ("pk", "sk", "instanceId", "nodePool")],
+        AttributeDefinitions=[{"AttributeName": a, "AttributeType": "S"} for a in ("pk", "sk", "instanceId", "nodePool", "openClaim")],
         GlobalSecondaryIndexes=[
             {"IndexName": "byInstance", "KeySchema": [{"AttributeName": "instanceId", "KeyType": "HASH"}], "Projection": {"ProjectionType": "ALL"}},
             {
                 "IndexName": "byNodePool",
                 "KeySchema": [{"AttributeName": "nodePool", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+                "Projection": {"ProjectionType": "ALL"},
+            },
+            {
+                "IndexName": "byOpenClaim",
+                "KeySchema": [{"AttributeName": "openClaim", "KeyType": "HASH"}, {"AttributeName": "pk", "KeyType": "RANGE"}],
                 "Projection": {"ProjectionType": "ALL"},
             },
         ],
@@ -188,3 +195,46 @@ class SerialMotoServer(ThreadedMotoServer):
     def endpoint(self) -> str:
         host, port = self.get_host_and_port()
         return f"http://{host}:{port}"
+
+
+# ---------------------------------------------------------------- moto at scale
+
+
+@contextlib.contextmanager
+def item_level_transaction_rollback() -> Iterator[None]:
+    """moto backs up every table a TransactWriteItems touches with a deep copy of the whole
+    table, which makes thousands of transactions on one table quadratic. Inside this context
+    a transaction instead saves, and on failure restores, the items it names, which is all
+    DynamoDB rolls back too. Not thread-safe: use in-process or with :class:`SerialMotoServer`."""
+    import moto.dynamodb.models as models
+
+    backend = models.DynamoDBBackend
+    original = backend.transact_write_items
+
+    def transact(self: Any, transact_items: list[dict[str, Any]]) -> None:
+        saved = []
+        for entry in transact_items:
+            ((_, op),) = entry.items()
+            table = self.get_table(op["TableName"])
+            key = op.get("Key") or {a: op["Item"][a] for a in (table.hash_key_attr, table.range_key_attr) if a}
+            current = self.get_item(op["TableName"], key)
+            saved.append((op["TableName"], key, current.to_json()["Attributes"] if current is not None else None))
+        real_copy = models.copy  # type: ignore[attr-defined]
+        models.copy = types.SimpleNamespace(deepcopy=lambda table: table)  # type: ignore[attr-defined,assignment]
+        try:
+            original(self, transact_items)
+        except Exception:
+            for name, key, attributes in reversed(saved):
+                if attributes is not None:
+                    self.put_item(name, attributes)
+                elif self.get_item(name, key) is not None:
+                    self.delete_item(name, key)
+            raise
+        finally:
+            models.copy = real_copy  # type: ignore[attr-defined]
+
+    backend.transact_write_items = transact  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        backend.transact_write_items = original  # type: ignore[method-assign]
