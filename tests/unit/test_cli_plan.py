@@ -170,7 +170,8 @@ def test_no_new_nodes_is_told_apart_from_pods_nothing_can_host(tmp_path: Path, c
     assert main(["plan", str(path)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "no new nodes: 20 pod(s) that no NodePool can host"
-    assert out[1] == "unschedulable default/inflate-00: nodepool \"default\": its NodeClass 'missing' does not exist"
+    assert out[1] == ("unschedulable 20 pods (default/inflate-00, default/inflate-01, default/inflate-02, ...): "
+                      "nodepool \"default\": its NodeClass 'missing' does not exist")  # identical reasons grouped
     empty = tmp_path / "empty.yaml"
     empty.write_text(snapshot.split("---\napiVersion: v1\nkind: Pod")[0])  # the NodeClass and NodePool, no pods
     assert main(["plan", str(empty)]) == 0

@@ -16,7 +16,7 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 #: ``spec.…``/``status.…`` paths, and NodePool paths written without ``spec.``.
 FULL = re.compile(r"`((?:spec|status)(?:\.[A-Za-z][A-Za-z0-9]*)+)")
 SHORT = re.compile(r"`((?:disruption|interruption|template)(?:\.[A-Za-z][A-Za-z0-9]*)+)")
-JOINER_KINDS = [("joiner.dev/v1", "NodePool"), ("joiner.dev/v1", "NodeClass")]
+JOINER_KINDS = [("joiner.dev/v1", "NodePool"), ("joiner.dev/v1", "NodeClass"), ("joiner.dev/v1alpha1", "NodeOverlay")]
 KUBE_KINDS = [("v1", "Pod"), ("v1", "Node"), ("apps/v1", "DaemonSet"), ("policy/v1", "PodDisruptionBudget"), ("v1", "PersistentVolumeClaim"),
               ("v1", "PersistentVolume"), ("storage.k8s.io/v1", "StorageClass"), ("storage.k8s.io/v1", "CSINode")]
 

@@ -35,7 +35,8 @@ __all__ = ["Tree", "crd_schema", "kind_tree", "unknown_fields", "describe_unknow
 
 Tree = Any  # dict[str, Tree] | int
 
-_CRD_FILES = {("joiner.dev/v1", "NodePool"): "nodepools.joiner.dev.yaml", ("joiner.dev/v1", "NodeClass"): "nodeclasses.joiner.dev.yaml"}
+_CRD_FILES = {("joiner.dev/v1", "NodePool"): "nodepools.joiner.dev.yaml", ("joiner.dev/v1", "NodeClass"): "nodeclasses.joiner.dev.yaml",
+              ("joiner.dev/v1alpha1", "NodeOverlay"): "nodeoverlays.joiner.dev.yaml"}
 
 #: Karpenter's taints are core/v1 Taints.
 _CORE_TAINT: Tree = {"key": 0, "value": 0, "effect": 0, "timeAdded": 0}
