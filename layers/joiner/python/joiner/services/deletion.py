@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from joiner.domain import labels as wk
 from joiner.domain.nodeclaims import TERMINATION_FINALIZER, DeletionStep, deletion_step
-from joiner.ports import ClaimRecord, Ec2Error, JsonDict, KubernetesError
+from joiner.ports import ClaimRecord, ClaimState, Ec2Error, JsonDict, KubernetesError
 
 if TYPE_CHECKING:
     from joiner.ports import KubernetesPort
@@ -69,7 +69,7 @@ def handle_deletions(runtime: Runtime, now: datetime) -> DeletionResult:
 
     result = DeletionResult()
     enabled = runtime.settings.delete_to_drain
-    claims = [c for c in runtime.state.open_claims() if c.state != "closed"]
+    claims = [c for c in runtime.state.open_claims() if c.state != ClaimState.CLOSED]
     by_id = {c.claim_id: c for c in claims}
     by_node = {c.node_name: c for c in claims if c.node_name}
     terminating = {str(item.get("node")) for item in runtime.state.list_items(TERMINATION_KIND)}
@@ -177,7 +177,7 @@ def _terminate_unregistered(runtime: Runtime, claim: ClaimRecord, now: datetime)
         except Ec2Error as error:
             if error.code not in ("InvalidInstanceID.NotFound", "InvalidInstanceID.Malformed"):
                 raise
-    runtime.state.update_claim(claim.claim_id, state="closed", closed_at=now, reason=DELETED_REASON)
+    runtime.state.update_claim(claim.claim_id, state=ClaimState.CLOSED, closed_at=now, reason=DELETED_REASON)
     runtime.state.release_capacity(claim.node_pool, claim.claim_id)
 
 

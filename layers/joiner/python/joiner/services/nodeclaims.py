@@ -46,7 +46,7 @@ from joiner.domain.nodeclaims import (
     terminated_event,
     transition_events,
 )
-from joiner.ports import ClaimRecord, JsonDict, KubernetesError, StateError
+from joiner.ports import ClaimRecord, ClaimState, JsonDict, KubernetesError, StateError
 
 if TYPE_CHECKING:
     from joiner.services.context import Runtime
@@ -190,7 +190,7 @@ def _mirror_claim(runtime: Runtime, claim: ClaimRecord | None, condition: Mirror
     name = mirror_name(claim.claim_id)
     current = kube.get_node_claim(name)
     extra = [event] if event is not None else []
-    if claim.state == "closed":
+    if claim.state == ClaimState.CLOSED:
         if current is not None:
             _record(runtime, current, [terminated_event(claim), *extra])
             _delete_mirror(runtime, name, current)

@@ -76,6 +76,7 @@ from joiner.ports import (
     CAPACITY_BLOCK,
     CapacityReservation,
     ClaimRecord,
+    ClaimState,
     ClaimStateConflict,
     Ec2Error,
     FleetRequest,
@@ -127,10 +128,6 @@ SPOT, ON_DEMAND = wk.CAPACITY_TYPE_SPOT, wk.CAPACITY_TYPE_ON_DEMAND
 NODES = "nodes"
 #: State items holding each limited NodePool's usage by Nodes no reservation covers.
 UNRESERVED_KIND = "UNRESERVED"
-
-RESERVED, LAUNCHED, REGISTERED, INITIALIZED, TERMINATING, CLOSED = (
-    "reserved", "launched", "registered", "initialized", "terminating", "closed",
-)
 
 
 # ---------------------------------------------------------------- results
@@ -615,7 +612,7 @@ class PlanningRound:
         for claim_id in sorted(set(held) - open_ids):
             try:
                 claim = self.state.get_claim(claim_id)
-                if claim is not None and claim.state == CLOSED:
+                if claim is not None and claim.state == ClaimState.CLOSED:
                     self.state.release_capacity(pool, claim_id)
                     del held[claim_id]
             except Exception as error:  # noqa: BLE001 - counted as held; tried again next round
@@ -637,7 +634,7 @@ class PlanningRound:
     def in_flight(self, claims: Iterable[ClaimRecord]) -> list[InFlightClaim]:
         result = []
         for claim in claims:
-            if claim.state != LAUNCHED or not claim.instance_type or not claim.zone:
+            if claim.state != ClaimState.LAUNCHED or not claim.instance_type or not claim.zone:
                 continue
             pool = self.pools.get(claim.node_pool)
             instance_type = self.type_index.get(claim.node_pool, {}).get(claim.instance_type)
@@ -677,7 +674,7 @@ class PlanningRound:
         Claims of nodes being taken away (:attr:`retiring_claims`) promise nothing."""
         promised: dict[str, str] = {}
         for claim in sorted(self.open_by_id.values(), key=lambda c: c.claim_id):
-            if claim.state != RESERVED or claim.claim_id in self.retiring_claims:
+            if claim.state != ClaimState.RESERVED or claim.claim_id in self.retiring_claims:
                 continue
             for pod in claim.pods:
                 promised.setdefault(pod, claim.claim_id)
@@ -739,7 +736,7 @@ class PlanningRound:
             record = ClaimRecord(
                 claim_id=claim_id,
                 node_pool=pool.name,
-                state=RESERVED,
+                state=ClaimState.RESERVED,
                 created_at=self.now,
                 pods=tuple(p.key for p in pods),
                 reserved=amount,
@@ -767,7 +764,7 @@ class PlanningRound:
                 existing = self.state.get_claim(claim_id)
             if existing is None:
                 return claim_id, None
-            if existing.state not in (CLOSED, TERMINATING) and claim_id not in self.retiring_claims:
+            if existing.state not in (ClaimState.CLOSED, ClaimState.TERMINATING) and claim_id not in self.retiring_claims:
                 return claim_id, existing
         raise RuntimeError(f"NodePool {pool}: 1000 closed claims for the same pods")
 
@@ -780,7 +777,7 @@ class PlanningRound:
         wanted = (smallest.capacity if smallest is not None else EMPTY) + {NODES: 1000}
         blocked = sorted(name for name in remaining if wanted.get(name, 0) > remaining[name]) or sorted(pool.limits or ())
         reason = f'nodepool "{pool.name}": {LIMIT_REACHED} ({", ".join(blocked)})'
-        if existing is not None and existing.state == RESERVED:
+        if existing is not None and existing.state == ClaimState.RESERVED:
             self._close(existing.claim_id, pool.name, "limit reached")
         self.failures.append(LaunchFailure(claim_id, pool.name, claim_plan.pods, "LimitReached", reason))
         for pod in pods:
@@ -1023,8 +1020,8 @@ class PlanningRound:
         try:
             self.open_by_id[launched.claim_id] = self.state.update_claim(
                 launched.claim_id,
-                expected_state=RESERVED,
-                state=LAUNCHED,
+                expected_state=ClaimState.RESERVED,
+                state=ClaimState.LAUNCHED,
                 instance_id=launched.instance_id,
                 instance_type=launched.instance_type,
                 zone=launched.zone,
@@ -1069,7 +1066,7 @@ class PlanningRound:
         launched = outcome.launched
         assert launched is not None
         self.open_by_id[launched.claim_id] = current
-        if current.instance_id == launched.instance_id and current.state != CLOSED:
+        if current.instance_id == launched.instance_id and current.state != ClaimState.CLOSED:
             log.info("claim %s: launch of %s already recorded (%s)", launched.claim_id, launched.instance_id, current.state)
             return True
         log.warning(
@@ -1080,7 +1077,7 @@ class PlanningRound:
             self.runtime.ec2.terminate_instances([launched.instance_id])
         except Ec2Error as error:  # gc terminates it later: tagged for a closed claim, unclaimed
             log.error("claim %s: terminating unowned instance %s failed: %s", launched.claim_id, launched.instance_id, error)
-        if current.state == CLOSED:
+        if current.state == ClaimState.CLOSED:
             self.state.release_capacity(launched.node_pool, launched.claim_id)  # idempotent
             failure = LaunchFailure(
                 launched.claim_id, launched.node_pool, launched.pods, "ClaimClosed",
@@ -1106,11 +1103,11 @@ class PlanningRound:
         state: False (nothing changed) when a concurrent transition moved it elsewhere."""
         release = True
         try:
-            closed = self.state.update_claim(claim_id, expected_state=expected_state, state=CLOSED, closed_at=self.now, reason=reason)
+            closed = self.state.update_claim(claim_id, expected_state=expected_state, state=ClaimState.CLOSED, closed_at=self.now, reason=reason)
             self.open_by_id[claim_id] = closed
         except ClaimStateConflict as conflict:
             self.open_by_id[claim_id] = conflict.current
-            release = conflict.current.state == CLOSED  # closed by someone else: releasing again is harmless
+            release = conflict.current.state == ClaimState.CLOSED  # closed by someone else: releasing again is harmless
             return release
         finally:
             if release:
@@ -1119,7 +1116,7 @@ class PlanningRound:
 
     def is_closed(self, claim_id: str) -> bool:
         found = self.open_by_id.get(claim_id)
-        return found is not None and found.state == CLOSED
+        return found is not None and found.state == ClaimState.CLOSED
 
     def fail(self, failure: LaunchFailure, pods: Sequence[Pod], reason_text: str) -> None:
         self._close(failure.claim_id, failure.node_pool, failure.reason)
@@ -1244,7 +1241,7 @@ def _run_round(runtime: Runtime, now: datetime, owner: str) -> RoundResult:
     _patch_pool_status(work)
     _patch_class_status(work)
     _patch_overlay_status(work)
-    cost = sum(c.price or 0.0 for c in work.open_by_id.values() if c.state in (LAUNCHED, REGISTERED, INITIALIZED))
+    cost = sum(c.price or 0.0 for c in work.open_by_id.values() if c.state in (ClaimState.LAUNCHED, ClaimState.REGISTERED, ClaimState.INITIALIZED))
     if cost > 0:
         runtime.count("ManagedCostPerHour", round(cost, 6), "None")
     runtime.count("ScanCompleted", 1)
@@ -1381,7 +1378,7 @@ def _settle_orphans(work: PlanningRound, claims: list[ClaimRecord]) -> tuple[lis
     """``reserved`` claims older than :data:`ORPHAN_AFTER` belong to a round that died
     between reserving and recording its launch: adopt the instance it started (found by
     its ``joiner.dev/nodeclaim`` tag) or close the claim and return its reservation."""
-    orphans = [c for c in claims if c.state == RESERVED and work.now - c.created_at >= ORPHAN_AFTER]
+    orphans = [c for c in claims if c.state == ClaimState.RESERVED and work.now - c.created_at >= ORPHAN_AFTER]
     if not orphans:
         return [], []
     closed: list[str] = []
@@ -1404,12 +1401,12 @@ def _settle_orphans(work: PlanningRound, claims: list[ClaimRecord]) -> tuple[lis
                 pool_types = work.type_index.get(claim.node_pool, {})
                 price = _prices(pool_types.values()).get(OfferingKey(record.instance_type, record.zone, record.capacity_type), 0.0)
                 claims[index] = work.state.update_claim(
-                    claim.claim_id, expected_state=RESERVED, state=LAUNCHED, instance_id=record.instance_id,
+                    claim.claim_id, expected_state=ClaimState.RESERVED, state=ClaimState.LAUNCHED, instance_id=record.instance_id,
                     instance_type=record.instance_type, zone=record.zone, capacity_type=record.capacity_type, price=price,
                     launched_at=record.launch_time or work.now,
                 )
                 adopted.append(claim.claim_id)
-            elif work._close(claim.claim_id, claim.node_pool, "launch abandoned", expected_state=RESERVED):
+            elif work._close(claim.claim_id, claim.node_pool, "launch abandoned", expected_state=ClaimState.RESERVED):
                 closed.append(claim.claim_id)
             else:  # moved on concurrently (launched by its round): theirs stands
                 claims[claims.index(claim)] = work.open_by_id.get(claim.claim_id, claim)
@@ -1465,7 +1462,7 @@ def live_replicas(work: PlanningRound, pool: NodePool) -> int:
     records (so the scanner and the disruption pass count alike)."""
     open_claims = {
         c.claim_id for c in work.open_by_id.values()
-        if c.node_pool == pool.name and c.state not in (CLOSED, TERMINATING) and c.claim_id not in work.retiring_claims
+        if c.node_pool == pool.name and c.state not in (ClaimState.CLOSED, ClaimState.TERMINATING) and c.claim_id not in work.retiring_claims
     }
     recorded = {c.claim_id for c in work.open_by_id.values()}
     unclaimed = sum(
