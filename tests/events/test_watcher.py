@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from botocore.awsrequest import AWSResponse
 
-from joiner.adapters.aws import SystemClock
 from joiner.adapters.kubernetes import KubernetesClient
 from joiner.adapters.planner import LambdaPlanner
 from joiner.adapters.state import StateAdapter
+from joiner.clock import SystemClock
 from joiner.local.lambdas import LambdaContext, load_handler
 from joiner.services.context import Runtime, build_runtime
 from joiner.services.provisioning import run_scanner

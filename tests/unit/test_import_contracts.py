@@ -9,7 +9,9 @@
   into an imported Joiner module's private attributes (``module._y``): a missing public name is
   a seam (the test world, ``joiner.local``, is not held to it);
 * nothing shipped imports the test world (``joiner.local``), except the CLI's ``demo`` and
-  ``simulate`` commands, which run it.
+  ``simulate`` commands, which run it;
+* one clock: no shipped module but ``joiner.clock`` defines a clock class (the test world's
+  simulated clock aside).
 """
 
 from __future__ import annotations
@@ -58,6 +60,10 @@ def _imports(tree: ast.Module, module: str) -> Iterator[tuple[str, list[str], in
 MODULES = dict(_modules())
 
 
+def _is_protocol(node: ast.ClassDef) -> bool:
+    return any(isinstance(base, ast.Name) and base.id == "Protocol" for base in node.bases)
+
+
 def _violations(rule: str) -> list[str]:
     found: list[str] = []
     for module, tree in MODULES.items():
@@ -88,6 +94,10 @@ def _violations(rule: str) -> list[str]:
                 if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
                         and node.attr.startswith("_") and not node.attr.startswith("__")):
                     found.append(f"{module}:{node.lineno} reaches into {node.value.id}.{node.attr}")
+        if rule == "one-clock" and layer != "local" and module != "joiner.clock":
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ClassDef) and node.name.lower().endswith("clock") and not _is_protocol(node):
+                    found.append(f"{module}:{node.lineno} defines clock class {node.name} (use joiner.clock)")
         if rule == "clock" and layer == "domain":
             for node in ast.walk(tree):
                 if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name):
@@ -96,7 +106,7 @@ def _violations(rule: str) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("rule", ["domain", "adapters", "services", "private", "test-world", "clock"])
+@pytest.mark.parametrize("rule", ["domain", "adapters", "services", "private", "test-world", "clock", "one-clock"])
 def test_import_contract(rule: str) -> None:
     assert _violations(rule) == []
 
@@ -110,6 +120,7 @@ def test_the_contracts_catch_what_they_forbid(tmp_path: Path) -> None:
         "private": ("joiner.services.sample", "from joiner.services.termination import _Lease\n"),
         "test-world": ("joiner.services.sample", "import joiner.local.soak\n"),
         "clock": ("joiner.domain.sample", "from datetime import datetime\nx = datetime.now()\n"),
+        "one-clock": ("joiner.adapters.sample", "class _SystemClock:\n    pass\n"),
     }
     for rule, (module, source) in samples.items():
         MODULES[module] = ast.parse(source)

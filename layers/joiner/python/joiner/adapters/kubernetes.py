@@ -23,10 +23,11 @@ import logging
 import random as _random
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from datetime import UTC, datetime
+from datetime import UTC
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from joiner.clock import SystemClock
 from joiner.ports import Clock, EvictionOutcome, JsonDict, KubernetesError, WatchEvent, WatchExpired
 from joiner.settings import Settings
 
@@ -84,11 +85,6 @@ def is_pending_pod(pod: Mapping[str, Any]) -> bool:
         c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
         for c in status.get("conditions") or []
     )
-
-
-class _SystemClock:
-    def now(self) -> datetime:
-        return datetime.now(UTC)
 
 
 class KubernetesClient:
@@ -149,7 +145,7 @@ class KubernetesClient:
         self._backoff_cap = backoff_cap
         self._max_retry_after = max_retry_after
         self._page_size = page_size
-        self._clock = clock or _SystemClock()
+        self._clock = clock or SystemClock()
         self._sleep = sleep
         self._random = random
 
