@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -72,6 +71,7 @@ from joiner.domain.requirements import Requirement, Requirements
 from joiner.domain.reservations import reservation_for, with_reserved_offerings
 from joiner.domain.resources import EMPTY, Resources
 from joiner.domain.scheduling import solve
+from joiner.observability import logger
 from joiner.ports import (
     CAPACITY_BLOCK,
     CapacityReservation,
@@ -102,8 +102,6 @@ __all__ = [
     "LaunchedClaim", "LaunchFailure", "RoundResult", "ScanSummary", "provision", "run_scanner", "claim_id_for",
     "PlanningRound", "launch_all", "unreserved_usage", "published_unreserved", "UNRESERVED_KIND",
 ]
-
-log = logging.getLogger(__name__)
 
 LEASE_NAME = "provisioning"
 #: A round renews the lease; a crashed holder blocks others for at most this long.
@@ -406,8 +404,8 @@ class PlanningRound:
         try:
             objects = self.kube.list_volume_objects()
         except KubernetesError as error:
-            log.warning("volume objects could not be read (RBAC for persistentvolumeclaims, persistentvolumes, "
-                        "storageclasses, csinodes applied?): planning without volume topology: %s", error)
+            logger.warning("volume objects could not be read (RBAC for persistentvolumeclaims, persistentvolumes, "
+                           "storageclasses, csinodes applied?): planning without volume topology", extra={"error": str(error)})
             self.runtime.count("VolumeTopologyUnavailable")
             return {"volumes_known": False}
         for obj in objects:
@@ -422,7 +420,7 @@ class PlanningRound:
             return parser(obj)
         except snap.SnapshotError as error:
             self.invalid.append(str(error))
-            log.warning("skipping invalid object: %s", error)
+            logger.warning("skipping invalid object", extra={"error": str(error)})
             if event_pod:
                 self._pod_event(object_reference(obj), "FailedScheduling", f"Joiner cannot read this pod: {error}", "Warning")
             elif event_object:
@@ -464,7 +462,7 @@ class PlanningRound:
                 except Ec2Error as error:
                     # Reservations only add offerings: without them the NodePool still launches
                     # spot or on-demand, and the next resolution tries again.
-                    log.warning("NodeClass %s: resolving capacity reservations failed: %s", name, error)
+                    logger.warning("resolving capacity reservations failed", extra={"nodeclass": name, "error": str(error)})
                     self.envs[name] = env
                     continue
             self.envs[name] = env
@@ -537,7 +535,7 @@ class PlanningRound:
             self.runtime.node_overlays = raw
         except KubernetesError as error:
             raw = self.runtime.node_overlays or []
-            log.warning("NodeOverlays could not be read (%s); applying the %d read last", error, len(raw))
+            logger.warning("NodeOverlays could not be read; applying the ones read last", extra={"error": str(error), "overlays": len(raw)})
             self.runtime.count("NodeOverlaysUnreadable")
         self.overlays_raw: dict[str, JsonDict] = {str((o.get("metadata") or {}).get("name")): o for o in raw}
         self.overlay_errors: dict[str, str] = {}
@@ -616,7 +614,7 @@ class PlanningRound:
                     self.state.release_capacity(pool, claim_id)
                     del held[claim_id]
             except Exception as error:  # noqa: BLE001 - counted as held; tried again next round
-                log.warning("releasing the reservation of closed claim %s failed: %s", claim_id, error)
+                logger.warning("releasing the reservation of a closed claim failed", extra={"claim": claim_id, "error": str(error)})
         return held
 
     def limit_usage(self, pool: str) -> Resources:
@@ -846,7 +844,7 @@ class PlanningRound:
                 template_refreshed = True
                 for stale in request.launch_templates:
                     self._forget_launch_template(stale.id)
-                log.warning("claim %s: launch template %s is gone (%s); re-creating it", job.claim_id, request.launch_template.name, error.code)
+                logger.warning("launch template is gone; re-creating it", extra={"claim": job.claim_id, "template": request.launch_template.name, "code": error.code})
                 self.attempts[job.claim_id] = attempt
                 tries -= 1
                 continue
@@ -936,7 +934,7 @@ class PlanningRound:
                 if error.code != "AMINotFound" or len(wanted) == 1:
                     raise
                 first_error = first_error or error
-                log.warning("claim %s: no %s AMI (%s); its instance types are left out", job.claim_id, variant, error)
+                logger.warning("no AMI for a variant; its instance types are left out", extra={"claim": job.claim_id, "variant": variant, "error": str(error)})
         if not by_variant:
             assert first_error is not None
             raise first_error
@@ -1067,16 +1065,15 @@ class PlanningRound:
         assert launched is not None
         self.open_by_id[launched.claim_id] = current
         if current.instance_id == launched.instance_id and current.state != ClaimState.CLOSED:
-            log.info("claim %s: launch of %s already recorded (%s)", launched.claim_id, launched.instance_id, current.state)
+            logger.info("launch already recorded", extra={"claim": launched.claim_id, "instance": launched.instance_id, "state": str(current.state)})
             return True
-        log.warning(
-            "claim %s became %s (%s) while its launch of %s was recorded: terminating the instance",
-            launched.claim_id, current.state, current.reason or "no reason", launched.instance_id,
-        )
+        logger.warning("claim changed while its launch was recorded: terminating the instance", extra={
+            "claim": launched.claim_id, "state": str(current.state), "reason": current.reason or "no reason", "instance": launched.instance_id,
+        })
         try:
             self.runtime.ec2.terminate_instances([launched.instance_id])
         except Ec2Error as error:  # gc terminates it later: tagged for a closed claim, unclaimed
-            log.error("claim %s: terminating unowned instance %s failed: %s", launched.claim_id, launched.instance_id, error)
+            logger.error("terminating an unowned instance failed", extra={"claim": launched.claim_id, "instance": launched.instance_id, "error": str(error)})
         if current.state == ClaimState.CLOSED:
             self.state.release_capacity(launched.node_pool, launched.claim_id)  # idempotent
             failure = LaunchFailure(
@@ -1146,7 +1143,7 @@ class PlanningRound:
         try:
             self.kube.create_event(obj, reason, message, event_type)
         except KubernetesError as error:
-            log.warning("event %s on %s/%s failed: %s", reason, meta.get("namespace", ""), meta.get("name"), error)
+            logger.warning("writing an event failed", extra={"reason": reason, "object": f'{meta.get("namespace", "")}/{meta.get("name")}', "error": str(error)})
             return False
         return True
 
@@ -1155,7 +1152,7 @@ class PlanningRound:
         ordered = sorted(self.pod_events, key=lambda event: event[3] != "Warning")
         events = ordered[:MAX_POD_EVENTS_PER_ROUND]
         if len(self.pod_events) > len(events):
-            log.warning("%d pod events not written this round (limit %d)", len(self.pod_events) - len(events), MAX_POD_EVENTS_PER_ROUND)
+            logger.warning("pod events not written this round (over the limit)", extra={"skipped": len(self.pod_events) - len(events), "limit": MAX_POD_EVENTS_PER_ROUND})
         self.pod_events = []
         if len(events) <= 4:
             for event in events:
@@ -1194,7 +1191,7 @@ def _run_round(runtime: Runtime, now: datetime, owner: str) -> RoundResult:
     work.read()
     registration = reconcile_registration(runtime, work.claims, work.nodes, work.pools, now)
     for message in registration.errors:
-        log.warning("registration: %s", message)
+        logger.warning("registration failed", extra={"error": message})
     work.resolve_classes()
     work.instance_types()
     work.compute_usage(registration)
@@ -1302,7 +1299,7 @@ def launch_all(work: PlanningRound, plan: Plan, pods_by_key: Mapping[str, Pod], 
                 try:
                     recorded = work.record_launch(outcome)
                 except Exception as error:  # noqa: BLE001 - the instance exists; the adapter's tag guard and gc find it
-                    log.error("claim %s launched %s but recording failed: %s", outcome.launched.claim_id, outcome.launched.instance_id, error)
+                    logger.error("launched but recording failed", extra={"claim": outcome.launched.claim_id, "instance": outcome.launched.instance_id, "error": str(error)})
                     work.launched.append(outcome.launched)
                     recorded = True
                 if recorded:
@@ -1386,7 +1383,7 @@ def _settle_orphans(work: PlanningRound, claims: list[ClaimRecord]) -> tuple[lis
     try:
         instances = work.runtime.ec2.list_cluster_instances(work.runtime.settings.cluster_name)
     except Ec2Error as error:
-        log.warning("cannot look up instances of orphaned claims: %s", error)
+        logger.warning("cannot look up instances of orphaned claims", extra={"error": str(error)})
         return [], []
     by_claim: dict[str, InstanceRecord] = {}
     for instance in instances:
@@ -1412,9 +1409,9 @@ def _settle_orphans(work: PlanningRound, claims: list[ClaimRecord]) -> tuple[lis
                 claims[claims.index(claim)] = work.open_by_id.get(claim.claim_id, claim)
         except ClaimStateConflict as conflict:  # settled concurrently (gc, another round): theirs stands
             claims[claims.index(claim)] = conflict.current
-            log.info("orphaned claim %s was settled concurrently: %s", claim.claim_id, conflict.current.state)
+            logger.info("orphaned claim was settled concurrently", extra={"claim": claim.claim_id, "state": str(conflict.current.state)})
         except Exception as error:  # noqa: BLE001
-            log.warning("settling orphaned claim %s failed: %s", claim.claim_id, error)
+            logger.warning("settling an orphaned claim failed", extra={"claim": claim.claim_id, "error": str(error)})
     return closed, adopted
 
 
@@ -1517,7 +1514,7 @@ def launch_static_replicas(work: PlanningRound, pool: NodePool, count: int) -> l
                 try:
                     work.record_launch(outcome)
                 except Exception as error:  # noqa: BLE001 - the instance exists; the adapter's tag guard and gc find it
-                    log.error("static replica %s launched %s but recording failed: %s", outcome.launched.claim_id, outcome.launched.instance_id, error)
+                    logger.error("static replica launched but recording failed", extra={"claim": outcome.launched.claim_id, "instance": outcome.launched.instance_id, "error": str(error)})
                     work.launched.append(outcome.launched)
                 launched.append(outcome.launched.claim_id)
             elif outcome.capacity_failure and wave < MAX_LAUNCH_ATTEMPTS - 1:
@@ -1543,7 +1540,7 @@ def _provision_static(work: PlanningRound) -> None:
             continue
         missing = pool.replicas - live_replicas(work, pool)
         if missing > 0:
-            log.info("static nodepool %s: launching %d replica(s) for %d", name, missing, pool.replicas)
+            logger.info("static nodepool: launching replicas", extra={"nodepool": name, "launching": missing, "replicas": pool.replicas})
             launch_static_replicas(work, pool, missing)
 
 
@@ -1576,7 +1573,7 @@ def _patch_pool_status(work: PlanningRound) -> None:
         try:
             work.kube.patch_node_pool_status(name, status)
         except KubernetesError as error:
-            log.warning("NodePool %s status patch failed: %s", name, error)
+            logger.warning("NodePool status patch failed", extra={"nodepool": name, "error": str(error)})
 
 
 def _patch_overlay_status(work: PlanningRound) -> None:
@@ -1617,7 +1614,7 @@ def _patch_overlay_status(work: PlanningRound) -> None:
         try:
             work.kube.patch_node_overlay_status(name, status)
         except KubernetesError as error:
-            log.warning("NodeOverlay %s status patch failed: %s", name, error)
+            logger.warning("NodeOverlay status patch failed", extra={"nodeoverlay": name, "error": str(error)})
 
 
 #: ``maxItems`` of a NodeClass's ``status.subnets`` and ``status.securityGroups`` in the CRD.
@@ -1716,7 +1713,7 @@ def _patch_class_status(work: PlanningRound) -> None:
         try:
             work.kube.patch_node_class_status(name, status)
         except KubernetesError as error:
-            log.warning("NodeClass %s status patch failed: %s", name, error)
+            logger.warning("NodeClass status patch failed", extra={"nodeclass": name, "error": str(error)})
 
 
 # ---------------------------------------------------------------- helpers
@@ -1873,7 +1870,7 @@ def sync_node_claims(runtime: Runtime) -> None:
     try:
         sync(runtime)
     except Exception:  # noqa: BLE001 - a mirror must never fail a scan
-        log.exception("nodeclaim mirror sync failed")
+        logger.exception("nodeclaim mirror sync failed")
 
 
 def run_scanner(
@@ -1925,7 +1922,7 @@ def run_scanner(
             errors += 1
             last_error = error
             runtime.count("ScanErrors", 1)
-            log.exception("provisioning round failed")
+            logger.exception("provisioning round failed")
             return None
         results.append(result)
         if result.ran:
@@ -1947,7 +1944,7 @@ def run_scanner(
                 errors += 1
                 last_error = error
                 runtime.count("ScanErrors", 1)
-                log.warning("listing pending pods failed: %s", error)
+                logger.warning("listing pending pods failed", extra={"error": str(error)})
                 continue
             uids = {str((p.get("metadata") or {}).get("uid") or "") for p in pending}
             new = uids - known
@@ -1975,7 +1972,7 @@ def run_scanner(
         try:
             runtime.state.release_lease(LEASE_NAME, owner)
         except Exception as error:  # noqa: BLE001 - the lease expires on its own
-            log.warning("releasing the provisioning lease failed: %s", error)
+            logger.warning("releasing the provisioning lease failed", extra={"error": str(error)})
 
     ran = [r for r in results if r.ran]
     if errors and not ran and last_error is not None:

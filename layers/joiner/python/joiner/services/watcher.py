@@ -25,7 +25,6 @@ derive from the pods and launches carry client tokens (``tests/e2e/test_watcher.
 
 from __future__ import annotations
 
-import logging
 import queue
 import re
 import threading
@@ -36,12 +35,11 @@ from typing import Any
 
 from joiner.adapters.kubernetes import is_pending_pod
 from joiner.domain.wake import BatchWindow, PendingBatch
+from joiner.observability import logger
 from joiner.ports import JsonDict, KubernetesError, PlannerPort, PodWatchPort, WatchEvent, WatchExpired
 from joiner.services.context import Runtime
 
 __all__ = ["PLAN_INPUTS", "PODS", "WAKE_RETRY_SECONDS", "read_position", "read_unwoken", "WATCH_POSITION_ID", "WATCH_POSITION_KIND", "PendingPods", "WatchSummary", "run_watcher"]
-
-log = logging.getLogger(__name__)
 
 WATCH_POSITION_KIND = "watch"
 WATCH_POSITION_ID = "pods"
@@ -143,7 +141,7 @@ def read_position(saved: JsonDict | None) -> tuple[dict[str, str], list[str]]:
         if isinstance(value, str) and _VERSION.fullmatch(value):
             versions[stream] = value
         elif value not in (None, ""):
-            log.warning("ignoring the saved %s watch position %.64r: not a resourceVersion", stream, value)
+            logger.warning("ignoring a saved watch position: not a resourceVersion", extra={"stream": stream, "position": repr(value)[:64]})
     pending = saved.get("pending")
     uids = [uid for uid in pending if isinstance(uid, str) and 0 < len(uid) <= 128] if isinstance(pending, list) else []
     return versions, uids[-REMEMBERED_PODS:]
@@ -203,15 +201,15 @@ def run_watcher(
         except Exception as error:  # noqa: BLE001 - any failure: not accepted; the batch stays and is tried again
             retry_at = clock.now() + timedelta(seconds=WAKE_RETRY_SECONDS)
             runtime.count("PlannerWakeFailures", 1)
-            log.warning("the planner did not accept the wake-up; the batch stays open",
-                        extra={"reason": reason, "pendingPods": size, "error": f"{type(error).__name__}: {error}"})
+            logger.warning("the planner did not accept the wake-up; the batch stays open",
+                           extra={"reason": reason, "pendingPods": size, "error": f"{type(error).__name__}: {error}"})
             return False
         retry_at = None
         tracker.take()
         wake_ups += 1
         woken += size
         runtime.count("PlannerWakeUps", 1)
-        log.info("woke the planner", extra={"reason": reason, "pendingPods": size})
+        logger.info("woke the planner", extra={"reason": reason, "pendingPods": size})
         return True
 
     def relist() -> str:
@@ -288,7 +286,7 @@ def run_watcher(
                 if (clock.now() - opened_at[stream]).total_seconds() < 1.0:
                     runtime.sleep(min(1.0, max(0.0, time_left())))  # a server ending streams at once: no busy loop
             elif isinstance(item, WatchExpired):
-                log.warning("watch position %s of %s expired: listing again", versions[stream], stream)
+                logger.warning("watch position expired: listing again", extra={"stream": stream, "position": versions[stream]})
                 relists += 1
                 if stream == PODS:
                     versions[PODS] = relist()
@@ -298,7 +296,7 @@ def run_watcher(
             elif isinstance(item, Exception):
                 errors += 1
                 runtime.count("WatchErrors", 1)
-                log.warning("%s watch failed (%d): %s", stream, errors, item)
+                logger.warning("watch failed", extra={"stream": stream, "failures": errors, "error": str(item)})
                 if errors >= MAX_STREAM_ERRORS or not isinstance(item, KubernetesError):
                     raise item
                 runtime.sleep(min(1.0 * errors, max(0.0, time_left())))
