@@ -93,8 +93,8 @@ class PodWatchPort(Protocol):
         ...
 
 
-class PlannerPort(Protocol):
-    """Wakes the planner (the scanner function) to run a round now."""
+class ScannerWakePort(Protocol):
+    """Wakes the scanner function to run a round now."""
 
     def wake(self, reason: str, pending_pods: int) -> None: ...
 
