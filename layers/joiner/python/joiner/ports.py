@@ -1,7 +1,8 @@
 """Ports: the small ``typing.Protocol`` interfaces services use to reach the world.
 
 Adapters in :mod:`joiner.adapters` implement them against EC2/SSM/EKS/STS (boto3),
-DynamoDB (boto3) and the Kubernetes API (official client, raw JSON). Unit tests use
+DynamoDB (boto3) and the Kubernetes API (Joiner's own client on urllib3, raw JSON; the
+``kubernetes`` package stays out of Lambda's cold start). Unit tests use
 in-memory fakes (``tests/support/fakes.py``). Kubernetes objects cross this boundary as
 plain JSON dicts; :mod:`joiner.domain.snapshot` turns them into domain objects.
 """

@@ -86,7 +86,8 @@ def is_pending_pod(pod: Mapping[str, Any]) -> bool:
 
 
 class KubernetesClient:
-    """:class:`joiner.ports.KubernetesPort` over the official client's HTTP layer.
+    """:class:`joiner.ports.KubernetesPort`, hand-written on urllib3 (the HTTP library the
+    official client uses underneath; none of the official client's code).
 
     ``authorization`` returns the ``Authorization`` header value per request (tokens that
     expire are refreshed by it); ``invalidate`` is called once on a 401. ``sleep`` and
