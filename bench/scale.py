@@ -209,7 +209,7 @@ class Cluster:
         self.settings = Settings(
             cluster_name=CLUSTER, region="us-east-1", state_table="joiner-state", idempotency_table="joiner-idempotency",
             kubernetes_host=url, kubernetes_token=TOKEN, scanner_mode="economy", scan_window_seconds=window,
-            planner_function="joiner-scanner",
+            scanner_function="joiner-scanner",
         )
         from joiner.domain.catalog import load_bundled_catalog
 

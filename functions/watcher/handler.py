@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from joiner.adapters.planner import LambdaPlanner
+from joiner.adapters.scanner_wake import LambdaScannerWaker
 from joiner.events.scheduled import ColdStart, ScheduledEventError, manual_run_fields
 from joiner.observability import handler_entry, logger
 from joiner.services.watcher import run_watcher
@@ -29,8 +29,8 @@ class WatcherEventError(ScheduledEventError):
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     manual_run_fields(event, "watcher", (), WatcherEventError)
     runtime = cold_start.runtime(context)
-    planner = LambdaPlanner(runtime.aws_client("lambda"), runtime.settings.planner_function)
+    scanner = LambdaScannerWaker(runtime.aws_client("lambda"), runtime.settings.scanner_function)
     remaining = getattr(context, "get_remaining_time_in_millis", None)
-    summary = run_watcher(runtime, runtime.kube, planner, remaining_ms=remaining).to_dict()
+    summary = run_watcher(runtime, runtime.kube, scanner, remaining_ms=remaining).to_dict()
     logger.info("watch finished", extra={"summary": summary})
     return summary

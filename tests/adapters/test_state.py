@@ -17,7 +17,7 @@ from joiner.adapters.aws import AwsClients
 from joiner.adapters.state import ClaimNotFound, ClaimStateConflict, StateAdapter, StateError
 from joiner.domain.model import OfferingKey
 from joiner.domain.resources import Resources
-from joiner.ports import ClaimRecord
+from joiner.ports import ClaimRecord, ClaimState
 from tests.support.aws import REGION, SerialMotoServer, create_state_table, fake_credentials
 
 T0 = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
@@ -132,6 +132,21 @@ def test_closed_claims_expire_and_leave_open_claims(state: StateAdapter, table, 
     reopened = state.update_claim("c1", state="terminating")
     assert reopened.state == "terminating"
     assert "expiresAt" not in table.get_item(Key={"pk": "CLAIM#c1", "sk": "CLAIM"})["Item"]
+
+
+def test_claim_states_are_stored_as_the_strings_older_items_hold(state: StateAdapter, table) -> None:
+    """``ClaimState`` members go to DynamoDB as plain strings (items written before the enum
+    read back unchanged, no migration), and items holding plain strings compare equal to them."""
+    assert [s.value for s in ClaimState] == ["reserved", "launched", "registered", "initialized", "terminating", "closed"]
+    state.put_claim(record("old"))  # a plain string, as before the enum
+    state.put_claim(record("new", state=ClaimState.RESERVED))
+    for claim_id in ("old", "new"):
+        state.update_claim(claim_id, expected_state=ClaimState.RESERVED, state=ClaimState.CLOSED, closed_at=T0)
+        raw = table.get_item(Key={"pk": f"CLAIM#{claim_id}", "sk": "CLAIM"})["Item"]
+        assert raw["state"] == "closed" and type(raw["state"]) is str and "expiresAt" in raw
+        claim = state.get_claim(claim_id)
+        assert claim is not None and claim.state == ClaimState.CLOSED
+    assert state.open_claims() == []
 
 
 def test_claim_lookups_by_instance_and_node_pool(state: StateAdapter) -> None:

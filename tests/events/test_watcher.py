@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from botocore.awsrequest import AWSResponse
 
-from joiner.adapters.aws import SystemClock
 from joiner.adapters.kubernetes import KubernetesClient
-from joiner.adapters.planner import LambdaPlanner
+from joiner.adapters.scanner_wake import LambdaScannerWaker
 from joiner.adapters.state import StateAdapter
+from joiner.clock import SystemClock
 from joiner.local.lambdas import LambdaContext, load_handler
 from joiner.services.context import Runtime, build_runtime
 from joiner.services.provisioning import run_scanner
@@ -51,7 +51,7 @@ class RecordingPlanner:
 def watcher_runtime(world: World, *, window: float = 3.0, idle: float = 0.3, maximum: float = 1.5) -> Runtime:
     """A runtime on the wall clock (the watcher waits on a real stream) sharing the world's table."""
     settings = dataclasses.replace(world.settings, scan_window_seconds=window, batch_idle_seconds=idle,
-                                   batch_max_seconds=maximum, planner_function=SCANNER)
+                                   batch_max_seconds=maximum, scanner_function=SCANNER)
     return build_runtime(settings, kube_port=KubernetesClient(world.emulator.url, timeout=(2.0, 10.0)),
                          state_port=StateAdapter(world.base.dynamodb_resource.Table(settings.state_table), SystemClock()),
                          metric=world.metrics)
@@ -188,10 +188,10 @@ def test_a_planner_that_cannot_be_woken_fails_the_invocation_loudly(world: World
     throttled = json.dumps({"Type": "User", "message": "Rate exceeded"}).encode()
     client.meta.events.register("before-send.lambda.Invoke", lambda request, **_: AWSResponse(
         request.url, 429, {"x-amzn-errortype": "TooManyRequestsException"}, Body(throttled)))  # type: ignore[arg-type]
-    from joiner.adapters.planner import PlannerWakeError
+    from joiner.adapters.scanner_wake import ScannerWakeError
 
-    with pytest.raises(PlannerWakeError, match=SCANNER):
-        LambdaPlanner(client, SCANNER).wake("batch", 1)
+    with pytest.raises(ScannerWakeError, match=SCANNER):
+        LambdaScannerWaker(client, SCANNER).wake("batch", 1)
 
 
 def test_duplicate_wake_ups_never_launch_twice(world: World) -> None:
@@ -232,7 +232,7 @@ def test_duplicate_wake_ups_never_launch_twice(world: World) -> None:
 
 def test_settings_for_the_watcher_need_the_planner_name() -> None:
     with pytest.raises(ValueError, match="JOINER_PLANNER_FUNCTION"):
-        LambdaPlanner(object(), Settings(cluster_name="c", region="us-east-1", state_table="t", idempotency_table="t").planner_function)
+        LambdaScannerWaker(object(), Settings(cluster_name="c", region="us-east-1", state_table="t", idempotency_table="t").scanner_function)
 
 
 def test_a_node_pool_change_while_pods_wait_wakes_the_planner_again(world: World) -> None:
@@ -273,7 +273,7 @@ def test_a_wake_up_lambda_refuses_is_made_again_not_forgotten(world: World) -> N
         return AWSResponse(request.url, 202, {}, Body())  # type: ignore[arg-type]
 
     client.meta.events.register("before-send.lambda.Invoke", before_send)
-    planner = LambdaPlanner(client, SCANNER)
+    planner = LambdaScannerWaker(client, SCANNER)
     timer = later(0.3, lambda: world.emulator.apply(pending_pod("web")))
     first = run_watcher(runtime, runtime.kube, planner)
     timer.join()

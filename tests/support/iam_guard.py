@@ -79,7 +79,7 @@ ENVIRONMENT_SETTINGS = {
     "JOINER_IDEMPOTENCY_TABLE": "idempotency_table",
     "JOINER_WORK_QUEUE_URL": "work_queue_url",
     "JOINER_INTERRUPTION_QUEUE_URL": "interruption_queue_url",
-    "JOINER_PLANNER_FUNCTION": "planner_function",
+    "JOINER_PLANNER_FUNCTION": "scanner_function",
     "JOINER_NODE_ROLE": "node_role",
 }
 #: Granted actions AWS services (not the handler's code) use with the function's role: log

@@ -9,12 +9,19 @@
   into an imported Joiner module's private attributes (``module._y``): a missing public name is
   a seam (the test world, ``joiner.local``, is not held to it);
 * nothing shipped imports the test world (``joiner.local``), except the CLI's ``demo`` and
-  ``simulate`` commands, which run it.
+  ``simulate`` commands, which run it;
+* one clock: no shipped module but ``joiner.clock`` defines a clock class (the test world's
+  simulated clock aside);
+* one logging style: services and adapters log through powertools' structured logger
+  (``joiner.observability.logger``, keys in ``extra``), not stdlib ``logging.getLogger``, and
+  no ``extra`` key of a shipped module overwrites a ``LogRecord`` attribute (``created``,
+  ``name``...: logging raises ``KeyError`` on those).
 """
 
 from __future__ import annotations
 
 import ast
+import logging
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -56,6 +63,11 @@ def _imports(tree: ast.Module, module: str) -> Iterator[tuple[str, list[str], in
 
 
 MODULES = dict(_modules())
+LOG_RECORD_ATTRIBUTES = set(vars(logging.LogRecord("n", logging.INFO, "p", 1, "m", None, None))) | {"message", "asctime"}
+
+
+def _is_protocol(node: ast.ClassDef) -> bool:
+    return any(isinstance(base, ast.Name) and base.id == "Protocol" for base in node.bases)
 
 
 def _violations(rule: str) -> list[str]:
@@ -88,6 +100,21 @@ def _violations(rule: str) -> list[str]:
                 if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
                         and node.attr.startswith("_") and not node.attr.startswith("__")):
                     found.append(f"{module}:{node.lineno} reaches into {node.value.id}.{node.attr}")
+        if rule == "one-clock" and layer != "local" and module != "joiner.clock":
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ClassDef) and node.name.lower().endswith("clock") and not _is_protocol(node):
+                    found.append(f"{module}:{node.lineno} defines clock class {node.name} (use joiner.clock)")
+        if rule == "one-logger" and layer in ("services", "adapters"):
+            for node in ast.walk(tree):
+                if (isinstance(node, ast.Attribute) and node.attr == "getLogger" and isinstance(node.value, ast.Name)
+                        and node.value.id == "logging"):
+                    found.append(f"{module}:{node.lineno} uses logging.getLogger (use joiner.observability.logger)")
+        if rule == "log-keys" and layer != "local":
+            for node in ast.walk(tree):
+                if isinstance(node, ast.keyword) and node.arg == "extra" and isinstance(node.value, ast.Dict):
+                    for key in node.value.keys:
+                        if isinstance(key, ast.Constant) and key.value in LOG_RECORD_ATTRIBUTES:
+                            found.append(f"{module}:{key.lineno} logs extra key {key.value!r}, a LogRecord attribute")
         if rule == "clock" and layer == "domain":
             for node in ast.walk(tree):
                 if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name):
@@ -96,7 +123,7 @@ def _violations(rule: str) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("rule", ["domain", "adapters", "services", "private", "test-world", "clock"])
+@pytest.mark.parametrize("rule", ["domain", "adapters", "services", "private", "test-world", "clock", "one-clock", "one-logger", "log-keys"])
 def test_import_contract(rule: str) -> None:
     assert _violations(rule) == []
 
@@ -110,6 +137,9 @@ def test_the_contracts_catch_what_they_forbid(tmp_path: Path) -> None:
         "private": ("joiner.services.sample", "from joiner.services.termination import _Lease\n"),
         "test-world": ("joiner.services.sample", "import joiner.local.soak\n"),
         "clock": ("joiner.domain.sample", "from datetime import datetime\nx = datetime.now()\n"),
+        "one-clock": ("joiner.adapters.sample", "class _SystemClock:\n    pass\n"),
+        "one-logger": ("joiner.services.sample", "import logging\nlog = logging.getLogger(__name__)\n"),
+        "log-keys": ("joiner.services.sample", "logger.info('synced', extra={'created': 3})\n"),
     }
     for rule, (module, source) in samples.items():
         MODULES[module] = ast.parse(source)

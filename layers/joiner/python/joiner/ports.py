@@ -1,7 +1,8 @@
 """Ports: the small ``typing.Protocol`` interfaces services use to reach the world.
 
 Adapters in :mod:`joiner.adapters` implement them against EC2/SSM/EKS/STS (boto3),
-DynamoDB (boto3) and the Kubernetes API (official client, raw JSON). Unit tests use
+DynamoDB (boto3) and the Kubernetes API (Joiner's own client on urllib3, raw JSON; the
+``kubernetes`` package stays out of Lambda's cold start). Unit tests use
 in-memory fakes (``tests/support/fakes.py``). Kubernetes objects cross this boundary as
 plain JSON dicts; :mod:`joiner.domain.snapshot` turns them into domain objects.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
 from typing import Any, Protocol
 
 from joiner.domain.model import NodeClass, OfferingKey, SelectorTerm, Taint
@@ -92,8 +94,8 @@ class PodWatchPort(Protocol):
         ...
 
 
-class PlannerPort(Protocol):
-    """Wakes the planner (the scanner function) to run a round now."""
+class ScannerWakePort(Protocol):
+    """Wakes the scanner function to run a round now."""
 
     def wake(self, reason: str, pending_pods: int) -> None: ...
 
@@ -431,15 +433,35 @@ class PricingPort(Protocol):
 # ---------------------------------------------------------------- State (DynamoDB)
 
 
+class ClaimState(StrEnum):
+    """A claim's lifecycle, stored as these strings in the state table. A ``StrEnum``: each
+    member equals its string, so records read back with plain strings compare equal."""
+
+    #: The NodePool limit is reserved; nothing launched yet.
+    RESERVED = "reserved"
+    #: Fleet returned an instance.
+    LAUNCHED = "launched"
+    #: The instance's Node exists.
+    REGISTERED = "registered"
+    #: The Node is Ready and its startup taints are gone.
+    INITIALIZED = "initialized"
+    #: Deletion started (drain, then terminate).
+    TERMINATING = "terminating"
+    #: Done: the instance is gone or was never launched; the record expires after retention.
+    CLOSED = "closed"
+
+
+#: Claims launched or launching whose Node is not yet initialized (``joiner status``'s IN FLIGHT).
+IN_FLIGHT_STATES = (ClaimState.RESERVED, ClaimState.LAUNCHED, ClaimState.REGISTERED)
+
+
 @dataclass(frozen=True, slots=True)
 class ClaimRecord:
-    """A node claim's durable state. ``state`` is one of: ``reserved`` (limit reserved,
-    not launched), ``launched``, ``registered`` (Node exists), ``initialized`` (Ready,
-    startup taints gone), ``terminating``, ``closed``."""
+    """A node claim's durable state; ``state`` is a :class:`ClaimState`."""
 
     claim_id: str
     node_pool: str
-    state: str
+    state: str  # a ClaimState (plain strings compare equal)
     created_at: datetime
     instance_id: str | None = None
     instance_type: str | None = None

@@ -32,7 +32,7 @@ class Settings:
     kubernetes_insecure: bool = False
     aws_endpoint_url: str = ""  # local runs: moto server
     node_role: str = ""  # default node role when a NodeClass names none
-    planner_function: str = ""  # the watcher wakes this function (the scanner's name)
+    scanner_function: str = ""  # the watcher wakes this function (the scanner's name)
     #: ``kubectl delete nodeclaim/node`` drains through Joiner's finalizer (off: the finalizers are removed)
     delete_to_drain: bool = True
 
@@ -78,7 +78,7 @@ class Settings:
             kubernetes_insecure=env.get("JOINER_KUBERNETES_INSECURE", "").lower() in ("1", "true", "yes"),
             aws_endpoint_url=env.get("JOINER_AWS_ENDPOINT_URL", ""),
             node_role=env.get("JOINER_NODE_ROLE", ""),
-            planner_function=env.get("JOINER_PLANNER_FUNCTION", ""),
+            scanner_function=env.get("JOINER_PLANNER_FUNCTION", ""),
             delete_to_drain=env.get("JOINER_DELETE_TO_DRAIN", "true").strip().lower() not in ("0", "false", "no"),
         )
 

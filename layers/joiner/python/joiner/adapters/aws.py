@@ -11,7 +11,6 @@ timeouts so a hung call fails inside the Lambda timeout, and a ``joiner`` user-a
 from __future__ import annotations
 
 import threading
-from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 
@@ -22,12 +21,13 @@ from joiner.adapters.ec2 import Ec2Adapter
 from joiner.adapters.pricing import PricingAdapter
 from joiner.adapters.queue import SqsQueue
 from joiner.adapters.state import StateAdapter
+from joiner.clock import SystemClock
 from joiner.ports import Clock
 from joiner.settings import Settings, get_settings
 
 __all__ = [
     "RETRY_MAX_ATTEMPTS", "CONNECT_TIMEOUT_SECONDS", "READ_TIMEOUT_SECONDS", "client_config", "AwsClients",
-    "SystemClock", "get_clients", "ec2_adapter", "pricing_adapter", "state_adapter", "work_queue",
+    "get_clients", "ec2_adapter", "pricing_adapter", "state_adapter", "work_queue",
 ]
 
 RETRY_MAX_ATTEMPTS = 5
@@ -46,13 +46,6 @@ def client_config(**overrides: Any) -> Config:
     }
     options.update(overrides)
     return Config(**options)
-
-
-class SystemClock:
-    """The wall clock, timezone-aware UTC (implements :class:`joiner.ports.Clock`)."""
-
-    def now(self) -> datetime:
-        return datetime.now(UTC)
 
 
 class AwsClients:

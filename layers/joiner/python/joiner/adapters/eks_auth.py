@@ -12,9 +12,10 @@ from __future__ import annotations
 import base64
 import threading
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
+from joiner.clock import SystemClock
 from joiner.ports import Clock
 
 __all__ = [
@@ -71,11 +72,6 @@ def generate_token(sts_client: Any, cluster_name: str) -> str:
     return TOKEN_PREFIX + base64.urlsafe_b64encode(url.encode()).decode().rstrip("=")
 
 
-class _SystemClock:
-    def now(self) -> datetime:
-        return datetime.now(UTC)
-
-
 class EksTokenProvider:
     """Hands out a cached EKS token, signing a new one when the cached one is ``refresh_after`` old.
 
@@ -94,7 +90,7 @@ class EksTokenProvider:
         self.cluster_name = cluster_name
         self._sts_client = sts_client
         self._sts_client_factory = sts_client_factory
-        self._clock = clock or _SystemClock()
+        self._clock = clock or SystemClock()
         self._refresh_after = refresh_after
         self._lock = threading.Lock()
         self._token: str | None = None

@@ -19,20 +19,19 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import logging
 import random as _random
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from datetime import UTC, datetime
+from datetime import UTC
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from joiner.clock import SystemClock
+from joiner.observability import logger
 from joiner.ports import Clock, EvictionOutcome, JsonDict, KubernetesError, WatchEvent, WatchExpired
 from joiner.settings import Settings
 
 __all__ = ["MERGE_PATCH", "NODE_CLAIMS_PATH", "NODE_CLASSES_PATH", "NODE_POOLS_PATH", "KubernetesClient", "is_pending_pod", "pending_view"]
-
-log = logging.getLogger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
@@ -86,13 +85,9 @@ def is_pending_pod(pod: Mapping[str, Any]) -> bool:
     )
 
 
-class _SystemClock:
-    def now(self) -> datetime:
-        return datetime.now(UTC)
-
-
 class KubernetesClient:
-    """:class:`joiner.ports.KubernetesPort` over the official client's HTTP layer.
+    """:class:`joiner.ports.KubernetesPort`, hand-written on urllib3 (the HTTP library the
+    official client uses underneath; none of the official client's code).
 
     ``authorization`` returns the ``Authorization`` header value per request (tokens that
     expire are refreshed by it); ``invalidate`` is called once on a 401. ``sleep`` and
@@ -149,7 +144,7 @@ class KubernetesClient:
         self._backoff_cap = backoff_cap
         self._max_retry_after = max_retry_after
         self._page_size = page_size
-        self._clock = clock or _SystemClock()
+        self._clock = clock or SystemClock()
         self._sleep = sleep
         self._random = random
 
@@ -240,7 +235,7 @@ class KubernetesClient:
                 failure = f"{type(error).__name__}: {error}"
                 if attempt >= self._max_attempts:
                     raise KubernetesError(f"Kubernetes {method} {path} failed after {attempt} attempts: {failure}") from error
-                log.warning("kubernetes %s %s attempt %d failed: %s", method, path, attempt, failure)
+                logger.warning("kubernetes request failed", extra={"method": method, "path": path, "attempt": attempt, "error": str(failure)})
                 self._backoff(attempt, None)
                 continue
 
@@ -253,7 +248,7 @@ class KubernetesClient:
                 continue
             retryable = status in RETRYABLE_STATUSES and (status != 429 or retry_too_many)
             if retryable and attempt < self._max_attempts:
-                log.warning("kubernetes %s %s attempt %d answered %d", method, path, attempt, status)
+                logger.warning("kubernetes request answered an error", extra={"method": method, "path": path, "attempt": attempt, "status": status})
                 self._backoff(attempt, _seconds(retry_after))
                 continue
             tries = f" after {attempt} attempts" if retryable else ""
@@ -316,7 +311,7 @@ class KubernetesClient:
             except KubernetesError as error:
                 if error.status != 410 or token is None:
                     raise
-                log.warning("kubernetes list %s: continuation expired, listing again", path)
+                logger.warning("kubernetes list continuation expired, listing again", extra={"path": path})
                 yield None, ""
         raise KubernetesError(f"Kubernetes GET {path}: continuation expired twice")
 
@@ -567,7 +562,7 @@ class KubernetesClient:
         code, _ = self._request("PATCH", f"{NODE_OVERLAYS_PATH}/{_segment(name)}/status", body={"status": status},
                                 content_type=MERGE_PATCH, accept={404})
         if code == 404:
-            log.info("kubernetes: NodeOverlay %s is gone; status not written", name)
+            logger.info("NodeOverlay is gone; status not written", extra={"nodeoverlay": name})
 
     def get_node_claim(self, name: str) -> JsonDict | None:
         """One NodeClaim mirror; None when it does not exist or the NodeClaim CRD is not installed (404)."""
@@ -627,7 +622,7 @@ class KubernetesClient:
             "DELETE", f"/api/v1/nodes/{_segment(name)}", body=body, accept={404, 409} if uid else {404},
         )
         if status == 409:
-            log.info("node %s not deleted: it is not uid %s any more (%s)", name, uid, _status_message(answer))
+            logger.info("node not deleted: its uid changed", extra={"node": name, "uid": uid, "answer": _status_message(answer)})
             return False
         return True
 
@@ -695,7 +690,7 @@ class KubernetesClient:
         code, _ = self._request("PATCH", f"{NODE_POOLS_PATH}/{_segment(name)}/status", body={"status": status},
                                 content_type=MERGE_PATCH, accept={404})
         if code == 404:
-            log.info("kubernetes: NodePool %s is gone; status not written", name)
+            logger.info("NodePool is gone; status not written", extra={"nodepool": name})
 
 
     def patch_node_class_status(self, name: str, status: JsonDict) -> None:
@@ -703,7 +698,7 @@ class KubernetesClient:
         code, _ = self._request("PATCH", f"{NODE_CLASSES_PATH}/{_segment(name)}/status", body={"status": status},
                                 content_type=MERGE_PATCH, accept={404})
         if code == 404:
-            log.info("kubernetes: NodeClass %s is gone; status not written", name)
+            logger.info("NodeClass is gone; status not written", extra={"nodeclass": name})
 
 
 def _segment(value: str) -> str:

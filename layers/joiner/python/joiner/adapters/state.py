@@ -25,7 +25,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from joiner.domain.model import OfferingKey
 from joiner.domain.resources import Resources
-from joiner.ports import ClaimNotFound, ClaimRecord, ClaimStateConflict, Clock, JsonDict, StateError
+from joiner.ports import ClaimNotFound, ClaimRecord, ClaimState, ClaimStateConflict, Clock, JsonDict, StateError
 
 __all__ = [
     "StateAdapter", "StateError", "ClaimNotFound", "ClaimStateConflict", "CLOSED_CLAIM_RETENTION", "RESERVED_KINDS",
@@ -94,7 +94,7 @@ def _expected_states(claim_id: str, expected: str | tuple[str, ...] | None) -> t
     states = (expected,) if isinstance(expected, str) else tuple(expected)
     if not states or not all(isinstance(state, str) and state for state in states):
         raise StateError(f"update_claim({claim_id}): expected_state must be a state or a non-empty tuple of states")
-    return tuple(dict.fromkeys(states))
+    return tuple(dict.fromkeys(str(state) for state in states))
 
 
 def _epoch_ceil(moment: datetime) -> int:
@@ -289,6 +289,8 @@ class StateAdapter:
             if isinstance(value, str) or not isinstance(value, Iterable):
                 raise StateError("claim field pods must be a sequence of pod keys")
             return [str(pod) for pod in value]
+        if name == "state" and isinstance(value, str):
+            return str(value)  # a ClaimState is stored as its plain string
         if name == "price":
             return Decimal(repr(float(value)))
         if not isinstance(value, str):
@@ -311,7 +313,7 @@ class StateAdapter:
             if name == "reserved" and not value:
                 continue
             item[attribute] = self._encode_claim_value(name, value)
-        if claim.state == "closed":
+        if claim.state == ClaimState.CLOSED:
             item["expiresAt"] = self._claim_expiry(claim.closed_at)
         else:
             item[_OPEN_ATTRIBUTE] = _OPEN
@@ -360,7 +362,7 @@ class StateAdapter:
 
     def update_claim(self, claim_id: str, *, expected_state: str | tuple[str, ...] | None = None, **fields: Any) -> ClaimRecord:
         """Set the given ClaimRecord fields (``None`` or ``""`` removes an optional one) and
-        return the updated claim. Closing a claim (``state="closed"``) schedules its deletion
+        return the updated claim. Closing a claim (``state=ClaimState.CLOSED``) schedules its deletion
         after the retention period. Raises :class:`ClaimNotFound` for an unknown id.
 
         ``expected_state`` (a state or a tuple of states) makes the write conditional on the
@@ -395,7 +397,7 @@ class StateAdapter:
                 values[f":v{index}"] = self._encode_claim_value(name, value)
         if "state" in fields:
             names["#exp"], names["#open"] = "expiresAt", _OPEN_ATTRIBUTE
-        if fields.get("state") == "closed":
+        if fields.get("state") == ClaimState.CLOSED:
             sets.append("#exp = :expires")
             values[":expires"] = self._claim_expiry(fields.get("closed_at"))
             removes.append("#open")
@@ -456,7 +458,7 @@ class StateAdapter:
         claims = [self._claim_from_item(item) for item in items if item.get("sk") == CLAIM]
         if not claims:
             return None
-        return max(claims, key=lambda c: (c.state != "closed", c.created_at, c.claim_id))
+        return max(claims, key=lambda c: (c.state != ClaimState.CLOSED, c.created_at, c.claim_id))
 
     def claims_by_node_pool(self, node_pool: str) -> list[ClaimRecord]:
         """Claims of a NodePool, open and recently closed (GSI ``byNodePool``), by (created, id)."""
@@ -485,11 +487,11 @@ class StateAdapter:
                 by_id.pop(claim_id, None)
             else:
                 by_id[claim_id] = item
-        claims = [self._claim_from_item(item) for item in by_id.values() if item.get("state") != "closed"]
+        claims = [self._claim_from_item(item) for item in by_id.values() if item.get("state") != ClaimState.CLOSED]
         return sorted(claims, key=lambda c: (c.created_at, c.claim_id))
 
     def _scan_open_claims(self) -> list[ClaimRecord]:
-        items = self._scan(FilterExpression=Attr("sk").eq(CLAIM) & Attr("state").ne("closed"), ConsistentRead=True)
+        items = self._scan(FilterExpression=Attr("sk").eq(CLAIM) & Attr("state").ne(ClaimState.CLOSED.value), ConsistentRead=True)
         for item in items:
             if item.get(_OPEN_ATTRIBUTE) != _OPEN:
                 self._backfill_open(str(item["claimId"]))
@@ -503,7 +505,7 @@ class StateAdapter:
                 UpdateExpression="SET #open = :open",
                 ConditionExpression="attribute_exists(pk) AND #state <> :closed",
                 ExpressionAttributeNames={"#open": _OPEN_ATTRIBUTE, "#state": "state"},
-                ExpressionAttributeValues={":open": _OPEN, ":closed": "closed"},
+                ExpressionAttributeValues={":open": _OPEN, ":closed": ClaimState.CLOSED.value},
             )
         except ClientError as error:
             if not self._is_conditional_failure(error):

@@ -39,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
 
     from joiner.adapters.kubernetes import KubernetesClient
     from joiner.adapters.state import StateAdapter
+    from joiner.clock import FixedClock
     from joiner.ports import KubernetesError, StateError
     from joiner.services.status import collect_status
 
@@ -52,13 +53,9 @@ def run(args: argparse.Namespace) -> int:
 
     at = _parse_at(args.at) if args.at else datetime.now(UTC)
 
-    class _Clock:
-        def now(self) -> datetime:
-            return at
-
     try:
         kube = KubernetesClient.from_kubeconfig(kubeconfig, args.context)
-        state = StateAdapter(session.resource("dynamodb").Table(table), _Clock())
+        state = StateAdapter(session.resource("dynamodb").Table(table), FixedClock(at))
         status = collect_status(state, kube, at)
     except (KubernetesError, StateError, ClientError, BotoCoreError) as error:
         raise UsageError(f"{type(error).__name__}: {error}") from None

@@ -38,7 +38,7 @@ from typing import Any
 from joiner.domain import labels as wk
 from joiner.domain.bounded import parse_aware_time
 from joiner.domain.launch import CLUSTER_TAG
-from joiner.ports import ClaimRecord, InstanceRecord, LaunchTemplateInfo
+from joiner.ports import ClaimRecord, ClaimState, InstanceRecord, LaunchTemplateInfo
 
 __all__ = [
     "INSTANCE_GRACE", "NODE_GRACE", "RESERVED_ABANDON_AFTER", "TEMPLATE_IDLE", "TEMPLATE_IDLE_ORPHANED",
@@ -261,7 +261,7 @@ class _Planner:
         self.policy = policy
         self.now = inputs.now
         self.listed: dict[str, InstanceRecord] = {r.instance_id: r for r in inputs.instances}
-        self.open_claims = [c for c in sorted(inputs.claims, key=lambda c: c.claim_id) if c.state != "closed"]
+        self.open_claims = [c for c in sorted(inputs.claims, key=lambda c: c.claim_id) if c.state != ClaimState.CLOSED]
         self.claim_by_id = {c.claim_id: c for c in self.open_claims}
         self.claim_by_instance: dict[str, ClaimRecord] = {}
         for claim in self.open_claims:
@@ -356,7 +356,7 @@ class _Planner:
             self.actions.append(GcAction(KIND_CLAIM, claim.claim_id, why, node_pool=claim.node_pool, instance_id=claim.instance_id))
 
     def claim_without_instance(self, claim: ClaimRecord) -> None:
-        if claim.state != "reserved":
+        if claim.state != ClaimState.RESERVED:
             self.keep(KIND_CLAIM, claim.claim_id, f"state {claim.state} without an instance id")
             return
         age = self.now - claim.created_at

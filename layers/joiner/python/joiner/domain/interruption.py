@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from joiner.ports import ClaimState
+
 if TYPE_CHECKING:  # ClaimRecord is a plain dataclass; imported for typing only to keep domain free of ports
     from joiner.domain.model import NodePool
     from joiner.ports import ClaimRecord
@@ -187,7 +189,7 @@ def decide_action(event: InterruptionEvent, claim: ClaimRecord | None, node_pool
     """
     if claim is None and node_pool is None:
         return Action(ACTION_UNMANAGED, "instance not managed by Joiner (no claim, no NodePool)")
-    if claim is not None and claim.state == "closed":
+    if claim is not None and claim.state == ClaimState.CLOSED:
         return Action(ACTION_NONE, f"claim {claim.claim_id} is already closed")
     if event.kind == NOOP:
         return Action(ACTION_NONE, event.detail or "event needs no action")

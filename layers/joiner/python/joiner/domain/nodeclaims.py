@@ -22,7 +22,7 @@ from enum import StrEnum
 from typing import Any
 
 from joiner.domain import labels as wk
-from joiner.ports import ClaimRecord
+from joiner.ports import ClaimRecord, ClaimState
 
 __all__ = [
     "API_VERSION",
@@ -142,8 +142,8 @@ def _claim_conditions(claim: ClaimRecord, now: datetime) -> list[MirrorCondition
     moment; one that turned ``True`` undated carries ``now``; the waiting ones (``Unknown``,
     ``Disrupting=False``) carry none: they date from when the mirror first shows them."""
     launched = claim.instance_id is not None
-    registered = claim.registered_at is not None or claim.state in ("registered", "initialized")
-    initialized = claim.initialized_at is not None or claim.state == "initialized"
+    registered = claim.registered_at is not None or claim.state in (ClaimState.REGISTERED, ClaimState.INITIALIZED)
+    initialized = claim.initialized_at is not None or claim.state == ClaimState.INITIALIZED
     node = f"node {claim.node_name}" if claim.node_name else ""
     conditions = [
         MirrorCondition("Launched", "True", "Launched", _launched_message(claim), claim.launched_at or now) if launched
@@ -156,7 +156,7 @@ def _claim_conditions(claim: ClaimRecord, now: datetime) -> list[MirrorCondition
     ready = launched and registered and initialized
     conditions.append(MirrorCondition("Ready", "True", "Ready", "", claim.initialized_at or now) if ready
                       else MirrorCondition("Ready", "Unknown", "NotReady"))
-    conditions.append(disrupting_condition(claim.reason, since=now) if claim.state == "terminating"
+    conditions.append(disrupting_condition(claim.reason, since=now) if claim.state == ClaimState.TERMINATING
                       else MirrorCondition("Disrupting", "False", "NotDisrupting"))
     return conditions
 

@@ -1,7 +1,7 @@
-"""When the watcher wakes the planner: Karpenter's batching window, measured from the first
+"""When the watcher wakes the scanner: Karpenter's batching window, measured from the first
 pending pod.
 
-A batch opens when a pod becomes pending and closes (the planner is woken) when no new
+A batch opens when a pod becomes pending and closes (the scanner is woken) when no new
 pending pod has appeared for ``idle_seconds`` or ``max_seconds`` have passed since the
 batch opened, whichever comes first: a burst of pods is planned together, a lone pod waits
 about a second, and a steady trickle never delays the first pod by more than the maximum.
@@ -29,7 +29,7 @@ class BatchWindow:
 
 @dataclass(frozen=True, slots=True)
 class PendingBatch:
-    """The pods (uids) that became pending since the planner was last woken, when the first
+    """The pods (uids) that became pending since the scanner was last woken, when the first
     and the latest of them did."""
 
     pods: frozenset[str] = frozenset()
@@ -43,7 +43,7 @@ class PendingBatch:
         return replace(self, pods=self.pods | {uid}, first=self.first or now, latest=now)
 
     def due_at(self, window: BatchWindow) -> datetime | None:
-        """When the planner must be woken (None: nothing is waiting)."""
+        """When the scanner must be woken (None: nothing is waiting)."""
         if self.first is None or self.latest is None:
             return None
         return min(self.latest + timedelta(seconds=window.idle_seconds), self.first + timedelta(seconds=window.max_seconds))

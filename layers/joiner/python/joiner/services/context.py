@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from joiner.clock import SystemClock
 from joiner.services.cluster_state import ClusterCache
 from joiner.settings import Settings
 
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     from joiner.domain.catalog import Catalog
     from joiner.ports import Clock, ClusterInfo, Ec2Port, KubernetesPort, PricingPort, QueuePort, StatePort
 
-__all__ = ["Runtime", "SystemClock", "TtlCache", "build_runtime", "SPOT_PRICE_TTL", "SPOT_PRICE_RETRY"]
+__all__ = ["Runtime", "TtlCache", "build_runtime", "SPOT_PRICE_TTL", "SPOT_PRICE_RETRY"]
 
 MetricFunction = Callable[..., None]
 #: How long spot prices read from EC2 are used (EC2 publishes them about every five minutes).
@@ -36,13 +37,6 @@ SPOT_PRICE_TTL = timedelta(minutes=5)
 SPOT_PRICE_RETRY = timedelta(minutes=1)
 #: The state item (kind, id) through which functions share the spot prices they read.
 SPOT_PRICES_KIND, SPOT_PRICES_ID = "PRICES", "spot"
-
-
-class SystemClock:
-    """Wall-clock UTC time."""
-
-    def now(self) -> datetime:
-        return datetime.now(UTC)
 
 
 class TtlCache:

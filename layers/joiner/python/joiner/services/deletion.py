@@ -18,7 +18,6 @@ removes every one of them before the stack goes.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -26,15 +25,14 @@ from typing import TYPE_CHECKING, Any
 
 from joiner.domain import labels as wk
 from joiner.domain.nodeclaims import TERMINATION_FINALIZER, DeletionStep, deletion_step
-from joiner.ports import ClaimRecord, Ec2Error, JsonDict, KubernetesError
+from joiner.observability import logger
+from joiner.ports import ClaimRecord, ClaimState, Ec2Error, JsonDict, KubernetesError
 
 if TYPE_CHECKING:
     from joiner.ports import KubernetesPort
     from joiner.services.context import Runtime
 
 __all__ = ["DeletionResult", "handle_deletions", "remove_finalizers", "DELETED_REASON"]
-
-log = logging.getLogger(__name__)
 
 #: The termination reason of a node deleted by a user (Karpenter's NodeClaim deletion).
 DELETED_REASON = "Deleted"
@@ -69,7 +67,7 @@ def handle_deletions(runtime: Runtime, now: datetime) -> DeletionResult:
 
     result = DeletionResult()
     enabled = runtime.settings.delete_to_drain
-    claims = [c for c in runtime.state.open_claims() if c.state != "closed"]
+    claims = [c for c in runtime.state.open_claims() if c.state != ClaimState.CLOSED]
     by_id = {c.claim_id: c for c in claims}
     by_node = {c.node_name: c for c in claims if c.node_name}
     terminating = {str(item.get("node")) for item in runtime.state.list_items(TERMINATION_KIND)}
@@ -107,7 +105,7 @@ def handle_deletions(runtime: Runtime, now: datetime) -> DeletionResult:
         except (KubernetesError, Ec2Error) as error:
             result.errors.append(f"nodeclaim {name}: {error}")
     for message in result.errors:
-        log.warning("delete to drain: %s", message)
+        logger.warning("delete to drain failed", extra={"error": message})
     if result.finalizers_released:
         runtime.count("DeletionFinalizersReleased", len(result.finalizers_released))
     return result
@@ -159,7 +157,7 @@ def _terminate(runtime: Runtime, name: str, node: JsonDict, claim: ClaimRecord, 
             return tuple(view.launch_replacement(pending, now))
         except Exception as error:  # noqa: BLE001 - the drain goes ahead; the scanner provisions for the pods
             runtime.count("ReplacementFailed", kind=DELETED_REASON)
-            log.warning("replacement for a deleted node failed: %s", error)
+            logger.warning("replacement for a deleted node failed", extra={"error": str(error)})
             return ()
 
     deadline = _grace_deadline(runtime, claim, _time(_meta(node).get("deletionTimestamp")))
@@ -177,7 +175,7 @@ def _terminate_unregistered(runtime: Runtime, claim: ClaimRecord, now: datetime)
         except Ec2Error as error:
             if error.code not in ("InvalidInstanceID.NotFound", "InvalidInstanceID.Malformed"):
                 raise
-    runtime.state.update_claim(claim.claim_id, state="closed", closed_at=now, reason=DELETED_REASON)
+    runtime.state.update_claim(claim.claim_id, state=ClaimState.CLOSED, closed_at=now, reason=DELETED_REASON)
     runtime.state.release_capacity(claim.node_pool, claim.claim_id)
 
 

@@ -44,7 +44,7 @@ from joiner.domain.gc import (
     terminating_names,
 )
 from joiner.observability import logger
-from joiner.ports import ClaimStateConflict, Ec2Error, InstanceRecord, KubernetesError
+from joiner.ports import ClaimState, ClaimStateConflict, Ec2Error, InstanceRecord, KubernetesError
 from joiner.services.termination import TERMINATION_KIND
 
 if TYPE_CHECKING:
@@ -186,11 +186,11 @@ _Outcome = tuple[bool, str]  # (done, why not)
 
 def _terminate_instance(runtime: Runtime, action: GcAction, now: datetime) -> _Outcome:
     owner = runtime.state.claim_by_instance(action.target)
-    if owner is not None and owner.state != "closed":
+    if owner is not None and owner.state != ClaimState.CLOSED:
         return False, f"claim {owner.claim_id} now owns it"
     if action.claim_id:
         tagged = runtime.state.get_claim(action.claim_id)
-        if tagged is not None and tagged.state != "closed" and tagged.instance_id in (None, action.target):
+        if tagged is not None and tagged.state != ClaimState.CLOSED and tagged.instance_id in (None, action.target):
             return False, f"claim {action.claim_id} is open now"
     try:
         runtime.ec2.terminate_instances([action.target])
@@ -228,7 +228,7 @@ def _delete_node(runtime: Runtime, action: GcAction, now: datetime) -> _Outcome:
 
 def _close_claim(runtime: Runtime, action: GcAction, now: datetime) -> _Outcome:
     current = runtime.state.get_claim(action.target)
-    if current is None or current.state == "closed":
+    if current is None or current.state == ClaimState.CLOSED:
         if action.node_pool:
             runtime.state.release_capacity(action.node_pool, action.target)  # idempotent; finishes a crashed close
         return False, "already closed"
@@ -238,10 +238,10 @@ def _close_claim(runtime: Runtime, action: GcAction, now: datetime) -> _Outcome:
         # Conditional on the state just read (``reserved`` for an abandoned reservation): a
         # provisioning round recording its launch at this instant wins, and GC backs off.
         runtime.state.update_claim(
-            action.target, expected_state=current.state, state="closed", closed_at=now, reason=f"garbage collected: {action.reason}",
+            action.target, expected_state=current.state, state=ClaimState.CLOSED, closed_at=now, reason=f"garbage collected: {action.reason}",
         )
     except ClaimStateConflict as conflict:
-        if conflict.current.state != "closed":
+        if conflict.current.state != ClaimState.CLOSED:
             return False, f"claim moved to {conflict.current.state} meanwhile"
         runtime.state.release_capacity(action.node_pool or current.node_pool, action.target)  # idempotent
         return False, "already closed"

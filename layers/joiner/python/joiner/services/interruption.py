@@ -62,7 +62,7 @@ from joiner.domain.interruption import InterruptionEvent, decide_action
 from joiner.domain.model import NodePool, OfferingKey, Pod
 from joiner.domain.termination import DISRUPTED_TAINT, reschedulable_pods
 from joiner.observability import logger
-from joiner.ports import ClaimRecord, Ec2Error, JsonDict, KubernetesError
+from joiner.ports import ClaimRecord, ClaimState, Ec2Error, JsonDict, KubernetesError
 from joiner.services.nodeclaims import mirror_claim
 from joiner.services.ownership import instance_tags, ownership_problem, refuse
 from joiner.services.termination import TerminationResult, begin_termination, cordon_node, request_termination
@@ -536,8 +536,8 @@ def _close_without_node(runtime: Runtime, claim: ClaimRecord | None, instance_id
     except Ec2Error as error:
         if "NotFound" not in (error.code or ""):
             raise
-    if claim is not None and claim.state != "closed":
-        runtime.state.update_claim(claim.claim_id, state="closed", closed_at=now, reason=event.kind)
+    if claim is not None and claim.state != ClaimState.CLOSED:
+        runtime.state.update_claim(claim.claim_id, state=ClaimState.CLOSED, closed_at=now, reason=event.kind)
         runtime.state.release_capacity(claim.node_pool, claim.claim_id)
         mirror_claim(runtime, claim.claim_id)
     return dataclasses.replace(base, termination="terminated")

@@ -28,7 +28,6 @@ that was closed.
 
 from __future__ import annotations
 
-import logging
 import random
 import time
 from collections.abc import Mapping, Sequence
@@ -46,14 +45,13 @@ from joiner.domain.nodeclaims import (
     terminated_event,
     transition_events,
 )
-from joiner.ports import ClaimRecord, JsonDict, KubernetesError, StateError
+from joiner.observability import logger
+from joiner.ports import ClaimRecord, ClaimState, JsonDict, KubernetesError, StateError
 
 if TYPE_CHECKING:
     from joiner.services.context import Runtime
 
 __all__ = ["CATCH_UP_SYNC_SECONDS", "MAX_SYNC_SECONDS", "MIRROR_WRITE_BURST", "MIRROR_WRITE_QPS", "MirrorSync", "mirror_claim", "sync_node_claims"]
-
-log = logging.getLogger("joiner.nodeclaims")
 
 #: Writes a second a sync sends at most. Karpenter's client defaults to 200 QPS (burst 300);
 #: one sequential client holds a single seat of the API server's priority-and-fairness
@@ -178,7 +176,7 @@ def mirror_claim(runtime: Runtime, claim: ClaimRecord | str | None, *, condition
     try:
         return _mirror_claim(runtime, claim if isinstance(claim, ClaimRecord) else runtime.state.get_claim(claim_id), condition, event)
     except Exception as error:  # noqa: BLE001 - a mirror never fails a launch, a drain or a pass
-        log.warning("nodeclaim mirror of %s not written: %s: %s", claim_id, type(error).__name__, error)
+        logger.warning("nodeclaim mirror not written", extra={"claim": claim_id, "error": f"{type(error).__name__}: {error}"})
         runtime.count("NodeClaimMirrorErrors", operation="mirror")
         return False
 
@@ -190,7 +188,7 @@ def _mirror_claim(runtime: Runtime, claim: ClaimRecord | None, condition: Mirror
     name = mirror_name(claim.claim_id)
     current = kube.get_node_claim(name)
     extra = [event] if event is not None else []
-    if claim.state == "closed":
+    if claim.state == ClaimState.CLOSED:
         if current is not None:
             _record(runtime, current, [terminated_event(claim), *extra])
             _delete_mirror(runtime, name, current)
@@ -238,14 +236,14 @@ def sync_node_claims(
     try:
         existing = {str((m.get("metadata") or {}).get("name")): m for m in runtime.kube.list_node_claims()}
     except KubernetesError as error:
-        log.warning("nodeclaim mirrors: cannot list them: %s", error)
+        logger.warning("nodeclaim mirrors: cannot list them", extra={"error": str(error)})
         runtime.count("NodeClaimMirrorErrors", operation="list")
         return MirrorSync(errors=1, skipped=f"list failed: {error}")
     try:
         open_claims = list(claims) if claims is not None else runtime.state.open_claims()
         pools = _node_pools(runtime, fresh=runtime.kube.list_node_pools())
     except (KubernetesError, StateError) as error:
-        log.warning("nodeclaim mirrors: cannot read claims or NodePools: %s", error)
+        logger.warning("nodeclaim mirrors: cannot read claims or NodePools", extra={"error": str(error)})
         runtime.count("NodeClaimMirrorErrors", operation="read")
         return MirrorSync(errors=1, skipped=f"read failed: {error}")
 
@@ -278,7 +276,7 @@ def sync_node_claims(
             updated += change == "updated"
         except KubernetesError as error:
             errors += 1
-            log.warning("nodeclaim mirrors: cannot write %s: %s", name, error)
+            logger.warning("nodeclaim mirrors: cannot write one", extra={"nodeclaim": name, "error": str(error)})
             runtime.count("NodeClaimMirrorErrors", operation="write")
 
     for name, mirror in sorted(existing.items()):
@@ -293,10 +291,10 @@ def sync_node_claims(
             deleted += 1
         except KubernetesError as error:
             errors += 1
-            log.warning("nodeclaim mirrors: cannot delete %s: %s", name, error)
+            logger.warning("nodeclaim mirrors: cannot delete one", extra={"nodeclaim": name, "error": str(error)})
             runtime.count("NodeClaimMirrorErrors", operation="delete")
     if created or updated or deleted or deferred:
-        log.info("nodeclaim mirrors: %d created, %d updated, %d deleted, %d left for the next sync", created, updated, deleted, deferred)
+        logger.info("nodeclaim mirrors synced", extra={"mirrors_created": created, "mirrors_updated": updated, "mirrors_deleted": deleted, "deferred": deferred})
     return MirrorSync(created, updated, deleted, errors, deferred=deferred)
 
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -72,10 +71,12 @@ from joiner.domain.requirements import Requirement, Requirements
 from joiner.domain.reservations import reservation_for, with_reserved_offerings
 from joiner.domain.resources import EMPTY, Resources
 from joiner.domain.scheduling import solve
+from joiner.observability import logger
 from joiner.ports import (
     CAPACITY_BLOCK,
     CapacityReservation,
     ClaimRecord,
+    ClaimState,
     ClaimStateConflict,
     Ec2Error,
     FleetRequest,
@@ -102,8 +103,6 @@ __all__ = [
     "PlanningRound", "launch_all", "unreserved_usage", "published_unreserved", "UNRESERVED_KIND",
 ]
 
-log = logging.getLogger(__name__)
-
 LEASE_NAME = "provisioning"
 #: A round renews the lease; a crashed holder blocks others for at most this long.
 LEASE_TTL_SECONDS = 60
@@ -127,10 +126,6 @@ SPOT, ON_DEMAND = wk.CAPACITY_TYPE_SPOT, wk.CAPACITY_TYPE_ON_DEMAND
 NODES = "nodes"
 #: State items holding each limited NodePool's usage by Nodes no reservation covers.
 UNRESERVED_KIND = "UNRESERVED"
-
-RESERVED, LAUNCHED, REGISTERED, INITIALIZED, TERMINATING, CLOSED = (
-    "reserved", "launched", "registered", "initialized", "terminating", "closed",
-)
 
 
 # ---------------------------------------------------------------- results
@@ -409,8 +404,8 @@ class PlanningRound:
         try:
             objects = self.kube.list_volume_objects()
         except KubernetesError as error:
-            log.warning("volume objects could not be read (RBAC for persistentvolumeclaims, persistentvolumes, "
-                        "storageclasses, csinodes applied?): planning without volume topology: %s", error)
+            logger.warning("volume objects could not be read (RBAC for persistentvolumeclaims, persistentvolumes, "
+                           "storageclasses, csinodes applied?): planning without volume topology", extra={"error": str(error)})
             self.runtime.count("VolumeTopologyUnavailable")
             return {"volumes_known": False}
         for obj in objects:
@@ -425,7 +420,7 @@ class PlanningRound:
             return parser(obj)
         except snap.SnapshotError as error:
             self.invalid.append(str(error))
-            log.warning("skipping invalid object: %s", error)
+            logger.warning("skipping invalid object", extra={"error": str(error)})
             if event_pod:
                 self._pod_event(object_reference(obj), "FailedScheduling", f"Joiner cannot read this pod: {error}", "Warning")
             elif event_object:
@@ -467,7 +462,7 @@ class PlanningRound:
                 except Ec2Error as error:
                     # Reservations only add offerings: without them the NodePool still launches
                     # spot or on-demand, and the next resolution tries again.
-                    log.warning("NodeClass %s: resolving capacity reservations failed: %s", name, error)
+                    logger.warning("resolving capacity reservations failed", extra={"nodeclass": name, "error": str(error)})
                     self.envs[name] = env
                     continue
             self.envs[name] = env
@@ -540,7 +535,7 @@ class PlanningRound:
             self.runtime.node_overlays = raw
         except KubernetesError as error:
             raw = self.runtime.node_overlays or []
-            log.warning("NodeOverlays could not be read (%s); applying the %d read last", error, len(raw))
+            logger.warning("NodeOverlays could not be read; applying the ones read last", extra={"error": str(error), "overlays": len(raw)})
             self.runtime.count("NodeOverlaysUnreadable")
         self.overlays_raw: dict[str, JsonDict] = {str((o.get("metadata") or {}).get("name")): o for o in raw}
         self.overlay_errors: dict[str, str] = {}
@@ -615,11 +610,11 @@ class PlanningRound:
         for claim_id in sorted(set(held) - open_ids):
             try:
                 claim = self.state.get_claim(claim_id)
-                if claim is not None and claim.state == CLOSED:
+                if claim is not None and claim.state == ClaimState.CLOSED:
                     self.state.release_capacity(pool, claim_id)
                     del held[claim_id]
             except Exception as error:  # noqa: BLE001 - counted as held; tried again next round
-                log.warning("releasing the reservation of closed claim %s failed: %s", claim_id, error)
+                logger.warning("releasing the reservation of a closed claim failed", extra={"claim": claim_id, "error": str(error)})
         return held
 
     def limit_usage(self, pool: str) -> Resources:
@@ -637,7 +632,7 @@ class PlanningRound:
     def in_flight(self, claims: Iterable[ClaimRecord]) -> list[InFlightClaim]:
         result = []
         for claim in claims:
-            if claim.state != LAUNCHED or not claim.instance_type or not claim.zone:
+            if claim.state != ClaimState.LAUNCHED or not claim.instance_type or not claim.zone:
                 continue
             pool = self.pools.get(claim.node_pool)
             instance_type = self.type_index.get(claim.node_pool, {}).get(claim.instance_type)
@@ -677,7 +672,7 @@ class PlanningRound:
         Claims of nodes being taken away (:attr:`retiring_claims`) promise nothing."""
         promised: dict[str, str] = {}
         for claim in sorted(self.open_by_id.values(), key=lambda c: c.claim_id):
-            if claim.state != RESERVED or claim.claim_id in self.retiring_claims:
+            if claim.state != ClaimState.RESERVED or claim.claim_id in self.retiring_claims:
                 continue
             for pod in claim.pods:
                 promised.setdefault(pod, claim.claim_id)
@@ -739,7 +734,7 @@ class PlanningRound:
             record = ClaimRecord(
                 claim_id=claim_id,
                 node_pool=pool.name,
-                state=RESERVED,
+                state=ClaimState.RESERVED,
                 created_at=self.now,
                 pods=tuple(p.key for p in pods),
                 reserved=amount,
@@ -767,7 +762,7 @@ class PlanningRound:
                 existing = self.state.get_claim(claim_id)
             if existing is None:
                 return claim_id, None
-            if existing.state not in (CLOSED, TERMINATING) and claim_id not in self.retiring_claims:
+            if existing.state not in (ClaimState.CLOSED, ClaimState.TERMINATING) and claim_id not in self.retiring_claims:
                 return claim_id, existing
         raise RuntimeError(f"NodePool {pool}: 1000 closed claims for the same pods")
 
@@ -780,7 +775,7 @@ class PlanningRound:
         wanted = (smallest.capacity if smallest is not None else EMPTY) + {NODES: 1000}
         blocked = sorted(name for name in remaining if wanted.get(name, 0) > remaining[name]) or sorted(pool.limits or ())
         reason = f'nodepool "{pool.name}": {LIMIT_REACHED} ({", ".join(blocked)})'
-        if existing is not None and existing.state == RESERVED:
+        if existing is not None and existing.state == ClaimState.RESERVED:
             self._close(existing.claim_id, pool.name, "limit reached")
         self.failures.append(LaunchFailure(claim_id, pool.name, claim_plan.pods, "LimitReached", reason))
         for pod in pods:
@@ -849,7 +844,7 @@ class PlanningRound:
                 template_refreshed = True
                 for stale in request.launch_templates:
                     self._forget_launch_template(stale.id)
-                log.warning("claim %s: launch template %s is gone (%s); re-creating it", job.claim_id, request.launch_template.name, error.code)
+                logger.warning("launch template is gone; re-creating it", extra={"claim": job.claim_id, "template": request.launch_template.name, "code": error.code})
                 self.attempts[job.claim_id] = attempt
                 tries -= 1
                 continue
@@ -939,7 +934,7 @@ class PlanningRound:
                 if error.code != "AMINotFound" or len(wanted) == 1:
                     raise
                 first_error = first_error or error
-                log.warning("claim %s: no %s AMI (%s); its instance types are left out", job.claim_id, variant, error)
+                logger.warning("no AMI for a variant; its instance types are left out", extra={"claim": job.claim_id, "variant": variant, "error": str(error)})
         if not by_variant:
             assert first_error is not None
             raise first_error
@@ -1023,8 +1018,8 @@ class PlanningRound:
         try:
             self.open_by_id[launched.claim_id] = self.state.update_claim(
                 launched.claim_id,
-                expected_state=RESERVED,
-                state=LAUNCHED,
+                expected_state=ClaimState.RESERVED,
+                state=ClaimState.LAUNCHED,
                 instance_id=launched.instance_id,
                 instance_type=launched.instance_type,
                 zone=launched.zone,
@@ -1069,18 +1064,17 @@ class PlanningRound:
         launched = outcome.launched
         assert launched is not None
         self.open_by_id[launched.claim_id] = current
-        if current.instance_id == launched.instance_id and current.state != CLOSED:
-            log.info("claim %s: launch of %s already recorded (%s)", launched.claim_id, launched.instance_id, current.state)
+        if current.instance_id == launched.instance_id and current.state != ClaimState.CLOSED:
+            logger.info("launch already recorded", extra={"claim": launched.claim_id, "instance": launched.instance_id, "state": str(current.state)})
             return True
-        log.warning(
-            "claim %s became %s (%s) while its launch of %s was recorded: terminating the instance",
-            launched.claim_id, current.state, current.reason or "no reason", launched.instance_id,
-        )
+        logger.warning("claim changed while its launch was recorded: terminating the instance", extra={
+            "claim": launched.claim_id, "state": str(current.state), "reason": current.reason or "no reason", "instance": launched.instance_id,
+        })
         try:
             self.runtime.ec2.terminate_instances([launched.instance_id])
         except Ec2Error as error:  # gc terminates it later: tagged for a closed claim, unclaimed
-            log.error("claim %s: terminating unowned instance %s failed: %s", launched.claim_id, launched.instance_id, error)
-        if current.state == CLOSED:
+            logger.error("terminating an unowned instance failed", extra={"claim": launched.claim_id, "instance": launched.instance_id, "error": str(error)})
+        if current.state == ClaimState.CLOSED:
             self.state.release_capacity(launched.node_pool, launched.claim_id)  # idempotent
             failure = LaunchFailure(
                 launched.claim_id, launched.node_pool, launched.pods, "ClaimClosed",
@@ -1106,11 +1100,11 @@ class PlanningRound:
         state: False (nothing changed) when a concurrent transition moved it elsewhere."""
         release = True
         try:
-            closed = self.state.update_claim(claim_id, expected_state=expected_state, state=CLOSED, closed_at=self.now, reason=reason)
+            closed = self.state.update_claim(claim_id, expected_state=expected_state, state=ClaimState.CLOSED, closed_at=self.now, reason=reason)
             self.open_by_id[claim_id] = closed
         except ClaimStateConflict as conflict:
             self.open_by_id[claim_id] = conflict.current
-            release = conflict.current.state == CLOSED  # closed by someone else: releasing again is harmless
+            release = conflict.current.state == ClaimState.CLOSED  # closed by someone else: releasing again is harmless
             return release
         finally:
             if release:
@@ -1119,7 +1113,7 @@ class PlanningRound:
 
     def is_closed(self, claim_id: str) -> bool:
         found = self.open_by_id.get(claim_id)
-        return found is not None and found.state == CLOSED
+        return found is not None and found.state == ClaimState.CLOSED
 
     def fail(self, failure: LaunchFailure, pods: Sequence[Pod], reason_text: str) -> None:
         self._close(failure.claim_id, failure.node_pool, failure.reason)
@@ -1149,7 +1143,7 @@ class PlanningRound:
         try:
             self.kube.create_event(obj, reason, message, event_type)
         except KubernetesError as error:
-            log.warning("event %s on %s/%s failed: %s", reason, meta.get("namespace", ""), meta.get("name"), error)
+            logger.warning("writing an event failed", extra={"reason": reason, "object": f'{meta.get("namespace", "")}/{meta.get("name")}', "error": str(error)})
             return False
         return True
 
@@ -1158,7 +1152,7 @@ class PlanningRound:
         ordered = sorted(self.pod_events, key=lambda event: event[3] != "Warning")
         events = ordered[:MAX_POD_EVENTS_PER_ROUND]
         if len(self.pod_events) > len(events):
-            log.warning("%d pod events not written this round (limit %d)", len(self.pod_events) - len(events), MAX_POD_EVENTS_PER_ROUND)
+            logger.warning("pod events not written this round (over the limit)", extra={"skipped": len(self.pod_events) - len(events), "limit": MAX_POD_EVENTS_PER_ROUND})
         self.pod_events = []
         if len(events) <= 4:
             for event in events:
@@ -1197,7 +1191,7 @@ def _run_round(runtime: Runtime, now: datetime, owner: str) -> RoundResult:
     work.read()
     registration = reconcile_registration(runtime, work.claims, work.nodes, work.pools, now)
     for message in registration.errors:
-        log.warning("registration: %s", message)
+        logger.warning("registration failed", extra={"error": message})
     work.resolve_classes()
     work.instance_types()
     work.compute_usage(registration)
@@ -1244,7 +1238,7 @@ def _run_round(runtime: Runtime, now: datetime, owner: str) -> RoundResult:
     _patch_pool_status(work)
     _patch_class_status(work)
     _patch_overlay_status(work)
-    cost = sum(c.price or 0.0 for c in work.open_by_id.values() if c.state in (LAUNCHED, REGISTERED, INITIALIZED))
+    cost = sum(c.price or 0.0 for c in work.open_by_id.values() if c.state in (ClaimState.LAUNCHED, ClaimState.REGISTERED, ClaimState.INITIALIZED))
     if cost > 0:
         runtime.count("ManagedCostPerHour", round(cost, 6), "None")
     runtime.count("ScanCompleted", 1)
@@ -1305,7 +1299,7 @@ def launch_all(work: PlanningRound, plan: Plan, pods_by_key: Mapping[str, Pod], 
                 try:
                     recorded = work.record_launch(outcome)
                 except Exception as error:  # noqa: BLE001 - the instance exists; the adapter's tag guard and gc find it
-                    log.error("claim %s launched %s but recording failed: %s", outcome.launched.claim_id, outcome.launched.instance_id, error)
+                    logger.error("launched but recording failed", extra={"claim": outcome.launched.claim_id, "instance": outcome.launched.instance_id, "error": str(error)})
                     work.launched.append(outcome.launched)
                     recorded = True
                 if recorded:
@@ -1381,7 +1375,7 @@ def _settle_orphans(work: PlanningRound, claims: list[ClaimRecord]) -> tuple[lis
     """``reserved`` claims older than :data:`ORPHAN_AFTER` belong to a round that died
     between reserving and recording its launch: adopt the instance it started (found by
     its ``joiner.dev/nodeclaim`` tag) or close the claim and return its reservation."""
-    orphans = [c for c in claims if c.state == RESERVED and work.now - c.created_at >= ORPHAN_AFTER]
+    orphans = [c for c in claims if c.state == ClaimState.RESERVED and work.now - c.created_at >= ORPHAN_AFTER]
     if not orphans:
         return [], []
     closed: list[str] = []
@@ -1389,7 +1383,7 @@ def _settle_orphans(work: PlanningRound, claims: list[ClaimRecord]) -> tuple[lis
     try:
         instances = work.runtime.ec2.list_cluster_instances(work.runtime.settings.cluster_name)
     except Ec2Error as error:
-        log.warning("cannot look up instances of orphaned claims: %s", error)
+        logger.warning("cannot look up instances of orphaned claims", extra={"error": str(error)})
         return [], []
     by_claim: dict[str, InstanceRecord] = {}
     for instance in instances:
@@ -1404,20 +1398,20 @@ def _settle_orphans(work: PlanningRound, claims: list[ClaimRecord]) -> tuple[lis
                 pool_types = work.type_index.get(claim.node_pool, {})
                 price = _prices(pool_types.values()).get(OfferingKey(record.instance_type, record.zone, record.capacity_type), 0.0)
                 claims[index] = work.state.update_claim(
-                    claim.claim_id, expected_state=RESERVED, state=LAUNCHED, instance_id=record.instance_id,
+                    claim.claim_id, expected_state=ClaimState.RESERVED, state=ClaimState.LAUNCHED, instance_id=record.instance_id,
                     instance_type=record.instance_type, zone=record.zone, capacity_type=record.capacity_type, price=price,
                     launched_at=record.launch_time or work.now,
                 )
                 adopted.append(claim.claim_id)
-            elif work._close(claim.claim_id, claim.node_pool, "launch abandoned", expected_state=RESERVED):
+            elif work._close(claim.claim_id, claim.node_pool, "launch abandoned", expected_state=ClaimState.RESERVED):
                 closed.append(claim.claim_id)
             else:  # moved on concurrently (launched by its round): theirs stands
                 claims[claims.index(claim)] = work.open_by_id.get(claim.claim_id, claim)
         except ClaimStateConflict as conflict:  # settled concurrently (gc, another round): theirs stands
             claims[claims.index(claim)] = conflict.current
-            log.info("orphaned claim %s was settled concurrently: %s", claim.claim_id, conflict.current.state)
+            logger.info("orphaned claim was settled concurrently", extra={"claim": claim.claim_id, "state": str(conflict.current.state)})
         except Exception as error:  # noqa: BLE001
-            log.warning("settling orphaned claim %s failed: %s", claim.claim_id, error)
+            logger.warning("settling an orphaned claim failed", extra={"claim": claim.claim_id, "error": str(error)})
     return closed, adopted
 
 
@@ -1465,7 +1459,7 @@ def live_replicas(work: PlanningRound, pool: NodePool) -> int:
     records (so the scanner and the disruption pass count alike)."""
     open_claims = {
         c.claim_id for c in work.open_by_id.values()
-        if c.node_pool == pool.name and c.state not in (CLOSED, TERMINATING) and c.claim_id not in work.retiring_claims
+        if c.node_pool == pool.name and c.state not in (ClaimState.CLOSED, ClaimState.TERMINATING) and c.claim_id not in work.retiring_claims
     }
     recorded = {c.claim_id for c in work.open_by_id.values()}
     unclaimed = sum(
@@ -1520,7 +1514,7 @@ def launch_static_replicas(work: PlanningRound, pool: NodePool, count: int) -> l
                 try:
                     work.record_launch(outcome)
                 except Exception as error:  # noqa: BLE001 - the instance exists; the adapter's tag guard and gc find it
-                    log.error("static replica %s launched %s but recording failed: %s", outcome.launched.claim_id, outcome.launched.instance_id, error)
+                    logger.error("static replica launched but recording failed", extra={"claim": outcome.launched.claim_id, "instance": outcome.launched.instance_id, "error": str(error)})
                     work.launched.append(outcome.launched)
                 launched.append(outcome.launched.claim_id)
             elif outcome.capacity_failure and wave < MAX_LAUNCH_ATTEMPTS - 1:
@@ -1546,7 +1540,7 @@ def _provision_static(work: PlanningRound) -> None:
             continue
         missing = pool.replicas - live_replicas(work, pool)
         if missing > 0:
-            log.info("static nodepool %s: launching %d replica(s) for %d", name, missing, pool.replicas)
+            logger.info("static nodepool: launching replicas", extra={"nodepool": name, "launching": missing, "replicas": pool.replicas})
             launch_static_replicas(work, pool, missing)
 
 
@@ -1579,7 +1573,7 @@ def _patch_pool_status(work: PlanningRound) -> None:
         try:
             work.kube.patch_node_pool_status(name, status)
         except KubernetesError as error:
-            log.warning("NodePool %s status patch failed: %s", name, error)
+            logger.warning("NodePool status patch failed", extra={"nodepool": name, "error": str(error)})
 
 
 def _patch_overlay_status(work: PlanningRound) -> None:
@@ -1620,7 +1614,7 @@ def _patch_overlay_status(work: PlanningRound) -> None:
         try:
             work.kube.patch_node_overlay_status(name, status)
         except KubernetesError as error:
-            log.warning("NodeOverlay %s status patch failed: %s", name, error)
+            logger.warning("NodeOverlay status patch failed", extra={"nodeoverlay": name, "error": str(error)})
 
 
 #: ``maxItems`` of a NodeClass's ``status.subnets`` and ``status.securityGroups`` in the CRD.
@@ -1719,7 +1713,7 @@ def _patch_class_status(work: PlanningRound) -> None:
         try:
             work.kube.patch_node_class_status(name, status)
         except KubernetesError as error:
-            log.warning("NodeClass %s status patch failed: %s", name, error)
+            logger.warning("NodeClass status patch failed", extra={"nodeclass": name, "error": str(error)})
 
 
 # ---------------------------------------------------------------- helpers
@@ -1876,7 +1870,7 @@ def sync_node_claims(runtime: Runtime) -> None:
     try:
         sync(runtime)
     except Exception:  # noqa: BLE001 - a mirror must never fail a scan
-        log.exception("nodeclaim mirror sync failed")
+        logger.exception("nodeclaim mirror sync failed")
 
 
 def run_scanner(
@@ -1928,7 +1922,7 @@ def run_scanner(
             errors += 1
             last_error = error
             runtime.count("ScanErrors", 1)
-            log.exception("provisioning round failed")
+            logger.exception("provisioning round failed")
             return None
         results.append(result)
         if result.ran:
@@ -1950,7 +1944,7 @@ def run_scanner(
                 errors += 1
                 last_error = error
                 runtime.count("ScanErrors", 1)
-                log.warning("listing pending pods failed: %s", error)
+                logger.warning("listing pending pods failed", extra={"error": str(error)})
                 continue
             uids = {str((p.get("metadata") or {}).get("uid") or "") for p in pending}
             new = uids - known
@@ -1978,7 +1972,7 @@ def run_scanner(
         try:
             runtime.state.release_lease(LEASE_NAME, owner)
         except Exception as error:  # noqa: BLE001 - the lease expires on its own
-            log.warning("releasing the provisioning lease failed: %s", error)
+            logger.warning("releasing the provisioning lease failed", extra={"error": str(error)})
 
     ran = [r for r in results if r.ran]
     if errors and not ran and last_error is not None:

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from joiner.domain import labels as wk
 from joiner.domain.model import NODECLASS_HASH_KEY, NODEPOOL_HASH_KEY, InstanceType, Node, NodePool
-from joiner.ports import ClaimRecord, Ec2Error, KubernetesError
+from joiner.ports import ClaimRecord, ClaimState, Ec2Error, KubernetesError
 from joiner.services.nodeclaims import mirror_claim
 
 if TYPE_CHECKING:
@@ -45,10 +45,6 @@ __all__ = ["REGISTRATION_TIMEOUT", "RegistrationResult", "reconcile_registration
 #: How long a launched instance may take to register its Node (Karpenter's default too).
 REGISTRATION_TIMEOUT = timedelta(minutes=15)
 
-LAUNCHED = "launched"
-REGISTERED = "registered"
-INITIALIZED = "initialized"
-CLOSED = "closed"
 #: Labels registration always enforces; the others are only set when absent (the
 #: bootstrap or the user may already have set them).
 _MARKERS = frozenset({wk.REGISTERED, wk.INITIALIZED})
@@ -149,11 +145,11 @@ def reconcile_registration(
     node_pools_by_node: dict[str, str] = {}
 
     for claim in sorted(claims, key=lambda c: c.claim_id):
-        if claim.state == CLOSED:
+        if claim.state == ClaimState.CLOSED:
             continue
         node = by_instance.get(claim.instance_id) if claim.instance_id else None
         if node is None:
-            if claim.state == LAUNCHED and _registration_overdue(claim, now):
+            if claim.state == ClaimState.LAUNCHED and _registration_overdue(claim, now):
                 if _time_out(runtime, claim, now, errors):
                     timed_out.append(claim.claim_id)
                     continue
@@ -163,14 +159,14 @@ def reconcile_registration(
         node_pools_by_node[node.name] = claim.node_pool
         was = claim.state
         try:
-            if claim.state == LAUNCHED:
-                claim = state.update_claim(claim.claim_id, state=REGISTERED, registered_at=now, node_name=node.name)
+            if claim.state == ClaimState.LAUNCHED:
+                claim = state.update_claim(claim.claim_id, state=ClaimState.REGISTERED, registered_at=now, node_name=node.name)
                 registered.append(claim.claim_id)
                 runtime.count("NodesRegistered", 1)
                 if claim.launched_at is not None:
                     runtime.count("RegistrationSeconds", (now - claim.launched_at).total_seconds(), "Seconds")
-            if claim.state == REGISTERED and is_initialized(node, node_pools.get(claim.node_pool)):
-                claim = state.update_claim(claim.claim_id, state=INITIALIZED, initialized_at=now)
+            if claim.state == ClaimState.REGISTERED and is_initialized(node, node_pools.get(claim.node_pool)):
+                claim = state.update_claim(claim.claim_id, state=ClaimState.INITIALIZED, initialized_at=now)
                 initialized.append(claim.claim_id)
                 runtime.count("NodesInitialized", 1)
             if claim.state != was:
@@ -180,8 +176,8 @@ def reconcile_registration(
             remaining.append(claim)
             continue
 
-        if claim.state in (REGISTERED, INITIALIZED):
-            desired = claim_labels(claim, initialized=claim.state == INITIALIZED, instance_type=_instance_type(runtime, claim, errors),
+        if claim.state in (ClaimState.REGISTERED, ClaimState.INITIALIZED):
+            desired = claim_labels(claim, initialized=claim.state == ClaimState.INITIALIZED, instance_type=_instance_type(runtime, claim, errors),
                                    zone_ids=_zone_ids(runtime))
             missing = {k: v for k, v in desired.items() if k not in node.labels or (k in _MARKERS and node.labels[k] != v)}
             patch: dict[str, dict[str, str]] = {"labels": missing} if missing else {}
@@ -223,7 +219,7 @@ def _time_out(runtime: Runtime, claim: ClaimRecord, now: datetime, errors: list[
             errors.append(f"claim {claim.claim_id}: terminating {claim.instance_id}: {error}")
             return False
     try:
-        closed = runtime.state.update_claim(claim.claim_id, state=CLOSED, closed_at=now, reason="registration timeout")
+        closed = runtime.state.update_claim(claim.claim_id, state=ClaimState.CLOSED, closed_at=now, reason="registration timeout")
         runtime.state.release_capacity(claim.node_pool, claim.claim_id)
         mirror_claim(runtime, closed)
     except Exception as error:  # noqa: BLE001

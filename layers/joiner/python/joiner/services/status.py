@@ -18,12 +18,11 @@ from joiner.domain.bounded import parse_aware_time
 from joiner.domain.model import OfferingKey
 from joiner.domain.quantity import QuantityError, parse_milli
 from joiner.domain.resources import Resources
-from joiner.ports import ClaimRecord, JsonDict
+from joiner.ports import IN_FLIGHT_STATES, ClaimRecord, JsonDict
 
 __all__ = ["ClusterStatus", "StatusKube", "StatusState", "collect_status", "format_age"]
 
 #: Claim states that are neither settled (initialized) nor over (terminating, closed).
-IN_FLIGHT = ("reserved", "launched", "registered")
 #: How many of Joiner's latest events ``recentDecisions`` keeps.
 RECENT_DECISIONS = 20
 EVENT_COMPONENT = "joiner"
@@ -92,7 +91,7 @@ def collect_status(state: StatusState, kube: StatusKube, now: datetime) -> Clust
     """Read everything ``joiner status`` shows (a handful of API calls and table reads)."""
     pools = kube.list_node_pools()
     nodes = kube.list_nodes()
-    claims = [c for c in state.open_claims() if c.state in IN_FLIGHT]
+    claims = [c for c in state.open_claims() if c.state in IN_FLIGHT_STATES]
     capacity_by_pool: dict[str, Resources] = {}
     nodes_by_pool: dict[str, int] = {}
     for node in nodes:

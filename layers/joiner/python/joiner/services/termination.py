@@ -67,7 +67,7 @@ from joiner.domain.termination import (
     step_retry_delay,
 )
 from joiner.observability import logger
-from joiner.ports import ClaimRecord, Ec2Error, JsonDict, KubernetesError
+from joiner.ports import ClaimRecord, ClaimState, Ec2Error, JsonDict, KubernetesError
 from joiner.services.nodeclaims import mirror_claim
 
 if TYPE_CHECKING:
@@ -979,9 +979,9 @@ def _replacement_ready(runtime: Runtime, state: TerminationState, now: datetime)
     if _launching(state, now):
         return False, "launching the replacement"
     claims = [runtime.state.get_claim(claim_id) for claim_id in state.replacement_claims]
-    if any(claim is None or claim.state == "closed" for claim in claims):
+    if any(claim is None or claim.state == ClaimState.CLOSED for claim in claims):
         return True, "launch failed"
-    pending = [claim.claim_id for claim in claims if claim is not None and claim.state != "initialized"]
+    pending = [claim.claim_id for claim in claims if claim is not None and claim.state != ClaimState.INITIALIZED]
     if pending:
         ready_nodes = _ready_claim_nodes(runtime, pending)
         pending = [claim_id for claim_id in pending if claim_id not in ready_nodes]
@@ -1043,8 +1043,8 @@ def _finish(
                 raise
     if state.claim_id:
         claim = runtime.state.get_claim(state.claim_id)
-        if claim is not None and claim.state != "closed":
-            claim = runtime.state.update_claim(state.claim_id, state="closed", closed_at=now, reason=state.reason or claim.reason)
+        if claim is not None and claim.state != ClaimState.CLOSED:
+            claim = runtime.state.update_claim(state.claim_id, state=ClaimState.CLOSED, closed_at=now, reason=state.reason or claim.reason)
         pool = state.node_pool or (claim.node_pool if claim is not None else None)
         if pool:
             runtime.state.release_capacity(pool, state.claim_id)
@@ -1058,8 +1058,8 @@ def _finish(
 
 def _mark_claim_terminating(runtime: Runtime, claim_id: str, reason: str, claim: ClaimRecord | None = None, deadline: datetime | None = None) -> None:
     claim = claim or runtime.state.get_claim(claim_id)
-    if claim is not None and claim.state not in ("terminating", "closed"):
-        marked = runtime.state.update_claim(claim_id, state="terminating", reason=reason)
+    if claim is not None and claim.state not in (ClaimState.TERMINATING, ClaimState.CLOSED):
+        marked = runtime.state.update_claim(claim_id, state=ClaimState.TERMINATING, reason=reason)
         mirror_claim(runtime, marked, condition=disrupting_condition(reason, deadline=deadline))
 
 

@@ -1,10 +1,10 @@
 """The watcher: responsive mode's cheap waiting half.
 
 A small function holds a watch on pods without a node (and on NodePools and NodeClasses) for
-most of each minute and wakes the planner (the scanner function, one economy round) only when
+most of each minute and wakes the scanner (one economy round) only when
 pods become pending, or when a NodePool or NodeClass changes while pods are pending, batched by
 :class:`joiner.domain.wake.BatchWindow` (1 s idle / 10 s maximum from the first pending pod).
-The planner runs with the memory its CPU needs, only when there is work; the watcher waits
+The scanner runs with the memory its CPU needs, only when there is work; the watcher waits
 at 128 MB.
 
 Nothing is lost between invocations: the watch position (the last ``resourceVersion`` seen)
@@ -17,15 +17,14 @@ position is saved, so no saved position ever skips a pod nobody planned.
 A wake-up counts only once Lambda accepted it: when ``lambda:Invoke`` fails (throttled,
 for example) the batch stays open and is tried again :data:`WAKE_RETRY_SECONDS` later; one
 still refused when the window ends is saved with the position (``unwoken``) and the next
-watcher wakes the planner for it at once (``PlannerWakeFailures`` counts the refusals).
+watcher wakes the scanner for it at once (``PlannerWakeFailures`` counts the refusals).
 
-Waking twice is harmless: the planner's round lease admits one round at a time, claim ids
+Waking twice is harmless: the scanner's round lease admits one round at a time, claim ids
 derive from the pods and launches carry client tokens (``tests/e2e/test_watcher.py``).
 """
 
 from __future__ import annotations
 
-import logging
 import queue
 import re
 import threading
@@ -36,12 +35,11 @@ from typing import Any
 
 from joiner.adapters.kubernetes import is_pending_pod
 from joiner.domain.wake import BatchWindow, PendingBatch
-from joiner.ports import JsonDict, KubernetesError, PlannerPort, PodWatchPort, WatchEvent, WatchExpired
+from joiner.observability import logger
+from joiner.ports import JsonDict, KubernetesError, PodWatchPort, ScannerWakePort, WatchEvent, WatchExpired
 from joiner.services.context import Runtime
 
 __all__ = ["PLAN_INPUTS", "PODS", "WAKE_RETRY_SECONDS", "read_position", "read_unwoken", "WATCH_POSITION_ID", "WATCH_POSITION_KIND", "PendingPods", "WatchSummary", "run_watcher"]
-
-log = logging.getLogger(__name__)
 
 WATCH_POSITION_KIND = "watch"
 WATCH_POSITION_ID = "pods"
@@ -53,7 +51,7 @@ MAX_STREAM_ERRORS = 5
 EXIT_RESERVE_SECONDS = 3.0
 #: How often the position is saved while streaming (a crash replays at most this much).
 SAVE_EVERY_SECONDS = 15.0
-#: A wake-up the planner did not accept is tried again this much later (each try already
+#: A wake-up the scanner did not accept is tried again this much later (each try already
 #: includes botocore's retries).
 WAKE_RETRY_SECONDS = 2.0
 
@@ -91,13 +89,13 @@ class PendingPods:
         return None if due is None else max(0.0, (due - now).total_seconds())
 
     def take(self) -> int:
-        """Close the batch (the planner accepted the wake-up); returns how many pods it held."""
+        """Close the batch (the scanner accepted the wake-up); returns how many pods it held."""
         size = len(self.batch.pods)
         self.batch = PendingBatch()
         return size
 
     def carry(self, uids: list[str], now: datetime) -> None:
-        """Pods an earlier watcher could not wake the planner for: batched again at once."""
+        """Pods an earlier watcher could not wake the scanner for: batched again at once."""
         for uid in uids:
             self.known[uid] = None
             self.batch = self.batch.add(uid, now)
@@ -126,7 +124,7 @@ _VERSION = re.compile(r"[0-9A-Za-z._-]{1,128}")
 
 
 def read_unwoken(saved: JsonDict | None) -> list[str]:
-    """The pods an earlier watcher could not wake the planner for (malformed entries dropped)."""
+    """The pods an earlier watcher could not wake the scanner for (malformed entries dropped)."""
     unwoken = saved.get("unwoken") if isinstance(saved, dict) else None
     uids = [uid for uid in unwoken if isinstance(uid, str) and 0 < len(uid) <= 128] if isinstance(unwoken, list) else []
     return uids[-REMEMBERED_PODS:]
@@ -143,7 +141,7 @@ def read_position(saved: JsonDict | None) -> tuple[dict[str, str], list[str]]:
         if isinstance(value, str) and _VERSION.fullmatch(value):
             versions[stream] = value
         elif value not in (None, ""):
-            log.warning("ignoring the saved %s watch position %.64r: not a resourceVersion", stream, value)
+            logger.warning("ignoring a saved watch position: not a resourceVersion", extra={"stream": stream, "position": repr(value)[:64]})
     pending = saved.get("pending")
     uids = [uid for uid in pending if isinstance(uid, str) and 0 < len(uid) <= 128] if isinstance(pending, list) else []
     return versions, uids[-REMEMBERED_PODS:]
@@ -173,12 +171,12 @@ def _read(pods: PodWatchPort, stream: str, version: str, timeout_seconds: int, o
 def run_watcher(
     runtime: Runtime,
     pods: PodWatchPort,
-    planner: PlannerPort,
+    scanner: ScannerWakePort,
     *,
     remaining_ms: Callable[[], int] | None = None,
 ) -> WatchSummary:
     """Watch for about ``scan_window_seconds`` (less when the function's time runs short) and
-    wake ``planner`` per batch of newly pending pods; a NodePool or NodeClass change while pods
+    wake ``scanner`` per batch of newly pending pods; a NodePool or NodeClass change while pods
     are pending puts them all in the batch again (the plan may now place them)."""
     settings = runtime.settings
     clock = runtime.clock
@@ -195,23 +193,23 @@ def run_watcher(
     retry_at: datetime | None = None
 
     def wake(reason: str) -> bool:
-        """Wake the planner for the batch; the batch closes only if Lambda accepted it."""
+        """Wake the scanner for the batch; the batch closes only if Lambda accepted it."""
         nonlocal wake_ups, woken, retry_at
         size = len(tracker.batch.pods)
         try:
-            planner.wake(reason, size)
+            scanner.wake(reason, size)
         except Exception as error:  # noqa: BLE001 - any failure: not accepted; the batch stays and is tried again
             retry_at = clock.now() + timedelta(seconds=WAKE_RETRY_SECONDS)
             runtime.count("PlannerWakeFailures", 1)
-            log.warning("the planner did not accept the wake-up; the batch stays open",
-                        extra={"reason": reason, "pendingPods": size, "error": f"{type(error).__name__}: {error}"})
+            logger.warning("the scanner did not accept the wake-up; the batch stays open",
+                           extra={"reason": reason, "pendingPods": size, "error": f"{type(error).__name__}: {error}"})
             return False
         retry_at = None
         tracker.take()
         wake_ups += 1
         woken += size
         runtime.count("PlannerWakeUps", 1)
-        log.info("woke the planner", extra={"reason": reason, "pendingPods": size})
+        logger.info("woke the scanner", extra={"reason": reason, "pendingPods": size})
         return True
 
     def relist() -> str:
@@ -288,7 +286,7 @@ def run_watcher(
                 if (clock.now() - opened_at[stream]).total_seconds() < 1.0:
                     runtime.sleep(min(1.0, max(0.0, time_left())))  # a server ending streams at once: no busy loop
             elif isinstance(item, WatchExpired):
-                log.warning("watch position %s of %s expired: listing again", versions[stream], stream)
+                logger.warning("watch position expired: listing again", extra={"stream": stream, "position": versions[stream]})
                 relists += 1
                 if stream == PODS:
                     versions[PODS] = relist()
@@ -298,7 +296,7 @@ def run_watcher(
             elif isinstance(item, Exception):
                 errors += 1
                 runtime.count("WatchErrors", 1)
-                log.warning("%s watch failed (%d): %s", stream, errors, item)
+                logger.warning("watch failed", extra={"stream": stream, "failures": errors, "error": str(item)})
                 if errors >= MAX_STREAM_ERRORS or not isinstance(item, KubernetesError):
                     raise item
                 runtime.sleep(min(1.0 * errors, max(0.0, time_left())))
