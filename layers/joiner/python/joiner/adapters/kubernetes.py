@@ -416,13 +416,9 @@ class KubernetesClient:
                     raise KubernetesError(f"Kubernetes watch {path}: the stream broke: {error}") from error
                 if not chunk:
                     return
-                buffer += chunk
-                if len(buffer) > WATCH_LINE_LIMIT and b"\n" not in buffer:
-                    raise KubernetesError(f"Kubernetes watch {path}: a line longer than {WATCH_LINE_LIMIT} bytes")
-                *lines, buffer = buffer.split(b"\n")
+                lines, buffer = _take_lines(buffer, chunk, path)
                 for line in lines:
-                    if line.strip():
-                        yield _watch_event(path, kind, api_version, line)
+                    yield _watch_event(path, kind, api_version, line)
         finally:
             response.release_conn()
 
@@ -476,13 +472,9 @@ class KubernetesClient:
                 if not chunk:
                     finished = True
                     return
-                buffer += chunk
-                if len(buffer) > WATCH_LINE_LIMIT and b"\n" not in buffer:
-                    raise KubernetesError(f"Kubernetes watch {path}: a line longer than {WATCH_LINE_LIMIT} bytes")
-                *lines, buffer = buffer.split(b"\n")
+                lines, buffer = _take_lines(buffer, chunk, path)
                 for line in lines:
-                    if line.strip():
-                        yield _watch_event(path, kind, "v1", line)
+                    yield _watch_event(path, kind, "v1", line)
         finally:
             if finished or response.status != 200:
                 response.release_conn()
@@ -713,6 +705,16 @@ def _plan_input(resource: str) -> tuple[str, str]:
     if resource == "nodeclasses":
         return NODE_CLASSES_PATH, "NodeClass"
     raise ValueError(f"plan inputs are nodepools or nodeclasses, not {resource!r}")
+
+
+def _take_lines(buffer: bytes, chunk: bytes, path: str) -> tuple[list[bytes], bytes]:
+    """The whole, non-blank lines a watch stream has sent so far, and the unfinished rest; a
+    line past :data:`WATCH_LINE_LIMIT` is an error."""
+    buffer += chunk
+    if len(buffer) > WATCH_LINE_LIMIT and b"\n" not in buffer:
+        raise KubernetesError(f"Kubernetes watch {path}: a line longer than {WATCH_LINE_LIMIT} bytes")
+    *lines, rest = buffer.split(b"\n")
+    return [line for line in lines if line.strip()], rest
 
 
 def _cluster_resource(resource: str) -> tuple[str, str]:

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import calendar
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -77,7 +77,7 @@ __all__ = [
     "NOMINATION_WINDOW", "VALIDATION_DELAY", "EVICTION_COST_PER_HOUR", "MAX_MULTI_CANDIDATES",
     "MAX_SIMULATIONS", "MAX_BATCH", "NODEPOOL_HASH_ANNOTATION", "AMI_ANNOTATION", "SUBNET_ANNOTATION",
     "SECURITY_GROUPS_ANNOTATION", "LaunchInputs", "NodeFacts", "ResolvedNodeClass", "DisruptionInput", "Replacement",
-    "Command", "Blocked", "Decision", "decide", "validate", "nodepool_hash", "cron_matches",
+    "Command", "Blocked", "Decision", "decide", "validate", "nodepool_hash", "cron_matches", "static_replica",
     "budget_active", "allowed_disruptions", "eviction_cost", "disruption_cost", "worst_case_price",
     "launch_inputs_from_annotations", "REPAIR", "SCALE_DOWN", "RepairPolicy", "REPAIR_POLICIES",
     "MAX_UNHEALTHY_PERCENT", "Unhealthy", "unhealthy", "repair_allowed",
@@ -1023,30 +1023,8 @@ class _Pass:
         return max(0, limit // 1000 - self.pool_nodes.get(pool.name, 0) - self.in_flight_only(pool.name))
 
     def static_replacement(self, pool: NodePool) -> Replacement | None:
-        """One replica of static ``pool``: every type its template allows with an available
-        offering, cheapest first (the launch picks among them), or None if there is none."""
-        requirements = pool.template_requirements()
-        zones, capacity_types = requirements.get(wk.ZONE), requirements.get(wk.CAPACITY_TYPE)
-        options = []
-        for instance_type in self.inp.instance_types.get(pool.name, ()):
-            if instance_type.requirements.conflicts(requirements):
-                continue
-            offers = [
-                o for o in instance_type.offerings
-                if o.available and (zones is None or zones.has(o.zone)) and (capacity_types is None or capacity_types.has(o.capacity_type))
-                and OfferingKey(instance_type.name, o.zone, o.capacity_type) not in self.inp.unavailable
-            ]
-            if offers:
-                options.append((min(o.price for o in offers), instance_type.name, offers))
-        if not options:
-            return None
-        options.sort(key=lambda o: (o[0], o[1]))
-        offers = [o for _, _, found in options for o in found]
-        return Replacement(
-            node_pool=pool.name, instance_types=tuple(name for _, name, _ in options),
-            zones=tuple(sorted({o.zone for o in offers})), capacity_types=tuple(sorted({o.capacity_type for o in offers})),
-            price=options[0][0],
-        )
+        """One replica of static ``pool`` (:func:`static_replica`)."""
+        return static_replica(pool, self.inp.instance_types.get(pool.name, ()), self.inp.unavailable)
 
     def static_batch(self, method: str, chosen: Sequence[_Candidate], why: Mapping[str, str], *, need_replacement: bool) -> list[Command]:
         """One command per node of a static NodePool, each replaced by a replica of its pool
@@ -1455,3 +1433,31 @@ def _min_values_prefix(claim: NodeClaimPlan, names: Sequence[str]) -> int | None
 
 def _is_spot(candidate: _Candidate) -> bool:
     return candidate.node.labels.get(wk.CAPACITY_TYPE) == wk.CAPACITY_TYPE_SPOT
+
+
+def static_replica(pool: NodePool, instance_types: Iterable[InstanceType], unavailable: Collection[OfferingKey]) -> Replacement | None:
+    """One replica of static ``pool``: every type its template allows with an available
+    offering not in ``unavailable``, cheapest first (the launch picks among them; capacity
+    reservations, priced near zero, come first), or None if there is none."""
+    requirements = pool.template_requirements()
+    zones, capacity_types = requirements.get(wk.ZONE), requirements.get(wk.CAPACITY_TYPE)
+    options = []
+    for instance_type in instance_types:
+        if instance_type.requirements.conflicts(requirements):
+            continue
+        offers = [
+            o for o in instance_type.offerings
+            if o.available and (zones is None or zones.has(o.zone)) and (capacity_types is None or capacity_types.has(o.capacity_type))
+            and OfferingKey(instance_type.name, o.zone, o.capacity_type) not in unavailable
+        ]
+        if offers:
+            options.append((min(o.price for o in offers), instance_type.name, offers))
+    if not options:
+        return None
+    options.sort(key=lambda o: (o[0], o[1]))
+    offers = [o for _, _, found in options for o in found]
+    return Replacement(
+        node_pool=pool.name, instance_types=tuple(name for _, name, _ in options),
+        zones=tuple(sorted({o.zone for o in offers})), capacity_types=tuple(sorted({o.capacity_type for o in offers})),
+        price=options[0][0],
+    )

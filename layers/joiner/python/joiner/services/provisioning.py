@@ -1425,31 +1425,15 @@ def static_identity(index: int) -> tuple[str, ...]:
 
 
 def _static_plan(work: PlanningRound, pool: NodePool) -> NodeClaimPlan | None:
-    """One replica of static ``pool``: every type its template allows with an available
-    offering (capacity reservations included, priced near zero so chosen first), cheapest
-    first; None when there is none."""
-    requirements = pool.template_requirements()
-    zones, capacity_types = requirements.get(wk.ZONE), requirements.get(wk.CAPACITY_TYPE)
-    unavailable = frozenset(work.unavailable)
-    options = []
-    for instance_type in work.types_by_pool.get(pool.name, ()):
-        if instance_type.requirements.conflicts(requirements):
-            continue
-        offers = [
-            o for o in instance_type.offerings
-            if o.available and (zones is None or zones.has(o.zone)) and (capacity_types is None or capacity_types.has(o.capacity_type))
-            and OfferingKey(instance_type.name, o.zone, o.capacity_type) not in unavailable
-        ]
-        if offers:
-            options.append((min(o.price for o in offers), instance_type.name, offers))
-    if not options:
+    """One replica of static ``pool`` as a claim plan (:func:`joiner.domain.disruption.static_replica`)."""
+    from joiner.domain.disruption import static_replica
+
+    replica = static_replica(pool, work.types_by_pool.get(pool.name, ()), frozenset(work.unavailable))
+    if replica is None:
         return None
-    options.sort(key=lambda o: (o[0], o[1]))
-    offers = [o for _, _, found in options for o in found]
     return NodeClaimPlan(
-        node_pool=pool.name, instance_types=tuple(name for _, name, _ in options),
-        zones=tuple(sorted({o.zone for o in offers})), capacity_types=tuple(sorted({o.capacity_type for o in offers})),
-        pods=(), price=options[0][0], requirements=requirements, requests=EMPTY,
+        node_pool=pool.name, instance_types=replica.instance_types, zones=replica.zones, capacity_types=replica.capacity_types,
+        pods=(), price=replica.price, requirements=pool.template_requirements(), requests=EMPTY,
     )
 
 
