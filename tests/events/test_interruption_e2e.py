@@ -212,6 +212,24 @@ def test_a_tagged_instance_whose_claim_has_not_recorded_it_yet_is_drained(world:
     assert world.metrics.total("NotOwnedSkipped", path="interruption") == 0
 
 
+def test_a_node_never_registered_to_its_unrecorded_claim_is_still_found_and_drained(world: World) -> None:
+    """A launch whose invocation died after CreateFleet: the claim records neither the instance
+    nor a Node, and the Node carries no claim label yet (registration never matched it). The
+    instance's own tag proves it ours; its Node is found by providerID and drained."""
+    instance = world.launch_node("orphan", claim=False)
+    node = world.node("orphan")
+    labels = {k: v for k, v in node["metadata"]["labels"].items() if k != wk.NODECLAIM}
+    world.emulator.apply({**node, "metadata": {**node["metadata"], "labels": labels}})
+    world.runtime.state.put_claim(ClaimRecord(
+        claim_id="default-orphan", node_pool="default", state="reserved", created_at=T0 - timedelta(minutes=1),
+    ))
+    world.add_pod("web-1", "orphan")
+    world.publish("spot_interruption.json", instance)
+    world.deliver_interruptions()
+    assert_cordoned(world, "orphan")
+    assert world.metrics.total("NotOwnedSkipped", path="interruption") == 0
+
+
 @pytest.mark.parametrize("fixture", ["spot_interruption.json", "rebalance_recommendation.json"])
 def test_labels_a_kubelet_may_set_on_itself_never_make_an_instance_ours(world: World, fixture: str) -> None:
     """Defect 7: an instance with no Joiner tags whose Node carries joiner.dev/nodepool and
