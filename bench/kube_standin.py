@@ -174,6 +174,14 @@ class Store:
         #: pods only: changed pods by their node ("" unbound)
         self.changed_on_node: dict[str, set[int]] = {}
         self.base_on_node: Callable[[str], range | None] | None = None
+        self._sorted_keys: list[tuple[str, str]] | None = None
+
+    def sorted_keys(self) -> list[tuple[str, str]]:
+        """Every (namespace, name) in key order: a real API server lists in that order (etcd's
+        and its watch cache's), so the pods of one ReplicaSet arrive together."""
+        if self._sorted_keys is None:
+            self._sorted_keys = sorted(self.names)
+        return self._sorted_keys
 
     def register_base_names(self, name_of: Callable[[int], tuple[str, str]]) -> None:
         for index in range(self.base):
@@ -217,9 +225,12 @@ class Store:
             self.changed[index] = None
             if old is not None:
                 self.names.pop((old.namespace, old.name), None)
+                self._sorted_keys = None
         else:
             fields = _fields_of(obj)
             self.changed[index] = (obj, json.dumps(obj, separators=(",", ":")).encode(), fields)
+            if (fields.namespace, fields.name) not in self.names:
+                self._sorted_keys = None
             self.names[(fields.namespace, fields.name)] = index
         if self.resource == "pods":
             if old is not None:
@@ -473,11 +484,12 @@ class Api:
         token = query.get("continue") or ""
         requested = query.get("resourceVersion")
         with world.lock:
-            start, list_rv = 0, world.rv
+            start, list_rv, after = 0, world.rv, None
             if token:
                 try:
                     decoded = json.loads(base64.urlsafe_b64decode(token.encode()))
-                    start, list_rv = int(decoded["start"]), int(decoded["rv"])
+                    start, list_rv = int(decoded.get("start", 0)), int(decoded["rv"])
+                    after = tuple(decoded["after"]) if "after" in decoded else None
                 except (ValueError, KeyError, TypeError):
                     raise ApiError(400, "BadRequest", "invalid continue token") from None
                 if list_rv < world.compacted_rv:
@@ -488,22 +500,29 @@ class Api:
                 self.stats.sent(resource, 0, gone_410=1)
                 raise ApiError(410, "Expired", f"too old resource version: {requested} ({world.compacted_rv})")
             candidates = store.candidates(selector)
-            indices: Iterator[int] = (iter(candidates[bisect.bisect_left(candidates, start):]) if candidates is not None
-                                      else iter(range(start, store.count)))
+            keys: list[tuple[str, str]] = []
+            if candidates is not None:  # a selector an index answers (small): index order
+                indices: Iterator[int] = iter(candidates[bisect.bisect_left(candidates, start):])
+            else:  # key order, resumed after the last key sent
+                keys = store.sorted_keys()
+                first = bisect.bisect_right(keys, after) if after is not None else 0
+                indices = (store.names[key] for key in keys[first:])
             items: list[bytes] = []
-            next_start: int | None = None
+            next_token: dict[str, Any] | None = None
+            last_key: tuple[str, str] | None = None
             want_labels = bool(selector.labels)
             for index in indices:
                 fields = store.fields(index, want_labels) if store.exists(index) else None
                 if fields is None or (selector and not selector.matches(fields)):
                     continue
                 if limit and len(items) >= limit:
-                    next_start = index
+                    next_token = {"rv": list_rv, "start": index} if candidates is not None else {"rv": list_rv, "after": list(last_key or ("", ""))}
                     break
                 items.append(store.body(index))
+                last_key = (fields.namespace, fields.name)
             meta: dict[str, Any] = {"resourceVersion": str(list_rv)}
-            if next_start is not None:
-                meta["continue"] = base64.urlsafe_b64encode(json.dumps({"rv": list_rv, "start": next_start}).encode()).decode()
+            if next_token is not None:
+                meta["continue"] = base64.urlsafe_b64encode(json.dumps(next_token).encode()).decode()
         head = json.dumps({"kind": f"{store.kind}List", "apiVersion": store.api_version, "metadata": meta}, separators=(",", ":"))
         body = head[:-1].encode() + b',"items":[' + b",".join(items) + b"]}"
         extra = {"list_items": len(items)}

@@ -30,7 +30,8 @@ of the right shape):
 
 One JSON line per function and size: ``{"bench": "scale", "function", "nodes", "pods", "pending",
 "peak_rss_mb" (the process's VmHWM), "baseline_rss_mb" (after imports and the fakes, before the
-handler), "wall_s" (the handler call), "memory_limit_mb", "timeout_s" (infra/functions.py),
+handler), "wall_s" (the handler call), "cpu_s" (the measured process's CPU time in that call: the
+wall on an idle machine is about this plus the API server's time), "memory_limit_mb", "timeout_s" (infra/functions.py),
 "api_requests", "api_read_mb" (response bytes the stand-in sent), "full_pod_lists", ...}``; a
 function that fails (exception, MemoryError, killed, timed out) has an ``"error"``.
 
@@ -342,15 +343,24 @@ def run_function(function: str, nodes: int, seed: int, url: str, window: float, 
 
     baseline = _rss_mb("VmRSS")
     _admin(url, "/_reset", {})
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
+    profile_to = os.environ.get("JOINER_BENCH_PROFILE")
     try:
-        result = call()
+        if profile_to:
+            import cProfile
+
+            with cProfile.Profile() as profiler:
+                result = call()
+            profiler.dump_stats(f"{profile_to}.{function}")
+        else:
+            result = call()
         outcome: dict[str, Any] = {"result": _summary(result)}
     except MemoryError:
         outcome = {"error": "MemoryError"}
     except Exception as error:
         outcome = {"error": f"{type(error).__name__}: {str(error)[:300]}"}
-    outcome.update(wall_s=round(time.perf_counter() - started, 3), peak_rss_mb=_rss_mb(), baseline_rss_mb=baseline)
+    outcome.update(wall_s=round(time.perf_counter() - started, 3), cpu_s=round(time.process_time() - cpu_started, 3), peak_rss_mb=_rss_mb(),
+                   baseline_rss_mb=baseline)
     if function == "watcher":
         outcome["wake_ups"] = len(cluster.aws.wakes)
     return outcome
@@ -490,7 +500,8 @@ def main(argv: list[str] | None = None) -> int:
                 job = {"function": function, "nodes": nodes, "seed": args.seed, "url": server.url, "window": args.window, "limits": [memory, timeout]}
                 answer = _spawn(job, args.child_timeout)
                 line: dict[str, Any] = {"bench": "scale", "function": function, "nodes": nodes, "pods": spec.pods, "pending": spec.pending,
-                                        "peak_rss_mb": answer.get("peak_rss_mb"), "wall_s": answer.get("wall_s"), "memory_limit_mb": memory,
+                                        "peak_rss_mb": answer.get("peak_rss_mb"), "wall_s": answer.get("wall_s"), "cpu_s": answer.get("cpu_s"),
+                                        "memory_limit_mb": memory,
                                         "timeout_s": timeout, **_read_counters(server.stats()), "baseline_rss_mb": answer.get("baseline_rss_mb")}
                 for key in ("wake_ups", "result", "error"):
                     if key in answer:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import socket
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import parse_qs, urlparse
@@ -179,6 +180,38 @@ def test_expired_continuation_restarts_the_listing(kube_emulator: KubeEmulator, 
     assert [n["metadata"]["name"] for n in client.list_nodes()] == [f"n{i}" for i in range(6)]
     assert len(kube_emulator.requests("GET", "^/api/v1/nodes$")) == 4  # page 1, expired page 2, then pages 1 and 2
     assert kube_sleeps == []
+
+
+def test_list_pages_fetches_the_next_page_while_the_caller_works(kube_emulator: KubeEmulator, kube_sleeps: list[float]) -> None:
+    for index in range(13):
+        kube_emulator.apply(make_node(f"node-{index:02d}"))
+    client = KubernetesClient(kube_emulator.url, page_size=5, sleep=kube_sleeps.append)
+
+    pages = client.list_pages("nodes")
+    first, version = next(pages)
+    deadline = time.monotonic() + 5
+    while len(kube_emulator.requests("GET", "^/api/v1/nodes$")) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(kube_emulator.requests("GET", "^/api/v1/nodes$")) == 2  # the second page asked for before the caller wants it
+    rest = [page for page, _ in pages]
+    assert [n["metadata"]["name"] for n in first + [n for page in rest for n in page]] == [f"node-{i:02d}" for i in range(13)]
+    assert version and len(kube_emulator.requests("GET", "^/api/v1/nodes$")) == 3
+
+
+def test_list_pages_left_early_or_failing_later_keeps_the_client_usable(kube_emulator: KubeEmulator, kube_sleeps: list[float]) -> None:
+    for index in range(12):
+        kube_emulator.apply(make_node(f"n{index:02d}"))
+    client = KubernetesClient(kube_emulator.url, page_size=4, sleep=kube_sleeps.append)
+    pages = client.list_pages("nodes")
+    next(pages)
+    pages.close()  # the caller stops: the page fetched ahead is dropped
+    assert len(client.list_nodes()) == 12
+
+    kube_emulator.fail_next("GET", "^/api/v1/nodes$", status=410, query="continue=")
+    with pytest.raises(KubernetesError) as failure:
+        [page for page, _ in client.list_pages("nodes")]
+    assert failure.value.status == 410  # an expired continuation while streaming: the caller lists again
+    assert len(client.list_nodes()) == 12
 
 
 # ---------------------------------------------------------------- writes

@@ -6,10 +6,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from joiner.domain.snapshot import SnapshotError, parse_node, parse_pod
+from joiner.domain.snapshot import PodSpecMemo, SnapshotError, parse_node, parse_pod
 from joiner.ports import JsonDict, KubernetesError, WatchEvent, WatchExpired
 from joiner.services.cluster_state import ClusterCache
 
@@ -74,9 +75,9 @@ def node(name: str, cpu: int) -> JsonDict:
             "status": {"allocatable": {"cpu": str(cpu), "pods": "10"}, "capacity": {"cpu": str(cpu), "pods": "10"}}}
 
 
-def _pod(obj: JsonDict) -> Any:
+def _pod(obj: JsonDict, memo: PodSpecMemo | None = None) -> Any:
     try:
-        return parse_pod(obj)
+        return parse_pod(obj, memo=memo)
     except SnapshotError:
         return None
 
@@ -161,3 +162,30 @@ def test_a_resync_reuses_pods_at_the_same_version() -> None:
     assert second.how["pods"] == "list"
     assert second.pods[0] is first.pods[0]  # unchanged: not parsed again
     assert second.pods[1].pod.node_name == "n1"
+
+
+def test_a_listing_pauses_the_cycle_collector_and_restores_it_even_when_it_fails() -> None:
+    import gc
+
+    from joiner.services.cluster_state import collector_paused
+
+    seen: list[bool] = []
+
+    class Listing(LogKube):
+        def list_pages(self, resource: str) -> Any:
+            seen.append(gc.isenabled())
+            if resource == "nodes":
+                raise KubernetesError("down", status=503)
+            return super().list_pages(resource)
+
+    assert gc.isenabled()
+    with pytest.raises(KubernetesError):
+        ClusterCache().read(Listing(), {}, _pod, _node)  # type: ignore[arg-type]
+    assert seen == [False, False] and gc.isenabled()
+    gc.disable()
+    try:
+        with collector_paused():
+            pass
+        assert not gc.isenabled()  # left as it was found
+    finally:
+        gc.enable()

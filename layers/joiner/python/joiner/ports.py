@@ -109,14 +109,16 @@ class KubernetesPort(PodWatchPort, Protocol):
     def list_nodes(self) -> list[JsonDict]: ...
     def list_pages(self, resource: str) -> Iterator[tuple[list[JsonDict], str]]:
         """Every object of ``resource`` (``pods`` or ``nodes``), a page at a time, each page
-        with the list's ``resourceVersion``. Raises :class:`KubernetesError` when the listing
-        must restart (an expired continuation): the caller lists again."""
+        with the list's ``resourceVersion``. Objects may lack the arrays no part of Joiner reads
+        (``managedFields``, container statuses, a Node's images). Raises :class:`KubernetesError`
+        when the listing must restart (an expired continuation): the caller lists again."""
         ...
     def changes_since(self, resource: str, resource_version: str) -> Iterator[WatchEvent]:
         """The changes to ``resource`` (``pods`` or ``nodes``) after ``resource_version`` that
         the server has ready now, in order, then the iterator ends (it does not wait for new
         ones): whatever prefix a caller has applied is a consistent state at the last event's
-        version. Raises :class:`WatchExpired` when the version is older than the server keeps."""
+        version; objects may lack the same arrays as :meth:`list_pages`'. Raises
+        :class:`WatchExpired` when the version is older than the server keeps."""
         ...
     def iter_nodes(self, *, label_selector: str | None = None) -> Iterator[JsonDict]:
         """The Nodes, read a page at a time: memory holds one page, so a caller that keeps only

@@ -22,10 +22,12 @@ import json
 import random as _random
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from joiner.adapters.trimming import decode_trimmed
 from joiner.clock import SystemClock
 from joiner.observability import logger
 from joiner.ports import Clock, EvictionOutcome, JsonDict, KubernetesError, WatchEvent, WatchExpired
@@ -205,9 +207,10 @@ class KubernetesClient:
 
     def _request(self, method: str, path: str, *, query: Mapping[str, Any] | None = None, body: Any = None,
                  content_type: str = "application/json", accept: Iterable[int] = (),
-                 retry_too_many: bool = True) -> tuple[int, Any]:
+                 retry_too_many: bool = True, trim: bool = False) -> tuple[int, Any]:
         """One API call with bounded retries. Returns (status, parsed JSON or None) for 2xx and
-        for statuses in ``accept``; raises :class:`KubernetesError` otherwise."""
+        for statuses in ``accept``; raises :class:`KubernetesError` otherwise. ``trim`` decodes
+        without the arrays no part of Joiner reads (:mod:`joiner.adapters.trimming`)."""
         from urllib3.exceptions import HTTPError, SSLError
 
         accepted = frozenset(accept)
@@ -240,7 +243,7 @@ class KubernetesClient:
                 continue
 
             if 200 <= status < 300 or status in accepted:
-                return status, _parse(raw)
+                return status, _parse(raw, trim=trim)
             if status == 401 and self._invalidate is not None and not refreshed_token:
                 refreshed_token = True
                 self._invalidate()
@@ -267,7 +270,7 @@ class KubernetesClient:
         """All items and the list's ``resourceVersion`` (see :meth:`_pages`)."""
         items: list[JsonDict] = []
         version = ""
-        for page, page_version in self._pages(path, kind, api_version, **query):
+        for page, page_version in self._pages(path, kind, api_version, query):
             if page is None:  # the listing restarted: what was read belongs to an expired snapshot
                 items = []
                 continue
@@ -278,42 +281,59 @@ class KubernetesClient:
     def _iter(self, path: str, kind: str, api_version: str, **query: str | None) -> Iterator[JsonDict]:
         """Every item, one page held at a time. A listing that restarts (an expired
         continuation) cannot take back what it yielded, so it raises instead."""
-        for page, _ in self._pages(path, kind, api_version, **query):
+        for page, _ in self._pages(path, kind, api_version, query):
             if page is None:
                 raise KubernetesError(f"Kubernetes GET {path}: continuation expired while streaming the list", status=410)
             yield from page
 
-    def _pages(self, path: str, kind: str, api_version: str, **query: str | None) -> Iterator[tuple[list[JsonDict] | None, str]]:
+    def _pages(self, path: str, kind: str, api_version: str, query: Mapping[str, str | None], *, trim: bool = False,
+               prefetch: bool = False) -> Iterator[tuple[list[JsonDict] | None, str]]:
         """The list a page of ``page_size`` at a time, each with the list's ``resourceVersion``
         (the first page's: later pages belong to the same snapshot). A continuation that
-        expired (410) yields ``None`` and restarts the listing once from the beginning."""
+        expired (410) yields ``None`` and restarts the listing once from the beginning.
+        ``prefetch`` requests the next page on a helper thread while the caller works on this
+        one (the server's and the network's time then overlaps the caller's)."""
         params = {key: value for key, value in query.items() if value}
-        for _ in range(2):
-            token: str | None = None
-            version = ""
-            try:
-                while True:
-                    page_query = dict(params, limit=str(self._page_size))
-                    if token:
-                        page_query["continue"] = token
-                    _, page = self._request("GET", path, query=page_query)
-                    items: list[JsonDict] = page.get("items") or []
-                    for item in items:
-                        item.setdefault("apiVersion", api_version)
-                        item.setdefault("kind", kind)
-                    metadata = page.get("metadata") or {}
-                    version = version or str(metadata.get("resourceVersion") or "")
-                    token = metadata.get("continue")
-                    del page
-                    yield items, version
-                    if not token:
-                        return
-            except KubernetesError as error:
-                if error.status != 410 or token is None:
-                    raise
-                logger.warning("kubernetes list continuation expired, listing again", extra={"path": path})
-                yield None, ""
-        raise KubernetesError(f"Kubernetes GET {path}: continuation expired twice")
+
+        def fetch(token: str | None) -> tuple[list[JsonDict], str, str | None]:
+            page_query = dict(params, limit=str(self._page_size))
+            if token:
+                page_query["continue"] = token
+            _, page = self._request("GET", path, query=page_query, trim=trim)
+            items: list[JsonDict] = page.get("items") or []
+            for item in items:
+                item.setdefault("apiVersion", api_version)
+                item.setdefault("kind", kind)
+            metadata = page.get("metadata") or {}
+            return items, str(metadata.get("resourceVersion") or ""), metadata.get("continue") or None
+
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="joiner-list") if prefetch else None
+        try:
+            for _ in range(2):
+                token: str | None = None
+                version = ""
+                try:
+                    ahead: Future[tuple[list[JsonDict], str, str | None]] | None = None
+                    while True:
+                        items, page_version, next_token = ahead.result() if ahead is not None else fetch(token)
+                        ahead = None
+                        version = version or page_version
+                        token = next_token
+                        if token and executor is not None:
+                            ahead = executor.submit(fetch, token)
+                        yield items, version
+                        del items
+                        if not token:
+                            return
+                except KubernetesError as error:
+                    if error.status != 410 or token is None:
+                        raise
+                    logger.warning("kubernetes list continuation expired, listing again", extra={"path": path})
+                    yield None, ""
+            raise KubernetesError(f"Kubernetes GET {path}: continuation expired twice")
+        finally:
+            if executor is not None:
+                executor.shutdown(wait=False, cancel_futures=True)
 
     # ------------------------------------------------ reads
 
@@ -326,7 +346,7 @@ class KubernetesClient:
         less than their full objects."""
         pods: list[JsonDict] = []
         version = ""
-        for page, page_version in self._pages("/api/v1/pods", "Pod", "v1", fieldSelector="spec.nodeName="):
+        for page, page_version in self._pages("/api/v1/pods", "Pod", "v1", {"fieldSelector": "spec.nodeName="}):
             if page is None:
                 pods = []
                 continue
@@ -424,7 +444,7 @@ class KubernetesClient:
 
     def list_pages(self, resource: str) -> Iterator[tuple[list[JsonDict], str]]:
         path, kind = _cluster_resource(resource)
-        for page, version in self._pages(path, kind, "v1"):
+        for page, version in self._pages(path, kind, "v1", {}, trim=True, prefetch=True):
             if page is None:
                 raise KubernetesError(f"Kubernetes GET {path}: continuation expired while streaming the list", status=410)
             yield page, version
@@ -474,7 +494,7 @@ class KubernetesClient:
                     return
                 lines, buffer = _take_lines(buffer, chunk, path)
                 for line in lines:
-                    yield _watch_event(path, kind, "v1", line)
+                    yield _watch_event(path, kind, "v1", line, trim=True)
         finally:
             if finished or response.status != 200:
                 response.release_conn()
@@ -726,10 +746,10 @@ def _cluster_resource(resource: str) -> tuple[str, str]:
     raise ValueError(f"unknown cluster resource {resource!r} (pods or nodes)")
 
 
-def _watch_event(path: str, kind: str, api_version: str, line: bytes) -> WatchEvent:
+def _watch_event(path: str, kind: str, api_version: str, line: bytes, *, trim: bool = False) -> WatchEvent:
     """One watch line; an ``ERROR`` event raises (410: :class:`WatchExpired`)."""
     try:
-        event = json.loads(line)
+        event = decode_trimmed(line) if trim else json.loads(line)
     except ValueError:
         raise KubernetesError(f"Kubernetes watch {path}: not JSON: {_excerpt(line)}") from None
     if not isinstance(event, dict) or not isinstance(event.get("object"), dict):
@@ -746,11 +766,11 @@ def _watch_event(path: str, kind: str, api_version: str, line: bytes) -> WatchEv
     return WatchEvent(str(kind_of_event), obj)
 
 
-def _parse(raw: bytes | None) -> Any:
+def _parse(raw: bytes | None, *, trim: bool = False) -> Any:
     if not raw:
         return None
     try:
-        return json.loads(raw)
+        return decode_trimmed(raw) if trim else json.loads(raw)
     except ValueError:
         return None
 

@@ -21,7 +21,7 @@ import copy
 import dataclasses
 import math
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
@@ -76,6 +76,7 @@ __all__ = [
     "parse_objects",
     "load_snapshot_yaml",
     "parse_pod",
+    "PodSpecMemo",
     "parse_node",
     "parse_daemonset",
     "parse_pdb",
@@ -653,6 +654,56 @@ def _unschedulable_since(fields: _Fields, status: Mapping[str, Any]) -> datetime
     return None
 
 
+class PodSpecMemo:
+    """What follows from a pod's spec and labels, remembered for the last few workloads.
+
+    A list returns pods in key order, so the pods of one ReplicaSet or DaemonSet arrive
+    together and share their spec; each such spec is then parsed once. A pod reuses the
+    remembered parts only when its namespace, owner, labels and what the parse reads of its
+    spec (:func:`_spec_read`) equal the remembered ones, so the result is always what a fresh
+    parse would give. Holds at most ``capacity`` specs. One memo per reader; not thread-safe."""
+
+    __slots__ = ("_capacity", "_entries", "_runtime_classes")
+
+    def __init__(self, capacity: int = 64) -> None:
+        self._capacity = capacity
+        self._entries: dict[tuple[str, str | None, str | None], tuple[dict[str, Any], Mapping[str, str], dict[str, Any]]] = {}
+        self._runtime_classes: Mapping[str, Resources] | None = None
+
+    def _derived(self, key: tuple[str, str | None, str | None], spec: Mapping[str, Any], labels: Mapping[str, str],
+                 runtime_classes: Mapping[str, Resources] | None, compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        if runtime_classes != self._runtime_classes:
+            self._entries.clear()
+            self._runtime_classes = runtime_classes
+        rest = _spec_read(spec)
+        found = self._entries.get(key)
+        if found is not None and found[0] == rest and found[1] == labels:
+            return found[2]
+        derived = compute()
+        if len(self._entries) >= self._capacity:
+            del self._entries[next(iter(self._entries))]
+        self._entries[key] = (rest, labels, derived)
+        return derived
+
+
+#: Spec fields read for each pod apart (they differ between the pods of one workload).
+_PER_POD_SPEC = frozenset({"nodeName", "volumes"})
+#: Container fields :func:`_spec_derived` reads (a container's volume mounts name the pod's
+#: own service-account volume, so the pods of one workload differ there).
+_CONTAINER_FIELDS_READ = ("resources", "ports", "restartPolicy")
+
+
+def _spec_read(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """What :func:`_spec_derived` reads of ``spec``: every field but those read per pod, and of
+    each container only :data:`_CONTAINER_FIELDS_READ` (anything not a mapping kept as it is)."""
+    read = {name: value for name, value in spec.items() if name not in _PER_POD_SPEC}
+    for name in ("containers", "initContainers"):
+        items = read.get(name)
+        if type(items) is list:
+            read[name] = [tuple(item.get(f) for f in _CONTAINER_FIELDS_READ) if type(item) is dict else item for item in items]
+    return read
+
+
 def _pod(
     fields: _Fields,
     *,
@@ -665,8 +716,37 @@ def _pod(
     spec_path: str,
     meta_path: str,
     owner: tuple[str | None, str | None],
+    memo: PodSpecMemo | None = None,
 ) -> Pod:
     pod_labels = fields.string_map(metadata.get("labels"), f"{meta_path}.labels")
+
+    def compute() -> dict[str, Any]:
+        return _spec_derived(fields, spec, spec_path, pod_labels, runtime_classes, owner[0])
+
+    derived = compute() if memo is None else memo._derived((namespace, *owner), spec, pod_labels, runtime_classes, compute)
+    return Pod(
+        volume_claims=_volume_claims(fields, spec.get("volumes"), f"{spec_path}.volumes", name),
+        namespace=namespace,
+        name=name,
+        uid=fields.string(metadata.get("uid"), f"{meta_path}.uid", default=""),
+        labels=pod_labels,
+        annotations=fields.string_map(metadata.get("annotations"), f"{meta_path}.annotations"),
+        node_name=fields.string(spec.get("nodeName"), f"{spec_path}.nodeName") or None,
+        owner_kind=owner[0],
+        owner_name=owner[1],
+        phase=fields.string(status.get("phase"), "status.phase", default="Pending", allowed=_POD_PHASES),
+        created=fields.timestamp(metadata.get("creationTimestamp"), f"{meta_path}.creationTimestamp"),
+        deleting=fields.timestamp(metadata.get("deletionTimestamp"), f"{meta_path}.deletionTimestamp") is not None,
+        unschedulable_since=_unschedulable_since(fields, status),
+        ready=_pod_ready(status),
+        **derived,
+    )
+
+
+def _spec_derived(fields: _Fields, spec: Mapping[str, Any], spec_path: str, pod_labels: Mapping[str, str],
+                  runtime_classes: Mapping[str, Resources] | None, owner_kind: str | None) -> dict[str, Any]:
+    """The :class:`Pod` fields that follow from its spec but for ``nodeName`` and ``volumes``,
+    its labels and its owner's kind (see :class:`PodSpecMemo`)."""
     host_network = fields.boolean(spec.get("hostNetwork"), f"{spec_path}.hostNetwork")
 
     containers_path = f"{spec_path}.containers"
@@ -705,41 +785,26 @@ def _pod(
     required_nodes, preferred_nodes = _node_affinity(fields, affinity.get("nodeAffinity"), f"{spec_path}.affinity.nodeAffinity")
     node_selector = fields.string_map(spec.get("nodeSelector"), f"{spec_path}.nodeSelector")
     tolerations = fields.tolerations(spec.get("tolerations"), f"{spec_path}.tolerations")
-    owner_kind, _ = owner
     if owner_kind == "DaemonSet":
         extra = [t for t in DAEMONSET_DEFAULT_TOLERATIONS + ((_HOST_NETWORK_TOLERATION,) if host_network else ()) if t not in tolerations]
         tolerations = tolerations + tuple(extra)
 
-    node_name = fields.string(spec.get("nodeName"), f"{spec_path}.nodeName") or None
-    return Pod(
-        volume_claims=_volume_claims(fields, spec.get("volumes"), f"{spec_path}.volumes", name),
-        namespace=namespace,
-        name=name,
-        uid=fields.string(metadata.get("uid"), f"{meta_path}.uid", default=""),
-        labels=pod_labels,
-        annotations=fields.string_map(metadata.get("annotations"), f"{meta_path}.annotations"),
-        requests=effective_requests(app_requests, init_requests, overhead, pod_level),
-        node_selector=Requirements.from_labels(node_selector),
-        required_node_affinity=required_nodes,
-        preferred_node_affinity=preferred_nodes,
-        tolerations=tolerations,
-        pod_affinity=_pod_affinity(fields, affinity.get("podAffinity"), f"{spec_path}.affinity.podAffinity", pod_labels),
-        pod_anti_affinity=_pod_affinity(fields, affinity.get("podAntiAffinity"), f"{spec_path}.affinity.podAntiAffinity", pod_labels),
-        topology_spread=_topology_spread(fields, spec.get("topologySpreadConstraints"), f"{spec_path}.topologySpreadConstraints", pod_labels),
-        host_ports=tuple(sorted(set(ports))),
-        priority=fields.integer(spec.get("priority"), f"{spec_path}.priority", default=0),
-        priority_class_name=fields.string(spec.get("priorityClassName"), f"{spec_path}.priorityClassName", default=""),
-        node_name=node_name,
-        owner_kind=owner[0],
-        owner_name=owner[1],
-        phase=fields.string(status.get("phase"), "status.phase", default="Pending", allowed=_POD_PHASES),
-        created=fields.timestamp(metadata.get("creationTimestamp"), f"{meta_path}.creationTimestamp"),
-        deleting=fields.timestamp(metadata.get("deletionTimestamp"), f"{meta_path}.deletionTimestamp") is not None,
-        termination_grace_seconds=fields.seconds(spec.get("terminationGracePeriodSeconds"), f"{spec_path}.terminationGracePeriodSeconds", default=30, minimum=0),
-        unschedulable_since=_unschedulable_since(fields, status),
-        scheduling_gated=bool(fields.sequence(spec.get("schedulingGates"), f"{spec_path}.schedulingGates")),
-        ready=_pod_ready(status),
-    )
+    return {
+        "requests": effective_requests(app_requests, init_requests, overhead, pod_level),
+        "node_selector": Requirements.from_labels(node_selector),
+        "required_node_affinity": required_nodes,
+        "preferred_node_affinity": preferred_nodes,
+        "tolerations": tolerations,
+        "pod_affinity": _pod_affinity(fields, affinity.get("podAffinity"), f"{spec_path}.affinity.podAffinity", pod_labels),
+        "pod_anti_affinity": _pod_affinity(fields, affinity.get("podAntiAffinity"), f"{spec_path}.affinity.podAntiAffinity", pod_labels),
+        "topology_spread": _topology_spread(fields, spec.get("topologySpreadConstraints"), f"{spec_path}.topologySpreadConstraints", pod_labels),
+        "host_ports": tuple(sorted(set(ports))),
+        "priority": fields.integer(spec.get("priority"), f"{spec_path}.priority", default=0),
+        "priority_class_name": fields.string(spec.get("priorityClassName"), f"{spec_path}.priorityClassName", default=""),
+        "termination_grace_seconds": fields.seconds(spec.get("terminationGracePeriodSeconds"), f"{spec_path}.terminationGracePeriodSeconds",
+                                                    default=30, minimum=0),
+        "scheduling_gated": bool(fields.sequence(spec.get("schedulingGates"), f"{spec_path}.schedulingGates")),
+    }
 
 
 def _volume_claims(fields: _Fields, value: object, path: str, pod_name: str) -> tuple[tuple[str, str | None], ...]:
@@ -770,10 +835,12 @@ def _pod_ready(status: Mapping[str, Any]) -> bool:
     return any(isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
-def parse_pod(obj: Mapping[str, Any], runtime_classes: Mapping[str, Resources] | None = None, *, origin: str = "") -> Pod:
+def parse_pod(obj: Mapping[str, Any], runtime_classes: Mapping[str, Resources] | None = None, *, origin: str = "",
+              memo: PodSpecMemo | None = None) -> Pod:
     """A v1 Pod. ``runtime_classes`` (name -> ``overhead.podFixed``) supplies overhead for
     pods naming a RuntimeClass but lacking ``spec.overhead`` (the admission controller
-    normally copies it in; hand-written snapshots often do not)."""
+    normally copies it in; hand-written snapshots often do not). ``memo`` parses each
+    workload's spec once when many pods are read in a row (:class:`PodSpecMemo`)."""
     obj = _object(obj, "Pod", origin)
     fields = _Fields(_ref("Pod", obj, namespaced=True, origin=origin))
     metadata = _metadata(fields, obj)
@@ -790,6 +857,7 @@ def parse_pod(obj: Mapping[str, Any], runtime_classes: Mapping[str, Resources] |
         spec_path="spec",
         meta_path="metadata",
         owner=_owner(fields, metadata),
+        memo=memo,
     )
 
 

@@ -13,24 +13,28 @@ right). Memory holds the compact model plus one page.
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from joiner.domain.interning import PodInterner
 from joiner.domain.model import Node, Pod
 from joiner.domain.resources import Resources
+from joiner.domain.snapshot import PodSpecMemo
 from joiner.observability import logger
 from joiner.ports import JsonDict, KubernetesError, KubernetesPort, WatchEvent, WatchExpired
 
-__all__ = ["RESYNC_AFTER_SECONDS", "PodEntry", "ClusterCache", "ClusterRead", "object_reference", "marked_unschedulable"]
+__all__ = ["RESYNC_AFTER_SECONDS", "PodEntry", "ClusterCache", "ClusterRead", "collector_paused", "object_reference", "marked_unschedulable"]
 
 #: A full list at least this often (seconds of the container's monotonic clock).
 RESYNC_AFTER_SECONDS = 30 * 60.0
 
-#: Parses one raw object; None when it is invalid (the parser reports it).
-PodParser = Callable[[JsonDict], Pod | None]
+#: Parses one raw object; None when it is invalid (the parser reports it). A pod's parser is
+#: given the cache's :class:`~joiner.domain.snapshot.PodSpecMemo` to pass to ``parse_pod``.
+PodParser = Callable[[JsonDict, PodSpecMemo], Pod | None]
 NodeParser = Callable[[JsonDict], Node | None]
 
 
@@ -69,6 +73,7 @@ class ClusterCache:
     _listed_at: dict[str, float] = field(default_factory=dict)
     _runtime_classes: dict[str, Resources] | None = None
     _interner: PodInterner = field(default_factory=PodInterner)
+    _memo: PodSpecMemo = field(default_factory=PodSpecMemo)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def read(self, kube: KubernetesPort, runtime_classes: Mapping[str, Resources], parse_pod: PodParser, parse_node: NodeParser) -> ClusterRead:
@@ -110,7 +115,8 @@ class ClusterCache:
                 logger.info("cluster state: resume refused, listing again", extra={"resource": resource, "version": version})
             except KubernetesError as error:
                 logger.warning("cluster state: changes could not be read, listing again", extra={"resource": resource, "error": str(error)})
-        self._list(resource, kube, parse)
+        with collector_paused():
+            self._list(resource, kube, parse)
         return "list"
 
     def _list(self, resource: str, kube: KubernetesPort, parse: Callable[[JsonDict], object | None]) -> None:
@@ -160,7 +166,7 @@ class ClusterCache:
                 self._versions[resource] = event.resource_version
 
     def _pod_entry(self, obj: JsonDict, parse_pod: PodParser) -> PodEntry | None:
-        pod = parse_pod(obj)
+        pod = parse_pod(obj, self._memo)
         if pod is None:
             return None
         pod = self._interner.pod(pod)
@@ -168,6 +174,21 @@ class ClusterCache:
         if pod.node_name:
             return PodEntry(pod, version)
         return PodEntry(pod, version, object_reference(obj), marked_unschedulable(obj))
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cycle collector off for a bulk read: decoding a page allocates hundreds of
+    thousands of acyclic objects, and each allocation burst would otherwise start collections
+    that walk the whole model kept so far (a listing's time would grow with its square).
+    Reference counting still frees every page once read."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _key(obj: JsonDict) -> str:

@@ -386,7 +386,7 @@ class PlanningRound:
         runtime_classes = self._read_runtime_classes()
         found = self.runtime.cluster_state.read(
             self.kube, runtime_classes,
-            lambda obj: self._parse(lambda o: snap.parse_pod(o, runtime_classes), obj, event_pod=True),
+            lambda obj, memo: self._parse(lambda o: snap.parse_pod(o, runtime_classes, memo=memo), obj, event_pod=True),
             lambda obj: self._parse(snap.parse_node, obj),
         )
         self.pod_refs = {entry.pod.key: entry.reference for entry in found.pods if entry.reference is not None}
