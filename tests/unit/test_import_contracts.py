@@ -129,7 +129,7 @@ def test_the_contracts_catch_what_they_forbid(tmp_path: Path) -> None:
     """Each rule fails on a module that breaks it (the checks are not vacuous)."""
     samples = {
         "domain": ("joiner.domain.sample", "import boto3\n"),
-        "adapters": ("joiner.adapters.sample", "from joiner.services.provisioning import PlanningRound\n"),
+        "adapters": ("joiner.adapters.sample", "from joiner.services.planning_round import PlanningRound\n"),
         "services": ("joiner.services.sample", "from joiner.local.simulator import Simulation\n"),
         "private": ("joiner.services.sample", "from joiner.services.termination import _Lease\n"),
         "test-world": ("joiner.services.sample", "import joiner.local.soak\n"),
