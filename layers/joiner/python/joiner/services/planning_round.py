@@ -402,7 +402,8 @@ class PlanningRound:
         that died between closing a claim and releasing it (both idempotent, in that order)
         would otherwise hold the limit forever. A closed claim's capacity is gone (every path
         terminates the instance, or never had one, before closing). A reservation with no
-        claim record is kept: :meth:`prepare` reserves just before it writes the claim."""
+        claim record is kept: :meth:`joiner.services.launcher.Launcher.prepare` reserves just
+        before it writes the claim."""
         open_ids = {c.claim_id for c in self.claims}
         for claim_id in sorted(set(held) - open_ids):
             try:
@@ -461,7 +462,7 @@ class PlanningRound:
 
         A ``reserved`` claim's CreateFleet may already have run: a live round is launching
         it, or a round died between CreateFleet and recording the launch (the instance is
-        found by its ``joiner.dev/nodeclaim`` tag once the claim is :data:`ORPHAN_AFTER`
+        found by its ``joiner.dev/nodeclaim`` tag once the claim is :data:`~joiner.services.provisioning.ORPHAN_AFTER`
         old). Its instance type is not known yet, so it cannot serve as in-flight capacity;
         its pods are therefore not planned at all until it is launched (then it is in-flight
         capacity), adopted, or closed (then they are pending again). A changed pending set

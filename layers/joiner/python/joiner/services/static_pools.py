@@ -24,7 +24,7 @@ __all__ = ["static_identity", "live_replicas", "launch_static_replicas", "provis
 
 def static_identity(index: int) -> tuple[str, ...]:
     """What a static NodePool's replica ``index`` claim id derives from (with the pool and the
-    generation, :func:`claim_id_for`): a retried launch of the same replica reuses its id."""
+    generation, :func:`~joiner.services.launcher.claim_id_for`): a retried launch of the same replica reuses its id."""
     return (f"static-replica/{index}",)
 
 
