@@ -223,7 +223,7 @@ class Cluster:
 
         from bench.scale_world import NODE_TEMPLATE, POOL
         from joiner.domain.snapshot import parse_node
-        from joiner.services.provisioning import UNRESERVED_KIND, unreserved_usage
+        from joiner.services.planning_round import UNRESERVED_KIND, unreserved_usage
 
         node = parse_node(_json.loads(NODE_TEMPLATE.fill(self.spec.node_values(0, 1))))
         usage = unreserved_usage([node], [], {POOL: {}})[POOL]

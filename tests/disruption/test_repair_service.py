@@ -13,7 +13,8 @@ import pytest
 from joiner.domain import labels as wk
 from joiner.ports import ClaimRecord
 from joiner.services.disruption import run_disruption
-from joiner.services.provisioning import claim_id_for, static_identity
+from joiner.services.launcher import claim_id_for
+from joiner.services.static_pools import static_identity
 from joiner.services.termination import TERMINATION_KIND
 from tests.disruption.builders import managed_node, pool, running_pod
 from tests.support.fakes import DrainingKubernetes, FakeWorld, fake_world, node_class_json

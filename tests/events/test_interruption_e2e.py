@@ -366,7 +366,7 @@ def test_a_node_launched_for_exactly_its_pods_still_gets_a_replacement(world: Wo
     """The node's claim was launched by the scanner for exactly the pods it runs, so the
     replacement plan derives the same claim id: that claim (its node is going) must not pass
     for the replacement."""
-    from joiner.services.provisioning import claim_id_for
+    from joiner.services.launcher import claim_id_for
 
     instance = world.launch_node("n1", claim=False)
     world.add_pod("n1-web-1", "n1", cpu="1")

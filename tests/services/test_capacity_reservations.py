@@ -18,7 +18,8 @@ from joiner.domain.reservations import RESERVED_PRICE_FACTOR, reservation_for, w
 from joiner.domain.resources import Resources
 from joiner.domain.snapshot import SnapshotError, parse_node_class
 from joiner.ports import CAPACITY_BLOCK, CapacityReservation, LaunchTemplateRef, Subnet
-from joiner.services.provisioning import UNAVAILABLE_FOR, provision
+from joiner.services.launcher import UNAVAILABLE_FOR
+from joiner.services.provisioning import provision
 from tests.support.fakes import FakeWorld, fake_world, node_class_json, node_pool_json, pod_json, small_catalog
 
 RESERVATION = CapacityReservation("cr-0a1b2c3d", "c5.large", "us-east-1b", available=1, owner_id="111122223333", match_criteria="targeted")

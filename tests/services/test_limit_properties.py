@@ -4,7 +4,7 @@ exceed a NodePool limit (issue 10, defect 3).
 
 A "round" reads the Nodes (and the open claims), later reads the pool's reservations and
 computes what uncovered Nodes use with the provisioning service's own
-:func:`~joiner.services.provisioning.unreserved_usage`, and later still reserves with that
+:func:`~joiner.services.planning_round.unreserved_usage`, and later still reserves with that
 figure; anything may happen in between. The state is the in-memory fake and the DynamoDB
 adapter against moto, which implement the same conditional semantics.
 
@@ -30,7 +30,7 @@ from joiner.domain import labels as wk
 from joiner.domain.model import Node
 from joiner.domain.resources import EMPTY, Resources
 from joiner.ports import ClaimRecord
-from joiner.services.provisioning import unreserved_usage
+from joiner.services.planning_round import unreserved_usage
 from tests.support.aws import REGION, create_state_table, fake_credentials
 from tests.support.fakes import FakeClock, FakeState
 

@@ -251,7 +251,7 @@ def test_a_gpu_claim_without_its_ami_fails_with_the_lookup_error() -> None:
 
 def test_status_stays_within_the_crds_bounds_and_invalid_objects_say_why() -> None:
     from joiner.ports import Subnet
-    from joiner.services.provisioning import STATUS_MAX_ITEMS
+    from joiner.services.pool_status import STATUS_MAX_ITEMS
 
     world = fake_world()
     tag = ("joiner.dev/discovery", world.cluster)

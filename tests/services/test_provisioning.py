@@ -17,18 +17,9 @@ from joiner.domain.model import OfferingKey, nodeclass_hash, nodepool_hash
 from joiner.domain.resources import Resources
 from joiner.domain.snapshot import parse_node_class, parse_node_pool
 from joiner.ports import ClaimRecord, Ec2Error
-from joiner.services.provisioning import (
-    LEASE_NAME,
-    LEASE_TTL_SECONDS,
-    LIMIT_REACHED,
-    MAX_LAUNCH_ATTEMPTS,
-    ORPHAN_AFTER,
-    UNAVAILABLE_FOR,
-    RoundResult,
-    claim_id_for,
-    provision,
-    run_scanner,
-)
+from joiner.services.launcher import MAX_LAUNCH_ATTEMPTS, UNAVAILABLE_FOR, claim_id_for
+from joiner.services.planning_round import LIMIT_REACHED
+from joiner.services.provisioning import LEASE_NAME, LEASE_TTL_SECONDS, ORPHAN_AFTER, RoundResult, provision, run_scanner
 from tests.support.fakes import (
     EPOCH,
     FakeClock,

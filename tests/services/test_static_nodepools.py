@@ -10,7 +10,9 @@ from typing import Any
 from joiner.domain import labels as wk
 from joiner.domain.model import OfferingKey
 from joiner.ports import CapacityReservation
-from joiner.services.provisioning import claim_id_for, provision, static_identity
+from joiner.services.launcher import claim_id_for
+from joiner.services.provisioning import provision
+from joiner.services.static_pools import static_identity
 from tests.support.fakes import FakeWorld, fake_world, node_class_json, node_pool_json, pod_json
 
 

@@ -20,7 +20,7 @@ from joiner.domain.planning import plan_snapshot
 from joiner.domain.reservations import RESERVED_PRICE_FACTOR, with_reserved_offerings
 from joiner.domain.snapshot import load_snapshot_yaml
 from joiner.ports import CapacityReservation, Subnet
-from joiner.services.provisioning import public_ip_zones
+from joiner.services.planning_round import public_ip_zones
 
 CATALOG = load_bundled_catalog()
 H = 730  # hours in a billing month

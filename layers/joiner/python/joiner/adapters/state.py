@@ -158,6 +158,26 @@ def _used_only(request: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _subtract_checked(held: Mapping[str, int], subtract: Mapping[str, int], entry: str) -> tuple[dict[str, str], dict[str, Any], list[str], list[str]]:
+    """The parts of a "subtract and check the amount read" write: per resource of ``held``
+    (the amounts read at ``entry``, an attribute path such as ``#amount`` or ``#claims.#cid``)
+    a condition that ``entry`` still holds it, and per resource of ``subtract`` an assignment
+    lowering the pool's ``reserved`` total by that much. Returns the expression attribute
+    names and values, the assignments and the conditions."""
+    names: dict[str, str] = {"#reserved": "reserved"}
+    values: dict[str, Any] = {}
+    sets: list[str] = []
+    conditions: list[str] = []
+    for index, resource in enumerate(sorted(held)):
+        names[f"#r{index}"] = resource
+        values[f":h{index}"] = held[resource]
+        conditions.append(f"{entry}.#r{index} = :h{index}")
+        if resource in subtract:
+            values[f":d{index}"] = subtract[resource]
+            sets.append(f"#reserved.#r{index} = #reserved.#r{index} - :d{index}")
+    return names, values, sets, conditions
+
+
 class StateAdapter:
     """:class:`joiner.ports.StatePort` over one DynamoDB table (``pk``/``sk`` keys, GSIs
     ``byInstance``, ``byNodePool`` and ``byOpenClaim``, TTL attribute ``expiresAt``)."""
@@ -694,17 +714,10 @@ class StateAdapter:
                 if self._release_legacy(node_pool, claim_id):
                     return
                 continue
-            names: dict[str, str] = {"#amount": "amount", "#reserved": "reserved"}
-            values: dict[str, Any] = {}
-            sets: list[str] = []
-            conditions = ["attribute_exists(pk)"]
-            for index, resource in enumerate(sorted(held)):
-                names[f"#r{index}"] = resource
-                values[f":a{index}"] = held[resource]
-                sets.append(f"#reserved.#r{index} = #reserved.#r{index} - :a{index}")
-                conditions.append(f"#amount.#r{index} = :a{index}")
+            names, values, sets, conditions = _subtract_checked(held, held, "#amount")
+            names["#amount"] = "amount"
             actions: list[dict[str, Any]] = [{"Delete": {
-                "Key": self._reservation_key(node_pool, claim_id), "ConditionExpression": " AND ".join(conditions),
+                "Key": self._reservation_key(node_pool, claim_id), "ConditionExpression": " AND ".join(["attribute_exists(pk)", *conditions]),
                 "ExpressionAttributeNames": names, "ExpressionAttributeValues": values,
             }}]
             if sets:
@@ -728,22 +741,15 @@ class StateAdapter:
         if held is None:
             return True
         amounts = {name: int(value) for name, value in dict(held).items()}
-        names: dict[str, str] = {"#claims": "claims", "#reserved": "reserved", "#cid": claim_id}
-        values: dict[str, Any] = {}
-        sets: list[str] = []
-        conditions = ["attribute_exists(#claims.#cid)"]
-        for index, resource in enumerate(sorted(amounts)):
-            names[f"#r{index}"] = resource
-            values[f":a{index}"] = amounts[resource]
-            sets.append(f"#reserved.#r{index} = #reserved.#r{index} - :a{index}")
-            conditions.append(f"#claims.#cid.#r{index} = :a{index}")
+        names, values, sets, conditions = _subtract_checked(amounts, amounts, "#claims.#cid")
+        names.update({"#claims": "claims", "#cid": claim_id})
         expression = "REMOVE #claims.#cid"
         if sets:
             expression = "SET " + ", ".join(sets) + " " + expression
         request = _used_only({
             "Key": self._pool_key(node_pool),
             "UpdateExpression": expression,
-            "ConditionExpression": " AND ".join(conditions),
+            "ConditionExpression": " AND ".join(["attribute_exists(#claims.#cid)", *conditions]),
             "ExpressionAttributeNames": names,
             "ExpressionAttributeValues": values,
         })
@@ -773,19 +779,11 @@ class StateAdapter:
             assert held is not None
             if any(int(value) > held.get(name, 0) for name, value in amount.items()):
                 raise StateError(f"shrink_reservation({node_pool}, {claim_id}): {dict(amount)} exceeds the {held} held")
-            names: dict[str, str] = {"#reserved": "reserved"}
-            values: dict[str, Any] = {":amount": _resources_to_item(amount)}
-            subtract: list[str] = []
-            conditions: list[str] = []
-            entry = "#claims.#cid" if legacy else "#amount"
-            for index, resource in enumerate(sorted(held)):
-                names[f"#r{index}"] = resource
-                values[f":h{index}"] = held[resource]
-                conditions.append(f"{entry}.#r{index} = :h{index}")
-                difference = held[resource] - int(amount.get(resource, 0))
-                if difference:
-                    values[f":d{index}"] = difference
-                    subtract.append(f"#reserved.#r{index} = #reserved.#r{index} - :d{index}")
+            differences = {name: held[name] - int(amount.get(name, 0)) for name in held}
+            names, values, subtract, conditions = _subtract_checked(
+                held, {name: difference for name, difference in differences.items() if difference}, "#claims.#cid" if legacy else "#amount",
+            )
+            values[":amount"] = _resources_to_item(amount)
             if legacy:
                 # The older version's entry in the pool item: one conditional UpdateItem.
                 names.update({"#claims": "claims", "#cid": claim_id})

@@ -19,26 +19,32 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import math
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from types import MappingProxyType
-from typing import Any, NoReturn
+from typing import Any
 
 from joiner.domain import labels as wk
 from joiner.domain import overlays as ov
+from joiner.domain import volumes as vol
 from joiner.domain.amis import ALIAS_PATTERN, AMI_FAMILY
 from joiner.domain.bounded import (
     DEFAULT_LIMITS,
-    EARLIEST_TIME,
-    LATEST_TIME,
-    MAX_INT,
     InputError,
-    time_in_range,
 )
-from joiner.domain.durations import DurationError, clamp_seconds, parse_duration
+from joiner.domain.fields import (
+    RESTRICTED_POOL_LABELS,
+    Fields,
+    SnapshotError,
+    checked_object,
+    describe,
+    metadata_of,
+    name_of,
+    object_ref,
+    selector_of,
+)
 from joiner.domain.model import (
     INSTANCE_STORE_POLICIES,
     Budget,
@@ -60,7 +66,6 @@ from joiner.domain.model import (
     PreferredNodeTerm,
     SelectorTerm,
     StorageClass,
-    Taint,
     Toleration,
     TopologySpreadConstraint,
 )
@@ -118,8 +123,6 @@ DAEMONSET_DEFAULT_TOLERATIONS: tuple[Toleration, ...] = (
 )
 _HOST_NETWORK_TOLERATION = Toleration("node.kubernetes.io/network-unavailable", "Exists", "", "NoSchedule")
 
-_TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
-_SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 _POD_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 _CONSOLIDATION_POLICIES = ("WhenEmptyOrUnderutilized", "WhenEmpty")
 _BUDGET_REASONS = ("Drifted", "Empty", "Expired", "Underutilized")
@@ -136,304 +139,7 @@ _AMI_ALIAS = re.compile(r"^(al2023|al2|bottlerocket)@(latest|v[0-9][0-9.]*)$")
 _RESERVABLE = ("cpu", "memory", "ephemeral-storage", "pid")
 _DEVICE_NAME = re.compile(r"^/dev/[a-z0-9]+$")
 _EVICTION_SIGNALS = ("imagefs.available", "imagefs.inodesFree", "memory.available", "nodefs.available", "nodefs.inodesFree", "pid.available")
-#: Labels a NodePool may not set or require: Joiner sets them per node.
-_RESTRICTED_POOL_LABELS = frozenset({wk.NODEPOOL, wk.NODECLAIM, wk.HOSTNAME, wk.REGISTERED, wk.INITIALIZED})
 _NODE_CLASS_REFS = {("joiner.dev", "NodeClass"), ("karpenter.k8s.aws", "EC2NodeClass")}
-
-
-class SnapshotError(ValueError):
-    """A Kubernetes object Joiner cannot use, naming the object and the field.
-
-    ``str(error)`` reads ``Pod default/web-1: spec.containers[0].resources.requests.cpu:
-    invalid quantity 'abc': ...``; the parts are also available as attributes.
-    """
-
-    def __init__(self, object_ref: str, field: str, problem: str) -> None:
-        self.object_ref = object_ref
-        self.field = field
-        self.problem = problem
-        super().__init__(f"{object_ref}: {field}: {problem}" if field else f"{object_ref}: {problem}")
-
-
-# ---------------------------------------------------------------- field reading
-
-
-def _describe(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return f"boolean {str(value).lower()}"
-    if isinstance(value, (int, float)):
-        return f"number {value!r}"
-    if isinstance(value, str):
-        return f"string {value!r}"
-    if isinstance(value, Mapping):
-        return "a mapping"
-    if isinstance(value, (list, tuple)):
-        return "a list"
-    return f"a {type(value).__name__}"
-
-
-def _magnitude(value: float) -> str:
-    """A huge number for a message (an int too large for a float, or for ``str``, by its size)."""
-    if isinstance(value, int):
-        return str(value) if value.bit_length() <= 128 else f"an integer of {value.bit_length()} bits"
-    return f"{value:.3g}"
-
-
-class _Fields:
-    """Reads one object's fields; every failure names the object and the field path."""
-
-    __slots__ = ("ref",)
-
-    def __init__(self, ref: str) -> None:
-        self.ref = ref
-
-    def fail(self, path: str, problem: str) -> NoReturn:
-        raise SnapshotError(self.ref, path, problem)
-
-    def mapping(self, value: object, path: str, *, required: bool = False) -> Mapping[str, Any]:
-        if value is None:
-            if required:
-                self.fail(path, "required")
-            return {}
-        if type(value) is not dict and not isinstance(value, Mapping):  # the exact type first: ABC checks are slow
-            self.fail(path, f"expected a mapping, got {_describe(value)}")
-        for key in value:
-            if not isinstance(key, str):
-                self.fail(path, f"keys must be strings, got {_describe(key)}")
-        return value
-
-    def sequence(self, value: object, path: str) -> list[Any]:
-        if value is None:
-            return []
-        if not isinstance(value, (list, tuple)):
-            self.fail(path, f"expected a list, got {_describe(value)}")
-        return list(value)
-
-    def items(self, value: object, path: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
-        """``(path[i], mapping)`` for each element of a list of mappings."""
-        if value is None:  # most optional lists are absent: no generator for them
-            return iter(())
-        return self._items(value, path)
-
-    def _items(self, value: object, path: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
-        for index, item in enumerate(self.sequence(value, path)):
-            item_path = f"{path}[{index}]"
-            yield item_path, self.mapping(item, item_path, required=True)
-
-    def string(self, value: object, path: str, *, default: str | None = None, required: bool = False, allowed: Iterable[str] = ()) -> Any:
-        if value is None:
-            if required:
-                self.fail(path, "required")
-            return default
-        if not isinstance(value, str):
-            hint = " (quote it)" if isinstance(value, (bool, int, float)) else ""
-            self.fail(path, f"expected a string, got {_describe(value)}{hint}")
-        if required and not value:
-            self.fail(path, "must not be empty")
-        allowed = tuple(allowed)
-        if allowed and value not in allowed:
-            self.fail(path, f"{value!r} is not one of {', '.join(allowed)}")
-        return value
-
-    def integer(self, value: object, path: str, *, default: int | None = None, minimum: int | None = None, maximum: int | None = None) -> Any:
-        if value is None:
-            return default
-        if isinstance(value, bool) or not isinstance(value, int):
-            self.fail(path, f"expected an integer, got {_describe(value)}")
-        if abs(value) > MAX_INT:
-            self.fail(path, f"{_magnitude(value)} is out of range (at most {MAX_INT}, a 64-bit integer)")
-        if minimum is not None and value < minimum:
-            self.fail(path, f"must be at least {minimum}, got {value}")
-        if maximum is not None and value > maximum:
-            self.fail(path, f"must be at most {maximum}, got {value}")
-        return value
-
-    def seconds(self, value: object, path: str, *, default: int | None = None, minimum: int | None = None) -> Any:
-        """A whole-seconds duration (an int64, as the API server takes it), clamped by
-        :func:`joiner.domain.durations.clamp_seconds` so adding it to a time never overflows."""
-        seconds = self.integer(value, path, default=default, minimum=minimum)
-        return seconds if seconds is None else clamp_seconds(seconds)
-
-    def number(self, value: object, path: str, *, default: float, minimum: float, maximum: float | None = None) -> float:
-        if value is None:
-            return default
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or (isinstance(value, float) and not math.isfinite(value)):
-            self.fail(path, f"expected a number, got {_describe(value)}")
-        if abs(value) > MAX_INT:  # also keeps float(value) below from overflowing on a huge int
-            self.fail(path, f"{_magnitude(value)} is out of range (at most {MAX_INT})")
-        if value < minimum or (maximum is not None and value > maximum):
-            bounds = f"between {minimum:g} and {maximum:g}" if maximum is not None else f"at least {minimum:g}"
-            self.fail(path, f"must be {bounds}, got {value:g}")
-        return float(value)
-
-    def boolean(self, value: object, path: str, *, default: bool = False) -> bool:
-        if value is None:
-            return default
-        if not isinstance(value, bool):
-            self.fail(path, f"expected true or false, got {_describe(value)}")
-        return value
-
-    def string_map(self, value: object, path: str) -> dict[str, str]:
-        mapping = self.mapping(value, path)
-        return {key: self.string(item, f"{path}.{key}", default="") for key, item in mapping.items()}
-
-    def string_list(self, value: object, path: str, *, allow_empty: bool = False) -> list[str]:
-        """Strings; ``allow_empty`` for label values, where "" is a value (``NotIn [""]``)."""
-        return [self.string(item, f"{path}[{i}]", required=not allow_empty, default="") if allow_empty and item is not None
-                else self.string(item, f"{path}[{i}]", required=True) for i, item in enumerate(self.sequence(value, path))]
-
-    def resources(self, value: object, path: str, *, keep_zeros: bool = False, crd: bool = False) -> Resources:
-        """Non-negative quantities in milli-units (``Resources.parse`` rules, with our paths).
-        ``crd``: a field of Joiner's CRDs, whose quantity pattern admits no ``-`` sign (not even
-        ``-0``) and no surrounding whitespace (built-in kinds' quantities are trimmed)."""
-        mapping = self.mapping(value, path)
-        parsed: dict[str, int] = {}
-        for name, quantity in mapping.items():
-            if crd and isinstance(quantity, str) and quantity.startswith("-"):
-                self.fail(f"{path}.{name}", f"must not be negative, got {quantity!r}")
-            if crd and isinstance(quantity, str) and quantity != quantity.strip():
-                self.fail(f"{path}.{name}", f"invalid quantity {quantity!r}: surrounding whitespace")
-            try:
-                milli = parse_milli(quantity)
-            except QuantityError as error:
-                self.fail(f"{path}.{name}", str(error))
-            if milli < 0:
-                self.fail(f"{path}.{name}", f"must not be negative, got {quantity!r}")
-            parsed[name] = milli
-        if keep_zeros:
-            return Resources.keeping_zeros(parsed)
-        return Resources(parsed) if parsed else EMPTY
-
-    def timestamp(self, value: object, path: str) -> datetime | None:
-        if value is None:
-            return None
-        if isinstance(value, datetime):
-            moment = value
-        elif isinstance(value, str):
-            try:
-                moment = datetime.fromisoformat(value)
-            except ValueError:
-                self.fail(path, f"invalid timestamp {value!r}: expected RFC 3339 such as 2024-05-01T12:00:00Z")
-        else:
-            self.fail(path, f"expected an RFC 3339 timestamp string, got {_describe(value)}")
-        moment = moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
-        if not time_in_range(moment):
-            self.fail(path, f"timestamp {_describe(value)} is out of range (expected a time between {EARLIEST_TIME.year} and {LATEST_TIME.year})")
-        return moment
-
-    def duration(self, value: object, path: str, *, default: timedelta | None, allow_never: bool = True) -> timedelta | None:
-        if value is None:
-            return default
-        try:
-            parsed = parse_duration(value, clamp=True)
-        except DurationError as error:
-            self.fail(path, str(error))
-        if parsed is None and not allow_never:
-            self.fail(path, "Never is not allowed here")
-        return parsed
-
-    def requirements(self, value: object, path: str, *, node_pool: bool = False) -> Requirements:
-        """``NodeSelectorRequirement`` lists; ``minValues`` is read only for NodePools."""
-        parsed: list[Requirement] = []
-        for item_path, item in self.items(value, path):
-            key = self.string(item.get("key"), f"{item_path}.key", required=True)
-            operator = self.string(item.get("operator"), f"{item_path}.operator", required=True)
-            values = self.string_list(item.get("values"), f"{item_path}.values", allow_empty=True)
-            min_values = item.get("minValues") if node_pool else None
-            if min_values is not None:
-                self.integer(min_values, f"{item_path}.minValues", minimum=1, maximum=50)
-                if operator == "In" and len(values) < min_values:
-                    self.fail(f"{item_path}.minValues", f"{min_values} is more than the {len(values)} values listed")
-            try:
-                requirement = Requirement.create(key, operator, values, min_values)
-            except RequirementError as error:
-                self.fail(item_path, str(error))
-            if node_pool and operator in ("Gt", "Lt", "Gte", "Lte") and values and values[0].startswith("-"):
-                self.fail(f"{item_path}.values", f"operator {operator} needs a single non-negative integer value (as the CRD and Karpenter require)")
-            if node_pool and requirement.key in _RESTRICTED_POOL_LABELS:
-                self.fail(f"{item_path}.key", f"{key} is set by Joiner on each node and cannot be required by a NodePool")
-            parsed.append(requirement)
-        return Requirements(parsed)
-
-    def label_selector(self, value: object, path: str) -> LabelSelector | None:
-        """A ``metav1.LabelSelector``; ``None`` for a null selector (its meaning depends on the field)."""
-        if value is None:
-            return None
-        mapping = self.mapping(value, path)
-        match_labels = self.string_map(mapping.get("matchLabels"), f"{path}.matchLabels")
-        expressions = []
-        for item_path, item in self.items(mapping.get("matchExpressions"), f"{path}.matchExpressions"):
-            key = self.string(item.get("key"), f"{item_path}.key", required=True)
-            operator = self.string(item.get("operator"), f"{item_path}.operator", required=True, allowed=_SELECTOR_OPERATORS)
-            values = self.string_list(item.get("values"), f"{item_path}.values")
-            if operator in ("In", "NotIn") and not values:
-                self.fail(f"{item_path}.values", f"operator {operator} needs at least one value")
-            if operator in ("Exists", "DoesNotExist") and values:
-                self.fail(f"{item_path}.values", f"operator {operator} takes no values")
-            expressions.append((key, operator, tuple(sorted(set(values)))))
-        return _selector(match_labels.items(), expressions)
-
-    def taints(self, value: object, path: str) -> tuple[Taint, ...]:
-        taints = []
-        for item_path, item in self.items(value, path):
-            taints.append(
-                Taint(
-                    key=self.string(item.get("key"), f"{item_path}.key", required=True),
-                    value=self.string(item.get("value"), f"{item_path}.value", default=""),
-                    effect=self.string(item.get("effect"), f"{item_path}.effect", required=True, allowed=_TAINT_EFFECTS),
-                )
-            )
-        return tuple(taints)
-
-    def tolerations(self, value: object, path: str) -> tuple[Toleration, ...]:
-        tolerations = []
-        for item_path, item in self.items(value, path):
-            key = self.string(item.get("key"), f"{item_path}.key", default="")
-            operator = self.string(item.get("operator"), f"{item_path}.operator", default="Equal", allowed=("Equal", "Exists"))
-            value_ = self.string(item.get("value"), f"{item_path}.value", default="")
-            if not key and operator != "Exists":
-                self.fail(f"{item_path}.operator", "must be Exists when key is empty")
-            if operator == "Exists" and value_:
-                self.fail(f"{item_path}.value", "must be empty when operator is Exists")
-            effect = self.string(item.get("effect"), f"{item_path}.effect", default="")
-            if effect and effect not in _TAINT_EFFECTS:
-                self.fail(f"{item_path}.effect", f"{effect!r} is not one of {', '.join(_TAINT_EFFECTS)} (or empty for all)")
-            seconds = self.seconds(item.get("tolerationSeconds"), f"{item_path}.tolerationSeconds")
-            tolerations.append(Toleration(key, operator, value_, effect, seconds))
-        return tuple(tolerations)
-
-
-def _selector(match_labels: Iterable[tuple[str, str]], expressions: Iterable[tuple[str, str, tuple[str, ...]]]) -> LabelSelector:
-    return LabelSelector(tuple(sorted(set(match_labels))), tuple(sorted(set(expressions))))
-
-
-def _metadata(fields: _Fields, obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return fields.mapping(obj.get("metadata"), "metadata", required=True)
-
-
-def _ref(kind: str, obj: object, *, namespaced: bool, origin: str = "") -> str:
-    """``Kind namespace/name`` for messages, falling back to the origin when unnamed."""
-    metadata = obj.get("metadata") if isinstance(obj, Mapping) else None
-    name = metadata.get("name") if isinstance(metadata, Mapping) else None
-    if not isinstance(name, str) or not name:
-        return f"{kind} ({origin})" if origin else f"{kind} (unnamed)"
-    if namespaced:
-        namespace = metadata.get("namespace")  # type: ignore[union-attr]
-        return f"{kind} {namespace if isinstance(namespace, str) and namespace else 'default'}/{name}"
-    return f"{kind} {name}"
-
-
-def _name(fields: _Fields, metadata: Mapping[str, Any]) -> str:
-    name: str = fields.string(metadata.get("name"), "metadata.name", required=True)
-    return name
-
-
-def _object(obj: object, kind: str, origin: str) -> Mapping[str, Any]:
-    if not isinstance(obj, Mapping):
-        raise SnapshotError(f"{kind} ({origin})" if origin else kind, "", f"expected a mapping, got {_describe(obj)}")
-    return obj
 
 
 # ---------------------------------------------------------------- pods
@@ -498,7 +204,7 @@ def _max_into(target: dict[str, int], other: Mapping[str, int]) -> None:
                 target.pop(name, None)
 
 
-def _container_requests(fields: _Fields, container: Mapping[str, Any], path: str) -> Resources:
+def _container_requests(fields: Fields, container: Mapping[str, Any], path: str) -> Resources:
     """Requests with Kubernetes defaulting: a resource with a limit and no request requests its limit."""
     resources = fields.mapping(container.get("resources"), f"{path}.resources")
     requests_raw = fields.mapping(resources.get("requests"), f"{path}.resources.requests")
@@ -508,7 +214,7 @@ def _container_requests(fields: _Fields, container: Mapping[str, Any], path: str
     return requests + defaulted if defaulted else requests
 
 
-def _host_ports(fields: _Fields, container: Mapping[str, Any], path: str, host_network: bool) -> list[HostPort]:
+def _host_ports(fields: Fields, container: Mapping[str, Any], path: str, host_network: bool) -> list[HostPort]:
     ports = []
     for item_path, item in fields.items(container.get("ports"), f"{path}.ports"):
         container_port = fields.integer(item.get("containerPort"), f"{item_path}.containerPort", minimum=1, maximum=65535)
@@ -523,7 +229,7 @@ def _host_ports(fields: _Fields, container: Mapping[str, Any], path: str, host_n
     return ports
 
 
-def _node_selector_term(fields: _Fields, term: Mapping[str, Any], path: str) -> Requirements:
+def _node_selector_term(fields: Fields, term: Mapping[str, Any], path: str) -> Requirements:
     requirements = fields.requirements(term.get("matchExpressions"), f"{path}.matchExpressions")
     by_name = []
     for item_path, item in fields.items(term.get("matchFields"), f"{path}.matchFields"):
@@ -539,7 +245,7 @@ def _node_selector_term(fields: _Fields, term: Mapping[str, Any], path: str) -> 
     return requirements.add(*by_name) if by_name else requirements
 
 
-def _node_affinity(fields: _Fields, value: object, path: str) -> tuple[tuple[Requirements, ...], tuple[PreferredNodeTerm, ...]]:
+def _node_affinity(fields: Fields, value: object, path: str) -> tuple[tuple[Requirements, ...], tuple[PreferredNodeTerm, ...]]:
     if value is None:
         return (), ()
     affinity = fields.mapping(value, path)
@@ -567,7 +273,7 @@ def _node_affinity(fields: _Fields, value: object, path: str) -> tuple[tuple[Req
     return tuple(required_terms), tuple(preferred)
 
 
-def _affinity_term(fields: _Fields, term: Mapping[str, Any], path: str, pod_labels: Mapping[str, str], weight: int | None) -> PodAffinityTerm:
+def _affinity_term(fields: Fields, term: Mapping[str, Any], path: str, pod_labels: Mapping[str, str], weight: int | None) -> PodAffinityTerm:
     selector = fields.label_selector(term.get("labelSelector"), f"{path}.labelSelector")
     match_keys = fields.string_list(term.get("matchLabelKeys"), f"{path}.matchLabelKeys")
     mismatch_keys = fields.string_list(term.get("mismatchLabelKeys"), f"{path}.mismatchLabelKeys")
@@ -575,7 +281,7 @@ def _affinity_term(fields: _Fields, term: Mapping[str, Any], path: str, pod_labe
         # As the API server does at admission: keys the pod carries become In / NotIn its value.
         extra = [(key, "In", (pod_labels[key],)) for key in match_keys if key in pod_labels]
         extra += [(key, "NotIn", (pod_labels[key],)) for key in mismatch_keys if key in pod_labels]
-        selector = _selector(selector.match_labels, (*selector.match_expressions, *extra))
+        selector = selector_of(selector.match_labels, (*selector.match_expressions, *extra))
     return PodAffinityTerm(
         topology_key=fields.string(term.get("topologyKey"), f"{path}.topologyKey", required=True),
         label_selector=selector,
@@ -586,7 +292,7 @@ def _affinity_term(fields: _Fields, term: Mapping[str, Any], path: str, pod_labe
     )
 
 
-def _pod_affinity(fields: _Fields, value: object, path: str, pod_labels: Mapping[str, str]) -> tuple[PodAffinityTerm, ...]:
+def _pod_affinity(fields: Fields, value: object, path: str, pod_labels: Mapping[str, str]) -> tuple[PodAffinityTerm, ...]:
     if value is None:
         return ()
     affinity = fields.mapping(value, path)
@@ -604,7 +310,7 @@ def _pod_affinity(fields: _Fields, value: object, path: str, pod_labels: Mapping
     return tuple(terms)
 
 
-def _topology_spread(fields: _Fields, value: object, path: str, pod_labels: Mapping[str, str]) -> tuple[TopologySpreadConstraint, ...]:
+def _topology_spread(fields: Fields, value: object, path: str, pod_labels: Mapping[str, str]) -> tuple[TopologySpreadConstraint, ...]:
     constraints = []
     for item_path, item in fields.items(value, path):
         max_skew = fields.integer(item.get("maxSkew"), f"{item_path}.maxSkew", minimum=1)
@@ -619,7 +325,7 @@ def _topology_spread(fields: _Fields, value: object, path: str, pod_labels: Mapp
         if selector is not None and match_keys:
             # kube-scheduler ANDs key=value for each listed key the pod carries; a null selector stays null.
             extra = [(key, pod_labels[key]) for key in match_keys if key in pod_labels]
-            selector = _selector((*selector.match_labels, *extra), selector.match_expressions)
+            selector = selector_of((*selector.match_labels, *extra), selector.match_expressions)
         constraints.append(
             TopologySpreadConstraint(
                 max_skew=max_skew,
@@ -635,7 +341,7 @@ def _topology_spread(fields: _Fields, value: object, path: str, pod_labels: Mapp
     return tuple(constraints)
 
 
-def _owner(fields: _Fields, metadata: Mapping[str, Any]) -> tuple[str | None, str | None]:
+def _owner(fields: Fields, metadata: Mapping[str, Any]) -> tuple[str | None, str | None]:
     """The controller owner reference, or the first owner when none is marked controller."""
     owners = list(fields.items(metadata.get("ownerReferences"), "metadata.ownerReferences"))
     if not owners:
@@ -647,7 +353,7 @@ def _owner(fields: _Fields, metadata: Mapping[str, Any]) -> tuple[str | None, st
     )
 
 
-def _unschedulable_since(fields: _Fields, status: Mapping[str, Any]) -> datetime | None:
+def _unschedulable_since(fields: Fields, status: Mapping[str, Any]) -> datetime | None:
     for item_path, condition in fields.items(status.get("conditions"), "status.conditions"):
         if condition.get("type") == "PodScheduled" and condition.get("status") == "False" and condition.get("reason") == "Unschedulable":
             return fields.timestamp(condition.get("lastTransitionTime"), f"{item_path}.lastTransitionTime")
@@ -705,7 +411,7 @@ def _spec_read(spec: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _pod(
-    fields: _Fields,
+    fields: Fields,
     *,
     namespace: str,
     name: str,
@@ -743,7 +449,7 @@ def _pod(
     )
 
 
-def _spec_derived(fields: _Fields, spec: Mapping[str, Any], spec_path: str, pod_labels: Mapping[str, str],
+def _spec_derived(fields: Fields, spec: Mapping[str, Any], spec_path: str, pod_labels: Mapping[str, str],
                   runtime_classes: Mapping[str, Resources] | None, owner_kind: str | None) -> dict[str, Any]:
     """The :class:`Pod` fields that follow from its spec but for ``nodeName`` and ``volumes``,
     its labels and its owner's kind (see :class:`PodSpecMemo`)."""
@@ -807,7 +513,7 @@ def _spec_derived(fields: _Fields, spec: Mapping[str, Any], spec_path: str, pod_
     }
 
 
-def _volume_claims(fields: _Fields, value: object, path: str, pod_name: str) -> tuple[tuple[str, str | None], ...]:
+def _volume_claims(fields: Fields, value: object, path: str, pod_name: str) -> tuple[tuple[str, str | None], ...]:
     """The pod's persistent volume claims: ``persistentVolumeClaim`` volumes by claim name;
     generic ephemeral volumes by the claim Kubernetes creates for them (``<pod>-<volume>``)
     with their template's storage class ("" for the default class)."""
@@ -841,10 +547,10 @@ def parse_pod(obj: Mapping[str, Any], runtime_classes: Mapping[str, Resources] |
     pods naming a RuntimeClass but lacking ``spec.overhead`` (the admission controller
     normally copies it in; hand-written snapshots often do not). ``memo`` parses each
     workload's spec once when many pods are read in a row (:class:`PodSpecMemo`)."""
-    obj = _object(obj, "Pod", origin)
-    fields = _Fields(_ref("Pod", obj, namespaced=True, origin=origin))
-    metadata = _metadata(fields, obj)
-    name = _name(fields, metadata)
+    obj = checked_object(obj, "Pod", origin)
+    fields = Fields(object_ref("Pod", obj, namespaced=True, origin=origin))
+    metadata = metadata_of(fields, obj)
+    name = name_of(fields, metadata)
     namespace = fields.string(metadata.get("namespace"), "metadata.namespace", default="") or "default"
     return _pod(
         fields,
@@ -866,9 +572,9 @@ def parse_pod(obj: Mapping[str, Any], runtime_classes: Mapping[str, Resources] |
 
 def parse_node(obj: Mapping[str, Any], *, origin: str = "") -> Node:
     """A v1 Node; Karpenter label keys gain their Joiner equivalents."""
-    obj = _object(obj, "Node", origin)
-    fields = _Fields(_ref("Node", obj, namespaced=False, origin=origin))
-    metadata = _metadata(fields, obj)
+    obj = checked_object(obj, "Node", origin)
+    fields = Fields(object_ref("Node", obj, namespaced=False, origin=origin))
+    metadata = metadata_of(fields, obj)
     spec = fields.mapping(obj.get("spec"), "spec")
     status = fields.mapping(obj.get("status"), "status")
     ready = False
@@ -882,7 +588,7 @@ def parse_node(obj: Mapping[str, Any], *, origin: str = "") -> Node:
             since = fields.timestamp(condition.get("lastTransitionTime"), f"{item_path}.lastTransitionTime")
             conditions[kind] = NodeCondition(kind, state, since)
     return Node(
-        name=_name(fields, metadata),
+        name=name_of(fields, metadata),
         labels=wk.normalize_labels(fields.string_map(metadata.get("labels"), "metadata.labels")),
         annotations=fields.string_map(metadata.get("annotations"), "metadata.annotations"),
         taints=fields.taints(spec.get("taints"), "spec.taints"),
@@ -900,10 +606,10 @@ def parse_node(obj: Mapping[str, Any], *, origin: str = "") -> Node:
 def parse_daemonset(obj: Mapping[str, Any], runtime_classes: Mapping[str, Resources] | None = None, *, origin: str = "") -> DaemonSet:
     """An apps/v1 DaemonSet; its pod template becomes a Pod owned by the DaemonSet (with
     the tolerations the DaemonSet controller adds), used for per-node overhead."""
-    obj = _object(obj, "DaemonSet", origin)
-    fields = _Fields(_ref("DaemonSet", obj, namespaced=True, origin=origin))
-    metadata = _metadata(fields, obj)
-    name = _name(fields, metadata)
+    obj = checked_object(obj, "DaemonSet", origin)
+    fields = Fields(object_ref("DaemonSet", obj, namespaced=True, origin=origin))
+    metadata = metadata_of(fields, obj)
+    name = name_of(fields, metadata)
     namespace = fields.string(metadata.get("namespace"), "metadata.namespace", default="") or "default"
     spec = fields.mapping(obj.get("spec"), "spec", required=True)
     template = fields.mapping(spec.get("template"), "spec.template", required=True)
@@ -922,7 +628,7 @@ def parse_daemonset(obj: Mapping[str, Any], runtime_classes: Mapping[str, Resour
     return DaemonSet(namespace, name, pod)
 
 
-def _int_or_percent(fields: _Fields, value: object, path: str) -> str | None:
+def _int_or_percent(fields: Fields, value: object, path: str) -> str | None:
     if value is None:
         return None
     if isinstance(value, int) and not isinstance(value, bool):
@@ -931,15 +637,15 @@ def _int_or_percent(fields: _Fields, value: object, path: str) -> str | None:
         if int(value[:-1]) > 100:
             fields.fail(path, f"percentage must be at most 100%, got {value!r}")
         return value
-    fields.fail(path, f"expected a non-negative integer or a percentage such as '50%', got {_describe(value)}")
+    fields.fail(path, f"expected a non-negative integer or a percentage such as '50%', got {describe(value)}")
 
 
 def parse_pdb(obj: Mapping[str, Any], *, origin: str = "") -> PodDisruptionBudget:
     """A policy/v1 PodDisruptionBudget. A null selector selects no pods (policy/v1), an
     empty one every pod of the namespace."""
-    obj = _object(obj, "PodDisruptionBudget", origin)
-    fields = _Fields(_ref("PodDisruptionBudget", obj, namespaced=True, origin=origin))
-    metadata = _metadata(fields, obj)
+    obj = checked_object(obj, "PodDisruptionBudget", origin)
+    fields = Fields(object_ref("PodDisruptionBudget", obj, namespaced=True, origin=origin))
+    metadata = metadata_of(fields, obj)
     spec = fields.mapping(obj.get("spec"), "spec")
     status = fields.mapping(obj.get("status"), "status")
     min_available = _int_or_percent(fields, spec.get("minAvailable"), "spec.minAvailable")
@@ -949,7 +655,7 @@ def parse_pdb(obj: Mapping[str, Any], *, origin: str = "") -> PodDisruptionBudge
     selector = fields.label_selector(spec.get("selector"), "spec.selector")
     return PodDisruptionBudget(
         namespace=fields.string(metadata.get("namespace"), "metadata.namespace", default="") or "default",
-        name=_name(fields, metadata),
+        name=name_of(fields, metadata),
         selector=MATCH_NOTHING if selector is None else selector,
         disruptions_allowed=fields.integer(status.get("disruptionsAllowed"), "status.disruptionsAllowed", minimum=0),
         min_available=min_available,
@@ -961,9 +667,9 @@ def parse_pdb(obj: Mapping[str, Any], *, origin: str = "") -> PodDisruptionBudge
 
 def parse_runtime_class(obj: Mapping[str, Any], *, origin: str = "") -> tuple[str, Resources]:
     """A node.k8s.io/v1 RuntimeClass as ``(name, overhead.podFixed)``."""
-    obj = _object(obj, "RuntimeClass", origin)
-    fields = _Fields(_ref("RuntimeClass", obj, namespaced=False, origin=origin))
-    name = _name(fields, _metadata(fields, obj))
+    obj = checked_object(obj, "RuntimeClass", origin)
+    fields = Fields(object_ref("RuntimeClass", obj, namespaced=False, origin=origin))
+    name = name_of(fields, metadata_of(fields, obj))
     overhead = fields.mapping(obj.get("overhead"), "overhead")
     return name, fields.resources(overhead.get("podFixed"), "overhead.podFixed")
 
@@ -971,7 +677,7 @@ def parse_runtime_class(obj: Mapping[str, Any], *, origin: str = "") -> tuple[st
 # ---------------------------------------------------------------- NodePools
 
 
-def _budget(fields: _Fields, item: Mapping[str, Any], path: str) -> Budget:
+def _budget(fields: Fields, item: Mapping[str, Any], path: str) -> Budget:
     nodes_value = item.get("nodes", "10%")
     if isinstance(nodes_value, int) and not isinstance(nodes_value, bool) and nodes_value >= 0:
         nodes_value = str(nodes_value)
@@ -991,7 +697,7 @@ def _budget(fields: _Fields, item: Mapping[str, Any], path: str) -> Budget:
     return Budget(nodes=nodes, schedule=schedule, duration=duration, reasons=tuple(sorted(set(reasons))))
 
 
-def _disruption(fields: _Fields, value: object, path: str) -> Disruption:
+def _disruption(fields: Fields, value: object, path: str) -> Disruption:
     disruption = fields.mapping(value, path)
     budgets_value = disruption.get("budgets")
     if budgets_value is None:
@@ -1013,10 +719,10 @@ def parse_node_pool(obj: Mapping[str, Any], *, origin: str = "") -> NodePool:
     """A ``joiner.dev/v1`` or ``karpenter.sh/v1`` NodePool, with the brief's defaults:
     expireAfter 720h, consolidateAfter 0s, WhenEmptyOrUnderutilized, budgets ``[10%]``,
     minSavings 10 %, rebalance ``replace``, weight 0, no limits, NodeClass ``default``."""
-    obj = _object(obj, "NodePool", origin)
-    fields = _Fields(_ref("NodePool", obj, namespaced=False, origin=origin))
-    metadata = _metadata(fields, obj)
-    name = _name(fields, metadata)
+    obj = checked_object(obj, "NodePool", origin)
+    fields = Fields(object_ref("NodePool", obj, namespaced=False, origin=origin))
+    metadata = metadata_of(fields, obj)
+    name = name_of(fields, metadata)
     spec = fields.mapping(obj.get("spec"), "spec")
     template = fields.mapping(spec.get("template"), "spec.template")
     template_metadata = fields.mapping(template.get("metadata"), "spec.template.metadata")
@@ -1024,7 +730,7 @@ def parse_node_pool(obj: Mapping[str, Any], *, origin: str = "") -> NodePool:
 
     labels = fields.string_map(template_metadata.get("labels"), "spec.template.metadata.labels")
     for key in sorted(labels):
-        if wk.normalize_label_key(key) in _RESTRICTED_POOL_LABELS:
+        if wk.normalize_label_key(key) in RESTRICTED_POOL_LABELS:
             fields.fail(f"spec.template.metadata.labels.{key}", f"{key} is set by Joiner on each node and cannot be set by a NodePool")
 
     node_class = "default"
@@ -1070,7 +776,7 @@ def parse_node_pool(obj: Mapping[str, Any], *, origin: str = "") -> NodePool:
 # ---------------------------------------------------------------- NodeClasses
 
 
-def _selector_terms(fields: _Fields, value: object, path: str, allowed_keys: tuple[str, ...], id_prefix: str) -> tuple[SelectorTerm, ...]:
+def _selector_terms(fields: Fields, value: object, path: str, allowed_keys: tuple[str, ...], id_prefix: str) -> tuple[SelectorTerm, ...]:
     id_pattern = re.compile(rf"^{id_prefix}-[0-9a-z]+$")
     terms = []
     for item_path, item in fields.items(value, path):
@@ -1106,7 +812,7 @@ def _selector_terms(fields: _Fields, value: object, path: str, allowed_keys: tup
     return tuple(terms)
 
 
-def _ami(fields: _Fields, spec: Mapping[str, Any], *, launchable: bool) -> tuple[str, tuple[SelectorTerm, ...]]:
+def _ami(fields: Fields, spec: Mapping[str, Any], *, launchable: bool) -> tuple[str, tuple[SelectorTerm, ...]]:
     """amiFamily and amiSelectorTerms; an alias implies its family, no terms mean ``<family>@latest``.
 
     ``launchable`` (a Joiner NodeClass, which the functions launch from) admits only what the
@@ -1143,7 +849,7 @@ def _ami(fields: _Fields, spec: Mapping[str, Any], *, launchable: bool) -> tuple
     return family, (SelectorTerm(alias=f"{alias_family}@latest"),)
 
 
-def _kubelet(fields: _Fields, value: object, path: str) -> KubeletConfig:
+def _kubelet(fields: Fields, value: object, path: str) -> KubeletConfig:
     kubelet = fields.mapping(value, path)
     eviction_hard = fields.string_map(kubelet.get("evictionHard"), f"{path}.evictionHard")
     for signal, threshold in eviction_hard.items():
@@ -1179,7 +885,7 @@ def _kubelet(fields: _Fields, value: object, path: str) -> KubeletConfig:
     )
 
 
-def _block_device_mappings(fields: _Fields, value: object, path: str) -> tuple[Mapping[str, object], ...]:
+def _block_device_mappings(fields: Fields, value: object, path: str) -> tuple[Mapping[str, object], ...]:
     mappings = []
     root_volumes = 0
     for item_path, item in fields.items(value, path):
@@ -1204,7 +910,7 @@ def _block_device_mappings(fields: _Fields, value: object, path: str) -> tuple[M
     return tuple(mappings)
 
 
-def _metadata_options(fields: _Fields, value: object, path: str) -> Mapping[str, object]:
+def _metadata_options(fields: Fields, value: object, path: str) -> Mapping[str, object]:
     given = fields.mapping(value, path)
     unknown = sorted(set(given) - set(DEFAULT_METADATA_OPTIONS))
     if unknown:
@@ -1237,9 +943,9 @@ def parse_node_class(obj: Mapping[str, Any], *, origin: str = "") -> NodeClass:
     """
     declared = obj.get("kind") if isinstance(obj, Mapping) else None
     kind = declared if isinstance(declared, str) else "NodeClass"
-    obj = _object(obj, kind, origin)
-    fields = _Fields(_ref(kind, obj, namespaced=False, origin=origin))
-    name = _name(fields, _metadata(fields, obj))
+    obj = checked_object(obj, kind, origin)
+    fields = Fields(object_ref(kind, obj, namespaced=False, origin=origin))
+    name = name_of(fields, metadata_of(fields, obj))
     spec = fields.mapping(obj.get("spec"), "spec")
     family, ami_terms = _ami(fields, spec, launchable=kind == "NodeClass")
     role = fields.string(spec.get("role"), "spec.role") or None
@@ -1273,7 +979,7 @@ def parse_node_class(obj: Mapping[str, Any], *, origin: str = "") -> NodeClass:
 _OWNER_ID = re.compile(r"^[0-9]{12}$")
 
 
-def _reservation_terms(fields: _Fields, value: object, path: str) -> tuple[SelectorTerm, ...]:
+def _reservation_terms(fields: Fields, value: object, path: str) -> tuple[SelectorTerm, ...]:
     """Karpenter's ``capacityReservationSelectorTerms``: ``id`` alone, or ``tags`` with an
     optional ``ownerID`` (the reservation's account, for shared reservations)."""
     items = list(fields.items(value, path))
@@ -1307,9 +1013,9 @@ def parse_node_overlay(obj: Mapping[str, Any], *, origin: str = "") -> NodeOverl
     requirements (Gt/Lt/Gte/Lte with one non-negative integer), at most one of ``price`` and
     ``priceAdjustment`` (Karpenter's patterns), ``capacity`` with extended resources only,
     weight 1..10000 (absent: 0)."""
-    obj = _object(obj, "NodeOverlay", origin)
-    fields = _Fields(_ref("NodeOverlay", obj, namespaced=False, origin=origin))
-    name = _name(fields, _metadata(fields, obj))
+    obj = checked_object(obj, "NodeOverlay", origin)
+    fields = Fields(object_ref("NodeOverlay", obj, namespaced=False, origin=origin))
+    name = name_of(fields, metadata_of(fields, obj))
     spec = fields.mapping(obj.get("spec"), "spec", required=True)
     if spec.get("requirements") is None:
         fields.fail("spec.requirements", "required (an empty list selects every instance type)")
@@ -1409,7 +1115,7 @@ _NAMESPACED = {"Pod", "DaemonSet", "PodDisruptionBudget", "PersistentVolumeClaim
 def _flatten(obj: object, origin: str) -> Iterator[tuple[Mapping[str, Any], str]]:
     """Objects with their origin, expanding ``List`` and ``<Kind>List`` (items inherit the kind)."""
     if not isinstance(obj, Mapping):
-        raise SnapshotError(origin, "", f"expected a Kubernetes object (a mapping with apiVersion and kind), got {_describe(obj)}")
+        raise SnapshotError(origin, "", f"expected a Kubernetes object (a mapping with apiVersion and kind), got {describe(obj)}")
     kind = obj.get("kind")
     if not isinstance(kind, str) or not kind:
         metadata = obj.get("metadata")
@@ -1417,7 +1123,7 @@ def _flatten(obj: object, origin: str) -> Iterator[tuple[Mapping[str, Any], str]
         ref = f"{origin} ({name})" if isinstance(name, str) and name else origin
         raise SnapshotError(ref, "kind", "required (every object needs apiVersion and kind)")
     if kind.endswith("List") and "items" in obj:
-        fields = _Fields(f"{kind} ({origin})")
+        fields = Fields(f"{kind} ({origin})")
         item_kind = kind[: -len("List")]
         api_version = obj.get("apiVersion")
         for index, item in enumerate(fields.sequence(obj.get("items"), "items")):
@@ -1438,12 +1144,12 @@ def _collect(entries: Iterable[tuple[object, str]], *, strict: bool = False) -> 
         api_version = obj.get("apiVersion")
         kinds_read.add(f"{api_version}/{kind}")
         if api_version is not None and not isinstance(api_version, str):
-            ref = _ref(kind, obj, namespaced=kind in _NAMESPACED, origin=origin)
-            raise SnapshotError(ref, "apiVersion", f"expected a string such as v1 or joiner.dev/v1, got {_describe(api_version)}")
+            ref = object_ref(kind, obj, namespaced=kind in _NAMESPACED, origin=origin)
+            raise SnapshotError(ref, "apiVersion", f"expected a string such as v1 or joiner.dev/v1, got {describe(api_version)}")
         target = _KINDS.get((api_version, kind))  # type: ignore[arg-type]
         if target is None:
             if kind in _MODELLED_KINDS:
-                ref = _ref(kind, obj, namespaced=kind in _NAMESPACED, origin=origin)
+                ref = object_ref(kind, obj, namespaced=kind in _NAMESPACED, origin=origin)
                 raise SnapshotError(ref, "apiVersion", f"{api_version!r} is not supported (expected {' or '.join(_MODELLED_KINDS[kind])})")
             continue  # ConfigMaps, Services, ...: not scheduling inputs
         if strict:
@@ -1457,8 +1163,6 @@ def _collect(entries: Iterable[tuple[object, str]], *, strict: bool = False) -> 
             name, overhead = parse_runtime_class(obj, origin=origin)
             _unique(seen, target, name, f"RuntimeClass {name}")
             runtime_classes[name] = overhead
-
-    from joiner.domain import volumes as vol
 
     pods, nodes, daemonsets, pdbs, pools, classes, overlays = [], [], [], [], [], [], []
     volume_objects: dict[str, list[Any]] = {field_name: [] for _, field_name in vol.VOLUME_KINDS.values()}
@@ -1525,7 +1229,7 @@ def _check_known_fields(obj: Mapping[str, Any], kind: str, origin: str) -> None:
 
     problem = strict_problem(obj)
     if problem is not None:
-        raise SnapshotError(_ref(kind, obj, namespaced=kind in _NAMESPACED, origin=origin), *problem)
+        raise SnapshotError(object_ref(kind, obj, namespaced=kind in _NAMESPACED, origin=origin), *problem)
 
 
 def _unique(seen: dict[tuple[str, str], str], kind: str, key: str, ref: str) -> None:

@@ -29,6 +29,7 @@ from types import MappingProxyType
 from typing import Any
 
 from joiner.domain import labels as wk
+from joiner.domain.fields import Fields, checked_object, metadata_of, name_of, object_ref
 from joiner.domain.model import CSINode, InstanceType, Node, PersistentVolume, PersistentVolumeClaim, Pod, StorageClass
 from joiner.domain.requirements import Requirement, Requirements
 
@@ -109,24 +110,16 @@ def csi_driver(provisioner: str) -> str:
     return IN_TREE_PROVISIONERS.get(provisioner, provisioner)
 
 
-def _fields(ref: str) -> Any:
-    from joiner.domain.snapshot import _Fields
-
-    return _Fields(ref)
-
-
-def _meta(kind: str, obj: Mapping[str, Any], origin: str, *, namespaced: bool) -> tuple[Any, Mapping[str, Any], str, str]:
-    from joiner.domain.snapshot import _metadata, _name, _object, _ref
-
-    checked = _object(obj, kind, origin)
-    fields = _fields(_ref(kind, checked, namespaced=namespaced, origin=origin))
-    metadata = _metadata(fields, checked)
-    name = _name(fields, metadata)
+def _meta(kind: str, obj: Mapping[str, Any], origin: str, *, namespaced: bool) -> tuple[Fields, Mapping[str, Any], str, str]:
+    checked = checked_object(obj, kind, origin)
+    fields = Fields(object_ref(kind, checked, namespaced=namespaced, origin=origin))
+    metadata = metadata_of(fields, checked)
+    name = name_of(fields, metadata)
     namespace = fields.string(metadata.get("namespace"), "metadata.namespace", default="default") if namespaced else ""
     return fields, checked, name, namespace
 
 
-def _terms(fields: Any, value: object, path: str, *, expressions_key: str) -> tuple[Requirements, ...]:
+def _terms(fields: Fields, value: object, path: str, *, expressions_key: str) -> tuple[Requirements, ...]:
     """Node selector terms (``matchExpressions``) or topology terms (``matchLabelExpressions``:
     key and values, ``In``), keys aliased."""
     terms = []

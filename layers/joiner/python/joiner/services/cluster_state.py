@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 from joiner.domain.interning import PodInterner
 from joiner.domain.model import Node, Pod
@@ -61,19 +62,61 @@ class ClusterRead:
     how: Mapping[str, str]
 
 
+T = TypeVar("T")
+
+
+@dataclass
+class _Store(Generic[T]):
+    """One resource's kept objects by key, and the version they are current at."""
+
+    resource: str
+    items: dict[str, T] = field(default_factory=dict)
+    #: the ``resourceVersion`` to resume from ("" until a list returned one)
+    version: str = ""
+    #: the container clock's reading when it was last listed in full
+    listed_at: float = float("-inf")
+
+    def clear(self) -> None:
+        """Drop the objects and the version: the next read lists again."""
+        self.items, self.version, self.listed_at = {}, "", float("-inf")
+
+    def forget(self) -> None:
+        """Drop everything kept for this resource."""
+        self.clear()
+
+
+@dataclass
+class _PodStore(_Store[PodEntry]):
+    """Pods, with the interner their values share and the memo their specs are parsed with."""
+
+    interner: PodInterner = field(default_factory=PodInterner)
+    memo: PodSpecMemo = field(default_factory=PodSpecMemo)
+
+    def forget(self) -> None:
+        self.clear()
+        self.interner = PodInterner()
+        self.memo = PodSpecMemo()
+
+
+def _never_reused(_kept: Node, _obj: JsonDict) -> bool:
+    return False
+
+
+def _same_pod(kept: PodEntry, obj: JsonDict) -> bool:
+    """A pod kept at the object's ``resourceVersion`` (and uid) is reused as it is."""
+    meta = obj.get("metadata") or {}
+    return bool(kept.resource_version) and kept.resource_version == meta.get("resourceVersion") and kept.pod.uid == (meta.get("uid") or "")
+
+
 @dataclass
 class ClusterCache:
     """Pods and Nodes of one warm container (see the module docstring). Thread-safe."""
 
     clock: Callable[[], float] = time.monotonic
     resync_after: float = RESYNC_AFTER_SECONDS
-    _pods: dict[str, PodEntry] = field(default_factory=dict)
-    _nodes: dict[str, Node] = field(default_factory=dict)
-    _versions: dict[str, str] = field(default_factory=dict)
-    _listed_at: dict[str, float] = field(default_factory=dict)
+    _pods: _PodStore = field(default_factory=lambda: _PodStore("pods"))
+    _nodes: _Store[Node] = field(default_factory=lambda: _Store[Node]("nodes"))
     _runtime_classes: dict[str, Resources] | None = None
-    _interner: PodInterner = field(default_factory=PodInterner)
-    _memo: PodSpecMemo = field(default_factory=PodSpecMemo)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def read(self, kube: KubernetesPort, runtime_classes: Mapping[str, Resources], parse_pod: PodParser, parse_node: NodeParser) -> ClusterRead:
@@ -81,95 +124,73 @@ class ClusterCache:
         when the cluster cannot be listed (the model is then listed again next time)."""
         with self._lock:
             if self._runtime_classes != dict(runtime_classes):
-                self._forget("pods")
+                self._pods.forget()
                 self._runtime_classes = dict(runtime_classes)
             how = {
-                "pods": self._refresh("pods", kube, lambda obj: self._pod_entry(obj, parse_pod)),
-                "nodes": self._refresh("nodes", kube, parse_node),
+                "pods": self._refresh(self._pods, kube, lambda obj: self._pod_entry(obj, parse_pod), _same_pod),
+                "nodes": self._refresh(self._nodes, kube, parse_node, _never_reused),
             }
-            pods = tuple(self._pods[key] for key in sorted(self._pods))
-            nodes = tuple(self._nodes[name] for name in sorted(self._nodes))
+            pods = tuple(self._pods.items[key] for key in sorted(self._pods.items))
+            nodes = tuple(self._nodes.items[name] for name in sorted(self._nodes.items))
         return ClusterRead(pods, nodes, how)
 
-    def _forget(self, resource: str) -> None:
-        self._versions.pop(resource, None)
-        self._listed_at.pop(resource, None)
-        if resource == "pods":
-            self._pods = {}
-            self._interner = PodInterner()
-        else:
-            self._nodes = {}
-
-    def _store(self, resource: str) -> dict[str, object]:
-        return self._pods if resource == "pods" else self._nodes  # type: ignore[return-value]
-
-    def _refresh(self, resource: str, kube: KubernetesPort, parse: Callable[[JsonDict], object | None]) -> str:
-        version = self._versions.get(resource)
-        fresh = version and self.clock() - self._listed_at.get(resource, float("-inf")) < self.resync_after
+    def _refresh(self, store: _Store[T], kube: KubernetesPort, parse: Callable[[JsonDict], T | None], reusable: Callable[[T, JsonDict], bool]) -> str:
+        version = store.version
+        fresh = version and self.clock() - store.listed_at < self.resync_after
         if fresh:
-            assert version is not None
             try:
-                self._apply(resource, kube.changes_since(resource, version), parse)
+                self._apply(store, kube.changes_since(store.resource, version), parse)
                 return "changes"
             except WatchExpired:
-                logger.info("cluster state: resume refused, listing again", extra={"resource": resource, "version": version})
+                logger.info("cluster state: resume refused, listing again", extra={"resource": store.resource, "version": version})
             except KubernetesError as error:
-                logger.warning("cluster state: changes could not be read, listing again", extra={"resource": resource, "error": str(error)})
+                logger.warning("cluster state: changes could not be read, listing again", extra={"resource": store.resource, "error": str(error)})
         with collector_paused():
-            self._list(resource, kube, parse)
+            self._list(store, kube, parse, reusable)
         return "list"
 
-    def _list(self, resource: str, kube: KubernetesPort, parse: Callable[[JsonDict], object | None]) -> None:
-        """List ``resource`` again. A pod kept at the same ``resourceVersion`` is reused as it
-        is (a resync parses only what changed since)."""
-        previous = self._pods if resource == "pods" else {}
-        interner = self._interner
-        self._forget(resource)
-        if resource == "pods":
-            self._interner = interner  # the reused pods share its values
-        store: dict[str, object] = {}
+    def _list(self, store: _Store[T], kube: KubernetesPort, parse: Callable[[JsonDict], T | None], reusable: Callable[[T, JsonDict], bool]) -> None:
+        """List ``store``'s resource again. An object ``reusable`` accepts is kept as it is (a
+        pod at the same ``resourceVersion``: a resync parses only what changed since)."""
+        previous = store.items
+        store.clear()
+        found: dict[str, T] = {}
         version = ""
         try:
-            for items, page_version in kube.list_pages(resource):
+            for items, page_version in kube.list_pages(store.resource):
                 version = version or page_version
                 for obj in items:
                     kept = previous.get(_key(obj))
-                    meta = obj.get("metadata") or {}
-                    same = kept is not None and kept.resource_version and kept.resource_version == meta.get("resourceVersion") and kept.pod.uid == (meta.get("uid") or "")
-                    parsed = kept if same else parse(obj)
+                    parsed = kept if kept is not None and reusable(kept, obj) else parse(obj)
                     if parsed is not None:
-                        store[_key(obj)] = parsed
+                        found[_key(obj)] = parsed
         except BaseException:
-            self._forget(resource)
+            store.forget()
             raise
-        if resource == "pods":
-            self._pods = store  # type: ignore[assignment]
-        else:
-            self._nodes = store  # type: ignore[assignment]
+        store.items = found
         if version:
-            self._versions[resource] = version
-            self._listed_at[resource] = self.clock()
+            store.version = version
+            store.listed_at = self.clock()
 
-    def _apply(self, resource: str, events: Iterator[WatchEvent], parse: Callable[[JsonDict], object | None]) -> None:
+    def _apply(self, store: _Store[T], events: Iterator[WatchEvent], parse: Callable[[JsonDict], T | None]) -> None:
         """Apply ``events`` in order; the version moves with each one, so a stream that
         breaks half-way leaves a consistent prefix to resume from."""
-        store = self._store(resource)
         for event in events:
             if event.type != "BOOKMARK":
                 key = _key(event.object)
                 parsed = None if event.type == "DELETED" else parse(event.object)
                 if parsed is None:
-                    store.pop(key, None)  # deleted, or now invalid (its parser reported it)
+                    store.items.pop(key, None)  # deleted, or now invalid (its parser reported it)
                 else:
-                    store[key] = parsed
+                    store.items[key] = parsed
             if event.resource_version:
-                self._versions[resource] = event.resource_version
+                store.version = event.resource_version
 
     def _pod_entry(self, obj: JsonDict, parse_pod: PodParser) -> PodEntry | None:
-        pod = parse_pod(obj, self._memo)
+        pod = parse_pod(obj, self._pods.memo)
         if pod is None:
             return None
-        pod = self._interner.pod(pod)
+        pod = self._pods.interner.pod(pod)
         version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
         if pod.node_name:
             return PodEntry(pod, version)

@@ -50,6 +50,7 @@ from joiner.domain.disruption import (
     DisruptionInput,
     LaunchInputs,
     NodeFacts,
+    Replacement,
     ResolvedNodeClass,
     decide,
     unhealthy,
@@ -128,11 +129,11 @@ def _time(value: Any) -> datetime | None:
 def read_input(runtime: Runtime, now: datetime) -> DisruptionInput:
     """The cluster, the state and what earlier passes remembered, as a domain input."""
     from joiner.domain.snapshot import SnapshotError, parse_pdb
-    from joiner.services.provisioning import PlanningRound
+    from joiner.services.planning_round import PlanningRound
     from joiner.services.registration import RegistrationResult
     from joiner.services.termination import TERMINATION_KIND
 
-    work = PlanningRound(runtime, now, owner=f"disruption/{runtime.invocation_id}", lease=None)  # reads only: no provisioning lease
+    work = PlanningRound(runtime, now)  # reads only: no provisioning lease
     work.read()
     work.resolve_classes()
     types = work.instance_types()
@@ -414,14 +415,17 @@ def _record_repair(runtime: Runtime, node: Node, pool: str, now: datetime) -> No
         logger.warning("repair event not recorded", extra={"node": node.name, "error": str(error)})
 
 
-def _launch_static_replacements(runtime: Runtime, command: Command, replacements: Sequence[Any], now: datetime) -> tuple[str, ...]:
+def _launch_static_replacements(runtime: Runtime, command: Command, replacements: Sequence[Replacement], now: datetime) -> tuple[str, ...]:
     """One replica of each replacement's static NodePool (the provisioning path's static
-    launch: ``limits.nodes``, reservations, claim ids per replica index)."""
-    from joiner.services.interruption import replacement_round
-    from joiner.services.provisioning import launch_static_replicas
+    launch: ``limits.nodes``, reservations, claim ids per replica index), taking no lease
+    (see :class:`~joiner.services.launcher.Launcher`)."""
+    from joiner.services.launcher import Launcher
+    from joiner.services.planning_round import PlanningRound
     from joiner.services.registration import RegistrationResult
+    from joiner.services.static_pools import launch_static_replicas
 
-    work = replacement_round(runtime, now)
+    work = PlanningRound(runtime, now)
+    launcher = Launcher(work)
     work.read()
     work.resolve_classes()
     work.instance_types()
@@ -435,7 +439,7 @@ def _launch_static_replacements(runtime: Runtime, command: Command, replacements
         pool = work.pools.get(replacement.node_pool)
         if pool is None or work.pool_problem(pool):
             continue
-        launched += launch_static_replicas(work, pool, 1)
+        launched += launch_static_replicas(launcher, pool, 1)
     work.flush_pod_events()
     return tuple(launched)
 
@@ -444,10 +448,11 @@ def _replacement_view(runtime: Runtime, command: Command, now: datetime) -> Clus
     """A :class:`~joiner.services.interruption.ClusterView` whose launches may only use the
     command's replacement types: the ones the simulation found cheaper at their worst-case
     price, never the candidates' own types."""
-    from joiner.services.interruption import ClusterView, replacement_round
+    from joiner.services.interruption import ClusterView
+    from joiner.services.planning_round import PlanningRound
 
     view = ClusterView(runtime)
-    work = replacement_round(runtime, now)
+    work = PlanningRound(runtime, now)
     work.read()
     work.resolve_classes()
     work.instance_types()

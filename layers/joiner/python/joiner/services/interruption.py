@@ -59,7 +59,7 @@ from typing import TYPE_CHECKING, Any
 from joiner.domain import interruption as di
 from joiner.domain import labels as wk
 from joiner.domain.interruption import InterruptionEvent, decide_action
-from joiner.domain.model import NodePool, OfferingKey, Pod
+from joiner.domain.model import InFlightClaim, Node, NodePool, OfferingKey, Pod
 from joiner.domain.termination import DISRUPTED_TAINT, reschedulable_pods
 from joiner.observability import logger
 from joiner.ports import ClaimRecord, ClaimState, Ec2Error, JsonDict, KubernetesError
@@ -69,11 +69,11 @@ from joiner.services.termination import TerminationResult, begin_termination, co
 
 if TYPE_CHECKING:
     from joiner.services.context import Runtime
-    from joiner.services.provisioning import PlanningRound
+    from joiner.services.launcher import Launcher
+    from joiner.services.planning_round import PlanningRound
 
 __all__ = [
-    "UNAVAILABLE_FOR", "NodeOutcome", "InterruptionOutcome", "ClusterView", "replacement_round",
-    "handle_interruption",
+    "UNAVAILABLE_FOR", "NodeOutcome", "InterruptionOutcome", "ClusterView", "handle_interruption",
 ]
 
 #: How long an interrupted spot offering is avoided (Karpenter's ICE cache TTL).
@@ -117,6 +117,15 @@ class InterruptionOutcome:
         return {"event": self.event.to_dict(), "nodes": [n.to_dict() for n in self.nodes]}
 
 
+@dataclass(frozen=True)
+class _Workloads:
+    """The Nodes and pods of a full read (disruption's :meth:`ClusterView.plan_with`), which
+    replacement plans leave the disrupted nodes out of. The interruption path reads neither."""
+
+    nodes: tuple[Node, ...]
+    pods: tuple[Pod, ...]
+
+
 @dataclass
 class ClusterView:
     """Cluster reads shared by the events of one invocation (a batch of up to 10 messages):
@@ -129,9 +138,10 @@ class ClusterView:
     _claims: dict[str, ClaimRecord | None] = field(default_factory=dict)
     disrupted: set[str] = field(default_factory=set)
     _round: PlanningRound | None = None
-    _in_flight: list[Any] = field(default_factory=list)
-    _all_nodes: tuple[Any, ...] = ()
-    _all_pods: tuple[Pod, ...] = ()
+    _launcher: Launcher | None = None
+    _in_flight: list[InFlightClaim] = field(default_factory=list)
+    #: None on the interruption path: its round reads no Nodes nor pods (only new capacity is planned)
+    _workloads: _Workloads | None = None
     _replacing: dict[str, Pod] = field(default_factory=dict)
     _marked: set[OfferingKey] = field(default_factory=set)
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
@@ -185,12 +195,13 @@ class ClusterView:
         """Plan this view's replacements with ``work``, a round its caller has read and
         narrowed (disruption: the cluster read in full, the replacement types the simulation
         chose), instead of one read on first use."""
+        from joiner.services.launcher import Launcher
+
         with self._lock:
             work.open_by_id = {c.claim_id: c for c in work.claims}
             self._in_flight = work.in_flight(work.open_by_id.values())
-            self._all_nodes = work.nodes
-            self._all_pods = work.snapshot.pods
-            self._round = work
+            self._workloads = _Workloads(work.nodes, work.snapshot.pods)
+            self._round, self._launcher = work, Launcher(work)
 
     def first_mark(self, offering: OfferingKey) -> bool:
         """True the first time the invocation marks ``offering`` unavailable."""
@@ -273,30 +284,33 @@ class ClusterView:
 
     def _launch_replacement(self, pods: Sequence[Pod], now: datetime) -> dict[str, set[str]]:
         """One plan and launch wave for ``pods``: claim id -> the keys of ``pods`` it hosts."""
-        from joiner.services.provisioning import launch_all
+        from joiner.services.launcher import Launcher, launch_all
+        from joiner.services.planning_round import PlanningRound
         from joiner.services.registration import RegistrationResult
 
-        work = self._round
-        if work is None:
-            work = replacement_round(self.runtime, now)
-            work.read(workloads=False)
+        work, launcher = self._round, self._launcher
+        if work is None or launcher is None:
+            # Replacements take no lease (see :class:`~joiner.services.launcher.Launcher`) and
+            # are planned onto new capacity only: no Nodes nor pods are read.
+            work = PlanningRound(self.runtime, now)
+            work.read_for_replacement()
             work.resolve_classes()
             work.instance_types()
             work.open_by_id = {c.claim_id: c for c in work.claims}
             self._in_flight = work.in_flight(work.open_by_id.values())
-            self._all_nodes = work.nodes
-            self._all_pods = work.snapshot.pods
-            self._round = work
+            self._round, launcher = work, Launcher(work)
+            self._launcher = launcher
         excluded = frozenset(self.disrupted)
-        work.retiring_claims = {c.claim_id for c in work.claims if c.node_name in excluded} | {
-            claim for n in self._all_nodes if n.name in excluded and (claim := n.labels.get(wk.NODECLAIM))
-        }
-        work.nodes = tuple(n for n in self._all_nodes if n.name not in excluded)
-        work.snapshot = dataclasses.replace(
-            work.snapshot,
-            nodes=work.nodes,
-            pods=tuple(p for p in self._all_pods if p.node_name not in excluded),
-        )
+        work.retiring_claims = {c.claim_id for c in work.claims if c.node_name in excluded}
+        workloads = self._workloads
+        if workloads is not None:
+            work.retiring_claims |= {claim for n in workloads.nodes if n.name in excluded and (claim := n.labels.get(wk.NODECLAIM))}
+            work.nodes = tuple(n for n in workloads.nodes if n.name not in excluded)
+            work.snapshot = dataclasses.replace(
+                work.snapshot,
+                nodes=work.nodes,
+                pods=tuple(p for p in workloads.pods if p.node_name not in excluded),
+            )
         work.compute_usage(RegistrationResult())
         work.unavailable = set(self.runtime.state.unavailable_offerings(now))
         work.apply_unavailable_reservations()
@@ -306,19 +320,19 @@ class ClusterView:
             self._replacing[pod.key] = pod
         pending = sorted(self._replacing.values(), key=lambda p: p.key)
         by_key = {p.key: p for p in pending}
-        before = len(work.launched)
-        existing_before = len(work.existing_claims)
+        before = len(launcher.launched)
+        existing_before = len(launcher.existing_claims)
         plan = work.solve(pending, sorted(self._in_flight, key=lambda c: c.name))
-        launch_all(work, plan, by_key, self._in_flight)
+        launch_all(launcher, plan, by_key, self._in_flight)
         work.flush_pod_events()
-        if len(work.launched) > before:
-            self.runtime.count("ReplacementsLaunched", len(work.launched) - before)
+        if len(launcher.launched) > before:
+            self.runtime.count("ReplacementsLaunched", len(launcher.launched) - before)
 
         in_flight = {c.name: set(c.pods) for c in self._in_flight}
         hosts: dict[str, set[str]] = {}
-        for launched in work.launched[before:]:
+        for launched in launcher.launched[before:]:
             hosts.setdefault(launched.claim_id, set()).update(mine & set(launched.pods))
-        for claim_id in work.existing_claims[existing_before:]:
+        for claim_id in launcher.existing_claims[existing_before:]:
             hosts.setdefault(claim_id, set()).update(mine & in_flight.get(claim_id, set()))
         placed_on_nodes: list[Pod] = []
         for existing in plan.existing_nodes:
@@ -331,7 +345,8 @@ class ClusterView:
             self._replacing.pop(pod.key, None)
         for item in plan.unschedulable:
             self._replacing.pop(item.pod, None)
-        self._all_pods = tuple(sorted((*self._all_pods, *placed_on_nodes), key=lambda p: p.key))
+        if workloads is not None:
+            self._workloads = dataclasses.replace(workloads, pods=tuple(sorted((*workloads.pods, *placed_on_nodes), key=lambda p: p.key)))
         return {claim: pods for claim, pods in sorted(hosts.items()) if pods}
 
 
@@ -348,19 +363,6 @@ class _ReplacementRequest:
         if self.error is not None:
             raise self.error
         return self.hosts
-
-
-def replacement_round(runtime: Runtime, now: datetime) -> PlanningRound:
-    """A planning round used for its read, plan and launch steps only, holding no lease.
-
-    Replacement launches do not take the cluster's provisioning lease: a scanner round may
-    be running and must not be blocked by (nor block) an interruption. That is safe because
-    limit reservations are conditional writes and claim ids derive from the pods, so two
-    rounds never launch twice for the same pods nor past a limit.
-    """
-    from joiner.services.provisioning import PlanningRound
-
-    return PlanningRound(runtime, now, owner=f"interruption/{getattr(runtime, 'invocation_id', 'local')}", lease=None)
 
 
 def _instance_of(node: JsonDict) -> str:

@@ -8,7 +8,7 @@ has just read:
   when the capacity is gone (termination, garbage collection). A round that read the cluster
   before the Node registered checks the limit against the same figure as one that read it
   after; nothing moves between "reserved" and "in use" (see
-  :meth:`joiner.services.provisioning.ProvisioningRound.compute_usage`).
+  :meth:`joiner.services.planning_round.PlanningRound.compute_usage`).
 * The Node gets the labels the claim implies when they are missing:
   ``joiner.dev/nodeclaim``, ``joiner.dev/nodepool``, ``joiner.dev/capacity-type``, the
   instance type's attributes (``joiner.dev/instance-family``, ...), the zone and
