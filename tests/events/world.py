@@ -33,17 +33,6 @@ from joiner.adapters.queue import SqsQueue
 from joiner.adapters.state import StateAdapter
 from joiner.domain import labels as wk
 from joiner.domain.catalog import load_bundled_catalog
-from joiner.local.lambdas import LambdaContext, SqsTime, next_visible_in, queue_messages, sqs_event
-from joiner.local.lambdas import load_handler as _load_handler
-from joiner.local.stack import (
-    INTERRUPTION_VISIBILITY,
-    WORK_MAX_RECEIVE_COUNT,
-    WORK_VISIBILITY,
-    LocalQueue,
-    create_dead_lettered_queue,
-    create_idempotency_table,
-    route_interruptions,
-)
 from joiner.ports import ClaimRecord
 from joiner.services.context import build_runtime
 from joiner.settings import Settings
@@ -59,6 +48,17 @@ from tests.support.aws import (
 )
 from tests.support.fakes import FakeClock, RecordingMetrics, node_class_json, node_pool_json
 from tests.support.kube_emulator import KubeEmulator
+from testworld.lambdas import LambdaContext, SqsTime, next_visible_in, queue_messages, sqs_event
+from testworld.lambdas import load_handler as _load_handler
+from testworld.stack import (
+    INTERRUPTION_VISIBILITY,
+    WORK_MAX_RECEIVE_COUNT,
+    WORK_VISIBILITY,
+    LocalQueue,
+    create_dead_lettered_queue,
+    create_idempotency_table,
+    route_interruptions,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = "test-cluster"

@@ -8,8 +8,8 @@ import pytest
 from aws_cdk.assertions import Match, Template
 
 from infra.functions import BATCHING_WINDOW_SECONDS, FUNCTION_SPECS, SPECS_BY_NAME, specs_for_mode
-from joiner.local.stack import FUNCTION_TIMEOUTS, INTERRUPTION_VISIBILITY, MAX_RECEIVE_COUNT, WORK_MAX_RECEIVE_COUNT, WORK_VISIBILITY
 from tests.infra.conftest import CLUSTER, Synthesized
+from testworld.stack import FUNCTION_TIMEOUTS, INTERRUPTION_VISIBILITY, MAX_RECEIVE_COUNT, WORK_MAX_RECEIVE_COUNT, WORK_VISIBILITY
 
 
 @pytest.fixture(scope="module")

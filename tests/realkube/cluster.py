@@ -1,7 +1,7 @@
-"""The real control plane (moved to :mod:`joiner.local.real_kube`, which the simulator's real mode
+"""The real control plane (moved to :mod:`testworld.real_kube`, which the simulator's real mode
 and ``joiner demo --kube real`` use too)."""
 
-from joiner.local.real_kube import (
+from testworld.real_kube import (
     ADMIN,
     NO_GO,
     ROOT,

@@ -1,5 +1,5 @@
 """moto fixtures for the AWS adapters: network, EKS cluster, AMI parameters, state table, queue,
-an HTTP moto server that serialises requests (all from :mod:`joiner.local.aws`, shared with
+an HTTP moto server that serialises requests (all from :mod:`testworld.aws`, shared with
 ``joiner demo``), and botocore hooks that inject EC2 failures moto cannot produce (capacity
 errors, throttling).
 
@@ -14,7 +14,7 @@ from typing import Any
 
 from botocore.awsrequest import AWSResponse
 
-from joiner.local.aws import (  # noqa: F401  (re-exported for the tests)
+from testworld.aws import (  # noqa: F401  (re-exported for the tests)
     K8S_VERSION,
     REGION,
     ZONES,
@@ -30,8 +30,8 @@ from joiner.local.aws import (  # noqa: F401  (re-exported for the tests)
     put_eks_ami_parameters,
     put_public_parameter,
 )
-from joiner.local.faults import CapacityInjector, aws_response  # noqa: F401  (re-exported for the tests)
-from joiner.local.faults import inject_capacity_errors as _inject
+from testworld.faults import CapacityInjector, aws_response  # noqa: F401  (re-exported for the tests)
+from testworld.faults import inject_capacity_errors as _inject
 
 # ---------------------------------------------------------------- failure injection
 
@@ -74,7 +74,7 @@ def inject_error(client: Any, operation: str, injector: ErrorInjector) -> ErrorI
 
 def inject_capacity_errors(ec2: Any, failing: Callable[[str, str], bool], code: str = "InsufficientInstanceCapacity") -> CapacityInjector:
     """Capacity errors on this client's CreateFleet for the (instance type, zone) overrides
-    ``failing`` picks, whatever the capacity type (see :class:`joiner.local.faults.CapacityInjector`)."""
+    ``failing`` picks, whatever the capacity type (see :class:`testworld.faults.CapacityInjector`)."""
     return _inject(ec2, lambda instance_type, zone, _capacity_type: failing(instance_type, zone), code)
 
 

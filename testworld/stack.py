@@ -16,7 +16,8 @@ from typing import Any
 
 import boto3
 
-from joiner.local.aws import (
+from joiner.settings import Settings
+from testworld.aws import (
     REGION,
     ZONES,
     Network,
@@ -26,7 +27,6 @@ from joiner.local.aws import (
     moto_amis,
     put_eks_ami_parameters,
 )
-from joiner.settings import Settings
 
 __all__ = [
     "EVENT_RULE_PATTERN", "INTERRUPTION_VISIBILITY", "WORK_VISIBILITY", "MAX_RECEIVE_COUNT", "WORK_MAX_RECEIVE_COUNT", "LocalQueue", "LocalStack",
