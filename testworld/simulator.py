@@ -798,8 +798,8 @@ class Simulation:
     # ------------------------------------------------------------ invoking handlers
 
     def _invoke(self, name: str, event: dict[str, Any], trigger: str) -> dict[str, Any] | None:
+        from infra.deployment import SPECS_BY_NAME
         from testworld.lambdas import LambdaContext
-        from testworld.stack import FUNCTION_TIMEOUTS
 
         module = self.handlers[name]
         nodes_before = {n["metadata"]["name"]: bool((n.get("spec") or {}).get("unschedulable")) for n in self.emulator.list("Node")}
@@ -808,7 +808,7 @@ class Simulation:
         self._invoking = name
         self.result.invocations[name] += 1
         context = LambdaContext(aws_request_id=str(uuid.uuid4()), function_name=f"{self.scenario.cluster}-{name}",
-                                remaining_ms=1000 * FUNCTION_TIMEOUTS[name])
+                                remaining_ms=1000 * SPECS_BY_NAME[name].timeout_seconds)
         response: dict[str, Any] | None = None
         error: str | None = None
         started = time.perf_counter()

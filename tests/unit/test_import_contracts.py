@@ -176,6 +176,6 @@ def test_the_contracts_catch_what_they_forbid(tmp_path: Path) -> None:
 
 def test_the_test_world_contract_reads_the_deployed_code() -> None:
     """The functions, the CDK app and the whole package are read (not an empty set)."""
-    assert {"functions.scanner.handler", "infra.layer"} <= set(DEPLOYED)
+    assert {"functions.scanner.handler", "infra.layer", "infra.deployment"} <= set(DEPLOYED)
     assert {"joiner.cli.main", "joiner.services.provisioning"} <= set(MODULES)
     assert not any(name.startswith(("layers.", TEST_WORLD)) for name in DEPLOYED)
