@@ -445,7 +445,7 @@ _PATHS = {
 def object_path(obj: Mapping[str, Any]) -> str:
     key = (obj.get("apiVersion"), obj.get("kind"))
     if key not in _PATHS:
-        raise ValueError(f"no API path known for {key} (tests/realkube/cluster.py _PATHS)")
+        raise ValueError(f"no API path known for {key} (testworld.real_kube._PATHS)")
     collection, namespaced = _PATHS[key]
     meta = obj.get("metadata") or {}
     if namespaced:

@@ -38,17 +38,9 @@ from joiner.ports import ClaimRecord
 from joiner.services.context import build_runtime
 from joiner.settings import Settings
 from tests.events.fixtures import load_event
-from tests.support.aws import (
-    REGION,
-    SerialMotoServer,
-    create_eks_cluster,
-    create_network,
-    create_state_table,
-    moto_amis,
-    put_eks_ami_parameters,
-)
 from tests.support.fakes import FakeClock, RecordingMetrics, node_class_json, node_pool_json
-from tests.support.kube_emulator import KubeEmulator
+from testworld.aws import REGION, SerialMotoServer, create_eks_cluster, create_network, create_state_table, moto_amis, put_eks_ami_parameters
+from testworld.kube_emulator import KubeEmulator
 from testworld.lambdas import LambdaContext, SqsTime, next_visible_in, queue_messages, sqs_event
 from testworld.lambdas import load_handler as _load_handler
 from testworld.stack import (

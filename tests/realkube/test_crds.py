@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import urllib3
 
-from tests.realkube.cluster import ROOT, ApiError, manifests
 from tests.realkube.conftest import CRDS, RealKube
-from tests.support.kube_emulator import KubeEmulator
+from testworld.kube_emulator import KubeEmulator
+from testworld.real_kube import ROOT, ApiError, manifests
 
 pytestmark = pytest.mark.real_kube
 

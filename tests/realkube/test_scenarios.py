@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.realkube.cluster import ROOT
 from tests.realkube.conftest import SESSION, RealKube
 from tests.realkube.test_tier import pinned
+from testworld.real_kube import ROOT
 from testworld.scenario import load_scenario
 from testworld.simulator import Simulation, SimulationResult
 
