@@ -83,12 +83,6 @@ KINDS: Mapping[str, tuple[str, str, bool]] = {
 
 def joiner_groups() -> dict[str, tuple[str, ...]]:
     """Function -> the Kubernetes groups of its EKS access entry (infra/access.py)."""
-    import sys
-
-    from testworld.real_kube import ROOT
-
-    if str(ROOT) not in sys.path and (ROOT / "infra" / "access.py").is_file():
-        sys.path.append(str(ROOT))  # the checkout's infra package (a run from another directory)
     from infra.access import CAPABILITIES, KUBERNETES_GROUP, KUBERNETES_GROUP_BY_FUNCTION
 
     return {name: (KUBERNETES_GROUP_BY_FUNCTION.get(name, KUBERNETES_GROUP),) for name in CAPABILITIES}
