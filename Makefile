@@ -57,7 +57,7 @@ demo: $(LOCAL_STAMP)
 test: lint kube
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
-## Static checks: ruff (rules in pyproject.toml) and mypy (strict on layers/, functions/, infra/; basic on bench/, tests/).
+## Static checks: ruff (rules in pyproject.toml) and mypy (strict on layers/, testworld/, functions/, infra/; basic on bench/, tests/).
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy

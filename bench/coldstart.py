@@ -121,9 +121,9 @@ def tree_listing(root: Path) -> set[str]:
 def local_world() -> Iterator[dict[str, str]]:
     """A moto server with the stack's resources and an empty Kubernetes API emulator; yields
     the functions' environment pointed at them."""
-    from joiner.local.aws import REGION, SerialMotoServer, fake_credentials
-    from joiner.local.kube_emulator import KubeEmulator
-    from joiner.local.stack import LocalStack
+    from testworld.aws import REGION, SerialMotoServer, fake_credentials
+    from testworld.kube_emulator import KubeEmulator
+    from testworld.stack import LocalStack
 
     with fake_credentials(REGION):
         server = SerialMotoServer()

@@ -6,7 +6,7 @@ The bill is built from three measured inputs instead of estimates:
   has the watcher, ``economy`` does not): every function's memory,
   every schedule and its target, alarms, dashboards, KMS keys, tables, queues and SQS event
   source mappings;
-* the **simulator** (``joiner.local``: the real handlers against moto and the Kubernetes
+* the **simulator** (``testworld``: the real handlers against moto and the Kubernetes
   emulator): an idle hour (the classic scenario's NodePools, no workload) and one busy episode
   (the classic scenario: 21 pods arrive, a spot interruption, the workloads leave). Measured:
   each function's invocations and wall-clock seconds, every DynamoDB and SQS request the
@@ -152,8 +152,8 @@ class Measured:
 def simulate(busy: bool, mode: str = "economy") -> Measured:
     """The idle hour (``busy`` False) or the classic episode, with what the handlers did, in
     ``mode`` (responsive: the watcher wakes the scanner; its wake-up rounds are measured)."""
-    from joiner.local.scenario import bundled_scenario, load_scenario
-    from joiner.local.simulator import Simulation
+    from testworld.scenario import bundled_scenario, load_scenario
+    from testworld.simulator import Simulation
 
     scenario = load_scenario(bundled_scenario())
     if not busy:

@@ -113,8 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     # powertools writes the ColdStart metric even with metrics disabled; stdout carries results only.
     cold_start.is_cold_start = False
     from tests.events.world import AwsBase
-    from tests.support.aws import SerialMotoServer, fake_credentials
-    from tests.support.kube_emulator import KubeEmulator
+    from testworld.aws import SerialMotoServer, fake_credentials
+    from testworld.kube_emulator import KubeEmulator
 
     with fake_credentials():
         server = SerialMotoServer()

@@ -35,7 +35,7 @@ def arrivals_scenario(seed: int, episodes: int = 60, minutes: int = 40) -> Any:
     """The classic scenario's objects with a seeded stream of workload episodes."""
     import yaml
 
-    from joiner.local.scenario import bundled_scenario, parse_scenario
+    from testworld.scenario import bundled_scenario, parse_scenario
 
     classic = yaml.safe_load(bundled_scenario().read_text(encoding="utf-8"))
     rng = random.Random(seed)
@@ -57,7 +57,7 @@ def arrivals_scenario(seed: int, episodes: int = 60, minutes: int = 40) -> Any:
 
 
 def measure(mode: str, seed: int) -> dict[str, Any]:
-    from joiner.local.simulator import Simulation, percentile
+    from testworld.simulator import Simulation, percentile
 
     scenario = arrivals_scenario(seed)
     result = Simulation(scenario, functions_dir=ROOT / "functions", scanner_mode=mode).run()

@@ -31,7 +31,7 @@ of the right shape):
 One JSON line per function and size: ``{"bench": "scale", "function", "nodes", "pods", "pending",
 "peak_rss_mb" (the process's VmHWM), "baseline_rss_mb" (after imports and the fakes, before the
 handler), "wall_s" (the handler call), "cpu_s" (the measured process's CPU time in that call: the
-wall on an idle machine is about this plus the API server's time), "memory_limit_mb", "timeout_s" (infra/functions.py),
+wall on an idle machine is about this plus the API server's time), "memory_limit_mb", "timeout_s" (infra/deployment.py),
 "api_requests", "api_read_mb" (response bytes the stand-in sent), "full_pod_lists", ...}``; a
 function that fails (exception, MemoryError, killed, timed out) has an ``"error"``.
 
@@ -77,17 +77,11 @@ MB = 1024 * 1024
 
 
 def function_limits() -> dict[str, tuple[int, int]]:
-    """name -> (memory MB, timeout s), read from infra/functions.py's FUNCTION_SPECS (parsed:
-    importing it starts the CDK's jsii runtime)."""
-    tree = ast.parse((ROOT / "infra" / "functions.py").read_text(encoding="utf-8"))
-    limits: dict[str, tuple[int, int]] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "FunctionSpec" and len(node.args) >= 4:
-            name, _, timeout, memory = (ast.literal_eval(arg) for arg in node.args[:4])
-            limits[str(name)] = (int(memory), int(timeout))
-    if not limits:
-        raise RuntimeError("no FunctionSpec(...) found in infra/functions.py")
-    return limits
+    """name -> (memory MB, timeout s), the deployed FUNCTION_SPECS (infra/deployment.py, which
+    imports no CDK)."""
+    from infra.deployment import FUNCTION_SPECS
+
+    return {spec.name: (spec.memory_mb, spec.timeout_seconds) for spec in FUNCTION_SPECS}
 
 
 def schedule_minutes() -> dict[str, int]:

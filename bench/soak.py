@@ -1,4 +1,4 @@
-"""``python -m bench.soak``: the fault-injection soak (:mod:`joiner.local.soak`).
+"""``python -m bench.soak``: the fault-injection soak (:mod:`testworld.soak`).
 
 Runs seeds ``--start`` .. ``--start + --seeds - 1`` (or the one ``--seed``). Each seed is a
 small simulated cluster with the five real handlers on moto and the Kubernetes emulator, its
@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def main(argv: list[str] | None = None) -> int:
-    from joiner.local.soak import FAULT_KINDS, run_seed
+    from testworld.soak import FAULT_KINDS, run_seed
 
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--seeds", type=int, default=200, help="how many seeds (default 200)")

@@ -99,7 +99,7 @@ def measure(claims: int) -> dict[str, Any]:
     from moto import mock_aws
 
     from joiner.adapters.aws import AwsClients
-    from joiner.local.aws import REGION, create_state_table, fake_credentials, item_level_transaction_rollback
+    from testworld.aws import REGION, create_state_table, fake_credentials, item_level_transaction_rollback
 
     with fake_credentials(), mock_aws(), item_level_transaction_rollback():
         clients = AwsClients(REGION)

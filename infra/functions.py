@@ -4,7 +4,6 @@ their SQS event sources."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from aws_cdk import Duration
@@ -15,6 +14,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct, IDependable
 
+from infra.deployment import BATCHING_WINDOW_SECONDS, FUNCTION_SPECS, RESPONSIVE_ONLY, SPECS_BY_NAME, FunctionSpec, specs_for_mode
 from infra.nag import acknowledge
 from infra.network import FunctionNetwork
 
@@ -32,46 +32,6 @@ APPLICATION_LOG_LEVELS: Mapping[str, lambda_.ApplicationLogLevel] = {
     "DEBUG": lambda_.ApplicationLogLevel.DEBUG, "INFO": lambda_.ApplicationLogLevel.INFO,
     "WARNING": lambda_.ApplicationLogLevel.WARN, "ERROR": lambda_.ApplicationLogLevel.ERROR,
 }
-#: Small: interruption warnings give two minutes; a second of batching costs nothing there.
-BATCHING_WINDOW_SECONDS = 1
-
-
-@dataclass(frozen=True, slots=True)
-class FunctionSpec:
-    """One function. ``reserved_concurrency`` 1 where two overlapping runs would act on the
-    same decision twice (a scan, a consolidation, a sweep); ``sqs_max_concurrency`` caps
-    queue consumers without reserving account concurrency."""
-
-    name: str
-    description: str
-    timeout_seconds: int
-    memory_mb: int
-    reserved_concurrency: int | None = None
-    sqs_max_concurrency: int | None = None
-
-
-FUNCTION_SPECS: tuple[FunctionSpec, ...] = (
-    FunctionSpec("scanner", "Pending-pod scan: plans and launches nodes", 75, 1024, reserved_concurrency=1),
-    FunctionSpec("interruption", "Spot interruptions, rebalance, state changes, scheduled maintenance", 30, 512,
-                 sqs_max_concurrency=10),
-    FunctionSpec("termination", "Cordon, drain and terminate nodes (continued through the work queue)", 60, 512,
-                 sqs_max_concurrency=5),
-    FunctionSpec("disruption", "Consolidation, expiry and drift", 120, 1024, reserved_concurrency=1),
-    FunctionSpec("gc", "Garbage collection: leaked instances, orphaned nodes, stale launch templates", 120, 512,
-                 reserved_concurrency=1),
-    # Responsive mode only: waits on a pod watch (its CPU share at 128 MB is plenty for JSON
-    # lines) for 55 s of each minute and wakes the scanner; timeout = window + exit reserve.
-    FunctionSpec("watcher", "Watches for pending pods and wakes the scanner (responsive mode)", 62, 128,
-                 reserved_concurrency=1),
-)
-#: Functions deployed only in responsive mode.
-RESPONSIVE_ONLY: frozenset[str] = frozenset({"watcher"})
-
-
-def specs_for_mode(scanner_mode: str) -> tuple[FunctionSpec, ...]:
-    """The functions a deployment in ``scanner_mode`` has (economy: no watcher)."""
-    return tuple(spec for spec in FUNCTION_SPECS if scanner_mode == "responsive" or spec.name not in RESPONSIVE_ONLY)
-SPECS_BY_NAME: Mapping[str, FunctionSpec] = {spec.name: spec for spec in FUNCTION_SPECS}
 
 
 class JoinerFunctions(Construct):

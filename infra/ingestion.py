@@ -6,8 +6,7 @@ interruption function consumes it with partial batch responses.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import jsii
 from aws_cdk import Duration
@@ -16,6 +15,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from infra.deployment import INTERRUPTION_RULES, InterruptionRule
 from infra.queues import DeadLetteredQueue, visibility_timeout_for
 
 if TYPE_CHECKING:
@@ -29,38 +29,6 @@ __all__ = ["InterruptionIngestion", "InterruptionRule", "INTERRUPTION_RULES", "I
 #: was broken or throttled catch up on those after it recovers. Stale spot warnings cost
 #: nothing: the handler sees the instance already terminated and only records it.
 INTERRUPTION_QUEUE_RETENTION = Duration.days(1)
-
-
-@dataclass(frozen=True, slots=True)
-class InterruptionRule:
-    construct_id: str
-    description: str
-    source: str
-    #: one detail-type, or several that name the same event
-    detail_type: str | tuple[str, ...]
-    detail: dict[str, Any] | None = None
-
-    @property
-    def detail_types(self) -> list[str]:
-        return [self.detail_type] if isinstance(self.detail_type, str) else list(self.detail_type)
-
-
-INTERRUPTION_RULES: tuple[InterruptionRule, ...] = (
-    InterruptionRule("SpotInterruptionRule", "EC2 spot interruption warnings (2 minutes' notice)", "aws.ec2",
-                     "EC2 Spot Instance Interruption Warning"),
-    InterruptionRule("RebalanceRule", "EC2 rebalance recommendations (elevated spot interruption risk)", "aws.ec2",
-                     "EC2 Instance Rebalance Recommendation"),
-    InterruptionRule("StateChangeRule", "EC2 instances stopping or terminating outside Joiner", "aws.ec2",
-                     "EC2 Instance State-change Notification",
-                     {"state": ["stopping", "stopped", "shutting-down", "terminated"]}),
-    InterruptionRule("CapacityReservationInterruptionRule", "EC2 interruptible capacity reservation reclaiming an instance",
-                     "aws.ec2", "EC2 Capacity Reservation Instance Interruption Warning"),
-    # AWS documents this event under both names (EC2 user guide, EventBridge event reference).
-    InterruptionRule("CapacityBlockExpirationRule", "EC2 Capacity Block ending (its instances terminate 10 minutes later)",
-                     "aws.ec2", ("Capacity Block Reservation Expiration Warning", "Capacity Block Expiration Warning")),
-    InterruptionRule("ScheduledChangeRule", "AWS Health scheduled maintenance for EC2 instances", "aws.health",
-                     "AWS Health Event", {"service": ["EC2"], "eventTypeCategory": ["scheduledChange"]}),
-)
 
 
 #: How long EventBridge keeps retrying delivery to the queue before using the DLQ.

@@ -83,10 +83,9 @@ LAYER_REQUIREMENTS: tuple[str, ...] = (
 #: Directory names removed anywhere in the layer before it is compiled: bytecode caches
 #: built for another interpreter and test suites shipped inside wheels.
 PRUNED_DIRECTORY_NAMES = frozenset({"__pycache__", "tests", "test"})
-#: Paths (relative to ``python/``) Lambda never imports: console scripts, the kubernetes
-#: client's asyncio copy (about half the client's size; Joiner is synchronous), and the local
-#: simulator with its scenarios (``joiner demo``; it needs moto and kmock, which the layer lacks).
-PRUNED_PATHS: tuple[str, ...] = ("bin", "kubernetes/aio", "joiner/local", "joiner/scenarios")
+#: Paths (relative to ``python/``) Lambda never imports: console scripts and the kubernetes
+#: client's asyncio copy (about half the client's size; Joiner is synchronous).
+PRUNED_PATHS: tuple[str, ...] = ("bin", "kubernetes/aio")
 PRUNED_SUFFIXES: tuple[str, ...] = (".pyc", ".pyo")
 
 

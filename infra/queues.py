@@ -10,16 +10,12 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from infra.deployment import MAX_RECEIVE_COUNT, VISIBILITY_MARGIN_SECONDS, visibility_seconds
+
 __all__ = ["DEAD_LETTER_RETENTION", "MAX_RECEIVE_COUNT", "VISIBILITY_MARGIN_SECONDS", "DeadLetteredQueue", "visibility_timeout_for"]
 
-#: A message that failed this many receives goes to the dead-letter queue.
-MAX_RECEIVE_COUNT = 5
 #: Dead letters are kept as long as SQS allows, for investigation and redrive.
 DEAD_LETTER_RETENTION = Duration.days(14)
-
-
-#: Seconds past the consumer's timeout (and the batching window) before a message comes back.
-VISIBILITY_MARGIN_SECONDS = 5
 
 
 def visibility_timeout_for(consumer_timeout_seconds: int, batching_window_seconds: int) -> Duration:
@@ -34,7 +30,7 @@ def visibility_timeout_for(consumer_timeout_seconds: int, batching_window_second
     mapping caps its concurrency), costs a receive each time and every handler is idempotent;
     the redrive policy still bounds the retries. Failures the handlers catch come back sooner
     still, through ChangeMessageVisibility (:func:`joiner.adapters.queue.redeliver_sooner`)."""
-    return Duration.seconds(consumer_timeout_seconds + batching_window_seconds + VISIBILITY_MARGIN_SECONDS)
+    return Duration.seconds(visibility_seconds(consumer_timeout_seconds, batching_window_seconds))
 
 
 class DeadLetteredQueue(Construct):

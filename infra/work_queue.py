@@ -6,6 +6,7 @@ from aws_cdk import Duration
 from aws_cdk import aws_kms as kms
 from constructs import Construct
 
+from infra.deployment import WORK_MAX_RECEIVE_COUNT
 from infra.queues import DeadLetteredQueue, visibility_timeout_for
 
 __all__ = ["WorkQueue", "WORK_MAX_RECEIVE_COUNT", "WORK_QUEUE_RETENTION"]
@@ -13,12 +14,6 @@ __all__ = ["WorkQueue", "WORK_MAX_RECEIVE_COUNT", "WORK_QUEUE_RETENTION"]
 #: A continuation is re-sent (delay <= 900 s) at each step, so one message only waits for
 #: its own delay plus retries; a day covers an outage of the consumer with room to spare.
 WORK_QUEUE_RETENTION = Duration.days(1)
-#: A continuation is dead-lettered after this many receives. The termination handler makes a
-#: message received again invisible for longer each time (20 s, 20 s, 40 s, 80 s, then 120 s:
-#: joiner.services.termination.received_visibility), so a continuation failing on an outage
-#: of DynamoDB, the Kubernetes API or EC2 is retried for 42 minutes before it is
-#: dead-lettered (joiner.services.termination.WORK_MAX_RECEIVES; a test compares).
-WORK_MAX_RECEIVE_COUNT = 24
 
 
 class WorkQueue(Construct):

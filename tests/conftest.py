@@ -61,7 +61,7 @@ def aws_base() -> Iterator[Any]:
     """A moto server answering one request at a time, with the network, AMI parameters and EKS
     cluster every :class:`tests.events.world.World` of the module shares."""
     from tests.events.world import AwsBase
-    from tests.support.aws import SerialMotoServer, fake_credentials
+    from testworld.aws import SerialMotoServer, fake_credentials
 
     with fake_credentials():
         server = SerialMotoServer()

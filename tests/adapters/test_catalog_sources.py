@@ -19,8 +19,8 @@ from joiner.adapters.ec2 import Ec2Adapter
 from joiner.adapters.pricing import PRICE_FILTERS, PricingAdapter
 from joiner.domain import labels as wk
 from joiner.domain.catalog_build import build_catalog, partition_of, pricing_endpoint_region
-from joiner.local.aws import fake_credentials
 from joiner.ports import Ec2Error
+from testworld.aws import fake_credentials
 
 
 class Clock:

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-from tests.support.kube_emulator import KubeEmulator
+from testworld.kube_emulator import KubeEmulator
 
 ROOT = Path(__file__).resolve().parents[2]
 GROUP, VERSION = "joiner.dev", "v1"

@@ -22,20 +22,8 @@ from joiner.domain.requirements import Requirements
 from joiner.domain.resources import Resources
 from joiner.domain.userdata import NODECONFIG_CONTENT_TYPE, parse_user_data
 from joiner.ports import CAPACITY_BLOCK, LAUNCH_TEMPLATE_NOT_FOUND_CODES, Ec2Error, FleetRequest, LaunchTemplateNotFound
-from tests.support.aws import (
-    K8S_VERSION,
-    REGION,
-    ZONES,
-    ErrorInjector,
-    Network,
-    create_eks_cluster,
-    create_network,
-    fake_credentials,
-    inject_capacity_errors,
-    inject_error,
-    moto_amis,
-    put_eks_ami_parameters,
-)
+from tests.support.aws import ErrorInjector, inject_capacity_errors, inject_error
+from testworld.aws import K8S_VERSION, REGION, ZONES, Network, create_eks_cluster, create_network, fake_credentials, moto_amis, put_eks_ami_parameters
 
 CLUSTER = "demo"
 _ids = itertools.count()

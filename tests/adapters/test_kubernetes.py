@@ -25,7 +25,7 @@ from joiner.adapters.eks_auth import TOKEN_PREFIX
 from joiner.adapters.kubernetes import KubernetesClient, is_pending_pod
 from joiner.ports import EvictionOutcome, KubernetesError
 from joiner.settings import Settings
-from tests.support.kube_emulator import EXPECTED_PODS_ANNOTATION, KubeEmulator
+from testworld.kube_emulator import EXPECTED_PODS_ANNOTATION, KubeEmulator
 
 # ---------------------------------------------------------------- builders
 

@@ -15,7 +15,7 @@ import pytest
 from joiner.adapters.kubernetes import KubernetesClient
 from joiner.ports import KubernetesError, WatchEvent, WatchExpired
 from tests.adapters.test_kubernetes import make_node, make_pod
-from tests.support.kube_emulator import KubeEmulator
+from testworld.kube_emulator import KubeEmulator
 
 
 def names(events: list[WatchEvent]) -> list[tuple[str, str]]:

@@ -13,7 +13,7 @@ from moto import mock_aws
 
 from joiner.adapters.aws import AwsClients
 from joiner.adapters.queue import DEDUP_ATTRIBUTE, MAX_DELAY_SECONDS, QueueError, SqsQueue, clamp_delay
-from tests.support.aws import REGION, create_work_queue, fake_credentials
+from testworld.aws import REGION, create_work_queue, fake_credentials
 
 
 @pytest.fixture()

@@ -18,7 +18,7 @@ from joiner.adapters.state import ClaimNotFound, ClaimStateConflict, StateAdapte
 from joiner.domain.model import OfferingKey
 from joiner.domain.resources import Resources
 from joiner.ports import ClaimRecord, ClaimState
-from tests.support.aws import REGION, SerialMotoServer, create_state_table, fake_credentials
+from testworld.aws import REGION, SerialMotoServer, create_state_table, fake_credentials
 
 T0 = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
 TABLE = "joiner-state"

@@ -23,10 +23,10 @@ from bench.state import MAX_ITEM_BYTES, item_size
 from joiner.adapters.aws import AwsClients
 from joiner.adapters.state import BY_OPEN_CLAIM, StateAdapter
 from joiner.domain.resources import Resources
-from joiner.local import lambdas
 from joiner.ports import ClaimRecord, StateError
-from tests.support.aws import REGION, create_state_table, fake_credentials, item_level_transaction_rollback
 from tests.support.fakes import FakeState
+from testworld import lambdas
+from testworld.aws import REGION, create_state_table, fake_credentials, item_level_transaction_rollback
 
 T0 = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
 _names = itertools.count()

@@ -12,11 +12,11 @@ import pytest
 
 from joiner.adapters.ec2 import ami_parameter_path
 from joiner.domain import labels as wk
-from joiner.local.lambdas import LambdaContext, scheduled_event
 from joiner.services.termination import TERMINATION_KIND
 from tests.events.world import CLUSTER, AwsBase, SqsTime, World, load_handler
-from tests.support.aws import K8S_VERSION, fake_credentials, put_public_parameter
-from tests.support.kube_emulator import KubeEmulator
+from testworld.aws import K8S_VERSION, fake_credentials, put_public_parameter
+from testworld.kube_emulator import KubeEmulator
+from testworld.lambdas import LambdaContext, scheduled_event
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:No application metrics to publish")]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from joiner.cli.main import main
+from testworld.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 

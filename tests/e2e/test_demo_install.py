@@ -62,7 +62,7 @@ def test_the_demo_runs_without_the_development_toolset(tmp_path: Path) -> None:
                     raise ImportError(f"the demo imported {{name}}, which only the dev extra installs")
                 return None
         sys.meta_path.insert(0, Blocker())
-        from joiner.cli.main import main
+        from testworld.cli import main
         sys.exit(main(["demo", "--quiet", "--report", {str(tmp_path / "demo.html")!r}]))
     """)
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)

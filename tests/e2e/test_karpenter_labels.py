@@ -13,8 +13,8 @@ import yaml
 
 from joiner.domain import labels as wk
 from joiner.domain.catalog import load_bundled_catalog
-from joiner.local.scenario import load_scenario
-from joiner.local.simulator import Simulation, SimulationResult
+from testworld.scenario import load_scenario
+from testworld.simulator import Simulation, SimulationResult
 
 pytestmark = pytest.mark.slow
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from joiner.domain.model import KubeletConfig, Taint
 from joiner.domain.userdata import ClusterBootstrap, build_user_data, encode_user_data
-from joiner.local.cluster import kubelet_registration
+from testworld.cluster import kubelet_registration
 
 
 def test_labels_and_taints_come_from_the_launch_templates_user_data() -> None:

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from joiner.local.report import render_html
 from tests.support.report_geometry import classic_result, classic_scenario, layout_problems, read_chart
+from testworld.report import render_html
 
 pytestmark = pytest.mark.slow
 

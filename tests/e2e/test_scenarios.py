@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from joiner.local.scenario import load_scenario
-from joiner.local.simulator import Simulation, SimulationResult
+from testworld.scenario import load_scenario
+from testworld.simulator import Simulation, SimulationResult
 
 pytestmark = pytest.mark.slow
 

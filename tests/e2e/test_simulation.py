@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from joiner.cli.main import main
-from joiner.local.lambdas import handler_path
-from joiner.local.report import render_html
-from joiner.local.scenario import bundled_scenario, load_scenario
-from joiner.local.simulator import Simulation, SimulationResult, percentile
+from testworld.cli import main
+from testworld.lambdas import handler_path
+from testworld.report import render_html
+from testworld.scenario import bundled_scenario, load_scenario
+from testworld.simulator import Simulation, SimulationResult, percentile
 
 pytestmark = pytest.mark.slow
 
@@ -87,8 +87,8 @@ def test_classic_interrupted_pods_move_straight_onto_the_ready_replacement(class
 def test_pending_caused_by_an_interruption_counts_each_successor_once() -> None:
     """The measurement itself: pods drained 60 s before their replacement capacity is Ready
     pend 60 s each; a pod of another workload or created before the removal is not counted."""
-    from joiner.local.cluster import PodRecord
-    from joiner.local.simulator import PodDeletion
+    from testworld.cluster import PodRecord
+    from testworld.simulator import PodDeletion
 
     start = datetime(2025, 1, 1, tzinfo=UTC)
     at = start + timedelta(minutes=5)
@@ -156,7 +156,7 @@ def test_classic_report_chart_bills_the_replacement_from_the_warning_and_explain
 
 @pytest.mark.parametrize(("value", "top"), [(0.572, 0.6), (1.04, 1.2), (0.0884, 0.1), (3.0, 3.2), (0.01, 0.01), (7.9, 8.0), (12.1, 16.0)])
 def test_cost_axis_tops_are_round(value: float, top: float) -> None:
-    from joiner.local.report import nice_axis_top
+    from testworld.report import nice_axis_top
 
     assert nice_axis_top(value) == pytest.approx(top)
     assert nice_axis_top(value) >= value

@@ -1,4 +1,4 @@
-"""The fault-injection soak in CI: a few short seeds of :mod:`joiner.local.soak` (the real
+"""The fault-injection soak in CI: a few short seeds of :mod:`testworld.soak` (the real
 handlers on moto and the Kubernetes emulator, crashes between external calls, SQS
 duplicates and reordering, overlapping scanners, Kubernetes 429/5xx/dropped connections,
 EC2 capacity errors and throttling), every fault kind drawn in at least one seed, and one
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from joiner.local.soak import FAULT_KINDS, INVARIANTS, SoakResult, run_seed
+from testworld.soak import FAULT_KINDS, INVARIANTS, SoakResult, run_seed
 
 pytestmark = pytest.mark.slow
 

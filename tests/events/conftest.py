@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import pytest
 
 from tests.events.world import AwsBase, SqsTime, World
-from tests.support.aws import fake_credentials
-from tests.support.kube_emulator import KubeEmulator
+from testworld.aws import fake_credentials
+from testworld.kube_emulator import KubeEmulator
 
 
 @pytest.fixture

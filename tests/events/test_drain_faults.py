@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 
 from joiner.domain import labels as wk
-from joiner.local.lambdas import next_visible_in
 from joiner.observability import logger
 from tests.events.world import REGION, World
+from testworld.lambdas import next_visible_in
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:No application metrics to publish")]
 

@@ -11,13 +11,13 @@ import pytest
 
 from joiner.domain import labels as wk
 from joiner.domain.model import OfferingKey
-from joiner.local.lambdas import next_visible_in
 from joiner.ports import ClaimRecord
 from joiner.settings import get_settings
 from tests.events.fixtures import FIXTURE_RESERVATION, KINDS
 from tests.events.world import CLUSTER, REGION, T0, World
 from tests.support.aws import CapacityReservationApi, FakeReservation
 from tests.support.fakes import node_class_json
+from testworld.lambdas import next_visible_in
 
 #: The recording metrics stand in for EMF; powertools then has nothing to flush and says so.
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:No application metrics to publish")]

@@ -19,13 +19,13 @@ from joiner.adapters.kubernetes import KubernetesClient
 from joiner.adapters.scanner_wake import LambdaScannerWaker
 from joiner.adapters.state import StateAdapter
 from joiner.clock import SystemClock
-from joiner.local.lambdas import LambdaContext, load_handler
 from joiner.services.context import Runtime, build_runtime
 from joiner.services.provisioning import run_scanner
 from joiner.services.watcher import WATCH_POSITION_ID, WATCH_POSITION_KIND, run_watcher
 from joiner.settings import Settings
 from tests.events.world import World
 from tests.support.iam_guard import Guard
+from testworld.lambdas import LambdaContext, load_handler
 
 pytestmark = [pytest.mark.filterwarnings("ignore:No application metrics to publish")]
 

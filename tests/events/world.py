@@ -27,38 +27,28 @@ from typing import Any
 import boto3
 import urllib3
 
+from infra.deployment import INTERRUPTION_VISIBILITY_SECONDS, WORK_MAX_RECEIVE_COUNT, WORK_VISIBILITY_SECONDS
 from joiner.adapters.ec2 import Ec2Adapter
 from joiner.adapters.kubernetes import KubernetesClient
 from joiner.adapters.queue import SqsQueue
 from joiner.adapters.state import StateAdapter
 from joiner.domain import labels as wk
 from joiner.domain.catalog import load_bundled_catalog
-from joiner.local.lambdas import LambdaContext, SqsTime, next_visible_in, queue_messages, sqs_event
-from joiner.local.lambdas import load_handler as _load_handler
-from joiner.local.stack import (
-    INTERRUPTION_VISIBILITY,
-    WORK_MAX_RECEIVE_COUNT,
-    WORK_VISIBILITY,
+from joiner.ports import ClaimRecord
+from joiner.services.context import build_runtime
+from joiner.settings import Settings
+from tests.events.fixtures import load_event
+from tests.support.fakes import FakeClock, RecordingMetrics, node_class_json, node_pool_json
+from testworld.aws import REGION, SerialMotoServer, create_eks_cluster, create_network, create_state_table, moto_amis, put_eks_ami_parameters
+from testworld.kube_emulator import KubeEmulator
+from testworld.lambdas import LambdaContext, SqsTime, next_visible_in, queue_messages, sqs_event
+from testworld.lambdas import load_handler as _load_handler
+from testworld.stack import (
     LocalQueue,
     create_dead_lettered_queue,
     create_idempotency_table,
     route_interruptions,
 )
-from joiner.ports import ClaimRecord
-from joiner.services.context import build_runtime
-from joiner.settings import Settings
-from tests.events.fixtures import load_event
-from tests.support.aws import (
-    REGION,
-    SerialMotoServer,
-    create_eks_cluster,
-    create_network,
-    create_state_table,
-    moto_amis,
-    put_eks_ami_parameters,
-)
-from tests.support.fakes import FakeClock, RecordingMetrics, node_class_json, node_pool_json
-from tests.support.kube_emulator import KubeEmulator
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = "test-cluster"
@@ -122,8 +112,8 @@ class World:
         self.rule = f"joiner-interruptions-{suffix}"
         state_table = create_state_table(self.dynamodb, f"{STATE_TABLE}-{suffix}")
         idempotency_table = create_idempotency_table(self.dynamodb, f"{IDEMPOTENCY_TABLE}-{suffix}")
-        self.interruption = create_dead_lettered_queue(self.sqs, f"joiner-interruption-{suffix}", INTERRUPTION_VISIBILITY)
-        self.work = create_dead_lettered_queue(self.sqs, f"joiner-work-{suffix}", WORK_VISIBILITY, WORK_MAX_RECEIVE_COUNT)
+        self.interruption = create_dead_lettered_queue(self.sqs, f"joiner-interruption-{suffix}", INTERRUPTION_VISIBILITY_SECONDS)
+        self.work = create_dead_lettered_queue(self.sqs, f"joiner-work-{suffix}", WORK_VISIBILITY_SECONDS, WORK_MAX_RECEIVE_COUNT)
         route_interruptions(self.events, self.rule, self.interruption.arn)
         self.preexisting = {i["id"] for i in self._instances()}
         #: capacity reservation -> the instances launched into it (moto knows no reservations)

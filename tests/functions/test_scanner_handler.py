@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from joiner.local.lambdas import LambdaContext, scheduled_event
-from joiner.local.lambdas import load_handler as load_function
 from joiner.services.provisioning import LEASE_NAME
 from tests.support.fakes import FakeWorld, fake_world, node_class_json, node_pool_json, pod_json
+from testworld.lambdas import LambdaContext, scheduled_event
+from testworld.lambdas import load_handler as load_function
 
 #: The fakes record metrics; powertools then has none to flush and says so.
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")

@@ -10,13 +10,13 @@ from datetime import timedelta
 import pytest
 
 from joiner.domain import labels as wk
-from joiner.local.lambdas import LambdaContext, load_handler
 from joiner.ports import ClaimRecord
 from joiner.services.registration import REGISTRATION_TIMEOUT
 from tests.events.world import CLUSTER, T0, AwsBase, SqsTime, World
-from tests.support.aws import fake_credentials
 from tests.support.iam_guard import Guard
-from tests.support.kube_emulator import KubeEmulator
+from testworld.aws import fake_credentials
+from testworld.kube_emulator import KubeEmulator
+from testworld.lambdas import LambdaContext, load_handler
 
 pytestmark = [pytest.mark.filterwarnings("ignore:No application metrics to publish")]
 

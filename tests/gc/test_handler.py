@@ -18,15 +18,15 @@ from joiner.adapters.ec2 import Ec2Adapter
 from joiner.adapters.kubernetes import KubernetesClient
 from joiner.adapters.state import StateAdapter
 from joiner.domain import labels as wk
-from joiner.local.lambdas import LambdaContext, scheduled_event
-from joiner.local.lambdas import load_handler as load_function
 from joiner.ports import ClaimRecord
 from joiner.services.context import Runtime, build_runtime
 from joiner.services.gc import LEASE_NAME, TEMPLATE_MARK_KIND
 from joiner.settings import Settings
-from tests.support.aws import REGION, Network, create_network, create_state_table, fake_credentials, moto_amis
 from tests.support.fakes import FakeClock, RecordingMetrics, node_class_json, node_json
-from tests.support.kube_emulator import KubeEmulator
+from testworld.aws import REGION, Network, create_network, create_state_table, fake_credentials, moto_amis
+from testworld.kube_emulator import KubeEmulator
+from testworld.lambdas import LambdaContext, scheduled_event
+from testworld.lambdas import load_handler as load_function
 
 CLUSTER = "test-cluster"
 #: powertools warns when an invocation emitted no EMF metric (ours go to RecordingMetrics)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -66,7 +67,7 @@ def make_site(root: Path) -> Path:
         "certifi/tests/__init__.py", "yaml/__init__.py", "yaml/__pycache__/y.cpython-311.pyc", "bin/normalizer",
         "pydantic_core-2.0.dist-info/RECORD", "pydantic_core-2.0.dist-info/tests/keep.txt", "stray.pyc",
         "joiner/__init__.py", "joiner/tests/keep_me.py", "joiner/__pycache__/z.pyc",
-        "joiner/local/simulator.py", "joiner/scenarios/classic.yaml", "joiner/localized.py",
+        "joiner/localized.py",
     ]
     for relative in files:
         path = root / relative
@@ -79,7 +80,7 @@ def test_prune_removes_caches_tests_scripts_and_the_async_client(tmp_path):
     site = make_site(tmp_path / "python")
     removed = prune_layer(site)
     assert removed == sorted([
-        "bin", "certifi/tests", "joiner/__pycache__", "joiner/local", "joiner/scenarios", "kubernetes/__pycache__", "kubernetes/aio",
+        "bin", "certifi/tests", "joiner/__pycache__", "kubernetes/__pycache__", "kubernetes/aio",
         "stray.pyc", "websocket/tests", "yaml/__pycache__",
     ])
     remaining = sorted(p.relative_to(site).as_posix() for p in site.rglob("*") if p.is_file())
@@ -89,6 +90,21 @@ def test_prune_removes_caches_tests_scripts_and_the_async_client(tmp_path):
         "joiner/__init__.py", "joiner/tests/keep_me.py", "joiner/localized.py",
     ])
     assert prune_layer(site) == []  # idempotent
+
+
+def test_the_layers_package_holds_none_of_the_test_world(tmp_path):
+    """The test world (emulator, simulator, soak, scenarios) lives beside the package, so the
+    copy the layer ships has none of it, with nothing left to prune."""
+    copy_package(PACKAGE_SOURCE, tmp_path / "joiner")
+    shipped = {p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")}
+    world = Path(__file__).resolve().parents[2] / "testworld"
+    world_modules = {p.name for p in world.glob("*.py")} - {"__init__.py", "__main__.py", "aws.py"}
+    assert {"kube_emulator.py", "simulator.py", "soak.py"} <= world_modules
+    assert not {Path(p).name for p in shipped} & (world_modules | {"testworld", "local", "scenarios", "classic.yaml"})
+    imported = {alias.name if isinstance(node, ast.Import) else node.module or "" for p in tmp_path.rglob("*.py")
+                for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))) if isinstance(node, ast.Import | ast.ImportFrom)
+                for alias in node.names}
+    assert "joiner.cli.main" in imported and not [name for name in imported if name.split(".")[0] == "testworld"]
 
 
 def test_copy_package_skips_bytecode(tmp_path):

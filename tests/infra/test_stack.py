@@ -7,8 +7,17 @@ import json
 import pytest
 from aws_cdk.assertions import Match, Template
 
-from infra.functions import BATCHING_WINDOW_SECONDS, FUNCTION_SPECS, SPECS_BY_NAME, specs_for_mode
-from joiner.local.stack import FUNCTION_TIMEOUTS, INTERRUPTION_VISIBILITY, MAX_RECEIVE_COUNT, WORK_MAX_RECEIVE_COUNT, WORK_VISIBILITY
+from infra.deployment import (
+    BATCHING_WINDOW_SECONDS,
+    FUNCTION_SPECS,
+    INTERRUPTION_RULES,
+    INTERRUPTION_VISIBILITY_SECONDS,
+    MAX_RECEIVE_COUNT,
+    SPECS_BY_NAME,
+    WORK_MAX_RECEIVE_COUNT,
+    WORK_VISIBILITY_SECONDS,
+    specs_for_mode,
+)
 from tests.infra.conftest import CLUSTER, Synthesized
 
 
@@ -126,8 +135,8 @@ def test_cloudwatch_may_use_the_key_for_this_accounts_alarms_only(synthesized):
 
 
 @pytest.mark.parametrize(("queue_fragment", "consumer", "local_visibility", "receives", "encrypted_by_key"), [
-    ("IngestionInterruption", "interruption", INTERRUPTION_VISIBILITY, MAX_RECEIVE_COUNT, False),
-    ("WorkQueueWork", "termination", WORK_VISIBILITY, WORK_MAX_RECEIVE_COUNT, True),
+    ("IngestionInterruption", "interruption", INTERRUPTION_VISIBILITY_SECONDS, MAX_RECEIVE_COUNT, False),
+    ("WorkQueueWork", "termination", WORK_VISIBILITY_SECONDS, WORK_MAX_RECEIVE_COUNT, True),
 ])
 def test_queues_redrive_after_their_receives_and_bring_back_a_dead_invocations_messages_promptly(
     synthesized, queue_fragment, consumer, local_visibility, receives, encrypted_by_key,
@@ -159,10 +168,13 @@ def test_queues_redrive_after_their_receives_and_bring_back_a_dead_invocations_m
         assert properties["SqsManagedSseEnabled"] is True and dlq["SqsManagedSseEnabled"] is True
 
 
-def test_the_local_stack_reports_the_deployed_function_timeouts() -> None:
-    """The simulator's Lambda context reports each function's deployed timeout as its remaining
-    time: powertools Idempotency expires a dead invocation's in-progress record by it."""
-    assert {spec.name: spec.timeout_seconds for spec in FUNCTION_SPECS} == FUNCTION_TIMEOUTS
+def test_the_local_stack_routes_every_interruption_rules_events() -> None:
+    """The test world's one rule (testworld.stack) admits every source and detail-type the
+    deployment's rules route."""
+    from testworld.stack import EVENT_RULE_PATTERN
+
+    assert set(EVENT_RULE_PATTERN["source"]) == {rule.source for rule in INTERRUPTION_RULES}
+    assert set(EVENT_RULE_PATTERN["detail-type"]) == {kind for rule in INTERRUPTION_RULES for kind in rule.detail_types}
 
 
 @pytest.mark.parametrize(("consumer", "queue_fragment"), [("interruption", "IngestionInterruptionQueue"), ("termination", "WorkQueueWorkQueue")])

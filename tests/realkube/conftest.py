@@ -1,5 +1,5 @@
 """The real Kubernetes tier: one etcd + kube-apiserver + kube-scheduler per test session
-(tests/realkube/cluster.py), with manifests/crds/ and manifests/rbac.yaml applied as shipped.
+(testworld/real_kube.py), with manifests/crds/ and manifests/rbac.yaml applied as shipped.
 
 Every request a Joiner identity makes is read back from the API server's audit log: a 403
 fails the test that made it, and the session ends with a report like the IAM guard's
@@ -21,7 +21,7 @@ import pytest
 
 from joiner.adapters.kubernetes import KubernetesClient
 from tests.realkube.access import Grant, allowed, function_groups, shipped_grants
-from tests.realkube.cluster import (
+from testworld.real_kube import (
     ADMIN,
     ROOT,
     SCHEDULER,

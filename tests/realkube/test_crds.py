@@ -1,7 +1,7 @@
 """The shipped CRDs on a real API server: every CEL rule (x-kubernetes-validations) admits an
 object that keeps it and refuses, with the rule's message, one that breaks it; strict field
 validation refuses a misspelt field; defaults are applied. The same cases run against the
-local emulator's admission (joiner.local.admission), so the emulator answers as the server does."""
+local emulator's admission (testworld.admission), so the emulator answers as the server does."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import urllib3
 
-from tests.realkube.cluster import ROOT, ApiError, manifests
 from tests.realkube.conftest import CRDS, RealKube
-from tests.support.kube_emulator import KubeEmulator
+from testworld.kube_emulator import KubeEmulator
+from testworld.real_kube import ROOT, ApiError, manifests
 
 pytestmark = pytest.mark.real_kube
 

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from joiner.local.scenario import load_scenario
-from joiner.local.simulator import Simulation, SimulationResult
-from tests.realkube.cluster import ROOT
 from tests.realkube.conftest import SESSION, RealKube
 from tests.realkube.test_tier import pinned
+from testworld.real_kube import ROOT
+from testworld.scenario import load_scenario
+from testworld.simulator import Simulation, SimulationResult
 
 pytestmark = [pytest.mark.real_kube, pytest.mark.slow]
 
@@ -93,7 +93,7 @@ expect:
 def test_joiner_simulate_kube_real_runs_on_the_real_components(real_kube: RealKube, tmp_path: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     """The CLI path of ``joiner demo --kube real`` (a short scenario, in a namespace of its own)."""
-    from joiner.cli.main import main
+    from testworld.cli import main
 
     scenario = tmp_path / "short.yaml"
     scenario.write_text(SHORT)

@@ -31,8 +31,8 @@ from joiner.domain.model import Node
 from joiner.domain.resources import EMPTY, Resources
 from joiner.ports import ClaimRecord
 from joiner.services.planning_round import unreserved_usage
-from tests.support.aws import REGION, create_state_table, fake_credentials
 from tests.support.fakes import FakeClock, FakeState
+from testworld.aws import REGION, create_state_table, fake_credentials
 
 POOL = "p"
 LIMIT = Resources({"cpu": 8000})

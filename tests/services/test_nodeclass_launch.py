@@ -14,8 +14,8 @@ import yaml
 from joiner.domain.catalog import parse_catalog
 from joiner.services.provisioning import provision
 from tests.services.test_provisioning import E2E, E2E_CLUSTER, moto_server  # noqa: F401 - moto_server is a fixture
-from tests.support.aws import ZONES, put_eks_ami_parameters
 from tests.support.fakes import fake_world, node_class_json, node_pool_json, pod_json
+from testworld.aws import ZONES, put_eks_ami_parameters
 
 CRD = Path(__file__).resolve().parents[2] / "manifests" / "crds" / "nodeclasses.joiner.dev.yaml"
 

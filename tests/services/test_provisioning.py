@@ -781,7 +781,7 @@ def dynamodb_clients():  # type: ignore[no-untyped-def]
     from moto import mock_aws
 
     from joiner.adapters.aws import AwsClients
-    from tests.support.aws import REGION, fake_credentials
+    from testworld.aws import REGION, fake_credentials
 
     with fake_credentials(), mock_aws():
         yield AwsClients(REGION)
@@ -796,7 +796,7 @@ def any_state(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
     if request.param == "fake":
         return FakeState()
     from joiner.adapters.state import StateAdapter
-    from tests.support.aws import create_state_table
+    from testworld.aws import create_state_table
 
     clients = request.getfixturevalue("dynamodb_clients")
     name = create_state_table(clients.dynamodb, f"contract-{next(_tables)}")
@@ -914,7 +914,7 @@ E2E_TABLE = "joiner-state"
 
 @pytest.fixture(scope="module")
 def moto_server():  # type: ignore[no-untyped-def]
-    from tests.support.aws import SerialMotoServer, fake_credentials
+    from testworld.aws import SerialMotoServer, fake_credentials
 
     with fake_credentials():
         server = SerialMotoServer()
@@ -933,7 +933,7 @@ class E2E:
         import urllib3
 
         from joiner.adapters.aws import AwsClients
-        from tests.support.aws import REGION, create_eks_cluster, create_network, create_state_table, moto_amis, put_eks_ami_parameters
+        from testworld.aws import REGION, create_eks_cluster, create_network, create_state_table, moto_amis, put_eks_ami_parameters
 
         urllib3.PoolManager().request("POST", f"{server.endpoint}/moto-api/reset")
         self.server = server
@@ -955,7 +955,7 @@ class E2E:
         from joiner.adapters.state import StateAdapter
         from joiner.services.context import build_runtime
         from joiner.settings import Settings
-        from tests.support.aws import REGION
+        from testworld.aws import REGION
 
         clock = clock or self.clock
         clients = clients or self.clients
@@ -1116,7 +1116,7 @@ def test_e2e_two_scanners_racing_never_exceed_the_limit_nor_launch_twice(e2e: E2
     """Two invocations in threads against DynamoDB/EC2 over HTTP; B's clock is past A's
     lease, so both run their rounds at the same time."""
     from joiner.adapters.aws import AwsClients
-    from tests.support.aws import REGION
+    from testworld.aws import REGION
 
     pool = node_pool_json(requirements=[{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c5.large"]}], limits={"cpu": "6"})
     e2e.emulator.apply(pool)
@@ -1159,7 +1159,7 @@ def test_e2e_a_paused_round_and_a_registration_in_between_never_exceed_the_limit
     hook just before its conditional reservation, after reading the cluster without C1's
     Node. C1's Node registers; round B registers it and launches. A's reservation must fail."""
     from joiner.adapters.aws import AwsClients
-    from tests.support.aws import REGION
+    from testworld.aws import REGION
 
     pool = node_pool_json(requirements=[{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c5.large"]}], limits={"cpu": "4"})
     e2e.emulator.apply(pool)

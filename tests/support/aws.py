@@ -1,9 +1,9 @@
-"""moto fixtures for the AWS adapters: network, EKS cluster, AMI parameters, state table, queue,
-an HTTP moto server that serialises requests (all from :mod:`joiner.local.aws`, shared with
-``joiner demo``), and botocore hooks that inject EC2 failures moto cannot produce (capacity
-errors, throttling).
+"""botocore hooks for the AWS adapters' tests that inject what moto cannot produce: errors on
+any operation (throttling), capacity errors on CreateFleet, DescribeCapacityReservations.
+The moto fixtures themselves (network, EKS cluster, AMI parameters, state table, queues, a
+serial moto server) are :mod:`testworld.aws`.
 
-Use inside ``moto.mock_aws()`` (in-process) or against :class:`SerialMotoServer`.
+Use inside ``moto.mock_aws()`` (in-process) or against :class:`testworld.aws.SerialMotoServer`.
 """
 
 from __future__ import annotations
@@ -14,29 +14,10 @@ from typing import Any
 
 from botocore.awsrequest import AWSResponse
 
-from joiner.local.aws import (  # noqa: F401  (re-exported for the tests)
-    K8S_VERSION,
-    REGION,
-    ZONES,
-    Network,
-    SerialMotoServer,
-    create_eks_cluster,
-    create_network,
-    create_state_table,
-    create_work_queue,
-    fake_credentials,
-    item_level_transaction_rollback,
-    moto_amis,
-    put_eks_ami_parameters,
-    put_public_parameter,
-)
-from joiner.local.faults import CapacityInjector, aws_response  # noqa: F401  (re-exported for the tests)
-from joiner.local.faults import inject_capacity_errors as _inject
+from testworld.faults import CapacityInjector, aws_response
+from testworld.faults import inject_capacity_errors as _inject
 
 # ---------------------------------------------------------------- failure injection
-
-
-_aws_response = aws_response
 
 
 @dataclass
@@ -62,7 +43,7 @@ class ErrorInjector:
             f"<Response><Errors><Error><Code>{self.code}</Code><Message>{self.message}</Message></Error></Errors>"
             "<RequestID>injected</RequestID></Response>"
         )
-        return _aws_response(self.status, body)
+        return aws_response(self.status, body)
 
 
 def inject_error(client: Any, operation: str, injector: ErrorInjector) -> ErrorInjector:
@@ -74,7 +55,7 @@ def inject_error(client: Any, operation: str, injector: ErrorInjector) -> ErrorI
 
 def inject_capacity_errors(ec2: Any, failing: Callable[[str, str], bool], code: str = "InsufficientInstanceCapacity") -> CapacityInjector:
     """Capacity errors on this client's CreateFleet for the (instance type, zone) overrides
-    ``failing`` picks, whatever the capacity type (see :class:`joiner.local.faults.CapacityInjector`)."""
+    ``failing`` picks, whatever the capacity type (see :class:`testworld.faults.CapacityInjector`)."""
     return _inject(ec2, lambda instance_type, zone, _capacity_type: failing(instance_type, zone), code)
 
 
@@ -134,5 +115,5 @@ class CapacityReservationApi:
                 "AvailableInstanceCount": r.available, "State": r.state, "InstanceMatchCriteria": r.match_criteria,
                 "ReservationType": "default", "Tags": [{"Key": k, "Value": v} for k, v in r.tags],
             })
-        return _aws_response(200, ""), {"CapacityReservations": items, "ResponseMetadata": {"HTTPStatusCode": 200}}
+        return aws_response(200, ""), {"CapacityReservations": items, "ResponseMetadata": {"HTTPStatusCode": 200}}
 

@@ -4,7 +4,7 @@ CDK template, as IAM would evaluate it in a real deployment.
 
 Capture: every botocore client gets a ``before-parameter-build`` hook (operation and the
 caller's parameters). A request is attributed to a function while that function's handler
-runs (:func:`joiner.local.lambdas.current_invocation`, a context variable set by the
+runs (:func:`testworld.lambdas.current_invocation`, a context variable set by the
 handler wrapper of ``load_handler``; thread pools copy the caller's context, see
 :func:`install`). Requests outside handlers (test setup, the simulator's own bookkeeping)
 are not a function's and are not evaluated.
@@ -655,7 +655,7 @@ class Guard:
 
 def _hook(guard: Guard, service: str, region: str) -> Callable[..., None]:
     def before_parameter_build(params: Mapping[str, Any], model: Any, **_: Any) -> None:
-        from joiner.local.lambdas import current_invocation
+        from testworld.lambdas import current_invocation
 
         invocation = current_invocation()
         if invocation is None:

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from joiner.adapters.kubernetes import KubernetesClient
-from tests.support.kube_emulator import KubeEmulator
+from testworld.kube_emulator import KubeEmulator
 
 
 @pytest.fixture

@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from joiner.local.chart import text_box
-from joiner.local.cloud import Instance, Interruption
-from joiner.local.cluster import PodRecord
-from joiner.local.scenario import Scenario, load_scenario
-from joiner.local.simulator import PodDeletion, Sample, SimulationResult
+from testworld.chart import text_box
+from testworld.cloud import Instance, Interruption
+from testworld.cluster import PodRecord
+from testworld.scenario import Scenario, load_scenario
+from testworld.simulator import PodDeletion, Sample, SimulationResult
 
 ROOT = Path(__file__).resolve().parents[2]
 NS = "{http://www.w3.org/2000/svg}"

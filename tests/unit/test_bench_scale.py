@@ -130,7 +130,7 @@ def test_quick_run_prints_every_line_with_the_promised_keys() -> None:
                 "api_read_mb", "baseline_rss_mb"} <= set(line), line
         assert "error" not in line, line
         assert line["peak_rss_mb"] >= line["baseline_rss_mb"] > 0 and line["api_requests"] > 0
-    assert functions[0]["memory_limit_mb"] == 128 and functions[0]["timeout_s"] == 62  # infra/functions.py's watcher
+    assert functions[0]["memory_limit_mb"] == 128 and functions[0]["timeout_s"] == 62  # infra/deployment.py's watcher
     steady = [line for line in lines if line["function"] == "steady"]
     assert [line["mode"] for line in steady] == ["responsive", "economy"]
     for line in steady:

@@ -1,4 +1,4 @@
-"""The soak's fault gate (joiner.local.chaos) on real clients: a death strikes after the call
+"""The soak's fault gate (testworld.chaos) on real clients: a death strikes after the call
 took effect and every later call of the invocation dies; throttling answers without a request;
 claim writes and drain steps are told apart from other calls."""
 
@@ -13,8 +13,8 @@ from botocore.exceptions import ClientError
 from moto import mock_aws
 
 from joiner.adapters.kubernetes import KubernetesClient
-from joiner.local.chaos import Armed, Gate, LambdaDeath, call_tags
-from joiner.local.kube_emulator import KubeEmulator
+from testworld.chaos import Armed, Gate, LambdaDeath, call_tags
+from testworld.kube_emulator import KubeEmulator
 
 REGION = "us-east-1"
 

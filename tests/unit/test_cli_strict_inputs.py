@@ -188,6 +188,9 @@ def test_simulate_refuses_a_misspelt_object_field(tmp_path: Path, capsys: pytest
     scenario = (ROOT / "examples" / "scenarios" / "classic.yaml").read_text(encoding="utf-8")
     assert "nodeClassRef" in scenario
     path = write(tmp_path, scenario.replace("nodeClassRef", "nodeClasRef", 1), "scenario.yaml")
-    code, out, err = run(capsys, "simulate", str(path))
+    from testworld.cli import main as world_main
+
+    code = world_main(["simulate", str(path)])
+    err = capsys.readouterr().err
     assert code == 2
     assert 'spec.template.spec.nodeClasRef: unknown field "nodeClasRef"' in err

@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from joiner.local.report import summary_lines
-from joiner.local.simulator import SimulationResult
+from testworld.report import summary_lines
+from testworld.simulator import SimulationResult
 
 
 @pytest.mark.parametrize(("mode", "fragment"), [("economy", "once a minute"), ("responsive", "the watcher wakes the scanner")])

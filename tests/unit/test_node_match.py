@@ -1,4 +1,4 @@
-"""The simulator's kube-scheduler filters (joiner.local.node_match): literal label matching,
+"""The simulator's kube-scheduler filters (testworld.node_match): literal label matching,
 every NodeSelectorRequirement operator, OR of terms, tolerations against taints."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from joiner.local.node_match import (
+from testworld.node_match import (
     node_affinity_misfit,
     node_selector_matches,
     requirement_matches,

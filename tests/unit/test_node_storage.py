@@ -25,7 +25,7 @@ from joiner.domain.planning import plan_snapshot
 from joiner.domain.resources import EPHEMERAL_STORAGE, Resources
 from joiner.domain.snapshot import SnapshotError, load_snapshot_yaml, parse_node_class
 from joiner.domain.userdata import ClusterBootstrap, UserDataError, node_config
-from joiner.local.cluster import kubelet_registration
+from testworld.cluster import kubelet_registration
 
 GI = 2**30
 CATALOG = load_bundled_catalog()

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from joiner.local.chart import ChartData, IdleSpan, Lane, Mark, MarkKind, render_chart
-from joiner.local.report import render_html
 from tests.support.report_geometry import START, classic_result, classic_scenario, layout_problems, read_chart
+from testworld.chart import ChartData, IdleSpan, Lane, Mark, MarkKind, render_chart
+from testworld.report import render_html
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from joiner.domain.known_fields import crd_schema
 from joiner.domain.snapshot import SnapshotError, load_snapshot_yaml
-from joiner.local.admission import CrdSchema
+from testworld.admission import CrdSchema
 
 NODE_CLASS: dict[str, Any] = {
     "apiVersion": "joiner.dev/v1", "kind": "NodeClass", "metadata": {"name": "default"},

@@ -3,6 +3,11 @@
 Each subcommand lives in its own module under :mod:`joiner.cli` exposing
 ``register(subparsers)``; modules are imported lazily so ``joiner plan`` does not pay
 for boto3 or the Kubernetes client.
+
+Other installed packages add subcommands through the ``joiner.cli`` entry-point group (each
+entry point names a ``register(subparsers)`` callable, found at run time): the local test world
+(``testworld``, beside this package and never in the Lambda layer) adds ``demo`` and ``simulate``
+so. Without it those two stop with one line saying how to install it.
 """
 
 from __future__ import annotations
@@ -12,6 +17,8 @@ import importlib
 import logging
 import os
 import sys
+from collections.abc import Callable, Iterable, Sequence
+from importlib.metadata import EntryPoint
 
 #: subcommand -> module under joiner.cli that implements it
 COMMANDS: dict[str, str] = {
@@ -21,9 +28,15 @@ COMMANDS: dict[str, str] = {
     "import-karpenter": "import_karpenter",
     "status": "status",
     "uninstall": "uninstall",
-    "demo": "demo",
-    "simulate": "demo",
 }
+#: The entry-point group of subcommands other installed packages add.
+EXTENSION_GROUP = "joiner.cli"
+#: The test world's subcommands, named here only to say what is missing without it.
+TEST_WORLD_COMMANDS = ("demo", "simulate")
+TEST_WORLD_MISSING = "needs the local test world (testworld): pip install -e '.[local]' in a Joiner checkout, or make demo"
+
+#: ``register(subparsers)``: what a subcommand module or an extension's entry point provides.
+Register = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
 
 
 class UsageError(Exception):
@@ -44,7 +57,35 @@ def version() -> str:
         return "unknown"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def load_extensions(entry_points: Iterable[EntryPoint] | None = None) -> tuple[list[Register], list[str]]:
+    """The ``register`` callables of the ``joiner.cli`` entry points (the installed distributions'
+    unless given), each value once, and one line for each entry point that could not be loaded."""
+    if entry_points is None:
+        from importlib.metadata import entry_points as installed
+
+        entry_points = installed(group=EXTENSION_GROUP)
+    registers: list[Register] = []
+    problems: list[str] = []
+    seen: set[str] = set()
+    for entry in entry_points:
+        if entry.value in seen:
+            continue
+        seen.add(entry.value)
+        try:
+            registers.append(entry.load())
+        except ImportError as error:
+            problems.append(f"{entry.value}: {error}")
+    return registers, problems
+
+
+def build_parser(extensions: Sequence[Register] | None = None) -> argparse.ArgumentParser:
+    """The ``joiner`` parser: its own subcommands, then those of ``extensions`` (default: the
+    installed ``joiner.cli`` entry points). A test-world command no extension registered is
+    listed with what to install (:func:`main` answers it with that one line)."""
+    return _build_parser(extensions)[0]
+
+
+def _build_parser(extensions: Sequence[Register] | None) -> tuple[argparse.ArgumentParser, dict[str, str]]:
     parser = argparse.ArgumentParser(prog="joiner", description="Serverless node autoscaler for Amazon EKS")
     parser.add_argument("--version", action="version", version=f"joiner {version()}")
     parser.add_argument("--log-level", choices=LOG_LEVELS,
@@ -53,12 +94,38 @@ def build_parser() -> argparse.ArgumentParser:
     for module_name in sorted(set(COMMANDS.values())):
         module = importlib.import_module(f"joiner.cli.{module_name}")
         module.register(subparsers)
-    return parser
+    problems: list[str] = []
+    if extensions is None:
+        extensions, problems = load_extensions()
+    for register in extensions:
+        register(subparsers)
+    reason = TEST_WORLD_MISSING + (f" ({problems[0]})" if problems else "")
+    missing = {name: reason for name in TEST_WORLD_COMMANDS if name not in subparsers.choices}
+    for name in missing:
+        subparsers.add_parser(name, help=f"not installed: {reason}")
+    return parser, missing
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+def _command_word(argv: Sequence[str]) -> str | None:
+    """The subcommand in ``argv`` (the first word that is neither an option nor its value)."""
+    words = iter(argv)
+    for word in words:
+        if word == "--log-level":
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return None
+
+
+def main(argv: list[str] | None = None, extensions: Sequence[Register] | None = None) -> int:
+    """``joiner ARGV``; ``extensions`` register subcommands instead of the installed entry points."""
+    parser, missing = _build_parser(extensions)
+    arguments = sys.argv[1:] if argv is None else argv
+    command = _command_word(arguments)
+    if command in missing:
+        print(f"joiner {command}: {missing[command]}", file=sys.stderr)
+        return 2
+    args = parser.parse_args(arguments)
     if args.log_level:
         _set_log_level(args.log_level)
     try:

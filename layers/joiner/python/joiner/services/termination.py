@@ -123,7 +123,7 @@ RECEIVED_VISIBILITY_SECONDS = SAFETY_DELAY_SECONDS + 8
 #: dependency recovers.
 RECEIVED_VISIBILITY_CAP_SECONDS = 120
 #: The work queue's redrive policy: receives of one message before it is dead-lettered
-#: (``maxReceiveCount`` in infra/work_queue.py and the local stack; a test compares).
+#: (``maxReceiveCount``: infra/deployment.py's WORK_MAX_RECEIVE_COUNT, which the local stack uses too; a test compares).
 WORK_MAX_RECEIVES = 24
 #: Receives a message may already have spent (deaths, duplicate deliveries) when an outage begins.
 SPARE_RECEIVES = 3

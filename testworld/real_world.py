@@ -1,6 +1,6 @@
 """The simulator's world on a real control plane (``Simulation(..., kube="real")``, ``joiner demo
 --kube real``): etcd, kube-apiserver and kube-scheduler built by ``make kube``
-(:mod:`joiner.local.real_kube`) instead of the API emulator and the simulated scheduler.
+(:mod:`testworld.real_kube`) instead of the API emulator and the simulated scheduler.
 
 * :class:`RealKube` starts the control plane for one run (its own etcd, a fresh cluster: runs
   never see each other's objects), installs ``manifests/crds`` and ``manifests/rbac.yaml`` as
@@ -10,7 +10,7 @@
   ``delete``, ``deletions``, ``url``) on that API server, as the cluster's own controllers (an
   admin identity); ``deletions`` are Joiner's pod deletions, evictions and Node deletions as the
   API server's audit log recorded them.
-* :class:`RealCluster` is :class:`joiner.local.cluster.SimulatedCluster` with kubelets that
+* :class:`RealCluster` is :class:`testworld.cluster.SimulatedCluster` with kubelets that
   register their Node as ``system:node:<name>`` (group ``system:nodes``, through impersonation by
   the admin: the Node authorizer and the NodeRestriction admission plugin see the node's own
   identity; the token file is fixed when the API server starts, node names are not), write its
@@ -41,9 +41,9 @@ from typing import Any
 from joiner.domain.model import Node, Pod
 from joiner.domain.resources import EMPTY, Resources
 from joiner.domain.snapshot import SnapshotError, parse_node, parse_pod
-from joiner.local.cluster import BootSpec, SimulatedCluster, stamp
-from joiner.local.kube_emulator import EXPECTED_PODS_ANNOTATION, DeletionRecord, pdb_status, selector_object_matches
-from joiner.local.real_kube import (
+from testworld.cluster import BootSpec, SimulatedCluster, stamp
+from testworld.kube_emulator import EXPECTED_PODS_ANNOTATION, DeletionRecord, pdb_status, selector_object_matches
+from testworld.real_kube import (
     ADMIN,
     CRDS,
     RBAC,
@@ -83,12 +83,6 @@ KINDS: Mapping[str, tuple[str, str, bool]] = {
 
 def joiner_groups() -> dict[str, tuple[str, ...]]:
     """Function -> the Kubernetes groups of its EKS access entry (infra/access.py)."""
-    import sys
-
-    from joiner.local.real_kube import ROOT
-
-    if str(ROOT) not in sys.path and (ROOT / "infra" / "access.py").is_file():
-        sys.path.append(str(ROOT))  # the checkout's infra package (a run from another directory)
     from infra.access import CAPABILITIES, KUBERNETES_GROUP, KUBERNETES_GROUP_BY_FUNCTION
 
     return {name: (KUBERNETES_GROUP_BY_FUNCTION.get(name, KUBERNETES_GROUP),) for name in CAPABILITIES}
@@ -96,7 +90,7 @@ def joiner_groups() -> dict[str, tuple[str, ...]]:
 
 def _collection(kind: str, namespace: str | None) -> str:
     if kind not in KINDS:
-        raise KeyError(f"no API path known for kind {kind!r} (joiner.local.real_world.KINDS)")
+        raise KeyError(f"no API path known for kind {kind!r} (testworld.real_world.KINDS)")
     _, path, namespaced = KINDS[kind]
     return path.format(namespace=namespace or "default") if namespaced else path
 

@@ -34,7 +34,7 @@ Joiner adapters depend on it behaving like a real API server:
   NodePools and NodeClasses are registered from the start with the repository's CRDs
   (``manifests/crds``): custom resources are admitted as the API server admits them, through
   their schema (types, enums, patterns, bounds, required fields, defaults, pruning) and
-  ``x-kubernetes-validations`` CEL rules (:mod:`joiner.local.admission`);
+  ``x-kubernetes-validations`` CEL rules (:mod:`testworld.admission`);
 * light validation (names, label values, node taints) answering 422 like the real server;
 * fault injection: the next N requests matching (method, path regex) fail with a status,
   are delayed, or have their connection dropped;
@@ -77,7 +77,8 @@ import aiohttp.web
 import attrs
 import kmock
 
-from joiner.local.admission import CrdSchema, schemas_of
+import joiner
+from testworld.admission import CrdSchema, schemas_of
 
 __all__ = [
     "ApiError",
@@ -719,9 +720,9 @@ class Fault:
 # ---------------------------------------------------------------- the API handler
 
 
-#: The packaged CRDs (``manifests/crds`` links to them); their schemas and CEL rules admit
-#: every NodePool and NodeClass the emulator stores.
-CRD_DIR = Path(__file__).resolve().parents[1] / "data" / "crds"
+#: The CRDs shipped in Joiner's package (``manifests/crds`` links to them); their schemas and CEL
+#: rules admit every NodePool and NodeClass the emulator stores.
+CRD_DIR = Path(joiner.__file__).resolve().parent / "data" / "crds"
 
 
 @functools.cache
@@ -1359,7 +1360,7 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
                 self._store(budgets, updated, "MODIFIED")
 
     def _admit(self, rtype: ResourceType, obj: JsonDict, old: JsonDict | None) -> None:
-        """A custom resource through its CRD's schema and CEL rules (:mod:`joiner.local.admission`):
+        """A custom resource through its CRD's schema and CEL rules (:mod:`testworld.admission`):
         defaults applied and unknown fields pruned in place, or 422 Invalid naming every cause."""
         schema = self._schemas.get((rtype.group, rtype.version, rtype.plural)) if rtype.custom else None
         if schema is None:

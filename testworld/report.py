@@ -1,5 +1,5 @@
 """Rendering a simulation: timeline rows, the summary, and a self-contained HTML report (the
-inline SVG chart of :mod:`joiner.local.chart`, the list of its numbered events, the summary and
+inline SVG chart of :mod:`testworld.chart`, the list of its numbered events, the summary and
 the timeline; no script, no external resource)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import html
 from collections.abc import Sequence
 from datetime import timedelta
 
-from joiner.local.chart import Mark, chart_data, nice_axis_top, render_chart
-from joiner.local.simulator import SCHEDULED, Entry, Sample, SimulationResult, percentile
+from testworld.chart import Mark, chart_data, nice_axis_top, render_chart
+from testworld.simulator import SCHEDULED, Entry, Sample, SimulationResult, percentile
 
 __all__ = ["format_entry", "nice_axis_top", "render_html", "summary_lines", "TIMELINE_HEADER"]
 

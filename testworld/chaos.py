@@ -1,4 +1,4 @@
-"""Faults for the soak (:mod:`joiner.local.soak`), injected where the real world injects them:
+"""Faults for the soak (:mod:`testworld.soak`), injected where the real world injects them:
 around each external call a Lambda execution environment makes.
 
 A :class:`Gate` sits on one execution environment's clients: botocore ``before-call`` /
@@ -12,7 +12,7 @@ an :class:`Armed` plan; the gate counts the invocation's calls and, at the chose
 * answers an EC2 call with ``RequestLimitExceeded`` (throttling beyond botocore's retries:
   the hook answers before botocore's retry loop);
 * answers chosen ``CreateFleet`` overrides with ``InsufficientInstanceCapacity``
-  (:class:`joiner.local.faults.CapacityInjector`);
+  (:class:`testworld.faults.CapacityInjector`);
 * pauses the invocation (another one runs meanwhile) until :meth:`~Gate.release`.
 
 :class:`LambdaDeath` is a ``BaseException``: handler code that isolates ordinary errors must
@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from joiner.local.faults import CapacityInjector, aws_response
+from testworld.faults import CapacityInjector, aws_response
 
 __all__ = ["CRASH_KINDS", "Armed", "Gate", "LambdaDeath", "SimulatedCrash", "call_tags"]
 

@@ -44,7 +44,7 @@ __all__ = [
 
 #: The default scenario shipped in the package (``joiner demo``).
 DEFAULT_SCENARIO = "classic"
-_BUNDLED = Path(__file__).resolve().parents[1] / "scenarios"
+_BUNDLED = Path(__file__).resolve().parent / "scenarios"
 
 #: check name -> what its value is: "types" (instance type -> count), "duration", "count", "bool",
 #: "price" (dollars per hour).
@@ -336,7 +336,7 @@ def _strings(value: object, where: str, allowed: Sequence[str] | None = None, wh
 
 def _capacity_error(body: Mapping[str, Any], at: timedelta, path: str, where: str) -> Event:
     from joiner.domain.catalog import load_bundled_catalog
-    from joiner.local.aws import REGION, ZONES
+    from testworld.aws import REGION, ZONES
 
     _unknown(body, ("instanceTypes", "zones", "capacityType", "until"), path)
     types: tuple[str, ...] = ()
@@ -457,5 +457,5 @@ def load_scenario(path: str | Path) -> Scenario:
 
 
 def bundled_scenario(name: str = DEFAULT_SCENARIO) -> Path:
-    """The path of a scenario shipped in the package (``joiner/scenarios/<name>.yaml``)."""
+    """The path of a scenario bundled with the test world (``testworld/scenarios/<name>.yaml``)."""
     return _BUNDLED / f"{name}.yaml"

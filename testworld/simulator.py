@@ -47,10 +47,10 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from joiner.local.cloud import Interruption, Rebalance
-    from joiner.local.cluster import KubeHarness
-    from joiner.local.real_world import RealKube
-    from joiner.local.stack import LocalQueue
+    from testworld.cloud import Interruption, Rebalance
+    from testworld.cluster import KubeHarness
+    from testworld.real_world import RealKube
+    from testworld.stack import LocalQueue
 
 __all__ = [
     "MAX_STEP", "QUEUE_CONSUMERS", "SCHEDULED", "WATCHER_PERIOD_SECONDS", "CapacityFailure", "CheckResult", "Entry", "PodDeletion", "Sample", "SimClock",
@@ -210,7 +210,7 @@ class SimulationResult:
     wake_ups: int = 0
     wall_seconds: float = 0.0
     simulated_seconds: float = 0.0
-    #: ``emulator`` or ``real`` (etcd, kube-apiserver, kube-scheduler: :mod:`joiner.local.real_world`)
+    #: ``emulator`` or ``real`` (etcd, kube-apiserver, kube-scheduler: :mod:`testworld.real_world`)
     kube: str = "emulator"
     kube_version: str = ""
     #: real mode: every request of a Joiner identity the API server's audit log recorded
@@ -339,7 +339,7 @@ def _fmt_delta(delta: timedelta) -> str:
 
 
 class Simulation:
-    """Run a :class:`~joiner.local.scenario.Scenario`.
+    """Run a :class:`~testworld.scenario.Scenario`.
 
     ``on_entry`` is called with each timeline :class:`Entry` as it happens and ``on_progress``
     with (simulated elapsed, scenario duration) after every instant (progress display).
@@ -360,7 +360,7 @@ class Simulation:
         kube: str = "emulator",
         kube_dir: Path | None = None,
     ) -> None:
-        from joiner.local.aws import REGION
+        from testworld.aws import REGION
 
         if scanner_mode not in ("economy", "responsive"):
             raise ValueError(f"scanner_mode must be 'economy' or 'responsive', got {scanner_mode!r}")
@@ -387,7 +387,7 @@ class Simulation:
     def run(self) -> SimulationResult:
         """Set up, run the scenario to its end, evaluate the expectations."""
         import joiner.observability  # noqa: F401 - its powertools Logger configures itself on import: before we quiet it
-        from joiner.local.aws import environment, fake_credentials
+        from testworld.aws import environment, fake_credentials
 
         wall = time.monotonic()
         env = {"POWERTOOLS_METRICS_DISABLED": "true", "POWERTOOLS_TRACE_DISABLED": "true", "POWERTOOLS_DEV": "false"}
@@ -416,12 +416,12 @@ class Simulation:
     def _setup(self) -> None:
         import urllib3
 
-        from joiner.local.aws import SerialMotoServer
-        from joiner.local.cloud import SimulatedEc2, spot_fleet_security_groups
-        from joiner.local.cluster import SimulatedCluster
-        from joiner.local.kube_emulator import KubeEmulator
-        from joiner.local.lambdas import SqsTime, handler_path, load_handler
-        from joiner.local.stack import LocalStack
+        from testworld.aws import SerialMotoServer
+        from testworld.cloud import SimulatedEc2, spot_fleet_security_groups
+        from testworld.cluster import SimulatedCluster
+        from testworld.kube_emulator import KubeEmulator
+        from testworld.lambdas import SqsTime, handler_path, load_handler
+        from testworld.stack import LocalStack
 
         self._exit = contextlib.ExitStack()
         self.moto = SerialMotoServer()
@@ -446,7 +446,7 @@ class Simulation:
         self.ec2 = SimulatedEc2(self.stack.ec2, self.stack.events, scenario.cluster, self.catalog, self.clock.now, region)
         self.cluster: SimulatedCluster
         if self.real is not None:
-            from joiner.local.real_world import RealCluster
+            from testworld.real_world import RealCluster
 
             self.cluster = RealCluster(self.emulator, self.catalog, region, self.clock.now, note=self._note, kube=self.real)
         else:
@@ -467,7 +467,7 @@ class Simulation:
         def record(name: str, value: float = 1, unit: str = "Count", **dimensions: str) -> None:
             self.metrics.append((name, value, dimensions))
 
-        from joiner.local.faults import CapacityInjector, inject_capacity_errors
+        from testworld.faults import CapacityInjector, inject_capacity_errors
 
         self._capacity_events = [e for e in scenario.events if e.kind == "capacityError"]
         self._invoking = "?"
@@ -511,7 +511,7 @@ class Simulation:
         """Real mode: a fresh control plane for this run (stopped at teardown)."""
         import tempfile
 
-        from joiner.local.real_world import RealHarness, RealKube
+        from testworld.real_world import RealHarness, RealKube
 
         work = Path(tempfile.mkdtemp(prefix="joiner-kube-", dir=self.kube_dir))
         self.real = RealKube.start(work)
@@ -572,7 +572,7 @@ class Simulation:
         self.result.rebalances = list(self.ec2.rebalances) if hasattr(self, "ec2") else []
         self.result.pods = list(self.cluster.pods.values()) if hasattr(self, "cluster") else []
         if self.real is not None and hasattr(self, "emulator"):
-            from joiner.local.real_world import RealCluster, RealHarness
+            from testworld.real_world import RealCluster, RealHarness
 
             with contextlib.suppress(Exception):
                 assert isinstance(self.emulator, RealHarness)
@@ -607,7 +607,7 @@ class Simulation:
             self.clock.set(min(self._next_time(now, check_times), end))
 
     def _next_time(self, now: datetime, check_times: list[datetime]) -> datetime:
-        from joiner.local.lambdas import next_visible_in
+        from testworld.lambdas import next_visible_in
 
         candidates = [now + MAX_STEP, *self._next_tick.values()]
         candidates += [self.start + e.at for e in self._events]
@@ -642,7 +642,7 @@ class Simulation:
         for name in list(self._next_tick):
             if self._next_tick[name] <= now:
                 self._next_tick[name] = now + timedelta(seconds=SCHEDULED[name])
-                from joiner.local.lambdas import scheduled_event
+                from testworld.lambdas import scheduled_event
 
                 event = scheduled_event(f"{self.scenario.cluster}-{name}-schedule", now, region=self.region)
                 self._invoke(name, event, "scheduled tick")
@@ -679,7 +679,7 @@ class Simulation:
     def _settle(self, *, observe: bool = True) -> None:
         """The cluster's reaction to whatever just happened (kubelets, controllers, scheduler);
         ``observe=False`` when EC2 was just observed."""
-        from joiner.local.cluster import kubelet_registration
+        from testworld.cluster import kubelet_registration
 
         if observe:
             _, gone = self.ec2.observe(actor="ec2")
@@ -798,8 +798,8 @@ class Simulation:
     # ------------------------------------------------------------ invoking handlers
 
     def _invoke(self, name: str, event: dict[str, Any], trigger: str) -> dict[str, Any] | None:
-        from joiner.local.lambdas import LambdaContext
-        from joiner.local.stack import FUNCTION_TIMEOUTS
+        from infra.deployment import SPECS_BY_NAME
+        from testworld.lambdas import LambdaContext
 
         module = self.handlers[name]
         nodes_before = {n["metadata"]["name"]: bool((n.get("spec") or {}).get("unschedulable")) for n in self.emulator.list("Node")}
@@ -808,7 +808,7 @@ class Simulation:
         self._invoking = name
         self.result.invocations[name] += 1
         context = LambdaContext(aws_request_id=str(uuid.uuid4()), function_name=f"{self.scenario.cluster}-{name}",
-                                remaining_ms=1000 * FUNCTION_TIMEOUTS[name])
+                                remaining_ms=1000 * SPECS_BY_NAME[name].timeout_seconds)
         response: dict[str, Any] | None = None
         error: str | None = None
         started = time.perf_counter()
@@ -899,7 +899,7 @@ class Simulation:
     def _deliver_messages(self, function: str, queue: LocalQueue, messages: list[dict[str, Any]]) -> None:
         """One Lambda invocation for the received ``messages`` (the fault-injection soak
         overrides this to duplicate, reorder and split batches)."""
-        from joiner.local.lambdas import sqs_event
+        from testworld.lambdas import sqs_event
 
         response = self._invoke(function, sqs_event(messages, queue.arn, region=self.region), self._describe_batch(messages))
         self._acknowledge(queue, messages, response)

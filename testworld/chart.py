@@ -173,7 +173,7 @@ def _plural(count: int, word: str) -> str:
 
 
 def chart_data(result: Any, *, disruption_every: float | None = None) -> ChartData:
-    """The chart of a :class:`~joiner.local.simulator.SimulationResult`.
+    """The chart of a :class:`~testworld.simulator.SimulationResult`.
     ``disruption_every``: the disruption function's schedule in seconds (None: not deployed)."""
     start: datetime = result.start
     total = float(result.simulated_seconds)

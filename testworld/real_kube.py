@@ -1,7 +1,7 @@
 """A real Kubernetes control plane for the test world: etcd, kube-apiserver and kube-scheduler
 built from source by ``tools/kube/build.sh`` (the versions ``tools/kube/go.mod`` pins), on
 loopback ports, in their own process groups. The real tier's session fixture (tests/realkube),
-the simulator's real mode (:mod:`joiner.local.real_world`) and ``joiner demo --kube real`` start it.
+the simulator's real mode (:mod:`testworld.real_world`) and ``joiner demo --kube real`` start it.
 
 The API server is configured as EKS configures its own where it matters to Joiner: Node and
 RBAC authorisation, the admission plugins EKS enables, bearer-token identities (one token per
@@ -445,7 +445,7 @@ _PATHS = {
 def object_path(obj: Mapping[str, Any]) -> str:
     key = (obj.get("apiVersion"), obj.get("kind"))
     if key not in _PATHS:
-        raise ValueError(f"no API path known for {key} (tests/realkube/cluster.py _PATHS)")
+        raise ValueError(f"no API path known for {key} (testworld.real_kube._PATHS)")
     collection, namespaced = _PATHS[key]
     meta = obj.get("metadata") or {}
     if namespaced:

@@ -38,8 +38,8 @@ __all__ = [
     "sqs_event",
 ]
 
-#: ``functions/`` of the source tree this package was installed from (editable install).
-FUNCTIONS_DIR = Path(__file__).resolve().parents[5] / "functions"
+#: ``functions/`` beside this package in the repository (the test world is installed editable).
+FUNCTIONS_DIR = Path(__file__).resolve().parents[1] / "functions"
 
 
 class _Clock(Protocol):

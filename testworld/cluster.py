@@ -14,7 +14,7 @@
   Ready (the emulator computes the rest of the budget's status on every eviction);
 * **kube-scheduler**: binds each pending pod to a Ready, schedulable node whose labels match
   its node selector and required node affinity *literally* (no alias keys: see
-  :mod:`joiner.local.node_match`), whose taints it tolerates and whose
+  :mod:`testworld.node_match`), whose taints it tolerates and whose
   allocatable resources fit (least-allocated node first, as the default scoring prefers);
   marks the rest ``PodScheduled=False, reason=Unschedulable``.
 
@@ -41,9 +41,9 @@ from joiner.domain.model import INSTANCE_STORE_POLICIES, InstanceType, KubeletCo
 from joiner.domain.resources import EMPTY, Resources
 from joiner.domain.snapshot import SnapshotError, parse_node, parse_pod
 from joiner.domain.userdata import NODECONFIG_CONTENT_TYPE, UserDataError, parse_user_data
-from joiner.local.kube_emulator import EXPECTED_PODS_ANNOTATION, DeletionRecord, KubeEmulator, selector_object_matches
-from joiner.local.node_match import node_affinity_misfit, untolerated_taint
-from joiner.local.scenario import Workload
+from testworld.kube_emulator import EXPECTED_PODS_ANNOTATION, DeletionRecord, KubeEmulator, selector_object_matches
+from testworld.node_match import node_affinity_misfit, untolerated_taint
+from testworld.scenario import Workload
 
 __all__ = ["BootSpec", "KubeHarness", "PodRecord", "SimulatedCluster", "kubelet_registration", "quantities", "stamp"]
 
@@ -52,8 +52,8 @@ WORKLOAD_LABEL = "joiner.dev/sim-workload"
 
 class KubeHarness(Protocol):
     """What the simulation does to the cluster: the emulator's harness API
-    (:class:`~joiner.local.kube_emulator.KubeEmulator`), or the same on a real API server
-    (:class:`joiner.local.real_world.RealHarness`)."""
+    (:class:`~testworld.kube_emulator.KubeEmulator`), or the same on a real API server
+    (:class:`testworld.real_world.RealHarness`)."""
 
     @property
     def url(self) -> str: ...
@@ -423,7 +423,7 @@ class SimulatedCluster:
     @staticmethod
     def _misfit(pod: Pod, raw_pod: Mapping[str, Any], node: Node, raw_node: Mapping[str, Any], used: Resources) -> str | None:
         """kube-scheduler's filters. Selectors, affinity and taints are matched on the raw
-        objects (:mod:`joiner.local.node_match`): the parsed ones have alias keys
+        objects (:mod:`testworld.node_match`): the parsed ones have alias keys
         translated, which kube-scheduler never does."""
         reason = node_affinity_misfit(raw_pod, raw_node)
         if reason:

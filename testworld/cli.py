@@ -9,22 +9,35 @@ raised), 2 for a malformed scenario (one line naming the field). No network, no 
 ``--kube real`` runs the same against etcd, kube-apiserver and kube-scheduler built by ``make kube``
 (a fresh control plane for the run, the shipped CRDs and RBAC, each function as its own identity,
 kube-scheduler binding the pods: docs/kubernetes.md); without the binaries it stops with one line.
+
+:func:`register` adds both to the ``joiner`` CLI (the ``joiner.cli`` entry point in pyproject.toml);
+:func:`main` is that CLI with them registered directly (``python -m testworld``).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from joiner.cli.main import UsageError
+from joiner.cli.main import main as joiner_main
 
 if TYPE_CHECKING:
-    from joiner.local.simulator import Simulation
+    from testworld.simulator import Simulation
 
 DEFAULT_REPORT = "out/joiner-demo.html"
+#: What the ``local`` extra installs and the world imports when it runs: moto, kmock, cel-python.
+LOCAL_EXTRA_MODULES = ("moto", "kmock", "celpy")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``joiner ARGV`` with ``demo`` and ``simulate`` registered by this module, whatever the
+    installed entry points say."""
+    return joiner_main(argv, extensions=[register])
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -78,7 +91,10 @@ class _Progress:
 
 
 def run(args: argparse.Namespace) -> int:
-    from joiner.local.scenario import ScenarioError, bundled_scenario, load_scenario
+    missing = [name for name in LOCAL_EXTRA_MODULES if importlib.util.find_spec(name) is None]
+    if missing:
+        raise UsageError(f"the local test world needs {', '.join(missing)}: pip install -e '.[local]' (make demo does)")
+    from testworld.scenario import ScenarioError, bundled_scenario, load_scenario
 
     path = Path(args.scenario) if args.scenario else bundled_scenario()
     try:
@@ -89,15 +105,15 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--functions {str(args.functions)!r} is not a directory")
 
     if args.kube == "real":
-        from joiner.local.real_kube import installed_bin_dir
+        from testworld.real_kube import installed_bin_dir
 
         try:
             installed_bin_dir()
         except FileNotFoundError as missing:
             raise UsageError(f"--kube real: {missing}") from None
 
-    from joiner.local.report import TIMELINE_HEADER, check_lines, format_entry, render_html, summary_lines
-    from joiner.local.simulator import Simulation
+    from testworld.report import TIMELINE_HEADER, check_lines, format_entry, render_html, summary_lines
+    from testworld.simulator import Simulation
 
     progress = _Progress(sys.stderr.isatty() and not args.quiet)
 

@@ -1,6 +1,6 @@
 """The fault-injection soak: seeded simulations of a small cluster, the five real handlers on
-moto and the Kubernetes emulator (:mod:`joiner.local.simulator`), with faults injected around
-every external call (:mod:`joiner.local.chaos`) and Joiner's safety invariants checked after
+moto and the Kubernetes emulator (:mod:`testworld.simulator`), with faults injected around
+every external call (:mod:`testworld.chaos`) and Joiner's safety invariants checked after
 every simulated step.
 
 A seed picks a scenario (pool limit, workloads, a PodDisruptionBudget or not, a spot
@@ -52,10 +52,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from joiner.local.chaos import CRASH_KINDS, Armed, Gate, LambdaDeath, SimulatedCrash
-from joiner.local.scenario import Scenario, parse_scenario
-from joiner.local.simulator import Simulation
-from joiner.local.stack import LocalQueue
+from testworld.chaos import CRASH_KINDS, Armed, Gate, LambdaDeath, SimulatedCrash
+from testworld.scenario import Scenario, parse_scenario
+from testworld.simulator import Simulation
+from testworld.stack import LocalQueue
 
 __all__ = [
     "EXTREME_DURATIONS", "EXTREME_GRACE_SECONDS", "FAULT_KINDS", "INVARIANTS", "TRACK_GRACE", "SoakResult", "SoakSimulation", "Violation", "run_seed", "soak_scenario",
@@ -269,7 +269,7 @@ class SoakSimulation(Simulation):
         self._exit.enter_context(powertools_clock(self.clock.now))
         self._create_decoy()
         if "scanner-overlap" in self.kinds and "scanner" in self.handlers and self._runtime_inputs is not None:
-            from joiner.local.lambdas import handler_path
+            from testworld.lambdas import handler_path
 
             self._overlap_module = _load_copy(handler_path("scanner", self.functions_dir), "joiner_function_scanner_soak_overlap")
             settings, metric = self._runtime_inputs
@@ -298,7 +298,7 @@ class SoakSimulation(Simulation):
         on itself), tainted so it stays empty."""
         from joiner.domain import labels as wk
         from joiner.domain.model import KubeletConfig, Taint
-        from joiner.local.cluster import BootSpec
+        from testworld.cluster import BootSpec
 
         assert self.stack.network is not None
         _, subnet = min(self.stack.network.subnets.items())
@@ -350,7 +350,7 @@ class SoakSimulation(Simulation):
         return Armed(crash=crash, pause_after=pause, throttle_ec2=throttle, capacity=capacity), kube, overlap
 
     def _call_handler(self, name: str, module: ModuleType, event: dict[str, Any], context: Any) -> dict[str, Any] | None:
-        from joiner.local.kube_emulator import KubeEmulator
+        from testworld.kube_emulator import KubeEmulator
 
         emulator = self.emulator
         assert isinstance(emulator, KubeEmulator), "the fault-injection soak runs on the API emulator"
@@ -395,8 +395,8 @@ class SoakSimulation(Simulation):
         """Run the scanner in a thread until its armed pause, let a second execution
         environment's scanner run a round meanwhile (after a gap that may outlast the first
         one's lease), then let the first one finish."""
-        from joiner.local.lambdas import LambdaContext, scheduled_event
         from joiner.services.provisioning import LEASE_TTL_SECONDS
+        from testworld.lambdas import LambdaContext, scheduled_event
 
         box: dict[str, Any] = {}
 
@@ -436,7 +436,7 @@ class SoakSimulation(Simulation):
     # ------------------------------------------------------------ SQS: duplicates, reordering, redelivery
 
     def _deliver_messages(self, function: str, queue: LocalQueue, messages: list[dict[str, Any]]) -> None:
-        from joiner.local.lambdas import sqs_event
+        from testworld.lambdas import sqs_event
 
         sqs = self.stack.sqs
         batches = [messages]
@@ -641,7 +641,7 @@ _AMIS: dict[str, str] = {}
 def _cached_moto_amis() -> Iterator[None]:
     """moto's bundled AMIs are the same on every fresh server: look them up once per process
     (the lookup is the slowest part of building the stack)."""
-    from joiner.local import stack
+    from testworld import stack
 
     original = getattr(stack, "moto_amis")  # noqa: B009 - the name stack.py calls, not a public export
 

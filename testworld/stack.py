@@ -2,7 +2,8 @@
 the state and idempotency tables, the interruption queue and the work queue with their
 dead-letter queues, the EventBridge rule routing EC2 and Health events to the interruption
 queue, a VPC with discovery-tagged subnets and security groups, the EKS cluster and the EKS
-AMI parameters (moto has none).
+AMI parameters (moto has none). Redrive, visibility and routing are the deployment's
+(:mod:`infra.deployment`).
 
 Development-only (moto); used by ``joiner demo``.
 """
@@ -16,7 +17,15 @@ from typing import Any
 
 import boto3
 
-from joiner.local.aws import (
+from infra.deployment import (
+    INTERRUPTION_RULES,
+    INTERRUPTION_VISIBILITY_SECONDS,
+    MAX_RECEIVE_COUNT,
+    WORK_MAX_RECEIVE_COUNT,
+    WORK_VISIBILITY_SECONDS,
+)
+from joiner.settings import Settings
+from testworld.aws import (
     REGION,
     ZONES,
     Network,
@@ -26,35 +35,15 @@ from joiner.local.aws import (
     moto_amis,
     put_eks_ami_parameters,
 )
-from joiner.settings import Settings
 
-__all__ = [
-    "EVENT_RULE_PATTERN", "INTERRUPTION_VISIBILITY", "WORK_VISIBILITY", "MAX_RECEIVE_COUNT", "WORK_MAX_RECEIVE_COUNT", "LocalQueue", "LocalStack",
-    "create_idempotency_table", "create_dead_lettered_queue", "route_interruptions",
-]
+__all__ = ["EVENT_RULE_PATTERN", "LocalQueue", "LocalStack", "create_idempotency_table", "create_dead_lettered_queue", "route_interruptions"]
 
-#: The interruption rule's pattern (infra/ingestion.py routes the same event kinds).
+#: One rule routing every event kind of the deployment's interruption rules (which it has one
+#: each of, with detail filters) to the interruption queue.
 EVENT_RULE_PATTERN = {
-    "source": ["aws.ec2", "aws.health"],
-    "detail-type": [
-        "EC2 Spot Instance Interruption Warning",
-        "EC2 Instance Rebalance Recommendation",
-        "EC2 Instance State-change Notification",
-        "EC2 Capacity Reservation Instance Interruption Warning",
-        "Capacity Block Reservation Expiration Warning",
-        "Capacity Block Expiration Warning",
-        "AWS Health Event",
-    ],
+    "source": sorted({rule.source for rule in INTERRUPTION_RULES}),
+    "detail-type": [detail_type for rule in INTERRUPTION_RULES for detail_type in rule.detail_types],
 }
-MAX_RECEIVE_COUNT = 5
-#: The work queue's redrive after this many receives, as deployed (infra/work_queue.py; a test compares).
-WORK_MAX_RECEIVE_COUNT = 24
-#: The function timeout + the batching window + 5 s, as deployed (infra/queues.py; a test compares).
-INTERRUPTION_VISIBILITY = 36
-WORK_VISIBILITY = 66
-#: Each function's timeout in seconds, as deployed (infra/functions.py; a test compares): what the
-#: local Lambda context reports as remaining time (powertools Idempotency's in-progress expiry).
-FUNCTION_TIMEOUTS: dict[str, int] = {"scanner": 75, "interruption": 30, "termination": 60, "disruption": 120, "gc": 120, "watcher": 62}
 
 
 @dataclass(frozen=True)
@@ -136,8 +125,8 @@ class LocalStack:
         create_eks_cluster(self.client("eks"), self.cluster, list(self.network.subnets.values()))
         create_state_table(self.dynamodb, self.state_table)
         create_idempotency_table(self.dynamodb, self.idempotency_table)
-        self.interruption = create_dead_lettered_queue(self.sqs, f"{self.cluster}-interruption", INTERRUPTION_VISIBILITY)
-        self.work = create_dead_lettered_queue(self.sqs, f"{self.cluster}-work", WORK_VISIBILITY, WORK_MAX_RECEIVE_COUNT)
+        self.interruption = create_dead_lettered_queue(self.sqs, f"{self.cluster}-interruption", INTERRUPTION_VISIBILITY_SECONDS)
+        self.work = create_dead_lettered_queue(self.sqs, f"{self.cluster}-work", WORK_VISIBILITY_SECONDS, WORK_MAX_RECEIVE_COUNT)
         route_interruptions(self.events, self.rule, self.interruption.arn)
         return self
 
