@@ -54,6 +54,11 @@ CATCH_UP_IDLE_SECONDS = 0.3
 CATCH_UP_MAX_SECONDS = 10
 
 
+#: Pages of unbound pods are smaller: the watcher (128 MB) keeps a few fields of each, so a page
+#: decoded at once is most of its peak memory.
+UNBOUND_PAGE_SIZE = 100
+
+
 def _owned_by(pod: Mapping[str, Any], api_version: str, kind: str) -> bool:
     owners = (pod.get("metadata") or {}).get("ownerReferences") or []
     return any(o.get("apiVersion") == api_version and o.get("kind") == kind for o in owners)
@@ -287,16 +292,17 @@ class KubernetesClient:
             yield from page
 
     def _pages(self, path: str, kind: str, api_version: str, query: Mapping[str, str | None], *, trim: bool = False,
-               prefetch: bool = False) -> Iterator[tuple[list[JsonDict] | None, str]]:
+               prefetch: bool = False, page_size: int | None = None) -> Iterator[tuple[list[JsonDict] | None, str]]:
         """The list a page of ``page_size`` at a time, each with the list's ``resourceVersion``
         (the first page's: later pages belong to the same snapshot). A continuation that
         expired (410) yields ``None`` and restarts the listing once from the beginning.
         ``prefetch`` requests the next page on a helper thread while the caller works on this
-        one (the server's and the network's time then overlaps the caller's)."""
+        one (the server's and the network's time then overlaps the caller's). ``page_size``
+        overrides the client's for a caller that keeps little of each page."""
         params = {key: value for key, value in query.items() if value}
 
         def fetch(token: str | None) -> tuple[list[JsonDict], str, str | None]:
-            page_query = dict(params, limit=str(self._page_size))
+            page_query = dict(params, limit=str(page_size or self._page_size))
             if token:
                 page_query["continue"] = token
             _, page = self._request("GET", path, query=page_query, trim=trim)
@@ -346,7 +352,8 @@ class KubernetesClient:
         less than their full objects."""
         pods: list[JsonDict] = []
         version = ""
-        for page, page_version in self._pages("/api/v1/pods", "Pod", "v1", {"fieldSelector": "spec.nodeName="}):
+        for page, page_version in self._pages("/api/v1/pods", "Pod", "v1", {"fieldSelector": "spec.nodeName="}, trim=True,
+                                                  page_size=min(self._page_size, UNBOUND_PAGE_SIZE)):
             if page is None:
                 pods = []
                 continue
