@@ -322,7 +322,9 @@ def _node_pool(context: _Context) -> dict[str, Any]:
         out["limits"] = copy.deepcopy(context.mapping(spec["limits"], "spec.limits"))
     if spec.get("weight") is not None:
         out["weight"] = spec["weight"]
-    context.drop_unknown(spec, ("template", "disruption", "limits", "weight"), "spec")
+    if spec.get("replicas") is not None:  # a static NodePool (Karpenter's StaticCapacity)
+        out["replicas"] = spec["replicas"]
+    context.drop_unknown(spec, ("template", "disruption", "limits", "weight", "replicas"), "spec")
     return {"apiVersion": JOINER_API, "kind": "NodePool", "metadata": _metadata(context), "spec": out}
 
 
