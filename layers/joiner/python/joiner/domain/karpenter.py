@@ -15,13 +15,15 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, NoReturn
 
 from joiner.domain import labels as wk
 from joiner.domain.known_fields import strict_problem
 
 __all__ = ["KARPENTER_NODEPOOL_API", "KARPENTER_NODECLASS_API", "KARPENTER_OVERLAY_API", "JOINER_API", "JOINER_OVERLAY_API",
-           "Conversion", "ConversionError", "convert_documents", "convert_object"]
+           "Conversion", "ConversionError", "convert_documents", "convert_object", "CONDITION_TYPE", "READ_FROM_ANNOTATION",
+           "KarpenterView", "ReadOutcome", "ReadReason", "read_karpenter", "conversion_conditions"]
 
 KARPENTER_NODEPOOL_API = "karpenter.sh/v1"
 KARPENTER_NODECLASS_API = "karpenter.k8s.aws/v1"
@@ -485,3 +487,153 @@ def _node_overlay(context: _Context) -> dict[str, Any]:
             out[name] = copy.deepcopy(spec[name])
     context.drop_unknown(spec, ("requirements", "price", "priceAdjustment", "capacity", "weight"), "spec")
     return {"apiVersion": JOINER_OVERLAY_API, "kind": "NodeOverlay", "metadata": _metadata(context), "spec": out}
+
+
+# ---------------------------------------------------------------- Karpenter's objects in the cluster
+
+
+#: The condition Joiner writes on each Karpenter NodePool and EC2NodeClass it is asked to read.
+CONDITION_TYPE = "JoinerConverted"
+#: Where a converted object came from (an annotation on the object Joiner plans with).
+READ_FROM_ANNOTATION = "joiner.dev/read-from"
+#: Karpenter's condition messages may be 32,768 characters; Joiner's stay readable.
+MESSAGE_LIMIT = 4000
+
+
+class ReadReason(StrEnum):
+    """Why a Karpenter object is or is not read (the condition's reason)."""
+
+    CONVERTED = "Converted"
+    CONVERTED_WITH_DROPS = "ConvertedWithDrops"
+    REFUSED = "ConversionRefused"
+    SHADOWED = "ShadowedByJoiner"
+    NODE_CLASS_NOT_READ = "NodeClassNotRead"
+
+
+@dataclass(frozen=True, slots=True)
+class ReadOutcome:
+    """What became of one Karpenter object: ``kind`` is ``NodePool`` or ``EC2NodeClass``."""
+
+    kind: str
+    name: str
+    reason: ReadReason
+    message: str
+
+    @property
+    def read(self) -> bool:
+        return self.reason in (ReadReason.CONVERTED, ReadReason.CONVERTED_WITH_DROPS)
+
+
+@dataclass(frozen=True, slots=True)
+class KarpenterView:
+    """Joiner's NodePools and NodeClasses with the Karpenter ones converted beside them, and
+    the outcome for every Karpenter object."""
+
+    node_pools: tuple[dict[str, Any], ...]
+    node_classes: tuple[dict[str, Any], ...]
+    outcomes: tuple[ReadOutcome, ...]
+
+
+def _name_of(obj: Mapping[str, Any]) -> str:
+    metadata = obj.get("metadata")
+    return str(metadata.get("name") or "") if isinstance(metadata, Mapping) else ""
+
+
+def _as_read(original: Mapping[str, Any], converted: dict[str, Any]) -> dict[str, Any]:
+    """The converted object as Joiner plans with it: where it came from, the original's
+    generation, deletion and status (Joiner's status writes keep the conditions in it). Not its
+    uid: a NodeClaim's owner reference would then name a joiner.dev NodePool that does not exist."""
+    metadata = dict(converted["metadata"])
+    original_meta = original.get("metadata") if isinstance(original.get("metadata"), Mapping) else {}
+    assert isinstance(original_meta, Mapping)
+    metadata["annotations"] = {**(metadata.get("annotations") or {}), READ_FROM_ANNOTATION: f"{original.get('apiVersion')} {original.get('kind')}"}
+    for key in ("generation", "deletionTimestamp", "creationTimestamp"):
+        if original_meta.get(key) is not None:
+            metadata[key] = original_meta[key]
+    result = {**converted, "metadata": metadata}
+    if isinstance(original.get("status"), Mapping):
+        result["status"] = copy.deepcopy(dict(original["status"]))
+    return result
+
+
+def _converted_message(kind: str, name: str, warnings: list[str]) -> tuple[ReadReason, str]:
+    target = "joiner.dev/v1 NodePool" if kind == "NodePool" else "joiner.dev/v1 NodeClass"
+    if not warnings:
+        return ReadReason.CONVERTED, f"read by Joiner as {target} {name}"
+    label = f"{kind} {name}: "
+    drops = "; ".join(w[len(label):] if w.startswith(label) else w for w in warnings)
+    return ReadReason.CONVERTED_WITH_DROPS, f"read by Joiner as {target} {name}, without what it cannot express: {drops}"
+
+
+def read_karpenter(joiner_pools: Iterable[Mapping[str, Any]], joiner_classes: Iterable[Mapping[str, Any]],
+                   karpenter_pools: Iterable[Mapping[str, Any]], karpenter_classes: Iterable[Mapping[str, Any]]) -> KarpenterView:
+    """Karpenter's ``karpenter.sh/v1`` NodePools and ``karpenter.k8s.aws/v1`` EC2NodeClasses as
+    Joiner reads them, converted as ``joiner import-karpenter`` converts them:
+
+    * a Karpenter object Joiner's own object of the same name shadows is not read (Joiner's wins);
+    * one the conversion refuses is not read, with the refusal as the reason;
+    * a NodePool is read only with its EC2NodeClass: one whose class is missing, refused or
+      shadowed is not read (it would launch from another class than the one it names);
+    * every outcome, read or not, is returned for the object's ``JoinerConverted`` condition,
+      and a read one's message lists every field the conversion dropped."""
+    pools = [dict(p) for p in joiner_pools]
+    classes = [dict(c) for c in joiner_classes]
+    pool_names = {_name_of(p) for p in pools}
+    class_names = {_name_of(c) for c in classes}
+    outcomes: list[ReadOutcome] = []
+    read_classes: dict[str, ReadOutcome] = {}
+    for original in sorted(karpenter_classes, key=_name_of):
+        name = _name_of(original)
+        if name in class_names:
+            outcome = ReadOutcome("EC2NodeClass", name, ReadReason.SHADOWED, f"Joiner reads its own joiner.dev/v1 NodeClass {name} instead")
+        else:
+            try:
+                converted, warnings = convert_object(original)
+            except ConversionError as error:
+                outcome = ReadOutcome("EC2NodeClass", name, ReadReason.REFUSED, str(error)[:MESSAGE_LIMIT])
+            else:
+                reason, message = _converted_message("EC2NodeClass", name, warnings)
+                outcome = ReadOutcome("EC2NodeClass", name, reason, message[:MESSAGE_LIMIT])
+                classes.append(_as_read(original, converted))
+        read_classes[name] = outcome
+        outcomes.append(outcome)
+    for original in sorted(karpenter_pools, key=_name_of):
+        name = _name_of(original)
+        if name in pool_names:
+            outcomes.append(ReadOutcome("NodePool", name, ReadReason.SHADOWED, f"Joiner reads its own joiner.dev/v1 NodePool {name} instead"))
+            continue
+        try:
+            converted, warnings = convert_object(original)
+        except ConversionError as error:
+            outcomes.append(ReadOutcome("NodePool", name, ReadReason.REFUSED, str(error)[:MESSAGE_LIMIT]))
+            continue
+        class_name = str(converted["spec"]["template"]["spec"]["nodeClassRef"]["name"])
+        class_outcome = read_classes.get(class_name)
+        if class_outcome is None or not class_outcome.read:
+            why = "does not exist" if class_outcome is None else f"is not read ({class_outcome.reason}: {class_outcome.message})"
+            outcomes.append(ReadOutcome("NodePool", name, ReadReason.NODE_CLASS_NOT_READ, f"its EC2NodeClass {class_name} {why}"[:MESSAGE_LIMIT]))
+            continue
+        reason, message = _converted_message("NodePool", name, warnings)
+        outcomes.append(ReadOutcome("NodePool", name, reason, message[:MESSAGE_LIMIT]))
+        pools.append(_as_read(original, converted))
+    return KarpenterView(tuple(pools), tuple(classes), tuple(outcomes))
+
+
+def conversion_conditions(outcome: ReadOutcome, current: Mapping[str, Any] | None, stamp: str) -> list[dict[str, Any]] | None:
+    """The object's ``status.conditions`` with its ``JoinerConverted`` condition set to
+    ``outcome`` (the others kept as they are), or None when it already says that. ``stamp``
+    is now (RFC 3339): the transition time, kept while the status holds."""
+    status = current.get("status") if current is not None else None
+    conditions = [c for c in (status.get("conditions") or [] if isinstance(status, Mapping) else []) if isinstance(c, Mapping)]
+    previous = next((c for c in conditions if c.get("type") == CONDITION_TYPE), None)
+    wanted: dict[str, Any] = {"type": CONDITION_TYPE, "status": "True" if outcome.read else "False",
+                              "reason": str(outcome.reason), "message": outcome.message}
+    metadata = current.get("metadata") if current is not None else None
+    generation = metadata.get("generation") if isinstance(metadata, Mapping) else None
+    if isinstance(generation, int):
+        wanted["observedGeneration"] = generation
+    if previous is not None and all(previous.get(key) == value for key, value in wanted.items()):
+        return None
+    kept = previous.get("lastTransitionTime") if previous is not None and previous.get("status") == wanted["status"] else None
+    wanted["lastTransitionTime"] = kept or stamp
+    return [*(dict(c) for c in conditions if c.get("type") != CONDITION_TYPE), wanted]
