@@ -562,7 +562,7 @@ def _converted_message(kind: str, name: str, warnings: list[str]) -> tuple[ReadR
         return ReadReason.CONVERTED, f"read by Joiner as {target} {name}"
     label = f"{kind} {name}: "
     drops = "; ".join(w[len(label):] if w.startswith(label) else w for w in warnings)
-    return ReadReason.CONVERTED_WITH_DROPS, f"read by Joiner as {target} {name}, without what it cannot express: {drops}"
+    return ReadReason.CONVERTED_WITH_DROPS, f"read by Joiner as {target} {name}, with these differences: {drops}"
 
 
 def read_karpenter(joiner_pools: Iterable[Mapping[str, Any]], joiner_classes: Iterable[Mapping[str, Any]],
