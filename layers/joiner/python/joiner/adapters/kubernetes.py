@@ -566,11 +566,14 @@ class KubernetesClient:
         view = read_karpenter(pools, classes, karpenter_pools, karpenter_classes)
         originals = {("EC2NodeClass", str(o["metadata"].get("name"))): o for o in karpenter_classes}
         originals.update({("NodePool", str(o["metadata"].get("name"))): o for o in karpenter_pools})
+        written = False
         for outcome in view.outcomes:
             original = originals.get((outcome.kind, outcome.name))
             if original is not None:
-                self._report_karpenter(outcome, original)
-        return view
+                written = self._report_karpenter(outcome, original) or written
+        # What is planned with carries the condition just written: a status write computed from
+        # it keeps the condition instead of dropping it until the next read.
+        return read_karpenter(pools, classes, karpenter_pools, karpenter_classes) if written else view
 
     def _list_karpenter(self, path: str, kind: str, api_version: str) -> list[JsonDict]:
         """Karpenter's objects; none when their CRD is not installed (404). A refusal (403) is
@@ -586,16 +589,17 @@ class KubernetesClient:
                 raise KubernetesError(f"{error} (JOINER_KARPENTER_CRDS is on: apply manifests/rbac-karpenter.yaml)", status=403) from None
             raise
 
-    def _report_karpenter(self, outcome: ReadOutcome, original: JsonDict) -> None:
+    def _report_karpenter(self, outcome: ReadOutcome, original: JsonDict) -> bool:
         """Write ``outcome`` as the object's ``JoinerConverted`` condition when it changed
         (conditional on the version read: a 409 leaves it to the next read), with a Warning
-        Event when the object is not read. A status write RBAC refuses is logged: the Event says it."""
+        Event when the object is not read. A status write RBAC refuses is logged: the Event says it.
+        True when the condition was written (``original`` then holds it)."""
         from joiner.domain.karpenter import conversion_conditions
 
         stamp = self._clock.now().astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         conditions = conversion_conditions(outcome, original, stamp)
         if conditions is None:
-            return
+            return False
         meta = original.get("metadata") or {}
         path = KARPENTER_NODE_POOLS_PATH if outcome.kind == "NodePool" else KARPENTER_NODE_CLASSES_PATH
         logger.info("karpenter object read" if outcome.read else "karpenter object not read",
@@ -607,9 +611,15 @@ class KubernetesClient:
                 logger.warning("writing an event failed", extra={"object": outcome.name, "error": str(error)})
         patch = {"metadata": {"resourceVersion": meta.get("resourceVersion")}, "status": {"conditions": conditions}}
         try:
-            self._request("PATCH", f"{path}/{_segment(outcome.name)}/status", body=patch, content_type=MERGE_PATCH, accept={404, 409})
+            code, _ = self._request("PATCH", f"{path}/{_segment(outcome.name)}/status", body=patch, content_type=MERGE_PATCH, accept={404, 409})
         except KubernetesError as error:
             logger.warning("JoinerConverted condition not written", extra={"kind": outcome.kind, "object": outcome.name, "error": str(error)})
+            return False
+        if code in (404, 409):
+            return False
+        status = original.get("status")
+        original["status"] = {**(status if isinstance(status, dict) else {}), "conditions": conditions}
+        return True
 
     def list_runtime_classes(self) -> list[JsonDict]:
         return self._list("/apis/node.k8s.io/v1/runtimeclasses", "RuntimeClass", "node.k8s.io/v1")
