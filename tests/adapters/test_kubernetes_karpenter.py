@@ -118,12 +118,15 @@ def test_status_of_a_converted_object_goes_to_the_karpenter_object(karpenter: Ku
     karpenter.apply(stored(karpenter_pool("k", "k")))
     kube = client(karpenter)
     (pool,) = kube.list_node_pools()
-    others = pool["status"]["conditions"]  # what the scanner's status write starts from: our condition among them
+    converted = pool["status"]["conditions"]  # the objects planned with carry the condition just written
+    assert [c["type"] for c in converted] == [CONDITION_TYPE]
     ready = {"type": "Ready", "status": "True", "reason": "Ready", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}
-    kube.patch_node_pool_status("k", {"resources": {"cpu": "4", "nodes": "1"}, "nodes": 1, "conditions": [*others, ready]})
+    # a status computed from an older read (without the condition) does not take it away
+    kube.patch_node_pool_status("k", {"resources": {"cpu": "4", "nodes": "1"}, "nodes": 1, "conditions": [ready]})
     status = karpenter.get(POOLS, "k")["status"]  # type: ignore[index]
     assert status["nodes"] == 1 and status["resources"]["cpu"] == "4"
-    assert {c["type"] for c in status["conditions"]} == {CONDITION_TYPE, "Ready"}
+    assert [c["type"] for c in status["conditions"]] == ["Ready", CONDITION_TYPE]
+    assert next(c for c in status["conditions"] if c["type"] == CONDITION_TYPE) == condition(karpenter, POOLS, "k")
     kube.patch_node_class_status("k", {"subnets": [{"id": "subnet-0a", "zone": "us-east-1a"}], "securityGroups": [{"id": "sg-0a"}],
                                        "amis": [], "conditions": [ready]})
     assert karpenter.get(CLASSES, "k")["status"]["subnets"] == [{"id": "subnet-0a", "zone": "us-east-1a"}]  # type: ignore[index]

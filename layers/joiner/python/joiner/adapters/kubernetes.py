@@ -771,8 +771,7 @@ class KubernetesClient:
         code, _ = self._request("PATCH", f"{NODE_POOLS_PATH}/{_segment(name)}/status", body={"status": status},
                                 content_type=MERGE_PATCH, accept={404})
         if code == 404 and self.karpenter:  # no Joiner NodePool of that name: Karpenter's, read converted
-            code, _ = self._request("PATCH", f"{KARPENTER_NODE_POOLS_PATH}/{_segment(name)}/status", body={"status": status},
-                                    content_type=MERGE_PATCH, accept={404})
+            code = self._patch_karpenter_status(KARPENTER_NODE_POOLS_PATH, name, status)
         if code == 404:
             logger.info("NodePool is gone; status not written", extra={"nodepool": name})
 
@@ -782,10 +781,27 @@ class KubernetesClient:
         code, _ = self._request("PATCH", f"{NODE_CLASSES_PATH}/{_segment(name)}/status", body={"status": status},
                                 content_type=MERGE_PATCH, accept={404})
         if code == 404 and self.karpenter:  # no Joiner NodeClass of that name: Karpenter's EC2NodeClass, read converted
-            code, _ = self._request("PATCH", f"{KARPENTER_NODE_CLASSES_PATH}/{_segment(name)}/status", body={"status": status},
-                                    content_type=MERGE_PATCH, accept={404})
+            code = self._patch_karpenter_status(KARPENTER_NODE_CLASSES_PATH, name, status)
         if code == 404:
             logger.info("NodeClass is gone; status not written", extra={"nodeclass": name})
+
+    def _patch_karpenter_status(self, path: str, name: str, status: JsonDict) -> int:
+        """The status Joiner computed for a converted object, on the Karpenter object, with the
+        ``JoinerConverted`` condition as it is there (this adapter alone writes that one: a
+        status computed from an older read must not take it away). The HTTP status (404: gone)."""
+        from joiner.domain.karpenter import CONDITION_TYPE
+
+        code, current = self._request("GET", f"{path}/{_segment(name)}", accept={404})
+        if code == 404:
+            return code
+        current_status = current.get("status") if isinstance(current, dict) else None
+        ours = [c for c in (current_status.get("conditions") or [] if isinstance(current_status, dict) else [])
+                if isinstance(c, dict) and c.get("type") == CONDITION_TYPE]
+        if "conditions" in status:
+            status = {**status, "conditions": [*(c for c in status["conditions"] if c.get("type") != CONDITION_TYPE), *ours]}
+        code, _ = self._request("PATCH", f"{path}/{_segment(name)}/status", body={"status": status},
+                                content_type=MERGE_PATCH, accept={404})
+        return code
 
 
 def _segment(value: str) -> str:
