@@ -791,10 +791,11 @@ class KubernetesClient:
         status computed from an older read must not take it away). The HTTP status (404: gone)."""
         from joiner.domain.karpenter import CONDITION_TYPE
 
-        code, current = self._request("GET", f"{path}/{_segment(name)}", accept={404})
-        if code == 404:
-            return code
-        current_status = current.get("status") if isinstance(current, dict) else None
+        # listed by name, not got: rbac-karpenter.yaml grants list only
+        found = self._list(path, "", "", fieldSelector=f"metadata.name={name}")
+        if not found:
+            return 404
+        current_status = found[0].get("status")
         ours = [c for c in (current_status.get("conditions") or [] if isinstance(current_status, dict) else [])
                 if isinstance(c, dict) and c.get("type") == CONDITION_TYPE]
         if "conditions" in status:
