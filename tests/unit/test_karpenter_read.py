@@ -162,3 +162,18 @@ def test_the_condition_is_set_kept_and_others_left_alone() -> None:
     refused = conversion_conditions(ReadOutcome("NodePool", "default", ReadReason.REFUSED, "no"), written, "2026-03-01T00:00:00Z")
     assert refused is not None and refused[1]["status"] == "False" and refused[1]["lastTransitionTime"] == "2026-03-01T00:00:00Z"
     assert [c["type"] for c in refused] == ["Ready", CONDITION_TYPE]
+
+
+def test_importing_the_objects_later_drifts_no_node() -> None:
+    """Switching from reading in place to `import-karpenter`'s joiner.dev objects (which then
+    shadow Karpenter's) keeps every node: the same translation, the same hashes."""
+    from joiner.domain.karpenter import convert_documents
+    from joiner.domain.model import nodeclass_hash, nodepool_hash
+
+    pool = karpenter_pool()
+    pool["spec"]["template"]["metadata"] = {"labels": {"team": "web"}, "annotations": {"example.com/owner": "web"}}
+    view = read_karpenter([], [], [pool], [ec2_node_class()])
+    imported = convert_documents([ec2_node_class(), pool]).documents
+    read_pool, imported_pool = parse_node_pool(view.node_pools[0]), parse_node_pool(imported[1])
+    assert nodepool_hash(read_pool) == nodepool_hash(imported_pool) and read_pool.requirements == imported_pool.requirements
+    assert nodeclass_hash(parse_node_class(view.node_classes[0])) == nodeclass_hash(parse_node_class(imported[0]))
