@@ -6,35 +6,18 @@ not read) on each Karpenter object, status writes routed to them, and failures t
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from joiner.adapters.kubernetes import KubernetesClient
 from joiner.domain.karpenter import CONDITION_TYPE
 from joiner.ports import KubernetesError
 from joiner.settings import Settings
 from tests.support.fakes import node_class_json, node_pool_json
+from tests.support.karpenter import CLASSES, POOLS, ec2_node_class, install_karpenter_crds, karpenter_pool, stored
 from tests.support.kube_emulator import KubeEmulator
 from tests.support.kube_fixtures import kube_emulator  # noqa: F401 - fixture
-from tests.unit.test_karpenter_read import ec2_node_class, karpenter_pool
-
-KARPENTER_CRDS = Path(__file__).resolve().parents[1] / "data" / "karpenter-crds"
-POOLS = "nodepools.karpenter.sh"
-CLASSES = "ec2nodeclasses.karpenter.k8s.aws"
-
-
-def install_karpenter_crds(emulator: KubeEmulator) -> None:
-    for path in sorted(KARPENTER_CRDS.glob("*.yaml")):
-        emulator.apply(yaml.safe_load(path.read_text(encoding="utf-8")))
-
-
-def stored(obj: dict[str, Any]) -> dict[str, Any]:
-    """As a user applies it: no uid, version or status (the API server sets those)."""
-    meta = {k: v for k, v in obj["metadata"].items() if k == "name"}
-    return {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "metadata": meta, "spec": obj["spec"]}
 
 
 @pytest.fixture

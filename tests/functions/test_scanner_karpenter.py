@@ -12,12 +12,11 @@ import pytest
 
 from joiner.local.lambdas import LambdaContext
 from joiner.settings import Settings
-from tests.adapters.test_kubernetes_karpenter import install_karpenter_crds, stored
 from tests.functions.test_scanner_handler import SCHEDULED_EVENT, load_handler
 from tests.support.fakes import FakeWorld, fake_world, pod_json
+from tests.support.karpenter import ec2_node_class, install_karpenter_crds, karpenter_pool, stored
 from tests.support.kube_emulator import KubeEmulator
 from tests.support.kube_fixtures import kube_emulator  # noqa: F401 - fixture
-from tests.unit.test_karpenter_read import ec2_node_class, karpenter_pool
 
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")
 

@@ -14,11 +14,10 @@ import pytest
 from joiner.domain import labels as wk
 from joiner.domain.karpenter import CONDITION_TYPE
 from joiner.services.provisioning import provision
-from tests.adapters.test_kubernetes_karpenter import CLASSES, POOLS, install_karpenter_crds, stored
 from tests.services.test_provisioning import E2E, E2E_CLUSTER, moto_server  # noqa: F401 - fixture
 from tests.support.fakes import node_json, pod_json
+from tests.support.karpenter import CLASSES, POOLS, ec2_node_class, install_karpenter_crds, karpenter_pool, stored
 from tests.support.kube_fixtures import kube_emulator  # noqa: F401 - fixture
-from tests.unit.test_karpenter_read import ec2_node_class, karpenter_pool
 
 
 @pytest.fixture

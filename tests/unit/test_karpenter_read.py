@@ -19,24 +19,7 @@ from joiner.domain.karpenter import (
     read_karpenter,
 )
 from joiner.domain.snapshot import parse_node_class, parse_node_pool
-
-
-def ec2_node_class(name: str = "default", **spec: Any) -> dict[str, Any]:
-    return {"apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
-            "metadata": {"name": name, "uid": f"uid-{name}", "resourceVersion": "7", "generation": 2},
-            "spec": {"role": "KarpenterNodeRole", "amiSelectorTerms": [{"alias": "al2023@latest"}],
-                     "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "prod"}}],
-                     "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "prod"}}], **spec}}
-
-
-def karpenter_pool(name: str = "default", node_class: str = "default", **spec: Any) -> dict[str, Any]:
-    return {"apiVersion": "karpenter.sh/v1", "kind": "NodePool",
-            "metadata": {"name": name, "uid": f"uid-{name}", "resourceVersion": "9", "generation": 3},
-            "spec": {"template": {"spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": node_class},
-                                           "requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]}]}},
-                     **spec},
-            "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Ready", "message": "",
-                                       "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}
+from tests.support.karpenter import ec2_node_class, karpenter_pool
 
 
 def joiner_object(kind: str, name: str) -> dict[str, Any]:
