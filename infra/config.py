@@ -41,6 +41,7 @@ CONTEXT_KEYS: dict[str, str] = {
     "nodeRoleArn": "node_role_arn",
     "ebsKmsKeyArn": "ebs_kms_key_arn",
     "createAccessEntry": "create_access_entry",
+    "readKarpenterCrds": "read_karpenter_crds",
     "dashboard": "dashboard_enabled",
     "dashboardName": "dashboard_name",
     "logLevel": "log_level",
@@ -126,6 +127,9 @@ class JoinerConfig:
     #: or the account's default EBS key): the launching roles get the grants EC2 needs.
     ebs_kms_key_arn: str | None = None
     create_access_entry: bool = True
+    #: The functions also read Karpenter's v1 NodePools and EC2NodeClasses (``JOINER_KARPENTER_CRDS``;
+    #: apply manifests/rbac-karpenter.yaml too).
+    read_karpenter_crds: bool = False
     #: The functions' log level (POWERTOOLS_LOG_LEVEL).
     log_level: str = "INFO"
     #: Whether this stack creates a CloudWatch dashboard ($3 a month each beyond the account's
@@ -188,6 +192,8 @@ class JoinerConfig:
             fail("ebsKmsKeyArn", f"{self.ebs_kms_key_arn!r} is not a KMS key ARN (arn:aws:kms:<region>:<account>:key/<id>; not an alias)")
         if not isinstance(self.create_access_entry, bool):
             fail("createAccessEntry", f"must be true or false, got {self.create_access_entry!r}")
+        if not isinstance(self.read_karpenter_crds, bool):
+            fail("readKarpenterCrds", f"must be true or false, got {self.read_karpenter_crds!r}")
         if not isinstance(self.dashboard_enabled, bool):
             fail("dashboard", f"must be true or false, got {self.dashboard_enabled!r}")
         if self.log_level not in LOG_LEVELS:
@@ -268,7 +274,7 @@ def _coerce(key: str, raw: Any) -> Any:
         return raw
     if key == "logLevel" and isinstance(raw, str):
         return raw.strip().upper()
-    if key in ("createAccessEntry", "dashboard"):
+    if key in ("createAccessEntry", "dashboard", "readKarpenterCrds"):
         if isinstance(raw, str):
             lowered = raw.strip().lower()
             if lowered in ("true", "yes", "1"):

@@ -84,6 +84,8 @@ class Joiner(Construct):
             "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
             "POWERTOOLS_LOG_LEVEL": config.log_level,
         }
+        if config.read_karpenter_crds:
+            environment["JOINER_KARPENTER_CRDS"] = "true"
         self.functions = JoinerFunctions(
             self, "Functions", layer=self.layer.layer, roles=self.access.roles, role_policies=self.access.policies,
             environment=environment,

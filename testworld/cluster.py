@@ -224,6 +224,23 @@ class SimulatedCluster:
             },
         }
 
+    def set_node_condition(self, name: str, condition: str, status: str, reason: str, message: str = "") -> None:
+        """A kubelet or the EKS node monitoring agent reports ``condition`` in ``status`` on
+        Node ``name`` (the transition time now when the status changes); the other conditions stay."""
+        node = self.emulator.get("Node", name)
+        if node is None:
+            return
+        conditions = [dict(c) for c in (node.get("status") or {}).get("conditions") or []]
+        now = stamp(self.now())
+        previous = next((c for c in conditions if c.get("type") == condition), None)
+        since = previous.get("lastTransitionTime") if previous is not None and previous.get("status") == status else now
+        updated = {"type": condition, "status": status, "reason": reason, "message": message,
+                   "lastTransitionTime": since, "lastHeartbeatTime": now}
+        self._write_node_conditions(name, [*(c for c in conditions if c.get("type") != condition), updated])
+
+    def _write_node_conditions(self, name: str, conditions: list[dict[str, Any]]) -> None:
+        self.emulator.patch("Node", name, {"status": {"conditions": conditions}})
+
     def instance_gone(self, instance_id: str) -> list[str]:
         """The instance died: the node lifecycle controller deletes its Node and pod GC the
         pods still bound to it (returned: they were lost)."""

@@ -366,6 +366,11 @@ class RealCluster(SimulatedCluster):
         assert registered is not None
         return registered
 
+    def _write_node_conditions(self, name: str, conditions: list[dict[str, Any]]) -> None:
+        """As the node's kubelet, through ``nodes/status``."""
+        self._kube.node_api(name).request("PATCH", f"/api/v1/nodes/{_quote(name)}/status", {"status": {"conditions": conditions}},
+                                          content_type="application/merge-patch+json", ok=(404,))
+
     def _lift_not_ready(self, name: str) -> None:
         """The node lifecycle controller: a Ready node loses TaintNodesByCondition's not-ready taint."""
         for _ in range(5):

@@ -16,6 +16,8 @@ arrive and leave, the interruptions EC2 delivers, and the outcomes expected.
       scale: {workload: inflate, replicas: 20}
     - at: 6m
       spotInterruption: {nodePool: spot}
+    - at: 8m                 # the node monitoring agent (or the kubelet) reports a condition
+      nodeCondition: {nodePool: general, type: NetworkingReady, status: "False"}
     expect:
     - nodes: {c5.2xlarge: 3}
       at: 5m
@@ -65,7 +67,9 @@ CHECKS: Mapping[str, str] = {
 }
 #: Handlers a check may declare it needs (``requires``); it is skipped when one is missing.
 KNOWN_HANDLERS = ("scanner", "disruption", "gc", "interruption", "termination")
-_EVENT_KINDS = ("scale", "delete", "spotInterruption", "rebalanceRecommendation", "capacityError")
+_EVENT_KINDS = ("scale", "delete", "spotInterruption", "rebalanceRecommendation", "capacityError", "nodeCondition")
+#: What a ``nodeCondition`` event may set a condition to.
+CONDITION_STATUSES = ("True", "False", "Unknown")
 #: Capacity types a ``capacityError`` may name.
 CAPACITY_TYPES = ("spot", "on-demand")
 
@@ -108,7 +112,10 @@ class Event:
     or ``rebalanceRecommendation`` (target: nodePool / instanceType / index among the matching
     running spot instances, oldest first); ``capacityError`` (EC2 answers CreateFleet overrides
     of ``instance_types`` x ``zones`` x ``capacity_type`` — empty: any — with
-    ``InsufficientInstanceCapacity`` from ``at`` until ``until``, None: the end)."""
+    ``InsufficientInstanceCapacity`` from ``at`` until ``until``, None: the end); ``nodeCondition``
+    (the Node of a running instance, chosen as for an interruption but of any capacity type, gets
+    condition ``condition`` in ``status`` with ``reason``, as a kubelet or the EKS node monitoring
+    agent reports it)."""
 
     at: timedelta
     kind: str
@@ -122,6 +129,9 @@ class Event:
     zones: tuple[str, ...] = ()
     capacity_type: str | None = None
     until: timedelta | None = None
+    condition: str = ""
+    status: str = ""
+    reason: str = ""
 
     def fails(self, instance_type: str, zone: str, capacity_type: str) -> bool:
         """Whether this ``capacityError`` covers the offering (time aside)."""
@@ -315,10 +325,27 @@ def _event(raw: object, where: str, workloads: Mapping[str, Workload]) -> Event:
         return Event(at, "scale", workload=workload, replicas=replicas, where=where)
     if kind == "capacityError":
         return _capacity_error(body, at, path, where)
+    if kind == "nodeCondition":
+        return _node_condition(body, at, path, where)
     _unknown(body, ("nodePool", "instanceType", "index"), path)
     node_pool = _string(body["nodePool"], f"{path}.nodePool") if "nodePool" in body else None
     instance_type = _string(body["instanceType"], f"{path}.instanceType") if "instanceType" in body else None
     return Event(at, kind, node_pool=node_pool, instance_type=instance_type, index=_count(body.get("index", 0), f"{path}.index"), where=where)
+
+
+def _node_condition(body: Mapping[str, Any], at: timedelta, path: str, where: str) -> Event:
+    _unknown(body, ("nodePool", "instanceType", "index", "type", "status", "reason"), path)
+    condition = _string(body.get("type"), f"{path}.type")
+    status = body.get("status")
+    if isinstance(status, bool):  # YAML reads an unquoted False as a boolean
+        status = str(status)
+    if status not in CONDITION_STATUSES:
+        raise ScenarioError(f"{path}.status: must be one of {', '.join(CONDITION_STATUSES)}, got {body.get('status')!r}")
+    reason = _string(body.get("reason"), f"{path}.reason", default="ScenarioEvent")
+    node_pool = _string(body["nodePool"], f"{path}.nodePool") if "nodePool" in body else None
+    instance_type = _string(body["instanceType"], f"{path}.instanceType") if "instanceType" in body else None
+    return Event(at, "nodeCondition", node_pool=node_pool, instance_type=instance_type, index=_count(body.get("index", 0), f"{path}.index"),
+                 where=where, condition=condition, status=str(status), reason=reason)
 
 
 def _strings(value: object, where: str, allowed: Sequence[str] | None = None, what: str = "") -> tuple[str, ...]:

@@ -737,6 +737,9 @@ class Simulation:
             until = f"until {_fmt_delta(event.until)}" if event.until is not None else "until the end"
             self._note("ec2", f"no capacity: {event.describe_offerings()}", f"CreateFleet answers InsufficientInstanceCapacity {until}")
             return
+        if event.kind == "nodeCondition":
+            self._node_condition(event)
+            return
         candidates = [
             i for i in self.ec2.running()
             if i.managed and i.capacity_type == "spot" and i.instance_id in self.cluster.registered
@@ -760,6 +763,22 @@ class Simulation:
         record = self.ec2.interrupt(instance, node, pods)
         self._note("ec2", f"spot interruption warning for {instance.instance_id}",
                    f"node {node} ({instance.instance_type}, {pods} pods); EC2 reclaims it at {_fmt_delta(record.deadline - self.start)}")
+
+    def _node_condition(self, event: Any) -> None:
+        """A Node reports a condition (its kubelet, or the EKS node monitoring agent)."""
+        candidates = sorted(
+            (i for i in self.ec2.running() if i.managed and i.instance_id in self.cluster.registered
+             and (event.node_pool is None or i.node_pool == event.node_pool)
+             and (event.instance_type is None or i.instance_type == event.instance_type)),
+            key=lambda i: (i.launched, i.instance_id))
+        if event.index >= len(candidates):
+            self._note("scenario", f"node condition {event.condition}={event.status} requested", f"no running node matches ({event.where})")
+            self.result.handler_errors.append(f"{event.where}: no running node matched the node condition")
+            return
+        node = self.cluster.registered[candidates[event.index].instance_id]
+        self.cluster.set_node_condition(node, event.condition, event.status, event.reason)
+        self._note("node-monitoring", f"node {node} reports {event.condition}={event.status}",
+                   f"{len(self.cluster.pods_on(node))} pods on it; reason {event.reason}")
 
     def _rebalance_policy(self, pool: str) -> str:
         obj = self.emulator.get("NodePool", pool) if pool else None

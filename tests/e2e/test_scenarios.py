@@ -1,5 +1,5 @@
 """End to end: the example scenarios beyond the classic one (capacity errors, rebalance
-recommendations, PodDisruptionBudgets, consolidation), each run once through the same machinery
+recommendations, PodDisruptionBudgets, consolidation, static NodePools, node repair), each run once through the same machinery
 as ``joiner simulate`` and its concrete outcomes asserted in simulated time."""
 
 from __future__ import annotations
@@ -167,3 +167,29 @@ def test_a_static_pool_keeps_its_replicas_and_pods_launch_only_the_dynamic_one(s
     # both replicas in the first scanner round, with no pod pending; the pods' extra node from `burst`
     assert [(_at(static, i.launched), i.instance_type) for i in managed] == [(minute, "c5.large"), (minute, "c5.large"), (3 * minute, "c5.xlarge")]
     assert static.pods_lost == 0
+
+
+# ---------------------------------------------------------------- node auto repair
+
+
+@pytest.fixture(scope="module")
+def repair() -> Iterator[SimulationResult]:
+    yield _run("repair")
+
+
+def test_a_node_not_ready_past_its_repair_time_is_replaced_and_its_pod_moves(repair: SimulationResult) -> None:
+    assert not repair.handler_errors and repair.passed, [c for c in repair.checks if not c.passed]
+    minute = timedelta(minutes=1)
+    (reported,) = [e for e in repair.entries if e.source == "node-monitoring"]
+    assert reported.event.endswith("reports Ready=False")
+    unhealthy = reported.event.split()[1]
+    managed = sorted((i for i in repair.instances if i.managed), key=lambda i: (i.launched, i.instance_id))
+    (gone,) = [i for i in managed if i.terminated is not None]
+    assert gone.private_dns == unhealthy and gone.terminated_by == "joiner"
+    # not before the repair time (30 minutes from 4:00), at the first disruption pass after it
+    assert 34 * minute <= _at(repair, gone.terminated) <= 35 * minute
+    replacement = managed[-1]
+    assert len(managed) == 4 and _at(repair, replacement.launched) == _at(repair, gone.terminated)
+    (moved,) = repair.pod_deletions
+    assert moved.node == unhealthy and moved.function == "disruption"
+    assert repair.pods_lost == 0

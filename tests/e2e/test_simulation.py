@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+import yaml
 
 from testworld.cli import main
 from testworld.lambdas import handler_path
@@ -238,6 +239,10 @@ def test_simulate_exits_1_naming_the_failed_expectation_and_writes_the_report(tm
         ("events:\n- {at: 1m, capacityError: {instanceTypes: []}}\n", "events[0].capacityError.instanceTypes: must not be empty"),
         ("events:\n- {at: 1m, capacityError: {colour: red}}\n", "events[0].capacityError.colour: unknown field"),
         ("events:\n- {at: 1m, rebalanceRecommendation: {nodePool: [a]}}\n", "events[0].rebalanceRecommendation.nodePool: must be a non-empty string"),
+        ("events:\n- {at: 1m, nodeCondition: {status: 'False'}}\n", "events[0].nodeCondition.type: must be a non-empty string"),
+        ("events:\n- {at: 1m, nodeCondition: {type: Ready, status: Broken}}\n", "events[0].nodeCondition.status: must be one of True, False, Unknown"),
+        ("events:\n- {at: 1m, nodeCondition: {type: Ready}}\n", "events[0].nodeCondition.status: must be one of True, False, Unknown, got None"),
+        ("events:\n- {at: 1m, nodeCondition: {type: Ready, status: 'False', colour: red}}\n", "events[0].nodeCondition.colour: unknown field"),
         ("expect:\n- {costPerHourAtMost: cheap}\n", "expect[0].costPerHourAtMost: must be a non-negative number"),
         ("expect:\n- {rebalancesHandled: 1}\n", "expect[0].rebalancesHandled: must be true or false"),
     ],
@@ -253,6 +258,15 @@ def test_malformed_scenarios_exit_2_with_one_line_naming_the_field(
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("joiner simulate: ") and message in lines[0], err
     assert "Traceback" not in err
+
+
+def test_a_node_condition_event_reads_yamls_unquoted_false_as_the_condition_status() -> None:
+    from joiner.local.scenario import parse_scenario
+
+    scenario = parse_scenario(yaml.safe_load("events:\n- {at: 1m, nodeCondition: {nodePool: p, index: 1, type: NetworkingReady, status: False}}\n"))
+    (event,) = scenario.events
+    assert (event.kind, event.condition, event.status, event.reason, event.node_pool, event.index) == (
+        "nodeCondition", "NetworkingReady", "False", "ScenarioEvent", "p", 1)
 
 
 def test_a_missing_scenario_file_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

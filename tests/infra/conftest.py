@@ -76,6 +76,7 @@ def synthesized_private(tmp_path_factory: pytest.TempPathFactory) -> Synthesized
             "interruptionQueueAgeAlarmSeconds": "45",
             "dashboardName": "platform-private",
             "logLevel": "debug",
+            "readKarpenterCrds": "true",
         },
         tmp_path_factory.mktemp("cdk-private"),
     )

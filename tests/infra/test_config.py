@@ -29,6 +29,12 @@ def test_a_dashboard_only_when_asked_for():
     assert from_context(clusterName="prod", dashboardName="ops").dashboard == "ops"  # a name asks for one
 
 
+def test_reading_karpenters_objects_is_off_unless_asked_for():
+    assert from_context(clusterName="prod").read_karpenter_crds is False
+    assert from_context(clusterName="prod", readKarpenterCrds="true").read_karpenter_crds is True
+    assert from_context(clusterName="prod", readKarpenterCrds=False).read_karpenter_crds is False
+
+
 def test_cdk_json_types_are_accepted():
     config = from_context(clusterName="prod", logRetentionDays=7, createAccessEntry=True, scannerMode="economy")
     assert (config.log_retention_days, config.create_access_entry, config.scanner_mode) == (7, True, "economy")
@@ -66,6 +72,7 @@ def test_node_role_name_comes_from_the_arn_path():
         ({"clusterName": "a", "nodeRoleArn": "NodeRole"}, "context 'nodeRoleArn': 'NodeRole' is not an IAM role ARN"),
         ({"clusterName": "a", "createAccessEntry": "maybe"}, "context 'createAccessEntry': must be true or false"),
         ({"clusterName": "a", "dashboard": "sometimes"}, "context 'dashboard': must be true or false"),
+        ({"clusterName": "a", "readKarpenterCrds": "perhaps"}, "context 'readKarpenterCrds': must be true or false"),
         ({"clusterName": "a", "dashboard": 3}, "context 'dashboard': must be true or false"),
         ({"clusterName": "a", "logLevel": "loud"}, "context 'logLevel': must be one of DEBUG, INFO, WARNING, ERROR, got 'LOUD'"),
         ({"clusterName": "a", "dashboardName": "my dashboard"}, "context 'dashboardName': 'my dashboard' is not a dashboard name"),

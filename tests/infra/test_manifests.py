@@ -233,3 +233,20 @@ def test_documented_kubectl_commands_name_joiner_and_karpenter_resources_unambig
         for argument in command.split()[2:] for resource in argument.split(",") if AMBIGUOUS.match(resource)
     ]
     assert ambiguous == []
+
+
+def test_the_documented_karpenter_permission_table_is_the_karpenter_rbac_manifest():
+    """docs/kubernetes.md lists exactly what manifests/rbac-karpenter.yaml grants, to joiner:controller only."""
+    role, binding = load("rbac-karpenter.yaml")
+    granted = {(group, resource, frozenset(rule["verbs"])) for rule in role["rules"] for group in rule["apiGroups"] for resource in rule["resources"]}
+    text = (MANIFESTS.parent / "docs" / "kubernetes.md").read_text()
+    section = text.split("## Permissions for reading Karpenter's objects", 1)[1].split("\n## ", 1)[0]
+    documented = set()
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and cells[1].startswith("`"):
+            documented.add((cells[0], cells[1].strip("`"), frozenset(v.strip() for v in cells[2].split(","))))
+    assert documented == granted
+    assert all(verbs <= {"list", "patch"} for _, _, verbs in granted)
+    assert binding["roleRef"]["name"] == role["metadata"]["name"] == "joiner-karpenter"
+    assert binding["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "joiner:controller"}]

@@ -213,6 +213,7 @@ def test_function_runtime_architecture_layer_environment(synthesized, spec):
     assert env["JOINER_WORK_QUEUE_URL"] == {"Ref": logical_id(synthesized, "AWS::SQS::Queue", "WorkQueueWorkQueue")}
     assert env["JOINER_SCANNER_MODE"] == "economy"  # one round per run: responsive mode's waiting is the watcher's
     assert env["JOINER_NODE_ROLE"] == {"Ref": logical_id(synthesized, "AWS::IAM::Role", "NodeRole")}
+    assert "JOINER_KARPENTER_CRDS" not in env  # Karpenter's objects are read only when asked for
     assert (env["POWERTOOLS_SERVICE_NAME"], env["POWERTOOLS_METRICS_NAMESPACE"]) == ("joiner", "Joiner")
     log_group = synthesized.template["Resources"][properties["LoggingConfig"]["LogGroup"]["Ref"]]
     assert log_group["Properties"]["RetentionInDays"] == 30
@@ -586,6 +587,7 @@ def test_private_variant_runs_functions_in_the_given_subnets(synthesized_private
         assert properties["VpcConfig"]["SubnetIds"] == ["subnet-0123456789abcdef0", "subnet-0123456789abcdef1"]
         assert properties["Environment"]["Variables"]["JOINER_SCANNER_MODE"] == "economy"
         assert properties["Environment"]["Variables"]["JOINER_NODE_ROLE"] == "MyNodeRole"
+        assert properties["Environment"]["Variables"]["JOINER_KARPENTER_CRDS"] == "true"  # -c readKarpenterCrds=true
     (group,) = synthesized_private.resources("AWS::EC2::SecurityGroup").values()
     assert group["Properties"]["SecurityGroupEgress"] == [
         {"CidrIp": "0.0.0.0/0", "Description": "EKS API server and AWS service endpoints", "FromPort": 443, "IpProtocol": "tcp", "ToPort": 443}

@@ -532,6 +532,24 @@ def test_capacity_reservations_and_the_reserved_capacity_type_are_kept():
     assert not any("capacityReservation" in w or "reserved" in w for w in result.warnings), result.warnings
 
 
+
+def test_a_static_node_pool_keeps_its_replicas():
+    static = _node_pool({"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}, [])
+    static["spec"].update(replicas=3, limits={"nodes": 5})
+    result = convert_documents([NODE_CLASS_V1, static])
+    pool = next(d for d in result.documents if d.get("kind") == "NodePool")
+    assert pool["spec"]["replicas"] == 3 and pool["spec"]["limits"] == {"nodes": 5}
+    assert parse_node_pool(pool).replicas == 3
+    assert not any("replicas" in w for w in result.warnings), result.warnings
+
+
+def test_a_static_node_pool_with_a_weight_is_refused_as_joiner_would_reject_it():
+    static = _node_pool({"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}, [])
+    static["spec"].update(replicas=3, weight=10)
+    with pytest.raises(ConversionError, match="NodePool p: Joiner would reject the converted object: .*weight"):
+        convert_documents([static])
+
+
 # ---------------------------------------------------------------- NodeOverlay
 
 KARPENTER_OVERLAY = {

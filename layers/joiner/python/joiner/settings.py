@@ -35,6 +35,8 @@ class Settings:
     scanner_function: str = ""  # the watcher wakes this function (the scanner's name)
     #: ``kubectl delete nodeclaim/node`` drains through Joiner's finalizer (off: the finalizers are removed)
     delete_to_drain: bool = True
+    #: also read Karpenter's karpenter.sh/v1 NodePools and karpenter.k8s.aws/v1 EC2NodeClasses, converted
+    karpenter_crds: bool = False
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -80,6 +82,7 @@ class Settings:
             node_role=env.get("JOINER_NODE_ROLE", ""),
             scanner_function=env.get("JOINER_PLANNER_FUNCTION", ""),
             delete_to_drain=env.get("JOINER_DELETE_TO_DRAIN", "true").strip().lower() not in ("0", "false", "no"),
+            karpenter_crds=env.get("JOINER_KARPENTER_CRDS", "").strip().lower() in ("1", "true", "yes"),
         )
 
 

@@ -6,6 +6,13 @@ uses underneath) and imports nothing from the ``kubernetes`` package: importing
 second of every cold start for code Joiner never calls. Only :meth:`KubernetesClient.from_kubeconfig`
 (local runs) uses the official kubeconfig loader.
 
+With ``karpenter=True`` (``JOINER_KARPENTER_CRDS``), :meth:`KubernetesClient.list_node_pools`
+and :meth:`KubernetesClient.list_node_classes` also read Karpenter's ``karpenter.sh/v1``
+NodePools and ``karpenter.k8s.aws/v1`` EC2NodeClasses, converted as ``joiner import-karpenter``
+converts them (:func:`joiner.domain.karpenter.read_karpenter`), and write each one's
+``JoinerConverted`` condition (an Event too when it is not read); status writes for a converted
+object go to the Karpenter object.
+
 Failure handling: 429, 500, 502, 503, 504, timeouts and connection errors are retried with
 exponential backoff and full jitter (``Retry-After`` honoured, capped), at most
 ``max_attempts`` attempts in all, then :class:`joiner.ports.KubernetesError` names the method,
@@ -24,7 +31,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
 from joiner.adapters.trimming import decode_trimmed
@@ -32,6 +39,9 @@ from joiner.clock import SystemClock
 from joiner.observability import logger
 from joiner.ports import Clock, EvictionOutcome, JsonDict, KubernetesError, WatchEvent, WatchExpired
 from joiner.settings import Settings
+
+if TYPE_CHECKING:
+    from joiner.domain.karpenter import KarpenterView, ReadOutcome
 
 __all__ = ["MERGE_PATCH", "NODE_CLAIMS_PATH", "NODE_CLASSES_PATH", "NODE_POOLS_PATH", "KubernetesClient", "is_pending_pod", "pending_view"]
 
@@ -41,6 +51,8 @@ NODE_POOLS_PATH = "/apis/joiner.dev/v1/nodepools"
 NODE_CLASSES_PATH = "/apis/joiner.dev/v1/nodeclasses"
 NODE_CLAIMS_PATH = "/apis/joiner.dev/v1/nodeclaims"
 NODE_OVERLAYS_PATH = "/apis/joiner.dev/v1alpha1/nodeoverlays"
+KARPENTER_NODE_POOLS_PATH = "/apis/karpenter.sh/v1/nodepools"
+KARPENTER_NODE_CLASSES_PATH = "/apis/karpenter.k8s.aws/v1/ec2nodeclasses"
 RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
 EVENT_COMPONENT = "joiner"
 USER_AGENT = "joiner/0.1"
@@ -123,6 +135,7 @@ class KubernetesClient:
         clock: Clock | None = None,
         sleep: Callable[[float], None] = time.sleep,
         random: Callable[[], float] = _random.random,
+        karpenter: bool = False,
     ) -> None:
         import urllib3
 
@@ -154,6 +167,8 @@ class KubernetesClient:
         self._clock = clock or SystemClock()
         self._sleep = sleep
         self._random = random
+        #: also read Karpenter's NodePools and EC2NodeClasses (converted)
+        self.karpenter = karpenter
 
     # ------------------------------------------------ construction
 
@@ -166,7 +181,7 @@ class KubernetesClient:
         if settings.kubernetes_host:
             return cls(settings.kubernetes_host, token=settings.kubernetes_token or None,
                        ca_file=settings.kubernetes_ca_file or None, insecure=settings.kubernetes_insecure,
-                       clock=clock, **options)
+                       clock=clock, karpenter=settings.karpenter_crds, **options)
         from joiner.adapters.eks_auth import EksTokenProvider
 
         if eks_client is None or sts_client is None:
@@ -183,7 +198,7 @@ class KubernetesClient:
             raise KubernetesError(f"eks:DescribeCluster {settings.cluster_name}: the answer has no {missing}") from None
         provider = EksTokenProvider(settings.cluster_name, sts_client, clock=clock)
         return cls(endpoint_url, authorization=provider.authorization, invalidate=provider.invalidate,
-                   ca_data=ca_data, clock=clock, **options)
+                   ca_data=ca_data, clock=clock, karpenter=settings.karpenter_crds, **options)
 
     @classmethod
     def from_kubeconfig(cls, path: str, context: str | None = None, **options: Any) -> KubernetesClient:
@@ -554,10 +569,84 @@ class KubernetesClient:
         ]
 
     def list_node_pools(self) -> list[JsonDict]:
-        return self._list(NODE_POOLS_PATH, "NodePool", "joiner.dev/v1")
+        """Joiner's NodePools (with ``karpenter``: and Karpenter's, converted, see :meth:`_karpenter_view`)."""
+        pools = self._list(NODE_POOLS_PATH, "NodePool", "joiner.dev/v1")
+        if not self.karpenter:
+            return pools
+        classes = self._list(NODE_CLASSES_PATH, "NodeClass", "joiner.dev/v1")
+        return list(self._karpenter_view(pools, classes, with_pools=True).node_pools)
 
     def list_node_classes(self) -> list[JsonDict]:
-        return self._list(NODE_CLASSES_PATH, "NodeClass", "joiner.dev/v1")
+        """Joiner's NodeClasses (with ``karpenter``: and Karpenter's EC2NodeClasses, converted)."""
+        classes = self._list(NODE_CLASSES_PATH, "NodeClass", "joiner.dev/v1")
+        if not self.karpenter:
+            return classes
+        return list(self._karpenter_view([], classes, with_pools=False).node_classes)
+
+    def _karpenter_view(self, pools: list[JsonDict], classes: list[JsonDict], *, with_pools: bool) -> KarpenterView:
+        """Karpenter's EC2NodeClasses (and ``with_pools`` its NodePools) read beside Joiner's, each
+        one's ``JoinerConverted`` condition written where it changed."""
+        from joiner.domain.karpenter import read_karpenter  # its converter loads schemas: only when asked
+
+        karpenter_classes = self._list_karpenter(KARPENTER_NODE_CLASSES_PATH, "EC2NodeClass", "karpenter.k8s.aws/v1")
+        karpenter_pools = self._list_karpenter(KARPENTER_NODE_POOLS_PATH, "NodePool", "karpenter.sh/v1") if with_pools else []
+        view = read_karpenter(pools, classes, karpenter_pools, karpenter_classes)
+        originals = {("EC2NodeClass", str(o["metadata"].get("name"))): o for o in karpenter_classes}
+        originals.update({("NodePool", str(o["metadata"].get("name"))): o for o in karpenter_pools})
+        written = False
+        for outcome in view.outcomes:
+            original = originals.get((outcome.kind, outcome.name))
+            if original is not None:
+                written = self._report_karpenter(outcome, original) or written
+        # What is planned with carries the condition just written: a status write computed from
+        # it keeps the condition instead of dropping it until the next read.
+        return read_karpenter(pools, classes, karpenter_pools, karpenter_classes) if written else view
+
+    def _list_karpenter(self, path: str, kind: str, api_version: str) -> list[JsonDict]:
+        """Karpenter's objects; none when their CRD is not installed (404). A refusal (403) is
+        an error naming the manifest that grants the reads: planning without pools that exist
+        would take their nodes for strays."""
+        try:
+            code, _ = self._request("GET", path, query={"limit": "1"}, accept={404})
+            if code == 404:
+                return []
+            return self._list(path, kind, api_version)
+        except KubernetesError as error:
+            if error.status == 403:
+                raise KubernetesError(f"{error} (JOINER_KARPENTER_CRDS is on: apply manifests/rbac-karpenter.yaml)", status=403) from None
+            raise
+
+    def _report_karpenter(self, outcome: ReadOutcome, original: JsonDict) -> bool:
+        """Write ``outcome`` as the object's ``JoinerConverted`` condition when it changed
+        (conditional on the version read: a 409 leaves it to the next read), with a Warning
+        Event when the object is not read. A status write RBAC refuses is logged: the Event says it.
+        True when the condition was written (``original`` then holds it)."""
+        from joiner.domain.karpenter import conversion_conditions
+
+        stamp = self._clock.now().astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        conditions = conversion_conditions(outcome, original, stamp)
+        if conditions is None:
+            return False
+        meta = original.get("metadata") or {}
+        path = KARPENTER_NODE_POOLS_PATH if outcome.kind == "NodePool" else KARPENTER_NODE_CLASSES_PATH
+        logger.info("karpenter object read" if outcome.read else "karpenter object not read",
+                    extra={"kind": outcome.kind, "object": outcome.name, "reason": str(outcome.reason), "detail": outcome.message})
+        if not outcome.read:
+            try:
+                self.create_event(original, str(outcome.reason), outcome.message, "Warning")
+            except KubernetesError as error:
+                logger.warning("writing an event failed", extra={"object": outcome.name, "error": str(error)})
+        patch = {"metadata": {"resourceVersion": meta.get("resourceVersion")}, "status": {"conditions": conditions}}
+        try:
+            code, _ = self._request("PATCH", f"{path}/{_segment(outcome.name)}/status", body=patch, content_type=MERGE_PATCH, accept={404, 409})
+        except KubernetesError as error:
+            logger.warning("JoinerConverted condition not written", extra={"kind": outcome.kind, "object": outcome.name, "error": str(error)})
+            return False
+        if code in (404, 409):
+            return False
+        status = original.get("status")
+        original["status"] = {**(status if isinstance(status, dict) else {}), "conditions": conditions}
+        return True
 
     def list_runtime_classes(self) -> list[JsonDict]:
         return self._list("/apis/node.k8s.io/v1/runtimeclasses", "RuntimeClass", "node.k8s.io/v1")
@@ -708,6 +797,8 @@ class KubernetesClient:
         """Merge patch on the status subresource; a NodePool deleted meanwhile is skipped."""
         code, _ = self._request("PATCH", f"{NODE_POOLS_PATH}/{_segment(name)}/status", body={"status": status},
                                 content_type=MERGE_PATCH, accept={404})
+        if code == 404 and self.karpenter:  # no Joiner NodePool of that name: Karpenter's, read converted
+            code = self._patch_karpenter_status(KARPENTER_NODE_POOLS_PATH, name, status)
         if code == 404:
             logger.info("NodePool is gone; status not written", extra={"nodepool": name})
 
@@ -716,8 +807,29 @@ class KubernetesClient:
         """Merge patch on the NodeClass status subresource; a NodeClass deleted meanwhile is skipped."""
         code, _ = self._request("PATCH", f"{NODE_CLASSES_PATH}/{_segment(name)}/status", body={"status": status},
                                 content_type=MERGE_PATCH, accept={404})
+        if code == 404 and self.karpenter:  # no Joiner NodeClass of that name: Karpenter's EC2NodeClass, read converted
+            code = self._patch_karpenter_status(KARPENTER_NODE_CLASSES_PATH, name, status)
         if code == 404:
             logger.info("NodeClass is gone; status not written", extra={"nodeclass": name})
+
+    def _patch_karpenter_status(self, path: str, name: str, status: JsonDict) -> int:
+        """The status Joiner computed for a converted object, on the Karpenter object, with the
+        ``JoinerConverted`` condition as it is there (this adapter alone writes that one: a
+        status computed from an older read must not take it away). The HTTP status (404: gone)."""
+        from joiner.domain.karpenter import CONDITION_TYPE
+
+        # listed by name, not got: rbac-karpenter.yaml grants list only
+        found = self._list(path, "", "", fieldSelector=f"metadata.name={name}")
+        if not found:
+            return 404
+        current_status = found[0].get("status")
+        ours = [c for c in (current_status.get("conditions") or [] if isinstance(current_status, dict) else [])
+                if isinstance(c, dict) and c.get("type") == CONDITION_TYPE]
+        if "conditions" in status:
+            status = {**status, "conditions": [*(c for c in status["conditions"] if c.get("type") != CONDITION_TYPE), *ours]}
+        code, _ = self._request("PATCH", f"{path}/{_segment(name)}/status", body={"status": status},
+                                content_type=MERGE_PATCH, accept={404})
+        return code
 
 
 def _segment(value: str) -> str:
