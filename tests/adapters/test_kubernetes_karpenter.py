@@ -16,8 +16,8 @@ from joiner.ports import KubernetesError
 from joiner.settings import Settings
 from tests.support.fakes import node_class_json, node_pool_json
 from tests.support.karpenter import CLASSES, POOLS, ec2_node_class, install_karpenter_crds, karpenter_pool, stored
-from tests.support.kube_emulator import KubeEmulator
 from tests.support.kube_fixtures import kube_emulator  # noqa: F401 - fixture
+from testworld.kube_emulator import KubeEmulator
 
 
 @pytest.fixture

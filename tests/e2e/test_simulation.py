@@ -261,7 +261,7 @@ def test_malformed_scenarios_exit_2_with_one_line_naming_the_field(
 
 
 def test_a_node_condition_event_reads_yamls_unquoted_false_as_the_condition_status() -> None:
-    from joiner.local.scenario import parse_scenario
+    from testworld.scenario import parse_scenario
 
     scenario = parse_scenario(yaml.safe_load("events:\n- {at: 1m, nodeCondition: {nodePool: p, index: 1, type: NetworkingReady, status: False}}\n"))
     (event,) = scenario.events

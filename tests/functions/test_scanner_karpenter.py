@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from joiner.local.lambdas import LambdaContext
 from joiner.settings import Settings
 from tests.functions.test_scanner_handler import SCHEDULED_EVENT, load_handler
 from tests.support.fakes import FakeWorld, fake_world, pod_json
 from tests.support.karpenter import ec2_node_class, install_karpenter_crds, karpenter_pool, stored
-from tests.support.kube_emulator import KubeEmulator
 from tests.support.kube_fixtures import kube_emulator  # noqa: F401 - fixture
+from testworld.kube_emulator import KubeEmulator
+from testworld.lambdas import LambdaContext
 
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")
 

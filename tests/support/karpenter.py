@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from tests.support.kube_emulator import KubeEmulator
+from testworld.kube_emulator import KubeEmulator
 
 KARPENTER_CRDS = Path(__file__).resolve().parents[1] / "data" / "karpenter-crds"
 #: The emulator's names for Karpenter's kinds (``NodePool`` alone is Joiner's).
