@@ -220,3 +220,13 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 def _listed(grants: list[Grant]) -> str:
     return ", ".join(f"{verb} {group or 'core'}/{resource}" for group, resource, verb in grants) or "none"
+
+
+@pytest.fixture
+def kube_emulator_server(real_kube: RealKube) -> Iterator[Any]:
+    """A fresh Kubernetes API emulator (the test world's), accepting the real cluster's admin
+    token: the one place the contract suite imports the emulator from."""
+    from tests.support.kube_emulator import KubeEmulator
+
+    with KubeEmulator(token=real_kube.cluster.identities[ADMIN].token) as emulator:
+        yield emulator
