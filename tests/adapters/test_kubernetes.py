@@ -520,7 +520,7 @@ def test_emulator_strategic_merge_and_json_patch_on_nodes(kube_emulator: KubeEmu
     node = core.patch_node("n1", {"metadata": {"labels": {"b": "2"}, "finalizers": ["f/one"]}, "spec": {"taints": [{"key": "y", "effect": "NoExecute"}]}})
     assert node.metadata.labels == {"a": "1", "b": "2"} and [t.key for t in node.spec.taints] == ["y"]
     node = core.patch_node("n1", {"metadata": {"finalizers": ["f/two"]}})
-    assert node.metadata.finalizers == ["f/one", "f/two"]  # strategic merge unions finalizers
+    assert node.metadata.finalizers == ["f/two", "f/one"]  # strategic merge unions finalizers (the patch's first, as the real server)
     node = core.patch_node("n1", [{"op": "add", "path": "/spec/unschedulable", "value": True}, {"op": "remove", "path": "/metadata/labels/a"}])
     assert node.spec.unschedulable is True and node.metadata.labels == {"b": "2"}
 

@@ -223,10 +223,10 @@ def _listed(grants: list[Grant]) -> str:
 
 
 @pytest.fixture
-def kube_emulator_server(real_kube: RealKube) -> Iterator[Any]:
-    """A fresh Kubernetes API emulator (the test world's), accepting the real cluster's admin
-    token: the one place the contract suite imports the emulator from."""
+def kube_emulator_server() -> Iterator[Any]:
+    """A fresh Kubernetes API emulator (the test world's, as the fast tests and ``make demo``
+    run it: plain HTTP, no authentication): the one place the contract suite imports it from."""
     from tests.support.kube_emulator import KubeEmulator
 
-    with KubeEmulator(token=real_kube.cluster.identities[ADMIN].token) as emulator:
+    with KubeEmulator() as emulator:
         yield emulator

@@ -1053,7 +1053,7 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
                 return self._error_response(ApiError(401, "Unauthorized"))
 
         if method == "GET":
-            found = self._discovery(path)
+            found = self._discovery(path) if not path.startswith("/openapi/") else self._openapi(path)
             if found is not None:
                 if found is _NOT_SERVED:
                     return aiohttp.web.Response(status=404, text="404 page not found\n")
@@ -1684,6 +1684,47 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
         if len(parts) == 3 and parts[0] == "apis":
             return self._resource_list(parts[1], parts[2]) if parts[2] in groups.get(parts[1], []) else _NOT_SERVED
         return None
+
+    def _served_versions(self) -> dict[str, list[ResourceType]]:
+        """OpenAPI v3's group-version paths (``api/v1``, ``apis/<group>/<version>``) -> their types."""
+        served: dict[str, list[ResourceType]] = {}
+        for rtype in self._types.values():
+            served.setdefault(f"apis/{rtype.group}/{rtype.version}" if rtype.group else "api/v1", []).append(rtype)
+        return served
+
+    def _openapi(self, path: str) -> JsonDict | _NotServed | None:
+        """``/openapi/v3`` and its group-version documents: for each type, the operations with
+        their ``x-kubernetes-group-version-kind`` and the ``fieldValidation`` and ``dryRun``
+        parameters (kubectl checks them before it asks for strict validation), and for custom
+        resources their CRD's schema (what ``kubectl explain`` reads)."""
+        served = self._served_versions()
+        if path.rstrip("/") == "/openapi/v3":
+            return {"paths": {gv: {"serverRelativeURL": f"/openapi/v3/{gv}?hash={hashlib.sha256(gv.encode()).hexdigest()[:16].upper()}"}
+                              for gv in sorted(served)}}
+        if not path.startswith("/openapi/v3/"):
+            return _NOT_SERVED
+        types = served.get(path[len("/openapi/v3/"):].strip("/"))
+        if types is None:
+            return _NOT_SERVED
+        parameters = [{"name": name, "in": "query", "description": "", "schema": {"type": "string", "uniqueItems": True}}
+                      for name in ("dryRun", "fieldManager", "fieldValidation")]
+        paths: JsonDict = {}
+        schemas: JsonDict = {}
+        for rtype in types:
+            gvk = {"group": rtype.group, "version": rtype.version, "kind": rtype.kind}
+            prefix = f"/apis/{rtype.group}/{rtype.version}" if rtype.group else "/api/v1"
+            collection = f"{prefix}/namespaces/{{namespace}}/{rtype.plural}" if rtype.namespaced else f"{prefix}/{rtype.plural}"
+            name = f"{'.'.join(reversed(rtype.group.split('.'))) if rtype.group else 'io.k8s.api.core'}.{rtype.version}.{rtype.kind}"
+            ref = {"content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{name}"}}}}
+            operation = {"x-kubernetes-group-version-kind": gvk, "parameters": parameters, "responses": {"200": dict(ref, description="OK")}}
+            paths[collection] = {"post": dict(operation, operationId=f"create{rtype.kind}"), "get": dict(operation, operationId=f"list{rtype.kind}")}
+            paths[f"{collection}/{{name}}"] = {verb: dict(operation, operationId=f"{verb}{rtype.kind}") for verb in ("get", "put", "patch", "delete")}
+            crd_schema = self._schemas.get((rtype.group, rtype.version, rtype.plural))
+            schema: JsonDict = copy.deepcopy(dict(crd_schema.schema)) if crd_schema is not None else {"type": "object"}
+            schema["x-kubernetes-group-version-kind"] = [gvk]
+            schemas[name] = schema
+        return {"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": "v1.37.2"}, "paths": paths,
+                "components": {"schemas": schemas}}
 
     def _resource_list(self, group: str, version: str) -> JsonDict:
         verbs = ["create", "delete", "get", "list", "patch", "update", "watch"]
