@@ -13,7 +13,6 @@ PodDisruptionBudget's status), the test writes what the controller would.
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -244,8 +243,8 @@ def test_updates_with_a_stale_resource_version_conflict(backend: Backend) -> Non
     name = node["metadata"]["name"]
     stale = node["metadata"]["resourceVersion"]
     backend.ok("PATCH", f"/api/v1/nodes/{name}", {"metadata": {"labels": {"a": "1"}}}, content_type=MERGE)
-    conflict = (409, "Conflict", f'Operation cannot be fulfilled on nodes "{name}": the object has been modified; '
-                                 "please apply your changes to the latest version and try again")
+    conflict = (409, "Conflict", (f'Operation cannot be fulfilled on nodes "{name}": the object has been modified; '
+                                 "please apply your changes to the latest version and try again"))
     patched = backend.call("PATCH", f"/api/v1/nodes/{name}", {"metadata": {"resourceVersion": stale, "labels": {"b": "2"}}},
                            content_type=MERGE)
     assert status_of(patched) == conflict
@@ -284,14 +283,14 @@ def test_delete_with_preconditions(backend: Backend) -> None:
     backend.ok("PATCH", f"/api/v1/nodes/{name}", {"metadata": {"labels": {"changed": "yes"}}}, content_type=MERGE)
     wrong = "00000000-0000-0000-0000-000000000000"
     refused = backend.call("DELETE", f"/api/v1/nodes/{name}", {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": wrong}})
-    assert status_of(refused) == (409, "Conflict", f'Operation cannot be fulfilled on Node "{name}": the UID in the precondition '
-                                  f"({wrong}) does not match the UID in record ({uid}). The object might have been deleted and then recreated")
+    assert status_of(refused) == (409, "Conflict", (f'Operation cannot be fulfilled on Node "{name}": the UID in the precondition '
+                                  f"({wrong}) does not match the UID in record ({uid}). The object might have been deleted and then recreated"))
     stale = backend.call("DELETE", f"/api/v1/nodes/{name}",
                          {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"resourceVersion": node["metadata"]["resourceVersion"]}})
     version = backend.ok("GET", f"/api/v1/nodes/{name}")["metadata"]["resourceVersion"]
-    assert status_of(stale) == (409, "Conflict", f'Operation cannot be fulfilled on Node "{name}": the ResourceVersion in the precondition '
+    assert status_of(stale) == (409, "Conflict", (f'Operation cannot be fulfilled on Node "{name}": the ResourceVersion in the precondition '
                                 f"({node['metadata']['resourceVersion']}) does not match the ResourceVersion in record ({version}). "
-                                "The object might have been modified")
+                                "The object might have been modified"))
     gone = backend.ok("DELETE", f"/api/v1/nodes/{name}", {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}})
     assert gone == {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": {"name": name, "kind": "nodes", "uid": uid}}
     assert status_of(backend.call("DELETE", f"/api/v1/nodes/{name}")) == (404, "NotFound", f'nodes "{name}" not found')
@@ -342,14 +341,14 @@ def test_strict_field_validation_refuses_unknown_fields(backend: Backend) -> Non
         "apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labelz": {}},
         "spec": {"unschedulabel": True, "taints": [{"key": "a", "effect": "NoSchedule", "valu": "x"}]}},
         query={"fieldValidation": "Strict"})
-    assert status_of(refused) == (400, "BadRequest", 'Node in version "v1" cannot be handled as a Node: strict decoding error: '
-                                  'unknown field "metadata.labelz", unknown field "spec.unschedulabel", unknown field "spec.taints[0].valu"')
+    assert status_of(refused) == (400, "BadRequest", ('Node in version "v1" cannot be handled as a Node: strict decoding error: '
+                                  'unknown field "metadata.labelz", unknown field "spec.unschedulabel", unknown field "spec.taints[0].valu"'))
     assert backend.call("GET", f"/api/v1/nodes/{name}").status == 404
     claim = backend.call("POST", "/apis/joiner.dev/v1/nodeclaims", {
         "apiVersion": "joiner.dev/v1", "kind": "NodeClaim", "metadata": {"name": backend.unique("claim")},
         "spec": {"nodePool": "p", "bogus": 1}, "extra": 2}, query={"fieldValidation": "Strict"})
-    assert status_of(claim) == (400, "BadRequest", 'NodeClaim in version "v1" cannot be handled as a NodeClaim: strict decoding error: '
-                                'unknown field "extra", unknown field "spec.bogus"')
+    assert status_of(claim) == (400, "BadRequest", ('NodeClaim in version "v1" cannot be handled as a NodeClaim: strict decoding error: '
+                                'unknown field "extra", unknown field "spec.bogus"'))
     node = backend.node()
     patched = backend.call("PATCH", f"/api/v1/nodes/{node['metadata']['name']}", {"spec": {"unschedulabel": True}},
                            content_type=MERGE, query={"fieldValidation": "Strict"})

@@ -9,8 +9,7 @@ official synchronous ``kubernetes`` client talks to it over real HTTP::
         ...  # point a client at emulator.url
 
 What kmock provides and we keep: the aiohttp server plumbing, request recording, the
-object store with per-object history (``emulator.handler.objects``), discovery
-(``/api``, ``/apis``, ``/api/v1``...), watch streams. What this module adds, because the
+object store with per-object history (``emulator.handler.objects``), watch streams. What this module adds, because the
 Joiner adapters depend on it behaving like a real API server:
 
 * label selectors (``=``, ``==``, ``!=``, ``in``, ``notin``, exists, ``!key``) and field
@@ -47,8 +46,12 @@ Joiner adapters depend on it behaving like a real API server:
   ``timeoutSeconds`` ends the stream; a version older than the log answers an ``ERROR``
   event with a 410 ``Expired`` status, as a compacted etcd does.
 
+* what kubectl needs, as the real server answers it: discovery, Table responses, ``/openapi/v3``,
+  ``fieldValidation=Strict`` (400 naming every unknown field) and ``dryRun=All`` (nothing stored).
+  tests/realkube/test_emulator_contract.py holds all of this to the real kube-apiserver.
+
 Not emulated: admission webhooks, defaulting of built-in kinds beyond pod phase, server-side apply, field managers,
-watch bookmarks, deletecollection, the namespaces resource.
+watch bookmarks, deletecollection, the namespaces resource, scale subresources.
 """
 
 from __future__ import annotations
@@ -1754,7 +1757,7 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
         """A list or an object as a ``meta.k8s.io/v1`` Table: the columns the real server prints
         for Nodes, Pods and Events, a CRD's additionalPrinterColumns, else Name and Age."""
         now = self.clock()
-        objects = answer["items"] if "items" in answer else [answer]
+        objects = answer.get("items", [answer])
         cells: Callable[[Mapping[str, Any], datetime], list[Any]]
         if rtype.kind == "Node":
             columns, cells = list(_NODE_COLUMNS), _node_cells
