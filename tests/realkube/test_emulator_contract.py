@@ -13,6 +13,7 @@ PodDisruptionBudget's status), the test writes what the controller would.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ import urllib3
 
 from joiner.adapters.kubernetes import KubernetesClient
 from joiner.ports import KubernetesError
-from tests.realkube.cluster import ADMIN, manifests
+from tests.realkube.cluster import ADMIN, ROOT, manifests
 from tests.realkube.conftest import CRDS, RealKube
 
 pytestmark = pytest.mark.real_kube
@@ -458,6 +459,17 @@ def test_watch_resumes_from_a_resource_version(backend: Backend) -> None:
         f"/api/v1/namespaces/{namespace}/pods", resourceVersion="0", timeoutSeconds="1")] == [("ADDED", other)]
 
 
+def test_an_idle_watch_ends_at_its_timeout(backend: Backend) -> None:
+    """Nothing changes: the stream stays open ``timeoutSeconds`` and ends without an event (the
+    real server sends no BOOKMARK within a short watch either, though Joiner asks for them)."""
+    namespace = backend.namespace()
+    version = backend.ok("GET", f"/api/v1/namespaces/{namespace}/pods")["metadata"]["resourceVersion"]
+    started = time.monotonic()
+    events = backend.watch(f"/api/v1/namespaces/{namespace}/pods", resourceVersion=version, timeoutSeconds="2", allowWatchBookmarks="true")
+    assert 1.5 <= time.monotonic() - started < 6
+    assert events == []
+
+
 # ------------------------------------------------------------------ Joiner's adapter, call by call
 
 
@@ -482,6 +494,11 @@ def test_adapter_reads(backend: Backend) -> None:
     for method in ("list_events", "list_daemonsets", "list_pdbs", "list_volume_objects", "list_node_pools", "list_node_classes",
                    "list_runtime_classes", "list_node_claims", "list_node_overlays"):
         assert isinstance(getattr(client, method)(), list), method
+    unschedulable = backend.pod(namespace)["metadata"]["name"]
+    backend.ok("PATCH", f"/api/v1/namespaces/{namespace}/pods/{unschedulable}/status", {"status": {"conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/0 nodes are available"}]}}, content_type=MERGE)
+    pending = {p["metadata"]["name"] for p in client.list_pending_pods() if p["metadata"]["namespace"] == namespace}
+    assert pending == {unschedulable}
     pool = backend.node_pool()
     assert pool["metadata"]["name"] in {p["metadata"]["name"] for p in client.list_node_pools()}
     assert int(client.plan_input_version("nodepools")) > 0 and int(client.plan_input_version("nodeclasses")) > 0
@@ -553,6 +570,21 @@ def test_adapter_custom_resources(backend: Backend) -> None:
     client.patch_node_pool_status("no-such-pool", {"conditions": []})
     client.patch_node_class_status("no-such-class", {"conditions": []})
     client.patch_node_overlay_status("no-such-overlay", {"conditions": []})
+    ready = [{"type": "Ready", "status": "True", "reason": "Ready", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]
+    node_class = next(obj for _, obj in manifests(ROOT / "manifests" / "examples" / "nodeclass-default.yaml"))
+    node_class["metadata"] = {"name": backend.unique("class")}
+    backend.ok("POST", "/apis/joiner.dev/v1/nodeclasses", node_class, query={"fieldValidation": "Strict"})
+    client.patch_node_class_status(node_class["metadata"]["name"], {"conditions": ready})
+    stored_class = backend.ok("GET", f"/apis/joiner.dev/v1/nodeclasses/{node_class['metadata']['name']}")
+    assert stored_class["status"]["conditions"][0]["status"] == "True" and stored_class["spec"] == node_class["spec"]
+    overlay = {"apiVersion": "joiner.dev/v1alpha1", "kind": "NodeOverlay", "metadata": {"name": backend.unique("overlay")},
+               "spec": {"weight": 10, "requirements": [{"key": "joiner.dev/instance-family", "operator": "In", "values": ["m5"]}],
+                        "priceAdjustment": "-28%"}}
+    backend.ok("POST", "/apis/joiner.dev/v1alpha1/nodeoverlays", overlay, query={"fieldValidation": "Strict"})
+    client.patch_node_overlay_status(overlay["metadata"]["name"], {"conditions": ready, "instanceTypeCount": 3})
+    stored_overlay = backend.ok("GET", f"/apis/joiner.dev/v1alpha1/nodeoverlays/{overlay['metadata']['name']}")
+    assert stored_overlay["status"]["instanceTypeCount"] == 3 and stored_overlay["spec"]["weight"] == 10
+    assert overlay["metadata"]["name"] in {o["metadata"]["name"] for o in client.list_node_overlays()}
 
     name = backend.unique("claim")
     claim = {"apiVersion": "joiner.dev/v1", "kind": "NodeClaim", "metadata": {"name": name}, "spec": {"nodePool": pool_name}}
@@ -587,6 +619,18 @@ def test_adapter_watches(backend: Backend) -> None:
     changes = [(e.type, e.object["spec"].get("weight")) for e in client.watch_plan_inputs("nodepools", pools_version, 2)
                if e.type != "BOOKMARK" and e.object["metadata"]["name"] == pool["metadata"]["name"]]
     assert changes == [("ADDED", None), ("MODIFIED", 5)]
+
+    classes_version = client.plan_input_version("nodeclasses")
+    node_class = next(obj for _, obj in manifests(ROOT / "manifests" / "examples" / "nodeclass-default.yaml"))
+    node_class["metadata"] = {"name": backend.unique("class")}
+    backend.ok("POST", "/apis/joiner.dev/v1/nodeclasses", node_class)
+    assert [(e.type, e.object["kind"]) for e in client.watch_plan_inputs("nodeclasses", classes_version, 1)
+            if e.type != "BOOKMARK" and e.object["metadata"]["name"] == node_class["metadata"]["name"]] == [("ADDED", "NodeClass")]
+
+    pods_version = list(client.list_pages("pods"))[0][1]
+    changed = backend.pod(namespace)["metadata"]["name"]
+    assert [(e.type, e.object["metadata"]["name"]) for e in client.changes_since("pods", pods_version, idle_seconds=1.0)
+            if e.type != "BOOKMARK" and e.object["metadata"].get("namespace") == namespace] == [("ADDED", changed)]
 
     pages = list(client.list_pages("nodes"))
     nodes_version = pages[0][1]
