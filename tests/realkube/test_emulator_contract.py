@@ -239,6 +239,20 @@ def test_create_get_and_their_errors(backend: Backend) -> None:
     assert status_of(backend.call("GET", "/api/v1/nosuchresources"))[0] == 404
 
 
+def test_invalid_objects_are_refused_with_every_cause(backend: Backend) -> None:
+    refused = backend.call("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "Bad_Name"},
+                                                     "spec": {"taints": [{"key": "k", "effect": "Sometimes"}]}})
+    name_message = ('Invalid value: "Bad_Name": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '
+                    "'-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for "
+                    "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")
+    effect_message = 'Unsupported value: "Sometimes": supported values: "NoSchedule", "PreferNoSchedule", "NoExecute"'
+    assert status_of(refused) == (422, "Invalid", f'Node "Bad_Name" is invalid: [metadata.name: {name_message}, '
+                                                  f"metadata.taints[0].effect: {effect_message}]")  # sic: the real server's path
+    assert refused.body["details"] == {"name": "Bad_Name", "kind": "Node", "causes": [
+        {"reason": "FieldValueInvalid", "message": name_message, "field": "metadata.name"},
+        {"reason": "FieldValueNotSupported", "message": effect_message, "field": "metadata.taints[0].effect"}]}
+
+
 def test_updates_with_a_stale_resource_version_conflict(backend: Backend) -> None:
     node = backend.node()
     name = node["metadata"]["name"]

@@ -253,7 +253,17 @@ def _invalid(rtype: ResourceType, name: str, causes: Sequence[tuple[str, str]]) 
         text = f"[{text}]"
     return ApiError(422, f'{rtype.kind} "{name}" is invalid: {text}',
                     details=_details(rtype, name, rtype.kind,
-                                     causes=[{"reason": "FieldValueInvalid", "field": p, "message": m} for p, m in causes]))
+                                     causes=[{"reason": _cause_reason(m), "message": m, "field": p} for p, m in causes]))
+
+
+#: Kubernetes' field.ErrorType of a cause, by how its message starts.
+_CAUSE_REASONS = (("Unsupported value", "FieldValueNotSupported"), ("Required value", "FieldValueRequired"),
+                  ("Duplicate value", "FieldValueDuplicate"), ("Too many", "FieldValueTooMany"), ("Too long", "FieldValueTooLong"),
+                  ("Forbidden", "FieldValueForbidden"))
+
+
+def _cause_reason(message: str) -> str:
+    return next((reason for prefix, reason in _CAUSE_REASONS if message.startswith(prefix)), "FieldValueInvalid")
 
 
 # ---------------------------------------------------------------- selectors
@@ -658,8 +668,10 @@ def _validate(rtype: ResourceType, obj: Mapping[str, Any]) -> None:
     name = str(meta.get("name") or "")
     causes: list[tuple[str, str]] = []
     if not _NAME.match(name) or len(name) > 253:
-        causes.append(("metadata.name", (f"Invalid value: {name!r}: a lowercase RFC 1123 subdomain must consist of "
-                                        "lower case alphanumeric characters, '-' or '.'")))
+        causes.append(("metadata.name", (f'Invalid value: "{name}": a lowercase RFC 1123 subdomain must consist of '
+                                        "lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric "
+                                        "character (e.g. 'example.com', regex used for validation is "
+                                        "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")))
     for section in ("labels", "annotations"):
         values = meta.get(section)
         if values is None:
@@ -678,13 +690,15 @@ def _validate(rtype: ResourceType, obj: Mapping[str, Any]) -> None:
             causes.append(("spec.unschedulable", f"Invalid value: {spec['unschedulable']!r}: must be a boolean"))
         seen: set[tuple[Any, Any]] = set()
         for index, taint in enumerate(spec.get("taints") or []):
+            where = f"metadata.taints[{index}]"  # sic: the real server reports Node taints under metadata
             if not isinstance(taint, Mapping) or not taint.get("key"):
-                causes.append((f"spec.taints[{index}].key", "Required value"))
+                causes.append((f"{where}.key", "Required value"))
                 continue
             if taint.get("effect") not in _TAINT_EFFECTS:
-                causes.append((f"spec.taints[{index}].effect", f"Unsupported value: {taint.get('effect')!r}"))
+                causes.append((f"{where}.effect", f'Unsupported value: "{taint.get("effect")}": supported values: '
+                                                  '"NoSchedule", "PreferNoSchedule", "NoExecute"'))
             if (taint["key"], taint.get("effect")) in seen:
-                causes.append((f"spec.taints[{index}]", "Duplicate value: taints must be unique by key and effect pair"))
+                causes.append((where, "Duplicate value: taints must be unique by key and effect pair"))
             seen.add((taint["key"], taint.get("effect")))
     if causes:
         raise _invalid(rtype, name, causes)
