@@ -246,8 +246,8 @@ def test_invalid_objects_are_refused_with_every_cause(backend: Backend) -> None:
                     "'-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for "
                     "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")
     effect_message = 'Unsupported value: "Sometimes": supported values: "NoSchedule", "PreferNoSchedule", "NoExecute"'
-    assert status_of(refused) == (422, "Invalid", f'Node "Bad_Name" is invalid: [metadata.name: {name_message}, '
-                                                  f"metadata.taints[0].effect: {effect_message}]")  # sic: the real server's path
+    assert status_of(refused) == (422, "Invalid", (f'Node "Bad_Name" is invalid: [metadata.name: {name_message}, '
+                                                  f"metadata.taints[0].effect: {effect_message}]"))  # sic: the real server's path
     assert refused.body["details"] == {"name": "Bad_Name", "kind": "Node", "causes": [
         {"reason": "FieldValueInvalid", "message": name_message, "field": "metadata.name"},
         {"reason": "FieldValueNotSupported", "message": effect_message, "field": "metadata.taints[0].effect"}]}

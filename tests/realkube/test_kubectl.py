@@ -39,7 +39,7 @@ def target(request: pytest.FixtureRequest, real_kube: RealKube, tmp_path: Path) 
     if request.param == "emulator":
         emulator = request.getfixturevalue("kube_emulator_server")
         backend = Backend("emulator", emulator.url, token, None, real_kube, emulator)
-        cluster, user = {"server": emulator.url}, {}
+        cluster, user = {"server": emulator.url}, {"token": "local"}  # as `joiner demo --hold` writes it
     else:
         backend = Backend("real", real_kube.url, token, real_kube.cluster.ca_file, real_kube)
         cluster, user = {"server": real_kube.url, "certificate-authority": real_kube.cluster.ca_file}, {"token": token}
@@ -76,6 +76,8 @@ def test_kubectl_get(target: tuple[Backend, Kubectl]) -> None:
     assert wide[1][:2] == [pool, "default"]
     assert _table(kubectl("get", "jnp", "-l", f"contract={backend.label}").stdout)[1][0] == pool  # short name
     assert kubectl("get", "events", "-A").returncode == 0
+    # what `joiner demo --hold` prints to try
+    assert _table(kubectl("get", "nodes,nodeclaims.joiner.dev,nodepools.joiner.dev,nodeclasses.joiner.dev").stdout)[0][0] == "NAME"
 
 
 def test_kubectl_apply_explain_and_strict_validation(target: tuple[Backend, Kubectl], tmp_path: Path) -> None:

@@ -695,8 +695,8 @@ def _validate(rtype: ResourceType, obj: Mapping[str, Any]) -> None:
                 causes.append((f"{where}.key", "Required value"))
                 continue
             if taint.get("effect") not in _TAINT_EFFECTS:
-                causes.append((f"{where}.effect", f'Unsupported value: "{taint.get("effect")}": supported values: '
-                                                  '"NoSchedule", "PreferNoSchedule", "NoExecute"'))
+                causes.append((f"{where}.effect", (f'Unsupported value: "{taint.get("effect")}": supported values: '
+                                                  '"NoSchedule", "PreferNoSchedule", "NoExecute"')))
             if (taint["key"], taint.get("effect")) in seen:
                 causes.append((where, "Duplicate value: taints must be unique by key and effect pair"))
             seen.add((taint["key"], taint.get("effect")))
