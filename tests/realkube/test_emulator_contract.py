@@ -591,14 +591,15 @@ def test_adapter_custom_resources(backend: Backend) -> None:
     client.patch_node_class_status(node_class["metadata"]["name"], {"conditions": ready})
     stored_class = backend.ok("GET", f"/apis/joiner.dev/v1/nodeclasses/{node_class['metadata']['name']}")
     assert stored_class["status"]["conditions"][0]["status"] == "True" and stored_class["spec"] == node_class["spec"]
-    overlay = {"apiVersion": "joiner.dev/v1alpha1", "kind": "NodeOverlay", "metadata": {"name": backend.unique("overlay")},
+    overlay_name = backend.unique("overlay")
+    overlay = {"apiVersion": "joiner.dev/v1alpha1", "kind": "NodeOverlay", "metadata": {"name": overlay_name},
                "spec": {"weight": 10, "requirements": [{"key": "joiner.dev/instance-family", "operator": "In", "values": ["m5"]}],
                         "priceAdjustment": "-28%"}}
     backend.ok("POST", "/apis/joiner.dev/v1alpha1/nodeoverlays", overlay, query={"fieldValidation": "Strict"})
-    client.patch_node_overlay_status(overlay["metadata"]["name"], {"conditions": ready, "instanceTypeCount": 3})
-    stored_overlay = backend.ok("GET", f"/apis/joiner.dev/v1alpha1/nodeoverlays/{overlay['metadata']['name']}")
+    client.patch_node_overlay_status(overlay_name, {"conditions": ready, "instanceTypeCount": 3})
+    stored_overlay = backend.ok("GET", f"/apis/joiner.dev/v1alpha1/nodeoverlays/{overlay_name}")
     assert stored_overlay["status"]["instanceTypeCount"] == 3 and stored_overlay["spec"]["weight"] == 10
-    assert overlay["metadata"]["name"] in {o["metadata"]["name"] for o in client.list_node_overlays()}
+    assert overlay_name in {o["metadata"]["name"] for o in client.list_node_overlays()}
 
     name = backend.unique("claim")
     claim = {"apiVersion": "joiner.dev/v1", "kind": "NodeClaim", "metadata": {"name": name}, "spec": {"nodePool": pool_name}}
