@@ -62,7 +62,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-## etcd, kube-apiserver and kube-scheduler for the real Kubernetes tier (tools/kube/go.mod pins the versions; needs Go):
+## etcd, kube-apiserver, kube-scheduler and kubectl for the real Kubernetes tier (tools/kube/go.mod pins the versions; needs Go):
 ## built once into .cache/kube/<version>/, reused while their versions match (docs/kubernetes.md).
 kube:
 	@tools/kube/build.sh >/dev/null

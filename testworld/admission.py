@@ -82,6 +82,17 @@ class CrdSchema:
 
     def __init__(self, schema: Mapping[str, Any]) -> None:
         self.schema = schema
+        self._pruned: list[str] = []
+
+    def unknown_fields(self, obj: Mapping[str, Any]) -> list[str]:
+        """The paths of the fields ``obj`` has that the schema does not declare (what pruning
+        drops and strict field validation refuses), sorted as the API server reports them."""
+        self._pruned = []
+        try:
+            self.admit(obj)
+            return sorted(self._pruned)
+        finally:
+            self._pruned = []
 
     def admit(self, obj: Mapping[str, Any], old: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], list[Cause]]:
         """The object with defaults applied and unknown fields pruned, and what is wrong with
@@ -95,6 +106,7 @@ class CrdSchema:
             if key not in properties:
                 if not self.schema.get("x-kubernetes-preserve-unknown-fields"):
                     del document[key]
+                    self._pruned.append(key)
                 continue
             document[key] = self._walk(properties[key], document[key], key, (old or {}).get(key, _MISSING), causes)
         for key, child in properties.items():
@@ -143,6 +155,7 @@ class CrdSchema:
                 continue
             elif properties or additional is False:
                 del value[key]  # pruned, as the API server prunes unknown fields
+                self._pruned.append(child_path)
         for key, child in properties.items():
             if key not in value and "default" in child:
                 value[key] = self._walk(child, copy.deepcopy(child["default"]), f"{path}.{key}", _MISSING, causes)

@@ -9,8 +9,7 @@ official synchronous ``kubernetes`` client talks to it over real HTTP::
         ...  # point a client at emulator.url
 
 What kmock provides and we keep: the aiohttp server plumbing, request recording, the
-object store with per-object history (``emulator.handler.objects``), discovery
-(``/api``, ``/apis``, ``/api/v1``...), watch streams. What this module adds, because the
+object store with per-object history (``emulator.handler.objects``), watch streams. What this module adds, because the
 Joiner adapters depend on it behaving like a real API server:
 
 * label selectors (``=``, ``==``, ``!=``, ``in``, ``notin``, exists, ``!key``) and field
@@ -47,8 +46,12 @@ Joiner adapters depend on it behaving like a real API server:
   ``timeoutSeconds`` ends the stream; a version older than the log answers an ``ERROR``
   event with a 410 ``Expired`` status, as a compacted etcd does.
 
+* what kubectl needs, as the real server answers it: discovery, Table responses, ``/openapi/v3``,
+  ``fieldValidation=Strict`` (400 naming every unknown field) and ``dryRun=All`` (nothing stored).
+  tests/realkube/test_emulator_contract.py holds all of this to the real kube-apiserver.
+
 Not emulated: admission webhooks, defaulting of built-in kinds beyond pod phase, server-side apply, field managers,
-watch bookmarks, deletecollection, the namespaces resource.
+watch bookmarks, deletecollection, the namespaces resource, scale subresources.
 """
 
 from __future__ import annotations
@@ -61,13 +64,14 @@ import concurrent.futures
 import copy
 import functools
 import hashlib
+import importlib
 import json
 import math
 import re
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -124,6 +128,10 @@ class ResourceType:
     field_labels: frozenset[str] = frozenset()
     custom: bool = False  # CRD-backed: no strategic merge patch, resourceVersion required on PUT
     generation: bool = False  # metadata.generation tracks spec changes
+    short_names: tuple[str, ...] = ()
+    categories: tuple[str, ...] = ()
+    #: a CRD version's additionalPrinterColumns (Table responses)
+    printer_columns: tuple[Mapping[str, Any], ...] = field(default=(), hash=False, compare=False)
 
     @property
     def api_version(self) -> str:
@@ -175,6 +183,16 @@ BUILTIN_RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("joiner.dev", "v1", "nodeclasses", "NodeClass", False, subresources=frozenset({"status"}), field_labels=_META, custom=True, generation=True),
 )
 
+#: Short names and categories the real API server announces for the built-in kinds.
+_BUILTIN_DISCOVERY: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "pods": (("po",), ("all",)), "nodes": (("no",), ()), "events": (("ev",), ()), "daemonsets": (("ds",), ("all",)),
+    "poddisruptionbudgets": (("pdb",), ()), "persistentvolumeclaims": (("pvc",), ()), "persistentvolumes": (("pv",), ()),
+    "storageclasses": (("sc",), ()), "customresourcedefinitions": (("crd", "crds"), ("api-extensions",)),
+}
+BUILTIN_RESOURCES = tuple(
+    replace(r, short_names=_BUILTIN_DISCOVERY[r.plural][0], categories=_BUILTIN_DISCOVERY[r.plural][1])
+    if r.plural in _BUILTIN_DISCOVERY else r for r in BUILTIN_RESOURCES)
+
 #: Field labels whose value lives somewhere other than the dotted path.
 _FIELD_ALIASES = {"source": "source.component"}
 
@@ -210,22 +228,43 @@ class ApiError(Exception):
         return body
 
 
+def _details(rtype: ResourceType, name: str, kind: str | None = None, **more: Any) -> JsonDict:
+    """A Status's details as the real server writes them (no ``group`` for the core group)."""
+    details: JsonDict = {"name": name}
+    if rtype.group:
+        details["group"] = rtype.group
+    details["kind"] = kind or rtype.plural
+    details.update(more)
+    return details
+
+
 def _not_found(rtype: ResourceType, name: str) -> ApiError:
-    return ApiError(404, f"{rtype.describe(name)} not found",
-                    details={"name": name, "group": rtype.group, "kind": rtype.plural})
+    return ApiError(404, f"{rtype.describe(name)} not found", details=_details(rtype, name))
 
 
 def _conflict(rtype: ResourceType, name: str) -> ApiError:
     return ApiError(409, f"Operation cannot be fulfilled on {rtype.describe(name)}: the object has been modified; "
                          "please apply your changes to the latest version and try again",
-                    details={"name": name, "group": rtype.group, "kind": rtype.plural})
+                    details=_details(rtype, name))
 
 
 def _invalid(rtype: ResourceType, name: str, causes: Sequence[tuple[str, str]]) -> ApiError:
     text = ", ".join(f"{path}: {message}" for path, message in causes)
+    if len(causes) > 1:
+        text = f"[{text}]"
     return ApiError(422, f'{rtype.kind} "{name}" is invalid: {text}',
-                    details={"name": name, "group": rtype.group, "kind": rtype.kind,
-                             "causes": [{"reason": "FieldValueInvalid", "field": p, "message": m} for p, m in causes]})
+                    details=_details(rtype, name, rtype.kind,
+                                     causes=[{"reason": _cause_reason(m), "message": m, "field": p} for p, m in causes]))
+
+
+#: Kubernetes' field.ErrorType of a cause, by how its message starts.
+_CAUSE_REASONS = (("Unsupported value", "FieldValueNotSupported"), ("Required value", "FieldValueRequired"),
+                  ("Duplicate value", "FieldValueDuplicate"), ("Too many", "FieldValueTooMany"), ("Too long", "FieldValueTooLong"),
+                  ("Forbidden", "FieldValueForbidden"))
+
+
+def _cause_reason(message: str) -> str:
+    return next((reason for prefix, reason in _CAUSE_REASONS if message.startswith(prefix)), "FieldValueInvalid")
 
 
 # ---------------------------------------------------------------- selectors
@@ -434,7 +473,8 @@ def strategic_merge_patch(target: Any, patch: Any) -> Any:
             result[key] = _merge_keyed_list(result[key], value, STRATEGIC_MERGE_KEYS[key])
         elif isinstance(value, list) and key in STRATEGIC_SET_LISTS:
             existing = list(result.get(key) or [])
-            result[key] = existing + [item for item in value if item not in existing]
+            added = [item for i, item in enumerate(value) if item not in value[:i]]
+            result[key] = added + [item for item in existing if item not in added]
         elif isinstance(value, list):
             result[key] = [_strip_directives(item) for item in value if not (isinstance(item, Mapping) and item.get("$patch") == "delete")]
         else:
@@ -629,8 +669,10 @@ def _validate(rtype: ResourceType, obj: Mapping[str, Any]) -> None:
     name = str(meta.get("name") or "")
     causes: list[tuple[str, str]] = []
     if not _NAME.match(name) or len(name) > 253:
-        causes.append(("metadata.name", (f"Invalid value: {name!r}: a lowercase RFC 1123 subdomain must consist of "
-                                        "lower case alphanumeric characters, '-' or '.'")))
+        causes.append(("metadata.name", (f'Invalid value: "{name}": a lowercase RFC 1123 subdomain must consist of '
+                                        "lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric "
+                                        "character (e.g. 'example.com', regex used for validation is "
+                                        "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")))
     for section in ("labels", "annotations"):
         values = meta.get(section)
         if values is None:
@@ -649,13 +691,15 @@ def _validate(rtype: ResourceType, obj: Mapping[str, Any]) -> None:
             causes.append(("spec.unschedulable", f"Invalid value: {spec['unschedulable']!r}: must be a boolean"))
         seen: set[tuple[Any, Any]] = set()
         for index, taint in enumerate(spec.get("taints") or []):
+            where = f"metadata.taints[{index}]"  # sic: the real server reports Node taints under metadata
             if not isinstance(taint, Mapping) or not taint.get("key"):
-                causes.append((f"spec.taints[{index}].key", "Required value"))
+                causes.append((f"{where}.key", "Required value"))
                 continue
             if taint.get("effect") not in _TAINT_EFFECTS:
-                causes.append((f"spec.taints[{index}].effect", f"Unsupported value: {taint.get('effect')!r}"))
+                causes.append((f"{where}.effect", (f'Unsupported value: "{taint.get("effect")}": supported values: '
+                                                  '"NoSchedule", "PreferNoSchedule", "NoExecute"')))
             if (taint["key"], taint.get("effect")) in seen:
-                causes.append((f"spec.taints[{index}]", "Duplicate value: taints must be unique by key and effect pair"))
+                causes.append((where, "Duplicate value: taints must be unique by key and effect pair"))
             seen.add((taint["key"], taint.get("effect")))
     if causes:
         raise _invalid(rtype, name, causes)
@@ -672,6 +716,178 @@ def _delete_options(request: kmock.Request) -> JsonDict:
         except (TypeError, ValueError):
             raise ApiError(400, f"gracePeriodSeconds must be an integer, got {options['gracePeriodSeconds']!r}") from None
     return options
+
+
+# ---------------------------------------------------------------- strict fields, discovery, Tables
+
+
+#: Built-in kinds whose model in the ``kubernetes`` client package is not ``V1<Kind>``.
+_BUILTIN_MODELS = {"Event": "CoreV1Event"}
+_SCALAR_MODELS = frozenset({"str", "int", "float", "bool", "date", "datetime", "object", "bytearray"})
+
+
+def _strict_error(unknown: Sequence[str]) -> str:
+    return "strict decoding error: " + ", ".join(f'unknown field "{path}"' for path in unknown)
+
+
+def _model_unknown_fields(model: str, value: Any, path: str, found: list[str]) -> None:
+    """The fields of ``value`` the built-in type ``model`` does not declare, in document order
+    (the type tree is the official client's generated models: ``openapi_types`` and
+    ``attribute_map``, generated from the API server's OpenAPI)."""
+    if model in _SCALAR_MODELS or value is None:
+        return
+    generic = model[:5].lower()
+    if generic == "list[" and isinstance(value, list):
+        for index, item in enumerate(value):
+            _model_unknown_fields(model[5:-1], item, f"{path}[{index}]", found)
+        return
+    if generic in ("dict(", "dict[") and isinstance(value, Mapping):
+        inner = model[5:-1].split(", ", 1)[1]
+        for key, item in value.items():
+            _model_unknown_fields(inner, item, f"{path}[{key}]", found)
+        return
+    if not isinstance(value, Mapping):
+        return
+    cls = getattr(_client_models(), model, None)
+    if cls is None:
+        return
+    attributes = {json_name: attribute for attribute, json_name in cls.attribute_map.items()}
+    for key, item in value.items():
+        child = f"{path}.{key}" if path else str(key)
+        if key not in attributes:
+            found.append(child)
+        else:
+            _model_unknown_fields(cls.openapi_types[attributes[key]], item, child, found)
+
+
+@functools.cache
+def _client_models() -> Any:
+    return importlib.import_module("kubernetes.client.models")
+
+
+class _NotServed:
+    """A discovery path the server does not serve (a plain-text 404, as the real server answers)."""
+
+
+_NOT_SERVED = _NotServed()
+_VERSION = re.compile(r"^v(\d+)(?:(alpha|beta)(\d+))?$")
+
+
+def _version_priority(version: str) -> tuple[int, int, int]:
+    """Kubernetes' version order: GA before beta before alpha, higher numbers first (sort ascending)."""
+    match = _VERSION.match(version)
+    if match is None:
+        return (3, 0, 0)
+    stage = {None: 0, "beta": 1, "alpha": 2}[match[2]]
+    return (stage, -int(match[1]), -int(match[3] or 0))
+
+
+def _age(timestamp: Any, now: datetime) -> str | None:
+    """Kubernetes' ``HumanDuration`` of the time since ``timestamp`` (what ``AGE`` shows)."""
+    if not isinstance(timestamp, str):
+        return "<unknown>"
+    try:
+        then = datetime.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    except ValueError:
+        return "<invalid>"
+    seconds = int((now - then).total_seconds())
+    if seconds < -1:
+        return "<invalid>"
+    seconds = max(seconds, 0)
+    minutes, hours = seconds // 60, seconds // 3600
+    if seconds < 120:
+        return f"{seconds}s"
+    if minutes < 10:
+        return f"{minutes}m" if seconds % 60 == 0 else f"{minutes}m{seconds % 60}s"
+    if minutes < 180:
+        return f"{minutes}m"
+    if hours < 8:
+        return f"{hours}h" if minutes % 60 == 0 else f"{hours}h{minutes % 60}m"
+    if hours < 48:
+        return f"{hours}h"
+    if hours < 24 * 8:
+        return f"{hours // 24}d" if hours % 24 == 0 else f"{hours // 24}d{hours % 24}h"
+    if hours < 24 * 365 * 2:
+        return f"{hours // 24}d"
+    if hours < 24 * 365 * 8:
+        days = (hours // 24) % 365
+        return f"{hours // 24 // 365}y" if days == 0 else f"{hours // 24 // 365}y{days}d"
+    return f"{hours // 24 // 365}y"
+
+
+def _json_path(obj: Any, path: str) -> Any:
+    """The subset of kubectl's JSONPath the CRDs' printer columns use: ``.a.b`` and
+    ``.a[?(@.k=="v")].b``; None when absent."""
+    value = obj
+    for part in re.findall(r'\.([A-Za-z0-9_-]+)|\[\?\(@\.([A-Za-z0-9_]+)=="([^"]*)"\)\]', path):
+        key, filter_key, filter_value = part
+        if key:
+            value = value.get(key) if isinstance(value, Mapping) else None
+        else:
+            value = next((item for item in value if isinstance(item, Mapping) and item.get(filter_key) == filter_value), None) \
+                if isinstance(value, list) else None
+        if value is None:
+            return None
+    return value
+
+
+_NAME_COLUMN = {"name": "Name", "type": "string", "format": "name", "description": "Name must be unique within a namespace.", "priority": 0}
+
+
+def _column(name: str, priority: int = 0, kind: str = "string", description: str = "") -> JsonDict:
+    return {"name": name, "type": kind, "format": "", "description": description, "priority": priority}
+
+
+_NODE_COLUMNS = (_NAME_COLUMN, _column("Status"), _column("Roles"), _column("Age"), _column("Version"), _column("Internal-IP", 1),
+                 _column("External-IP", 1), _column("OS-Image", 1), _column("Kernel-Version", 1), _column("Container-Runtime", 1))
+_POD_COLUMNS = (_NAME_COLUMN, _column("Ready"), _column("Status"), _column("Restarts", kind="string"), _column("Age"),
+                _column("IP", 1), _column("Node", 1), _column("Nominated Node", 1), _column("Readiness Gates", 1))
+_EVENT_COLUMNS = (_column("Last Seen"), _column("Type"), _column("Reason"), _column("Object"), _column("Subobject", 1),
+                  _column("Source", 1), _column("Message"), _column("First Seen", 1), _column("Count", 1), dict(_NAME_COLUMN, priority=1))
+_DEFAULT_COLUMNS = (_NAME_COLUMN, _column("Age"))
+
+
+def _node_cells(node: Mapping[str, Any], now: datetime) -> list[Any]:
+    meta, spec, status = _meta(node), node.get("spec") or {}, node.get("status") or {}
+    ready = _conditions(node).get("Ready")
+    state = "Unknown" if ready is None else "Ready" if ready.get("status") == "True" else "NotReady"
+    if spec.get("unschedulable"):
+        state += ",SchedulingDisabled"
+    labels = meta.get("labels") or {}
+    roles = sorted({key.split("/", 1)[1] for key in labels if key.startswith("node-role.kubernetes.io/") and "/" in key}
+                   | ({labels["kubernetes.io/role"]} if labels.get("kubernetes.io/role") else set()))
+    addresses = status.get("addresses") or []
+
+    def address(kind: str) -> str:
+        return next((a.get("address") for a in addresses if a.get("type") == kind and a.get("address")), "<none>")
+
+    info = status.get("nodeInfo") or {}
+    return [meta.get("name"), state, ",".join(r for r in roles if r) or "<none>", _age(meta.get("creationTimestamp"), now),
+            info.get("kubeletVersion", ""), address("InternalIP"), address("ExternalIP"), info.get("osImage") or "<unknown>",
+            info.get("kernelVersion") or "<unknown>", info.get("containerRuntimeVersion") or "<unknown>"]
+
+
+def _pod_cells(pod: Mapping[str, Any], now: datetime) -> list[Any]:
+    meta, spec, status = _meta(pod), pod.get("spec") or {}, pod.get("status") or {}
+    statuses = status.get("containerStatuses") or []
+    ready = sum(1 for c in statuses if c.get("ready"))
+    restarts = sum(int(c.get("restartCount") or 0) for c in statuses)
+    reason = status.get("reason") or status.get("phase") or ""
+    if meta.get("deletionTimestamp"):
+        reason = "Terminating"
+    gates = spec.get("readinessGates") or []
+    return [meta.get("name"), f"{ready}/{len(spec.get('containers') or [])}", reason, str(restarts),
+            _age(meta.get("creationTimestamp"), now), status.get("podIP") or "<none>", spec.get("nodeName") or "<none>",
+            status.get("nominatedNodeName") or "<none>", f"0/{len(gates)}" if gates else "<none>"]
+
+
+def _event_cells(event: Mapping[str, Any], now: datetime) -> list[Any]:
+    meta, involved, source = _meta(event), event.get("involvedObject") or {}, event.get("source") or {}
+    last = event.get("lastTimestamp") or event.get("eventTime") or meta.get("creationTimestamp")
+    return [_age(last, now), event.get("type", ""), event.get("reason", ""),
+            f"{str(involved.get('kind', '')).lower()}/{involved.get('name', '')}", involved.get("fieldPath", ""),
+            ", ".join(v for v in (source.get("component"), source.get("host")) if v), event.get("message", ""),
+            _age(event.get("firstTimestamp") or last, now), int(event.get("count") or 1), meta.get("name")]
 
 
 # ---------------------------------------------------------------- records
@@ -758,7 +974,7 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
     clock: Callable[[], datetime] = attrs.field(default=lambda: datetime.now(UTC))
 
     _types: dict[tuple[str, str, str], ResourceType] = attrs.field(factory=dict, init=False)
-    _revision: int = attrs.field(default=0, init=False)
+    _revision: int = attrs.field(default=1, init=False)  # an empty etcd's revision: a list's version is never "0" ("any")
     _names: int = attrs.field(default=0, init=False)
     _faults: list[Fault] = attrs.field(factory=list, init=False)
     _faults_lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
@@ -769,6 +985,7 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
     _watch_changed: asyncio.Condition | None = attrs.field(default=None, init=False)
     _schemas: dict[tuple[str, str, str], CrdSchema] = attrs.field(factory=dict, init=False)
     deletions: list[DeletionRecord] = attrs.field(factory=list, init=False)
+    _dry_run: bool = attrs.field(default=False, init=False)  # the request being served has dryRun=All
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -853,6 +1070,12 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
             if not accepted:
                 return self._error_response(ApiError(401, "Unauthorized"))
 
+        if method == "GET":
+            found = self._discovery(path) if not path.startswith("/openapi/") else self._openapi(path)
+            if found is not None:
+                if found is _NOT_SERVED:
+                    return aiohttp.web.Response(status=404, text="404 page not found\n")
+                return aiohttp.web.json_response(found)
         rtype = self._type_of(request)
         if rtype is None:
             if request.resource is not None and request.resource.plural:
@@ -975,6 +1198,36 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
         return response
 
     def _serve(self, rtype: ResourceType, method: str, request: kmock.Request) -> tuple[int, JsonDict]:
+        dry_run = request.params.get("dryRun")
+        if dry_run not in (None, "", "All"):
+            raise ApiError(400, f"Invalid dry run value: {dry_run!r}: valid values are 'All'")
+        self._dry_run = dry_run == "All"
+        try:
+            status, body = self._serve_request(rtype, method, request)
+        finally:
+            self._dry_run = False
+        if method == "GET" and "as=Table" in request.headers.get("Accept", "") and body.get("kind") != "Status":
+            body = self._table(rtype, body)
+        return status, body
+
+    def _strict(self, rtype: ResourceType, request: kmock.Request, obj: Any) -> None:
+        """``fieldValidation=Strict``: a body naming fields its kind does not have is refused (400)."""
+        if request.params.get("fieldValidation") != "Strict" or not isinstance(obj, Mapping):
+            return
+        unknown = self._unknown_fields(rtype, obj)
+        if unknown:
+            raise ApiError(400, f'{rtype.kind} in version "{rtype.version}" cannot be handled as a {rtype.kind}: '
+                                f"{_strict_error(unknown)}")
+
+    def _unknown_fields(self, rtype: ResourceType, obj: Mapping[str, Any]) -> list[str]:
+        if rtype.custom:
+            schema = self._schemas.get((rtype.group, rtype.version, rtype.plural))
+            return schema.unknown_fields(obj) if schema is not None else []
+        found: list[str] = []
+        _model_unknown_fields(_BUILTIN_MODELS.get(rtype.kind, f"V1{rtype.kind}"), obj, "", found)
+        return found
+
+    def _serve_request(self, rtype: ResourceType, method: str, request: kmock.Request) -> tuple[int, JsonDict]:
         name, sub = request.name, request.subresource
         if sub is not None and sub not in rtype.subresources:
             raise ApiError(404, "the server could not find the requested resource")
@@ -991,6 +1244,7 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
             if method == "POST":
                 if rtype.namespaced and namespace is None:
                     raise ApiError(405, f"the server does not allow this method on the requested resource ({rtype.plural} at cluster scope)")
+                self._strict(rtype, request, request.data)
                 return 201, self.create(rtype, namespace, self._body(request))
             raise ApiError(405, f"the server does not allow this method on the requested resource ({method} collection)")
         if sub == "eviction":
@@ -1006,10 +1260,12 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
             case "GET":
                 return 200, self.read(rtype, namespace, name)
             case "PUT":
+                self._strict(rtype, request, request.data)
                 return 200, self.replace(rtype, namespace, name, self._body(request), status_only=status_only)
             case "PATCH":
                 content_type = request.headers.get("Content-Type", "").split(";")[0].strip()
-                return 200, self.patch(rtype, namespace, name, request.data, content_type, status_only=status_only)
+                return 200, self.patch(rtype, namespace, name, request.data, content_type, status_only=status_only,
+                                       strict=request.params.get("fieldValidation") == "Strict")
             case "DELETE":
                 return 200, self.delete(rtype, namespace, name, _delete_options(request))
         raise ApiError(405, f"the server does not allow this method on the requested resource ({method})")
@@ -1052,6 +1308,14 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
 
     def _store(self, rtype: ResourceType, obj: JsonDict, event: str) -> JsonDict:
         meta = obj["metadata"]
+        if self._dry_run:  # validated and admitted, not stored: the version it would replace, none for a new object
+            answer = copy.deepcopy(obj)
+            current = self._current(rtype, meta.get("namespace"), meta["name"])
+            if current is None:
+                answer["metadata"].pop("resourceVersion", None)
+            else:
+                answer["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            return answer
         meta["resourceVersion"] = self._next_revision()
         key = (rtype.key, meta.get("namespace"), meta["name"])
         self._log_change(rtype, self._current(rtype, meta.get("namespace"), meta["name"]), obj, deleted=False)
@@ -1067,6 +1331,8 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
 
     def _remove(self, rtype: ResourceType, namespace: str | None, name: str) -> JsonDict:
         stored = self.objects[(rtype.key, namespace, name)]
+        if self._dry_run:
+            return copy.deepcopy(stored.raw)
         last = copy.deepcopy(stored.raw)
         last["metadata"]["resourceVersion"] = self._next_revision()
         self._log_change(rtype, stored.raw, last, deleted=True)
@@ -1093,7 +1359,7 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
                 decoded = json.loads(base64.urlsafe_b64decode(continue_token.encode() + b"==="))
                 start_after = (decoded["namespace"], decoded["name"])
             except (ValueError, KeyError, TypeError):
-                raise ApiError(400, "continue key is not valid: incorrect encoded start resourceVersion") from None
+                raise ApiError(400, "invalid continue token: continue key is not valid: incorrect encoded start resourceVersion") from None
         try:
             page_size = int(limit) if limit not in (None, "", "0", 0) else None
         except ValueError:
@@ -1153,7 +1419,7 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
             raise _invalid(rtype, "", [("metadata.name", "Required value: name or generateName is required")])
         if self._current(rtype, meta.get("namespace"), meta["name"]) is not None:
             raise ApiError(409, f"{rtype.describe(meta['name'])} already exists", reason="AlreadyExists",
-                           details={"name": meta["name"], "group": rtype.group, "kind": rtype.plural})
+                           details=_details(rtype, meta["name"]))
         obj["apiVersion"], obj["kind"] = rtype.api_version, rtype.kind
         _validate(rtype, obj)
         self._admit(rtype, obj, None)
@@ -1165,7 +1431,7 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
             meta["generation"] = 1
         if rtype.kind == "Pod":
             obj.setdefault("status", {}).setdefault("phase", "Pending")
-        if rtype.kind == "CustomResourceDefinition":
+        if rtype.kind == "CustomResourceDefinition" and not self._dry_run:
             self._register_crd(obj)
         return self._store(rtype, obj, "ADDED")
 
@@ -1188,7 +1454,7 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
 
     # patch/delete replace kmock's HTTP-client shortcuts of the same names, which kmock itself never calls.
     def patch(self, rtype: ResourceType, namespace: str | None, name: str, patch: Any, content_type: str, *,  # type: ignore[override]
-              status_only: bool = False) -> JsonDict:
+              status_only: bool = False, strict: bool = False) -> JsonDict:
         current = self._current(rtype, namespace, name)
         if current is None:
             raise _not_found(rtype, name)
@@ -1211,6 +1477,12 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
             raise ApiError(422, f"the patch could not be applied: {error}") from None
         if not isinstance(patched, dict):
             raise ApiError(422, "the patched document is not an object")
+        unknown = self._unknown_fields(rtype, patched) if strict else []
+        if unknown:
+            shown = json.dumps(patched, separators=(",", ":")).replace('"', '\\"')
+            raise ApiError(422, f' "" is invalid: patch: Invalid value: "{shown}": {_strict_error(unknown)}',
+                           details={"causes": [{"reason": "FieldValueInvalid", "field": "patch",
+                                                "message": f"Invalid value: {_strict_error(unknown)}"}]})
         sent = _meta(patched).get("resourceVersion")
         if sent is not None and str(sent) != current["metadata"]["resourceVersion"]:
             raise _conflict(rtype, name)
@@ -1256,7 +1528,7 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
             meta["generation"] = old_meta.get("generation", 1) + (1 if changed else 0)
         _validate(rtype, result)
         self._admit(rtype, result, current)
-        if rtype.kind == "CustomResourceDefinition":
+        if rtype.kind == "CustomResourceDefinition" and not self._dry_run:
             self._register_crd(result)
         if old_meta.get("deletionTimestamp") and not meta.get("finalizers"):
             self._store(rtype, result, "MODIFIED")
@@ -1270,13 +1542,16 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
         if current is None:
             raise _not_found(rtype, name)
         preconditions = options.get("preconditions") or {}
-        if preconditions.get("uid") not in (None, current["metadata"].get("uid")):
-            raise ApiError(409, f"Precondition failed: UID in precondition: {preconditions['uid']}, "
-                                f"UID in object meta: {current['metadata'].get('uid')}", reason="Conflict")
-        if preconditions.get("resourceVersion") not in (None, current["metadata"]["resourceVersion"]):
-            raise _conflict(rtype, name)
+        for field_name, label in (("uid", "UID"), ("resourceVersion", "ResourceVersion")):
+            wanted, actual = preconditions.get(field_name), current["metadata"].get(field_name)
+            if wanted is not None and wanted != actual:
+                why = "deleted and then recreated" if field_name == "uid" else "modified"
+                raise ApiError(409, f'Operation cannot be fulfilled on {rtype.kind} "{name}": the {label} in the precondition '
+                                    f"({wanted}) does not match the {label} in record ({actual}). The object might have been {why}",
+                               reason="Conflict", details=_details(rtype, name))
         grace = options.get("gracePeriodSeconds")
-        self.deletions.append(DeletionRecord(rtype.kind, namespace, name, grace, via, options.get("propagationPolicy")))
+        if not self._dry_run:
+            self.deletions.append(DeletionRecord(rtype.kind, namespace, name, grace, via, options.get("propagationPolicy")))
         if current["metadata"].get("finalizers"):
             if current["metadata"].get("deletionTimestamp"):
                 return copy.deepcopy(current)
@@ -1284,7 +1559,18 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
             marked["metadata"]["deletionTimestamp"] = self._now()
             marked["metadata"]["deletionGracePeriodSeconds"] = grace if grace is not None else 0
             return self._store(rtype, marked, "MODIFIED")
-        return self._remove(rtype, namespace, name)
+        if rtype.kind == "Pod":
+            if (current.get("spec") or {}).get("nodeName") and not _pod_terminal(current) and not current["metadata"].get("deletionTimestamp"):
+                # A bound pod's deletion is graceful: marked first (the emulator's kubelet has always finished at once).
+                marked = copy.deepcopy(current)
+                marked["metadata"]["deletionTimestamp"] = self._now()
+                default_grace = (current.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
+                marked["metadata"]["deletionGracePeriodSeconds"] = grace if grace is not None else default_grace
+                self._store(rtype, marked, "MODIFIED")
+            return self._remove(rtype, namespace, name)  # pods answer with the pod
+        removed = self._remove(rtype, namespace, name)
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                "details": _details(rtype, name, uid=removed["metadata"].get("uid"))}
 
     def evict(self, namespace: str, name: str, eviction: JsonDict) -> JsonDict:
         pods = self.resource_type("Pod")
@@ -1386,7 +1672,138 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
                 kind=names.get("kind", ""), namespaced=spec.get("scope") == "Namespaced",
                 subresources=frozenset({"status"}) if "status" in (version.get("subresources") or {}) else frozenset(),
                 field_labels=_META, custom=True, generation=True,
+                short_names=tuple(names.get("shortNames") or ()), categories=tuple(names.get("categories") or ()),
+                printer_columns=tuple(version.get("additionalPrinterColumns") or ()),
             ))
+
+    # ------------------------------------------------ discovery and Tables
+
+    def _discovery(self, path: str) -> JsonDict | _NotServed | None:
+        """The discovery documents (``/api``, ``/api/v1``, ``/apis``, ``/apis/<group>[/<version>]``)
+        as the real server writes them; None for any other path."""
+        parts = [part for part in path.split("/") if part]
+        if parts == ["api"]:
+            return {"kind": "APIVersions", "versions": ["v1"]}
+        if parts == ["api", "v1"]:
+            return self._resource_list("", "v1")
+        groups: dict[str, list[str]] = {}
+        for rtype in self._types.values():
+            if rtype.group and rtype.version not in groups.setdefault(rtype.group, []):
+                groups[rtype.group].append(rtype.version)
+
+        def group(name: str) -> JsonDict:
+            versions = [{"groupVersion": f"{name}/{v}", "version": v} for v in sorted(groups[name], key=_version_priority)]
+            return {"name": name, "versions": versions, "preferredVersion": versions[0]}
+
+        if parts == ["apis"]:
+            return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [group(name) for name in groups]}
+        if len(parts) == 2 and parts[0] == "apis":
+            return dict(group(parts[1]), kind="APIGroup", apiVersion="v1") if parts[1] in groups else _NOT_SERVED
+        if len(parts) == 3 and parts[0] == "apis":
+            return self._resource_list(parts[1], parts[2]) if parts[2] in groups.get(parts[1], []) else _NOT_SERVED
+        return None
+
+    def _served_versions(self) -> dict[str, list[ResourceType]]:
+        """OpenAPI v3's group-version paths (``api/v1``, ``apis/<group>/<version>``) -> their types."""
+        served: dict[str, list[ResourceType]] = {}
+        for rtype in self._types.values():
+            served.setdefault(f"apis/{rtype.group}/{rtype.version}" if rtype.group else "api/v1", []).append(rtype)
+        return served
+
+    def _openapi(self, path: str) -> JsonDict | _NotServed | None:
+        """``/openapi/v3`` and its group-version documents: for each type, the operations with
+        their ``x-kubernetes-group-version-kind`` and the ``fieldValidation`` and ``dryRun``
+        parameters (kubectl checks them before it asks for strict validation), and for custom
+        resources their CRD's schema (what ``kubectl explain`` reads)."""
+        served = self._served_versions()
+        if path.rstrip("/") == "/openapi/v3":
+            return {"paths": {gv: {"serverRelativeURL": f"/openapi/v3/{gv}?hash={hashlib.sha256(gv.encode()).hexdigest()[:16].upper()}"}
+                              for gv in sorted(served)}}
+        if not path.startswith("/openapi/v3/"):
+            return _NOT_SERVED
+        types = served.get(path[len("/openapi/v3/"):].strip("/"))
+        if types is None:
+            return _NOT_SERVED
+        parameters = [{"name": name, "in": "query", "description": "", "schema": {"type": "string", "uniqueItems": True}}
+                      for name in ("dryRun", "fieldManager", "fieldValidation")]
+        paths: JsonDict = {}
+        schemas: JsonDict = {}
+        for rtype in types:
+            gvk = {"group": rtype.group, "version": rtype.version, "kind": rtype.kind}
+            prefix = f"/apis/{rtype.group}/{rtype.version}" if rtype.group else "/api/v1"
+            collection = f"{prefix}/namespaces/{{namespace}}/{rtype.plural}" if rtype.namespaced else f"{prefix}/{rtype.plural}"
+            name = f"{'.'.join(reversed(rtype.group.split('.'))) if rtype.group else 'io.k8s.api.core'}.{rtype.version}.{rtype.kind}"
+            ref = {"content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{name}"}}}}
+            operation = {"x-kubernetes-group-version-kind": gvk, "parameters": parameters, "responses": {"200": dict(ref, description="OK")}}
+            paths[collection] = {"post": dict(operation, operationId=f"create{rtype.kind}"), "get": dict(operation, operationId=f"list{rtype.kind}")}
+            paths[f"{collection}/{{name}}"] = {verb: dict(operation, operationId=f"{verb}{rtype.kind}") for verb in ("get", "put", "patch", "delete")}
+            crd_schema = self._schemas.get((rtype.group, rtype.version, rtype.plural))
+            schema: JsonDict = copy.deepcopy(dict(crd_schema.schema)) if crd_schema is not None else {"type": "object"}
+            schema["x-kubernetes-group-version-kind"] = [gvk]
+            schemas[name] = schema
+        return {"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": "v1.37.2"}, "paths": paths,
+                "components": {"schemas": schemas}}
+
+    def _resource_list(self, group: str, version: str) -> JsonDict:
+        verbs = ["create", "delete", "get", "list", "patch", "update", "watch"]
+        resources: list[JsonDict] = []
+        for rtype in sorted(self._types.values(), key=lambda r: r.plural):
+            if (rtype.group, rtype.version) != (group, version):
+                continue
+            entry: JsonDict = {"name": rtype.plural, "singularName": rtype.singular, "namespaced": rtype.namespaced,
+                               "kind": rtype.kind, "verbs": verbs}
+            if rtype.short_names:
+                entry["shortNames"] = list(rtype.short_names)
+            if rtype.categories:
+                entry["categories"] = list(rtype.categories)
+            resources.append(entry)
+            for sub in sorted(rtype.subresources):
+                sub_entry: JsonDict = {"name": f"{rtype.plural}/{sub}", "singularName": "", "namespaced": rtype.namespaced,
+                                       "kind": rtype.kind, "verbs": ["get", "patch", "update"]}
+                if sub == "eviction":
+                    sub_entry.update(group="policy", version="v1", kind="Eviction", verbs=["create"])
+                elif sub == "binding":
+                    sub_entry.update(kind="Binding", verbs=["create"])
+                resources.append(sub_entry)
+        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"{group}/{version}" if group else version,
+                "resources": resources}
+
+    def _table(self, rtype: ResourceType, answer: JsonDict) -> JsonDict:
+        """A list or an object as a ``meta.k8s.io/v1`` Table: the columns the real server prints
+        for Nodes, Pods and Events, a CRD's additionalPrinterColumns, else Name and Age."""
+        now = self.clock()
+        objects = answer.get("items", [answer])
+        cells: Callable[[Mapping[str, Any], datetime], list[Any]]
+        if rtype.kind == "Node":
+            columns, cells = list(_NODE_COLUMNS), _node_cells
+        elif rtype.kind == "Pod":
+            columns, cells = list(_POD_COLUMNS), _pod_cells
+        elif rtype.kind == "Event":
+            columns, cells = list(_EVENT_COLUMNS), _event_cells
+        elif rtype.printer_columns:
+            printed = rtype.printer_columns
+            columns = [_NAME_COLUMN] + [
+                _column(c["name"], int(c.get("priority", 0)), str(c.get("type", "string")),
+                        str(c.get("description") or f"Custom resource definition column (in JSONPath format): {c['jsonPath']}"))
+                for c in printed]
+
+            def cells(obj: Mapping[str, Any], now: datetime) -> list[Any]:
+                row: list[Any] = [_meta(obj).get("name")]
+                for column in printed:
+                    value = _json_path(obj, str(column["jsonPath"]))
+                    row.append(_age(value, now) if column.get("type") == "date" and value is not None else value)
+                return row
+        else:
+            columns = list(_DEFAULT_COLUMNS)
+
+            def cells(obj: Mapping[str, Any], now: datetime) -> list[Any]:
+                return [_meta(obj).get("name"), _age(_meta(obj).get("creationTimestamp"), now)]
+
+        rows = [{"cells": cells(obj, now), "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                                                      "metadata": copy.deepcopy(_meta(obj))}} for obj in objects]
+        metadata = {k: v for k, v in (answer.get("metadata") or {}).items() if k in ("resourceVersion", "continue", "remainingItemCount")} \
+            if "items" in answer else {"resourceVersion": _meta(answer).get("resourceVersion")}
+        return {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": metadata, "columnDefinitions": columns, "rows": rows}
 
     # ------------------------------------------------ harness API (loop thread)
 

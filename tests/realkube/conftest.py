@@ -220,3 +220,13 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 def _listed(grants: list[Grant]) -> str:
     return ", ".join(f"{verb} {group or 'core'}/{resource}" for group, resource, verb in grants) or "none"
+
+
+@pytest.fixture
+def kube_emulator_server() -> Iterator[Any]:
+    """A fresh Kubernetes API emulator (the test world's, as the fast tests and ``make demo``
+    run it: plain HTTP, no authentication): the one place the contract suite imports it from."""
+    from tests.support.kube_emulator import KubeEmulator
+
+    with KubeEmulator() as emulator:
+        yield emulator

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Builds etcd, kube-apiserver and kube-scheduler for the real Kubernetes test tier, once.
+# Builds etcd, kube-apiserver, kube-scheduler and kubectl for the real Kubernetes test tier, once.
 #
 #   tools/kube/build.sh            build (if needed) and print the binaries' directory
-#   tools/kube/build.sh --versions print the three components' versions (building first if needed)
+#   tools/kube/build.sh --versions print the four components' versions (building first if needed)
 #
 # The versions are those pinned in tools/kube/go.mod (k8s.io/kubernetes and go.etcd.io/etcd/server/v3);
 # the binaries go to .cache/kube/<kubernetes version>/ and are reused while each one reports the pinned
@@ -26,14 +26,20 @@ out="${JOINER_KUBE_BIN:-$root/.cache/kube/$kube_version}"
 expected() {
     case "$1" in
         kube-apiserver | kube-scheduler) echo "Kubernetes $kube_version" ;;
+        kubectl) echo "Client Version: $kube_version" ;;
         etcd) echo "etcd Version: ${etcd_version#v}" ;;
     esac
 }
-reported() { "$out/$1" --version 2>/dev/null | head -n 1; }
+reported() {
+    case "$1" in
+        kubectl) "$out/$1" version --client 2>/dev/null | head -n 1 ;;
+        *) "$out/$1" --version 2>/dev/null | head -n 1 ;;
+    esac
+}
 current() { [[ -x "$out/$1" ]] && [[ "$(reported "$1")" == "$(expected "$1")" ]]; }
 
 stale=()
-for bin in etcd kube-apiserver kube-scheduler; do
+for bin in etcd kube-apiserver kube-scheduler kubectl; do
     current "$bin" || stale+=("$bin")
 done
 
@@ -83,7 +89,7 @@ if ((${#stale[@]})); then
 fi
 
 if [[ "${1:-}" == "--versions" ]]; then
-    for bin in etcd kube-apiserver kube-scheduler; do
+    for bin in etcd kube-apiserver kube-scheduler kubectl; do
         printf '%-15s %s\n' "$bin" "$(reported "$bin")"
     done
 else
