@@ -226,7 +226,7 @@ def _listed(grants: list[Grant]) -> str:
 def kube_emulator_server() -> Iterator[Any]:
     """A fresh Kubernetes API emulator (the test world's, as the fast tests and ``make demo``
     run it: plain HTTP, no authentication): the one place the contract suite imports it from."""
-    from tests.support.kube_emulator import KubeEmulator
+    from testworld.kube_emulator import KubeEmulator
 
     with KubeEmulator() as emulator:
         yield emulator

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.realkube.cluster import ADMIN, ROOT
 from tests.realkube.conftest import RealKube
 from tests.realkube.test_emulator_contract import Backend
+from testworld.real_kube import ADMIN, ROOT
 
 pytestmark = pytest.mark.real_kube
 
