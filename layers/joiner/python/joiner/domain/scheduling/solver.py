@@ -59,14 +59,15 @@ def _plan_key(plan: Plan) -> tuple[int, float, int]:
     return (len(plan.unschedulable), round(plan.cost_per_hour, 9), len(plan.node_claims))
 
 
-def run_engine(ctx: Context, optimize: bool) -> tuple[Plan, bool]:
+def run_engine(ctx: Context, optimize: bool, join: bool = True) -> tuple[Plan, bool]:
+    """One planning run; ``join`` off skips :func:`_join_classes` (for comparisons)."""
     engine = Engine(ctx, optimize)
     entries = engine.build_entries()
     engine.place_in_flight_pods(entries)
     engine.run_queue(entries)
     used_packer = bool(engine.deferred)
     if engine.deferred:
-        leftovers = _place_free(engine, engine.deferred)
+        leftovers = _place_free(engine, engine.deferred, join)
         engine.deferred = []
         engine.optimize = False
         if leftovers:
@@ -74,7 +75,7 @@ def run_engine(ctx: Context, optimize: bool) -> tuple[Plan, bool]:
     return build_plan(engine), used_packer
 
 
-def _place_free(engine: Engine, entries: list[Entry]) -> list[Entry]:
+def _place_free(engine: Engine, entries: list[Entry], join: bool = True) -> list[Entry]:
     """Free pods: ride along on planned claims at no extra price, then cost-pack."""
     claims = [t for t in engine.targets[engine.n_fixed:] if t.pods]
     for entry in entries:
@@ -129,7 +130,8 @@ def _place_free(engine: Engine, entries: list[Entry]) -> list[Entry]:
             _ride_along(engine, engine.targets[first_new:], joined)
         leftovers.extend(_pack_class(engine, shape, [e for e in joined if e.pods]))
     _absorb(engine, engine.targets[first_new:], variant_of)
-    _join_classes(engine, engine.targets[first_new:], variant_of)
+    if join:
+        _join_classes(engine, engine.targets[first_new:], variant_of)
     return leftovers
 
 
@@ -385,7 +387,23 @@ def _joint_packing(shape: Shape, home: Shape, host_groups: _SizeGroups, guest_gr
     for b in bins:
         owner, j = owners[b.type_index]
         per_shape[id(owner)][1].append(Bin(j, b.counts, b.used[:-1]))
-    return _Joint(sum(types[b.type_index].price for b in bins), sizes, groups, list(per_shape.values()))
+    cost = sum(types[b.type_index].price for b in bins)
+    # The guests left on their own types are packed again alone: fewer groups and types
+    # than the joint packing's, where the packer sometimes finds better patterns.
+    apart = per_shape[id(home)][1]
+    if len(apart) > 1:
+        alone = [0] * len(sizes)
+        for b in apart:
+            for i, n in b.counts.items():
+                alone[i] += n
+        items = [i for i, n in enumerate(alone) if n]
+        again, left = pack([sizes[i] for i in items], [alone[i] for i in items], _pack_types(home))
+        before = sum(home.typeset.prices[b.type_index] for b in apart)
+        after = sum(home.typeset.prices[b.type_index] for b in again)
+        if not any(left) and after < before - 1e-9 * max(1.0, before):
+            apart[:] = [Bin(b.type_index, {items[i]: n for i, n in b.counts.items()}, b.used) for b in again]
+            cost += after - before
+    return _Joint(cost, sizes, groups, list(per_shape.values()))
 
 
 def _fresh(by_variant: dict[int, Entry]) -> list[Entry]:
