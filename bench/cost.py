@@ -92,7 +92,7 @@ PATTERN_MILP_TIME_LIMIT = 60.0
 #: Seconds HiGHS may spend on the integer cover by the pattern LP's columns.
 PATTERN_INCUMBENT_TIME_LIMIT = 30.0
 #: The pattern MILP enumerates every maximal pattern: only for this few pod groups per pool.
-PATTERN_MILP_MAX_GROUPS = 3
+PATTERN_MILP_MAX_GROUPS = 4
 
 GPU_TOLERATION = Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")
 
