@@ -38,6 +38,8 @@ _ABSORB_VICTIMS = 20
 _JOIN_MAX_CLAIMS = 24
 _JOIN_MAX_GROUPS = 12
 _JOIN_TAILS = (3, 24)
+#: Joint packings per solve at most (many small classes would otherwise try every pair).
+_JOIN_BUDGET = 8
 
 
 def solve(problem: SchedulingProblem) -> Plan:
@@ -282,8 +284,8 @@ def _join_classes(engine: Engine, packed: list[Target], variant_of: dict) -> Non
     the other class's 3 or 24 least-full claims (``_JOIN_TAILS``; at most
     ``_JOIN_MAX_GROUPS`` pod sizes in all) are packed together, the host's pods on the
     host's types, the others' on either class's (:func:`_joint_packing`). The result that
-    saves the most against the claims it replaces is kept (none that costs more). NodePools
-    with limits are left as packed."""
+    saves the most against the claims it replaces is kept (none that costs more). At most
+    ``_JOIN_BUDGET`` joint packings per solve; NodePools with limits are left as packed."""
     if engine._has_volumes:
         return
     by_shape: dict[int, list[Target]] = {}
@@ -292,7 +294,10 @@ def _join_classes(engine: Engine, packed: list[Target], variant_of: dict) -> Non
         if target.pods and target.shape is not None:
             by_shape.setdefault(id(target.shape), []).append(target)
             shapes[id(target.shape)] = target.shape
+    budget = _JOIN_BUDGET
     for host_key, other_key in [(h, o) for h in list(by_shape) for o in list(by_shape) if h != o]:
+        if budget <= 0:
+            return
         shape, home = shapes[host_key], shapes[other_key]
         hosts, others = by_shape[host_key], by_shape[other_key]
         if shape.pool.limited or home.pool is not shape.pool or not hosts or not others or len(hosts) > _JOIN_MAX_CLAIMS:
@@ -310,6 +315,9 @@ def _join_classes(engine: Engine, packed: list[Target], variant_of: dict) -> Non
             guest_groups = _size_groups(tail[:k], variant_of)
             if len(host_groups) + len(guest_groups) > _JOIN_MAX_GROUPS:
                 break
+            if budget <= 0:
+                break
+            budget -= 1
             joint = _joint_packing(shape, home, host_groups, guest_groups)
             if joint is not None:
                 old = sum(engine.claim_price(t) for t in hosts + tail[:k])
