@@ -42,26 +42,30 @@ TYPES = tuple(
     for size, cpu, price, pods in (("large", 2, 0.1, 29), ("xlarge", 4, 0.2, 58), ("4xlarge", 16, 0.8, 234), ("16xlarge", 64, 3.2, 737))
 )
 DEDICATED = Taint("dedicated", "tiny", "NoSchedule")
-COUNTS = st.one_of(st.sampled_from((0, 1, 2)), st.integers(0, 3000), st.just(3000))
+TINY = st.one_of(st.sampled_from((0, 1, 2, 229, 230, 231, 1000, 2999, 3000)), st.integers(0, 3000))
+LARGE = st.one_of(st.sampled_from((0, 1, 13, 14, 100, 300, 600)), st.integers(0, 600))
 
 
 @st.composite
 def sliver_problems(draw: st.DrawFn) -> SchedulingProblem:
     """Large pods (either architecture, or pinned) and tiny pods (pinned, or either), on a
-    NodePool of both architectures (sometimes with a CPU limit) and a tainted one."""
-    pinned = draw(st.sampled_from(("tiny", "large", "both")))
+    NodePool of both architectures (sometimes with a CPU limit) and a tainted one; half of
+    them the sliver case itself (tiny pods pinned, large ones free, no limit), where joining
+    changes plans."""
+    focused = draw(st.booleans())
+    pinned = "tiny" if focused else draw(st.sampled_from(("tiny", "large", "both")))
     tiny_arch, large_arch = draw(st.sampled_from(("amd64", "arm64"))), draw(st.sampled_from(("amd64", "arm64")))
     cpu, memory = draw(st.sampled_from((("1500m", "3Gi"), ("3500m", "6Gi"), ("7", "12Gi"), ("14", "28Gi"), ("3", "26Gi"))))
-    tolerate = draw(st.booleans())
+    tolerate = not focused and draw(st.booleans())
     pods = []
-    for i in range(draw(st.one_of(st.sampled_from((0, 1)), st.integers(0, 600)))):
+    for i in range(draw(LARGE)):
         selector = {wk.ARCH: large_arch} if pinned in ("large", "both") else None
         pods.append(pod(f"large-{i:04d}", cpu, memory, labels={"app": "large"}, node_selector=selector))
-    for i in range(draw(COUNTS)):
+    for i in range(draw(TINY)):
         selector = {wk.ARCH: tiny_arch} if pinned in ("tiny", "both") else None
         tolerations = [Toleration(key="dedicated", operator="Equal", value="tiny", effect="NoSchedule")] if tolerate and i % 2 else []
         pods.append(pod(f"tiny-{i:04d}", "50m", "64Mi", labels={"app": "tiny"}, node_selector=selector, tolerations=tolerations))
-    limit = draw(st.sampled_from((None, "40", "400", "100000")))
+    limit = None if focused else draw(st.sampled_from((None, "40", "400", "100000")))
     pools = (
         node_pool("general", requirements=[req(wk.ARCH, "In", "amd64", "arm64")], limits=res(cpu=limit) if limit else None),
         node_pool("dedicated", requirements=[req(wk.ARCH, "In", "amd64")], taints=[DEDICATED], weight=draw(st.sampled_from((0, 10)))),
@@ -70,7 +74,7 @@ def sliver_problems(draw: st.DrawFn) -> SchedulingProblem:
     return SchedulingProblem(pending=tuple(pods), daemonsets=daemonsets, node_pools=pools, instance_types={p.name: TYPES for p in pools})
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(sliver_problems())
 def test_joining_classes_never_costs_more_and_keeps_every_rule(problem: SchedulingProblem) -> None:
     joined, _ = run_engine(Context(problem), optimize=True)
