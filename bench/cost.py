@@ -14,7 +14,14 @@ allocatable for the default kubelet settings), with the usual EKS DaemonSets:
 - ``arch``: 1,000 pods of 40 shapes with the same architecture mix (``arch-1`` to ``arch-6``,
   only when named: the same drawn with seeds 1 to 6);
 - ``two-shapes``: 1,000 pods, half 3.5 vCPU / 1 GiB, half 250m / 7 GiB;
-- ``tiny``: 3,000 pods of 50m / 64Mi.
+- ``tiny``: 3,000 pods of 50m / 64Mi;
+- ``sliver-S-L-T``: on the two-architecture NodePool of ``shapes``, ``L`` large pods (either
+  architecture) that each leave a sliver (8-12% of CPU and of memory) of the room of a node of
+  one of the shapes ``S`` (``c``: c6i.xlarge, ``m``: m6i.2xlarge, ``r``: r6i.xlarge; round
+  robin), and ``T`` tiny amd64-only pods of 50m / 64Mi (:func:`bench.workloads.sliver_pods`):
+  the tiny pods fill nodes by pod slots and the optimum puts large pods beside them;
+  ``L`` in 100, 300, 600, ``T`` in 1000, 3000, ``S`` in ``c``, ``cm``, ``cmr`` (six of them
+  by default, all 18 when named).
 
 ``python -m bench.cost`` prints one JSON object per workload:
 ``{"bench":"cost","workload":W,"pods":N,"cost":C,"ffd_cost":F,"lp_bound":L,"ratio":C/L,
@@ -52,7 +59,7 @@ from functools import partial
 
 from bench.bounds.lp_bound import lp_lower_bound, whole_pod_lower_bound
 from bench.bounds.pattern_bound import pattern_lp_bound, pattern_milp_optimum, pool_instances
-from bench.workloads import FAMILIES, realistic_pods, tiny_pods, two_shape_pods
+from bench.workloads import FAMILIES, realistic_pods, sliver_pods, tiny_pods, two_shape_pods
 from joiner.domain import labels as wk
 from joiner.domain.catalog import load_bundled_catalog
 from joiner.domain.model import DaemonSet, NodePool, Pod, Toleration
@@ -85,7 +92,7 @@ PATTERN_MILP_TIME_LIMIT = 60.0
 #: Seconds HiGHS may spend on the integer cover by the pattern LP's columns.
 PATTERN_INCUMBENT_TIME_LIMIT = 30.0
 #: The pattern MILP enumerates every maximal pattern: only for this few pod groups per pool.
-PATTERN_MILP_MAX_GROUPS = 3
+PATTERN_MILP_MAX_GROUPS = 4
 
 GPU_TOLERATION = Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")
 
@@ -114,6 +121,30 @@ def _pool(kind: str) -> NodePool:
     return NodePool("default", Requirements(base))
 
 
+#: Sliver workloads: per letter, the instance type whose room a large pod nearly fills.
+SLIVER_NODES = {"c": "c6i.xlarge", "m": "m6i.2xlarge", "r": "r6i.xlarge"}
+SLIVER_LARGE = (100, 300, 600)
+SLIVER_TINY = (1000, 3000)
+SLIVER_SETS = ("c", "cm", "cmr")
+
+
+def _room(names: tuple[str, ...]) -> list[tuple[int, int]]:
+    """CPU and memory each named type of the two-architecture NodePool has for pods
+    (allocatable minus the DaemonSets)."""
+    from joiner.domain.scheduling.context import Context
+
+    catalog = load_bundled_catalog()
+    pool = _pool("realistic")
+    ctx = Context(SchedulingProblem(pending=(), daemonsets=_daemonsets(), node_pools=(pool,), instance_types={pool.name: catalog.instance_types()}))
+    cpu, memory = ctx.dim_index["cpu"], ctx.dim_index["memory"]
+    effective = {pt.name: pt.effective for pt in ctx.template_shapes[0].typeset.types}
+    return [(effective[name][cpu], effective[name][memory]) for name in names]
+
+
+def _sliver(letters: str, large: int, tiny: int) -> tuple[Pod, ...]:
+    return sliver_pods(large, tiny, _room(tuple(SLIVER_NODES[letter] for letter in letters)), tiny_arch="amd64")
+
+
 #: name -> (pool kind, pods)
 GENERATED: dict[str, tuple[str, Callable[[], tuple[Pod, ...]]]] = {
     "shapes": ("realistic", lambda: realistic_pods(5000)),
@@ -123,10 +154,14 @@ GENERATED: dict[str, tuple[str, Callable[[], tuple[Pod, ...]]]] = {
     "tiny": ("general", lambda: tiny_pods(3000)),
     # ``arch`` drawn with other seeds: is its ratio the rule or luck? (only when named)
     **{f"arch-{seed}": ("realistic", partial(realistic_pods, 1000, shapes=40, seed=seed)) for seed in range(1, 7)},
+    **{f"sliver-{letters}-{large}-{tiny}": ("realistic", partial(_sliver, letters, large, tiny)) for letters in SLIVER_SETS for large in SLIVER_LARGE for tiny in SLIVER_TINY},
 }
 
+#: The sliver workloads run by default: every count and ratio, every shape set.
+SLIVER_DEFAULT = ["sliver-c-100-1000", "sliver-c-600-3000", "sliver-cm-300-1000", "sliver-cm-300-3000", "sliver-cmr-100-3000", "sliver-cmr-600-1000"]
+
 #: Workloads ``python -m bench.cost`` runs by default (``shapes-20k`` only when named).
-DEFAULT = [*WORKLOADS, "shapes", "arch", "two-shapes", "tiny"]
+DEFAULT = [*WORKLOADS, "shapes", "arch", "two-shapes", "tiny", *SLIVER_DEFAULT]
 
 
 def workload_problem(name: str, catalog=None) -> SchedulingProblem:

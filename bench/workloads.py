@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Sequence
 
 from joiner.domain import labels as wk
 from joiner.domain.model import Pod
 from joiner.domain.requirements import Requirement, Requirements
 from joiner.domain.resources import Resources
 
-__all__ = ["FAMILIES", "ARCH_MIX", "realistic_shapes", "realistic_pods", "snapshot_yaml", "tiny_pods", "two_shape_pods"]
+__all__ = ["FAMILIES", "ARCH_MIX", "realistic_shapes", "realistic_pods", "sliver_pods", "snapshot_yaml", "tiny_pods", "two_shape_pods"]
 
 MI = 2**20 * 1000
 GI = 2**30 * 1000
@@ -86,6 +87,35 @@ def two_shape_pods(pods: int) -> tuple[Pod, ...]:
 def tiny_pods(pods: int) -> tuple[Pod, ...]:
     """``pods`` pods of 50m / 64Mi (the pods-per-node limit binds)."""
     return tuple(Pod("shop", f"tiny-{i:05d}", uid=f"tiny-{i}", labels={"app": "tiny"}, requests=Resources({"cpu": 50, "memory": 64 * MI, "pods": 1000})) for i in range(pods))
+
+
+def sliver_pods(large: int, tiny: int, nodes: Sequence[tuple[int, int]], seed: int = 31, sliver: tuple[float, float] = (0.08, 0.12),
+                tiny_size: tuple[int, int] = (50, 64 * MI), tiny_arch: str = "") -> tuple[Pod, ...]:
+    """``large`` pods that each fill a node of one of ``nodes`` (its room for pods: CPU
+    millicores, memory milli-bytes) but for a sliver, and ``tiny`` pods of ``tiny_size``
+    (requiring the architecture ``tiny_arch`` when set).
+
+    Per node shape the sliver is drawn from ``sliver`` (a share of the room, separately for
+    CPU and memory) and the large request is the rest, rounded down to 50m and 64Mi; large
+    pods go round robin over ``nodes``. Each sliver holds a few tiny pods: the optimum
+    tucks them in there instead of giving them nodes of their own."""
+    rng = random.Random(seed)
+    shapes = []
+    for cpu, memory in nodes:
+        cpu_share, memory_share = rng.uniform(*sliver), rng.uniform(*sliver)
+        shapes.append((int(cpu * (1 - cpu_share)) // 50 * 50, int(memory * (1 - memory_share)) // (64 * MI) * 64 * MI))
+    result = []
+    for i in range(large):
+        shape = i % len(shapes)
+        cpu, memory = shapes[shape]
+        name = f"large-{shape}-{i:05d}"
+        result.append(Pod("shop", name, uid=name, labels={"app": f"large-{shape}"}, requests=Resources({"cpu": cpu, "memory": memory, "pods": 1000})))
+    cpu, memory = tiny_size
+    selector = Requirements([Requirement.create(wk.ARCH, "In", [tiny_arch])]) if tiny_arch else Requirements()
+    for i in range(tiny):
+        name = f"small-{i:05d}"
+        result.append(Pod("shop", name, uid=name, labels={"app": "small"}, requests=Resources({"cpu": cpu, "memory": memory, "pods": 1000}), node_selector=selector))
+    return tuple(result)
 
 
 _HEADER = """apiVersion: joiner.dev/v1

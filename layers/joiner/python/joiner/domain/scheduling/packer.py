@@ -15,6 +15,9 @@ against NodePool limits). Several strategies run and the cheapest result wins:
   how many items of each group it holds) is solved with knapsack pricing, to convergence
   on the first round (within a budget); whole copies of the patterns it uses are opened,
   else one copy of its most used pattern, and the LP is solved again on what is left.
+  With at most four item groups a type is priced exactly (every count of all but the last
+  group): the rounded knapsack misses mixed patterns (8 + 1 + 4 pods of three large shapes
+  on one node), and the dive then rounds an LP above the true one.
   Unlike the aggregate LP, patterns keep every pod whole, so this finds the right mix of
   instance shapes (e.g. compute-optimised nodes for CPU-bound pods next to
   memory-optimised ones for caches).
@@ -71,6 +74,11 @@ _CG_BUDGET_SUB = 30
 _LNS_REPACKS = 3
 _LNS_MAX_BINS = 6
 _LNS_MIN_WASTE = 0.02
+#: Column generation prices a type exactly (every count of all but the last item, the last
+#: as many as fit) when at most this many items are priced and the search visits at most
+#: ``_EXACT_PRICING_NODES`` counts; else by the rounded fractional knapsack.
+_EXACT_PRICING_ITEMS = 4
+_EXACT_PRICING_NODES = 4000
 
 
 @dataclass(frozen=True, slots=True)
@@ -407,6 +415,56 @@ class _Packer:
                     used[d] += n * size[d]
         return fill
 
+    def _exact_knapsack(self, t: int, prices: Sequence[float], counts: Sequence[int], order: Sequence[int]) -> dict[int, int] | None:
+        """The most valuable pattern of one bin of ``t`` at item ``prices`` (None when the
+        search would visit more than ``_EXACT_PRICING_NODES`` counts): every count of each
+        item but the last, the last as many as still fit (its price is positive, so more is
+        never worth less). Ties go to the first found (fewer of the earlier items in
+        ``order`` first)."""
+        active = [i for i in order if counts[i] and prices[i] > 0]
+        if not active:
+            return {}
+        capacity = self.types[t].capacity
+        best_value = -1.0
+        best: dict[int, int] = {}
+        visits = 0
+        counts_now = [0] * len(active)
+        room = list(capacity)
+        needed = self.needed
+        last = len(active) - 1
+
+        def search(k: int, value: float) -> bool:
+            nonlocal best_value, best, visits
+            i = active[k]
+            most = _count_in(room, needed[i], counts[i])
+            if k == last:
+                visits += 1
+                total = value + prices[i] * most
+                if total > best_value + 1e-12:
+                    best_value = total
+                    best = {active[j]: n for j, n in enumerate(counts_now[:last]) if n}
+                    if most:
+                        best[i] = most
+                return visits <= _EXACT_PRICING_NODES
+            for n in range(most + 1):
+                visits += 1
+                if visits > _EXACT_PRICING_NODES:
+                    return False
+                counts_now[k] = n
+                if n:
+                    for d, s in needed[i]:
+                        room[d] -= s
+                if not search(k + 1, value + prices[i] * n):
+                    return False
+            for d, s in needed[i]:
+                room[d] += s * most
+            counts_now[k] = 0
+            return True
+
+        if not search(0, 0.0):
+            return None
+        return best
+
     # ---------------------------------------------------------------- strategies
 
     def _open_best_bin(self) -> bool:
@@ -598,6 +656,10 @@ class _Packer:
                 if self.types[t].price >= ceiling(self.types[t].capacity):
                     continue  # no pattern of this type is worth its price: nothing to add
                 pattern = self._knapsack(t, prices, counts, order)
+                if len(groups) <= _EXACT_PRICING_ITEMS:
+                    exact = self._exact_knapsack(t, prices, counts, order)
+                    if exact is not None and sum(prices[i] * n for i, n in exact.items()) > sum(prices[i] * n for i, n in pattern.items()) + 1e-12:
+                        pattern = exact
                 value = sum(prices[i] * n for i, n in pattern.items())
                 scored.append((self.types[t].price - value, t, pattern))
             scored.sort(key=lambda row: (row[0], row[1]))
