@@ -47,8 +47,10 @@ from testworld.real_kube import (
     ADMIN,
     CRDS,
     RBAC,
+    ROOT,
     SCHEDULER,
     Api,
+    ApiError,
     AuditedRequest,
     AuditLog,
     ControlPlane,
@@ -58,7 +60,7 @@ from testworld.real_kube import (
     new_token,
 )
 
-__all__ = ["NOT_READY_TAINT", "RealCluster", "RealHarness", "RealKube", "SchedulerDisagreement", "joiner_groups"]
+__all__ = ["NOT_READY_TAINT", "InstallError", "install", "RealCluster", "RealHarness", "RealKube", "SchedulerDisagreement", "joiner_groups"]
 
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 JsonDict = dict[str, Any]
@@ -165,13 +167,21 @@ class RealKube:
             time.sleep(0.01)
 
 
+class InstallError(RuntimeError):
+    """A manifest the API server refused, or a CRD it did not establish; the message names it."""
+
+
 def install(admin: Api, *paths: Path) -> None:
     """``paths`` (default manifests/crds and manifests/rbac.yaml) server-side applied with strict
-    field validation, and the CRDs established. Raises :class:`ApiError` with the server's answer,
-    or RuntimeError naming a CRD that does not get established."""
+    field validation, and the CRDs established. Raises :class:`InstallError` naming the file and
+    object the server refused (with its answer), or the CRD that does not get established."""
     paths = paths or (CRDS, RBAC)
-    for _, obj in manifests(*paths):
-        admin.apply(obj)
+    for path, obj in manifests(*paths):
+        try:
+            admin.apply(obj)
+        except ApiError as error:
+            shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+            raise InstallError(f"the API server refused {shown} ({obj.get('kind')} {obj['metadata']['name']}):\n{error}") from error
     deadline = time.monotonic() + 30
     for _, crd in manifests(*paths):
         if crd.get("kind") != "CustomResourceDefinition":
@@ -183,7 +193,7 @@ def install(admin: Api, *paths: Path) -> None:
             if conditions.get("Established", {}).get("status") == "True":
                 break
             if conditions.get("NamesAccepted", {}).get("status") == "False" or time.monotonic() > deadline:
-                raise RuntimeError(f"CRD {name} not established: {list(conditions.values())}")
+                raise InstallError(f"CRD {name} not established: {list(conditions.values())}")
             time.sleep(0.05)
 
 

@@ -23,21 +23,16 @@ from joiner.adapters.kubernetes import KubernetesClient
 from tests.realkube.access import Grant, allowed, function_groups, shipped_grants
 from testworld.real_kube import (
     ADMIN,
-    ROOT,
     SCHEDULER,
     Api,
-    ApiError,
     AuditedRequest,
     AuditLog,
     Identity,
     RealCluster,
     build,
-    manifests,
     new_token,
 )
-
-CRDS = ROOT / "manifests" / "crds"
-RBAC = ROOT / "manifests" / "rbac.yaml"
+from testworld.real_world import InstallError, install
 
 
 @dataclass
@@ -109,28 +104,12 @@ def _identities() -> dict[str, Identity]:
 
 
 def install_manifests(admin: Api, *paths: Path) -> None:
-    """``paths`` (default manifests/crds/ and manifests/rbac.yaml), server-side applied with strict
-    field validation, and the CRDs established. A refusal fails with the server's message."""
-    paths = paths or (CRDS, RBAC)
-    for path, obj in manifests(*paths):
-        try:
-            admin.apply(obj)
-        except ApiError as error:
-            shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
-            pytest.fail(f"the API server refused {shown} ({obj.get('kind')} {obj['metadata']['name']}):\n{error}", pytrace=False)
-    deadline = time.monotonic() + 30
-    for _, crd in manifests(*paths):
-        if crd.get("kind") != "CustomResourceDefinition":
-            continue
-        name = crd["metadata"]["name"]
-        while True:
-            got = admin.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
-            conditions = {c["type"]: c for c in (got.get("status") or {}).get("conditions") or []}
-            if conditions.get("Established", {}).get("status") == "True":
-                break
-            if conditions.get("NamesAccepted", {}).get("status") == "False" or time.monotonic() > deadline:
-                pytest.fail(f"CRD {name} not established: {list(conditions.values())}", pytrace=False)
-            time.sleep(0.1)
+    """The test world's :func:`~testworld.real_world.install`; a refusal fails the test with the
+    server's message."""
+    try:
+        install(admin, *paths)
+    except InstallError as error:
+        pytest.fail(str(error), pytrace=False)
 
 
 @pytest.fixture(scope="session")

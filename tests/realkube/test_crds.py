@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import urllib3
 
-from tests.realkube.conftest import CRDS, RealKube
+from tests.realkube.conftest import RealKube
 from testworld.kube_emulator import KubeEmulator
-from testworld.real_kube import ROOT, ApiError, manifests
+from testworld.real_kube import CRDS, ROOT, ApiError, manifests
 
 pytestmark = pytest.mark.real_kube
 

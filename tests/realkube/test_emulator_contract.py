@@ -25,8 +25,8 @@ import urllib3
 
 from joiner.adapters.kubernetes import KubernetesClient
 from joiner.ports import KubernetesError
-from tests.realkube.conftest import CRDS, RealKube
-from testworld.real_kube import ADMIN, ROOT, manifests
+from tests.realkube.conftest import RealKube
+from testworld.real_kube import ADMIN, CRDS, ROOT, manifests
 
 pytestmark = pytest.mark.real_kube
 

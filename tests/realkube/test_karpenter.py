@@ -14,9 +14,10 @@ import pytest
 from joiner.domain.karpenter import CONDITION_TYPE
 from joiner.ports import KubernetesError
 from tests.realkube.access import function_groups
-from tests.realkube.conftest import ROOT, Guard, RealKube, install_manifests
+from tests.realkube.conftest import Guard, RealKube, install_manifests
 from tests.realkube.test_rbac import _access, eventually, node_class, node_pool
 from tests.support.karpenter import KARPENTER_CRDS, ec2_node_class, karpenter_pool, stored
+from testworld.real_kube import ROOT
 
 pytestmark = pytest.mark.real_kube
 

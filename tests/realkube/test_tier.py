@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from joiner.ports import KubernetesError
-from tests.realkube.conftest import CRDS, Guard, RealKube, install_manifests
-from testworld.real_kube import ROOT, manifests
+from tests.realkube.conftest import Guard, RealKube, install_manifests
+from testworld.real_kube import CRDS, ROOT, manifests
 
 pytestmark = pytest.mark.real_kube
 
