@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from joiner.domain.nodeclaims import TERMINATION_FINALIZER
+
 __all__ = ["CLUSTER", "CSINODE_TEMPLATE", "DAEMONSETS", "NODE_TEMPLATE", "NOW", "PODS_PER_NODE", "POD_TEMPLATES", "Template", "WorldSpec"]
 
 CLUSTER = "bench-cluster"
@@ -255,6 +257,7 @@ def _node_template() -> Template:
             "annotations": {"alpha.kubernetes.io/provided-node-ip": "@@host_ip@@", "node.alpha.kubernetes.io/ttl": "0",
                             "volumes.kubernetes.io/controller-managed-attach-detach": "true",
                             "csi.volume.kubernetes.io/nodeid": '{"ebs.csi.aws.com":"@@instance@@"}'},
+            "finalizers": [TERMINATION_FINALIZER],  # what delete-to-drain left on a running cluster's Nodes
             "managedFields": managed,
         },
         "spec": {"providerID": "aws:///@@zone@@/@@instance@@", "podCIDR": "@@pod_cidr@@", "podCIDRs": ["@@pod_cidr@@"]},
@@ -462,7 +465,10 @@ class WorldSpec:
         from joiner.domain.nodeclaims import node_claim_object
 
         pool = self.node_pool()
-        return [node_claim_object(claim, pool) for claim in self.claims()]
+        mirrors = [node_claim_object(claim, pool) for claim in self.claims()]
+        for mirror in mirrors:
+            mirror["metadata"]["finalizers"] = [TERMINATION_FINALIZER]
+        return mirrors
 
 
 POD_TEMPLATES = {kind: _pod_template(kind) for kind in ("running", "pending", "daemon")}

@@ -122,7 +122,8 @@ class KubernetesPort(PodWatchPort, Protocol):
         ...
     def iter_nodes(self, *, label_selector: str | None = None) -> Iterator[JsonDict]:
         """The Nodes, read a page at a time: memory holds one page, so a caller that keeps only
-        what it parses never holds the raw list; ``label_selector`` narrows them. Raises
+        what it parses never holds the raw list; ``label_selector`` narrows them. Objects may lack
+        the arrays no part of Joiner reads, as in :meth:`list_pages`. Raises
         :class:`KubernetesError` when the listing must restart (an expired continuation)."""
         ...
     def get_node(self, name: str) -> JsonDict | None: ...

@@ -298,10 +298,10 @@ class KubernetesClient:
             version = version or page_version
         return items, version
 
-    def _iter(self, path: str, kind: str, api_version: str, **query: str | None) -> Iterator[JsonDict]:
+    def _iter(self, path: str, kind: str, api_version: str, *, trim: bool = False, **query: str | None) -> Iterator[JsonDict]:
         """Every item, one page held at a time. A listing that restarts (an expired
         continuation) cannot take back what it yielded, so it raises instead."""
-        for page, _ in self._pages(path, kind, api_version, query):
+        for page, _ in self._pages(path, kind, api_version, query, trim=trim):
             if page is None:
                 raise KubernetesError(f"Kubernetes GET {path}: continuation expired while streaming the list", status=410)
             yield from page
@@ -537,7 +537,7 @@ class KubernetesClient:
         return self._list("/api/v1/nodes", "Node", "v1")
 
     def iter_nodes(self, *, label_selector: str | None = None) -> Iterator[JsonDict]:
-        return self._iter("/api/v1/nodes", "Node", "v1", labelSelector=label_selector)
+        return self._iter("/api/v1/nodes", "Node", "v1", trim=True, labelSelector=label_selector)
 
     def get_node(self, name: str) -> JsonDict | None:
         node: JsonDict

@@ -71,12 +71,17 @@ def handle_deletions(runtime: Runtime, now: datetime) -> DeletionResult:
     by_id = {c.claim_id: c for c in claims}
     by_node = {c.node_name: c for c in claims if c.node_name}
     terminating = {str(item.get("node")) for item in runtime.state.list_items(TERMINATION_KIND)}
-    nodes = {str(_meta(n).get("name")): n for n in runtime.kube.list_nodes()}
-
-    for name, node in sorted(nodes.items()):
+    #: the Nodes being deleted, whole (a termination reads them); every other Node is seen a
+    #: page at a time and only its step kept, so memory does not grow with the cluster
+    nodes: dict[str, JsonDict] = {}
+    for node in runtime.kube.iter_nodes():
         meta = _meta(node)
+        name = str(meta.get("name"))
         claim = by_node.get(name) or by_id.get(str((meta.get("labels") or {}).get(wk.NODECLAIM)))
-        step = deletion_step(meta.get("finalizers") or [], _time(meta.get("deletionTimestamp")), managed=claim is not None,
+        deleted_at = _time(meta.get("deletionTimestamp"))
+        if deleted_at is not None:
+            nodes[name] = node
+        step = deletion_step(meta.get("finalizers") or [], deleted_at, managed=claim is not None,
                              enabled=enabled, terminating=name in terminating, now=now)
         try:
             _node_step(runtime, step, name, node, claim, now, result)
@@ -95,7 +100,7 @@ def handle_deletions(runtime: Runtime, now: datetime) -> DeletionResult:
                 _set_mirror_finalizer(runtime.kube, mirror, present=step is DeletionStep.ADD_FINALIZER)
                 (result.finalizers_added if step is DeletionStep.ADD_FINALIZER else result.finalizers_released).append(f"nodeclaim/{name}")
             elif step is DeletionStep.TERMINATE and claim is not None:
-                claim_node = nodes.get(node_name or "")
+                claim_node = nodes.get(node_name or "") or (runtime.kube.get_node(node_name) if node_name else None)
                 if claim_node is not None:
                     _terminate(runtime, node_name or "", claim_node, claim, now, result)
                 else:  # launched, no Node yet: nothing to drain
