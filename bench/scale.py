@@ -521,7 +521,8 @@ def main(argv: list[str] | None = None) -> int:
                         "cold_start_read_mb": answer.get("cold_read_mb"), "resync_minutes": RESYNC_AFTER_SECONDS / 60,
                         "full_pod_lists": stats["full_pod_lists"], "minutes": args.minutes, "api_requests": stats["requests"],
                         "cache_reads": stats["cache_reads"], "watch_events": stats["watch_events"], "peak_rss_mb": answer.get("peak_rss_mb"),
-                        "wall_s": answer.get("wall_s"), "invocations": answer.get("invocations"), "wake_ups": answer.get("wake_ups")}
+                        "wall_s": answer.get("wall_s"), "invocations": answer.get("invocations"), "wake_ups": answer.get("wake_ups"),
+                        "by_resource": _read_counters(stats)["by_resource"]}
                 if answer.get("error") or answer.get("error_count"):
                     line["error"] = answer.get("error") or "; ".join(answer.get("errors") or [])
                     line["error_count"] = answer.get("error_count", 1)
