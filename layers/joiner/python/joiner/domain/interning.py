@@ -40,27 +40,21 @@ class PodInterner:
     A value is shared only with values that compare equal, so a pod's meaning never changes;
     :meth:`pod` returns an equal pod except for the annotations it drops."""
 
-    __slots__ = ("_values", "_mappings", "_kept")
+    __slots__ = ("_values", "_mappings")
 
     def __init__(self) -> None:
         self._values: dict[Hashable, Any] = {}
         self._mappings: dict[tuple[tuple[str, str], ...], Mapping[str, str]] = {}
-        #: id -> value for every value kept (they live as long as this interner, so their ids
-        #: name them): a value that is already the kept one is recognised without hashing it
-        self._kept: dict[int, Any] = {}
 
     def __len__(self) -> int:
         return len(self._values) + len(self._mappings)
 
     def value(self, value: _T) -> _T:
         """The first value equal to ``value`` that this interner saw (``value`` itself the first time)."""
-        if self._kept.get(id(value)) is value:
-            return value
         key = (type(value), value)
         found = self._values.get(key)
         if found is None:
             self._values[key] = value
-            self._kept[id(value)] = value
             return value
         return found  # type: ignore[no-any-return]
 
