@@ -619,6 +619,17 @@ class InFlightClaim:
     requirements: Requirements
     pods: tuple[str, ...] = ()
 
+    @classmethod
+    def launched_as(cls, name: str, pool: NodePool, instance_type: InstanceType, zone: str, capacity_type: str,
+                    pods: tuple[str, ...]) -> InFlightClaim:
+        """The claim ``name`` launched as ``instance_type`` in ``zone``: what its Node will offer,
+        labelled as the pool's template, the zone, the capacity type and the claim."""
+        requirements = instance_type.requirements.intersect(pool.template_requirements()).intersect(
+            Requirements.from_labels({wk.ZONE: zone, wk.CAPACITY_TYPE: capacity_type, wk.NODECLAIM: name})
+        )
+        return cls(name=name, node_pool=pool.name, instance_type=instance_type.name, zone=zone, capacity_type=capacity_type,
+                   allocatable=instance_type.allocatable, capacity=instance_type.capacity, requirements=requirements, pods=pods)
+
 
 @dataclass(frozen=True, slots=True)
 class NodeClaimPlan:

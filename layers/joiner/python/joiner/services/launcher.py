@@ -44,7 +44,6 @@ from joiner.domain.launch import (
     tenancy_of,
 )
 from joiner.domain.model import InFlightClaim, InstanceType, NodeClaimPlan, NodePool, OfferingKey, Plan, Pod, nodeclass_hash, nodepool_hash
-from joiner.domain.requirements import Requirements
 from joiner.domain.reservations import reservation_for
 from joiner.domain.resources import EMPTY, Resources
 from joiner.observability import logger
@@ -695,20 +694,9 @@ def in_flight_from(outcome: LaunchOutcome) -> InFlightClaim:
     assert launched is not None
     job = outcome.job
     instance_type = next((t for t in job.types if t.name == launched.instance_type), job.types[0])
-    requirements = instance_type.requirements.intersect(job.pool.template_requirements()).intersect(
-        Requirements.from_labels({wk.ZONE: launched.zone, wk.CAPACITY_TYPE: launched.capacity_type, wk.NODECLAIM: launched.claim_id})
-    )
-    return InFlightClaim(
-        name=launched.claim_id,
-        node_pool=launched.node_pool,
-        instance_type=launched.instance_type,
-        zone=launched.zone,
-        capacity_type=launched.capacity_type,
-        allocatable=instance_type.allocatable,
-        capacity=instance_type.capacity,
-        requirements=requirements,
-        pods=launched.pods,
-    )
+    claim = InFlightClaim.launched_as(launched.claim_id, job.pool, instance_type, launched.zone, launched.capacity_type, launched.pods)
+    # A type Fleet named outside the job's (never expected): the first type's capacity, its own name.
+    return claim if instance_type.name == launched.instance_type else dataclasses.replace(claim, instance_type=launched.instance_type)
 
 
 def run_parallel(function: Callable[[LaunchJob], LaunchOutcome], jobs: Sequence[LaunchJob], between: Callable[[], None]) -> list[LaunchOutcome]:

@@ -25,7 +25,7 @@ from joiner.domain.costs import PUBLIC_IPV4_PER_HOUR, block_device_cost_per_hour
 from joiner.domain.launch import zonal_subnets
 from joiner.domain.model import InFlightClaim, InstanceType, Node, NodeClass, NodePool, OfferingKey, Plan, Pod, UnschedulablePod
 from joiner.domain.planning import build_problem
-from joiner.domain.requirements import Requirement, Requirements
+from joiner.domain.requirements import Requirement
 from joiner.domain.reservations import reservation_for, with_reserved_offerings
 from joiner.domain.resources import EMPTY, Resources
 from joiner.domain.scheduling import solve
@@ -439,22 +439,7 @@ class PlanningRound:
             if pool is None or instance_type is None:
                 continue
             capacity_type = claim.capacity_type or wk.CAPACITY_TYPE_ON_DEMAND
-            requirements = instance_type.requirements.intersect(pool.template_requirements()).intersect(
-                Requirements.from_labels({wk.ZONE: claim.zone, wk.CAPACITY_TYPE: capacity_type, wk.NODECLAIM: claim.claim_id})
-            )
-            result.append(
-                InFlightClaim(
-                    name=claim.claim_id,
-                    node_pool=claim.node_pool,
-                    instance_type=claim.instance_type,
-                    zone=claim.zone,
-                    capacity_type=capacity_type,
-                    allocatable=instance_type.allocatable,
-                    capacity=instance_type.capacity,
-                    requirements=requirements,
-                    pods=tuple(claim.pods),
-                )
-            )
+            result.append(InFlightClaim.launched_as(claim.claim_id, pool, instance_type, claim.zone, capacity_type, tuple(claim.pods)))
         return sorted(result, key=lambda c: c.name)
 
     def promised_to_reserved(self) -> dict[str, str]:
