@@ -405,19 +405,35 @@ def _json_patch(obj: Any, ops: list[dict[str, Any]]) -> Any:
     return obj
 
 
+def request_shape(verb: str, resource: str, namespace: str | None, name: str | None, subresource: str | None, query: dict[str, str]) -> str:
+    """What kind of request this is, for the traffic breakdown: verb, path kind, selectors and
+    whether it names a resourceVersion (paging and timeouts left out)."""
+    path = resource + ("/" + subresource if subresource else "") + (" (namespaced)" if namespace else "") + (" (named)" if name else "")
+    details = [f"{key}={query[key]}" for key in ("fieldSelector", "labelSelector") if query.get(key)]
+    if "resourceVersion" in query:
+        details.append("rv=0" if query["resourceVersion"] == "0" else "rv")
+    return " ".join([verb, path, *details])
+
+
 @dataclass
 class Stats:
     lock: threading.Lock = field(default_factory=threading.Lock)
     counters: dict[str, Any] = field(default_factory=dict)
+    current: threading.local = field(default_factory=threading.local)
 
     def reset(self) -> None:
         with self.lock:
             self.counters = {"requests": 0, "bytes_sent": 0, "by_verb": {}, "by_resource": {}, "full_pod_lists": 0, "full_pod_list_pages": 0,
-                             "cache_reads": 0, "watches": 0, "watch_events": 0, "watch_bytes": 0, "gone_410": 0, "list_items": 0}
+                             "cache_reads": 0, "watches": 0, "watch_events": 0, "watch_bytes": 0, "gone_410": 0, "list_items": 0,
+                             "by_shape": {}}
 
-    def request(self, verb: str, resource: str) -> None:
+    def request(self, verb: str, resource: str, shape: str = "") -> None:
+        """Count one request; ``shape`` (verb, path kind and the query's selectors) also gets
+        the bytes this thread sends until its next request."""
+        self.current.shape = shape or f"{verb} {resource}"
         with self.lock:
             c = self.counters
+            c["by_shape"].setdefault(self.current.shape, {"requests": 0, "bytes": 0})["requests"] += 1
             c["requests"] += 1
             c["by_verb"][verb] = c["by_verb"].get(verb, 0) + 1
             entry = c["by_resource"].setdefault(resource, {"requests": 0, "bytes": 0})
@@ -428,6 +444,9 @@ class Stats:
             c = self.counters
             c["bytes_sent"] += count
             c["by_resource"].setdefault(resource, {"requests": 0, "bytes": 0})["bytes"] += count
+            shape = getattr(self.current, "shape", None)
+            if shape is not None:
+                c["by_shape"].setdefault(shape, {"requests": 0, "bytes": 0})["bytes"] += count
             for key, value in extra.items():
                 c[key] = c.get(key, 0) + value
 
@@ -818,7 +837,7 @@ class _Handler(BaseHTTPRequestHandler):
                 verb = "watch"
             if subresource == "eviction":
                 verb = "evict"
-            self.api.stats.request(verb, resource)
+            self.api.stats.request(verb, resource, request_shape(verb, resource, namespace, name, subresource, query))
             if verb == "watch":
                 self.api.stats.sent(resource, 0, watches=1)
                 self.send_response(200)

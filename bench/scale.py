@@ -258,6 +258,22 @@ def _admin(url: str, path: str, body: Any = None) -> Any:
         return json.loads(response.read())
 
 
+def _settle_disruption(url: str) -> None:
+    """The steady state's NodePool allows no disruption (budget ``nodes: "0"``): a cluster at
+    rest, where the disruption pass still reads and decides every minute but has nothing it may
+    act on. (The generated world has slack: with its 10% budget the pass would consolidate
+    hundreds of nodes a minute, and the traffic of the pods it moves is not the steady state's.)"""
+    import urllib.request
+
+    patch = {"spec": {"disruption": {"budgets": [{"nodes": "0"}]}}}
+    from bench.scale_world import POOL
+
+    request = urllib.request.Request(f"{url}/apis/joiner.dev/v1/nodepools/{POOL}", data=json.dumps(patch).encode(), method="PATCH",
+                                     headers={"Content-Type": "application/merge-patch+json", "Authorization": f"Bearer {TOKEN}"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        response.read()
+
+
 def _quiet() -> None:
     import logging
     import warnings
@@ -375,13 +391,23 @@ def run_steady(mode: str, nodes: int, seed: int, url: str, window: float, minute
     errors: list[str] = []
     invocations: dict[str, int] = {}
 
+    by_function: dict[str, list[float]] = {}
+    counting = False
+
     def invoke(name: str, event: Any) -> None:
         invocations[name] = invocations.get(name, 0) + 1
+        before = _admin(url, "/_stats") if counting else None
         try:
             handlers[name].handler(event, LambdaContext(name, *all_limits[name]))
         except Exception as error:
             errors.append(f"{name}: {type(error).__name__}: {str(error)[:200]}")
+        if before is not None:
+            after = _admin(url, "/_stats")
+            entry = by_function.setdefault(name, [0, 0.0])
+            entry[0] += after["requests"] - before["requests"]
+            entry[1] += (after["bytes_sent"] - before["bytes_sent"]) / MB
 
+    _settle_disruption(url)
     _admin(url, "/_reset", {})
     started = time.perf_counter()
     cold: dict[str, Any] = {}
@@ -389,6 +415,7 @@ def run_steady(mode: str, nodes: int, seed: int, url: str, window: float, minute
         if minute == 1:
             cold = _admin(url, "/_stats")
             _admin(url, "/_reset", {})
+            counting = True
         began = time.monotonic()
         _admin(url, "/_mutate", {"ops": churn})
         if mode == "responsive":
@@ -404,7 +431,8 @@ def run_steady(mode: str, nodes: int, seed: int, url: str, window: float, minute
         clock.jump(60.0 - (time.monotonic() - began))
     return {"wall_s": round(time.perf_counter() - started, 3), "peak_rss_mb": _rss_mb(), "invocations": invocations,
             "wake_ups": len(cluster.aws.wakes), "errors": errors[:5], "error_count": len(errors),
-            "cold_read_mb": round(cold.get("bytes_sent", 0) / MB, 2), "cold_full_pod_lists": cold.get("full_pod_lists", 0)}
+            "cold_read_mb": round(cold.get("bytes_sent", 0) / MB, 2), "cold_full_pod_lists": cold.get("full_pod_lists", 0),
+            "by_function": {name: [int(requests), round(read, 2)] for name, (requests, read) in sorted(by_function.items())}}
 
 
 def child_main(raw: str) -> int:
@@ -451,6 +479,12 @@ def _read_counters(stats: dict[str, Any]) -> dict[str, Any]:
             "cache_reads": stats["cache_reads"], "watch_events": stats["watch_events"],
             "requests_by_verb": stats["by_verb"],
             "by_resource": {name: [entry["requests"], round(entry["bytes"] / MB, 2)] for name, entry in sorted(stats["by_resource"].items())}}
+
+
+def _top_shapes(stats: dict[str, Any], count: int) -> dict[str, list[float]]:
+    """The ``count`` request shapes that read the most: shape -> [requests, MB]."""
+    shapes = sorted(stats.get("by_shape", {}).items(), key=lambda item: (-item[1]["bytes"], item[0]))[:count]
+    return {shape: [entry["requests"], round(entry["bytes"] / MB, 2)] for shape, entry in shapes}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -522,7 +556,8 @@ def main(argv: list[str] | None = None) -> int:
                         "full_pod_lists": stats["full_pod_lists"], "minutes": args.minutes, "api_requests": stats["requests"],
                         "cache_reads": stats["cache_reads"], "watch_events": stats["watch_events"], "peak_rss_mb": answer.get("peak_rss_mb"),
                         "wall_s": answer.get("wall_s"), "invocations": answer.get("invocations"), "wake_ups": answer.get("wake_ups"),
-                        "by_resource": _read_counters(stats)["by_resource"]}
+                        "by_resource": _read_counters(stats)["by_resource"], "by_function": answer.get("by_function"),
+                        "by_shape": _top_shapes(stats, 40)}
                 if answer.get("error") or answer.get("error_count"):
                     line["error"] = answer.get("error") or "; ".join(answer.get("errors") or [])
                     line["error_count"] = answer.get("error_count", 1)

@@ -164,7 +164,7 @@ def test_rbac_grants_only_what_joiner_uses():
         ("joiner.dev", "nodeclasses"): {"get", "list", "watch"},
         ("joiner.dev", "nodepools/status"): {"patch", "update"},
         ("joiner.dev", "nodeclasses/status"): {"patch", "update"},
-        ("joiner.dev", "nodeclaims"): {"get", "list", "create", "patch", "delete"},
+        ("joiner.dev", "nodeclaims"): {"get", "list", "watch", "create", "patch", "delete"},
         ("joiner.dev", "nodeclaims/status"): {"patch"},
         ("joiner.dev", "nodeoverlays"): {"list"},
         ("joiner.dev", "nodeoverlays/status"): {"patch"},

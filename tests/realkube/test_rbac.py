@@ -138,6 +138,8 @@ def list_pages(kube: RealKube, client: KubernetesClient, w: World) -> None:
     assert {w.pending_pod, w.bound_pod} <= {p["metadata"]["name"] for items, _ in pages for p in items}
     assert all(int(version) > 0 for _, version in pages)
     assert w.node["metadata"]["name"] in {n["metadata"]["name"] for items, _ in client.list_pages("nodes") for n in items}
+    mirrors = list(client.list_pages("nodeclaims"))  # the mirrors a sync and delete to drain keep
+    assert mirrors and all(item["kind"] == "NodeClaim" and item["apiVersion"] == "joiner.dev/v1" for items, _ in mirrors for item in items)
 
 
 def changes_since(kube: RealKube, client: KubernetesClient, w: World) -> None:
@@ -151,6 +153,7 @@ def changes_since(kube: RealKube, client: KubernetesClient, w: World) -> None:
         return any(e.type == "ADDED" and e.object["metadata"]["name"] == new for e in client.changes_since("pods", version))
     eventually(replayed)
     assert list(client.changes_since("nodes", next(iter(client.list_pages("nodes")))[1])) is not None
+    assert list(client.changes_since("nodeclaims", next(iter(client.list_pages("nodeclaims")))[1])) is not None
     # A catch-up leaves the watch mid-stream: the connection it used must not serve the next
     # request (it would read the watch's next chunk as a status line).
     for _ in range(3):
@@ -402,7 +405,8 @@ USES: dict[str, tuple[str, ...]] = {
     "termination": _TERMINATION,
     # candidates, budgets, replacements, terminations begun, mirrors' findings
     "disruption": tuple(dict.fromkeys((*_PROVISIONING, "list_pdbs", "get_node", *_TERMINATION, "node_claims"))),
-    "gc": ("iter_nodes", "get_node", "list_node_classes", "list_node_pools", "delete_node", "set_node_finalizer", "node_claims"),
+    "gc": ("iter_nodes", "list_pages", "changes_since", "get_node", "list_node_classes", "list_node_pools", "delete_node", "set_node_finalizer",
+           "node_claims"),
     "watcher": ("list_unbound_pods", "watch_unbound_pods", "watch_plan_inputs(nodepools)", "watch_plan_inputs(nodeclasses)"),
 }
 

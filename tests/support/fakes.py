@@ -333,7 +333,7 @@ class FakeKubernetes:
         self._enter(f"list_pages({resource})")
         with self._lock:
             version = str(int(self._next_version()) - 1)
-        yield self._list(resource), version
+        yield self._list({"nodeclaims": "node_claims"}.get(resource, resource)), version
 
     def changes_since(self, resource: str, resource_version: str) -> Iterator[WatchEvent]:
         """No change log in memory: every read lists again (the emulator and the stand-in

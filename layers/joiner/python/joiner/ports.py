@@ -108,13 +108,14 @@ class KubernetesPort(PodWatchPort, Protocol):
     def list_pods_on_node(self, node_name: str) -> list[JsonDict]: ...
     def list_nodes(self) -> list[JsonDict]: ...
     def list_pages(self, resource: str) -> Iterator[tuple[list[JsonDict], str]]:
-        """Every object of ``resource`` (``pods`` or ``nodes``), a page at a time, each page
+        """Every object of ``resource`` (``pods``, ``nodes`` or ``nodeclaims``: Joiner's
+        mirrors; 404 when their CRD is not installed), a page at a time, each page
         with the list's ``resourceVersion``. Objects may lack the arrays no part of Joiner reads
         (``managedFields``, container statuses, a Node's images). Raises :class:`KubernetesError`
         when the listing must restart (an expired continuation): the caller lists again."""
         ...
     def changes_since(self, resource: str, resource_version: str) -> Iterator[WatchEvent]:
-        """The changes to ``resource`` (``pods`` or ``nodes``) after ``resource_version`` that
+        """The changes to ``resource`` (as :meth:`list_pages`) after ``resource_version`` that
         the server has ready now, in order, then the iterator ends (it does not wait for new
         ones): whatever prefix a caller has applied is a consistent state at the last event's
         version; objects may lack the same arrays as :meth:`list_pages`'. Raises

@@ -465,8 +465,8 @@ class KubernetesClient:
             response.release_conn()
 
     def list_pages(self, resource: str) -> Iterator[tuple[list[JsonDict], str]]:
-        path, kind = _cluster_resource(resource)
-        for page, version in self._pages(path, kind, "v1", {}, trim=True, prefetch=True):
+        path, kind, api_version = _cluster_resource(resource)
+        for page, version in self._pages(path, kind, api_version, {}, trim=True, prefetch=True):
             if page is None:
                 raise KubernetesError(f"Kubernetes GET {path}: continuation expired while streaming the list", status=410)
             yield page, version
@@ -481,7 +481,7 @@ class KubernetesClient:
 
         if not resource_version:
             raise ValueError("changes_since: resource_version is required (list first)")
-        path, kind = _cluster_resource(resource)
+        path, kind, api_version = _cluster_resource(resource)
         params = {"watch": "true", "resourceVersion": resource_version, "timeoutSeconds": str(CATCH_UP_MAX_SECONDS), "allowWatchBookmarks": "true"}
         headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
         authorization = self._authorization()
@@ -516,7 +516,7 @@ class KubernetesClient:
                     return
                 lines, buffer = _take_lines(buffer, chunk, path)
                 for line in lines:
-                    yield _watch_event(path, kind, "v1", line, trim=True)
+                    yield _watch_event(path, kind, api_version, line, trim=True)
         finally:
             if finished or response.status != 200:
                 response.release_conn()
@@ -856,13 +856,15 @@ def _take_lines(buffer: bytes, chunk: bytes, path: str) -> tuple[list[bytes], by
     return [line for line in lines if line.strip()], rest
 
 
-def _cluster_resource(resource: str) -> tuple[str, str]:
-    """The path and kind of ``pods`` or ``nodes`` (the resources kept by :mod:`joiner.services.cluster_state`)."""
+def _cluster_resource(resource: str) -> tuple[str, str, str]:
+    """The path, kind and apiVersion of ``pods``, ``nodes`` or ``nodeclaims`` (the resources kept by :mod:`joiner.services.cluster_state`)."""
     if resource == "pods":
-        return "/api/v1/pods", "Pod"
+        return "/api/v1/pods", "Pod", "v1"
     if resource == "nodes":
-        return "/api/v1/nodes", "Node"
-    raise ValueError(f"unknown cluster resource {resource!r} (pods or nodes)")
+        return "/api/v1/nodes", "Node", "v1"
+    if resource == "nodeclaims":
+        return NODE_CLAIMS_PATH, "NodeClaim", "joiner.dev/v1"
+    raise ValueError(f"unknown cluster resource {resource!r} (pods, nodes or nodeclaims)")
 
 
 def _watch_event(path: str, kind: str, api_version: str, line: bytes, *, trim: bool = False) -> WatchEvent:

@@ -309,6 +309,9 @@ class Node:
     created: datetime | None = None
     deleting: bool = False
     conditions: tuple[NodeCondition, ...] = ()
+    #: ``metadata.finalizers`` and ``metadata.deletionTimestamp`` (delete to drain reads them)
+    finalizers: tuple[str, ...] = ()
+    deletion_time: datetime | None = None
 
     def condition(self, kind: str) -> NodeCondition | None:
         """The condition of type ``kind``, None when the Node does not report it."""

@@ -587,6 +587,7 @@ def parse_node(obj: Mapping[str, Any], *, origin: str = "") -> Node:
         if kind and kind not in conditions:  # the API server keeps one entry per type; the first wins
             since = fields.timestamp(condition.get("lastTransitionTime"), f"{item_path}.lastTransitionTime")
             conditions[kind] = NodeCondition(kind, state, since)
+    deletion_time = fields.timestamp(metadata.get("deletionTimestamp"), "metadata.deletionTimestamp")
     return Node(
         name=name_of(fields, metadata),
         labels=wk.normalize_labels(fields.string_map(metadata.get("labels"), "metadata.labels")),
@@ -598,8 +599,10 @@ def parse_node(obj: Mapping[str, Any], *, origin: str = "") -> Node:
         unschedulable=fields.boolean(spec.get("unschedulable"), "spec.unschedulable"),
         ready=ready,
         created=fields.timestamp(metadata.get("creationTimestamp"), "metadata.creationTimestamp"),
-        deleting=fields.timestamp(metadata.get("deletionTimestamp"), "metadata.deletionTimestamp") is not None,
+        deleting=deletion_time is not None,
         conditions=tuple(conditions[k] for k in sorted(conditions)),
+        finalizers=tuple(fields.string_list(metadata.get("finalizers"), "metadata.finalizers")),
+        deletion_time=deletion_time,
     )
 
 

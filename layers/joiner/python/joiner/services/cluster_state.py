@@ -2,7 +2,7 @@
 ``state.Cluster``, without a process that lives forever).
 
 A warm Lambda container keeps one :class:`ClusterCache` on its runtime. The first read lists
-pods and Nodes a page at a time and keeps only their compact, interned form; every later read
+pods and Nodes (and, for the functions that keep them, Joiner's NodeClaim mirrors) a page at a time and keeps only their compact, interned form; every later read
 applies the changes the API server has ready after the version it last saw (a watch resumed
 from that ``resourceVersion`` and closed as soon as the stream is idle), so a minute's read
 costs what changed in that minute, not the cluster. It lists again from scratch when the
@@ -31,7 +31,7 @@ from joiner.ports import JsonDict, KubernetesError, KubernetesPort, WatchEvent, 
 __all__ = ["RESYNC_AFTER_SECONDS", "PodEntry", "ClusterCache", "ClusterRead", "collector_paused", "object_reference", "marked_unschedulable"]
 
 #: A full list at least this often (seconds of the container's monotonic clock).
-RESYNC_AFTER_SECONDS = 30 * 60.0
+RESYNC_AFTER_SECONDS = 60 * 60.0
 
 #: Parses one raw object; None when it is invalid (the parser reports it). A pod's parser is
 #: given the cache's :class:`~joiner.domain.snapshot.PodSpecMemo` to pass to ``parse_pod``.
@@ -98,8 +98,12 @@ class _PodStore(_Store[PodEntry]):
         self.memo = PodSpecMemo()
 
 
-def _never_reused(_kept: Node, _obj: JsonDict) -> bool:
+def _never_reused(_kept: object, _obj: JsonDict) -> bool:
     return False
+
+
+def _as_is(obj: JsonDict) -> JsonDict:
+    return obj
 
 
 def _same_pod(kept: PodEntry, obj: JsonDict) -> bool:
@@ -116,6 +120,7 @@ class ClusterCache:
     resync_after: float = RESYNC_AFTER_SECONDS
     _pods: _PodStore = field(default_factory=lambda: _PodStore("pods"))
     _nodes: _Store[Node] = field(default_factory=lambda: _Store[Node]("nodes"))
+    _node_claims: _Store[JsonDict] = field(default_factory=lambda: _Store[JsonDict]("nodeclaims"))
     _runtime_classes: dict[str, Resources] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -133,6 +138,29 @@ class ClusterCache:
             pods = tuple(self._pods.items[key] for key in sorted(self._pods.items))
             nodes = tuple(self._nodes.items[name] for name in sorted(self._nodes.items))
         return ClusterRead(pods, nodes, how)
+
+    def nodes(self, kube: KubernetesPort, parse_node: NodeParser) -> tuple[Node, ...]:
+        """Only the Nodes, brought up to date (in name order). ``parse_node`` must make the
+        same Node of an object as the parser :meth:`read` is given in this container. Raises
+        :class:`KubernetesError` when the Nodes cannot be listed."""
+        with self._lock:
+            self._refresh(self._nodes, kube, parse_node, _never_reused)
+            return tuple(self._nodes.items[name] for name in sorted(self._nodes.items))
+
+    def node_claims(self, kube: KubernetesPort) -> dict[str, JsonDict]:
+        """Joiner's NodeClaim mirrors by name, brought up to date the same way (listed once,
+        then the changes since); empty when the NodeClaim CRD is not installed (404: asked
+        again next time). The objects are shared with the cache: do not modify them. Raises
+        :class:`KubernetesError` when they cannot be listed."""
+        with self._lock:
+            try:
+                self._refresh(self._node_claims, kube, _as_is, _never_reused)
+            except KubernetesError as error:
+                if error.status != 404:
+                    raise
+                self._node_claims.forget()
+                return {}
+            return dict(self._node_claims.items)
 
     def _refresh(self, store: _Store[T], kube: KubernetesPort, parse: Callable[[JsonDict], T | None], reusable: Callable[[T, JsonDict], bool]) -> str:
         version = store.version

@@ -24,7 +24,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from joiner.domain import labels as wk
+from joiner.domain.model import Node
 from joiner.domain.nodeclaims import TERMINATION_FINALIZER, DeletionStep, deletion_step
+from joiner.domain.snapshot import SnapshotError, parse_node
 from joiner.observability import logger
 from joiner.ports import ClaimRecord, ClaimState, Ec2Error, JsonDict, KubernetesError
 
@@ -71,24 +73,28 @@ def handle_deletions(runtime: Runtime, now: datetime) -> DeletionResult:
     by_id = {c.claim_id: c for c in claims}
     by_node = {c.node_name: c for c in claims if c.node_name}
     terminating = {str(item.get("node")) for item in runtime.state.list_items(TERMINATION_KIND)}
-    #: the Nodes being deleted, whole (a termination reads them); every other Node is seen a
-    #: page at a time and only its step kept, so memory does not grow with the cluster
+    #: the Nodes being deleted, whole (a termination reads them), fetched by name; every
+    #: other Node is seen in the container's cluster state (caught up from the changes since
+    #: its last read), so a pass reads what changed, not the cluster
     nodes: dict[str, JsonDict] = {}
-    for node in runtime.kube.iter_nodes():
-        meta = _meta(node)
-        name = str(meta.get("name"))
-        claim = by_node.get(name) or by_id.get(str((meta.get("labels") or {}).get(wk.NODECLAIM)))
-        deleted_at = _time(meta.get("deletionTimestamp"))
-        if deleted_at is not None:
-            nodes[name] = node
-        step = deletion_step(meta.get("finalizers") or [], deleted_at, managed=claim is not None,
+    for node in runtime.cluster_state.nodes(runtime.kube, _parse_node):
+        name = node.name
+        claim = by_node.get(name) or by_id.get(str(node.labels.get(wk.NODECLAIM)))
+        step = deletion_step(node.finalizers, node.deletion_time, managed=claim is not None,
                              enabled=enabled, terminating=name in terminating, now=now)
         try:
-            _node_step(runtime, step, name, node, claim, now, result)
+            if step is DeletionStep.TERMINATE:
+                raw = runtime.kube.get_node(name)
+                if raw is None or _time(_meta(raw).get("deletionTimestamp")) is None:
+                    continue  # gone, or the kept state is behind: the next pass sees it
+                nodes[name] = raw
+                _node_step(runtime, step, name, raw, claim, now, result)
+            else:
+                _node_step(runtime, step, name, None, claim, now, result)
         except (KubernetesError, Ec2Error) as error:
             result.errors.append(f"node {name}: {error}")
 
-    for mirror in runtime.kube.list_node_claims():
+    for mirror in runtime.cluster_state.node_claims(runtime.kube).values():
         meta = _meta(mirror)
         name = str(meta.get("name"))
         claim = by_id.get(str((meta.get("labels") or {}).get(wk.NODECLAIM)))
@@ -116,7 +122,16 @@ def handle_deletions(runtime: Runtime, now: datetime) -> DeletionResult:
     return result
 
 
-def _node_step(runtime: Runtime, step: DeletionStep, name: str, node: JsonDict, claim: ClaimRecord | None, now: datetime,
+def _parse_node(obj: JsonDict) -> Node | None:
+    """The Node the cluster state keeps (as every pass parses it); None when it is invalid
+    (the planning passes report those)."""
+    try:
+        return parse_node(obj)
+    except SnapshotError:
+        return None
+
+
+def _node_step(runtime: Runtime, step: DeletionStep, name: str, node: JsonDict | None, claim: ClaimRecord | None, now: datetime,
                result: DeletionResult) -> None:
     if step is DeletionStep.ADD_FINALIZER:
         runtime.kube.set_node_finalizer(name, TERMINATION_FINALIZER, True)
@@ -124,7 +139,7 @@ def _node_step(runtime: Runtime, step: DeletionStep, name: str, node: JsonDict, 
     elif step is DeletionStep.RELEASE:
         runtime.kube.set_node_finalizer(name, TERMINATION_FINALIZER, False)
         result.finalizers_released.append(f"node/{name}")
-    elif step is DeletionStep.TERMINATE and claim is not None:
+    elif step is DeletionStep.TERMINATE and claim is not None and node is not None:
         _terminate(runtime, name, node, claim, now, result)
 
 

@@ -234,7 +234,7 @@ def sync_node_claims(
     by default they are read here). ``seconds``: the time for writing (default
     :data:`MAX_SYNC_SECONDS`). Never raises."""
     try:
-        existing = {str((m.get("metadata") or {}).get("name")): m for m in runtime.kube.list_node_claims()}
+        existing = runtime.cluster_state.node_claims(runtime.kube)
     except KubernetesError as error:
         logger.warning("nodeclaim mirrors: cannot list them", extra={"error": str(error)})
         runtime.count("NodeClaimMirrorErrors", operation="list")
