@@ -597,6 +597,10 @@ class _Pass:
         self.due: list[tuple[Node, NodePool, Unhealthy]] = []  # past their repair time
         self.live: dict[str, list[Node]] = {}  # per static NodePool, its nodes not going
         self.repair_blocked: dict[str, str] = {}
+        self._pdbs_by_namespace: dict[str, list[PodDisruptionBudget]] = {}
+        for pdb in snap.pdbs:
+            self._pdbs_by_namespace.setdefault(pdb.namespace, []).append(pdb)
+        self._pdbs_by_labels: dict[tuple[str, frozenset[tuple[str, str]]], tuple[PodDisruptionBudget, ...]] = {}
         self.nominated = self._nominations()
         self._classify()
 
@@ -622,7 +626,6 @@ class _Pass:
         return node.deleting or facts.terminating or any(t.key == wk.DISRUPTED_TAINT_KEY for t in node.taints)
 
     def _classify(self) -> None:
-        pdbs = [p for p in self.inp.snapshot.pdbs if p.disruptions_allowed == 0]
         for node in self.inp.snapshot.nodes:
             pool_name = node.labels.get(wk.NODEPOOL)
             if not pool_name:
@@ -656,7 +659,7 @@ class _Pass:
             if node.name in self.nominated:
                 self.blocked[node.name] = "nominated for pending pods"
                 continue
-            self.candidates.append(self._candidate(node, pool, pdbs))
+            self.candidates.append(self._candidate(node, pool))
         self.candidates.sort(key=_Candidate.order)
 
     def _health(self, node: Node, pool_name: str) -> None:
@@ -674,7 +677,17 @@ class _Pass:
         if finding is not None and pool.disruption.repair and self.now >= finding.due:
             self.due.append((node, pool, finding))
 
-    def _candidate(self, node: Node, pool: NodePool, pdbs: Sequence[PodDisruptionBudget]) -> _Candidate:
+    def _selecting(self, pod: Pod) -> tuple[PodDisruptionBudget, ...]:
+        """The PodDisruptionBudgets that select ``pod``, in the snapshot's order (pods with the
+        same namespace and labels share the answer)."""
+        key = (pod.namespace, frozenset(pod.labels.items()))
+        found = self._pdbs_by_labels.get(key)
+        if found is None:
+            found = tuple(pdb for pdb in self._pdbs_by_namespace.get(pod.namespace, ()) if pdb.selector.matches(pod.labels))
+            self._pdbs_by_labels[key] = found
+        return found
+
+    def _candidate(self, node: Node, pool: NodePool) -> _Candidate:
         facts = self.facts(node.name)
         live = [p for p in self.pods_by_node.get(node.name, []) if not p.is_terminal]
         # A terminating pod is on its way out, except a StatefulSet's: its controller recreates
@@ -698,13 +711,13 @@ class _Pass:
         for pod in sorted(live, key=lambda p: p.key):
             if pod.is_mirror or pod.deleting:
                 continue
-            selecting = [pdb for pdb in self.inp.snapshot.pdbs if pdb.selects(pod)]
+            selecting = self._selecting(pod)
             if len(selecting) > 1:
                 names = ", ".join(sorted(f"{pdb.namespace}/{pdb.name}" for pdb in selecting))
                 pdb_blocked = f"pod {pod.key} is selected by {len(selecting)} PodDisruptionBudgets ({names}): the Eviction API refuses it"
                 break
-            for pdb in pdbs:
-                if pdb.selects(pod) and not (pdb.unhealthy_pod_eviction_policy == "AlwaysAllow" and not pod.ready):
+            for pdb in selecting:
+                if pdb.disruptions_allowed == 0 and not (pdb.unhealthy_pod_eviction_policy == "AlwaysAllow" and not pod.ready):
                     pdb_blocked = f"PodDisruptionBudget {pdb.namespace}/{pdb.name} allows no eviction of pod {pod.key}"
                     break
             if pdb_blocked:
@@ -1059,7 +1072,6 @@ class _Pass:
         in a NodePool where more than :data:`MAX_UNHEALTHY_PERCENT` of the nodes are
         unhealthy. A NodePool's nodes are replaced by what their pods need, where capacity
         allows (their pods need not all fit); a static NodePool's by one replica each."""
-        pdbs = [p for p in self.inp.snapshot.pdbs if p.disruptions_allowed == 0]
         dynamic: list[_Candidate] = []
         static: list[_Candidate] = []
         why: dict[str, str] = {}
@@ -1074,7 +1086,7 @@ class _Pass:
                 self.blocked[node.name] = reason
                 continue
             why[node.name] = f"unhealthy: {finding.describe(self.now)}"
-            (static if pool.static else dynamic).append(self._candidate(node, pool, pdbs))
+            (static if pool.static else dynamic).append(self._candidate(node, pool))
         commands = self.static_batch(REPAIR, static, why, need_replacement=False)
         group = dynamic[:MAX_BATCH]
         if group:

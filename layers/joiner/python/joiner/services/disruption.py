@@ -80,6 +80,11 @@ NOMINATION_KIND = "NOMINATION"
 LEASE_NAME = "disruption"
 #: Longer than the function's 120 s timeout.
 LEASE_TTL_SECONDS = 150
+#: What a pass aims to take at most (a third of the function's 120 s timeout, well inside the
+#: minute between ticks: with one reserved instance, a pass still running when the next tick
+#: fires delays it). The mirrors' catch-up gets what the reading and deciding left of it, and
+#: never less than the scanner's own sync time; the next pass writes what is left.
+PASS_SECONDS = 40.0
 #: Pending commands older than this are stale whatever they say (a pass was missed).
 PENDING_MAX_AGE = timedelta(minutes=10)
 #: Counted (dimension ``input``: instance, ami) when drift data cannot be read.
@@ -572,7 +577,7 @@ def _pass(runtime: Runtime, now: datetime, dry_run: bool) -> DisruptionSummary:
         _explain(runtime, decision, now)
         if decision.commands:
             state.put_item(COMMAND_KIND, PENDING_ID, {"computedAt": now.isoformat(), "status": "pending", "commands": [c.to_state() for c in decision.commands]})
-        _mirror(runtime, inp, decision, now)  # last: its catch-up may take a while
+        _mirror(runtime, inp, decision, now, seconds=PASS_SECONDS - (time.monotonic() - started))  # last: its catch-up may take a while
     seconds = time.monotonic() - started
     if decision.commands or decision.blocked or decision.simulations:  # a decision about something
         runtime.count("DisruptionDecisionSeconds", seconds, "Seconds")
@@ -583,11 +588,12 @@ def _pass(runtime: Runtime, now: datetime, dry_run: bool) -> DisruptionSummary:
     )
 
 
-def _mirror(runtime: Runtime, inp: DisruptionInput, decision: Decision, now: datetime) -> None:
+def _mirror(runtime: Runtime, inp: DisruptionInput, decision: Decision, now: datetime, *, seconds: float) -> None:
     """The NodeClaim mirrors, with each candidate's ``Drifted`` and ``Consolidatable``
-    standing (:mod:`joiner.services.nodeclaims`; best-effort, never fails the pass)."""
+    standing (:mod:`joiner.services.nodeclaims`; best-effort, never fails the pass), written
+    for ``seconds`` at most (at least the scanner's sync time, at most a catch-up's)."""
     from joiner.domain.nodeclaims import MirrorCondition
-    from joiner.services.nodeclaims import CATCH_UP_SYNC_SECONDS, sync_node_claims
+    from joiner.services.nodeclaims import CATCH_UP_SYNC_SECONDS, MAX_SYNC_SECONDS, sync_node_claims
 
     claim_of = {node.name: node.labels.get(wk.NODECLAIM) for node in inp.snapshot.nodes}
     findings: dict[str, list[MirrorCondition]] = {}
@@ -601,7 +607,7 @@ def _mirror(runtime: Runtime, inp: DisruptionInput, decision: Decision, now: dat
                             "Consolidatable" if consolidatable else "NotConsolidatable", "", now),
         ]
     try:
-        sync_node_claims(runtime, findings=findings, seconds=CATCH_UP_SYNC_SECONDS)
+        sync_node_claims(runtime, findings=findings, seconds=min(CATCH_UP_SYNC_SECONDS, max(MAX_SYNC_SECONDS, seconds)))
     except Exception:  # noqa: BLE001 - a mirror must never fail a pass
         logger.exception("nodeclaim mirror sync failed")
 

@@ -216,11 +216,11 @@ class Engine:
             if free:
                 target.volume_free = dict(free)
             bound = bound_by_node.get(node.name, [])
-            used = EMPTY
+            used = Resources.total(pod.requests for pod in bound)
             present = set()
             for pod in bound:
-                used = used + pod.requests
-                target.ports.extend(pod.host_ports)
+                if pod.host_ports:
+                    target.ports.extend(pod.host_ports)
                 if pod.is_daemonset_pod and pod.owner_name:
                     present.add((pod.namespace, pod.owner_name))
             overhead = self._daemon_overhead_for_node(problem.daemonsets, labels, taints, present)
@@ -270,6 +270,9 @@ class Engine:
                 bound_inverse.append((pod, [self._inverse_group(pod.namespace, pod.labels, t) for t in required]))
         own = list(self.own_groups.values())
         by_labels: dict[tuple[str, frozenset[tuple[str, str]]], list[TopologyGroup]] = {}
+        #: the same, by the identity of a pod's labels (pods of one workload share the mapping;
+        #: every pod, and so its labels, lives as long as this loop)
+        by_identity: dict[tuple[str, int], list[TopologyGroup]] = {}
         if own:
             for pod in self.ctx.problem.bound_pods:
                 if pod.deleting or pod.is_terminal:
@@ -277,11 +280,14 @@ class Engine:
                 info = self.node_info.get(pod.node_name or "")
                 if info is None:
                     continue
-                signature = (pod.namespace, frozenset(pod.labels.items()))
-                selecting = by_labels.get(signature)
+                selecting = by_identity.get((pod.namespace, id(pod.labels)))
                 if selecting is None:
-                    selecting = [g for g in own if g.selects(pod.namespace, pod.labels)]
-                    by_labels[signature] = selecting
+                    signature = (pod.namespace, frozenset(pod.labels.items()))
+                    selecting = by_labels.get(signature)
+                    if selecting is None:
+                        selecting = [g for g in own if g.selects(pod.namespace, pod.labels)]
+                        by_labels[signature] = selecting
+                    by_identity[(pod.namespace, id(pod.labels))] = selecting
                 labels, taints = info
                 for group in selecting:
                     if group.kind == SPREAD and group.filters_nodes and not self._filter_matches_labels(group, labels, taints):
