@@ -45,6 +45,7 @@ import bisect
 import copy
 import json
 import random
+import select
 import socket
 import subprocess
 import sys
@@ -403,6 +404,20 @@ def _json_patch(obj: Any, ops: list[dict[str, Any]]) -> Any:
         else:
             raise ApiError(422, "Invalid", f"unsupported json patch op {kind!r}")
     return obj
+
+
+def _peer_closed(connection: socket.socket) -> bool:
+    """Whether the client closed its end (the socket reads as at end of file): kernel buffers
+    would otherwise take a departed watcher's events for a while, counted as sent."""
+    readable, _, _ = select.select([connection], [], [], 0)
+    if not readable:
+        return False
+    try:
+        return connection.recv(1, socket.MSG_PEEK) == b""
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:
+        return True
 
 
 def request_shape(verb: str, resource: str, namespace: str | None, name: str | None, subresource: str | None, query: dict[str, str]) -> str:
@@ -846,6 +861,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self.end_headers()
 
                 def write(chunk: bytes) -> None:
+                    if _peer_closed(self.connection):  # a client that left: send (and count) nothing more
+                        raise BrokenPipeError("the watch's client closed the connection")
                     self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
                     self.wfile.flush()
 

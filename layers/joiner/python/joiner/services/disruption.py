@@ -80,11 +80,12 @@ NOMINATION_KIND = "NOMINATION"
 LEASE_NAME = "disruption"
 #: Longer than the function's 120 s timeout.
 LEASE_TTL_SECONDS = 150
-#: What a pass aims to take at most (a third of the function's 120 s timeout, well inside the
-#: minute between ticks: with one reserved instance, a pass still running when the next tick
-#: fires delays it). The mirrors' catch-up gets what the reading and deciding left of it, and
-#: never less than the scanner's own sync time; the next pass writes what is left.
-PASS_SECONDS = 40.0
+#: What a pass aims to take at most (a third of the function's 120 s timeout less the
+#: handler's delete-to-drain step after it, well inside the minute between ticks: with one
+#: reserved instance, a pass still running when the next tick fires delays it). The mirrors' catch-up gets what the reading and deciding left of it, and
+#: at least :data:`MIN_MIRROR_SECONDS`; the next pass (a warm one takes seconds) writes the rest.
+PASS_SECONDS = 35.0
+MIN_MIRROR_SECONDS = 1.0
 #: Pending commands older than this are stale whatever they say (a pass was missed).
 PENDING_MAX_AGE = timedelta(minutes=10)
 #: Counted (dimension ``input``: instance, ami) when drift data cannot be read.
@@ -591,9 +592,9 @@ def _pass(runtime: Runtime, now: datetime, dry_run: bool) -> DisruptionSummary:
 def _mirror(runtime: Runtime, inp: DisruptionInput, decision: Decision, now: datetime, *, seconds: float) -> None:
     """The NodeClaim mirrors, with each candidate's ``Drifted`` and ``Consolidatable``
     standing (:mod:`joiner.services.nodeclaims`; best-effort, never fails the pass), written
-    for ``seconds`` at most (at least the scanner's sync time, at most a catch-up's)."""
+    for ``seconds`` (at least :data:`MIN_MIRROR_SECONDS`, at most a catch-up's)."""
     from joiner.domain.nodeclaims import MirrorCondition
-    from joiner.services.nodeclaims import CATCH_UP_SYNC_SECONDS, MAX_SYNC_SECONDS, sync_node_claims
+    from joiner.services.nodeclaims import CATCH_UP_SYNC_SECONDS, sync_node_claims
 
     claim_of = {node.name: node.labels.get(wk.NODECLAIM) for node in inp.snapshot.nodes}
     findings: dict[str, list[MirrorCondition]] = {}
@@ -607,7 +608,7 @@ def _mirror(runtime: Runtime, inp: DisruptionInput, decision: Decision, now: dat
                             "Consolidatable" if consolidatable else "NotConsolidatable", "", now),
         ]
     try:
-        sync_node_claims(runtime, findings=findings, seconds=min(CATCH_UP_SYNC_SECONDS, max(MAX_SYNC_SECONDS, seconds)))
+        sync_node_claims(runtime, findings=findings, seconds=min(CATCH_UP_SYNC_SECONDS, max(MIN_MIRROR_SECONDS, seconds)))
     except Exception:  # noqa: BLE001 - a mirror must never fail a pass
         logger.exception("nodeclaim mirror sync failed")
 
