@@ -397,15 +397,18 @@ def run_steady(mode: str, nodes: int, seed: int, url: str, window: float, minute
     def invoke(name: str, event: Any) -> None:
         invocations[name] = invocations.get(name, 0) + 1
         before = _admin(url, "/_stats") if counting else None
+        began = time.perf_counter()
         try:
             handlers[name].handler(event, LambdaContext(name, *all_limits[name]))
         except Exception as error:
             errors.append(f"{name}: {type(error).__name__}: {str(error)[:200]}")
         if before is not None:
+            took = time.perf_counter() - began
             after = _admin(url, "/_stats")
-            entry = by_function.setdefault(name, [0, 0.0])
+            entry = by_function.setdefault(name, [0, 0.0, 0.0])
             entry[0] += after["requests"] - before["requests"]
             entry[1] += (after["bytes_sent"] - before["bytes_sent"]) / MB
+            entry[2] = max(entry[2], took)
 
     _settle_disruption(url)
     _admin(url, "/_reset", {})
@@ -432,7 +435,8 @@ def run_steady(mode: str, nodes: int, seed: int, url: str, window: float, minute
     return {"wall_s": round(time.perf_counter() - started, 3), "peak_rss_mb": _rss_mb(), "invocations": invocations,
             "wake_ups": len(cluster.aws.wakes), "errors": errors[:5], "error_count": len(errors),
             "cold_read_mb": round(cold.get("bytes_sent", 0) / MB, 2), "cold_full_pod_lists": cold.get("full_pod_lists", 0),
-            "by_function": {name: [int(requests), round(read, 2)] for name, (requests, read) in sorted(by_function.items())}}
+            "by_function": {name: {"requests": int(requests), "read_mb": round(read, 2), "longest_wall_s": round(longest, 2)}
+                            for name, (requests, read, longest) in sorted(by_function.items())}}
 
 
 def child_main(raw: str) -> int:

@@ -4,28 +4,15 @@ never the whole cluster (``bench.scale``'s stand-in API server counts what it se
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.scale_runs import scale_line
 
 
 def _measure(nodes: int) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "layers" / "joiner" / "python"), str(ROOT)])}
-    answer = subprocess.run(
-        [sys.executable, "-m", "bench.scale", "--nodes", str(nodes), "--functions", "interruption", "--modes", "none"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=True,
-    )
-    lines = [json.loads(line) for line in answer.stdout.splitlines() if line.startswith("{")]
-    assert len(lines) == 1, answer.stdout + answer.stderr
-    assert "error" not in lines[0], lines[0]
-    return lines[0]
+    return scale_line("--nodes", str(nodes), "--functions", "interruption", "--modes", "none", timeout=600)
 
 
 @pytest.mark.slow
