@@ -43,15 +43,17 @@ Joiner adapters depend on it behaving like a real API server:
   ``resourceVersion`` (all later events are replayed), or from none/``0`` (synthetic ``ADDED``
   for the current objects first); label and field selectors filter them as the watch cache
   does (an object that stops matching arrives as ``DELETED``, one that starts as ``ADDED``);
-  ``timeoutSeconds`` ends the stream; a version older than the log answers an ``ERROR``
-  event with a 410 ``Expired`` status, as a compacted etcd does.
+  ``timeoutSeconds`` ends the stream; a version older than the log (or than a :meth:`compact`)
+  answers an ``ERROR`` event with a 410 ``Expired`` status, as the real server's watch cache does
+  for a version before its history; a watch list (``sendInitialEvents=true``) sends the current
+  objects, then a ``BOOKMARK`` annotated ``k8s.io/initial-events-end``.
 
 * what kubectl needs, as the real server answers it: discovery, Table responses, ``/openapi/v3``,
   ``fieldValidation=Strict`` (400 naming every unknown field) and ``dryRun=All`` (nothing stored).
   tests/realkube/test_emulator_contract.py holds all of this to the real kube-apiserver.
 
 Not emulated: admission webhooks, defaulting of built-in kinds beyond pod phase, server-side apply, field managers,
-watch bookmarks, deletecollection, the namespaces resource, scale subresources.
+the periodic and end-of-watch bookmarks of a plain watch, deletecollection, the namespaces resource, scale subresources.
 """
 
 from __future__ import annotations
@@ -210,22 +212,34 @@ class ApiError(Exception):
     """An answer in the API server's ``Status`` format."""
 
     def __init__(self, code: int, message: str, *, reason: str | None = None, details: JsonDict | None = None,
-                 headers: Mapping[str, str] | None = None) -> None:
+                 headers: Mapping[str, str] | None = None, metadata: JsonDict | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.reason = reason or HTTP_REASONS.get(code, "Unknown")
         self.details = details
         self.headers = dict(headers or {})
+        self.metadata = dict(metadata or {})
 
     def status(self) -> JsonDict:
         body: JsonDict = {
-            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "kind": "Status", "apiVersion": "v1", "metadata": dict(self.metadata), "status": "Failure",
             "message": self.message, "reason": self.reason, "code": self.code,
         }
         if self.details:
             body["details"] = self.details
         return body
+
+
+#: etcd's answer to a list continued from a compacted revision (apiserver storage/etcd3/errors.go).
+CONTINUE_EXPIRED = (
+    "The provided continue parameter is too old to display a consistent list result. You can start a new list without the "
+    "continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing "
+    "with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the "
+    "time the first chunk was returned and now may show up in the list.")
+
+#: The annotation on the BOOKMARK that ends a watch list's initial events.
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 
 
 def _details(rtype: ResourceType, name: str, kind: str | None = None, **more: Any) -> JsonDict:
@@ -982,6 +996,7 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
     watch_history: int = 2_000  # writes kept for watches to resume from; older versions answer 410
     _watch_log: collections.deque[_Change] = attrs.field(factory=collections.deque, init=False)
     _watch_floor: int = attrs.field(default=0, init=False)  # the newest revision no longer in the log
+    _compacted: int = attrs.field(default=0, init=False)  # the revision of the last compaction (see compact)
     _watch_changed: asyncio.Condition | None = attrs.field(default=None, init=False)
     _schemas: dict[tuple[str, str, str], CrdSchema] = attrs.field(factory=dict, init=False)
     deletions: list[DeletionRecord] = attrs.field(factory=list, init=False)
@@ -1108,6 +1123,14 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
             async with self._watch_changed:
                 self._watch_changed.notify_all()
 
+    def compact(self) -> int:
+        """Forget every version before now, as etcd compacted at its current revision under an
+        API server whose watch cache was built after it: a watch resumed from an older version
+        answers 410, and so does a list continued from an older page. Returns the revision."""
+        self._watch_log.clear()
+        self._watch_floor = self._compacted = self._revision
+        return self._revision
+
     def _log_change(self, rtype: ResourceType, old: JsonDict | None, new: JsonDict, deleted: bool) -> None:
         self._watch_log.append(_Change(self._revision, rtype.key, copy.deepcopy(old), copy.deepcopy(new), deleted))
         while len(self._watch_log) > self.watch_history:
@@ -1130,6 +1153,13 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
             cursor = int(since) if since not in ("", "0") else None
         except ValueError:
             raise ApiError(400, "timeoutSeconds and resourceVersion must be integers") from None
+        # A watch list (sendInitialEvents=true): the current objects, then with bookmarks allowed
+        # a BOOKMARK at the version they are at, annotated as the end of the initial events.
+        initial_events = params.get("sendInitialEvents") == "true"
+        if params.get("sendInitialEvents") is not None and params.get("resourceVersionMatch") != "NotOlderThan":
+            raise ApiError(422, 'ListOptions.meta.k8s.io "" is invalid: resourceVersionMatch: Forbidden: '
+                                "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan", reason="Invalid")
+        bookmarks = params.get("allowWatchBookmarks") == "true"
         namespace = request.namespace
 
         def matches(obj: JsonDict | None) -> bool:
@@ -1151,9 +1181,12 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
         lines: list[JsonDict] = []
         expired = False
         async with self._lock:
-            if cursor is None:
+            if cursor is None or initial_events:
                 lines = [{"type": "ADDED", "object": typed(obj)} for obj in self._items(rtype, namespace) if matches(obj)]
-                cursor = self._revision
+                cursor = max(cursor or 0, self._revision)
+                if initial_events and bookmarks:
+                    lines.append({"type": "BOOKMARK", "object": {"kind": rtype.kind, "apiVersion": rtype.api_version, "metadata": {
+                        "resourceVersion": str(cursor), "annotations": {INITIAL_EVENTS_END: "true"}}}})
             elif cursor < self._watch_floor:
                 expired = True
         raw = request._raw_request
@@ -1162,7 +1195,7 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
         await response.prepare(raw)
         try:
             if expired:
-                status = ApiError(410, f"too old resource version: {since} ({self._watch_floor + 1})").status()
+                status = ApiError(410, f"too old resource version: {since} ({self._watch_floor})").status()
                 await response.write(json.dumps({"type": "ERROR", "object": status}).encode() + b"\n")
                 await response.write_eof()
                 return response
@@ -1358,8 +1391,14 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
             try:
                 decoded = json.loads(base64.urlsafe_b64decode(continue_token.encode() + b"==="))
                 start_after = (decoded["namespace"], decoded["name"])
+                token_version = int(decoded.get("rv", 0))
             except (ValueError, KeyError, TypeError):
                 raise ApiError(400, "invalid continue token: continue key is not valid: incorrect encoded start resourceVersion") from None
+            if 0 < token_version < self._compacted:
+                # As etcd answers a continuation from a compacted revision: 410, with a token that
+                # continues at the latest version (rv -1) from the same key.
+                fresh = json.dumps({"namespace": start_after[0], "name": start_after[1], "rv": -1})
+                raise ApiError(410, CONTINUE_EXPIRED, metadata={"continue": base64.urlsafe_b64encode(fresh.encode()).decode().rstrip("=")})
         try:
             page_size = int(limit) if limit not in (None, "", "0", 0) else None
         except ValueError:
@@ -1980,6 +2019,10 @@ class KubeEmulator:
     @property
     def resource_version(self) -> int:
         return self.handler._revision
+
+    def compact(self) -> int:
+        """See :meth:`KubernetesApiEmulator.compact`."""
+        return self._call(self.handler.compact)
 
     # ------------------------------------------------ faults and request log
 

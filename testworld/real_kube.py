@@ -24,6 +24,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -246,6 +247,8 @@ class ControlPlane:
     audit_log: Path = Path()
     startup_seconds: float = 0.0
     scheduler_port: int = 0
+    etcd_url: str = ""
+    _apiserver_args: list[str] = field(default_factory=list)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -262,7 +265,7 @@ class ControlPlane:
         self.audit_log = self.work / "audit.log"
 
         etcd_client, etcd_peer, secure_port = free_port(), free_port(), free_port()
-        etcd_url = f"http://127.0.0.1:{etcd_client}"
+        etcd_url = self.etcd_url = f"http://127.0.0.1:{etcd_client}"
         self._spawn("etcd", [
             "--name=joiner-test", f"--data-dir={self.work / 'etcd'}",
             f"--listen-client-urls={etcd_url}", f"--advertise-client-urls={etcd_url}",
@@ -273,7 +276,7 @@ class ControlPlane:
         self._wait(f"{etcd_url}/health", "etcd", started + timeout, ca=None, token=None)
 
         self.url = f"https://127.0.0.1:{secure_port}"
-        self._spawn("kube-apiserver", [
+        self._apiserver_args = [
             f"--etcd-servers={etcd_url}",
             "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={secure_port}",
             "--endpoint-reconciler-type=none",  # a loopback address cannot back the kubernetes Service
@@ -288,7 +291,8 @@ class ControlPlane:
             f"--audit-policy-file={policy}", f"--audit-log-path={self.audit_log}", "--audit-log-mode=blocking",
             "--audit-log-maxsize=0",
             "--profiling=false", "--v=0",
-        ])
+        ]
+        self._spawn("kube-apiserver", self._apiserver_args)
         admin = self.identities[ADMIN].token
         self._wait(f"{self.url}/readyz", "kube-apiserver", started + timeout, ca=self.ca_file, token=admin)
 
@@ -335,11 +339,47 @@ class ControlPlane:
                 samples[key] = float(value)
         return samples
 
-    def _spawn(self, name: str, args: Sequence[str]) -> Component:
+    def compact_etcd(self) -> int:
+        """Compacts etcd at its current revision (what kube-apiserver does every
+        ``--etcd-compaction-interval``, 5 minutes by default) and returns that revision: every
+        older version is gone from etcd (a list continued from one answers 410)."""
+        pool = urllib3.PoolManager(retries=False)
+        headers = {"Content-Type": "application/json"}
+        timeout = urllib3.Timeout(connect=2.0, read=10.0)
+        current = pool.request("POST", f"{self.etcd_url}/v3/kv/range", body=json.dumps({"key": "AA=="}).encode(), headers=headers,
+                               timeout=timeout)
+        revision = int(json.loads(current.data)["header"]["revision"])
+        answer = pool.request("POST", f"{self.etcd_url}/v3/kv/compaction", body=json.dumps({"revision": revision, "physical": True}).encode(),
+                              headers=headers, timeout=timeout)
+        if answer.status != 200:
+            raise RuntimeError(f"etcd compaction at {revision}: HTTP {answer.status}: {answer.data[:300]!r}")
+        return revision
+
+    @contextmanager
+    def peer_apiserver(self, timeout: float = 60.0) -> Iterator[str]:
+        """A second kube-apiserver on the same etcd, configured as the first (as EKS runs two or
+        more behind one endpoint), for as long as the context lasts; yields its URL. Its watch
+        cache starts now, so it holds no history before this moment: a watch resumed from an
+        older version is refused with 410, as by any API server whose cache was (re)built after
+        that version (a restart, an upgrade, another instance behind the load balancer)."""
+        port = free_port()
+        args = [f"--secure-port={port}" if arg.startswith("--secure-port=") else
+                f"--audit-log-path={self.work / 'peer-audit.log'}" if arg.startswith("--audit-log-path=") else arg
+                for arg in self._apiserver_args]
+        component = self._spawn("kube-apiserver-peer", args, binary="kube-apiserver")
+        try:
+            url = f"https://127.0.0.1:{port}"
+            self._wait(f"{url}/readyz", component.name, time.monotonic() + timeout, ca=self.ca_file, token=self.identities[ADMIN].token)
+            yield url
+        finally:
+            component.stop()
+            self.components.remove(component)
+
+    def _spawn(self, name: str, args: Sequence[str], binary: str | None = None) -> Component:
         log = self.work / f"{name}.log"
         with log.open("wb") as out:
             process = subprocess.Popen(  # noqa: S603
-                [str(self.bin_dir / name), *args], stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                [str(self.bin_dir / (binary or name)), *args], stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                 preexec_fn=_die_with_parent, cwd=self.work,  # noqa: PLW1509
             )
         component = Component(name, process, log)

@@ -13,19 +13,24 @@ PodDisruptionBudget's status), the test writes what the controller would.
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlencode
 
 import pytest
 import urllib3
 
-from joiner.adapters.kubernetes import KubernetesClient
-from joiner.ports import KubernetesError
+from joiner.adapters.kubernetes import KubernetesClient, _watch_event
+from joiner.domain.snapshot import PodSpecMemo, SnapshotError, parse_node, parse_pod
+from joiner.ports import JsonDict, KubernetesError, KubernetesPort, WatchEvent, WatchExpired
+from joiner.services.cluster_state import ClusterCache, ClusterRead
 from tests.realkube.conftest import RealKube
+from testworld.kube_emulator import CONTINUE_EXPIRED
 from testworld.real_kube import ADMIN, CRDS, ROOT, manifests
 
 pytestmark = pytest.mark.real_kube
@@ -131,6 +136,24 @@ class Backend:
                            "reason": "SufficientPods" if allowed else "InsufficientPods", "message": "", "observedGeneration": 1,
                            "lastTransitionTime": "2026-01-01T00:00:00Z"}]},
         })
+
+    @contextmanager
+    def history_forgotten(self) -> Iterator[Backend]:
+        """This server as one whose history starts now: etcd compacted at its current revision,
+        served by an API server whose watch cache was built after it (the real tier starts a
+        second kube-apiserver on the same etcd: compaction alone does not do it, as the running
+        server's watch cache still replays every version since it started)."""
+        if self.emulator is not None:
+            self.emulator.compact()
+            yield self
+            return
+        self.real.cluster.compact_etcd()
+        with self.real.cluster.peer_apiserver() as url:
+            peer = Backend("real peer", url, self.token, self.ca_file, self.real)
+            try:
+                yield peer
+            finally:
+                peer.close()
 
     def close(self) -> None:
         self._pool.clear()
@@ -474,14 +497,139 @@ def test_watch_resumes_from_a_resource_version(backend: Backend) -> None:
 
 
 def test_an_idle_watch_ends_at_its_timeout(backend: Backend) -> None:
-    """Nothing changes: the stream stays open ``timeoutSeconds`` and ends without an event (the
-    real server sends no BOOKMARK within a short watch either, though Joiner asks for them)."""
+    """Nothing changes: the stream stays open ``timeoutSeconds`` and ends without an event. The
+    real server's bookmarks on a plain watch come about every minute and 2 s before its deadline,
+    and only with a version newer than the watch's: an idle watch gets none."""
     namespace = backend.namespace()
     version = backend.ok("GET", f"/api/v1/namespaces/{namespace}/pods")["metadata"]["resourceVersion"]
     started = time.monotonic()
     events = backend.watch(f"/api/v1/namespaces/{namespace}/pods", resourceVersion=version, timeoutSeconds="2", allowWatchBookmarks="true")
     assert 1.5 <= time.monotonic() - started < 6
     assert events == []
+
+
+def test_a_version_older_than_the_servers_history_is_refused_with_410(backend: Backend) -> None:
+    """A watch resumed from a version the server no longer has answers 200 with one ERROR event
+    (410 Expired), and Joiner's adapter raises WatchExpired for it; a list continued from a
+    compacted page answers 410 with a token that continues at the latest version."""
+    namespace = backend.namespace()
+    names = sorted(backend.pod(namespace)["metadata"]["name"] for _ in range(3))
+    first = backend.ok("GET", f"/api/v1/namespaces/{namespace}/pods", query={"limit": "1"})
+    old = first["metadata"]["resourceVersion"]
+    later = backend.pod(namespace)["metadata"]["name"]  # a change after the saved version
+    with backend.history_forgotten() as server:
+        refused = server.watch(f"/api/v1/namespaces/{namespace}/pods", resourceVersion=old, timeoutSeconds="2", allowWatchBookmarks="true")
+        assert [e["type"] for e in refused] == ["ERROR"], refused
+        status = refused[0]["object"]
+        assert {k: status[k] for k in ("kind", "apiVersion", "metadata", "status", "reason", "code")} == {
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "reason": "Expired", "code": 410}
+        assert re.fullmatch(rf"too old resource version: {old} \(\d+\)", status["message"]), status["message"]
+        client = server.client()
+        with pytest.raises(WatchExpired, match="too old resource version"):
+            list(client.changes_since("pods", old))
+        with pytest.raises(WatchExpired, match="too old resource version"):
+            list(client.watch_unbound_pods(old, 2))
+        continued = server.call("GET", f"/api/v1/namespaces/{namespace}/pods", query={"limit": "1", "continue": first["metadata"]["continue"]})
+        assert status_of(continued) == (410, "Expired", CONTINUE_EXPIRED)
+        rest = server.ok("GET", f"/api/v1/namespaces/{namespace}/pods", query={"limit": "10", "continue": continued.body["metadata"]["continue"]})
+        assert [p["metadata"]["name"] for p in rest["items"]] == sorted(n for n in [*names, later] if n > names[0])
+
+
+def _pod(obj: JsonDict, memo: PodSpecMemo) -> Any:
+    try:
+        return parse_pod(obj, memo=memo)
+    except SnapshotError:
+        return None
+
+
+def _node(obj: JsonDict) -> Any:
+    try:
+        return parse_node(obj)
+    except SnapshotError:
+        return None
+
+
+class _Kube:
+    """The real adapter's lists; its changes are ``changes`` when given (else the adapter's),
+    and each resumed version and refusal is recorded."""
+
+    def __init__(self, client: KubernetesClient, changes: list[WatchEvent] | None = None) -> None:
+        self.client, self.changes = client, changes
+        self.resumed: list[tuple[str, str]] = []
+        self.refused: list[str] = []
+
+    def list_pages(self, resource: str) -> Iterator[tuple[list[JsonDict], str]]:
+        return self.client.list_pages(resource)
+
+    def changes_since(self, resource: str, resource_version: str) -> Iterator[WatchEvent]:
+        self.resumed.append((resource, resource_version))
+        if self.changes is not None:
+            yield from self.changes if resource == "pods" else []
+            return
+        try:
+            yield from self.client.changes_since(resource, resource_version, idle_seconds=1.0)
+        except WatchExpired:
+            self.refused.append(resource)
+            raise
+
+
+def _read(cache: ClusterCache, kube: _Kube) -> ClusterRead:
+    return cache.read(cast(KubernetesPort, kube), {}, _pod, _node)
+
+
+def test_a_watch_list_ends_its_initial_events_with_a_bookmark(backend: Backend) -> None:
+    """``sendInitialEvents=true`` (with ``resourceVersionMatch=NotOlderThan``): the current
+    objects, then a BOOKMARK at their version annotated as the end of the initial events. Joiner's
+    adapter reads that line as a bookmark, and the cluster state moves its version on it and
+    changes nothing else."""
+    namespace = backend.namespace()
+    path = f"/api/v1/namespaces/{namespace}/pods"
+    created = [backend.pod(namespace) for _ in range(2)]
+    cache, kube = ClusterCache(), _Kube(backend.client())
+    listed = _read(cache, kube)
+    events = backend.watch(path, sendInitialEvents="true", resourceVersionMatch="NotOlderThan", allowWatchBookmarks="true", timeoutSeconds="1")
+    assert [(e["type"], e["object"]["metadata"].get("name")) for e in events] == [
+        ("ADDED", name) for name in sorted(p["metadata"]["name"] for p in created)] + [("BOOKMARK", None)]
+    bookmark = events[-1]["object"]
+    version = bookmark["metadata"]["resourceVersion"]
+    assert (bookmark["kind"], bookmark["apiVersion"], bookmark["metadata"]["annotations"]) == ("Pod", "v1", {"k8s.io/initial-events-end": "true"})
+    assert int(version) >= max(int(p["metadata"]["resourceVersion"]) for p in created)
+    event = _watch_event("/api/v1/pods", "Pod", "v1", json.dumps(events[-1]).encode(), trim=True)
+    assert (event.type, event.resource_version) == ("BOOKMARK", version)
+
+    kube.changes = [event]
+    caught_up = _read(cache, kube)
+    assert caught_up.how == {"pods": "changes", "nodes": "changes"} and caught_up.pods == listed.pods
+    _read(cache, kube)
+    assert kube.resumed[-2] == ("pods", version)  # the next read resumes from the bookmark's version
+
+    refused = backend.call("GET", path, query={"watch": "true", "sendInitialEvents": "true", "timeoutSeconds": "1"})
+    assert status_of(refused) == (422, "Invalid", ('ListOptions.meta.k8s.io "" is invalid: resourceVersionMatch: Forbidden: '
+                                                  "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"))
+
+
+def test_the_cluster_state_lists_again_when_its_version_is_refused(real_kube: RealKube) -> None:
+    """End to end on the real server: a container's cluster state saved a version, the next read
+    reaches an API server that no longer has it (etcd compacted, a watch cache built since): the
+    resume is refused (410), the state lists again and equals a fresh list, and then resumes."""
+    main = Backend("real", real_kube.url, real_kube.cluster.identities[ADMIN].token, real_kube.cluster.ca_file, real_kube)
+    namespace = main.namespace()
+    doomed = [main.pod(namespace)["metadata"]["name"] for _ in range(2)]
+    cache, kube = ClusterCache(), _Kube(main.client())
+    assert _read(cache, kube).how == {"pods": "list", "nodes": "list"}
+    main.ok("DELETE", f"/api/v1/namespaces/{namespace}/pods/{doomed[0]}", {"gracePeriodSeconds": 0})
+    added = main.pod(namespace, node="somewhere")["metadata"]["name"]
+    main.node()
+    with main.history_forgotten() as peer:
+        again_kube = _Kube(peer.client())
+        again = _read(cache, again_kube)
+        assert again.how == {"pods": "list", "nodes": "list"} and again_kube.refused == ["pods", "nodes"]
+        fresh = _read(ClusterCache(), _Kube(peer.client()))
+        assert (again.pods, again.nodes) == (fresh.pods, fresh.nodes)
+        kept = {e.pod.key for e in again.pods}
+        assert f"{namespace}/{added}" in kept and f"{namespace}/{doomed[1]}" in kept and f"{namespace}/{doomed[0]}" not in kept
+        assert _read(cache, again_kube).how == {"pods": "changes", "nodes": "changes"}
+    main.close()
 
 
 # ------------------------------------------------------------------ Joiner's adapter, call by call
