@@ -46,14 +46,16 @@ Joiner adapters depend on it behaving like a real API server:
   ``timeoutSeconds`` ends the stream; a version older than the log (or than a :meth:`compact`)
   answers an ``ERROR`` event with a 410 ``Expired`` status, as the real server's watch cache does
   for a version before its history; a watch list (``sendInitialEvents=true``) sends the current
-  objects, then a ``BOOKMARK`` annotated ``k8s.io/initial-events-end``.
+  objects, then a ``BOOKMARK`` annotated ``k8s.io/initial-events-end``; with
+  ``allowWatchBookmarks=true`` a plain watch gets a ``BOOKMARK`` every minute and 2 s before its
+  deadline when its resource changed past what the watch has delivered.
 
 * what kubectl needs, as the real server answers it: discovery, Table responses, ``/openapi/v3``,
   ``fieldValidation=Strict`` (400 naming every unknown field) and ``dryRun=All`` (nothing stored).
   tests/realkube/test_emulator_contract.py holds all of this to the real kube-apiserver.
 
 Not emulated: admission webhooks, defaulting of built-in kinds beyond pod phase, server-side apply, field managers,
-the periodic and end-of-watch bookmarks of a plain watch, deletecollection, the namespaces resource, scale subresources.
+deletecollection, the namespaces resource, scale subresources.
 """
 
 from __future__ import annotations
@@ -237,6 +239,9 @@ CONTINUE_EXPIRED = (
     "continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing "
     "with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the "
     "time the first chunk was returned and now may show up in the list.")
+
+#: How often a plain watch that asked for bookmarks gets one (kube-apiserver's cacher: a minute).
+BOOKMARK_EVERY_SECONDS = 60.0
 
 #: The annotation on the BOOKMARK that ends a watch list's initial events.
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
@@ -997,6 +1002,7 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
     _watch_log: collections.deque[_Change] = attrs.field(factory=collections.deque, init=False)
     _watch_floor: int = attrs.field(default=0, init=False)  # the newest revision no longer in the log
     _compacted: int = attrs.field(default=0, init=False)  # the revision of the last compaction (see compact)
+    _newest: dict[kmock.resource, int] = attrs.field(factory=dict, init=False)  # each resource's newest change
     _watch_changed: asyncio.Condition | None = attrs.field(default=None, init=False)
     _schemas: dict[tuple[str, str, str], CrdSchema] = attrs.field(factory=dict, init=False)
     deletions: list[DeletionRecord] = attrs.field(factory=list, init=False)
@@ -1133,6 +1139,7 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
 
     def _log_change(self, rtype: ResourceType, old: JsonDict | None, new: JsonDict, deleted: bool) -> None:
         self._watch_log.append(_Change(self._revision, rtype.key, copy.deepcopy(old), copy.deepcopy(new), deleted))
+        self._newest[rtype.key] = self._revision
         while len(self._watch_log) > self.watch_history:
             self._watch_floor = self._watch_log.popleft().revision
 
@@ -1181,6 +1188,7 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
         lines: list[JsonDict] = []
         expired = False
         async with self._lock:
+            started_at = self._revision  # changes up to here are the backlog the watch starts with
             if cursor is None or initial_events:
                 lines = [{"type": "ADDED", "object": typed(obj)} for obj in self._items(rtype, namespace) if matches(obj)]
                 cursor = max(cursor or 0, self._revision)
@@ -1199,21 +1207,38 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
                 await response.write(json.dumps({"type": "ERROR", "object": status}).encode() + b"\n")
                 await response.write_eof()
                 return response
-            deadline = asyncio.get_running_loop().time() + timeout
+            # Bookmarks on a plain watch, as the watch cache sends them: every minute and 2 s
+            # before the deadline, at the resource's newest change, when that is newer than the
+            # watch's version and the backlog it started with (an idle watch gets none). The real
+            # server may send one more at its first bookmark tick (within about a second of the
+            # start), which is left out here: the emulator's streams stay deterministic.
+            clock = asyncio.get_running_loop().time
+            deadline = clock() + timeout
+            delivered = cursor
+            next_bookmark: float | None = min(clock() + BOOKMARK_EVERY_SECONDS, deadline - 2) if bookmarks and timeout > 2 else None
             while True:
                 for line in lines:
                     await response.write(json.dumps(line).encode() + b"\n")
-                remaining = deadline - asyncio.get_running_loop().time()
+                lines = []
+                remaining = deadline - clock()
                 if remaining <= 0:
                     break
+                if next_bookmark is not None and next_bookmark <= clock():
+                    newest = self._newest.get(rtype.key, 0)
+                    if newest > delivered:
+                        lines.append({"type": "BOOKMARK", "object": {"kind": rtype.kind, "apiVersion": rtype.api_version,
+                                                                     "metadata": {"resourceVersion": str(newest)}}})
+                    following = clock() + BOOKMARK_EVERY_SECONDS
+                    next_bookmark = following if following < deadline - 2 else deadline - 2 if deadline - 2 > clock() else None
+                    continue
+                wait = remaining if next_bookmark is None else min(remaining, next_bookmark - clock())
                 async with self._watch_changed:
                     if not any(change.revision > cursor for change in self._watch_log):
                         try:
-                            await asyncio.wait_for(self._watch_changed.wait(), remaining)
+                            await asyncio.wait_for(self._watch_changed.wait(), max(wait, 0))
                         except TimeoutError:
-                            break
+                            continue
                 async with self._lock:
-                    lines = []
                     for change in self._watch_log:
                         if change.revision <= cursor or change.resource != rtype.key:
                             continue
@@ -1224,6 +1249,10 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
                             lines.append({"type": "MODIFIED" if was else "ADDED", "object": typed(change.new)})
                         elif was:
                             lines.append({"type": "DELETED", "object": typed(change.new)})
+                        else:
+                            continue
+                        if change.revision <= started_at:
+                            delivered = max(delivered, change.revision)
                     cursor = self._revision
             await response.write_eof()
         except (ConnectionError, asyncio.CancelledError):

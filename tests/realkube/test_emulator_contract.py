@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -506,6 +507,28 @@ def test_an_idle_watch_ends_at_its_timeout(backend: Backend) -> None:
     events = backend.watch(f"/api/v1/namespaces/{namespace}/pods", resourceVersion=version, timeoutSeconds="2", allowWatchBookmarks="true")
     assert 1.5 <= time.monotonic() - started < 6
     assert events == []
+
+
+def test_a_watch_its_resource_changed_during_gets_a_bookmark_before_its_deadline(backend: Backend) -> None:
+    """With ``allowWatchBookmarks=true``, a watch during which its resource changed gets a
+    BOOKMARK at that version about 2 s before its deadline (the real server may send one more a
+    second earlier): Joiner's adapter passes it on as a bookmark, with no object change."""
+    namespace = backend.namespace()
+    version = backend.ok("GET", f"/api/v1/namespaces/{namespace}/pods")["metadata"]["resourceVersion"]
+    created: list[dict[str, Any]] = []
+    writer = threading.Timer(0.3, lambda: created.append(backend.pod(namespace)))
+    writer.start()
+    try:
+        events = [e for e in backend.client().watch_unbound_pods(version, 4)
+                  if e.type == "BOOKMARK" or e.object["metadata"].get("namespace") == namespace]
+    finally:
+        writer.join()
+    assert [e.type for e in events][:2] == ["ADDED", "BOOKMARK"] and {e.type for e in events[1:]} == {"BOOKMARK"}, events
+    assert events[0].object["metadata"]["name"] == created[0]["metadata"]["name"]
+    for bookmark in events[1:]:
+        assert (bookmark.object["kind"], bookmark.object["apiVersion"]) == ("Pod", "v1")
+        assert "annotations" not in bookmark.object["metadata"] and "name" not in bookmark.object["metadata"]
+        assert int(bookmark.resource_version) >= int(created[0]["metadata"]["resourceVersion"])
 
 
 def test_a_version_older_than_the_servers_history_is_refused_with_410(backend: Backend) -> None:
