@@ -36,12 +36,13 @@ def dry_run_requested(event: Any) -> bool:
     return bool(fields["dryRun"])
 
 
-def _handle_deletions(runtime: Any) -> None:
-    """``kubectl delete nodeclaim/node`` drains start within the minute (:mod:`joiner.services.deletion`)."""
+def _handle_deletions(runtime: Any, *, just_read: bool) -> None:
+    """``kubectl delete nodeclaim/node`` drains start within the minute (:mod:`joiner.services.deletion`);
+    ``just_read``: the pass went through to its end, having just read Nodes and mirrors."""
     from joiner.services.deletion import handle_deletions
 
     try:
-        handle_deletions(runtime, runtime.clock.now())
+        handle_deletions(runtime, runtime.clock.now(), just_read=just_read)
     except Exception:  # noqa: BLE001 - never fails the pass; the next pass or gc tries again
         logger.exception("delete-to-drain pass failed")
 
@@ -55,6 +56,6 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     summary = run_disruption(runtime, dry_run=dry_run)
     result = summary.to_dict()
     if not dry_run:
-        _handle_deletions(runtime)
+        _handle_deletions(runtime, just_read=summary.status == "computed")
     logger.info("disruption pass finished", extra={"summary": result})
     return result

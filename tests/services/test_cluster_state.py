@@ -25,6 +25,7 @@ class LogKube:
         self.version = 1
         self.history = history
         self.lists = 0
+        self.catch_ups = 0
         self.ready_fraction = 1.0  # how much of the backlog a catch-up gets before the stream idles
         self.break_stream = False
 
@@ -51,6 +52,7 @@ class LogKube:
             yield items[start:start + 2], str(self.version)
 
     def changes_since(self, resource: str, resource_version: str) -> Iterator[WatchEvent]:
+        self.catch_ups += 1
         since = int(resource_version)
         if since < self.floor[resource]:
             raise WatchExpired("too old")
@@ -189,3 +191,21 @@ def test_a_listing_pauses_the_cycle_collector_and_restores_it_even_when_it_fails
         assert not gc.isenabled()  # left as it was found
     finally:
         gc.enable()
+
+
+def test_nodes_and_mirrors_as_last_read_ask_nothing_unless_never_read() -> None:
+    kube, now = LogKube(), [0.0]
+    kube.objects["nodeclaims"], kube.log["nodeclaims"], kube.floor["nodeclaims"] = {}, [], 0
+    cache = ClusterCache(clock=lambda: now[0], resync_after=600)
+    port: Any = kube  # the port's methods this cache calls
+    kube.write("nodes", "Node", node("n0", 1), "n0")
+    kube.write("nodeclaims", "NodeClaim", {"metadata": {"name": "m0"}}, "m0")
+    assert [n.name for n in cache.nodes(port, _node, refresh=False)] == ["n0"] and kube.lists == 1  # never read: listed
+    assert set(cache.node_claims(port, refresh=False)) == {"m0"} and kube.lists == 2
+    kube.write("nodes", "Node", node("n1", 1), "n1")
+    kube.write("nodeclaims", "NodeClaim", {"metadata": {"name": "m1"}}, "m1")
+    calls = (kube.lists, kube.catch_ups)
+    assert [n.name for n in cache.nodes(port, _node, refresh=False)] == ["n0"]  # as last read: not asked
+    assert set(cache.node_claims(port, refresh=False)) == {"m0"} and (kube.lists, kube.catch_ups) == calls
+    assert [n.name for n in cache.nodes(port, _node)] == ["n0", "n1"]  # refreshed: the change since
+    assert set(cache.node_claims(port)) == {"m0", "m1"} and kube.lists == 2

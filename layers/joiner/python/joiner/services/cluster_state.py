@@ -17,6 +17,7 @@ import gc
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
@@ -131,28 +132,39 @@ class ClusterCache:
             if self._runtime_classes != dict(runtime_classes):
                 self._pods.forget()
                 self._runtime_classes = dict(runtime_classes)
-            how = {
-                "pods": self._refresh(self._pods, kube, lambda obj: self._pod_entry(obj, parse_pod), _same_pod),
-                "nodes": self._refresh(self._nodes, kube, parse_node, _never_reused),
-            }
+            # Nodes on a helper thread while pods are read here: a catch-up ends only once its
+            # stream has been idle a moment, so two in a row would wait twice.
+            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="cluster-state-nodes") as helper:
+                nodes_read = helper.submit(self._refresh, self._nodes, kube, parse_node, _never_reused)
+                try:
+                    pods_how = self._refresh(self._pods, kube, lambda obj: self._pod_entry(obj, parse_pod), _same_pod)
+                finally:
+                    nodes_how = nodes_read.result()
+            how = {"pods": pods_how, "nodes": nodes_how}
             pods = tuple(self._pods.items[key] for key in sorted(self._pods.items))
             nodes = tuple(self._nodes.items[name] for name in sorted(self._nodes.items))
         return ClusterRead(pods, nodes, how)
 
-    def nodes(self, kube: KubernetesPort, parse_node: NodeParser) -> tuple[Node, ...]:
-        """Only the Nodes, brought up to date (in name order). ``parse_node`` must make the
-        same Node of an object as the parser :meth:`read` is given in this container. Raises
-        :class:`KubernetesError` when the Nodes cannot be listed."""
+    def nodes(self, kube: KubernetesPort, parse_node: NodeParser, *, refresh: bool = True) -> tuple[Node, ...]:
+        """Only the Nodes, brought up to date (in name order); ``refresh=False``: as the last
+        read left them, when that read was moments ago in the same invocation (listed if never
+        read). ``parse_node`` must make the same Node of an object as the parser :meth:`read`
+        is given in this container. Raises :class:`KubernetesError` when the Nodes cannot be
+        listed."""
         with self._lock:
-            self._refresh(self._nodes, kube, parse_node, _never_reused)
+            if refresh or not self._nodes.version:
+                self._refresh(self._nodes, kube, parse_node, _never_reused)
             return tuple(self._nodes.items[name] for name in sorted(self._nodes.items))
 
-    def node_claims(self, kube: KubernetesPort) -> dict[str, JsonDict]:
+    def node_claims(self, kube: KubernetesPort, *, refresh: bool = True) -> dict[str, JsonDict]:
         """Joiner's NodeClaim mirrors by name, brought up to date the same way (listed once,
-        then the changes since); empty when the NodeClaim CRD is not installed (404: asked
-        again next time). The objects are shared with the cache: do not modify them. Raises
-        :class:`KubernetesError` when they cannot be listed."""
+        then the changes since; ``refresh=False`` as for :meth:`nodes`); empty when the
+        NodeClaim CRD is not installed (404: asked again next time). The objects are shared
+        with the cache: do not modify them. Raises :class:`KubernetesError` when they cannot be
+        listed."""
         with self._lock:
+            if not refresh and self._node_claims.version:
+                return dict(self._node_claims.items)
             try:
                 self._refresh(self._node_claims, kube, _as_is, _never_reused)
             except KubernetesError as error:

@@ -62,9 +62,11 @@ def _meta(obj: JsonDict) -> JsonDict:
     return meta if isinstance(meta, dict) else {}
 
 
-def handle_deletions(runtime: Runtime, now: datetime) -> DeletionResult:
+def handle_deletions(runtime: Runtime, now: datetime, *, just_read: bool = False) -> DeletionResult:
     """Add, act on and release Joiner's finalizer on Nodes and NodeClaim mirrors. Errors are
-    collected per object (one broken object never stops the others); read failures propagate."""
+    collected per object (one broken object never stops the others); read failures propagate.
+    ``just_read``: this invocation read Nodes and mirrors through the cluster state moments
+    ago (the disruption pass): use them as they are instead of catching up again."""
     from joiner.services.termination import TERMINATION_KIND
 
     result = DeletionResult()
@@ -77,7 +79,7 @@ def handle_deletions(runtime: Runtime, now: datetime) -> DeletionResult:
     #: other Node is seen in the container's cluster state (caught up from the changes since
     #: its last read), so a pass reads what changed, not the cluster
     nodes: dict[str, JsonDict] = {}
-    for node in runtime.cluster_state.nodes(runtime.kube, _parse_node):
+    for node in runtime.cluster_state.nodes(runtime.kube, _parse_node, refresh=not just_read):
         name = node.name
         claim = by_node.get(name) or by_id.get(str(node.labels.get(wk.NODECLAIM)))
         step = deletion_step(node.finalizers, node.deletion_time, managed=claim is not None,
@@ -94,7 +96,7 @@ def handle_deletions(runtime: Runtime, now: datetime) -> DeletionResult:
         except (KubernetesError, Ec2Error) as error:
             result.errors.append(f"node {name}: {error}")
 
-    for mirror in runtime.cluster_state.node_claims(runtime.kube).values():
+    for mirror in runtime.cluster_state.node_claims(runtime.kube, refresh=not just_read).values():
         meta = _meta(mirror)
         name = str(meta.get("name"))
         claim = by_id.get(str((meta.get("labels") or {}).get(wk.NODECLAIM)))
