@@ -17,7 +17,6 @@ import gc
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
@@ -132,15 +131,10 @@ class ClusterCache:
             if self._runtime_classes != dict(runtime_classes):
                 self._pods.forget()
                 self._runtime_classes = dict(runtime_classes)
-            # Nodes on a helper thread while pods are read here: a catch-up ends only once its
-            # stream has been idle a moment, so two in a row would wait twice.
-            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="cluster-state-nodes") as helper:
-                nodes_read = helper.submit(self._refresh, self._nodes, kube, parse_node, _never_reused)
-                try:
-                    pods_how = self._refresh(self._pods, kube, lambda obj: self._pod_entry(obj, parse_pod), _same_pod)
-                finally:
-                    nodes_how = nodes_read.result()
-            how = {"pods": pods_how, "nodes": nodes_how}
+            how = {
+                "pods": self._refresh(self._pods, kube, lambda obj: self._pod_entry(obj, parse_pod), _same_pod),
+                "nodes": self._refresh(self._nodes, kube, parse_node, _never_reused),
+            }
             pods = tuple(self._pods.items[key] for key in sorted(self._pods.items))
             nodes = tuple(self._nodes.items[name] for name in sorted(self._nodes.items))
         return ClusterRead(pods, nodes, how)
