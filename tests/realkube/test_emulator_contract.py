@@ -27,10 +27,11 @@ import pytest
 import urllib3
 
 from joiner.adapters.kubernetes import KubernetesClient, _watch_event
-from joiner.domain.snapshot import PodSpecMemo, SnapshotError, parse_node, parse_pod
 from joiner.ports import JsonDict, KubernetesError, KubernetesPort, WatchEvent, WatchExpired
 from joiner.services.cluster_state import ClusterCache, ClusterRead
 from tests.realkube.conftest import RealKube
+from tests.support.cluster_parsers import node_or_none as _node
+from tests.support.cluster_parsers import pod_or_none as _pod
 from testworld.kube_emulator import CONTINUE_EXPIRED
 from testworld.real_kube import ADMIN, CRDS, ROOT, manifests
 
@@ -557,19 +558,6 @@ def test_a_version_older_than_the_servers_history_is_refused_with_410(backend: B
         rest = server.ok("GET", f"/api/v1/namespaces/{namespace}/pods", query={"limit": "10", "continue": continued.body["metadata"]["continue"]})
         assert [p["metadata"]["name"] for p in rest["items"]] == sorted(n for n in [*names, later] if n > names[0])
 
-
-def _pod(obj: JsonDict, memo: PodSpecMemo) -> Any:
-    try:
-        return parse_pod(obj, memo=memo)
-    except SnapshotError:
-        return None
-
-
-def _node(obj: JsonDict) -> Any:
-    try:
-        return parse_node(obj)
-    except SnapshotError:
-        return None
 
 
 class _Kube:

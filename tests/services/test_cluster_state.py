@@ -10,9 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from joiner.domain.snapshot import PodSpecMemo, SnapshotError, parse_node, parse_pod
 from joiner.ports import JsonDict, KubernetesError, WatchEvent, WatchExpired
 from joiner.services.cluster_state import ClusterCache
+from tests.support.cluster_parsers import node_or_none as _node
+from tests.support.cluster_parsers import pod_or_none as _pod
 
 
 class LogKube:
@@ -76,19 +77,6 @@ def node(name: str, cpu: int) -> JsonDict:
     return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "uid": f"uid-{name}", "labels": {"k": "v"}},
             "status": {"allocatable": {"cpu": str(cpu), "pods": "10"}, "capacity": {"cpu": str(cpu), "pods": "10"}}}
 
-
-def _pod(obj: JsonDict, memo: PodSpecMemo | None = None) -> Any:
-    try:
-        return parse_pod(obj, memo=memo)
-    except SnapshotError:
-        return None
-
-
-def _node(obj: JsonDict) -> Any:
-    try:
-        return parse_node(obj)
-    except SnapshotError:
-        return None
 
 
 def view(cache: ClusterCache, kube: LogKube) -> tuple[Any, Any, Any]:
