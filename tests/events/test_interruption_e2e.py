@@ -390,6 +390,34 @@ def test_a_node_launched_for_exactly_its_pods_still_gets_a_replacement(world: Wo
     assert world.evictions() == []
 
 
+def test_a_pod_whose_own_claim_went_to_another_node_still_gets_a_replacement(world: World) -> None:
+    """kube-scheduler may bind a pod to another node than the one launched for it: the pod's
+    own claim (same id as its replacement's first generation) is Ready on a healthy node and
+    hosts other pods, so it must not pass for the replacement either."""
+    from joiner.services.launcher import claim_id_for
+
+    instance = world.launch_node("n1")
+    other = world.launch_node("n2", claim=False)
+    world.add_pod("n1-web-1", "n1", cpu="1")
+    world.add_pod("n2-web-1", "n2", cpu="3")
+    (uid,) = [p["metadata"]["uid"] for p in world.kube.list_pods_on_node("n1")]
+    own_claim = claim_id_for("default", [uid])
+    world.runtime.state.put_claim(ClaimRecord(
+        claim_id=own_claim, node_pool="default", state="initialized", created_at=T0 - timedelta(hours=1), instance_id=other,
+        instance_type="c5.xlarge", zone="us-east-1a", capacity_type="spot", node_name="n2", price=0.07,
+        pods=("default/n1-web-1",),
+    ))
+    world.publish("rebalance_recommendation.json", instance)
+    response, _ = world.deliver_interruptions()
+    assert response == {"batchItemFailures": []}
+    stored = world.runtime.state.get_item("TERMINATION", "n1")
+    assert stored["replacementClaims"] and own_claim not in stored["replacementClaims"]
+    (replacement,) = [world.runtime.state.get_claim(c) for c in stored["replacementClaims"]]
+    assert replacement.state == "launched" and replacement.instance_id not in (instance, other)
+    assert world.runtime.state.get_claim(own_claim).node_name == "n2"  # left as it was
+    assert replacement.pods == ("default/n1-web-1",)
+
+
 def test_cold_start_builds_the_runtime_from_the_environment(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
     env = {
         "JOINER_CLUSTER_NAME": CLUSTER,

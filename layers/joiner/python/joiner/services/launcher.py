@@ -187,7 +187,7 @@ class Launcher:
         pods = tuple(pods_by_key[key] for key in claim_plan.pods if key in pods_by_key)
         pod_ids = list(identity) if identity is not None else [p.uid or p.key for p in pods]
 
-        claim_id, existing = self.claim_identity(pool.name, pod_ids)
+        claim_id, existing = self.claim_identity(pool.name, pod_ids, skip_initialized=identity is None)
         if existing is not None and claim_id not in self.attempts:
             # Already launched for exactly these pods (a retried round), or being launched by
             # another round (reserved, not yet orphaned): nothing to do here.
@@ -236,11 +236,15 @@ class Launcher:
         job_plan = dataclasses.replace(claim_plan, instance_types=tuple(t.name for t in candidates))
         return LaunchJob(job_plan, claim_id, pods, pool, env, tuple(candidates), arch)
 
-    def claim_identity(self, pool: str, pod_ids: Sequence[str]) -> tuple[str, ClaimRecord | None]:
+    def claim_identity(self, pool: str, pod_ids: Sequence[str], *, skip_initialized: bool = False) -> tuple[str, ClaimRecord | None]:
         """The first id in the claim's generation sequence that is not closed, terminating or
-        retiring. A node's pods replanned for its replacement are often exactly the pods its
-        own claim was launched for: that claim (its node is going away) must not count as
-        the replacement."""
+        retiring (nor, with ``skip_initialized``, initialized). A node's pods replanned for
+        its replacement are often exactly the pods its own claim was launched for: that claim
+        (its node is going away) must not count as the replacement. Pods that need capacity
+        again after their claim's Node became Ready are not waiting for that claim either
+        (kube-scheduler may have bound them elsewhere, and other pods to it): pod-derived ids
+        skip it, a static replica's id (held for as long as the replica lives) does not."""
+        skipped = (ClaimState.CLOSED, ClaimState.TERMINATING, *((ClaimState.INITIALIZED,) if skip_initialized else ()))
         for generation in range(1000):
             claim_id = claim_id_for(pool, pod_ids, generation)
             existing = self.work.open_by_id.get(claim_id)
@@ -248,7 +252,7 @@ class Launcher:
                 existing = self.state.get_claim(claim_id)
             if existing is None:
                 return claim_id, None
-            if existing.state not in (ClaimState.CLOSED, ClaimState.TERMINATING) and claim_id not in self.work.retiring_claims:
+            if existing.state not in skipped and claim_id not in self.work.retiring_claims:
                 return claim_id, existing
         raise RuntimeError(f"NodePool {pool}: 1000 closed claims for the same pods")
 
