@@ -158,3 +158,17 @@ def test_a_trimmed_unbound_pod_is_judged_pending_exactly_as_the_full_one() -> No
         assert view["metadata"]["uid"] == "u" and "managedFields" not in view["metadata"] and len(str(view)) < len(str(pod))
 
     check()
+
+
+def test_a_catch_up_waits_for_a_slow_servers_headers_longer_than_for_an_idle_stream(
+        kube_emulator: KubeEmulator, kube_client: KubernetesClient) -> None:
+    """A loaded server that answers the watch late still has its backlog read: only silence
+    after the headers means caught up."""
+    nodes, version = next(kube_client.list_pages("nodes"))
+    kube_emulator.apply(make_node("late"))
+    kube_emulator.delay_next("GET", "/api/v1/nodes", 1.0, query="watch=true")
+    events = list(kube_client.changes_since("nodes", version, idle_seconds=0.2))
+    assert [(e.type, e.object["metadata"]["name"]) for e in events] == [("ADDED", "late")]
+    started = time.monotonic()
+    assert list(kube_client.changes_since("nodes", events[-1].resource_version, idle_seconds=0.2)) == []
+    assert time.monotonic() - started < 1.0  # an idle stream still ends after its idle time

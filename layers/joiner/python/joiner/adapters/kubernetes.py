@@ -64,6 +64,8 @@ WATCH_EVENT_TYPES = frozenset({"ADDED", "MODIFIED", "DELETED", "BOOKMARK"})
 CATCH_UP_IDLE_SECONDS = 0.3
 #: ... or after this long (the server's ``timeoutSeconds``): a busy cluster's next round goes on from there.
 CATCH_UP_MAX_SECONDS = 10
+#: how long a catch-up waits for the watch's response headers (the server sends them at once)
+CATCH_UP_HEADERS_SECONDS = 5.0
 
 
 #: Pages of unbound pods are smaller: the watcher (128 MB) keeps a few fields of each, so a page
@@ -487,16 +489,21 @@ class KubernetesClient:
         authorization = self._authorization()
         if authorization:
             headers["Authorization"] = authorization
-        timeout = urllib3.Timeout(connect=self._urllib3_timeout.connect_timeout, read=idle_seconds)
+        # The server answers a watch's headers at once, before any event: a slow answer is a
+        # loaded server, not an idle stream, so it gets the longer wait.
+        timeout = urllib3.Timeout(connect=self._urllib3_timeout.connect_timeout, read=max(idle_seconds, CATCH_UP_HEADERS_SECONDS))
         try:
             response = self._pool.request("GET", f"{self._host}{path}?{urlencode(params)}", headers=headers, timeout=timeout,
                                           retries=False, redirect=False, preload_content=False)
         except ReadTimeoutError:
-            return  # the server sent no headers yet: nothing ready
+            return  # no headers even then: nothing is ready now; the next read catches up
         except (urllib3.exceptions.HTTPError, OSError) as error:
             raise KubernetesError(f"Kubernetes watch {path} failed: {error}") from error
         finished = False  # the server ended the stream: the connection may serve another request
         try:
+            connection = getattr(response, "connection", None)
+            if connection is not None and getattr(connection, "sock", None) is not None:
+                connection.sock.settimeout(idle_seconds)  # from here on, silence means caught up
             if response.status == 410:
                 raise WatchExpired(f"Kubernetes watch {path} from {resource_version}: {_excerpt(response.read())}")
             if response.status != 200:
