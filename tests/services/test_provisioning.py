@@ -178,6 +178,19 @@ def test_second_round_for_the_same_pods_launches_nothing(world: FakeWorld) -> No
     assert len(world.ec2.fleet_requests) == 1 and len(world.ec2.running_instances()) == 1
 
 
+def test_pods_about_to_bind_to_their_claims_just_ready_node_get_no_second_claim(world: FakeWorld) -> None:
+    """Registration marks a claim initialized as its Node turns Ready, in the round that reads
+    the pods kube-scheduler has not bound yet: they are waiting for that claim, not for a new one."""
+    setup_cluster(world, pods=3)
+    (launched,) = provision(world.runtime("invocation-1"), world.clock.now()).launched
+    world.state.update_claim(launched.claim_id, state="initialized", node_name="ip-10-0-0-9.ec2.internal")
+    world.clock.advance(60)
+    second = provision(world.runtime("invocation-2"), world.clock.now())
+
+    assert second.pending_pods == 3 and not second.launched
+    assert len(world.ec2.fleet_requests) == 1
+
+
 class CrashingState(FakeState):
     """Dies (once) right after EC2 answered: the claim stays ``reserved``."""
 

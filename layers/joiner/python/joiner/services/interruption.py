@@ -201,7 +201,7 @@ class ClusterView:
             work.open_by_id = {c.claim_id: c for c in work.claims}
             self._in_flight = work.in_flight(work.open_by_id.values())
             self._workloads = _Workloads(work.nodes, work.snapshot.pods)
-            self._round, self._launcher = work, Launcher(work)
+            self._round, self._launcher = work, Launcher(work, replacing=True)
 
     def first_mark(self, offering: OfferingKey) -> bool:
         """True the first time the invocation marks ``offering`` unavailable."""
@@ -298,7 +298,7 @@ class ClusterView:
             work.instance_types()
             work.open_by_id = {c.claim_id: c for c in work.claims}
             self._in_flight = work.in_flight(work.open_by_id.values())
-            self._round, launcher = work, Launcher(work)
+            self._round, launcher = work, Launcher(work, replacing=True)
             self._launcher = launcher
         excluded = frozenset(self.disrupted)
         work.retiring_claims = {c.claim_id for c in work.claims if c.node_name in excluded}

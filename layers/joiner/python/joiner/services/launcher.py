@@ -152,10 +152,16 @@ class Launcher:
     disruption) take none: a scanner round may be running and must not be blocked by (nor
     block) them. That is safe because limit reservations are conditional writes and claim ids
     derive from the pods, so two launchers never launch twice for the same pods nor past a
-    limit."""
+    limit.
 
-    def __init__(self, work: PlanningRound, lease: Lease | None = None) -> None:
+    ``replacing``: the pods are a disrupted node's, running there, so a claim once launched
+    for them whose Node is Ready elsewhere is not theirs any more (kube-scheduler bound them
+    crosswise) and never passes for their replacement. A scanner round's pending pods may be
+    about to bind to their claim's just-Ready Node: there it still counts."""
+
+    def __init__(self, work: PlanningRound, lease: Lease | None = None, *, replacing: bool = False) -> None:
         self.work = work
+        self.replacing = replacing
         self.runtime = work.runtime
         self.state = work.state
         self.now = work.now
@@ -187,7 +193,7 @@ class Launcher:
         pods = tuple(pods_by_key[key] for key in claim_plan.pods if key in pods_by_key)
         pod_ids = list(identity) if identity is not None else [p.uid or p.key for p in pods]
 
-        claim_id, existing = self.claim_identity(pool.name, pod_ids, skip_initialized=identity is None)
+        claim_id, existing = self.claim_identity(pool.name, pod_ids, skip_initialized=self.replacing and identity is None)
         if existing is not None and claim_id not in self.attempts:
             # Already launched for exactly these pods (a retried round), or being launched by
             # another round (reserved, not yet orphaned): nothing to do here.
@@ -240,10 +246,8 @@ class Launcher:
         """The first id in the claim's generation sequence that is not closed, terminating or
         retiring (nor, with ``skip_initialized``, initialized). A node's pods replanned for
         its replacement are often exactly the pods its own claim was launched for: that claim
-        (its node is going away) must not count as the replacement. Pods that need capacity
-        again after their claim's Node became Ready are not waiting for that claim either
-        (kube-scheduler may have bound them elsewhere, and other pods to it): pod-derived ids
-        skip it, a static replica's id (held for as long as the replica lives) does not."""
+        (its node is going away) must not count as the replacement, nor with
+        ``skip_initialized`` one whose Node is Ready elsewhere (see :class:`Launcher`)."""
         skipped = (ClaimState.CLOSED, ClaimState.TERMINATING, *((ClaimState.INITIALIZED,) if skip_initialized else ()))
         for generation in range(1000):
             claim_id = claim_id_for(pool, pod_ids, generation)
