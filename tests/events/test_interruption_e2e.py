@@ -362,6 +362,25 @@ def test_replacement_is_launched_before_the_drain_ends(world: World) -> None:
     assert len([i for i in world.fleet_instances() if i["tags"].get(wk.NODECLAIM) != "default-n1"]) == len(replacements)
 
 
+def _replace_n1_beside_its_pods_own_claim(
+        world: World, instance: str, own_claim: str, claim_instance: str, claim_node: str, claim_pods: tuple[str, ...]) -> ClaimRecord:
+    """Records ``own_claim`` (the id n1's pods derive) as initialized on ``claim_node``, sends a
+    rebalance recommendation for n1's ``instance`` and returns the one replacement claim,
+    checked to be launched and not ``own_claim``."""
+    world.runtime.state.put_claim(ClaimRecord(
+        claim_id=own_claim, node_pool="default", state="initialized", created_at=T0 - timedelta(hours=1), instance_id=claim_instance,
+        instance_type="c5.xlarge", zone="us-east-1a", capacity_type="spot", node_name=claim_node, price=0.07, pods=claim_pods,
+    ))
+    world.publish("rebalance_recommendation.json", instance)
+    response, _ = world.deliver_interruptions()
+    assert response == {"batchItemFailures": []}
+    stored = world.runtime.state.get_item("TERMINATION", "n1")
+    assert stored["replacementClaims"] and own_claim not in stored["replacementClaims"]
+    (replacement,) = [world.runtime.state.get_claim(c) for c in stored["replacementClaims"]]
+    assert replacement is not None and replacement.state == "launched"
+    return replacement
+
+
 def test_a_node_launched_for_exactly_its_pods_still_gets_a_replacement(world: World) -> None:
     """The node's claim was launched by the scanner for exactly the pods it runs, so the
     replacement plan derives the same claim id: that claim (its node is going) must not pass
@@ -373,18 +392,8 @@ def test_a_node_launched_for_exactly_its_pods_still_gets_a_replacement(world: Wo
     world.add_pod("n1-web-2", "n1", cpu="1")
     uids = [p["metadata"]["uid"] for p in world.kube.list_pods_on_node("n1")]
     own_claim = claim_id_for("default", uids)
-    world.runtime.state.put_claim(ClaimRecord(
-        claim_id=own_claim, node_pool="default", state="initialized", created_at=T0 - timedelta(hours=1), instance_id=instance,
-        instance_type="c5.xlarge", zone="us-east-1a", capacity_type="spot", node_name="n1", price=0.07,
-        pods=("default/n1-web-1", "default/n1-web-2"),
-    ))
-    world.publish("rebalance_recommendation.json", instance)
-    response, _ = world.deliver_interruptions()
-    assert response == {"batchItemFailures": []}
-    stored = world.runtime.state.get_item("TERMINATION", "n1")
-    assert stored["replacementClaims"] and own_claim not in stored["replacementClaims"]
-    (replacement,) = [world.runtime.state.get_claim(c) for c in stored["replacementClaims"]]
-    assert replacement.state == "launched" and replacement.instance_id != instance
+    replacement = _replace_n1_beside_its_pods_own_claim(world, instance, own_claim, instance, "n1", ("default/n1-web-1", "default/n1-web-2"))
+    assert replacement.instance_id != instance
     assert sorted(replacement.pods) == ["default/n1-web-1", "default/n1-web-2"]
     # rebalance: nothing is evicted before the replacement is Ready
     assert world.evictions() == []
@@ -402,18 +411,8 @@ def test_a_pod_whose_own_claim_went_to_another_node_still_gets_a_replacement(wor
     world.add_pod("n2-web-1", "n2", cpu="3")
     (uid,) = [p["metadata"]["uid"] for p in world.kube.list_pods_on_node("n1")]
     own_claim = claim_id_for("default", [uid])
-    world.runtime.state.put_claim(ClaimRecord(
-        claim_id=own_claim, node_pool="default", state="initialized", created_at=T0 - timedelta(hours=1), instance_id=other,
-        instance_type="c5.xlarge", zone="us-east-1a", capacity_type="spot", node_name="n2", price=0.07,
-        pods=("default/n1-web-1",),
-    ))
-    world.publish("rebalance_recommendation.json", instance)
-    response, _ = world.deliver_interruptions()
-    assert response == {"batchItemFailures": []}
-    stored = world.runtime.state.get_item("TERMINATION", "n1")
-    assert stored["replacementClaims"] and own_claim not in stored["replacementClaims"]
-    (replacement,) = [world.runtime.state.get_claim(c) for c in stored["replacementClaims"]]
-    assert replacement.state == "launched" and replacement.instance_id not in (instance, other)
+    replacement = _replace_n1_beside_its_pods_own_claim(world, instance, own_claim, other, "n2", ("default/n1-web-1",))
+    assert replacement.instance_id not in (instance, other)
     assert world.runtime.state.get_claim(own_claim).node_name == "n2"  # left as it was
     assert replacement.pods == ("default/n1-web-1",)
 
