@@ -172,6 +172,8 @@ class SimulatedCluster:
     #: instance id -> node name registered by the kubelet
     registered: dict[str, str] = field(default_factory=dict)
     node_ready_at: dict[str, datetime] = field(default_factory=dict)
+    #: how long a kubelet's Node is registered but not Ready, within its boot (none here)
+    not_ready_seconds: float = 0.0
     _serial: int = 0
 
     # ------------------------------------------------------------ workloads
@@ -187,12 +189,20 @@ class SimulatedCluster:
 
     # ------------------------------------------------------------ kubelet
 
-    def register_node(self, instance_id: str, name: str, instance_type: str, zone: str, boot: BootSpec) -> dict[str, Any]:
-        """The kubelet of ``instance_id`` registers its Node, Ready."""
+    def register_node(self, instance_id: str, name: str, instance_type: str, zone: str, boot: BootSpec, *,
+                      ready: bool = True) -> dict[str, Any]:
+        """The kubelet of ``instance_id`` registers its Node, Ready (this kubelet has no
+        not-ready phase: :attr:`not_ready_seconds` is 0)."""
+        if not ready:
+            raise ValueError("the emulated kubelet registers its Node Ready")
         node = self.emulator.apply(self.node_object(instance_id, name, instance_type, zone, boot))
         self.registered[instance_id] = name
         self.node_ready_at[name] = self.now()
         return node
+
+    def mark_ready(self, name: str) -> None:
+        """The kubelet of a Node registered not ready reports Ready."""
+        self.node_ready_at[name] = self.now()
 
     def node_object(self, instance_id: str, name: str, instance_type: str, zone: str, boot: BootSpec) -> dict[str, Any]:
         """The Node the kubelet registers: labels, taints and providerID, capacity and

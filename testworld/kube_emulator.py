@@ -1568,6 +1568,9 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
         status (the main resource of a type with a status subresource), or all of it (``whole``,
         the harness)."""
         old_meta = current["metadata"]
+        uid = (new.get("metadata") or {}).get("uid")
+        if not whole and uid and old_meta.get("uid") and uid != old_meta["uid"]:
+            raise _invalid(rtype, str(old_meta.get("name", "")), [("metadata.uid", f'Invalid value: "{uid}": field is immutable')])
         if whole:
             result = copy.deepcopy(new)
         elif status_only:

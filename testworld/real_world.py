@@ -343,6 +343,8 @@ class RealCluster(SimulatedCluster):
     kube: RealKube | None = None
     #: longest real time to wait for kube-scheduler to bind a pod the model says fits
     scheduler_patience: float = 5.0
+    #: how long a kubelet's Node is registered but not Ready (the CNI starting) within its boot
+    not_ready_seconds: float = 10.0
     disagreements: list[SchedulerDisagreement] = field(default_factory=list)
     scheduler_wait_seconds: float = 0.0
     _unschedulable_noted: set[str] = field(default_factory=set)
@@ -359,22 +361,34 @@ class RealCluster(SimulatedCluster):
 
     # ------------------------------------------------------------ kubelet
 
-    def register_node(self, instance_id: str, name: str, instance_type: str, zone: str, boot: BootSpec) -> dict[str, Any]:
+    def register_node(self, instance_id: str, name: str, instance_type: str, zone: str, boot: BootSpec, *,
+                      ready: bool = True) -> dict[str, Any]:
         """The kubelet registers its Node as ``system:node:<name>`` (labels, taints, providerID),
-        then reports its status (capacity, allocatable, Ready) through ``nodes/status``; the node
+        then reports its status (capacity, allocatable, Ready or, with ``ready=False``, not ready
+        yet: its network is still coming up) through ``nodes/status``; once Ready, the node
         lifecycle controller lifts the not-ready taint."""
         node_api = self._kube.node_api(name)
         obj = self.node_object(instance_id, name, instance_type, zone, boot)
         status = obj.pop("status")
+        if not ready:
+            status["conditions"] = [{**condition, "status": "False", "reason": "KubeletNotReady",
+                                     "message": "container runtime network not ready: cni plugin not initialized"}
+                                    if condition.get("type") == "Ready" else condition for condition in status.get("conditions") or []]
         node_api.create("/api/v1/nodes", obj)
         node_api.request("PATCH", f"/api/v1/nodes/{_quote(name)}/status", {"status": status},
                          content_type="application/merge-patch+json")
-        self._lift_not_ready(name)
         self.registered[instance_id] = name
-        self.node_ready_at[name] = self.now()
+        if ready:
+            self.mark_ready(name)
         registered = self._harness.get("Node", name)
         assert registered is not None
         return registered
+
+    def mark_ready(self, name: str) -> None:
+        """The kubelet reports Ready; the node lifecycle controller lifts the not-ready taint."""
+        self.set_node_condition(name, "Ready", "True", "KubeletReady", "kubelet is posting ready status")
+        self._lift_not_ready(name)
+        self.node_ready_at[name] = self.now()
 
     def _write_node_conditions(self, name: str, conditions: list[dict[str, Any]]) -> None:
         """As the node's kubelet, through ``nodes/status``."""

@@ -200,7 +200,7 @@ class SimulationResult:
     handler_seconds: dict[str, float] = field(default_factory=dict)
     handler_errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    #: instance id -> wall seconds of the invocation that launched it; -> when its node registered
+    #: instance id -> wall seconds of the invocation that launched it; -> when its node became Ready
     launch_round_seconds: dict[str, float] = field(default_factory=dict)
     registered_at: dict[str, datetime] = field(default_factory=dict)
     #: ``economy`` (the scanner runs once a minute) or ``responsive`` (a watcher wakes it)
@@ -496,6 +496,7 @@ class Simulation:
             from joiner.services.watcher import PendingPods
 
             self._watch = PendingPods(BatchWindow(settings.batch_idle_seconds, settings.batch_max_seconds))
+            self._joining_seen: set[str] = set()
             self._watch_window = timedelta(seconds=settings.scan_window_seconds)
             # EventBridge does not align two rate rules: the watcher's windows open 20 s after the
             # scanner's ticks, so a pod pending in the gap between windows waits for the next
@@ -618,7 +619,13 @@ class Simulation:
             candidates += [c for c in (due, self._watch_closes, self._watch_opens + timedelta(seconds=WATCHER_PERIOD_SECONDS))
                            if c is not None]
         boot = self.scenario.boot_delay
-        candidates += [i.launched + boot for i in self.ec2.running() if i.instance_id not in self.cluster.registered]
+        not_ready = timedelta(seconds=self.cluster.not_ready_seconds)
+        for instance in self.ec2.running():
+            name = self.cluster.registered.get(instance.instance_id)
+            if name is None:
+                candidates.append(instance.launched + boot - not_ready)
+            if name is None or name not in self.cluster.node_ready_at:
+                candidates.append(instance.launched + boot)
         reclaim = self.ec2.next_reclaim()
         if reclaim is not None:
             candidates.append(reclaim)
@@ -666,6 +673,13 @@ class Simulation:
             watch.observe("DELETED", {"metadata": {"uid": uid}}, now)
         for pod in unbound.values():
             watch.observe("MODIFIED", pod, now)
+        from joiner.domain import labels as wk
+
+        for node in self.emulator.list("Node"):  # the watcher's nodes stream (JOINING_NODES_SELECTOR)
+            labels, name = node["metadata"].get("labels") or {}, node["metadata"]["name"]
+            if wk.NODEPOOL in labels and wk.REGISTERED not in labels and name not in self._joining_seen:
+                self._joining_seen.add(name)
+                watch.replan(now)
         if watch.due(now):
             self._wake_scanner("batch")
         elif now >= self._watch_closes and watch.batch.pods:
@@ -686,14 +700,26 @@ class Simulation:
             for instance in gone:
                 self._instance_gone(instance)
         now = self.clock.now()
+        not_ready = timedelta(seconds=self.cluster.not_ready_seconds)
         for instance in self.ec2.running():
-            if instance.instance_id in self.cluster.registered or instance.launched + self.scenario.boot_delay > now:
+            ready = instance.launched + self.scenario.boot_delay <= now
+            name = self.cluster.registered.get(instance.instance_id)
+            if name is not None:
+                if name in self.cluster.node_ready_at or not ready:
+                    continue
+                self.cluster.mark_ready(name)
+                self._note("kubelet", f"node {name} Ready", f"{instance.instance_type} ({instance.capacity_type}, {instance.zone})")
+            elif instance.launched + self.scenario.boot_delay - not_ready > now:
                 continue
-            boot = kubelet_registration(self.ec2.user_data(instance.instance_id))
-            node = self.cluster.register_node(instance.instance_id, instance.private_dns, instance.instance_type, instance.zone, boot)
+            else:
+                boot = kubelet_registration(self.ec2.user_data(instance.instance_id))
+                node = self.cluster.register_node(instance.instance_id, instance.private_dns, instance.instance_type, instance.zone, boot,
+                                                  ready=ready)
+                self._note("kubelet", f"node {node['metadata']['name']} registered",
+                           f"{instance.instance_type} ({instance.capacity_type}, {instance.zone}) " + ("Ready" if ready else "not ready yet"))
+                if not ready:
+                    continue
             self.result.registered_at[instance.instance_id] = now
-            self._note("kubelet", f"node {node['metadata']['name']} registered",
-                       f"{instance.instance_type} ({instance.capacity_type}, {instance.zone}) Ready")
             warned: list[Interruption | Rebalance] = [*self.ec2.interruptions, *self.ec2.rebalances]
             for record in warned:
                 if instance.instance_id in self._replacements.get(record.instance_id, []) and record.replacement_ready is None:

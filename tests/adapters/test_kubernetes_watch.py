@@ -117,7 +117,7 @@ def test_plan_inputs_are_versioned_and_watched(kube_emulator: KubeEmulator, kube
     events = list(kube_client.watch_plan_inputs("nodepools", version, timeout_seconds=1))
     assert [(e.type, e.object["kind"], e.object["metadata"]["name"]) for e in events] == [("ADDED", "NodePool", "p")]
     assert list(kube_client.watch_plan_inputs("nodeclasses", version, timeout_seconds=1)) == []
-    with pytest.raises(ValueError, match="nodepools or nodeclasses"):
+    with pytest.raises(ValueError, match="nodepools, nodeclasses or nodes"):
         kube_client.plan_input_version("pods")
 
 

@@ -318,3 +318,37 @@ def test_a_refused_wake_up_is_tried_again_within_the_window(world: World) -> Non
     assert summary.wake_ups == 1 and summary.woken_pods == 2
     assert WAKE_RETRY_SECONDS <= planner.wakes[0][0] - started < WAKE_RETRY_SECONDS + 1.5
     assert "unwoken" not in (runtime.state.get_item(WATCH_POSITION_KIND, WATCH_POSITION_ID) or {})
+
+
+def test_a_node_joiner_launched_registering_while_pods_wait_wakes_the_planner(world: World) -> None:
+    """The round it wakes nominates the pods the Node was launched for while it is not ready yet
+    (joiner.services.nomination); its status updates and Nodes not Joiner's wake nothing."""
+    planner = RecordingPlanner()
+    runtime = watcher_runtime(world, window=2.0)
+    world.emulator.apply(pending_pod("waiting"))
+    run_watcher(runtime, runtime.kube, planner)
+    assert [(reason, pods) for _, reason, pods in planner.wakes] == [("batch", 1)]
+    planner.wakes.clear()
+
+    def node(name: str, labels: dict[str, str]) -> dict[str, Any]:
+        return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}}
+
+    def others() -> None:
+        world.emulator.apply(node("not-joiners", {"kubernetes.io/hostname": "not-joiners"}))
+        world.emulator.apply(node("registered", {"joiner.dev/nodepool": "default", "joiner.dev/registered": "true"}))
+
+    timer = later(0.4, others)
+    run_watcher(runtime, runtime.kube, planner)
+    timer.join()
+    assert planner.wakes == []
+
+    timer = later(0.4, lambda: world.emulator.apply(node("registering", {"joiner.dev/nodepool": "default"})))
+    run_watcher(runtime, runtime.kube, planner)
+    timer.join()
+    assert [(reason, pods) for _, reason, pods in planner.wakes] == [("batch", 1)]
+    planner.wakes.clear()
+
+    timer = later(0.4, lambda: world.emulator.patch("Node", "registering", {"status": {"conditions": [{"type": "Ready", "status": "True"}]}}))
+    run_watcher(runtime, runtime.kube, planner)
+    timer.join()
+    assert planner.wakes == []

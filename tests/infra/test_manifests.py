@@ -150,6 +150,7 @@ def test_rbac_grants_only_what_joiner_uses():
     assert grants == {
         ("", "pods"): {"get", "list", "watch", "delete"},
         ("", "pods/eviction"): {"create"},
+        ("", "pods/status"): {"patch"},
         ("", "nodes"): {"get", "list", "watch", "patch", "update", "delete"},
         ("", "events"): {"create", "patch"},
         ("events.k8s.io", "events"): {"create", "patch"},
@@ -176,7 +177,7 @@ def test_rbac_grants_only_what_joiner_uses():
 def test_the_watcher_may_only_list_and_watch_what_it_watches():
     _, _, role, binding = load("rbac.yaml")
     grants = {(group, resource): set(rule["verbs"]) for rule in role["rules"] for group in rule["apiGroups"] for resource in rule["resources"]}
-    assert grants == {("", "pods"): {"list", "watch"}, ("joiner.dev", "nodepools"): {"list", "watch"},
+    assert grants == {("", "pods"): {"list", "watch"}, ("", "nodes"): {"list", "watch"}, ("joiner.dev", "nodepools"): {"list", "watch"},
                       ("joiner.dev", "nodeclasses"): {"list", "watch"}}
     assert binding["roleRef"]["name"] == role["metadata"]["name"] == "joiner-watcher"
     assert binding["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "joiner:watcher"}]

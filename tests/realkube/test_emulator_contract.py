@@ -712,6 +712,14 @@ def test_adapter_pod_writes_and_events(backend: Backend) -> None:
     assert client.evict_pod(namespace, "nope").status == "gone"
     client.delete_pod(namespace, guarded, grace_seconds=0)
     client.delete_pod(namespace, guarded)  # already gone: fine
+
+    waiting = backend.pod(namespace)
+    waiting_name, waiting_uid = waiting["metadata"]["name"], waiting["metadata"]["uid"]
+    assert client.nominate_pod(namespace, waiting_name, str(uuid.uuid4()), "elsewhere") is False  # re-created under the name
+    assert client.nominate_pod(namespace, waiting_name, waiting_uid, "registering") is True
+    nominated = backend.ok("GET", f"/api/v1/namespaces/{namespace}/pods/{waiting_name}")
+    assert nominated["status"]["nominatedNodeName"] == "registering" and nominated["metadata"]["uid"] == waiting_uid
+    assert client.nominate_pod(namespace, "nope", waiting_uid, "registering") is False
     assert backend.call("GET", f"/api/v1/namespaces/{namespace}/pods/{guarded}").status == 404
 
     involved = backend.ok("GET", f"/api/v1/namespaces/{namespace}/pods")["items"]
@@ -813,3 +821,14 @@ def test_adapter_watches(backend: Backend) -> None:
     caught_up = [(e.type, e.object["metadata"]["name"]) for e in client.changes_since("nodes", nodes_version, idle_seconds=1.0)
                  if e.type != "BOOKMARK" and e.object["metadata"]["name"] == node]
     assert caught_up == [("ADDED", node), ("DELETED", node)]
+
+    # the watcher's nodes stream: Joiner's Nodes until its registration labels them
+    joining_version = client.plan_input_version("nodes")
+    joining = backend.unique("joining")
+    backend.ok("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node",
+                                         "metadata": {"name": joining, "labels": {"contract": backend.label, "joiner.dev/nodepool": "p"}}})
+    backend.node()  # not Joiner's: not in the stream
+    backend.ok("PATCH", f"/api/v1/nodes/{joining}", {"metadata": {"labels": {"joiner.dev/registered": "true"}}}, content_type=MERGE)
+    stream = [(e.type, e.object["metadata"]["name"]) for e in client.watch_plan_inputs("nodes", joining_version, 2)
+              if e.type != "BOOKMARK" and e.object["metadata"].get("labels", {}).get("contract") == backend.label]
+    assert stream == [("ADDED", joining), ("DELETED", joining)]

@@ -1,9 +1,9 @@
 """What kube-scheduler does with a ``status.nominatedNodeName`` another component wrote (KEP-5278,
 "NominatedNodeName for expectation", on by default since 1.35), pinned on the tier's version.
 
-An autoscaler would nominate the pods it launched a node for to that node, so that the scheduler
-tries them there first and keeps the node's room for them (equal and lower priority pods see the
-nominated pods' requests as taken on it). Two facts decide whether that can work:
+Joiner nominates the pods it launched a node for to that node (joiner.services.nomination), so
+that the scheduler tries them there first and keeps the node's room for them (equal and lower
+priority pods see the nominated pods' requests as taken on it). Two facts decide when that works:
 
 * a nomination written before the Node exists survives until the Node registers, and is then
   cleared: a registering Node carries the ``node.kubernetes.io/not-ready`` taint, its arrival

@@ -190,11 +190,22 @@ def _watch_plan_input(resource: str) -> Operation:
     def operation(kube: RealKube, client: KubernetesClient, w: World) -> None:
         version = client.plan_input_version(resource)
         name = kube.unique("watched")
-        obj = node_pool(name, w.node_class) if resource == "nodepools" else node_class(name)
-        kube.admin.create(f"/apis/joiner.dev/v1/{resource}", obj)
+        if resource == "nodes":  # one Joiner registered (outside the selector), then one registering
+            kube.admin.create("/api/v1/nodes", {**node(kube.unique("registered"), w.tag), "metadata": {
+                "name": kube.unique("registered"), "labels": {"joiner.dev/nodepool": "p", "joiner.dev/registered": "true"}}})
+            kube.admin.create("/api/v1/nodes", {**node(name, w.tag), "metadata": {"name": name, "labels": {"joiner.dev/nodepool": "p"}}})
+        else:
+            obj = node_pool(name, w.node_class) if resource == "nodepools" else node_class(name)
+            kube.admin.create(f"/apis/joiner.dev/v1/{resource}", obj)
         events = client.watch_plan_inputs(resource, version, 10)
         try:
-            assert any(e.type == "ADDED" and e.object["metadata"]["name"] == name for e in events)
+            seen = []
+            for event in events:
+                seen.append(event.object["metadata"]["name"])
+                if seen[-1] == name:
+                    assert event.type == "ADDED"
+                    break
+            assert seen[-1:] == [name] and not any(n.startswith("registered") for n in seen), seen
         finally:
             events.close()  # type: ignore[attr-defined]
     return operation
@@ -274,6 +285,16 @@ def delete_pod(kube: RealKube, client: KubernetesClient, w: World) -> None:
     client.delete_pod(w.namespace, name)  # already gone
     status, _ = kube.admin.request("GET", f"/api/v1/namespaces/{w.namespace}/pods/{name}", ok=(404,))
     assert status == 404
+
+
+def nominate_pod(kube: RealKube, client: KubernetesClient, w: World) -> None:
+    name = kube.unique("nominated")
+    created = kube.admin.create(f"/api/v1/namespaces/{w.namespace}/pods", pod(name, kube.unique("tag"), nodeSelector={"joiner-test/nowhere": "true"}))
+    uid = created["metadata"]["uid"]
+    assert client.nominate_pod(w.namespace, name, "00000000-0000-0000-0000-000000000000", "elsewhere") is False  # another pod of that name: 409
+    assert client.nominate_pod(w.namespace, name, uid, "registering-node") is True
+    assert kube.admin.get(f"/api/v1/namespaces/{w.namespace}/pods/{name}")["status"]["nominatedNodeName"] == "registering-node"
+    assert client.nominate_pod(w.namespace, kube.unique("gone"), uid, "registering-node") is False
 
 
 def create_event(kube: RealKube, client: KubernetesClient, w: World) -> None:
@@ -379,6 +400,7 @@ OPERATIONS: dict[str, Operation] = {
     "list_pending_pods": list_pending_pods, "list_unbound_pods": list_unbound_pods,
     "watch_unbound_pods": watch_unbound_pods,
     "watch_plan_inputs(nodepools)": _watch_plan_input("nodepools"), "watch_plan_inputs(nodeclasses)": _watch_plan_input("nodeclasses"),
+    "watch_plan_inputs(nodes)": _watch_plan_input("nodes"), "nominate_pod": nominate_pod,
     "list_pods_on_node": list_pods_on_node, "get_node": get_node,
     "list_daemonsets": list_daemonsets, "list_pdbs": list_pdbs, "list_runtime_classes": list_runtime_classes,
     "list_volume_objects": list_volume_objects, "list_node_pools": list_node_pools, "list_node_classes": list_node_classes,
@@ -399,7 +421,7 @@ _TERMINATION = ("iter_nodes", "get_node", "list_pods_on_node", "patch_node", "se
 
 #: The KubernetesPort methods each function's services call.
 USES: dict[str, tuple[str, ...]] = {
-    "scanner": (*_PROVISIONING, "patch_node_pool_status", "patch_node_class_status", "patch_node_overlay_status"),  # and the mirrors' sync
+    "scanner": (*_PROVISIONING, "nominate_pod", "patch_node_pool_status", "patch_node_class_status", "patch_node_overlay_status"),  # and the mirrors' sync
     # replacement rounds (provisioning's reads and launch) and the termination it begins
     "interruption": tuple(dict.fromkeys((*_PROVISIONING, "get_node", *_TERMINATION))),
     "termination": _TERMINATION,
@@ -407,7 +429,8 @@ USES: dict[str, tuple[str, ...]] = {
     "disruption": tuple(dict.fromkeys((*_PROVISIONING, "list_pdbs", "get_node", *_TERMINATION, "node_claims"))),
     "gc": ("iter_nodes", "list_pages", "changes_since", "get_node", "list_node_classes", "list_node_pools", "delete_node", "set_node_finalizer",
            "node_claims"),
-    "watcher": ("list_unbound_pods", "watch_unbound_pods", "watch_plan_inputs(nodepools)", "watch_plan_inputs(nodeclasses)"),
+    "watcher": ("list_unbound_pods", "watch_unbound_pods", "watch_plan_inputs(nodepools)", "watch_plan_inputs(nodeclasses)",
+                "watch_plan_inputs(nodes)"),
 }
 
 

@@ -191,6 +191,62 @@ def test_pods_about_to_bind_to_their_claims_just_ready_node_get_no_second_claim(
     assert len(world.ec2.fleet_requests) == 1
 
 
+def _wave_two_registers_not_ready(world: FakeWorld) -> tuple[Any, str]:
+    """Wave 2 (3 one-CPU pods) got a claim; its Node registered but is not Ready yet; wave 3
+    (3 more) became pending meanwhile."""
+    setup_cluster(world, pods=3)
+    (launched,) = provision(world.runtime("invocation-1"), world.clock.now()).launched
+    world.kube.add("nodes", node_json("registering", instance_id=launched.instance_id, zone=launched.zone, instance_type="c5.xlarge",
+                                      cpu="3", memory="8Gi", ready=False, labels={wk.NODEPOOL: "default"},
+                                      taints=[{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]))
+    for index in range(3):
+        world.kube.add("pods", pod_json(f"late-{index}", cpu="1", memory="256Mi"))
+    world.clock.advance(20)
+    return launched, "registering"
+
+
+def test_a_registering_nodes_own_pods_are_nominated_to_it_and_the_others_get_their_own_node(world: FakeWorld) -> None:
+    """kube-scheduler binds pending pods in its own order: without the nominations, wave 3 could
+    take the room wave 2's node was launched for."""
+    launched, node = _wave_two_registers_not_ready(world)
+    second = provision(world.runtime("invocation-2"), world.clock.now())
+
+    assert second.registration.registered == (launched.claim_id,)
+    assert dict(second.nominated) == dict.fromkeys(launched.pods, node)
+    assert sorted(world.kube.nominations) == sorted((key, node) for key in launched.pods)
+    for key in launched.pods:
+        assert world.kube.get("pods", "default", key.split("/")[1])["status"]["nominatedNodeName"] == node
+    # the nominated pods wait for their node and take its room: wave 3 gets a node of its own
+    assert second.pending_pods == 3
+    (late,) = second.launched
+    assert sorted(late.pods) == ["default/late-0", "default/late-1", "default/late-2"]
+    assert world.metrics.total("PodsNominated") == 3
+
+    world.clock.advance(20)
+    third = provision(world.runtime("invocation-3"), world.clock.now())
+    assert not third.nominated and not third.launched and len(world.kube.nominations) == 3  # nominated once
+
+
+def test_pods_nominated_elsewhere_or_to_a_ready_node_are_left_alone(world: FakeWorld) -> None:
+    launched, node = _wave_two_registers_not_ready(world)
+    preempting = world.kube.get("pods", "default", "web-0")
+    preempting["status"]["nominatedNodeName"] = "another-node"  # kube-scheduler's own (preemption): kept
+    world.kube.add("pods", preempting)
+    second = provision(world.runtime("invocation-2"), world.clock.now())
+    assert sorted(second.nominated) == ["default/web-1", "default/web-2"]
+    assert world.kube.get("pods", "default", "web-0")["status"]["nominatedNodeName"] == "another-node"
+    # a nomination to a Node that does not exist does not hold a pod back: planned as pending
+    assert second.pending_pods == 4
+
+    ready = fake_world()
+    launched, node = _wave_two_registers_not_ready(ready)
+    registering = ready.kube.get("nodes", None, node)
+    registering["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    registering["spec"]["taints"] = []
+    ready.kube.add("nodes", registering)
+    assert not provision(ready.runtime("invocation-2"), ready.clock.now()).nominated  # Ready: kube-scheduler binds them now
+
+
 class CrashingState(FakeState):
     """Dies (once) right after EC2 answered: the claim stays ``reserved``."""
 

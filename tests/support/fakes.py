@@ -204,6 +204,7 @@ class FakeKubernetes:
         self._objects: dict[str, dict[str, JsonDict]] = {kind: {} for kind in self.KINDS}
         self.events: list[RecordedEvent] = []
         self.node_patches: list[tuple[str, JsonDict]] = []
+        self.nominations: list[tuple[str, str]] = []
         self.status_patches: list[tuple[str, JsonDict]] = []
         self.class_status_patches: list[tuple[str, JsonDict]] = []
         self.overlay_status_patches: list[tuple[str, JsonDict]] = []
@@ -433,6 +434,17 @@ class FakeKubernetes:
         self._enter("delete_pod")
         with self._lock:
             self._objects["pods"].pop(f"{namespace}/{name}", None)
+
+    def nominate_pod(self, namespace: str, name: str, uid: str, node_name: str) -> bool:
+        self._enter("nominate_pod")
+        with self._lock:
+            pod = self._objects["pods"].get(f"{namespace}/{name}")
+            if pod is None or (pod.get("metadata") or {}).get("uid") != uid:
+                return False
+            pod.setdefault("status", {})["nominatedNodeName"] = node_name
+            pod["metadata"]["resourceVersion"] = self._next_version()
+            self.nominations.append((f"{namespace}/{name}", node_name))
+            return True
 
     def create_event(self, involved: JsonDict, reason: str, message: str, event_type: str = "Normal") -> None:
         self._enter("create_event")

@@ -145,12 +145,15 @@ def test_a_malformed_saved_position_is_listed_again(saved: Any) -> None:
     from joiner.services.watcher import read_position
 
     versions, pending = read_position(saved)
-    assert versions == {"pods": "", "nodepools": "", "nodeclasses": ""} and pending == []
+    assert versions == {"pods": "", "nodepools": "", "nodeclasses": "", "nodes": ""} and pending == []
 
 
 def test_a_saved_position_is_read_back() -> None:
     from joiner.services.watcher import read_position
 
-    versions, pending = read_position({"resourceVersion": "812", "planInputs": {"nodepools": "90", "nodeclasses": "91"},
+    versions, pending = read_position({"resourceVersion": "812", "planInputs": {"nodepools": "90", "nodeclasses": "91", "nodes": "93"},
                                        "pending": ["a", "b"]})
-    assert versions == {"pods": "812", "nodepools": "90", "nodeclasses": "91"} and pending == ["a", "b"]
+    assert versions == {"pods": "812", "nodepools": "90", "nodeclasses": "91", "nodes": "93"} and pending == ["a", "b"]
+    # a position saved before the nodes stream existed: that stream starts at the current version
+    versions, _ = read_position({"resourceVersion": "812", "planInputs": {"nodepools": "90", "nodeclasses": "91"}})
+    assert versions == {"pods": "812", "nodepools": "90", "nodeclasses": "91", "nodes": ""}

@@ -70,7 +70,8 @@ class WatchEvent:
 class PodWatchPort(Protocol):
     """What the watcher needs: pods without a node, listed and then watched from the list's
     version (``spec.nodeName=``: a pod that is bound leaves the watch as ``DELETED``), and the
-    NodePools and NodeClasses whose changes can make pending pods schedulable."""
+    NodePools and NodeClasses whose changes can make pending pods schedulable, and the Nodes
+    Joiner launched as they register."""
 
     def list_unbound_pods(self) -> tuple[list[JsonDict], str]:
         """The unbound pods and the list's ``resourceVersion``. A pod may be trimmed to its
@@ -86,11 +87,13 @@ class PodWatchPort(Protocol):
         ...
 
     def plan_input_version(self, resource: str) -> str:
-        """The current ``resourceVersion`` of ``nodepools`` or ``nodeclasses`` (a one-item list)."""
+        """The current ``resourceVersion`` of ``nodepools``, ``nodeclasses`` or ``nodes`` (a one-item list)."""
         ...
 
     def watch_plan_inputs(self, resource: str, resource_version: str, timeout_seconds: int) -> Iterator[WatchEvent]:
-        """Changes to NodePools or NodeClasses after ``resource_version`` (as :meth:`watch_unbound_pods`)."""
+        """Changes to NodePools, NodeClasses or (``nodes``) the Nodes Joiner launched that its
+        registration has not labelled yet, after ``resource_version`` (as :meth:`watch_unbound_pods`;
+        a Node Joiner labels leaves the ``nodes`` watch as ``DELETED``)."""
         ...
 
 
@@ -151,6 +154,10 @@ class KubernetesPort(PodWatchPort, Protocol):
         ...
     def evict_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> EvictionOutcome: ...
     def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None: ...
+    def nominate_pod(self, namespace: str, name: str, uid: str, node_name: str) -> bool:
+        """Set an unbound pod's ``status.nominatedNodeName`` (merge patch of its status, only
+        that very pod: ``uid`` is a precondition); False when it is gone or was re-created."""
+        ...
     def create_event(self, involved: JsonDict, reason: str, message: str, event_type: str = "Normal") -> None:
         """Record a core/v1 Event; ``involved`` is an object (its kind, name, namespace, uid are used)."""
         ...

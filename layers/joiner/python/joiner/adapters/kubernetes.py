@@ -36,6 +36,7 @@ from urllib.parse import quote, urlencode
 
 from joiner.adapters.trimming import decode_trimmed
 from joiner.clock import SystemClock
+from joiner.domain import labels as wk
 from joiner.observability import logger
 from joiner.ports import Clock, EvictionOutcome, JsonDict, KubernetesError, WatchEvent, WatchExpired
 from joiner.settings import Settings
@@ -51,6 +52,9 @@ NODE_POOLS_PATH = "/apis/joiner.dev/v1/nodepools"
 NODE_CLASSES_PATH = "/apis/joiner.dev/v1/nodeclasses"
 NODE_CLAIMS_PATH = "/apis/joiner.dev/v1/nodeclaims"
 NODE_OVERLAYS_PATH = "/apis/joiner.dev/v1alpha1/nodeoverlays"
+#: Nodes Joiner launched (the kubelet registers them with their NodePool's label) that Joiner's
+#: registration has not labelled yet: the watcher's ``nodes`` stream.
+JOINING_NODES_SELECTOR = f"{wk.NODEPOOL},!{wk.REGISTERED}"
 KARPENTER_NODE_POOLS_PATH = "/apis/karpenter.sh/v1/nodepools"
 KARPENTER_NODE_CLASSES_PATH = "/apis/karpenter.k8s.aws/v1/ec2nodeclasses"
 RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -389,20 +393,20 @@ class KubernetesClient:
         return self._watch("/api/v1/pods", "Pod", "v1", resource_version, timeout_seconds, fieldSelector="spec.nodeName=")
 
     def plan_input_version(self, resource: str) -> str:
-        path, _ = _plan_input(resource)
-        _, page = self._request("GET", path, query={"limit": "1"})
+        path, _, _, selector = _plan_input(resource)
+        _, page = self._request("GET", path, query={"limit": "1", **selector})
         version = str((page.get("metadata") or {}).get("resourceVersion") or "")
         if not version:
             raise KubernetesError(f"Kubernetes GET {path}: the list has no resourceVersion")
         return version
 
     def watch_plan_inputs(self, resource: str, resource_version: str, timeout_seconds: int) -> Iterator[WatchEvent]:
-        path, kind = _plan_input(resource)
+        path, kind, api_version, selector = _plan_input(resource)
         if not resource_version:
             raise ValueError("watch_plan_inputs: resource_version is required")
         if not 1 <= timeout_seconds <= 3600:
             raise ValueError(f"watch_plan_inputs: timeout_seconds must be 1-3600, got {timeout_seconds}")
-        return self._watch(path, kind, "joiner.dev/v1", resource_version, timeout_seconds)
+        return self._watch(path, kind, api_version, resource_version, timeout_seconds, **selector)
 
     def _watch(self, path: str, kind: str, api_version: str, resource_version: str, timeout_seconds: int,
                **query: str) -> Iterator[WatchEvent]:
@@ -762,6 +766,19 @@ class KubernetesClient:
             options["gracePeriodSeconds"] = grace_seconds
         self._request("DELETE", f"/api/v1/namespaces/{_segment(namespace)}/pods/{_segment(name)}", body=options, accept={404})
 
+    def nominate_pod(self, namespace: str, name: str, uid: str, node_name: str) -> bool:
+        """Merge patch of the pod's status carrying ``metadata.uid``: a pod re-created under the
+        name has another uid, which the API server refuses to change (422 on ``metadata.uid``);
+        False when the pod is gone or re-created."""
+        if not uid or not node_name:
+            raise ValueError("nominate_pod: uid and node_name are required")
+        path = f"/api/v1/namespaces/{_segment(namespace)}/pods/{_segment(name)}/status"
+        code, answer = self._request("PATCH", path, body={"metadata": {"uid": uid}, "status": {"nominatedNodeName": node_name}},
+                                     content_type=MERGE_PATCH, accept={404, 409, 422})
+        if code == 422 and "metadata.uid" not in json.dumps(answer):
+            raise KubernetesError(f"Kubernetes PATCH {path} failed: HTTP 422: {str(answer.get('message', ''))[:300]}", status=422)
+        return code not in (404, 409, 422)
+
     def create_event(self, involved: JsonDict, reason: str, message: str, event_type: str = "Normal") -> None:
         """A core/v1 Event named ``<object>.<hash of object, reason, type, message>``: the same
         event again is not duplicated, its ``lastTimestamp`` moves instead. Events of
@@ -845,12 +862,15 @@ def _segment(value: str) -> str:
     return quote(value, safe="")
 
 
-def _plan_input(resource: str) -> tuple[str, str]:
+def _plan_input(resource: str) -> tuple[str, str, str, dict[str, str]]:
+    """Path, kind, apiVersion and query of a watched plan input."""
     if resource == "nodepools":
-        return NODE_POOLS_PATH, "NodePool"
+        return NODE_POOLS_PATH, "NodePool", "joiner.dev/v1", {}
     if resource == "nodeclasses":
-        return NODE_CLASSES_PATH, "NodeClass"
-    raise ValueError(f"plan inputs are nodepools or nodeclasses, not {resource!r}")
+        return NODE_CLASSES_PATH, "NodeClass", "joiner.dev/v1", {}
+    if resource == "nodes":
+        return "/api/v1/nodes", "Node", "v1", {"labelSelector": JOINING_NODES_SELECTOR}
+    raise ValueError(f"plan inputs are nodepools, nodeclasses or nodes, not {resource!r}")
 
 
 def _take_lines(buffer: bytes, chunk: bytes, path: str) -> tuple[list[bytes], bytes]:

@@ -202,6 +202,9 @@ class Pod:
     priority: int = 0
     priority_class_name: str = ""
     node_name: str | None = None
+    #: ``status.nominatedNodeName`` of an unbound pod: kube-scheduler tries that node first and
+    #: keeps the pod's requests free on it from pods of equal or lower priority.
+    nominated_node: str | None = None
     owner_kind: str | None = None
     owner_name: str | None = None
     phase: str = "Pending"

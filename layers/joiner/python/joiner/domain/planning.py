@@ -7,7 +7,7 @@ disruption simulation, so they all plan the same way.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 from joiner.domain import labels as wk
 from joiner.domain.catalog import Catalog
@@ -18,7 +18,7 @@ from joiner.domain.scheduling import SchedulingProblem, solve
 from joiner.domain.snapshot import Snapshot
 from joiner.domain.volumes import VolumeTopology, apply_volumes
 
-__all__ = ["instance_types_by_pool", "build_problem", "plan_snapshot", "zone_id_requirements", "with_zone_ids"]
+__all__ = ["instance_types_by_pool", "build_problem", "nominated_pods", "plan_snapshot", "zone_id_requirements", "with_zone_ids"]
 
 
 def zone_id_requirements(requirements: Requirements, zone_ids: Mapping[str, str]) -> Requirements:
@@ -87,6 +87,16 @@ def instance_types_by_pool(
     return result
 
 
+def nominated_pods(pods: Iterable[Pod], nodes: Collection[str], planned: Collection[str]) -> tuple[Pod, ...]:
+    """The unbound pods nominated to one of ``nodes`` (and not among the ``planned`` keys), as
+    if bound there: kube-scheduler keeps their requests free on that node from pods of equal
+    or lower priority, so the plan must not count that room as free either."""
+    return tuple(
+        dataclasses.replace(pod, node_name=pod.nominated_node) for pod in pods
+        if pod.node_name is None and pod.nominated_node in nodes and pod.key not in planned and not pod.deleting and not pod.is_terminal
+    )
+
+
 def build_problem(
     snapshot: Snapshot,
     catalog: Catalog,
@@ -102,8 +112,9 @@ def build_problem(
     capacity: used to re-plan an interrupted node's pods or to simulate consolidation.
     """
     nodes = tuple(sorted((n for n in snapshot.nodes if n.name not in exclude_nodes and not n.deleting), key=lambda n: n.name))
-    bound = tuple(sorted((p for p in snapshot.bound_pods if p.node_name not in exclude_nodes), key=lambda p: p.key))
     pods = tuple(sorted(snapshot.pending_pods if pending is None else pending, key=lambda p: p.key))
+    bound = tuple(sorted((*(p for p in snapshot.bound_pods if p.node_name not in exclude_nodes),
+                          *nominated_pods(snapshot.pods, {n.name for n in nodes}, {p.key for p in pods})), key=lambda p: p.key))
     if snapshot.volumes_known:
         topology = apply_volumes(pods, bound, nodes, snapshot.volume_claims, snapshot.persistent_volumes, snapshot.storage_classes, snapshot.csi_nodes)
     else:  # the volume objects could not be read: plan as without volume topology rather than not at all

@@ -438,6 +438,7 @@ def _pod(
         labels=pod_labels,
         annotations=fields.string_map(metadata.get("annotations"), f"{meta_path}.annotations"),
         node_name=fields.string(spec.get("nodeName"), f"{spec_path}.nodeName") or None,
+        nominated_node=fields.string(status.get("nominatedNodeName"), "status.nominatedNodeName") or None,
         owner_kind=owner[0],
         owner_name=owner[1],
         phase=fields.string(status.get("phase"), "status.phase", default="Pending", allowed=_POD_PHASES),

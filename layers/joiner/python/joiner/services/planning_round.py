@@ -463,6 +463,13 @@ class PlanningRound:
 
     # ------------------------------------------------------------ planning
 
+    def note_nominations(self, nominated: Mapping[str, str]) -> None:
+        """Pods nominated this round (pod key -> node): planned as the API server now has them."""
+        if not nominated:
+            return
+        self.pods = tuple(dataclasses.replace(p, nominated_node=nominated[p.key]) if p.key in nominated else p for p in self.pods)
+        self.snapshot = dataclasses.replace(self.snapshot, pods=self.pods)
+
     def solve(self, pending: Sequence[Pod], in_flight: Sequence[InFlightClaim]) -> Plan:
         """Plan ``pending`` with this round's zonal instance types; limits see the Nodes'
         capacity plus every reservation (launched and about-to-launch claims)."""

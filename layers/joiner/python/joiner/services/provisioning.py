@@ -25,8 +25,8 @@ A round (:func:`provision`):
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +36,7 @@ from joiner.observability import logger
 from joiner.ports import ClaimRecord, ClaimState, ClaimStateConflict, Ec2Error, InstanceRecord, KubernetesError
 from joiner.services.launcher import LaunchedClaim, Launcher, LaunchFailure, launch_all, offering_prices
 from joiner.services.leases import RenewingLease
+from joiner.services.nomination import nominate_for_registering_nodes
 from joiner.services.planning_round import PlanningRound
 from joiner.services.pool_status import write_statuses
 from joiner.services.registration import RegistrationResult, reconcile_registration
@@ -78,6 +79,8 @@ class RoundResult:
     capacity_errors: tuple[OfferingKey, ...] = ()
     plans: int = 0
     registration: RegistrationResult = RegistrationResult()
+    #: pod key -> the registering node this round nominated it to
+    nominated: Mapping[str, str] = field(default_factory=dict)
     invalid_objects: tuple[str, ...] = ()
     orphans_closed: tuple[str, ...] = ()
     orphans_adopted: tuple[str, ...] = ()
@@ -151,6 +154,10 @@ def _run_round(runtime: Runtime, now: datetime, owner: str) -> RoundResult:
     registration = reconcile_registration(runtime, work.claims, work.nodes, work.pools, now)
     for message in registration.errors:
         logger.warning("registration failed", extra={"error": message})
+    nomination = nominate_for_registering_nodes(runtime, registration.claims, work.nodes, work.pods, work.pools)
+    for message in nomination.errors:
+        logger.warning("nomination failed", extra={"error": message})
+    work.note_nominations(nomination.nominated)
     work.resolve_classes()
     work.instance_types()
     work.compute_usage(registration)
@@ -165,7 +172,9 @@ def _run_round(runtime: Runtime, now: datetime, owner: str) -> RoundResult:
     work.open_by_id = {c.claim_id: c for c in open_claims if c.claim_id not in orphans_closed}
     in_flight = work.in_flight(work.open_by_id.values())
 
-    pending = [p for p in work.pods if p.is_pending and p.key in work.marked_unschedulable]
+    # a pod nominated to a Node (by kube-scheduler's preemption or by this round) waits for it
+    live = {node.name for node in work.nodes if not node.deleting}
+    pending = [p for p in work.pods if p.is_pending and p.key in work.marked_unschedulable and p.nominated_node not in live]
     ages = [(now - (p.unschedulable_since or p.created or now)).total_seconds() for p in pending]
     if pending:  # an idle cluster emits no series: each costs $0.30 a month (the alarm reads missing as fine)
         runtime.count("PodsPending", len(pending))
@@ -211,6 +220,7 @@ def _run_round(runtime: Runtime, now: datetime, owner: str) -> RoundResult:
         capacity_errors=tuple(launcher.capacity_errors),
         plans=work.plans,
         registration=registration,
+        nominated=nomination.nominated,
         invalid_objects=tuple(work.invalid),
         orphans_closed=tuple(orphans_closed),
         orphans_adopted=tuple(orphans_adopted),

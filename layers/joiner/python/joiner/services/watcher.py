@@ -1,8 +1,9 @@
 """The watcher: responsive mode's cheap waiting half.
 
-A small function holds a watch on pods without a node (and on NodePools and NodeClasses) for
-most of each minute and wakes the scanner (one economy round) only when
-pods become pending, or when a NodePool or NodeClass changes while pods are pending, batched by
+A small function holds a watch on pods without a node (and on NodePools, NodeClasses and the
+Nodes Joiner launched until it registers them) for most of each minute and wakes the scanner
+(one economy round) only when pods become pending, or when a NodePool or NodeClass changes or
+such a Node registers while pods are pending (:mod:`joiner.services.nomination`), batched by
 :class:`joiner.domain.wake.BatchWindow` (1 s idle / 10 s maximum from the first pending pod).
 The scanner runs with the memory its CPU needs, only when there is work; the watcher waits
 at 128 MB.
@@ -39,7 +40,7 @@ from joiner.observability import logger
 from joiner.ports import JsonDict, KubernetesError, PodWatchPort, ScannerWakePort, WatchEvent, WatchExpired
 from joiner.services.context import Runtime
 
-__all__ = ["PLAN_INPUTS", "PODS", "WAKE_RETRY_SECONDS", "read_position", "read_unwoken", "WATCH_POSITION_ID", "WATCH_POSITION_KIND", "PendingPods", "WatchSummary", "run_watcher"]
+__all__ = ["NODES", "PLAN_INPUTS", "PODS", "WAKE_RETRY_SECONDS", "read_position", "read_unwoken", "WATCH_POSITION_ID", "WATCH_POSITION_KIND", "PendingPods", "WatchSummary", "run_watcher"]
 
 WATCH_POSITION_KIND = "watch"
 WATCH_POSITION_ID = "pods"
@@ -77,7 +78,8 @@ class PendingPods:
             self.known.pop(uid, None)
 
     def replan(self, now: datetime) -> None:
-        """A NodePool or NodeClass changed: every pending pod goes into the batch again."""
+        """A NodePool or NodeClass changed, or a Node Joiner launched registered: every pending
+        pod goes into the batch again."""
         for uid in self.known:
             self.batch = self.batch.add(uid, now)
 
@@ -151,9 +153,12 @@ class _Ended:
     """The server ended the stream (its timeout)."""
 
 
-#: The watched streams: unbound pods, and the plan inputs whose changes can make pending pods fit.
+#: The watched streams: unbound pods, and the plan inputs whose changes can make pending pods fit
+#: (NodePools, NodeClasses) or want a round at once (``nodes``: a Node Joiner launched has
+#: registered; the round nominates the pods it was launched for while it is still not ready).
 PODS = "pods"
-PLAN_INPUTS = ("nodepools", "nodeclasses")
+NODES = "nodes"
+PLAN_INPUTS = ("nodepools", "nodeclasses", NODES)
 _Item = WatchEvent | _Ended | Exception
 
 
@@ -275,7 +280,7 @@ def run_watcher(
                     continue
                 if stream == PODS:
                     tracker.observe(item.type, item.object, clock.now())
-                else:
+                elif stream != NODES or item.type == "ADDED":
                     tracker.replan(clock.now())
                 if (clock.now() - last_save).total_seconds() >= SAVE_EVERY_SECONDS and not tracker.batch.pods:
                     save()

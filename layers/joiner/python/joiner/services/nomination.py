@@ -1,0 +1,75 @@
+"""Nominations: tell kube-scheduler which pods a registering node was launched for.
+
+kube-scheduler does not bind pending pods in the order they became pending: a node launched for
+one batch of pods would take whichever pods it tries first, and the rest of that batch would wait
+for a node launched later for others. A pod's ``status.nominatedNodeName`` is the scheduler's own
+lever for this (KEP-5278): the nominated node is tried first, and pods of equal or lower priority
+see the nominated pods' requests as taken there.
+
+The scheduler clears a nomination whenever the pod fails an attempt and preemption finds nothing,
+which includes the attempt a registering Node triggers while it still carries the
+``node.kubernetes.io/not-ready`` taint. A nomination written after that attempt and before the
+taint is lifted is honoured. So each provisioning round nominates the still-pending pods of every
+claim whose Node has registered but is not initialized yet (not Ready, or startup taints left);
+responsive mode's watcher wakes the scanner when such a Node appears, so the round lands in that
+window. Pods already nominated (by the scheduler's preemption or earlier) are left alone; at most
+:data:`MAX_NOMINATIONS_PER_ROUND` writes a round.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from joiner.domain.model import Node, NodePool, Pod
+from joiner.ports import ClaimRecord, ClaimState, KubernetesError
+from joiner.services.registration import is_initialized
+
+if TYPE_CHECKING:
+    from joiner.services.context import Runtime
+
+__all__ = ["MAX_NOMINATIONS_PER_ROUND", "NominationResult", "nominate_for_registering_nodes"]
+
+#: Pod status writes one round makes at most (the rest wait for the next round).
+MAX_NOMINATIONS_PER_ROUND = 500
+
+
+@dataclass(frozen=True, slots=True)
+class NominationResult:
+    """``nominated``: pod key -> the node it was nominated to this round."""
+
+    nominated: Mapping[str, str] = field(default_factory=dict)
+    errors: tuple[str, ...] = ()
+
+
+def nominate_for_registering_nodes(
+    runtime: Runtime,
+    claims: Iterable[ClaimRecord],
+    nodes: Iterable[Node],
+    pods: Iterable[Pod],
+    node_pools: Mapping[str, NodePool],
+) -> NominationResult:
+    """Nominate each registered, not yet initialized claim's pending pods to its Node."""
+    live = {node.name: node for node in nodes if not node.deleting}
+    by_key = {pod.key: pod for pod in pods}
+    nominated: dict[str, str] = {}
+    errors: list[str] = []
+    for claim in sorted(claims, key=lambda c: c.claim_id):
+        node = live.get(claim.node_name or "")
+        if claim.state != ClaimState.REGISTERED or node is None or is_initialized(node, node_pools.get(claim.node_pool)):
+            continue
+        for key in sorted(claim.pods):
+            pod = by_key.get(key)
+            if pod is None or not pod.is_pending or pod.nominated_node is not None or not pod.uid or key in nominated:
+                continue
+            if len(nominated) >= MAX_NOMINATIONS_PER_ROUND:
+                return NominationResult(nominated, tuple(errors))
+            try:
+                if runtime.kube.nominate_pod(pod.namespace, pod.name, pod.uid, node.name):
+                    nominated[key] = node.name
+            except KubernetesError as error:
+                errors.append(f"pod {key}: nominating to {node.name}: {error}")
+    if nominated:
+        runtime.count("PodsNominated", len(nominated))
+    return NominationResult(nominated, tuple(errors))
