@@ -396,13 +396,20 @@ class SimulatedCluster:
             elif pod.is_pending:
                 pending.append((pod, raw))
         pending.sort(key=lambda item: (-item[0].priority, item[1]["metadata"].get("creationTimestamp", ""), item[0].key))
+        # kube-scheduler keeps a node's room for the pods nominated to it (equal priority here)
+        # and tries a pod's nominated node first
+        held: dict[str, Resources] = {}
+        for pod, _ in pending:
+            if pod.nominated_node in parsed_nodes:
+                held[pod.nominated_node] = held.get(pod.nominated_node, EMPTY) + pod.requests
         unschedulable: dict[str, str] = {}
         bound: list[tuple[str, str]] = []
         for pod, raw_pod in pending:
             best: tuple[float, str] | None = None
             reasons: dict[str, int] = {}
             for name, node in parsed_nodes.items():
-                reason = self._misfit(pod, raw_pod, node, nodes[name], used[name])
+                others = held.get(name, EMPTY) - (pod.requests if pod.nominated_node == name else EMPTY)
+                reason = self._misfit(pod, raw_pod, node, nodes[name], used[name] + others)
                 if reason:
                     reasons[reason] = reasons.get(reason, 0) + 1
                     continue
@@ -410,6 +417,8 @@ class SimulatedCluster:
                 cpu = node.allocatable.get("cpu", 0) or 1
                 memory = node.allocatable.get("memory", 0) or 1
                 score = (after.get("cpu", 0) / cpu + after.get("memory", 0) / memory) / 2
+                if name == pod.nominated_node:
+                    score = -1.0
                 if best is None or (score, name) < best:
                     best = (score, name)
             if best is None:
@@ -419,6 +428,8 @@ class SimulatedCluster:
                 continue
             name = best[1]
             used[name] = used[name] + pod.requests
+            if pod.nominated_node in held:
+                held[pod.nominated_node] = held[pod.nominated_node] - pod.requests
             assert isinstance(self.emulator, KubeEmulator), "the simulated scheduler binds on the emulator"
             self.emulator._call(functools.partial(self.emulator.handler.bind,  # noqa: SLF001
                 pod.namespace, pod.name, {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod.name}, "target": {"apiVersion": "v1", "kind": "Node", "name": name}}))
