@@ -57,7 +57,7 @@ EBS_KEY_ACTIONS: tuple[str, ...] = (
 EC2_SERVICE_PRINCIPALS: tuple[str, ...] = ("ec2.amazonaws.com", "ec2.amazonaws.com.cn")
 #: Kubernetes group of the functions' access entries; manifests/rbac.yaml binds it.
 KUBERNETES_GROUP = "joiner:controller"
-#: The watcher only lists and watches pods, NodePools and NodeClasses (manifests/rbac.yaml).
+#: The watcher only lists and watches pods, Nodes, NodePools and NodeClasses (manifests/rbac.yaml).
 KUBERNETES_GROUP_BY_FUNCTION: Mapping[str, str] = {"watcher": "joiner:watcher"}
 
 #: What each function may do beyond reading instances and its cluster and using the state

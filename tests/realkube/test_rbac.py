@@ -291,7 +291,7 @@ def nominate_pod(kube: RealKube, client: KubernetesClient, w: World) -> None:
     name = kube.unique("nominated")
     created = kube.admin.create(f"/api/v1/namespaces/{w.namespace}/pods", pod(name, kube.unique("tag"), nodeSelector={"joiner-test/nowhere": "true"}))
     uid = created["metadata"]["uid"]
-    assert client.nominate_pod(w.namespace, name, "00000000-0000-0000-0000-000000000000", "elsewhere") is False  # another pod of that name: 409
+    assert client.nominate_pod(w.namespace, name, "00000000-0000-0000-0000-000000000000", "elsewhere") is False  # another pod of that name: 422
     assert client.nominate_pod(w.namespace, name, uid, "registering-node") is True
     assert kube.admin.get(f"/api/v1/namespaces/{w.namespace}/pods/{name}")["status"]["nominatedNodeName"] == "registering-node"
     assert client.nominate_pod(w.namespace, kube.unique("gone"), uid, "registering-node") is False

@@ -221,6 +221,7 @@ def test_a_registering_nodes_own_pods_are_nominated_to_it_and_the_others_get_the
     (late,) = second.launched
     assert sorted(late.pods) == ["default/late-0", "default/late-1", "default/late-2"]
     assert world.metrics.total("PodsNominated") == 3
+    assert world.metrics.values("PodsPending") == [3, 6]  # the nominated pods are still pending to the user (and the age alarm)
 
     world.clock.advance(20)
     third = provision(world.runtime("invocation-3"), world.clock.now())

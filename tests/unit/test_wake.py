@@ -157,3 +157,35 @@ def test_a_saved_position_is_read_back() -> None:
     # a position saved before the nodes stream existed: that stream starts at the current version
     versions, _ = read_position({"resourceVersion": "812", "planInputs": {"nodepools": "90", "nodeclasses": "91"}})
     assert versions == {"pods": "812", "nodepools": "90", "nodeclasses": "91", "nodes": ""}
+
+
+class NodesForbidden(ScriptedWatch):
+    """A cluster whose RBAC predates the watcher's Nodes stream: listing Nodes is refused (403)."""
+
+    def plan_input_version(self, resource: str) -> str:
+        if resource == "nodes":
+            raise KubernetesError("Kubernetes GET /api/v1/nodes failed: HTTP 403: Forbidden", status=403)
+        return "2"
+
+    def watch_plan_inputs(self, resource: str, resource_version: str, timeout_seconds: int) -> Iterator[WatchEvent]:
+        assert resource != "nodes", "a refused stream is not watched"
+        return super().watch_plan_inputs(resource, resource_version, timeout_seconds)
+
+
+def test_a_nodes_stream_rbac_refuses_leaves_the_pod_wake_ups_working() -> None:
+    world, runtime = watcher_world()
+    port = NodesForbidden(world.clock, [([WatchEvent("ADDED", pending("a", 5))], None)])
+    planner = Planner()
+    run_watcher(runtime, port, planner)
+    assert planner.wakes == [("batch", 1)]
+    assert world.metrics.total("WatchForbidden") == 1 and world.metrics.total("WatchErrors") == 0
+
+    world, runtime = watcher_world()  # nothing saved: every stream's version is read
+    other = ScriptedWatch(world.clock, [])
+
+    def refused(resource: str) -> str:
+        raise KubernetesError("HTTP 403: Forbidden", status=403)
+
+    other.plan_input_version = refused  # type: ignore[method-assign]  # NodePools refused: that is no upgrade gap
+    with pytest.raises(KubernetesError):
+        run_watcher(runtime, other, Planner())

@@ -13,7 +13,7 @@ taint is lifted is honoured. So each provisioning round nominates the still-pend
 claim whose Node has registered but is not initialized yet (not Ready, or startup taints left);
 responsive mode's watcher wakes the scanner when such a Node appears, so the round lands in that
 window. Pods already nominated (by the scheduler's preemption or earlier) are left alone; at most
-:data:`MAX_NOMINATIONS_PER_ROUND` writes a round.
+:data:`MAX_NOMINATIONS_PER_ROUND` writes a round, and the first failed write ends the pass.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from joiner.domain import labels as wk
 from joiner.domain.model import Node, NodePool, Pod
 from joiner.ports import ClaimRecord, ClaimState, KubernetesError
 from joiner.services.registration import is_initialized
@@ -29,9 +30,9 @@ from joiner.services.registration import is_initialized
 if TYPE_CHECKING:
     from joiner.services.context import Runtime
 
-__all__ = ["MAX_NOMINATIONS_PER_ROUND", "NominationResult", "nominate_for_registering_nodes"]
+__all__ = ["MAX_NOMINATIONS_PER_ROUND", "NominationResult", "accepts_pods", "nominate_for_registering_nodes"]
 
-#: Pod status writes one round makes at most (the rest wait for the next round).
+#: Pod status writes one round attempts at most (the rest wait for the next round).
 MAX_NOMINATIONS_PER_ROUND = 500
 
 
@@ -43,18 +44,28 @@ class NominationResult:
     errors: tuple[str, ...] = ()
 
 
+def accepts_pods(node: Node) -> bool:
+    """A Node kube-scheduler may still bind pods to once it is ready: not being deleted,
+    cordoned or disrupted. Only such a Node's nominations hold pods back from planning."""
+    return not node.deleting and not node.unschedulable and not any(t.key == wk.DISRUPTED_TAINT_KEY for t in node.taints)
+
+
 def nominate_for_registering_nodes(
     runtime: Runtime,
     claims: Iterable[ClaimRecord],
     nodes: Iterable[Node],
     pods: Iterable[Pod],
     node_pools: Mapping[str, NodePool],
+    *,
+    limit: int = MAX_NOMINATIONS_PER_ROUND,
 ) -> NominationResult:
-    """Nominate each registered, not yet initialized claim's pending pods to its Node."""
-    live = {node.name: node for node in nodes if not node.deleting}
+    """Nominate each registered, not yet initialized claim's pending pods to its Node, at most
+    ``limit`` writes (attempted, not only successful). The first failed write ends the pass (an API server in trouble, or RBAC without
+    ``pods/status``): the rest waits for the next round."""
+    live = {node.name: node for node in nodes if accepts_pods(node)}
     by_key = {pod.key: pod for pod in pods}
     nominated: dict[str, str] = {}
-    errors: list[str] = []
+    attempts = 0
     for claim in sorted(claims, key=lambda c: c.claim_id):
         node = live.get(claim.node_name or "")
         if claim.state != ClaimState.REGISTERED or node is None or is_initialized(node, node_pools.get(claim.node_pool)):
@@ -63,13 +74,18 @@ def nominate_for_registering_nodes(
             pod = by_key.get(key)
             if pod is None or not pod.is_pending or pod.nominated_node is not None or not pod.uid or key in nominated:
                 continue
-            if len(nominated) >= MAX_NOMINATIONS_PER_ROUND:
-                return NominationResult(nominated, tuple(errors))
+            if attempts >= limit:
+                return _result(runtime, nominated, [])
+            attempts += 1
             try:
                 if runtime.kube.nominate_pod(pod.namespace, pod.name, pod.uid, node.name):
                     nominated[key] = node.name
             except KubernetesError as error:
-                errors.append(f"pod {key}: nominating to {node.name}: {error}")
+                return _result(runtime, nominated, [f"pod {key}: nominating to {node.name}: {error} (the rest waits for the next round)"])
+    return _result(runtime, nominated, [])
+
+
+def _result(runtime: Runtime, nominated: dict[str, str], errors: list[str]) -> NominationResult:
     if nominated:
         runtime.count("PodsNominated", len(nominated))
     return NominationResult(nominated, tuple(errors))

@@ -36,7 +36,7 @@ from joiner.observability import logger
 from joiner.ports import ClaimRecord, ClaimState, ClaimStateConflict, Ec2Error, InstanceRecord, KubernetesError
 from joiner.services.launcher import LaunchedClaim, Launcher, LaunchFailure, launch_all, offering_prices
 from joiner.services.leases import RenewingLease
-from joiner.services.nomination import nominate_for_registering_nodes
+from joiner.services.nomination import accepts_pods, nominate_for_registering_nodes
 from joiner.services.planning_round import PlanningRound
 from joiner.services.pool_status import write_statuses
 from joiner.services.registration import RegistrationResult, reconcile_registration
@@ -172,13 +172,15 @@ def _run_round(runtime: Runtime, now: datetime, owner: str) -> RoundResult:
     work.open_by_id = {c.claim_id: c for c in open_claims if c.claim_id not in orphans_closed}
     in_flight = work.in_flight(work.open_by_id.values())
 
-    # a pod nominated to a Node (by kube-scheduler's preemption or by this round) waits for it
-    live = {node.name for node in work.nodes if not node.deleting}
-    pending = [p for p in work.pods if p.is_pending and p.key in work.marked_unschedulable and p.nominated_node not in live]
-    ages = [(now - (p.unschedulable_since or p.created or now)).total_seconds() for p in pending]
-    if pending:  # an idle cluster emits no series: each costs $0.30 a month (the alarm reads missing as fine)
-        runtime.count("PodsPending", len(pending))
+    waiting = [p for p in work.pods if p.is_pending and p.key in work.marked_unschedulable]
+    ages = [(now - (p.unschedulable_since or p.created or now)).total_seconds() for p in waiting]
+    if waiting:  # an idle cluster emits no series: each costs $0.30 a month (the alarm reads missing as fine)
+        runtime.count("PodsPending", len(waiting))
         runtime.count("PendingPodAgeSeconds", max(ages), "Seconds")
+    # a pod nominated to a Node that takes pods (by kube-scheduler's preemption or by this round)
+    # waits for it: it is not planned, and takes its room there (domain.planning.nominated_pods)
+    live = {node.name for node in work.nodes if accepts_pods(node)}
+    pending = [p for p in waiting if p.nominated_node not in live]
     promised = work.promised_to_reserved()
     launcher.existing_claims.extend(sorted({promised[p.key] for p in pending if p.key in promised}))
     to_plan = [p for p in pending if p.key not in promised]

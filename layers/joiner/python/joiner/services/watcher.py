@@ -233,9 +233,28 @@ def run_watcher(
     if not versions[PODS]:
         relists += 1
         versions[PODS] = relist()
+    #: streams RBAC refuses: a cluster whose manifests/rbac.yaml predates the Nodes stream (403)
+    #: keeps waking the scanner for pods; its joining Nodes wait for the scanner's tick
+    refused: set[str] = set()
+
+    def refuse(stream: str, error: KubernetesError) -> None:
+        refused.add(stream)
+        runtime.count("WatchForbidden", 1)
+        logger.warning("watch refused by RBAC: apply manifests/rbac.yaml; watching without it",
+                       extra={"stream": stream, "error": str(error)})
+
+    def plan_input_version(stream: str) -> str:
+        try:
+            return pods.plan_input_version(stream)
+        except KubernetesError as error:
+            if stream != NODES or error.status != 403:
+                raise
+            refuse(stream, error)
+            return ""
+
     for stream in PLAN_INPUTS:
         if not versions[stream]:
-            versions[stream] = pods.plan_input_version(stream)
+            versions[stream] = plan_input_version(stream)
 
     def save() -> None:
         position: JsonDict = {
@@ -256,7 +275,7 @@ def run_watcher(
                 wake("batch")
             left = time_left()
             if left >= 1.0:
-                for stream in sorted({PODS, *PLAN_INPUTS} - open_streams):
+                for stream in sorted({PODS, *PLAN_INPUTS} - open_streams - refused):
                     open_streams.add(stream)
                     opened_at[stream] = now
                     threading.Thread(target=_read, args=(pods, stream, versions[stream], max(1, int(left)), inbox),
@@ -296,8 +315,10 @@ def run_watcher(
                 if stream == PODS:
                     versions[PODS] = relist()
                 else:
-                    versions[stream] = pods.plan_input_version(stream)
+                    versions[stream] = plan_input_version(stream)
                     tracker.replan(clock.now())  # a change may have been compacted away
+            elif isinstance(item, KubernetesError) and item.status == 403 and stream == NODES:
+                refuse(stream, item)
             elif isinstance(item, Exception):
                 errors += 1
                 runtime.count("WatchErrors", 1)

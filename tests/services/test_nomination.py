@@ -1,0 +1,78 @@
+"""joiner.services.nomination on the fakes: which pods are nominated where, and what a failing
+API server or a missing RBAC grant costs (one error, the rest next round)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from joiner.domain import labels as wk
+from joiner.domain.model import Node, Pod, Taint
+from joiner.domain.resources import Resources
+from joiner.ports import ClaimRecord, ClaimState, KubernetesError
+from joiner.services.nomination import nominate_for_registering_nodes
+from tests.support.fakes import EPOCH, FakeWorld, fake_world, pod_json
+
+NOT_READY = Taint("node.kubernetes.io/not-ready", "", "NoSchedule")
+
+
+def _claim(claim_id: str, node: str, pods: list[str], state: str = ClaimState.REGISTERED) -> ClaimRecord:
+    return ClaimRecord(claim_id, "default", state, EPOCH, instance_id=f"i-{claim_id}", node_name=node, pods=tuple(pods))
+
+
+def _node(name: str, **fields: object) -> Node:
+    values: dict[str, object] = {"ready": False, "taints": (NOT_READY,), "allocatable": Resources({"cpu": 4000}),
+                                 "labels": {wk.NODEPOOL: "default"}}
+    values.update(fields)
+    return Node(name=name, **values)  # type: ignore[arg-type]
+
+
+def _pods(world: FakeWorld, names: list[str]) -> list[Pod]:
+    from joiner.domain.snapshot import parse_pod
+
+    for name in names:
+        world.kube.add("pods", pod_json(name))
+    return [parse_pod(world.kube.get("pods", "default", name) or {}) for name in names]
+
+
+def test_only_a_registered_uninitialized_claims_unbound_pods_are_nominated_to_its_node() -> None:
+    world = fake_world()
+    pods = _pods(world, ["a", "b", "c", "d", "e"])
+    claims = [_claim("c1", "joining", ["default/a", "default/b"]),
+              _claim("c2", "ready", ["default/c"]),                                  # Ready: kube-scheduler binds now
+              _claim("c3", "cordoned", ["default/d"]),                               # being disrupted: no more pods
+              _claim("c4", "joining", ["default/e"], state=ClaimState.LAUNCHED)]     # not registered yet
+    nodes = [_node("joining"), _node("ready", ready=True, taints=()), _node("cordoned", unschedulable=True)]
+    result = nominate_for_registering_nodes(world.runtime(), claims, nodes, pods, {})
+    assert dict(result.nominated) == {"default/a": "joining", "default/b": "joining"} and result.errors == ()
+    assert world.kube.nominations == [("default/a", "joining"), ("default/b", "joining")]
+    assert world.metrics.total("PodsNominated") == 2
+
+
+def test_the_first_failed_write_ends_the_pass_with_one_error() -> None:
+    world = fake_world()
+    pods = _pods(world, [f"p{i}" for i in range(5)])
+    world.kube.fail("nominate_pod", KubernetesError("HTTP 403: pods/status is forbidden", status=403), times=5)
+    result = nominate_for_registering_nodes(world.runtime(), [_claim("c1", "joining", [p.key for p in pods])], [_node("joining")], pods, {})
+    assert result.nominated == {} and len(result.errors) == 1 and "403" in result.errors[0]
+    assert world.kube.calls.count("nominate_pod") == 1
+
+
+def test_the_limit_counts_attempts_not_successes() -> None:
+    world = fake_world()
+    pods = _pods(world, [f"p{i}" for i in range(6)])
+    for pod in pods[:3]:  # re-created under their names since the round read them: refused
+        world.kube.remove("pods", "default", pod.name)
+        world.kube.add("pods", pod_json(pod.name))
+    result = nominate_for_registering_nodes(world.runtime(), [_claim("c1", "joining", [p.key for p in pods])], [_node("joining")], pods, {},
+                                            limit=4)
+    assert world.kube.calls.count("nominate_pod") == 4
+    assert dict(result.nominated) == {"default/p3": "joining"}
+
+
+def test_pods_nominated_anywhere_or_gone_are_left_alone() -> None:
+    world = fake_world()
+    pods = _pods(world, ["a", "b"])
+    preempting = dataclasses.replace(pods[0], nominated_node="other")
+    result = nominate_for_registering_nodes(world.runtime(), [_claim("c1", "joining", ["default/a", "default/b", "default/gone"])],
+                                            [_node("joining")], [preempting, pods[1]], {})
+    assert dict(result.nominated) == {"default/b": "joining"}
