@@ -36,12 +36,14 @@ def _pods(world: FakeWorld, names: list[str]) -> list[Pod]:
 
 def test_only_a_registered_uninitialized_claims_unbound_pods_are_nominated_to_its_node() -> None:
     world = fake_world()
-    pods = _pods(world, ["a", "b", "c", "d", "e"])
+    pods = _pods(world, ["a", "b", "c", "d", "e", "f"])
     claims = [_claim("c1", "joining", ["default/a", "default/b"]),
               _claim("c2", "ready", ["default/c"]),                                  # Ready: kube-scheduler binds now
               _claim("c3", "cordoned", ["default/d"]),                               # being disrupted: no more pods
-              _claim("c4", "joining", ["default/e"], state=ClaimState.LAUNCHED)]     # not registered yet
-    nodes = [_node("joining"), _node("ready", ready=True, taints=()), _node("cordoned", unschedulable=True)]
+              _claim("c4", "joining", ["default/e"], state=ClaimState.LAUNCHED),     # not registered yet
+              _claim("c5", "disrupted", ["default/f"])]                              # its drain has begun
+    nodes = [_node("joining"), _node("ready", ready=True, taints=()), _node("cordoned", unschedulable=True),
+             _node("disrupted", taints=(NOT_READY, Taint(wk.DISRUPTED_TAINT_KEY, "", "NoSchedule")))]
     result = nominate_for_registering_nodes(world.runtime(), claims, nodes, pods, {})
     assert dict(result.nominated) == {"default/a": "joining", "default/b": "joining"} and result.errors == ()
     assert world.kube.nominations == [("default/a", "joining"), ("default/b", "joining")]

@@ -623,7 +623,7 @@ class _Pass:
 
     def _terminating(self, node: Node) -> bool:
         facts = self.facts(node.name)
-        return node.deleting or facts.terminating or any(t.key == wk.DISRUPTED_TAINT_KEY for t in node.taints)
+        return node.deleting or facts.terminating or node.disrupted
 
     def _classify(self) -> None:
         for node in self.inp.snapshot.nodes:

@@ -332,6 +332,17 @@ class Node:
     def node_pool(self) -> str | None:
         return self.labels.get(wk.NODEPOOL)
 
+    @property
+    def disrupted(self) -> bool:
+        """It carries Joiner's ``joiner.dev/disrupted`` taint: its drain has begun."""
+        return any(t.key == wk.DISRUPTED_TAINT_KEY for t in self.taints)
+
+    @property
+    def accepts_pods(self) -> bool:
+        """kube-scheduler may still bind pods to it once it is ready: not being deleted,
+        cordoned or disrupted. Only such a Node's nominations hold pods back from planning."""
+        return not self.deleting and not self.unschedulable and not self.disrupted
+
 
 @dataclass(frozen=True, slots=True)
 class PersistentVolumeClaim:

@@ -114,7 +114,8 @@ def build_problem(
     nodes = tuple(sorted((n for n in snapshot.nodes if n.name not in exclude_nodes and not n.deleting), key=lambda n: n.name))
     pods = tuple(sorted(snapshot.pending_pods if pending is None else pending, key=lambda p: p.key))
     bound = tuple(sorted((*(p for p in snapshot.bound_pods if p.node_name not in exclude_nodes),
-                          *nominated_pods(snapshot.pods, {n.name for n in nodes}, {p.key for p in pods})), key=lambda p: p.key))
+                          *nominated_pods(snapshot.pods, {n.name for n in nodes if n.accepts_pods}, {p.key for p in pods})),
+                         key=lambda p: p.key))
     if snapshot.volumes_known:
         topology = apply_volumes(pods, bound, nodes, snapshot.volume_claims, snapshot.persistent_volumes, snapshot.storage_classes, snapshot.csi_nodes)
     else:  # the volume objects could not be read: plan as without volume topology rather than not at all

@@ -22,7 +22,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from joiner.domain import labels as wk
 from joiner.domain.model import Node, NodePool, Pod
 from joiner.ports import ClaimRecord, ClaimState, KubernetesError
 from joiner.services.registration import is_initialized
@@ -30,7 +29,7 @@ from joiner.services.registration import is_initialized
 if TYPE_CHECKING:
     from joiner.services.context import Runtime
 
-__all__ = ["MAX_NOMINATIONS_PER_ROUND", "NominationResult", "accepts_pods", "nominate_for_registering_nodes"]
+__all__ = ["MAX_NOMINATIONS_PER_ROUND", "NominationResult", "nominate_for_registering_nodes"]
 
 #: Pod status writes one round attempts at most (the rest wait for the next round).
 MAX_NOMINATIONS_PER_ROUND = 500
@@ -44,12 +43,6 @@ class NominationResult:
     errors: tuple[str, ...] = ()
 
 
-def accepts_pods(node: Node) -> bool:
-    """A Node kube-scheduler may still bind pods to once it is ready: not being deleted,
-    cordoned or disrupted. Only such a Node's nominations hold pods back from planning."""
-    return not node.deleting and not node.unschedulable and not any(t.key == wk.DISRUPTED_TAINT_KEY for t in node.taints)
-
-
 def nominate_for_registering_nodes(
     runtime: Runtime,
     claims: Iterable[ClaimRecord],
@@ -60,9 +53,10 @@ def nominate_for_registering_nodes(
     limit: int = MAX_NOMINATIONS_PER_ROUND,
 ) -> NominationResult:
     """Nominate each registered, not yet initialized claim's pending pods to its Node, at most
-    ``limit`` writes (attempted, not only successful). The first failed write ends the pass (an API server in trouble, or RBAC without
-    ``pods/status``): the rest waits for the next round."""
-    live = {node.name: node for node in nodes if accepts_pods(node)}
+    ``limit`` writes (attempted, not only successful). The first failed write ends the pass
+    (an API server in trouble, or RBAC without ``pods/status``): the rest waits for the next
+    round."""
+    live = {node.name: node for node in nodes if node.accepts_pods}
     by_key = {pod.key: pod for pod in pods}
     nominated: dict[str, str] = {}
     attempts = 0

@@ -36,7 +36,7 @@ from joiner.observability import logger
 from joiner.ports import ClaimRecord, ClaimState, ClaimStateConflict, Ec2Error, InstanceRecord, KubernetesError
 from joiner.services.launcher import LaunchedClaim, Launcher, LaunchFailure, launch_all, offering_prices
 from joiner.services.leases import RenewingLease
-from joiner.services.nomination import accepts_pods, nominate_for_registering_nodes
+from joiner.services.nomination import nominate_for_registering_nodes
 from joiner.services.planning_round import PlanningRound
 from joiner.services.pool_status import write_statuses
 from joiner.services.registration import RegistrationResult, reconcile_registration
@@ -179,7 +179,7 @@ def _run_round(runtime: Runtime, now: datetime, owner: str) -> RoundResult:
         runtime.count("PendingPodAgeSeconds", max(ages), "Seconds")
     # a pod nominated to a Node that takes pods (by kube-scheduler's preemption or by this round)
     # waits for it: it is not planned, and takes its room there (domain.planning.nominated_pods)
-    live = {node.name for node in work.nodes if accepts_pods(node)}
+    live = {node.name for node in work.nodes if node.accepts_pods}
     pending = [p for p in waiting if p.nominated_node not in live]
     promised = work.promised_to_reserved()
     launcher.existing_claims.extend(sorted({promised[p.key] for p in pending if p.key in promised}))

@@ -53,7 +53,7 @@ def live_replicas(work: PlanningRound, pool: NodePool) -> int:
     unclaimed = sum(
         1 for node in work.nodes
         if node.labels.get(wk.NODEPOOL) == pool.name and not node.deleting and node.labels.get(wk.NODECLAIM) not in recorded
-        and not any(t.key == wk.DISRUPTED_TAINT_KEY for t in node.taints)
+        and not node.disrupted
     )
     return len(open_claims) + unclaimed
 
