@@ -197,3 +197,37 @@ def test_nodes_and_mirrors_as_last_read_ask_nothing_unless_never_read() -> None:
     assert set(cache.node_claims(port, refresh=False)) == {"m0"} and (kube.lists, kube.catch_ups) == calls
     assert [n.name for n in cache.nodes(port, _node)] == ["n0", "n1"]  # refreshed: the change since
     assert set(cache.node_claims(port)) == {"m0", "m1"} and kube.lists == 2
+
+
+def _job_pod(index: int) -> JsonDict:
+    obj = pod(f"job-{index}", "n1", 100)
+    obj["metadata"]["labels"] = {"controller-uid": f"uid-{index:04d}", "job-name": f"job-{index}"}
+    return obj
+
+
+@pytest.mark.parametrize("resync", [False, True], ids=["caught-up", "resynced"])
+def test_the_warm_model_keeps_nothing_of_pods_long_gone(resync: bool) -> None:
+    """Short-lived pods with labels of their own (a Job's controller-uid) leave nothing
+    behind once they are gone, whether the model follows changes or lists again."""
+    kube = LogKube(history=10_000)
+    kube.write("nodes", "", node("n1", 64), "n1")
+    for index in range(5):
+        kube.write("pods", "", pod(f"web-{index}", "n1", 100), f"ns/web-{index}")
+    now = [0.0]
+    cache = ClusterCache(clock=lambda: now[0], interner_slack=64)
+    cache.read(kube, {}, _pod, _node)
+    fresh = ClusterCache(interner_slack=64)
+    fresh.read(kube, {}, _pod, _node)
+    baseline = fresh.interned_values()
+    for wave in range(50):
+        for index in range(wave * 10, wave * 10 + 10):
+            kube.write("pods", "", _job_pod(index), f"ns/job-{index}")
+        cache.read(kube, {}, _pod, _node)
+        for index in range(wave * 10, wave * 10 + 10):
+            kube.write("pods", "", None, f"ns/job-{index}")
+    if resync:
+        now[0] += cache.resync_after + 1
+    read = cache.read(kube, {}, _pod, _node)
+    assert [entry.pod.name for entry in read.pods] == [f"web-{index}" for index in range(5)]
+    assert read.how["pods"] == ("list" if resync else "changes")
+    assert cache.interned_values() <= 2 * 5 + 64 + baseline

@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Generic, TypeVar
 
 from joiner.domain.interning import PodInterner
@@ -32,6 +32,11 @@ __all__ = ["RESYNC_AFTER_SECONDS", "PodEntry", "ClusterCache", "ClusterRead", "c
 
 #: A full list at least this often (seconds of the container's monotonic clock).
 RESYNC_AFTER_SECONDS = 60 * 60.0
+
+#: The pods' interner is rebuilt from the live pods once it holds more than twice their
+#: number plus this many values: a value of a pod that is gone (a Job's ``controller-uid``
+#: label) is then dropped, so what is kept follows the live pods, not every pod ever seen.
+INTERNER_SLACK = 1024
 
 #: Parses one raw object; None when it is invalid (the parser reports it). A pod's parser is
 #: given the cache's :class:`~joiner.domain.snapshot.PodSpecMemo` to pass to ``parse_pod``.
@@ -97,6 +102,16 @@ class _PodStore(_Store[PodEntry]):
         self.interner = PodInterner()
         self.memo = PodSpecMemo()
 
+    def compact(self, slack: int = INTERNER_SLACK) -> bool:
+        """Rebuild the interner from the kept pods when it holds values of pods long gone
+        (see :data:`INTERNER_SLACK`); True when it did. Each kept pod stays equal to itself."""
+        if len(self.interner) <= 2 * len(self.items) + slack:
+            return False
+        interner = PodInterner()
+        self.items = {key: replace(entry, pod=interner.pod(entry.pod)) for key, entry in self.items.items()}
+        self.interner = interner
+        return True
+
 
 def _never_reused(_kept: object, _obj: JsonDict) -> bool:
     return False
@@ -118,6 +133,7 @@ class ClusterCache:
 
     clock: Callable[[], float] = time.monotonic
     resync_after: float = RESYNC_AFTER_SECONDS
+    interner_slack: int = INTERNER_SLACK
     _pods: _PodStore = field(default_factory=lambda: _PodStore("pods"))
     _nodes: _Store[Node] = field(default_factory=lambda: _Store[Node]("nodes"))
     _node_claims: _Store[JsonDict] = field(default_factory=lambda: _Store[JsonDict]("nodeclaims"))
@@ -135,9 +151,17 @@ class ClusterCache:
                 "pods": self._refresh(self._pods, kube, lambda obj: self._pod_entry(obj, parse_pod), _same_pod),
                 "nodes": self._refresh(self._nodes, kube, parse_node, _never_reused),
             }
+            if self._pods.compact(self.interner_slack):
+                logger.info("cluster state: pod interner rebuilt from the live pods", extra={"pods": len(self._pods.items)})
             pods = tuple(self._pods.items[key] for key in sorted(self._pods.items))
             nodes = tuple(self._nodes.items[name] for name in sorted(self._nodes.items))
         return ClusterRead(pods, nodes, how)
+
+    def interned_values(self) -> int:
+        """How many distinct pod values and label maps the pods' interner holds (memory that
+        must follow the live pods)."""
+        with self._lock:
+            return len(self._pods.interner)
 
     def nodes(self, kube: KubernetesPort, parse_node: NodeParser, *, refresh: bool = True) -> tuple[Node, ...]:
         """Only the Nodes, brought up to date (in name order); ``refresh=False``: as the last
