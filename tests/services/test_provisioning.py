@@ -4,6 +4,7 @@ emulator over HTTP."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
 from datetime import timedelta
@@ -369,18 +370,19 @@ def test_registered_nodes_keep_their_reservation_and_count_once_against_the_limi
     assert len(refused) == 1
 
 
-def test_a_reservation_left_behind_by_a_closed_claim_is_released_by_the_next_round(world: FakeWorld) -> None:
+def test_a_reservation_left_behind_by_a_closed_or_missing_claim_is_released_by_the_next_round(world: FakeWorld) -> None:
     """A caller died between closing a claim and releasing its reservation (every path does
-    both, in that order): the next round releases it, so the limit is not held forever."""
+    both, in that order), or a reservation has no claim record at all (records are written
+    before reservations): the next round releases it, so the limit is not held forever."""
     pool = node_pool_json(requirements=[{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c5.large"]}], limits={"cpu": "2"})
     setup_cluster(world, pods=1, cpu="1500m", pool=pool)
     world.state.put_claim(ClaimRecord("default-gone", "default", "closed", world.clock.now(), reason="registration timeout"))
     world.state.reserve_capacity("default", "default-gone", Resources({"cpu": 2000, "nodes": 1000}), None, Resources())
-    world.state.reserve_capacity("default", "default-being-written", Resources({"cpu": 0, "nodes": 0}), None, Resources())
+    world.state.reserve_capacity("default", "default-unrecorded", Resources({"cpu": 2000, "nodes": 1000}), None, Resources())
     result = provision(world.runtime(), world.clock.now())
     assert len(result.launched) == 1 and not result.failures
     assert "default-gone" not in world.state.reservations("default")
-    assert "default-being-written" in world.state.reservations("default")  # no claim record yet: kept
+    assert "default-unrecorded" not in world.state.reservations("default")
 
 
 class Signalling:
@@ -1275,6 +1277,49 @@ def test_e2e_a_paused_round_and_a_registration_in_between_never_exceed_the_limit
     running = e2e.instances()
     assert len(running) == 2 and all(i["InstanceType"] == "c5.large" for i in running)  # 4 CPU
     assert [f.reason for f in results["a"].failures] == ["LimitReached"]  # type: ignore[attr-defined]
+
+
+def _item_pk(params: dict) -> str:
+    pk = (params.get("Item") or params.get("Key") or {}).get("pk")
+    return str(pk.get("S", "") if isinstance(pk, dict) else pk or "")
+
+
+def test_e2e_a_claim_record_that_cannot_be_written_holds_no_reservation(e2e: E2E) -> None:
+    """DynamoDB refuses the claim records (throttled past botocore's retries): the round fails
+    for those claims, and nothing it reserved outlives it, so two other 1.5-CPU pods fit a
+    4-CPU limit five minutes later (and the pool's reserved total is its open claims')."""
+    from botocore.exceptions import ClientError
+
+    pool = node_pool_json(requirements=[{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c5.large"]}], limits={"cpu": "4"})
+    e2e.emulator.apply(pool)
+    for name in ("web-0", "web-1"):
+        e2e.emulator.apply(pod_json(name, cpu="1500m", memory="256Mi"))
+
+    def throttle_claims(params: dict, **_: object) -> None:
+        if _item_pk(params).startswith("CLAIM#"):
+            raise ClientError({"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "throttled"}}, "PutItem")
+
+    events = e2e.clients.table(E2E_TABLE).meta.client.meta.events
+    events.register("before-parameter-build.dynamodb.PutItem", throttle_claims)
+    try:
+        with contextlib.suppress(Exception):
+            first = provision(e2e.runtime("round-0"), e2e.clock.now())
+            assert not first.launched
+    finally:
+        events.unregister("before-parameter-build.dynamodb.PutItem", throttle_claims)
+    assert e2e.instances() == []
+
+    for name in ("web-0", "web-1"):
+        e2e.emulator.delete("Pod", name, "default")
+    for name in ("job-0", "job-1"):
+        e2e.emulator.apply(pod_json(name, cpu="1500m", memory="256Mi"))
+    e2e.clock.advance(5 * 60)
+    later = provision(e2e.runtime("round-1"), e2e.clock.now())
+    assert not [f.reason for f in later.failures] and len(later.launched) == 2
+    state = e2e.runtime("check").state
+    held = state.reservations("default")
+    assert set(held) == {c.claim_id for c in state.open_claims()}
+    assert state.reserved_capacity("default")["cpu"] == sum(r["cpu"] for r in held.values()) == 4000
 
 
 @pytest.mark.slow

@@ -183,7 +183,7 @@ class Launcher:
             self.lease.keep()
 
     def prepare(self, claim_plan: NodeClaimPlan, pods_by_key: Mapping[str, Pod], identity: Sequence[str] | None = None) -> LaunchJob | None:
-        """Pick the claim id, filter candidates to the limit, reserve and record the claim.
+        """Pick the claim id, filter candidates to the limit, record the claim and reserve.
 
         Returns None when nothing is to be launched for it (an existing claim covers these
         pods, or the limit refuses it; the latter is reported). ``identity``: what the claim
@@ -200,6 +200,7 @@ class Launcher:
             self.existing_claims.append(claim_id)
             return None
 
+        new_claim = existing is None
         candidates = [self.work.type_index[pool.name][name] for name in claim_plan.instance_types if name in self.work.type_index.get(pool.name, {})]
         remaining = self.work.remaining(pool)
         if remaining is not None:
@@ -216,13 +217,10 @@ class Launcher:
 
         if existing is not None:
             amount = existing.reserved  # reserving is idempotent per claim: the first amount stands
-        if not self.state.reserve_capacity(pool.name, claim_id, amount, pool.limits, self.work.unreserved.get(pool.name, EMPTY)):
-            self._limit_reached(claim_plan, pods, pool, claim_id, existing)
-            return None
-        if pool.limits is not None and existing is None:
-            self.work.reserved[pool.name] = self.work.reserved.get(pool.name, EMPTY) + amount
-
-        if existing is None:
+        else:
+            # The record first, then the reservation: a reservation then never exists without
+            # a record (any round releases one whose claim is closed or missing), and a record
+            # left without its reservation is a ``reserved`` claim the orphan pass settles.
             record = ClaimRecord(
                 claim_id=claim_id,
                 node_pool=pool.name,
@@ -238,6 +236,18 @@ class Launcher:
                 self.existing_claims.append(claim_id)
                 return None
             self.work.open_by_id[claim_id] = record
+            existing = record
+        try:
+            reserved = self.state.reserve_capacity(pool.name, claim_id, amount, pool.limits, self.work.unreserved.get(pool.name, EMPTY))
+        except Exception:
+            if new_claim:
+                self._close_quietly(claim_id, pool.name, "reservation failed")
+            raise
+        if not reserved:
+            self._limit_reached(claim_plan, pods, pool, claim_id, existing)
+            return None
+        if pool.limits is not None and new_claim:
+            self.work.reserved[pool.name] = self.work.reserved.get(pool.name, EMPTY) + amount
         env = self.work.envs[pool.node_class]
         job_plan = dataclasses.replace(claim_plan, instance_types=tuple(t.name for t in candidates))
         return LaunchJob(job_plan, claim_id, pods, pool, env, tuple(candidates), arch)
@@ -604,6 +614,13 @@ class Launcher:
             if release:
                 self.state.release_capacity(pool, claim_id)
         return True
+
+    def _close_quietly(self, claim_id: str, pool: str, reason: str) -> None:
+        """Close a claim whose reservation could not be made; on failure the orphan pass does."""
+        try:
+            self.close(claim_id, pool, reason, expected_state=ClaimState.RESERVED)
+        except Exception as error:  # noqa: BLE001 - the orphan pass closes it after ORPHAN_AFTER
+            logger.warning("closing a claim whose reservation failed failed", extra={"claim": claim_id, "error": str(error)})
 
     def is_closed(self, claim_id: str) -> bool:
         found = self.work.open_by_id.get(claim_id)

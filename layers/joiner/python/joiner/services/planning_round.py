@@ -27,6 +27,7 @@ from joiner.domain.model import InFlightClaim, InstanceType, Node, NodeClass, No
 from joiner.domain.planning import build_problem
 from joiner.domain.requirements import Requirement
 from joiner.domain.reservations import reservation_for, with_reserved_offerings
+from joiner.domain.reservations import room as reservation_room
 from joiner.domain.resources import EMPTY, Resources
 from joiner.domain.scheduling import solve
 from joiner.observability import logger
@@ -261,7 +262,9 @@ class PlanningRound:
                 self.runtime.resolved.put(key, env, self.now)
         for env in self.envs.values():
             for reservation in env.reservations:
-                self.reservation_left.setdefault(reservation.id, reservation.available)
+                # one that has ended (or a Capacity Block about to) has no room: judged at this
+                # round's time, as the resolution above is cached
+                self.reservation_left.setdefault(reservation.id, reservation_room(reservation, self.now))
         self.apply_unavailable_reservations()
 
     def apply_unavailable_reservations(self) -> None:
@@ -398,17 +401,18 @@ class PlanningRound:
             self.state.delete_item(UNRESERVED_KIND, name)
 
     def _settled(self, pool: str, held: dict[str, Resources]) -> dict[str, Resources]:
-        """``held`` without reservations of closed claims, which are released now: a caller
-        that died between closing a claim and releasing it (both idempotent, in that order)
-        would otherwise hold the limit forever. A closed claim's capacity is gone (every path
-        terminates the instance, or never had one, before closing). A reservation with no
-        claim record is kept: :meth:`joiner.services.launcher.Launcher.prepare` reserves just
-        before it writes the claim."""
+        """``held`` without reservations whose claim is closed or has no record, which are
+        released now: a caller that died between closing a claim and releasing it (both
+        idempotent, in that order) would otherwise hold the limit forever. A closed claim's
+        capacity is gone (every path terminates the instance, or never had one, before
+        closing), and a claim record is always written before its reservation
+        (:meth:`joiner.services.launcher.Launcher.prepare`), so a reservation without one
+        holds nothing."""
         open_ids = {c.claim_id for c in self.claims}
         for claim_id in sorted(set(held) - open_ids):
             try:
                 claim = self.state.get_claim(claim_id)
-                if claim is not None and claim.state == ClaimState.CLOSED:
+                if claim is None or claim.state == ClaimState.CLOSED:
                     self.state.release_capacity(pool, claim_id)
                     del held[claim_id]
             except Exception as error:  # noqa: BLE001 - counted as held; tried again next round
