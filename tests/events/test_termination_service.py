@@ -381,6 +381,22 @@ def test_a_repeated_rebalance_keeps_waiting_and_a_spot_warning_ends_the_wait(wor
     assert world.state.get_item(TERMINATION_KIND, "n1")["replacementClaims"] == ["c2"]
 
 
+def test_a_replacement_ready_when_the_drain_must_start_is_reported_ready(world: World) -> None:
+    """A spot drain waiting for its replacement must start by the deadline less the pods'
+    grace: when the replacement is Ready at that very moment, the event says so, not that it
+    was not Ready in time."""
+    from joiner.domain.termination import DRAIN_MARGIN
+
+    world.pod("web")
+    world.state.put_claim(ClaimRecord("r1", "default", "launched", EPOCH, instance_id="i-00000000000000002"))
+    world.kube.add("nodes", node_json("n2", instance_id="i-00000000000000002", labels={wk.NODECLAIM: "r1"}))
+    deadline = EPOCH + timedelta(seconds=30) + DRAIN_MARGIN  # the drain must start now (the pod's 30 s grace)
+    result = begin_termination(world.runtime, "n1", "spot-interruption", deadline, EPOCH, replacement_claims=("r1",), wait_for_replacement=True)
+    assert result.evicted == ("default/web",)
+    (started,) = world.kube.events_for("n1", "DrainStarted")
+    assert started.message == "replacement ready; draining"
+
+
 def test_rebalance_drains_anyway_when_the_replacement_fails(world: World) -> None:
     world.pod("web")
     world.state.put_claim(ClaimRecord("c2", "default", "closed", EPOCH))

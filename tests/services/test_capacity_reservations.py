@@ -6,6 +6,7 @@ unavailable. On the in-memory fakes; the EC2 adapter's side is in tests/adapters
 from __future__ import annotations
 
 import dataclasses
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -200,3 +201,49 @@ def test_a_reservation_marked_unavailable_is_never_targeted() -> None:
     result = provision(world.runtime(), now)
     assert [c.capacity_type for c in result.launched] == ["on-demand"]
     assert all(r.capacity_type == "on-demand" for r in world.ec2.fleet_requests)
+
+
+@pytest.mark.parametrize(("reservation_type", "ends_in", "capacity_type"), [
+    ("default", timedelta(seconds=0), "on-demand"),  # ended now
+    ("default", timedelta(hours=-2), "on-demand"),  # ended, though EC2 still lists it active
+    ("default", timedelta(minutes=1), "reserved"),  # an ordinary reservation is used to its end
+    (CAPACITY_BLOCK, timedelta(minutes=-5), "on-demand"),
+    (CAPACITY_BLOCK, timedelta(minutes=39), "on-demand"),  # about to be reclaimed: no new launch
+    (CAPACITY_BLOCK, timedelta(minutes=41), "reserved"),
+])
+def test_a_reservation_is_offered_only_until_it_ends(reservation_type: str, ends_in: timedelta, capacity_type: str) -> None:
+    """A reservation whose end time has come (a Capacity Block whose expiration warning was
+    missed) is neither chosen nor counted as room: the claim launches on demand. A Capacity
+    Block stops taking launches 40 minutes before its end, as Karpenter's provider does."""
+    world = reserved_world()
+    now = world.clock.now()
+    _select(world, dataclasses.replace(RESERVATION, available=4, reservation_type=reservation_type, end_time=now + ends_in))
+    result = provision(world.runtime(), now)
+    assert [c.capacity_type for c in result.launched] == [capacity_type]
+    assert [r.capacity_type for r in world.ec2.fleet_requests] == [capacity_type]
+
+
+def test_a_reservation_that_ends_between_rounds_is_no_longer_offered() -> None:
+    """The NodeClass's resolution is cached briefly; whether a reservation still lasts is
+    judged each round at that round's time."""
+    world = reserved_world()
+    runtime = world.runtime()
+    now = world.clock.now()
+    _select(world, dataclasses.replace(RESERVATION, available=4, end_time=now + timedelta(seconds=20)))
+    assert [c.capacity_type for c in provision(runtime, now).launched] == ["reserved"]
+    world.kube.add("pods", pod_json("late", cpu="1500m", memory="1Gi"))
+    world.clock.advance(30)
+    assert [c.capacity_type for c in provision(runtime, world.clock.now()).launched] == ["on-demand"]
+
+
+def test_offered_reads_the_end_time_against_now() -> None:
+    from joiner.domain.reservations import CAPACITY_BLOCK_EXPIRING, offered, room
+
+    now = datetime(2025, 1, 6, 9, 0, tzinfo=UTC)
+    lasting = dataclasses.replace(RESERVATION, available=3)
+    assert offered(lasting, now) and room(lasting, now) == 3
+    ended = dataclasses.replace(lasting, end_time=now)
+    assert not offered(ended, now) and room(ended, now) == 0
+    assert offered(dataclasses.replace(lasting, end_time=datetime(2025, 1, 6, 9, 1)), now)  # naive: UTC
+    block = dataclasses.replace(lasting, reservation_type=CAPACITY_BLOCK, end_time=now + CAPACITY_BLOCK_EXPIRING)
+    assert not offered(block, now) and offered(block, now - timedelta(seconds=1))

@@ -78,3 +78,49 @@ def test_pods_nominated_anywhere_or_gone_are_left_alone() -> None:
     result = nominate_for_registering_nodes(world.runtime(), [_claim("c1", "joining", ["default/a", "default/b", "default/gone"])],
                                             [_node("joining")], [preempting, pods[1]], {})
     assert dict(result.nominated) == {"default/b": "joining"}
+
+
+def test_pods_of_another_scheduler_are_never_nominated() -> None:
+    """Only kube-scheduler reads a nomination: another scheduler's pod would keep it (nobody
+    clears it) and be held back for as long as that Node lives."""
+    world = fake_world()
+    world.kube.add("pods", pod_json("custom", extra_spec={"schedulerName": "my-scheduler"}))
+    world.kube.add("pods", pod_json("named-default", extra_spec={"schedulerName": "default-scheduler"}))
+    pods = _pods(world, ["plain"])
+    from joiner.domain.snapshot import parse_pod
+
+    pods += [parse_pod(world.kube.get("pods", "default", name) or {}) for name in ("custom", "named-default")]
+    claim = _claim("c1", "joining", ["default/custom", "default/named-default", "default/plain"])
+    result = nominate_for_registering_nodes(world.runtime(), [claim], [_node("joining")], pods, {})
+    assert dict(result.nominated) == {"default/named-default": "joining", "default/plain": "joining"}
+    assert world.kube.nominations == [("default/named-default", "joining"), ("default/plain", "joining")]
+
+
+def test_an_earlier_nomination_of_another_schedulers_pod_does_not_hold_it_out_of_planning() -> None:
+    """A pod of another scheduler that Joiner once nominated to the Node launched for it is
+    planned as if not nominated (its scheduler does not read the nomination); one its own
+    scheduler nominated elsewhere (preempting) still waits."""
+    from joiner.services.provisioning import provision
+    from tests.support.fakes import node_class_json, node_json, node_pool_json
+
+    world = fake_world()
+    world.kube.add("node_classes", node_class_json(discovery=world.cluster))
+    world.kube.add("node_pools", node_pool_json())
+    other = {"schedulerName": "my-scheduler"}
+    world.kube.add("pods", pod_json("custom", cpu="1", memory="256Mi", extra_spec=other))
+    world.kube.add("pods", pod_json("preempting", cpu="1", memory="256Mi", extra_spec=other))
+    world.kube.add("pods", pod_json("web", cpu="1", memory="256Mi"))
+    (launched,) = provision(world.runtime("invocation-1"), world.clock.now()).launched
+    assert sorted(launched.pods) == ["default/custom", "default/preempting", "default/web"]  # planned like any pending pod
+    world.kube.add("nodes", node_json("registering", instance_id=launched.instance_id, zone=launched.zone, instance_type="c5.xlarge",
+                                      cpu="3", memory="8Gi", ready=False, labels={wk.NODEPOOL: "default"},
+                                      taints=[{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]))
+    world.kube.add("nodes", node_json("elsewhere", instance_id="i-0elsewhere", cpu="4", memory="8Gi", labels={wk.NODEPOOL: "default"}))
+    for name, node in (("custom", "registering"), ("preempting", "elsewhere")):  # written before this round
+        pod = world.kube.get("pods", "default", name)
+        pod["status"]["nominatedNodeName"] = node
+        world.kube.add("pods", pod)
+    world.clock.advance(20)
+    second = provision(world.runtime("invocation-2"), world.clock.now())
+    assert dict(second.nominated) == {"default/web": "registering"}
+    assert second.pending_pods == 1 and not second.launched  # custom: planned again, onto the registering Node's room

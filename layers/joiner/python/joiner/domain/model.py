@@ -19,7 +19,7 @@ from joiner.domain.requirements import Requirements
 from joiner.domain.resources import EMPTY, Resources
 
 __all__ = [
-    "POD_DELETION_COST", "Taint", "Toleration", "LabelSelector", "PodAffinityTerm", "TopologySpreadConstraint",
+    "POD_DELETION_COST", "DEFAULT_SCHEDULER", "Taint", "Toleration", "LabelSelector", "PodAffinityTerm", "TopologySpreadConstraint",
     "PreferredNodeTerm", "HostPort", "Pod", "Node", "NodeCondition", "DaemonSet", "PodDisruptionBudget",
     "PersistentVolumeClaim", "PersistentVolume", "StorageClass", "CSINode",
     "Budget", "Disruption", "NodePool", "SelectorTerm", "KubeletConfig", "NodeClass",
@@ -30,6 +30,8 @@ __all__ = [
 TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 #: The ReplicaSet controller's per-pod deletion preference (an int32 annotation).
 POD_DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
+#: ``spec.schedulerName`` of a pod kube-scheduler schedules (the API server's default).
+DEFAULT_SCHEDULER = "default-scheduler"
 CRITICAL_PRIORITY_CLASSES = frozenset({"system-cluster-critical", "system-node-critical"})
 #: ``instanceStorePolicy: RAID0``: nodeadm stripes the instance-store NVMe disks into one array
 #: that holds the kubelet's and containerd's data, so it is the node's ephemeral storage.
@@ -213,6 +215,9 @@ class Pod:
     termination_grace_seconds: int = 30
     unschedulable_since: datetime | None = None
     scheduling_gated: bool = False
+    #: ``spec.schedulerName``: the scheduler that binds it (a nomination means something only
+    #: to kube-scheduler, :data:`DEFAULT_SCHEDULER`).
+    scheduler_name: str = DEFAULT_SCHEDULER
     #: The Ready condition is True (a PodDisruptionBudget's healthy pod).
     ready: bool = True
     #: Its persistent volumes: (claim name, storage class of an ephemeral volume's claim
@@ -233,6 +238,11 @@ class Pod:
     @property
     def is_daemonset_pod(self) -> bool:
         return self.owner_kind == "DaemonSet"
+
+    @property
+    def by_default_scheduler(self) -> bool:
+        """kube-scheduler binds it (``spec.schedulerName`` is :data:`DEFAULT_SCHEDULER`)."""
+        return self.scheduler_name == DEFAULT_SCHEDULER
 
     @property
     def is_mirror(self) -> bool:

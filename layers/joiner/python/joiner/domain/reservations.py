@@ -12,23 +12,55 @@ with ``ReservationCapacityExceeded``, which marks the (type, zone, ``reserved``)
 unavailable for three minutes like any capacity error, and the claim falls back to the
 NodePool's other capacity types in the same round.
 
-Pure: reservations and instance types in, instance types out.
+A reservation is offered only while it lasts (:func:`offered`): not once its ``end_time`` has
+come, and a Capacity Block not within :data:`CAPACITY_BLOCK_EXPIRING` of its end, when EC2 is
+about to reclaim its instances (Karpenter's provider calls such a block ``expiring`` and offers
+it no more either). A round counts such a reservation as having no room.
+
+Pure: reservations and instance types in, instance types out; the time is passed in.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 
 from joiner.domain import labels as wk
 from joiner.domain.model import InstanceType, Offering
 from joiner.domain.requirements import Requirement, Requirements
-from joiner.ports import CapacityReservation
+from joiner.ports import CAPACITY_BLOCK, CapacityReservation
 
-__all__ = ["RESERVED_PRICE_FACTOR", "reservation_for", "with_reserved_offerings"]
+__all__ = ["CAPACITY_BLOCK_EXPIRING", "RESERVED_PRICE_FACTOR", "offered", "reservation_for", "room", "with_reserved_offerings"]
 
 #: A reserved offering's price as a fraction of the type's on-demand price.
 RESERVED_PRICE_FACTOR = 0.001
+
+#: A Capacity Block is no longer launched into this long before its end: EC2 warns 40 minutes
+#: ahead and terminates its instances from 30 minutes ahead (Karpenter's provider marks the
+#: block ``expiring`` at the same point).
+CAPACITY_BLOCK_EXPIRING = timedelta(minutes=40)
+
+
+def offered(reservation: CapacityReservation, now: datetime) -> bool:
+    """Whether launches may still go into ``reservation`` at ``now``: not once its ``end_time``
+    has come, and for a Capacity Block not from :data:`CAPACITY_BLOCK_EXPIRING` before it. A
+    reservation without an end time lasts until EC2 no longer reports it active. An end time
+    without a time zone is read as UTC."""
+    end = reservation.end_time
+    if end is None:
+        return True
+    if end.tzinfo is None:
+        end = end.replace(tzinfo=UTC)
+    if reservation.reservation_type == CAPACITY_BLOCK:
+        end -= CAPACITY_BLOCK_EXPIRING
+    return now < end
+
+
+def room(reservation: CapacityReservation, now: datetime) -> int:
+    """How many instances may launch into ``reservation`` at ``now`` as far as this round knows
+    before launching: its ``available`` count while it is :func:`offered`, else 0."""
+    return reservation.available if offered(reservation, now) else 0
 
 
 def _on_demand_price(instance_type: InstanceType, zone: str) -> float | None:

@@ -46,6 +46,7 @@ from joiner.domain.fields import (
     selector_of,
 )
 from joiner.domain.model import (
+    DEFAULT_SCHEDULER,
     INSTANCE_STORE_POLICIES,
     Budget,
     CSINode,
@@ -511,6 +512,7 @@ def _spec_derived(fields: Fields, spec: Mapping[str, Any], spec_path: str, pod_l
         "termination_grace_seconds": fields.seconds(spec.get("terminationGracePeriodSeconds"), f"{spec_path}.terminationGracePeriodSeconds",
                                                     default=30, minimum=0),
         "scheduling_gated": bool(fields.sequence(spec.get("schedulingGates"), f"{spec_path}.schedulingGates")),
+        "scheduler_name": fields.string(spec.get("schedulerName"), f"{spec_path}.schedulerName") or DEFAULT_SCHEDULER,
     }
 
 

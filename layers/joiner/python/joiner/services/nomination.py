@@ -14,6 +14,13 @@ claim whose Node has registered but is not initialized yet (not Ready, or startu
 responsive mode's watcher wakes the scanner when such a Node appears, so the round lands in that
 window. Pods already nominated (by the scheduler's preemption or earlier) are left alone; at most
 :data:`MAX_NOMINATIONS_PER_ROUND` writes a round, and the first failed write ends the pass.
+
+Only kube-scheduler's pods (``spec.schedulerName`` ``default-scheduler``) are nominated: another
+scheduler does not read the field, nobody would clear it, and the pod would be held out of
+planning for as long as that Node lives. Such a pod still carrying a nomination to the Node of
+a claim launched for it (the one Joiner would have written) is planned as not nominated
+(:attr:`NominationResult.not_held`); a nomination to any other node is its own scheduler's
+(preemption) and holds, as Karpenter treats it.
 """
 
 from __future__ import annotations
@@ -37,10 +44,13 @@ MAX_NOMINATIONS_PER_ROUND = 500
 
 @dataclass(frozen=True, slots=True)
 class NominationResult:
-    """``nominated``: pod key -> the node it was nominated to this round."""
+    """``nominated``: pod key -> the node it was nominated to this round. ``not_held``: pods of
+    another scheduler whose nomination to their claim's Node does not hold them (planned as
+    not nominated)."""
 
     nominated: Mapping[str, str] = field(default_factory=dict)
     errors: tuple[str, ...] = ()
+    not_held: frozenset[str] = frozenset()
 
 
 def nominate_for_registering_nodes(
@@ -52,34 +62,51 @@ def nominate_for_registering_nodes(
     *,
     limit: int = MAX_NOMINATIONS_PER_ROUND,
 ) -> NominationResult:
-    """Nominate each registered, not yet initialized claim's pending pods to its Node, at most
-    ``limit`` writes (attempted, not only successful). The first failed write ends the pass
-    (an API server in trouble, or RBAC without ``pods/status``): the rest waits for the next
-    round."""
+    """Nominate each registered, not yet initialized claim's pending pods of kube-scheduler to
+    its Node, at most ``limit`` writes (attempted, not only successful). The first failed
+    write ends the pass (an API server in trouble, or RBAC without ``pods/status``): the rest
+    waits for the next round."""
+    claims = sorted(claims, key=lambda c: c.claim_id)
+    pods = tuple(pods)
+    not_held = _not_held(claims, pods)
     live = {node.name: node for node in nodes if node.accepts_pods}
     by_key = {pod.key: pod for pod in pods}
     nominated: dict[str, str] = {}
     attempts = 0
-    for claim in sorted(claims, key=lambda c: c.claim_id):
+    for claim in claims:
         node = live.get(claim.node_name or "")
         if claim.state != ClaimState.REGISTERED or node is None or is_initialized(node, node_pools.get(claim.node_pool)):
             continue
         for key in sorted(claim.pods):
             pod = by_key.get(key)
-            if pod is None or not pod.is_pending or pod.nominated_node is not None or not pod.uid or key in nominated:
+            if (pod is None or not pod.is_pending or not pod.by_default_scheduler or pod.nominated_node is not None
+                    or not pod.uid or key in nominated):
                 continue
             if attempts >= limit:
-                return _result(runtime, nominated, [])
+                return _result(runtime, nominated, [], not_held)
             attempts += 1
             try:
                 if runtime.kube.nominate_pod(pod.namespace, pod.name, pod.uid, node.name):
                     nominated[key] = node.name
             except KubernetesError as error:
-                return _result(runtime, nominated, [f"pod {key}: nominating to {node.name}: {error} (the rest waits for the next round)"])
-    return _result(runtime, nominated, [])
+                return _result(runtime, nominated, [f"pod {key}: nominating to {node.name}: {error} (the rest waits for the next round)"], not_held)
+    return _result(runtime, nominated, [], not_held)
 
 
-def _result(runtime: Runtime, nominated: dict[str, str], errors: list[str]) -> NominationResult:
+def _not_held(claims: Iterable[ClaimRecord], pods: Iterable[Pod]) -> frozenset[str]:
+    """Pending pods of another scheduler nominated to the Node of a claim that lists them."""
+    claim_nodes: dict[str, set[str]] = {}
+    for claim in claims:
+        if claim.node_name and claim.state != ClaimState.CLOSED:
+            for key in claim.pods:
+                claim_nodes.setdefault(key, set()).add(claim.node_name)
+    return frozenset(
+        pod.key for pod in pods
+        if not pod.by_default_scheduler and pod.is_pending and pod.nominated_node is not None and pod.nominated_node in claim_nodes.get(pod.key, ())
+    )
+
+
+def _result(runtime: Runtime, nominated: dict[str, str], errors: list[str], not_held: frozenset[str]) -> NominationResult:
     if nominated:
         runtime.count("PodsNominated", len(nominated))
-    return NominationResult(nominated, tuple(errors))
+    return NominationResult(nominated, tuple(errors), not_held)

@@ -13,7 +13,7 @@ and the disruption pass plan with it; :mod:`joiner.services.launcher` launches i
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
@@ -467,11 +467,16 @@ class PlanningRound:
 
     # ------------------------------------------------------------ planning
 
-    def note_nominations(self, nominated: Mapping[str, str]) -> None:
-        """Pods nominated this round (pod key -> node): planned as the API server now has them."""
-        if not nominated:
+    def note_nominations(self, nominated: Mapping[str, str], not_held: Collection[str] = ()) -> None:
+        """Pods nominated this round (pod key -> node): planned as the API server now has them;
+        ``not_held``: pods whose nomination their scheduler does not read, planned as not nominated."""
+        if not nominated and not not_held:
             return
-        self.pods = tuple(dataclasses.replace(p, nominated_node=nominated[p.key]) if p.key in nominated else p for p in self.pods)
+        self.pods = tuple(
+            dataclasses.replace(p, nominated_node=nominated[p.key]) if p.key in nominated
+            else dataclasses.replace(p, nominated_node=None) if p.key in not_held else p
+            for p in self.pods
+        )
         self.snapshot = dataclasses.replace(self.snapshot, pods=self.pods)
 
     def solve(self, pending: Sequence[Pod], in_flight: Sequence[InFlightClaim]) -> Plan:

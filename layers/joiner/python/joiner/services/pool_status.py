@@ -32,7 +32,9 @@ def write_statuses(work: PlanningRound) -> None:
 
 
 def patch_pool_status(work: PlanningRound) -> None:
-    """NodePool status: resources and node count of its Nodes, and a Ready condition."""
+    """NodePool status: resources and node count of its Nodes, and a Ready condition. Written
+    only when it differs from what the API server holds; a resource no Node has any more is
+    removed (null in the merge patch)."""
     for name in sorted(work.pools_raw):
         pool = work.pools.get(name)
         raw = work.pools_raw.get(name) or {}
@@ -54,9 +56,14 @@ def patch_pool_status(work: PlanningRound) -> None:
         unchanged = previous is not None and all(previous.get(k) == v for k, v in ready.items())
         ready["lastTransitionTime"] = previous.get("lastTransitionTime") if unchanged and previous else work.now.strftime("%Y-%m-%dT%H:%M:%SZ")
         others = [c for c in current.get("conditions") or [] if isinstance(c, dict) and c.get("type") != "Ready"]
-        status = {"resources": resources, "nodes": work.node_counts.get(name, 0), "conditions": [*others, ready]}
-        if current.get("resources") == resources and current.get("nodes") == status["nodes"] and unchanged:
+        stored = current.get("resources")
+        held: dict[str, Any] = stored if isinstance(stored, dict) else {}
+        if held == resources and current.get("nodes") == work.node_counts.get(name, 0) and unchanged:
             continue
+        # a merge patch leaves the keys it does not name as they are: one that went to zero is
+        # sent as null, which removes it (else the status would keep it and be rewritten every round)
+        gone: dict[str, Any] = dict.fromkeys(key for key in held if key not in resources)
+        status = {"resources": {**resources, **gone}, "nodes": work.node_counts.get(name, 0), "conditions": [*others, ready]}
         try:
             work.kube.patch_node_pool_status(name, status)
         except KubernetesError as error:

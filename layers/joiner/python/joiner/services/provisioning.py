@@ -157,7 +157,7 @@ def _run_round(runtime: Runtime, now: datetime, owner: str) -> RoundResult:
     nomination = nominate_for_registering_nodes(runtime, registration.claims, work.nodes, work.pods, work.pools)
     for message in nomination.errors:
         logger.warning("nomination failed", extra={"error": message})
-    work.note_nominations(nomination.nominated)
+    work.note_nominations(nomination.nominated, nomination.not_held)
     work.resolve_classes()
     work.instance_types()
     work.compute_usage(registration)

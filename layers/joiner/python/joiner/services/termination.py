@@ -826,10 +826,9 @@ def _run_step(
         if state.deadline is not None:
             pods_raw = pods_raw if pods_raw is not None else runtime.kube.list_pods_on_node(state.node)
             drain_by = drain_start_by(parse_node_pods(pods_raw)[0], state.deadline)
-        if drain_by is not None and now >= drain_by:
+        ready, why = _replacement_ready(runtime, state, now)  # first: Ready at the drain-by time is Ready
+        if not ready and drain_by is not None and now >= drain_by:
             ready, why = True, "not Ready in time: the drain starts now to end by the deadline"
-        else:
-            ready, why = _replacement_ready(runtime, state, now)
         if not ready:
             requested = _take_request_if_slow(runtime, state, now, began)  # a tighter deadline meanwhile
             state = replace(requested, generation=state.generation + 1, step_failures=0)
