@@ -9,16 +9,24 @@ terminated, the Node's finalizer removed and the Node deleted
 (:func:`joiner.services.termination.begin_termination`). The mirror's finalizer is removed
 when its claim is closed (:func:`joiner.services.nodeclaims.sync_node_claims`).
 
+A claim's Node is the one whose name the scanner recorded, or the one whose
+``joiner.dev/nodeclaim`` label or providerID (``aws:///<zone>/<instance-id>``) names the claim
+or its instance: the kubelet registers the Node and pods bind to it before a scanner round
+records it, and a deleted mirror of such a claim is drained like any other. Only a claim
+whose instance has no Node at all is terminated at once.
+
 A finalizer never outlives Joiner's ability to act on it
 (:func:`~joiner.domain.nodeclaims.deletion_step`): on objects Joiner does not manage, with
 ``JOINER_DELETE_TO_DRAIN=false``, or held :data:`~joiner.domain.nodeclaims.STUCK_DELETION_AFTER`
 with no termination under way, it is removed; ``joiner uninstall`` (and ``make destroy``)
-removes every one of them before the stack goes.
+removes every one of them before the stack goes (:func:`remove_finalizers`), after marking
+Joiner's objects with :data:`UNINSTALLING_ANNOTATION`: while a Node or mirror carries it, this
+pass adds no finalizer and releases those it finds.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -34,7 +42,8 @@ if TYPE_CHECKING:
     from joiner.ports import KubernetesPort
     from joiner.services.context import Runtime
 
-__all__ = ["DeletionResult", "handle_deletions", "remove_finalizers", "DELETED_REASON"]
+__all__ = ["DeletionResult", "handle_deletions", "remove_finalizers", "remove_uninstall_marker", "uninstall_marked",
+           "UninstallResult", "DELETED_REASON", "UNINSTALLING_ANNOTATION", "CONFLICT_ATTEMPTS"]
 
 #: The termination reason of a node deleted by a user (Karpenter's NodeClaim deletion).
 DELETED_REASON = "Deleted"
@@ -70,18 +79,29 @@ def handle_deletions(runtime: Runtime, now: datetime, *, just_read: bool = False
     from joiner.services.termination import TERMINATION_KIND
 
     result = DeletionResult()
-    enabled = runtime.settings.delete_to_drain
+    node_list = runtime.cluster_state.nodes(runtime.kube, _parse_node, refresh=not just_read)
+    mirrors = runtime.cluster_state.node_claims(runtime.kube, refresh=not just_read)
+    marked = uninstall_marked(node_list, mirrors.values())
+    if marked:
+        logger.info("delete to drain paused: joiner uninstall marked the cluster", extra={"annotation": UNINSTALLING_ANNOTATION, "objects": marked})
+    enabled = runtime.settings.delete_to_drain and not marked
     claims = [c for c in runtime.state.open_claims() if c.state != ClaimState.CLOSED]
     by_id = {c.claim_id: c for c in claims}
     by_node = {c.node_name: c for c in claims if c.node_name}
+    by_instance = {c.instance_id: c for c in claims if c.instance_id}
     terminating = {str(item.get("node")) for item in runtime.state.list_items(TERMINATION_KIND)}
     #: the Nodes being deleted, whole (a termination reads them), fetched by name; every
     #: other Node is seen in the container's cluster state (caught up from the changes since
     #: its last read), so a pass reads what changed, not the cluster
     nodes: dict[str, JsonDict] = {}
-    for node in runtime.cluster_state.nodes(runtime.kube, _parse_node, refresh=not just_read):
+    #: claim id -> the Node its instance registered, recorded by the scanner or not yet: the
+    #: kubelet registers the Node and pods bind to it before a scanner round records its name
+    registered: dict[str, str] = {}
+    for node in node_list:
         name = node.name
-        claim = by_node.get(name) or by_id.get(str(node.labels.get(wk.NODECLAIM)))
+        claim = _claim_of(node, by_node, by_id, by_instance)
+        if claim is not None:
+            registered.setdefault(claim.claim_id, name)
         step = deletion_step(node.finalizers, node.deletion_time, managed=claim is not None,
                              enabled=enabled, terminating=name in terminating, now=now)
         try:
@@ -96,11 +116,11 @@ def handle_deletions(runtime: Runtime, now: datetime, *, just_read: bool = False
         except (KubernetesError, Ec2Error) as error:
             result.errors.append(f"node {name}: {error}")
 
-    for mirror in runtime.cluster_state.node_claims(runtime.kube, refresh=not just_read).values():
+    for mirror in mirrors.values():
         meta = _meta(mirror)
         name = str(meta.get("name"))
         claim = by_id.get(str((meta.get("labels") or {}).get(wk.NODECLAIM)))
-        node_name = claim.node_name if claim is not None else None
+        node_name = (claim.node_name or registered.get(claim.claim_id)) if claim is not None else None
         step = deletion_step(meta.get("finalizers") or [], _time(meta.get("deletionTimestamp")), managed=claim is not None,
                              enabled=enabled, terminating=bool(node_name and node_name in terminating), now=now)
         try:
@@ -122,6 +142,14 @@ def handle_deletions(runtime: Runtime, now: datetime, *, just_read: bool = False
     if result.finalizers_released:
         runtime.count("DeletionFinalizersReleased", len(result.finalizers_released))
     return result
+
+
+def _claim_of(node: Node, by_node: Mapping[str, ClaimRecord], by_id: Mapping[str, ClaimRecord],
+              by_instance: Mapping[str, ClaimRecord]) -> ClaimRecord | None:
+    """The open claim a Node is of: the one that recorded its name, else the one its
+    ``joiner.dev/nodeclaim`` label names, else the one of its instance (its providerID)."""
+    return (by_node.get(node.name) or by_id.get(str(node.labels.get(wk.NODECLAIM)))
+            or (by_instance.get(node.instance_id) if node.instance_id else None))
 
 
 def _parse_node(obj: JsonDict) -> Node | None:
@@ -201,32 +229,157 @@ def _terminate_unregistered(runtime: Runtime, claim: ClaimRecord, now: datetime)
     runtime.state.release_capacity(claim.node_pool, claim.claim_id)
 
 
-def _set_mirror_finalizer(kube: KubernetesPort, mirror: JsonDict, *, present: bool) -> None:
-    """Add or remove Joiner's finalizer on a NodeClaim mirror, other finalizers kept; conditional
-    on the mirror's resourceVersion (custom resources take no strategic merge patch)."""
+def _set_mirror_finalizer(kube: KubernetesPort, mirror: JsonDict, *, present: bool,
+                          annotations: Mapping[str, str | None] | None = None) -> bool:
+    """Add or remove Joiner's finalizer on a NodeClaim mirror, other finalizers kept (and write
+    ``annotations``, None removing one); conditional on the mirror's resourceVersion (custom
+    resources take no strategic merge patch): a mirror written meanwhile answers 409. False
+    when there was nothing to write or the mirror is gone."""
     meta = _meta(mirror)
     current = [str(f) for f in meta.get("finalizers") or []]
     wanted = [f for f in current if f != TERMINATION_FINALIZER] + ([TERMINATION_FINALIZER] if present else [])
-    if wanted == current:
-        return
-    patch: dict[str, Any] = {"metadata": {"finalizers": wanted or None}}
+    have = meta.get("annotations") or {}
+    changed = {key: value for key, value in (annotations or {}).items() if have.get(key) != value}
+    if wanted == current and not changed:
+        return False
+    patch: dict[str, Any] = {"metadata": {}}
+    if wanted != current:
+        patch["metadata"]["finalizers"] = wanted or None
+    if changed:
+        patch["metadata"]["annotations"] = changed
     if meta.get("resourceVersion"):
         patch["metadata"]["resourceVersion"] = meta["resourceVersion"]
-    kube.patch_node_claim(str(meta.get("name")), patch)
+    return kube.patch_node_claim(str(meta.get("name")), patch)
 
 
-def remove_finalizers(kube: KubernetesPort) -> list[str]:
-    """Remove Joiner's finalizer from every Node and NodeClaim mirror (``joiner uninstall``):
-    nothing Joiner can no longer act on may hold a deletion. Returns what it changed."""
-    removed = []
+# ---------------------------------------------------------------- joiner uninstall
+
+#: Written by ``joiner uninstall`` on Joiner's Nodes and NodeClaim mirrors (its value: when)
+#: before it removes their finalizers. While any Node or mirror carries it, a running Joiner
+#: adds its finalizer to nothing and releases it where it finds it (as with
+#: ``JOINER_DELETE_TO_DRAIN=false``); ``joiner uninstall --undo`` removes it.
+UNINSTALLING_ANNOTATION = "joiner.dev/uninstalling"
+
+#: Writes of one object ``joiner uninstall`` tries, re-reading it after each 409 (a write
+#: landed between its read and the conditional patch).
+CONFLICT_ATTEMPTS = 5
+
+
+@dataclass(frozen=True, slots=True)
+class UninstallResult:
+    """What ``joiner uninstall`` changed (``kind/name``) and what it could not (``kind/name: error``)."""
+
+    #: the finalizers removed (uninstall) or the objects the marker was removed from (undo)
+    changed: tuple[str, ...] = ()
+    #: the objects whose finalizer (undo: marker) is still there
+    failed: tuple[str, ...] = ()
+    #: the objects the marker could not be written on (their finalizer was still removed)
+    unmarked: tuple[str, ...] = ()
+
+    @property
+    def failed_objects(self) -> tuple[str, ...]:
+        return tuple(item.split(": ", 1)[0] for item in self.failed)
+
+
+def uninstall_marked(nodes: Iterable[Node], mirrors: Iterable[JsonDict]) -> int:
+    """How many of these Nodes and NodeClaim mirrors carry :data:`UNINSTALLING_ANNOTATION`."""
+    return (sum(1 for node in nodes if UNINSTALLING_ANNOTATION in node.annotations)
+            + sum(1 for mirror in mirrors if UNINSTALLING_ANNOTATION in (_meta(mirror).get("annotations") or {})))
+
+
+def _joiners_node(meta: JsonDict) -> bool:
+    labels = meta.get("labels") or {}
+    return TERMINATION_FINALIZER in (meta.get("finalizers") or []) or wk.NODEPOOL in labels or wk.NODECLAIM in labels
+
+
+def remove_finalizers(kube: KubernetesPort, marked_at: datetime) -> UninstallResult:
+    """``joiner uninstall``: remove Joiner's finalizer from every Node and NodeClaim mirror, so
+    nothing Joiner can no longer act on holds a deletion.
+
+    First :data:`UNINSTALLING_ANNOTATION` (``marked_at``) goes on Joiner's Nodes, so a Joiner
+    still running (garbage collection, the disruption pass) adds no finalizer back; then each
+    Node's finalizer is removed (a strategic merge patch), then each mirror's, in one
+    conditional patch with the marker, re-read and retried after a 409 up to
+    :data:`CONFLICT_ATTEMPTS` times. One object that cannot be changed never stops the others."""
+    stamp = marked_at.isoformat()
+    changed: list[str] = []
+    failed: list[str] = []
+    unmarked: list[str] = []
+    node_metas = [_meta(node) for node in kube.list_nodes()]
+    for meta in node_metas:
+        name = str(meta.get("name"))
+        if not _joiners_node(meta) or (meta.get("annotations") or {}).get(UNINSTALLING_ANNOTATION):
+            continue
+        try:
+            kube.patch_node(name, {"metadata": {"annotations": {UNINSTALLING_ANNOTATION: stamp}}})
+        except KubernetesError as error:
+            if error.status != 404:
+                unmarked.append(f"node/{name}: {error}")
+    for meta in node_metas:
+        name = str(meta.get("name"))
+        if TERMINATION_FINALIZER not in (meta.get("finalizers") or []):
+            continue
+        try:
+            if kube.set_node_finalizer(name, TERMINATION_FINALIZER, False):
+                changed.append(f"node/{name}")
+        except KubernetesError as error:
+            failed.append(f"node/{name}: {error}")
+    for mirror in kube.list_node_claims():
+        name = str(_meta(mirror).get("name"))
+        had = TERMINATION_FINALIZER in (_meta(mirror).get("finalizers") or [])
+        try:
+            if _retry_conflicts(kube, mirror, present=False, annotations={UNINSTALLING_ANNOTATION: stamp}) and had:
+                changed.append(f"nodeclaim/{name}")
+        except KubernetesError as error:
+            (failed if had else unmarked).append(f"nodeclaim/{name}: {error}")
+    for item in failed:
+        logger.warning("finalizer not removed", extra={"object": item})
+    return UninstallResult(tuple(changed), tuple(failed), tuple(unmarked))
+
+
+def remove_uninstall_marker(kube: KubernetesPort) -> UninstallResult:
+    """``joiner uninstall --undo``: remove :data:`UNINSTALLING_ANNOTATION` from every Node and
+    NodeClaim mirror, so a Joiner still running adds its finalizers again at its next pass."""
+    changed: list[str] = []
+    failed: list[str] = []
     for node in kube.list_nodes():
         meta = _meta(node)
-        if TERMINATION_FINALIZER in (meta.get("finalizers") or []):
-            kube.set_node_finalizer(str(meta.get("name")), TERMINATION_FINALIZER, False)
-            removed.append(f"node/{meta.get('name')}")
+        name = str(meta.get("name"))
+        if UNINSTALLING_ANNOTATION not in (meta.get("annotations") or {}):
+            continue
+        try:
+            kube.patch_node(name, {"metadata": {"annotations": {UNINSTALLING_ANNOTATION: None}}})
+            changed.append(f"node/{name}")
+        except KubernetesError as error:
+            if error.status != 404:
+                failed.append(f"node/{name}: {error}")
     for mirror in kube.list_node_claims():
         meta = _meta(mirror)
-        if TERMINATION_FINALIZER in (meta.get("finalizers") or []):
-            _set_mirror_finalizer(kube, mirror, present=False)
-            removed.append(f"nodeclaim/{meta.get('name')}")
-    return removed
+        name = str(meta.get("name"))
+        if UNINSTALLING_ANNOTATION not in (meta.get("annotations") or {}):
+            continue
+        present = TERMINATION_FINALIZER in (meta.get("finalizers") or [])
+        try:
+            if _retry_conflicts(kube, mirror, present=present, annotations={UNINSTALLING_ANNOTATION: None}):
+                changed.append(f"nodeclaim/{name}")
+        except KubernetesError as error:
+            failed.append(f"nodeclaim/{name}: {error}")
+    return UninstallResult(tuple(changed), tuple(failed))
+
+
+def _retry_conflicts(kube: KubernetesPort, mirror: JsonDict, *, present: bool, annotations: Mapping[str, str | None]) -> bool:
+    """:func:`_set_mirror_finalizer`, the mirror re-read after each 409 (at most
+    :data:`CONFLICT_ATTEMPTS` writes); False when nothing was left to write or it is gone."""
+    name = str(_meta(mirror).get("name"))
+    for attempt in range(1, CONFLICT_ATTEMPTS + 1):
+        try:
+            return _set_mirror_finalizer(kube, mirror, present=present, annotations=annotations)
+        except KubernetesError as error:
+            if error.status != 409 or attempt == CONFLICT_ATTEMPTS:
+                raise
+            logger.info("nodeclaim changed meanwhile: read again", extra={"nodeclaim": name, "attempt": attempt})
+        fresh = kube.get_node_claim(name)
+        if fresh is None:
+            return False
+        mirror = fresh
+    return False
