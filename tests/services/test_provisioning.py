@@ -1322,6 +1322,38 @@ def test_e2e_a_claim_record_that_cannot_be_written_holds_no_reservation(e2e: E2E
     assert state.reserved_capacity("default")["cpu"] == sum(r["cpu"] for r in held.values()) == 4000
 
 
+def test_e2e_a_lagging_open_claims_index_never_buys_the_same_pods_twice(e2e: E2E) -> None:
+    """Container A launches a claim for two pods; a third pod arrives and container B's round
+    runs while DynamoDB's open-claims index does not show A's claim yet (real GSIs lag; moto's
+    never do, so the lag is injected on B's client). The three pods would make one claim of
+    another id: B must see A's claim in flight and buy nothing more."""
+    from joiner.adapters.aws import AwsClients
+    from joiner.adapters.state import OPEN_INDEX_SETTLE
+    from testworld.aws import REGION
+
+    pool = node_pool_json(requirements=[{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c5.2xlarge"]}])
+    e2e.emulator.apply(pool)
+    e2e.runtime("first-deployment").state.open_claims()  # the table's first read starts the index's settle period
+    e2e.clock.advance(OPEN_INDEX_SETTLE.total_seconds() + 1)
+    for name in ("web-0", "web-1"):
+        e2e.emulator.apply(pod_json(name, cpu="1500m", memory="256Mi"))
+    (first,) = provision(e2e.runtime("container-a"), e2e.clock.now()).launched
+    e2e.emulator.apply(pod_json("web-2", cpu="1500m", memory="256Mi"))
+
+    def index_lags(parsed: dict, **_: object) -> None:
+        if parsed.get("Items") is not None:
+            parsed["Items"] = [item for item in parsed["Items"] if item.get("sk", {}).get("S") != "CLAIM"]
+
+    clients_b = AwsClients(REGION, e2e.server.endpoint)
+    clients_b.table(E2E_TABLE).meta.client.meta.events.register_first("after-call.dynamodb.Query", index_lags)
+    e2e.clock.advance(LEASE_TTL_SECONDS + 1)
+    second = provision(e2e.runtime("container-b", clients=clients_b), e2e.clock.now())
+
+    promised = [pod for claim in e2e.runtime("check").state.open_claims() for pod in claim.pods]
+    assert len(promised) == len(set(promised)), promised  # no pod promised to two open claims
+    assert not second.launched and len(e2e.instances()) == 1  # the third pod fits the c5.2xlarge in flight
+
+
 @pytest.mark.slow
 def test_e2e_a_launch_template_deleted_behind_the_adapters_back_is_recreated_in_the_same_round(e2e: E2E) -> None:
     e2e.emulator.apply(node_pool_json())

@@ -54,6 +54,12 @@ OPEN_INDEX_SETTLE = timedelta(hours=1)
 #: of the eventually consistent index: a round sees its own and the previous round's claims.
 _RECENT_WRITES = timedelta(minutes=2)
 _RECENT_LIMIT = 500
+#: The partition of the claims created within :data:`_RECENT_WRITES`, by any container: one
+#: small item each (sort key ``<written at>#<claim id>``), written before its claim and read by
+#: :meth:`StateAdapter.open_claims` with a strongly consistent Query, so a claim created
+#: moments ago elsewhere is found while the eventually consistent index does not show it yet.
+#: What it holds follows the rate of new claims, not the cluster; TTL removes old items.
+_RECENT_CLAIMS = "RECENT#CLAIM"
 #: Items per TransactGetItems (DynamoDB allows 100; moto and older endpoints 25).
 _GET_CHUNK = 25
 #: TransactWriteItems attempts when DynamoDB cancels for a concurrent transaction on the same item.
@@ -99,6 +105,11 @@ def _expected_states(claim_id: str, expected: str | tuple[str, ...] | None) -> t
 
 def _epoch_ceil(moment: datetime) -> int:
     return math.ceil(moment.timestamp())
+
+
+def _sortable(moment: datetime) -> str:
+    """``moment`` in UTC as a fixed-width string that sorts as time does."""
+    return _aware(moment, "time").astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _epoch_floor(moment: datetime) -> int:
@@ -369,9 +380,15 @@ class StateAdapter:
         )
 
     def put_claim(self, claim: ClaimRecord) -> bool:
-        """Create the claim; False (nothing written) when the id already exists."""
+        """Create the claim; False (nothing written) when the id already exists. Its entry in
+        :data:`_RECENT_CLAIMS` is written first: a reader finds every claim that exists."""
         item = self._claim_item(claim)
         self._wrote(claim.claim_id)
+        now = self._clock.now()
+        self._call("PutItem", self._table.put_item, Item={
+            "pk": _RECENT_CLAIMS, "sk": f"{_sortable(now)}#{claim.claim_id}", "claimId": claim.claim_id,
+            "expiresAt": _epoch_ceil(now + _RECENT_WRITES + timedelta(hours=1)),
+        })
         try:
             self._call("PutItem", self._table.put_item, Item=item, ConditionExpression=Attr("pk").not_exists())
         except ClientError as error:
@@ -507,8 +524,17 @@ class StateAdapter:
                 by_id.pop(claim_id, None)
             else:
                 by_id[claim_id] = item
+        for claim_id, item in self._read_claims(sorted(self._created_recently() - set(by_id) - set(self._recent))).items():
+            if item is not None:
+                by_id[claim_id] = item
         claims = [self._claim_from_item(item) for item in by_id.values() if item.get("state") != ClaimState.CLOSED]
         return sorted(claims, key=lambda c: (c.created_at, c.claim_id))
+
+    def _created_recently(self) -> set[str]:
+        """Ids of the claims any container created within :data:`_RECENT_WRITES` (consistent)."""
+        horizon = _sortable(self._clock.now() - _RECENT_WRITES)
+        items = self._query(KeyConditionExpression=Key("pk").eq(_RECENT_CLAIMS) & Key("sk").gte(horizon), ConsistentRead=True)
+        return {str(item["claimId"]) for item in items if item.get("claimId")}
 
     def _scan_open_claims(self) -> list[ClaimRecord]:
         items = self._scan(FilterExpression=Attr("sk").eq(CLAIM) & Attr("state").ne(ClaimState.CLOSED.value), ConsistentRead=True)
@@ -563,8 +589,11 @@ class StateAdapter:
         horizon = self._clock.now() - _RECENT_WRITES
         for claim_id in [claim_id for claim_id, when in self._recent.items() if when < horizon]:
             del self._recent[claim_id]
-        found: dict[str, dict[str, Any] | None] = dict.fromkeys(self._recent)
-        ids = sorted(self._recent)
+        return self._read_claims(sorted(self._recent))
+
+    def _read_claims(self, ids: Sequence[str]) -> dict[str, dict[str, Any] | None]:
+        """Claim id -> its item now (None: gone), strongly consistent (TransactGetItems)."""
+        found: dict[str, dict[str, Any] | None] = dict.fromkeys(ids)
         client = self._table.meta.client
         for start in range(0, len(ids), _GET_CHUNK):
             chunk = ids[start:start + _GET_CHUNK]
