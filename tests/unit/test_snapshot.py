@@ -778,7 +778,9 @@ class TestParseObjects:
             {"apiVersion": "v1", "kind": "NodeList", "items": [{"metadata": {"name": "n1"}}]},  # raw API list: items carry no kind
             {"apiVersion": "joiner.dev/v1", "kind": "NodePool", "metadata": {"name": "default"}},
             {"apiVersion": "joiner.dev/v1", "kind": "NodeClass", "metadata": {"name": "default"}},
-            {"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "metadata": {"name": "x"}},
+            {"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "metadata": {"name": "x", "labels": {"karpenter.sh/nodepool": "default"}},
+             "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}, "requirements": []}},
+            {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "svc"}},
             pod_object("done", status={"phase": "Succeeded"}, nodeName="n1"),
         ]
         snapshot = parse_objects(objects)
@@ -789,6 +791,7 @@ class TestParseObjects:
         assert [p.name for p in snapshot.pending_pods] == ["b"]
         assert [p.name for p in snapshot.bound_pods] == ["a"]
         assert [p.name for p in snapshot.node_pools] == ["default"] and [c.name for c in snapshot.node_classes] == ["default"]
+        assert [(c.name, c.node_pool) for c in snapshot.node_claims] == [("x", "default")]
 
     def test_empty(self) -> None:
         assert parse_objects([]) == Snapshot()

@@ -13,7 +13,9 @@ misspelt ``request:`` or ``nodeClasRef:`` cannot pass silently. What is known:
 * Karpenter's ``karpenter.sh/v1`` NodePool and ``karpenter.k8s.aws/v1`` EC2NodeClass: Joiner's
   schemas plus the Karpenter fields Joiner does not model; the parts of Karpenter's schema
   Joiner does not copy (``kubelet``, ``blockDeviceMappings``, ``amiSelectorTerms``,
-  ``status``) are not checked.
+  ``status``) are not checked;
+* Karpenter's ``karpenter.sh/v1`` NodeClaim: every field of Karpenter v1's CRD (spec and
+  status), written out here.
 
 A tree maps each known field to its own tree; ``0`` accepts anything below; ``{"*": tree}``
 is a map with arbitrary keys; list items follow their field's tree.
@@ -36,7 +38,7 @@ __all__ = ["Tree", "crd_schema", "kind_tree", "unknown_fields", "describe_unknow
 Tree = Any  # dict[str, Tree] | int
 
 _CRD_FILES = {("joiner.dev/v1", "NodePool"): "nodepools.joiner.dev.yaml", ("joiner.dev/v1", "NodeClass"): "nodeclasses.joiner.dev.yaml",
-              ("joiner.dev/v1alpha1", "NodeOverlay"): "nodeoverlays.joiner.dev.yaml"}
+              ("joiner.dev/v1alpha1", "NodeOverlay"): "nodeoverlays.joiner.dev.yaml", ("joiner.dev/v1", "NodeClaim"): "nodeclaims.joiner.dev.yaml"}
 
 #: Karpenter's taints are core/v1 Taints.
 _CORE_TAINT: Tree = {"key": 0, "value": 0, "effect": 0, "timeAdded": 0}
@@ -51,6 +53,21 @@ _KARPENTER_EXTRAS: dict[tuple[str, str], dict[tuple[str, ...], Tree]] = {
         ("status",): 0,
     },
 }
+#: Karpenter's ``karpenter.sh/v1`` NodeClaim, every field its CRD defines (Karpenter v1's
+#: ``karpenter.sh_nodeclaims.yaml``); Joiner has no schema of that shape to start from.
+_KARPENTER_REQUIREMENT: Tree = {"key": 0, "operator": 0, "values": 0, "minValues": 0}
+_KARPENTER_NODECLAIM: Tree = {
+    "apiVersion": 0, "kind": 0,
+    "spec": {
+        "expireAfter": 0, "nodeClassRef": {"group": 0, "kind": 0, "name": 0}, "requirements": _KARPENTER_REQUIREMENT,
+        "resources": {"requests": 0}, "startupTaints": _CORE_TAINT, "taints": _CORE_TAINT, "terminationGracePeriod": 0,
+    },
+    "status": {
+        "allocatable": 0, "capacity": 0, "imageID": 0, "lastPodEventTime": 0, "nodeName": 0, "providerID": 0,
+        "conditions": {"type": 0, "status": 0, "reason": 0, "message": 0, "lastTransitionTime": 0, "observedGeneration": 0},
+    },
+}
+_KARPENTER_OWN = {("karpenter.sh/v1", "NodeClaim"): _KARPENTER_NODECLAIM}
 _KARPENTER_BASE = {("karpenter.sh/v1", "NodePool"): ("joiner.dev/v1", "NodePool"),
                    ("karpenter.k8s.aws/v1", "EC2NodeClass"): ("joiner.dev/v1", "NodeClass")}
 
@@ -97,6 +114,10 @@ def kind_tree(api_version: str, kind: str) -> Tree | None:
         tree["metadata"] = _kube_fields()["meta/v1/ObjectMeta"]
         return tree
     node: Tree
+    if key in _KARPENTER_OWN:
+        tree = copy.deepcopy(_KARPENTER_OWN[key])
+        tree["metadata"] = _kube_fields()["meta/v1/ObjectMeta"]
+        return tree
     if key in _KARPENTER_BASE:
         tree = copy.deepcopy(kind_tree(*_KARPENTER_BASE[key]))
         for path, sub in _KARPENTER_EXTRAS[key].items():

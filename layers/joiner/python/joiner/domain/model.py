@@ -20,7 +20,7 @@ from joiner.domain.resources import EMPTY, Resources
 
 __all__ = [
     "POD_DELETION_COST", "DEFAULT_SCHEDULER", "Taint", "Toleration", "LabelSelector", "PodAffinityTerm", "TopologySpreadConstraint",
-    "PreferredNodeTerm", "HostPort", "Pod", "Node", "NodeCondition", "DaemonSet", "PodDisruptionBudget",
+    "PreferredNodeTerm", "HostPort", "Pod", "Node", "NodeClaim", "NodeCondition", "DaemonSet", "PodDisruptionBudget",
     "PersistentVolumeClaim", "PersistentVolume", "StorageClass", "CSINode",
     "Budget", "Disruption", "NodePool", "SelectorTerm", "KubeletConfig", "NodeClass",
     "Offering", "InstanceType", "NodeClaimPlan", "ExistingNodePlan", "UnschedulablePod", "Plan",
@@ -352,6 +352,42 @@ class Node:
         """kube-scheduler may still bind pods to it once it is ready: not being deleted,
         cordoned or disrupted. Only such a Node's nominations hold pods back from planning."""
         return not self.deleting and not self.unschedulable and not self.disrupted
+
+
+@dataclass(frozen=True, slots=True)
+class NodeClaim:
+    """A NodeClaim as a cluster snapshot holds it: Joiner's ``joiner.dev/v1`` mirror of one
+    of its claims, or Karpenter's ``karpenter.sh/v1`` NodeClaim (``api_version`` says which).
+    ``instance_type``, ``zone`` and ``capacity_type`` are what the object states (the mirror's
+    status; Karpenter's labels, else its single-valued requirements), None when it does not."""
+
+    name: str
+    api_version: str
+    node_pool: str
+    node_name: str | None = None
+    provider_id: str = ""
+    instance_type: str | None = None
+    zone: str | None = None
+    capacity_type: str | None = None
+    node_class: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    created: datetime | None = None
+    finalizers: tuple[str, ...] = ()
+    deletion_time: datetime | None = None
+    #: Karpenter's ``spec.terminationGracePeriod`` (the mirror has none: Joiner reads its NodePool's)
+    termination_grace_period: timedelta | None = None
+
+    @property
+    def deleting(self) -> bool:
+        return self.deletion_time is not None
+
+    @property
+    def instance_id(self) -> str | None:
+        """``i-...`` from ``aws:///<zone>/<instance-id>``."""
+        if not self.provider_id.startswith("aws://"):
+            return None
+        tail = self.provider_id.rsplit("/", 1)[-1]
+        return tail if tail.startswith("i-") else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -56,6 +56,7 @@ from joiner.domain.model import (
     KubeletConfig,
     LabelSelector,
     Node,
+    NodeClaim,
     NodeClass,
     NodeCondition,
     NodePool,
@@ -84,6 +85,8 @@ __all__ = [
     "parse_pod",
     "PodSpecMemo",
     "parse_node",
+    "parse_node_claim",
+    "NODE_CLAIM_API_VERSIONS",
     "parse_daemonset",
     "parse_pdb",
     "parse_runtime_class",
@@ -609,6 +612,99 @@ def parse_node(obj: Mapping[str, Any], *, origin: str = "") -> Node:
     )
 
 
+#: The NodeClaims a snapshot may hold: Joiner's mirrors and Karpenter's own.
+NODE_CLAIM_API_VERSIONS = (JOINER_V1, KARPENTER_V1)
+_CLAIM_STATES = ("reserved", "launched", "registered", "initialized", "terminating")
+_CONDITION_STATUSES = ("True", "False", "Unknown")
+
+
+def parse_node_claim(obj: Mapping[str, Any], *, origin: str = "") -> NodeClaim:
+    """A ``joiner.dev/v1`` NodeClaim (Joiner's mirror: ``spec.nodePool``, the instance in
+    ``status``) or a ``karpenter.sh/v1`` one (Karpenter's: its NodePool in the
+    ``karpenter.sh/nodepool`` label, ``spec.nodeClassRef`` and ``spec.requirements`` required,
+    the instance type, zone and capacity type in its labels or single-valued requirements)."""
+    obj = checked_object(obj, "NodeClaim", origin)
+    fields = Fields(object_ref("NodeClaim", obj, namespaced=False, origin=origin))
+    api_version = fields.string(obj.get("apiVersion"), "apiVersion", required=True)
+    if api_version not in NODE_CLAIM_API_VERSIONS:
+        fields.fail("apiVersion", f"{api_version!r} is not supported (expected {' or '.join(NODE_CLAIM_API_VERSIONS)})")
+    metadata = metadata_of(fields, obj)
+    name = name_of(fields, metadata)
+    labels = wk.normalize_labels(fields.string_map(metadata.get("labels"), "metadata.labels"))
+    spec = fields.mapping(obj.get("spec"), "spec", required=True)
+    status = fields.mapping(obj.get("status"), "status")
+    for item_path, condition in fields.items(status.get("conditions"), "status.conditions"):
+        fields.string(condition.get("type"), f"{item_path}.type", required=True)
+        fields.string(condition.get("status"), f"{item_path}.status", required=True, allowed=_CONDITION_STATUSES)
+        fields.timestamp(condition.get("lastTransitionTime"), f"{item_path}.lastTransitionTime")
+    node_name = fields.string(status.get("nodeName"), "status.nodeName", default=None) or None
+    provider_id = fields.string(status.get("providerID"), "status.providerID", default="")
+    grace = None
+    if api_version == JOINER_V1:
+        node_pool = fields.string(spec.get("nodePool"), "spec.nodePool", required=True)
+        node_class = fields.string(spec.get("nodeClass"), "spec.nodeClass", default=None) or None
+        fields.string_list(spec.get("pods"), "spec.pods")
+        fields.string(status.get("state"), "status.state", default=None, allowed=_CLAIM_STATES)
+        instance_id = fields.string(status.get("instanceID"), "status.instanceID", default="")
+        instance_type = fields.string(status.get("instanceType"), "status.instanceType", default=None) or None
+        zone = fields.string(status.get("zone"), "status.zone", default=None) or None
+        capacity_type = fields.string(status.get("capacityType"), "status.capacityType", default=None) or None
+        price = fields.string(status.get("price"), "status.price", default=None)
+        if price is not None and not re.match(r"^[0-9]+(\.[0-9]+)?$", price):
+            fields.fail("status.price", f"expected US dollars per hour such as 0.3400, got {price!r}")
+        if instance_id and not provider_id and zone:
+            provider_id = f"aws:///{zone}/{instance_id}"
+    else:
+        node_pool = labels.get(wk.NODEPOOL) or ""
+        if not node_pool:
+            fields.fail("metadata.labels", "needs karpenter.sh/nodepool: the NodePool the claim belongs to (Karpenter sets it)")
+        ref = fields.mapping(spec.get("nodeClassRef"), "spec.nodeClassRef", required=True)
+        group = fields.string(ref.get("group"), "spec.nodeClassRef.group", required=True)
+        kind = fields.string(ref.get("kind"), "spec.nodeClassRef.kind", required=True)
+        node_class = fields.string(ref.get("name"), "spec.nodeClassRef.name", required=True)
+        if (group, kind) not in _NODE_CLASS_REFS:
+            expected = " or ".join(f"{g}/{k}" for g, k in sorted(_NODE_CLASS_REFS))
+            fields.fail("spec.nodeClassRef", f"must reference {expected}, got {group}/{kind}")
+        if spec.get("requirements") is None:
+            fields.fail("spec.requirements", "required (Karpenter's NodeClaim lists the requirements it was launched for)")
+        requirements = fields.requirements(spec.get("requirements"), "spec.requirements")
+
+        def stated(key: str) -> str | None:
+            value = labels.get(key)
+            if value:
+                return value
+            requirement = requirements.get(key)
+            return requirement.single_value() if requirement is not None else None
+
+        instance_type, zone, capacity_type = stated(wk.INSTANCE_TYPE), stated(wk.ZONE), stated(wk.CAPACITY_TYPE)
+        fields.duration(spec.get("expireAfter"), "spec.expireAfter", default=None)
+        grace = fields.duration(spec.get("terminationGracePeriod"), "spec.terminationGracePeriod", default=None, allow_never=False)
+        fields.taints(spec.get("taints"), "spec.taints")
+        fields.taints(spec.get("startupTaints"), "spec.startupTaints")
+        resources = fields.mapping(spec.get("resources"), "spec.resources")
+        fields.resources(resources.get("requests"), "spec.resources.requests")
+        fields.resources(status.get("capacity"), "status.capacity")
+        fields.resources(status.get("allocatable"), "status.allocatable")
+    if provider_id and not provider_id.startswith("aws://"):
+        fields.fail("status.providerID", f"expected aws:///<zone>/<instance-id>, got {provider_id!r}")
+    return NodeClaim(
+        name=name,
+        api_version=api_version,
+        node_pool=node_pool,
+        node_name=node_name,
+        provider_id=provider_id,
+        instance_type=instance_type,
+        zone=zone,
+        capacity_type=capacity_type,
+        node_class=node_class,
+        labels=labels,
+        created=fields.timestamp(metadata.get("creationTimestamp"), "metadata.creationTimestamp"),
+        finalizers=tuple(fields.string_list(metadata.get("finalizers"), "metadata.finalizers")),
+        deletion_time=fields.timestamp(metadata.get("deletionTimestamp"), "metadata.deletionTimestamp"),
+        termination_grace_period=grace,
+    )
+
+
 def parse_daemonset(obj: Mapping[str, Any], runtime_classes: Mapping[str, Resources] | None = None, *, origin: str = "") -> DaemonSet:
     """An apps/v1 DaemonSet; its pod template becomes a Pod owned by the DaemonSet (with
     the tolerations the DaemonSet controller adds), used for per-node overhead."""
@@ -1072,6 +1168,8 @@ class Snapshot:
     storage_classes: tuple[StorageClass, ...] = ()
     csi_nodes: tuple[CSINode, ...] = ()
     node_overlays: tuple[NodeOverlay, ...] = ()
+    #: NodeClaims (Joiner's mirrors and Karpenter's), by name: what a deletion of one drains
+    node_claims: tuple[NodeClaim, ...] = ()
     #: False when the volume objects could not be read (an API error, RBAC not updated): the
     #: planner then places pending pods without volume topology, and consolidation moves
     #: no pod that has a persistent volume.
@@ -1113,6 +1211,8 @@ _KINDS: dict[tuple[str, str], str] = {
     (KARPENTER_AWS_V1, "EC2NodeClass"): "NodeClass",
     (JOINER_V1ALPHA1, "NodeOverlay"): "NodeOverlay",
     (KARPENTER_V1ALPHA1, "NodeOverlay"): "NodeOverlay",
+    (JOINER_V1, "NodeClaim"): "NodeClaim",
+    (KARPENTER_V1, "NodeClaim"): "NodeClaim",
 }
 _MODELLED_KINDS = {kind: sorted(api for api, k in _KINDS if k == kind) for _, kind in _KINDS}
 _NAMESPACED = {"Pod", "DaemonSet", "PodDisruptionBudget", "PersistentVolumeClaim"}
@@ -1170,7 +1270,8 @@ def _collect(entries: Iterable[tuple[object, str]], *, strict: bool = False) -> 
             _unique(seen, target, name, f"RuntimeClass {name}")
             runtime_classes[name] = overhead
 
-    pods, nodes, daemonsets, pdbs, pools, classes, overlays = [], [], [], [], [], [], []
+    pods, nodes, daemonsets, pdbs, pools, classes, overlays, node_claims = [], [], [], [], [], [], [], []
+    claimed_nodes: dict[str, str] = {}
     volume_objects: dict[str, list[Any]] = {field_name: [] for _, field_name in vol.VOLUME_KINDS.values()}
     for target, obj, origin in typed:
         if target in vol.VOLUME_KINDS:
@@ -1212,6 +1313,15 @@ def _collect(entries: Iterable[tuple[object, str]], *, strict: bool = False) -> 
             overlay = parse_node_overlay(obj, origin=origin)
             _unique(seen, target, overlay.name, f"NodeOverlay {overlay.name}")
             overlays.append(overlay)
+        elif target == "NodeClaim":
+            claim = parse_node_claim(obj, origin=origin)
+            ref = f"NodeClaim {claim.name} ({claim.api_version})"
+            _unique(seen, target, claim.name, ref)
+            if claim.node_name is not None:
+                if claim.node_name in claimed_nodes:
+                    raise SnapshotError(ref, "status.nodeName", f"node {claim.node_name} is already {claimed_nodes[claim.node_name]}'s")
+                claimed_nodes[claim.node_name] = ref
+            node_claims.append(claim)
     return Snapshot(
         pods=tuple(sorted(pods, key=lambda p: (p.namespace, p.name))),
         nodes=tuple(sorted(nodes, key=lambda n: n.name)),
@@ -1226,6 +1336,7 @@ def _collect(entries: Iterable[tuple[object, str]], *, strict: bool = False) -> 
         csi_nodes=tuple(sorted(csi_nodes, key=lambda c: c.name)),
         kinds_read=frozenset(kinds_read),
         node_overlays=tuple(sorted(overlays, key=lambda o: o.name)),
+        node_claims=tuple(sorted(node_claims, key=lambda c: c.name)),
     )
 
 
