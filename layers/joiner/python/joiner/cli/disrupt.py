@@ -12,6 +12,15 @@ no EC2: for AMI, subnet and security-group drift a node states its instance's la
 in the ``joiner.dev/ami-id``, ``joiner.dev/subnet-id`` and ``joiner.dev/security-group-ids``
 (comma-separated) annotations, and the NodeClass's selector terms stand for its current
 resolution only where every term names an ID (any other term: unknown, no drift).
+
+Deletions: ``--delete nodeclaim/NAME`` or ``--delete node/NAME`` (repeatable) shows what
+``kubectl delete`` of that NodeClaim (``joiner.dev/v1`` or ``karpenter.sh/v1``) or Node at
+``--now`` would do, and NodeClaims and Nodes the snapshot already shows being deleted
+(``deletionTimestamp``) are shown from their deletion on: the drain plan of
+:mod:`joiner.domain.drain_plan` (which pods are evicted in which order, which a
+PodDisruptionBudget or do-not-disrupt holds back, when the NodePool's
+``terminationGracePeriod`` has them deleted, when the instance is terminated). With any, the
+JSON object gains ``"deletions": [...]``; the nodes being deleted are not disruption candidates.
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ from joiner.cli.output import columns, emit
 
 if TYPE_CHECKING:
     from joiner.domain.disruption import Decision, NodeFacts, ResolvedNodeClass
+    from joiner.domain.drain_plan import DeletionPlan
     from joiner.domain.model import SelectorTerm
     from joiner.domain.snapshot import Snapshot
 
@@ -35,6 +45,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser("disrupt", help="print the disruption commands (consolidation, drift, expiration, emptiness) for a cluster snapshot")
     add_snapshot_arguments(parser)
     parser.add_argument("--now", help="the pass's time (ISO 8601, e.g. 2025-01-06T09:00:00Z); default: the current time")
+    parser.add_argument("--delete", action="append", default=[], metavar="KIND/NAME",
+                        help="also show what deleting nodeclaim/NAME or node/NAME at --now would do: its drain plan (repeatable)")
     parser.set_defaults(handler=run)
 
 
@@ -95,7 +107,10 @@ def run(args: argparse.Namespace) -> int:
     from joiner.domain.planning import instance_types_by_pool
 
     now = _now(args.now)
+    targets = [_target(text) for text in args.delete]
     snapshot, catalog = load_snapshot_and_catalog(args)
+    deletions = deletion_plans(snapshot, targets, now)
+    snapshot = _without_deleted(snapshot, deletions, now)
     try:
         types = instance_types_by_pool(snapshot.node_pools, snapshot.node_classes, catalog, snapshot.node_overlays)
     except CatalogError as error:
@@ -103,8 +118,97 @@ def run(args: argparse.Namespace) -> int:
     decision = decide(DisruptionInput(
         snapshot=snapshot, instance_types=types, now=now, facts=offline_facts(snapshot), node_classes=offline_node_classes(snapshot),
     ))
-    emit(args.output, decision.to_dict(), lambda wide: render_table(decision, wide=wide))
+    data = decision.to_dict()
+    if deletions:
+        data["deletions"] = [plan.to_dict() for plan in deletions]
+    emit(args.output, data, lambda wide: render_table(decision, wide=wide) + render_deletions(deletions, wide=wide))
     return 0
+
+
+#: ``--delete`` kinds as typed (kubectl's names) -> the kind.
+_DELETE_KINDS = {"nodeclaim": "NodeClaim", "nodeclaims": "NodeClaim", "node": "Node", "nodes": "Node", "no": "Node"}
+
+
+def _target(text: str) -> tuple[str, str]:
+    kind, _, name = text.partition("/")
+    if kind.lower() not in _DELETE_KINDS or not name:
+        raise UsageError(f"--delete: expected nodeclaim/NAME or node/NAME, got {text!r}")
+    return _DELETE_KINDS[kind.lower()], name
+
+
+def deletion_plans(snapshot: Snapshot, targets: Sequence[tuple[str, str]], now: datetime) -> list[DeletionPlan]:
+    """The drain plans of the ``targets`` deleted at ``now``, then of the NodeClaims and Nodes
+    the snapshot shows being deleted (from their ``deletionTimestamp``), one per node."""
+    from joiner.domain.drain_plan import DeletionTargetError, plan_deletion
+
+    pools = {pool.name: pool for pool in snapshot.node_pools}
+
+    def plan(kind: str, name: str, at: datetime) -> DeletionPlan:
+        return plan_deletion(kind, name, nodes=snapshot.nodes, claims=snapshot.node_claims, pods=snapshot.pods, pdbs=snapshot.pdbs,
+                             pools=pools, deleted_at=at)
+
+    plans: list[DeletionPlan] = []
+    for kind, name in targets:
+        try:
+            plans.append(plan(kind, name, now))
+        except DeletionTargetError as error:
+            raise UsageError(f"--delete {kind.lower()}/{name}: {error}") from None
+    seen = {p.node or f"nodeclaim/{p.name}" for p in plans}
+    deleting = [("NodeClaim", c.name, c.deletion_time) for c in snapshot.node_claims if c.deletion_time is not None]
+    deleting += [("Node", n.name, n.deletion_time) for n in snapshot.nodes if n.deletion_time is not None and n.node_pool]
+    for kind, name, at in deleting:
+        assert at is not None
+        found = plan(kind, name, at)
+        key = found.node or f"nodeclaim/{found.name}"
+        if key not in seen:
+            seen.add(key)
+            plans.append(found)
+    return plans
+
+
+def _without_deleted(snapshot: Snapshot, plans: Sequence[DeletionPlan], now: datetime) -> Snapshot:
+    """The snapshot with the nodes being deleted marked so (no disruption candidates)."""
+    import dataclasses
+
+    going = {plan.node for plan in plans if plan.node}
+    if not going:
+        return snapshot
+    nodes = tuple(n if n.name not in going or n.deleting else dataclasses.replace(n, deleting=True, deletion_time=now) for n in snapshot.nodes)
+    return dataclasses.replace(snapshot, nodes=nodes)
+
+
+def _when(moment: datetime | None, start: datetime) -> str:
+    if moment is None:
+        return "-"
+    seconds = int((moment - start).total_seconds())
+    minutes, seconds = divmod(seconds, 60)
+    return f"+{minutes}m{seconds:02d}s" if minutes else f"+{seconds}s"
+
+
+def render_deletions(plans: Sequence[DeletionPlan], *, wide: bool = False) -> str:
+    """Each deletion's drain: one line on the deletion, the pods in the order they leave, the end."""
+    lines: list[str] = []
+    for plan in plans:
+        lines.append("")
+        grace = plan.to_dict()["terminationGracePeriod"]
+        deadline = f"terminationGracePeriod {grace}: deadline {_when(plan.deadline, plan.deleted_at)}" if grace else "no terminationGracePeriod"
+        what = f"{plan.kind.lower()}/{plan.name}"
+        lines.append(f"DELETE {what} at {plan.deleted_at.isoformat().replace('+00:00', 'Z')}: node {plan.node or '-'}, "
+                     f"NodePool {plan.node_pool or '-'}, {deadline}")
+        if plan.replacement_for:
+            latest = f", by {_when(plan.drain_start_by, plan.deleted_at)} at the latest" if plan.drain_start_by else ""
+            lines.append(f"  a replacement is launched first for {len(plan.replacement_for)} pod{'s' if len(plan.replacement_for) != 1 else ''}; "
+                         f"evictions start once it is Ready{latest} (shown from the deletion on)")
+        if plan.drain is not None and plan.drain.pods:
+            rows = []
+            for fate in plan.drain.pods:
+                reason = fate.reason if wide or len(fate.reason) <= 80 else fate.reason[:77] + "..."
+                outcome = fate.outcome + (f" (grace {fate.grace_seconds}s)" if fate.grace_seconds is not None else "")
+                rows.append((_when(fate.at, plan.deleted_at), fate.pod, fate.group or "-", outcome, ", ".join(fate.blocked_by) or "-", reason))
+            lines += ["  " + line for line in columns(("AFTER", "POD", "GROUP", "OUTCOME", "HELD BY", "REASON"), rows)]
+        ended = f"instance terminated at {_when(plan.terminated_at, plan.deleted_at)}: " if plan.terminated_at is not None else ""
+        lines.append(f"  {ended}{plan.outcome}")
+    return "\n".join(lines) + ("\n" if lines else "")
 
 
 def render_table(decision: Decision, *, wide: bool = False) -> str:
