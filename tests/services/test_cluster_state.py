@@ -215,19 +215,19 @@ def test_the_warm_model_keeps_nothing_of_pods_long_gone(resync: bool) -> None:
         kube.write("pods", "", pod(f"web-{index}", "n1", 100), f"ns/web-{index}")
     now = [0.0]
     cache = ClusterCache(clock=lambda: now[0], interner_slack=64)
-    cache.read(kube, {}, _pod, _node)
+    cache.read(kube, {}, _pod, _node)  # type: ignore[arg-type]
     fresh = ClusterCache(interner_slack=64)
-    fresh.read(kube, {}, _pod, _node)
+    fresh.read(kube, {}, _pod, _node)  # type: ignore[arg-type]
     baseline = fresh.interned_values()
     for wave in range(50):
         for index in range(wave * 10, wave * 10 + 10):
             kube.write("pods", "", _job_pod(index), f"ns/job-{index}")
-        cache.read(kube, {}, _pod, _node)
+        cache.read(kube, {}, _pod, _node)  # type: ignore[arg-type]
         for index in range(wave * 10, wave * 10 + 10):
             kube.write("pods", "", None, f"ns/job-{index}")
     if resync:
         now[0] += cache.resync_after + 1
-    read = cache.read(kube, {}, _pod, _node)
+    read = cache.read(kube, {}, _pod, _node)  # type: ignore[arg-type]
     assert [entry.pod.name for entry in read.pods] == [f"web-{index}" for index in range(5)]
     assert read.how["pods"] == ("list" if resync else "changes")
     assert cache.interned_values() <= 2 * 5 + 64 + baseline

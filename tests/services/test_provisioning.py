@@ -632,7 +632,7 @@ class ClosingState(FakeState):
         self.current = current
 
     def update_claim(self, claim_id: str, **fields: Any) -> ClaimRecord:
-        if self.current and fields.get("state") == "launched" and fields.get("expected_state") == "reserved":
+        if self.current and fields.get("state") == "launched" and fields.get("expected_state") in ("reserved", ("reserved",)):
             rival, self.current = self.current, {}
             super().update_claim(claim_id, **rival)
         return super().update_claim(claim_id, **fields)

@@ -30,6 +30,7 @@ def launched_claim(world: FakeWorld, claim_id: str = "default-abc", instance_id:
         instance_type="c5.large", zone="us-east-1a", capacity_type="spot", price=0.03, pods=("default/web",),
         reserved=Resources({"cpu": 2000}), launched_at=launched_at,
     )
+    world.ec2.add_instance(instance_id, "c5.large")
     world.state.put_claim(claim)
     world.state.reserve_capacity("default", claim_id, claim.reserved, Resources({"cpu": 10_000}), Resources())
     return claim

@@ -219,14 +219,12 @@ def _terminate(runtime: Runtime, name: str, node: JsonDict, claim: ClaimRecord, 
 
 
 def _terminate_unregistered(runtime: Runtime, claim: ClaimRecord, now: datetime) -> None:
-    if claim.instance_id:
-        try:
-            runtime.ec2.terminate_instances([claim.instance_id])
-        except Ec2Error as error:
-            if error.code not in ("InvalidInstanceID.NotFound", "InvalidInstanceID.Malformed"):
-                raise
-    runtime.state.update_claim(claim.claim_id, state=ClaimState.CLOSED, closed_at=now, reason=DELETED_REASON)
-    runtime.state.release_capacity(claim.node_pool, claim.claim_id)
+    """Close a claim whose instance has no Node (its mirror's finalizer is the caller's)."""
+    from joiner.services.lifecycle import close_claim
+
+    outcome = close_claim(runtime, claim, DELETED_REASON, now, path="deletion", mirror=False)
+    if not outcome.owned:
+        raise Ec2Error(f"instance {claim.instance_id} is not tagged as this cluster's: not terminated", code="NotOwned")
 
 
 def _set_mirror_finalizer(kube: KubernetesPort, mirror: JsonDict, *, present: bool,

@@ -44,7 +44,8 @@ from joiner.domain.gc import (
     terminating_names,
 )
 from joiner.observability import logger
-from joiner.ports import ClaimState, ClaimStateConflict, Ec2Error, InstanceRecord, KubernetesError
+from joiner.ports import ClaimState, InstanceRecord, KubernetesError
+from joiner.services.lifecycle import close_claim, terminate_instance
 from joiner.services.termination import TERMINATION_KIND
 
 if TYPE_CHECKING:
@@ -192,11 +193,8 @@ def _terminate_instance(runtime: Runtime, action: GcAction, now: datetime) -> _O
         tagged = runtime.state.get_claim(action.claim_id)
         if tagged is not None and tagged.state != ClaimState.CLOSED and tagged.instance_id in (None, action.target):
             return False, f"claim {action.claim_id} is open now"
-    try:
-        runtime.ec2.terminate_instances([action.target])
-    except Ec2Error as error:
-        if "NotFound" not in (error.code or ""):
-            raise
+    if not terminate_instance(runtime, action.target, path="gc"):
+        return False, "its tags do not name this cluster"
     return True, ""
 
 
@@ -229,24 +227,21 @@ def _delete_node(runtime: Runtime, action: GcAction, now: datetime) -> _Outcome:
 def _close_claim(runtime: Runtime, action: GcAction, now: datetime) -> _Outcome:
     current = runtime.state.get_claim(action.target)
     if current is None or current.state == ClaimState.CLOSED:
-        if action.node_pool:
-            runtime.state.release_capacity(action.node_pool, action.target)  # idempotent; finishes a crashed close
+        close_claim(runtime, current or action.target, "garbage collected", now, path="gc", node_pool=action.node_pool or "")  # finishes a crashed close
         return False, "already closed"
     if current.instance_id != action.instance_id:
         return False, f"claim now records instance {current.instance_id}"
-    try:
-        # Conditional on the state just read (``reserved`` for an abandoned reservation): a
-        # provisioning round recording its launch at this instant wins, and GC backs off.
-        runtime.state.update_claim(
-            action.target, expected_state=current.state, state=ClaimState.CLOSED, closed_at=now, reason=f"garbage collected: {action.reason}",
-        )
-    except ClaimStateConflict as conflict:
-        if conflict.current.state != ClaimState.CLOSED:
-            return False, f"claim moved to {conflict.current.state} meanwhile"
-        runtime.state.release_capacity(action.node_pool or current.node_pool, action.target)  # idempotent
-        return False, "already closed"
-    runtime.state.release_capacity(action.node_pool or current.node_pool, action.target)
-    return True, ""
+    # Conditional on the state just read (``reserved`` for an abandoned reservation): a
+    # provisioning round recording its launch at this instant wins, and GC backs off.
+    outcome = close_claim(runtime, current, f"garbage collected: {action.reason}", now, path="gc", expected=ClaimState(current.state),
+                          node_pool=action.node_pool or "")
+    if outcome.closed_now:
+        return True, ""
+    if not outcome.owned:
+        return False, "its instance's tags do not name this cluster"
+    if outcome.claim is not None and outcome.claim.state != ClaimState.CLOSED:
+        return False, f"claim moved to {outcome.claim.state} meanwhile"
+    return False, "already closed"
 
 
 def _delete_template(runtime: Runtime, action: GcAction, now: datetime) -> _Outcome:

@@ -62,8 +62,7 @@ from joiner.domain.interruption import InterruptionEvent, decide_action
 from joiner.domain.model import InFlightClaim, Node, NodePool, OfferingKey, Pod
 from joiner.domain.termination import DISRUPTED_TAINT, reschedulable_pods
 from joiner.observability import logger
-from joiner.ports import ClaimRecord, ClaimState, Ec2Error, JsonDict, KubernetesError
-from joiner.services.nodeclaims import mirror_claim
+from joiner.ports import ClaimRecord, Ec2Error, JsonDict, KubernetesError
 from joiner.services.ownership import instance_tags, ownership_problem, refuse
 from joiner.services.termination import TerminationResult, begin_termination, cordon_node, request_termination
 
@@ -538,15 +537,12 @@ def _mark_reservation(
 def _close_without_node(runtime: Runtime, claim: ClaimRecord | None, instance_id: str, event: InterruptionEvent, now: datetime, base: NodeOutcome) -> NodeOutcome:
     """The instance never became a Node (or it is already gone): terminate it, close the
     claim and release its reservation; the pods it was for are still pending."""
-    try:
-        runtime.ec2.terminate_instances([instance_id])
-    except Ec2Error as error:
-        if "NotFound" not in (error.code or ""):
-            raise
-    if claim is not None and claim.state != ClaimState.CLOSED:
-        runtime.state.update_claim(claim.claim_id, state=ClaimState.CLOSED, closed_at=now, reason=event.kind)
-        runtime.state.release_capacity(claim.node_pool, claim.claim_id)
-        mirror_claim(runtime, claim.claim_id)
+    from joiner.services.lifecycle import close_claim, terminate_instance
+
+    if not terminate_instance(runtime, instance_id, path="interruption"):
+        return dataclasses.replace(base, termination="not owned")
+    if claim is not None:
+        close_claim(runtime, claim, event.kind, now, path="interruption", terminate=False)
     return dataclasses.replace(base, termination="terminated")
 
 

@@ -61,6 +61,7 @@ from joiner.ports import (
     LaunchTemplateRef,
 )
 from joiner.services.leases import Lease
+from joiner.services.lifecycle import advance, close_claim, terminate_instance
 from joiner.services.nodeclaims import mirror_claim
 from joiner.services.planning_round import LIMIT_REACHED, NODES, ClassEnv, PlanningRound
 
@@ -520,10 +521,11 @@ class Launcher:
         instance_type = next((t for t in job.types if t.name == launched.instance_type), None)
         actual = instance_type.capacity + {NODES: 1000} if instance_type is not None else held
         try:
-            self.work.open_by_id[launched.claim_id] = self.state.update_claim(
+            self.work.open_by_id[launched.claim_id] = advance(
+                self.runtime,
                 launched.claim_id,
-                expected_state=ClaimState.RESERVED,
-                state=ClaimState.LAUNCHED,
+                ClaimState.LAUNCHED,
+                expected=ClaimState.RESERVED,
                 instance_id=launched.instance_id,
                 instance_type=launched.instance_type,
                 zone=launched.zone,
@@ -575,11 +577,11 @@ class Launcher:
             "claim": launched.claim_id, "state": str(current.state), "reason": current.reason or "no reason", "instance": launched.instance_id,
         })
         try:
-            self.runtime.ec2.terminate_instances([launched.instance_id])
+            terminate_instance(self.runtime, launched.instance_id, path="launch", claim=launched.claim_id)
         except Ec2Error as error:  # gc terminates it later: tagged for a closed claim, unclaimed
             logger.error("terminating an unowned instance failed", extra={"claim": launched.claim_id, "instance": launched.instance_id, "error": str(error)})
         if current.state == ClaimState.CLOSED:
-            self.state.release_capacity(launched.node_pool, launched.claim_id)  # idempotent
+            close_claim(self.runtime, current, current.reason or "closed", self.now, path="launch", terminate=False)  # releases, idempotent
             failure = LaunchFailure(
                 launched.claim_id, launched.node_pool, launched.pods, "ClaimClosed",
                 f"claim closed while its launch was recorded ({current.reason or 'closed'}); instance {launched.instance_id} terminated",
@@ -600,20 +602,15 @@ class Launcher:
             self.runtime.count("CapacityErrors", 1)
 
     def close(self, claim_id: str, pool: str, reason: str, *, expected_state: str | None = None) -> bool:
-        """Close a claim and release its reservation. With ``expected_state``, only from that
-        state: False (nothing changed) when a concurrent transition moved it elsewhere."""
-        release = True
-        try:
-            closed = self.state.update_claim(claim_id, expected_state=expected_state, state=ClaimState.CLOSED, closed_at=self.now, reason=reason)
-            self.work.open_by_id[claim_id] = closed
-        except ClaimStateConflict as conflict:
-            self.work.open_by_id[claim_id] = conflict.current
-            release = conflict.current.state == ClaimState.CLOSED  # closed by someone else: releasing again is harmless
-            return release
-        finally:
-            if release:
-                self.state.release_capacity(pool, claim_id)
-        return True
+        """Close a claim this launcher reserved (:func:`~joiner.services.lifecycle.close_claim`)
+        and release its reservation: only from ``expected_state`` (``reserved`` unless given);
+        False (nothing changed) when a concurrent transition moved it elsewhere."""
+        record = self.work.open_by_id.get(claim_id) or claim_id
+        expected = ClaimState(expected_state) if expected_state is not None else ClaimState.RESERVED
+        outcome = close_claim(self.runtime, record, reason, self.now, path="launch", expected=expected, node_pool=pool, mirror=False)
+        if outcome.claim is not None:
+            self.work.open_by_id[claim_id] = outcome.claim
+        return outcome.closed_now or (outcome.claim is not None and outcome.claim.state == ClaimState.CLOSED)
 
     def _close_quietly(self, claim_id: str, pool: str, reason: str) -> None:
         """Close a claim whose reservation could not be made; on failure the orphan pass does."""

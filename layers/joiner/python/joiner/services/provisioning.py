@@ -36,6 +36,7 @@ from joiner.observability import logger
 from joiner.ports import ClaimRecord, ClaimState, ClaimStateConflict, Ec2Error, InstanceRecord, KubernetesError
 from joiner.services.launcher import LaunchedClaim, Launcher, LaunchFailure, launch_all, offering_prices
 from joiner.services.leases import RenewingLease
+from joiner.services.lifecycle import advance
 from joiner.services.nomination import nominate_for_registering_nodes
 from joiner.services.planning_round import PlanningRound
 from joiner.services.pool_status import write_statuses
@@ -260,8 +261,8 @@ def _settle_orphans(launcher: Launcher, claims: list[ClaimRecord]) -> tuple[list
                 index = claims.index(claim)
                 pool_types = work.type_index.get(claim.node_pool, {})
                 price = offering_prices(pool_types.values()).get(OfferingKey(record.instance_type, record.zone, record.capacity_type), 0.0)
-                claims[index] = work.state.update_claim(
-                    claim.claim_id, expected_state=ClaimState.RESERVED, state=ClaimState.LAUNCHED, instance_id=record.instance_id,
+                claims[index] = advance(
+                    work.runtime, claim.claim_id, ClaimState.LAUNCHED, expected=ClaimState.RESERVED, instance_id=record.instance_id,
                     instance_type=record.instance_type, zone=record.zone, capacity_type=record.capacity_type, price=price,
                     launched_at=record.launch_time or work.now,
                 )

@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING
 
 from joiner.domain import labels as wk
 from joiner.domain.model import NODECLASS_HASH_KEY, NODEPOOL_HASH_KEY, InstanceType, Node, NodePool
-from joiner.ports import ClaimRecord, ClaimState, Ec2Error, KubernetesError
+from joiner.ports import ClaimRecord, ClaimState, ClaimStateConflict, Ec2Error, KubernetesError
+from joiner.services.lifecycle import advance, close_claim
 from joiner.services.nodeclaims import mirror_claim
 
 if TYPE_CHECKING:
@@ -135,7 +136,7 @@ def reconcile_registration(
         if instance_id is not None and not candidate.deleting:
             by_instance.setdefault(instance_id, candidate)
 
-    state, kube = runtime.state, runtime.kube
+    kube = runtime.kube
     remaining: list[ClaimRecord] = []
     registered: list[str] = []
     initialized: list[str] = []
@@ -160,17 +161,22 @@ def reconcile_registration(
         was = claim.state
         try:
             if claim.state == ClaimState.LAUNCHED:
-                claim = state.update_claim(claim.claim_id, state=ClaimState.REGISTERED, registered_at=now, node_name=node.name)
+                claim = advance(runtime, claim.claim_id, ClaimState.REGISTERED, expected=ClaimState.LAUNCHED, registered_at=now, node_name=node.name)
                 registered.append(claim.claim_id)
                 runtime.count("NodesRegistered", 1)
                 if claim.launched_at is not None:
                     runtime.count("RegistrationSeconds", (now - claim.launched_at).total_seconds(), "Seconds")
             if claim.state == ClaimState.REGISTERED and is_initialized(node, node_pools.get(claim.node_pool)):
-                claim = state.update_claim(claim.claim_id, state=ClaimState.INITIALIZED, initialized_at=now)
+                claim = advance(runtime, claim.claim_id, ClaimState.INITIALIZED, expected=ClaimState.REGISTERED, initialized_at=now)
                 initialized.append(claim.claim_id)
                 runtime.count("NodesInitialized", 1)
             if claim.state != was:
                 mirror_claim(runtime, claim)
+        except ClaimStateConflict as conflict:  # moved on concurrently (terminating, closed): as it is now
+            claim = conflict.current
+            if claim.state not in (ClaimState.REGISTERED, ClaimState.INITIALIZED):
+                remaining.append(claim)
+                continue
         except Exception as error:  # noqa: BLE001 - one claim's failure must not stop the others
             errors.append(f"claim {claim.claim_id}: {error}")
             remaining.append(claim)
@@ -212,18 +218,16 @@ def _registration_overdue(claim: ClaimRecord, now: datetime) -> bool:
 def _time_out(runtime: Runtime, claim: ClaimRecord, now: datetime, errors: list[str]) -> bool:
     """Terminate a never-registered instance and close its claim. False when it must be retried."""
     try:
-        if claim.instance_id:
-            runtime.ec2.terminate_instances([claim.instance_id])
+        outcome = close_claim(runtime, claim, "registration timeout", now, path="registration", expected=ClaimState.LAUNCHED)
     except Ec2Error as error:
-        if error.code not in ("InvalidInstanceID.NotFound", "InvalidInstanceID.Malformed"):
-            errors.append(f"claim {claim.claim_id}: terminating {claim.instance_id}: {error}")
-            return False
-    try:
-        closed = runtime.state.update_claim(claim.claim_id, state=ClaimState.CLOSED, closed_at=now, reason="registration timeout")
-        runtime.state.release_capacity(claim.node_pool, claim.claim_id)
-        mirror_claim(runtime, closed)
+        errors.append(f"claim {claim.claim_id}: terminating {claim.instance_id}: {error}")
+        return False
     except Exception as error:  # noqa: BLE001
         errors.append(f"claim {claim.claim_id}: closing after registration timeout: {error}")
+        return False
+    if not outcome.closed_now:
+        if not outcome.owned:
+            errors.append(f"claim {claim.claim_id}: instance {claim.instance_id} is not tagged as this cluster's: not terminated")
         return False
     runtime.count("RegistrationTimeouts", 1)
     return True

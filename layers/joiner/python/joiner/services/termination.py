@@ -47,7 +47,6 @@ from typing import TYPE_CHECKING, Any, Self
 from joiner.domain import labels as wk
 from joiner.domain.bounded import parse_aware_time
 from joiner.domain.durations import clamp_seconds
-from joiner.domain.launch import CLUSTER_TAG
 from joiner.domain.model import Pod
 from joiner.domain.nodeclaims import TERMINATION_FINALIZER, disrupting_condition
 from joiner.domain.termination import (
@@ -67,7 +66,8 @@ from joiner.domain.termination import (
     step_retry_delay,
 )
 from joiner.observability import logger
-from joiner.ports import ClaimRecord, ClaimState, Ec2Error, JsonDict, KubernetesError
+from joiner.ports import ClaimRecord, ClaimState, ClaimStateConflict, Ec2Error, JsonDict, KubernetesError
+from joiner.services.lifecycle import advance, close_claim, terminate_instance
 from joiner.services.nodeclaims import mirror_claim
 
 if TYPE_CHECKING:
@@ -1002,25 +1002,6 @@ def _ready_claim_nodes(runtime: Runtime, claim_ids: Sequence[str]) -> set[str]:
 
 
 
-def _terminate_if_ours(runtime: Runtime, instance_id: str, node: str) -> None:
-    """Terminate ``instance_id`` only if its own tags name this cluster (a last check: every
-    path that begins a termination has confirmed ownership, see :mod:`joiner.domain.ownership`).
-    An instance EC2 no longer knows needs nothing."""
-    from joiner.services.ownership import instance_tags, refuse
-
-    tags = instance_tags(runtime, [instance_id]).get(instance_id)
-    if tags is None:
-        return
-    if tags.get(CLUSTER_TAG) != runtime.settings.cluster_name:
-        refuse(runtime, "termination", f"instance {instance_id} is not tagged {CLUSTER_TAG}={runtime.settings.cluster_name}", node=node, instance=instance_id)
-        return
-    try:
-        runtime.ec2.terminate_instances([instance_id])
-    except Ec2Error as error:
-        if "NotFound" not in (error.code or ""):
-            raise
-
-
 def _finish(
     runtime: Runtime, state: TerminationState, now: datetime, *, node_exists: bool, why: str, node_uid: str | None = None,
     evicted: tuple[str, ...] = (), blocked: tuple[str, ...] = (), deleted: tuple[str, ...] = (), failed: tuple[str, ...] = (),
@@ -1030,7 +1011,8 @@ def _finish(
     termination. ``node_uid``: the uid of the Node drained; the deletion is conditional on
     it, so a Node re-created under the same name (a reused private DNS name) is left alone."""
     if state.instance_id:
-        _terminate_if_ours(runtime, state.instance_id, state.node)
+        # A last check: every path that begins a termination has confirmed ownership.
+        terminate_instance(runtime, state.instance_id, path="termination", node=state.node)
     if node_exists:
         try:
             # Joiner's own finalizer (delete to drain) goes with the instance: the Node then goes.
@@ -1042,12 +1024,10 @@ def _finish(
                 raise
     if state.claim_id:
         claim = runtime.state.get_claim(state.claim_id)
-        if claim is not None and claim.state != ClaimState.CLOSED:
-            claim = runtime.state.update_claim(state.claim_id, state=ClaimState.CLOSED, closed_at=now, reason=state.reason or claim.reason)
-        pool = state.node_pool or (claim.node_pool if claim is not None else None)
-        if pool:
-            runtime.state.release_capacity(pool, state.claim_id)
-        mirror_claim(runtime, claim)
+        reason = state.reason or (claim.reason if claim is not None else "") or "terminated"
+        outcome = close_claim(runtime, claim or state.claim_id, reason, now, path="termination", node_pool=state.node_pool or "", terminate=False)
+        if not outcome.closed_now:
+            mirror_claim(runtime, outcome.claim)
     runtime.state.delete_item(TERMINATION_KIND, state.node)
     runtime.count("NodesTerminated", 1, reason=state.reason or "unknown")
     runtime.count("TerminationSeconds", max(0.0, (now - state.started_at).total_seconds()), "Seconds")
@@ -1058,7 +1038,11 @@ def _finish(
 def _mark_claim_terminating(runtime: Runtime, claim_id: str, reason: str, claim: ClaimRecord | None = None, deadline: datetime | None = None) -> None:
     claim = claim or runtime.state.get_claim(claim_id)
     if claim is not None and claim.state not in (ClaimState.TERMINATING, ClaimState.CLOSED):
-        marked = runtime.state.update_claim(claim_id, state=ClaimState.TERMINATING, reason=reason)
+        try:
+            marked = advance(runtime, claim_id, ClaimState.TERMINATING, reason=reason)
+        except ClaimStateConflict as conflict:  # closed or marked concurrently: theirs stands
+            logger.info("claim moved on before it was marked terminating", extra={"claim": claim_id, "state": str(conflict.current.state)})
+            return
         mirror_claim(runtime, marked, condition=disrupting_condition(reason, deadline=deadline))
 
 
