@@ -199,6 +199,8 @@ def _marks(result: Any, since: Any) -> list[Mark]:
             scales[int(at)].append(f"{event.workload} to {event.replicas}")
         elif event.kind == "capacityError":
             add(at, MarkKind.WARNING, f"no capacity: {event.describe_offerings()}")
+        elif event.kind == "delete":
+            add(at, MarkKind.WARNING, f"kubectl delete {event.object_kind.lower()} {event.name}")
     for at, changes in scales.items():
         add(at, MarkKind.SCALE, ", ".join(changes))
     for record in result.interruptions:

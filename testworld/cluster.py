@@ -260,8 +260,7 @@ class SimulatedCluster:
         lost = []
         for pod in self.emulator.list("Pod", field_selector=f"spec.nodeName={name}"):
             meta = pod["metadata"]
-            owner = (meta.get("ownerReferences") or [{}])[0].get("kind")
-            if owner != "DaemonSet":
+            if not _goes_with_its_node(pod):
                 lost.append(f"{meta['namespace']}/{meta['name']}")
                 record = self.pods.get(f"{meta['namespace']}/{meta['name']}")
                 if record is not None:
@@ -483,10 +482,16 @@ class SimulatedCluster:
         return sum(1 for p in self.pods.values() if p.gone is None and p.bound is None)
 
     def pods_on(self, node: str) -> list[str]:
-        """Non-DaemonSet pods bound to ``node``."""
+        """Pods bound to ``node`` but DaemonSet and static ones."""
         out = []
         for pod in self.emulator.list("Pod", field_selector=f"spec.nodeName={node}"):
-            owner = (pod["metadata"].get("ownerReferences") or [{}])[0].get("kind")
-            if owner != "DaemonSet":
+            if not _goes_with_its_node(pod):
                 out.append(f"{pod['metadata']['namespace']}/{pod['metadata']['name']}")
         return sorted(out)
+
+
+def _goes_with_its_node(pod: Mapping[str, Any]) -> bool:
+    """A DaemonSet pod or a static (mirror) pod: it lives and dies with its node, never lost."""
+    meta = pod.get("metadata") or {}
+    owner = (meta.get("ownerReferences") or [{}])[0].get("kind")
+    return owner == "DaemonSet" or wk.MIRROR_POD_ANNOTATION in (meta.get("annotations") or {})

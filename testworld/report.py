@@ -87,6 +87,17 @@ def summary_lines(result: SimulationResult) -> list[str]:
         term = f"terminated by {r.terminated_by} +{(r.terminated - start).total_seconds():.0f}s" if r.terminated else "still running"
         lines.append(f"rebalance         {r.instance_id} ({r.pods_at_warning} pods, rebalance: replace): {repl}, {drain}, {term}, "
                      f"{result.pending_caused_by(r.node, r.warned):.0f} pod-seconds pending")
+    for deletion in result.deletions:
+        since = deletion.at
+        what = f"{deletion.kind.lower()}/{deletion.name} at {_clock(since - result.start)} ({deletion.pods_at_deletion} pods on {deletion.node or '-'})"
+        if not deletion.held:
+            lines.append(f"deletion          {what}: deleted at once, nothing held it")
+            continue
+        drained = f"drained +{(deletion.drained - since).total_seconds():.0f}s" if deletion.drained else "not drained"
+        term = (f"terminated by {deletion.terminated_by} +{(deletion.terminated - since).total_seconds():.0f}s" if deletion.terminated
+                else "instance still running")
+        gone = f"released +{(deletion.gone - since).total_seconds():.0f}s" if deletion.gone else "still held"
+        lines.append(f"deletion          {what}: {drained}, {term}, {gone}")
     if result.capacity_failures:
         offerings = sorted({f"{f.instance_type} {f.capacity_type} {f.zone}" for f in result.capacity_failures})
         first, last = result.capacity_failures[0].at - result.start, result.capacity_failures[-1].at - result.start

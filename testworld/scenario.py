@@ -18,10 +18,18 @@ arrive and leave, the interruptions EC2 delivers, and the outcomes expected.
       spotInterruption: {nodePool: spot}
     - at: 8m                 # the node monitoring agent (or the kubelet) reports a condition
       nodeCondition: {nodePool: general, type: NetworkingReady, status: "False"}
+    - at: 9m                 # kubectl delete nodeclaim / node: Joiner's delete-to-drain
+      delete: {nodeClaim: general-a}
     expect:
     - nodes: {c5.2xlarge: 3}
       at: 5m
     - podsLost: 0
+
+``objects`` may hold NodeClaims (Joiner's ``joiner.dev/v1`` mirrors and Karpenter's
+``karpenter.sh/v1`` ones, as a snapshot does): capacity Joiner launched before the start, running
+from the first instant (:attr:`Scenario.node_claims`), with Pods bound to their nodes
+(``spec.nodeName``: a claim's ``status.nodeName``). A ``delete`` event deletes one of them, or its
+Node, as ``kubectl delete`` would.
 
 Every problem is reported as one :class:`ScenarioError` naming the field
 (``events[2].scale.replicas: must be a non-negative integer, got 'x'``).
@@ -38,6 +46,7 @@ from typing import Any
 
 from joiner.domain.durations import parse_duration
 from joiner.domain.known_fields import strict_problem
+from joiner.domain.model import NodeClaim
 
 __all__ = [
     "CHECKS", "DEFAULT_SCENARIO", "Check", "Event", "Scenario", "ScenarioError", "Workload", "bundled_scenario",
@@ -64,6 +73,7 @@ CHECKS: Mapping[str, str] = {
     "capacityErrors": "count",
     "rebalancesHandled": "bool",
     "costPerHourAtMost": "price",
+    "deletionsDrained": "bool",
 }
 #: Handlers a check may declare it needs (``requires``); it is skipped when one is missing.
 KNOWN_HANDLERS = ("scanner", "disruption", "gc", "interruption", "termination")
@@ -72,6 +82,8 @@ _EVENT_KINDS = ("scale", "delete", "spotInterruption", "rebalanceRecommendation"
 CONDITION_STATUSES = ("True", "False", "Unknown")
 #: Capacity types a ``capacityError`` may name.
 CAPACITY_TYPES = ("spot", "on-demand")
+#: What a ``delete`` event deletes: a workload (its pods), a NodeClaim or a Node.
+DELETE_TARGETS = ("workload", "nodeClaim", "node")
 
 
 class ScenarioError(ValueError):
@@ -115,7 +127,8 @@ class Event:
     ``InsufficientInstanceCapacity`` from ``at`` until ``until``, None: the end); ``nodeCondition``
     (the Node of a running instance, chosen as for an interruption but of any capacity type, gets
     condition ``condition`` in ``status`` with ``reason``, as a kubelet or the EKS node monitoring
-    agent reports it)."""
+    agent reports it); ``delete`` (``object_kind`` ``NodeClaim`` or ``Node`` named ``name``,
+    deleted as ``kubectl delete`` does: Joiner's finalizer holds it while the node drains)."""
 
     at: timedelta
     kind: str
@@ -132,6 +145,8 @@ class Event:
     condition: str = ""
     status: str = ""
     reason: str = ""
+    object_kind: str = ""
+    name: str = ""
 
     def fails(self, instance_type: str, zone: str, capacity_type: str) -> bool:
         """Whether this ``capacityError`` covers the offering (time aside)."""
@@ -188,6 +203,8 @@ class Scenario:
     events: tuple[Event, ...]
     expect: tuple[Check, ...]
     source: str = ""
+    #: NodeClaims running from the start (declared in ``objects``; not applied as they are)
+    node_claims: tuple[NodeClaim, ...] = ()
 
 
 def _fmt(value: timedelta) -> str:
@@ -218,11 +235,18 @@ def _list(value: object, where: str) -> Sequence[Any]:
     return value
 
 
+def _did_you_mean(name: str, known: Sequence[str]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    return f' (did you mean "{close[0]}"?)' if close else ""
+
+
 def _unknown(mapping: Mapping[str, Any], allowed: Sequence[str], where: str) -> None:
     extra = sorted(str(key) for key in mapping if key not in allowed)
     if extra:
         prefix = f"{where}." if where else ""
-        raise ScenarioError(f"{prefix}{extra[0]}: unknown field (expected one of {', '.join(allowed)})")
+        raise ScenarioError(f"{prefix}{extra[0]}: unknown field{_did_you_mean(extra[0], allowed)} (expected one of {', '.join(allowed)})")
 
 
 def _string(value: object, where: str, *, default: str | None = None) -> str:
@@ -302,7 +326,7 @@ def _workload(raw: object, where: str) -> Workload:
     )
 
 
-def _event(raw: object, where: str, workloads: Mapping[str, Workload]) -> Event:
+def _event(raw: object, where: str, workloads: Mapping[str, Workload], claims: Sequence[NodeClaim] = ()) -> Event:
     item = _mapping(raw, where)
     _unknown(item, ("at", *_EVENT_KINDS), where)
     if "at" not in item:
@@ -314,8 +338,10 @@ def _event(raw: object, where: str, workloads: Mapping[str, Workload]) -> Event:
     kind = kinds[0]
     body = _mapping(item[kind], f"{where}.{kind}")
     path = f"{where}.{kind}"
+    if kind == "delete" and ("nodeClaim" in body or "node" in body):
+        return _delete_object(body, at, path, where, claims)
     if kind in ("scale", "delete"):
-        _unknown(body, ("workload", "replicas") if kind == "scale" else ("workload",), path)
+        _unknown(body, ("workload", "replicas") if kind == "scale" else DELETE_TARGETS, path)
         workload = _string(body.get("workload"), f"{path}.workload")
         if workload not in workloads:
             raise ScenarioError(f"{path}.workload: no workload named {workload!r} (declared: {', '.join(sorted(workloads)) or 'none'})")
@@ -331,6 +357,26 @@ def _event(raw: object, where: str, workloads: Mapping[str, Workload]) -> Event:
     node_pool = _string(body["nodePool"], f"{path}.nodePool") if "nodePool" in body else None
     instance_type = _string(body["instanceType"], f"{path}.instanceType") if "instanceType" in body else None
     return Event(at, kind, node_pool=node_pool, instance_type=instance_type, index=_count(body.get("index", 0), f"{path}.index"), where=where)
+
+
+def _delete_object(body: Mapping[str, Any], at: timedelta, path: str, where: str, claims: Sequence[NodeClaim]) -> Event:
+    """``delete: {nodeClaim: NAME}`` or ``delete: {node: NAME}``: one of the scenario's NodeClaims or its Node."""
+    _unknown(body, DELETE_TARGETS, path)
+    targets = [key for key in DELETE_TARGETS if key in body]
+    if len(targets) != 1:
+        raise ScenarioError(f"{path}: needs exactly one of {', '.join(DELETE_TARGETS)}")
+    field_name = targets[0]
+    name = _string(body[field_name], f"{path}.{field_name}")
+    if field_name == "nodeClaim":
+        known = [c.name for c in claims]
+        what = "NodeClaim"
+    else:
+        known = [c.node_name for c in claims if c.node_name]
+        what = "node (the status.nodeName of one of the scenario's NodeClaims)"
+    if name not in known:
+        declared = ", ".join(sorted(known)) or "none"
+        raise ScenarioError(f"{path}.{field_name}: no {what} named {name!r}{_did_you_mean(name, known)} (declared: {declared})")
+    return Event(at, "delete", where=where, object_kind="NodeClaim" if field_name == "nodeClaim" else "Node", name=name)
 
 
 def _node_condition(body: Mapping[str, Any], at: timedelta, path: str, where: str) -> Event:
@@ -434,13 +480,14 @@ def parse_scenario(document: object, *, source: str = "") -> Scenario:
         if problem is not None:
             raise ScenarioError(f"objects[{index}].{problem[0]}: {problem[1]}")
         objects.append(copy.deepcopy(dict(obj)))
+    objects, node_claims = _node_claims(objects)
     workloads: dict[str, Workload] = {}
     for index, raw in enumerate(_list(top.get("workloads", []), "workloads")):
         workload = _workload(raw, f"workloads[{index}]")
         if workload.name in workloads:
             raise ScenarioError(f"workloads[{index}].name: duplicate workload {workload.name!r}")
         workloads[workload.name] = workload
-    events = [_event(raw, f"events[{index}]", workloads) for index, raw in enumerate(_list(top.get("events", []), "events"))]
+    events = [_event(raw, f"events[{index}]", workloads, node_claims) for index, raw in enumerate(_list(top.get("events", []), "events"))]
     for event in events:
         if event.at > duration:
             raise ScenarioError(f"{event.where}.at: after the scenario's duration ({_fmt(duration)})")
@@ -462,7 +509,70 @@ def parse_scenario(document: object, *, source: str = "") -> Scenario:
         events=tuple(sorted(events, key=lambda e: e.at)),
         expect=checks,
         source=source,
+        node_claims=node_claims,
     )
+
+
+def _node_claims(objects: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], tuple[NodeClaim, ...]]:
+    """The objects but the NodeClaims, and the NodeClaims parsed: each of a declared NodePool,
+    with an instance type of the bundled catalog, a zone of the simulated region and a capacity
+    type; Pods bound to a node (``spec.nodeName``) only to one a NodeClaim names."""
+    from joiner.domain import labels as wk
+    from joiner.domain.catalog import load_bundled_catalog
+    from joiner.domain.snapshot import SnapshotError, parse_node_claim
+    from testworld.aws import REGION, ZONES
+
+    pools = [str(o["metadata"]["name"]) for o in objects if o.get("kind") == "NodePool" and o.get("apiVersion") == "joiner.dev/v1"]
+    kept: list[dict[str, Any]] = []
+    claims: dict[str, NodeClaim] = {}
+    nodes: dict[str, str] = {}
+    catalog = None
+    for index, obj in enumerate(objects):
+        if obj.get("kind") != "NodeClaim":
+            kept.append(obj)
+            continue
+        where = f"objects[{index}]"
+        try:
+            claim = parse_node_claim(obj)
+        except SnapshotError as error:
+            raise ScenarioError(f"{where}.{error.field}: {error.problem}" if error.field else f"{where}: {error.problem}") from None
+        pool_field = "spec.nodePool" if claim.api_version == "joiner.dev/v1" else "metadata.labels.karpenter.sh/nodepool"
+        if claim.node_pool not in pools:
+            raise ScenarioError(f"{where}.{pool_field}: no joiner.dev/v1 NodePool named {claim.node_pool!r} among the objects"
+                                f"{_did_you_mean(claim.node_pool, pools)} (declared: {', '.join(sorted(pools)) or 'none'})")
+        if claim.name in claims:
+            raise ScenarioError(f"{where}.metadata.name: a second NodeClaim named {claim.name!r}")
+        if claim.deleting:
+            raise ScenarioError(f"{where}.metadata.deletionTimestamp: a NodeClaim the scenario starts with is not being deleted; "
+                                "delete it with an event (delete: {nodeClaim: NAME})")
+        mirror = claim.api_version == "joiner.dev/v1"
+        stated = {"instance type": (claim.instance_type, "status.instanceType" if mirror else f"metadata.labels.{wk.INSTANCE_TYPE}"),
+                  "zone": (claim.zone, "status.zone" if mirror else f"metadata.labels.{wk.ZONE}"),
+                  "capacity type": (claim.capacity_type, "status.capacityType" if mirror else "metadata.labels.karpenter.sh/capacity-type")}
+        for what, (value, field_name) in stated.items():
+            if not value:
+                raise ScenarioError(f"{where}.{field_name}: required: the {what} of the instance the simulation runs for it")
+        catalog = catalog or load_bundled_catalog(REGION)
+        if claim.instance_type not in catalog.names:
+            field_name = stated["instance type"][1]
+            raise ScenarioError(f"{where}.{field_name}: {claim.instance_type!r} is not in the {REGION} catalog"
+                                f"{_did_you_mean(str(claim.instance_type), sorted(catalog.names))}")
+        if claim.zone not in ZONES:
+            raise ScenarioError(f"{where}.{stated['zone'][1]}: {claim.zone!r} is not a simulated zone (one of {', '.join(ZONES)})")
+        if claim.capacity_type not in CAPACITY_TYPES:
+            raise ScenarioError(f"{where}.{stated['capacity type'][1]}: must be one of {', '.join(CAPACITY_TYPES)}, got {claim.capacity_type!r}")
+        if claim.node_name is not None:
+            if claim.node_name in nodes:
+                raise ScenarioError(f"{where}.status.nodeName: node {claim.node_name!r} is already NodeClaim {nodes[claim.node_name]}'s")
+            nodes[claim.node_name] = claim.name
+        claims[claim.name] = claim
+    for index, obj in enumerate(objects):
+        bound = (obj.get("spec") or {}).get("nodeName") if obj.get("kind") == "Pod" else None
+        if bound is not None and bound not in nodes:
+            declared = ", ".join(sorted(nodes)) or "none"
+            raise ScenarioError(f"objects[{index}].spec.nodeName: no NodeClaim of the scenario runs node {bound!r}"
+                                f"{_did_you_mean(str(bound), list(nodes))} (their status.nodeName: {declared})")
+    return kept, tuple(claims[name] for name in sorted(claims))
 
 
 def load_scenario(path: str | Path) -> Scenario:

@@ -53,7 +53,8 @@ if TYPE_CHECKING:
     from testworld.stack import LocalQueue
 
 __all__ = [
-    "MAX_STEP", "QUEUE_CONSUMERS", "SCHEDULED", "WATCHER_PERIOD_SECONDS", "CapacityFailure", "CheckResult", "Entry", "PodDeletion", "Sample", "SimClock",
+    "MAX_STEP", "QUEUE_CONSUMERS", "SCHEDULED", "WATCHER_PERIOD_SECONDS", "CapacityFailure", "CheckResult", "Entry", "ObjectDeletion", "PodDeletion",
+    "Sample", "SimClock",
     "Simulation", "SimulationResult", "UnavailableMark", "percentile",
 ]
 
@@ -134,6 +135,33 @@ class PodDeletion:
     function: str
 
 
+@dataclass
+class ObjectDeletion:
+    """A scenario's ``delete`` of a NodeClaim or a Node and what became of it: ``held`` when a
+    finalizer kept it (Joiner's delete-to-drain), ``drained`` when no pod but DaemonSet and
+    static ones was left on its node, ``terminated`` (and by whom) its instance, ``node_gone``
+    and ``gone`` when the Node and the deleted object were removed."""
+
+    at: datetime
+    kind: str
+    name: str
+    node: str | None
+    instance_id: str | None
+    held: bool
+    pods_at_deletion: int = 0
+    drained: datetime | None = None
+    terminated: datetime | None = None
+    terminated_by: str | None = None
+    node_gone: datetime | None = None
+    gone: datetime | None = None
+
+    @property
+    def handled(self) -> bool:
+        """Held by Joiner's finalizer, drained, its instance terminated by Joiner, the Node and the object gone."""
+        return (self.held and self.drained is not None and self.terminated_by == "joiner" and self.node_gone is not None
+                and self.gone is not None)
+
+
 @dataclass(frozen=True)
 class CapacityFailure:
     """A CreateFleet override the simulated EC2 answered with a capacity error."""
@@ -189,6 +217,10 @@ class SimulationResult:
     rebalances: list[Any] = field(default_factory=list)
     pods: list[Any] = field(default_factory=list)
     pod_deletions: list[PodDeletion] = field(default_factory=list)
+    #: the scenario's deletions of NodeClaims and Nodes
+    deletions: list[ObjectDeletion] = field(default_factory=list)
+    #: the NodeClaims the scenario started with (testworld.claims.RunningClaim)
+    node_claims: list[Any] = field(default_factory=list)
     capacity_failures: list[CapacityFailure] = field(default_factory=list)
     unavailable_marks: list[UnavailableMark] = field(default_factory=list)
     checks: list[CheckResult] = field(default_factory=list)
@@ -486,6 +518,7 @@ class Simulation:
             if self._capacity_events:
                 inject_capacity_errors(runtime.aws.ec2, self._capacity_fails, injector=self.injector)
             self.handlers[name] = module
+        self._install_claims(settings, record)
         self.result.handlers = sorted(self.handlers)
         if self.result.missing_handlers:
             self._note("setup", "functions not found", "skipped: " + ", ".join(self.result.missing_handlers))
@@ -507,6 +540,29 @@ class Simulation:
         self._queues = {"interruption": self.stack.interruption, "work": self.stack.work}
         self._events = list(scenario.events)
         self._replacements: dict[str, list[str]] = {}  # instance -> interrupted instance it replaces
+
+    def _install_claims(self, settings: Any, metric: Callable[..., None]) -> None:
+        """The scenario's NodeClaims as running capacity Joiner launched before the start
+        (:mod:`testworld.claims`), and the Pods bound to their nodes."""
+        #: pod key -> node, for the Pods the scenario binds itself (no workload's)
+        self._pinned: dict[str, str] = {
+            f"{(o['metadata'].get('namespace') or 'default')}/{o['metadata']['name']}": str(o["spec"]["nodeName"])
+            for o in self.scenario.objects if o.get("kind") == "Pod" and (o.get("spec") or {}).get("nodeName")}
+        claims = getattr(self.scenario, "node_claims", ())
+        if not claims:
+            return
+        from testworld.claims import install_claims
+
+        runtime = self._build_runtime("setup", settings, metric)
+        running = install_claims(claims, stack=self.stack, ec2=self.ec2, cluster=self.cluster, kube=self.emulator, state=runtime.state,
+                                 catalog=self.catalog, now=self.clock.now)
+        self.result.node_claims = running
+        for claim in running:
+            instance = self.ec2.instances[claim.instance_id]
+            pods = sum(1 for node in self._pinned.values() if node == claim.node)
+            self._note("setup", f"NodeClaim {claim.name} ({claim.api_version}) running",
+                       f"{instance.instance_type} ({instance.capacity_type}, {instance.zone}) {claim.instance_id}, node {claim.node} Ready, "
+                       f"{pods} pod{'s' if pods != 1 else ''} bound to it; Joiner's claim, mirror and finalizers in place")
 
     def _start_real_kube(self) -> KubeHarness:
         """Real mode: a fresh control plane for this run (stopped at teardown)."""
@@ -726,6 +782,7 @@ class Simulation:
                     record.replacement_ready = now
         self.cluster.reconcile()
         self._track_interruptions()
+        self._track_deletions()
 
     def _instance_gone(self, instance: Any) -> None:
         lost = self.cluster.instance_gone(instance.instance_id)
@@ -754,7 +811,48 @@ class Simulation:
             if rebalance.terminated is None and instance.terminated is not None:
                 rebalance.terminated, rebalance.terminated_by = instance.terminated, instance.terminated_by
 
+    def _track_deletions(self) -> None:
+        now = self.clock.now()
+        for record in self.result.deletions:
+            node = self.emulator.get("Node", record.node) if record.node else None
+            if record.drained is None and (node is None or not self.cluster.pods_on(record.node or "")):
+                record.drained = now
+            if record.node_gone is None and node is None:
+                record.node_gone = now
+            if record.gone is None and self.emulator.get(record.kind, record.name) is None:
+                record.gone = now
+                if record.held:
+                    self._note("kube-apiserver", f"{record.kind.lower()} {record.name} removed",
+                               f"its finalizer released {_fmt_delta(now - record.at)} after the deletion")
+            instance = self.ec2.instances.get(record.instance_id or "")
+            if record.terminated is None and instance is not None and instance.terminated is not None:
+                record.terminated, record.terminated_by = instance.terminated, instance.terminated_by
+
+    def _delete(self, event: Any) -> None:
+        """``kubectl delete nodeclaim NAME`` / ``kubectl delete node NAME``."""
+        kind, name = event.object_kind, event.name
+        found = self.emulator.get(kind, name)
+        if found is None:
+            self._note("scenario", f"kubectl delete {kind.lower()} {name}", "not found: nothing deleted")
+            self.result.handler_errors.append(f"{event.where}: {kind} {name} no longer exists")
+            return
+        claim = next((c for c in self.result.node_claims if (c.name if kind == "NodeClaim" else c.node) == name), None)
+        node = claim.node if claim is not None else (name if kind == "Node" else None)
+        instance_id = claim.instance_id if claim is not None else None
+        self.emulator.delete(kind, name)
+        held = self.emulator.get(kind, name) is not None
+        pods = len(self.cluster.pods_on(node)) if node else 0
+        self.result.deletions.append(ObjectDeletion(self.clock.now(), kind, name, node, instance_id, held, pods))
+        finalizers = ", ".join((found.get("metadata") or {}).get("finalizers") or [])
+        self._note("scenario", f"kubectl delete {kind.lower()} {name}",
+                   f"deletionTimestamp set, {finalizers} holds it; node {node} has {pods} pod{'s' if pods != 1 else ''} to drain" if held
+                   else "deleted at once (no finalizer)")
+        self._track_deletions()
+
     def _scenario_event(self, event: Any) -> None:
+        if event.kind == "delete":
+            self._delete(event)
+            return
         if event.kind == "scale":
             self.cluster.scale(event.workload, event.replicas)
             self._note("scenario", f"{event.workload} scaled to {event.replicas}", "")
@@ -920,7 +1018,7 @@ class Simulation:
                 continue
             key = f"{deletion.namespace}/{deletion.name}"
             record = self.cluster.pods.get(key)
-            node = record.node if record is not None else None
+            node = record.node if record is not None else self._pinned.get(key)
             self.result.pod_deletions.append(PodDeletion(now, key, node, deletion.via, deletion.grace_period_seconds, function))
             for rebalance in self.ec2.rebalances:
                 if node is not None and rebalance.node == node and rebalance.drain_started is None:
@@ -1058,6 +1156,11 @@ class Simulation:
                 got_seconds = max(caused, default=0.0)
                 results.append(CheckResult(check.describe(), bool(caused) and got_seconds <= value.total_seconds(),
                                            f"got {got_seconds:.0f} pod-seconds (worst of {len(caused)})"))
+            elif name == "deletionsDrained":
+                deletions = self.result.deletions
+                ok = bool(deletions) and all(d.handled for d in deletions)
+                detail = f"{sum(d.handled for d in deletions)}/{len(deletions)} held, drained, terminated by Joiner and released"
+                results.append(CheckResult(check.describe(), ok == value, detail))
             elif name == "interruptionsWithinDeadline":
                 records = self.result.interruptions
                 ok = bool(records) and all(r.within_deadline for r in records)
