@@ -57,3 +57,41 @@ def test_transitions_only_move_forward(current: ClaimState, target: ClaimState) 
     if allowed(current, target):
         assert order.index(target) > order.index(current)
     assert not allowed("no-such-state", target)
+
+
+def _is_round(node: ast.expr) -> bool:
+    """``work``, ``self.work``, ``launcher.work``, ``self._round``: a PlanningRound by the names the services give it."""
+    if isinstance(node, ast.Name):
+        return node.id in ("work", "round_")
+    return isinstance(node, ast.Attribute) and node.attr in ("work", "_round")
+
+
+def test_no_module_but_the_planning_round_assigns_its_attributes() -> None:
+    """A round is built complete by its constructors and changed through its own methods:
+    another module assigning its fields (or items of them) means a seam is missing."""
+    found = []
+    for path in sorted((PACKAGE / "services").glob("*.py")):
+        if path.name == "planning_round.py":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        for node in ast.walk(tree):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AugAssign | ast.AnnAssign) else []
+            for target in targets:
+                inner = target.value if isinstance(target, ast.Subscript) else target
+                if isinstance(inner, ast.Attribute) and _is_round(inner.value):
+                    found.append(f"{path.name}:{node.lineno}")
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("add", "update", "discard", "pop", "clear", "setdefault")
+                    and isinstance(node.func.value, ast.Attribute) and _is_round(node.func.value.value)):
+                found.append(f"{path.name}:{node.lineno} mutates {node.func.value.attr}")
+    assert found == []
+
+
+def test_a_planning_round_has_every_attribute_from_its_constructor() -> None:
+    from joiner.services.planning_round import PlanningRound
+    from tests.support.fakes import fake_world
+
+    world = fake_world()
+    fresh = set(vars(PlanningRound(world.runtime(), world.clock.now())))
+    built = PlanningRound.for_cluster(world.runtime(), world.clock.now())
+    assert set(vars(built)) == fresh  # no method creates an attribute
+

@@ -193,18 +193,17 @@ def _grace_deadline(runtime: Runtime, claim: ClaimRecord, deleted_at: datetime |
 def _terminate(runtime: Runtime, name: str, node: JsonDict, claim: ClaimRecord, now: datetime, result: DeletionResult) -> None:
     """Begin the node's termination with a replacement for its pods, as an interruption does."""
     from joiner.domain.termination import reschedulable_pods
-    from joiner.services.interruption import ClusterView
+    from joiner.services.replacement import ClusterView
     from joiner.services.termination import begin_termination, parse_node_pods
 
     view = ClusterView(runtime)
-    view.disrupted.add(name)
 
     def replace_pods(pods_raw: Sequence[JsonDict]) -> tuple[str, ...]:
         pending = reschedulable_pods(parse_node_pods(pods_raw)[0])
         if not pending:
             return ()
         try:
-            return tuple(view.launch_replacement(pending, now))
+            return tuple(view.launch_replacement(pending, now, excluding=(name,)))
         except Exception as error:  # noqa: BLE001 - the drain goes ahead; the scanner provisions for the pods
             runtime.count("ReplacementFailed", kind=DELETED_REASON)
             logger.warning("replacement for a deleted node failed", extra={"error": str(error)})

@@ -66,7 +66,7 @@ from joiner.services.ownership import refuse
 
 if TYPE_CHECKING:
     from joiner.services.context import Runtime
-    from joiner.services.interruption import ClusterView
+    from joiner.services.replacement import ClusterView
 
 __all__ = [
     "COMMAND_KIND", "PENDING_ID", "EMPTY_KIND", "NOMINATION_KIND", "LEASE_NAME", "LEASE_TTL_SECONDS",
@@ -139,10 +139,8 @@ def read_input(runtime: Runtime, now: datetime) -> DisruptionInput:
     from joiner.services.registration import RegistrationResult
     from joiner.services.termination import TERMINATION_KIND
 
-    work = PlanningRound(runtime, now)  # reads only: no provisioning lease
-    work.read()
-    work.resolve_classes()
-    types = work.instance_types()
+    work = PlanningRound.for_cluster(runtime, now)  # reads only: no provisioning lease
+    types = work.types_by_pool
     work.compute_usage(RegistrationResult())
     state = runtime.state
     pdbs = []
@@ -183,7 +181,7 @@ def read_input(runtime: Runtime, now: datetime) -> DisruptionInput:
         )
     amis = _current_amis(runtime, work, [n for n in drift_nodes if n.name in launches and launches[n.name].image_id], types, now)
     classes = {}
-    envs = getattr(work, "envs", {})
+    envs = work.envs
     for name in sorted(set(envs) | set(amis)):
         env = envs.get(name)
         resolved = env if env is not None and not env.error else None
@@ -349,12 +347,11 @@ def execute_command(runtime: Runtime, command: Command, inp: DisruptionInput, no
     dynamic = [r for r in command.replacements if r not in static]
     if dynamic:
         view = _replacement_view(runtime, command, now)
-        view.disrupted.update(command.nodes)
-        view.disrupted.update(name for name, facts in inp.facts.items() if facts.terminating)
+        going = (*command.nodes, *(name for name, facts in inp.facts.items() if facts.terminating))
         pods = reschedulable_pods(p for p in inp.snapshot.pods if p.node_name in command.nodes)
         failure = ""
         try:
-            claims = view.launch_replacement(pods, now) if pods else ()
+            claims = view.launch_replacement(pods, now, excluding=going) if pods else ()
             if not claims:
                 failure = "replacement launch produced no claim"
         except Exception as error:  # noqa: BLE001 - never drain without a replacement we promised
@@ -422,49 +419,22 @@ def _record_repair(runtime: Runtime, node: Node, pool: str, now: datetime) -> No
 
 
 def _launch_static_replacements(runtime: Runtime, command: Command, replacements: Sequence[Replacement], now: datetime) -> tuple[str, ...]:
-    """One replica of each replacement's static NodePool (the provisioning path's static
-    launch: ``limits.nodes``, reservations, claim ids per replica index), taking no lease
-    (see :class:`~joiner.services.launcher.Launcher`)."""
-    from joiner.services.launcher import Launcher
-    from joiner.services.planning_round import PlanningRound
-    from joiner.services.registration import RegistrationResult
-    from joiner.services.static_pools import launch_static_replicas
+    """One replica of each replacement's static NodePool, through the replacement seam."""
+    from joiner.services.replacement import ClusterView
 
-    work = PlanningRound(runtime, now)
-    launcher = Launcher(work)
-    work.read()
-    work.resolve_classes()
-    work.instance_types()
-    work.compute_usage(RegistrationResult())
-    work.unavailable = set(runtime.state.unavailable_offerings(now))
-    work.open_by_id = {c.claim_id: c for c in work.claims}
-    going = set(command.nodes)
-    work.retiring_claims |= {c.claim_id for c in work.claims if c.node_name in going}
-    launched: list[str] = []
-    for replacement in replacements:
-        pool = work.pools.get(replacement.node_pool)
-        if pool is None or work.pool_problem(pool):
-            continue
-        launched += launch_static_replicas(launcher, pool, 1)
-    work.flush_pod_events()
-    return tuple(launched)
+    return ClusterView(runtime).launch_static_replicas([r.node_pool for r in replacements], now, excluding=command.nodes)
 
 
 def _replacement_view(runtime: Runtime, command: Command, now: datetime) -> ClusterView:
     """A :class:`~joiner.services.interruption.ClusterView` whose launches may only use the
     command's replacement types: the ones the simulation found cheaper at their worst-case
     price, never the candidates' own types."""
-    from joiner.services.interruption import ClusterView
     from joiner.services.planning_round import PlanningRound
+    from joiner.services.replacement import ClusterView
 
     view = ClusterView(runtime)
-    work = PlanningRound(runtime, now)
-    work.read()
-    work.resolve_classes()
-    work.instance_types()
-    allowed = {name for r in command.replacements for name in r.instance_types}
-    work.types_by_pool = {pool: tuple(t for t in types if t.name in allowed) for pool, types in work.types_by_pool.items()}
-    work.type_index = {pool: {t.name: t for t in types} for pool, types in work.types_by_pool.items()}
+    work = PlanningRound.for_cluster(runtime, now)
+    work.only_types(name for r in command.replacements for name in r.instance_types)
     view.plan_with(work)
     return view
 

@@ -236,7 +236,7 @@ class Launcher:
                 # Another invocation created it between our read and write: it owns the launch.
                 self.existing_claims.append(claim_id)
                 return None
-            self.work.open_by_id[claim_id] = record
+            self.work.track(record)
             existing = record
         try:
             reserved = self.state.reserve_capacity(pool.name, claim_id, amount, pool.limits, self.work.unreserved.get(pool.name, EMPTY))
@@ -248,7 +248,7 @@ class Launcher:
             self._limit_reached(claim_plan, pods, pool, claim_id, existing)
             return None
         if pool.limits is not None and new_claim:
-            self.work.reserved[pool.name] = self.work.reserved.get(pool.name, EMPTY) + amount
+            self.work.count_reserved(pool.name, amount)
         env = self.work.envs[pool.node_class]
         job_plan = dataclasses.replace(claim_plan, instance_types=tuple(t.name for t in candidates))
         return LaunchJob(job_plan, claim_id, pods, pool, env, tuple(candidates), arch)
@@ -410,9 +410,9 @@ class Launcher:
         a pair with none left is no longer offered (the round's re-plans skip it)."""
         reservation = reservation_for(instance_type, zone, job.env.reservations, self.work.reservation_left)
         if reservation is not None:
-            self.work.reservation_left[reservation.id] = self.work.reservation_left.get(reservation.id, reservation.available) - 1
+            self.work.took_reservation(reservation.id, reservation.available)
         if reservation_for(instance_type, zone, job.env.reservations, self.work.reservation_left) is None:
-            self.work.unavailable.add(OfferingKey(instance_type, zone, wk.CAPACITY_TYPE_RESERVED))
+            self.work.mark_unavailable(OfferingKey(instance_type, zone, wk.CAPACITY_TYPE_RESERVED))
 
     def _forget_launch_template(self, template_id: str) -> None:
         """Drop every cached resolution naming this template (every NodePool and capacity
@@ -521,7 +521,7 @@ class Launcher:
         instance_type = next((t for t in job.types if t.name == launched.instance_type), None)
         actual = instance_type.capacity + {NODES: 1000} if instance_type is not None else held
         try:
-            self.work.open_by_id[launched.claim_id] = advance(
+            recorded = advance(
                 self.runtime,
                 launched.claim_id,
                 ClaimState.LAUNCHED,
@@ -534,6 +534,7 @@ class Launcher:
                 launched_at=self.now,
                 reserved=actual,
             )
+            self.work.track(recorded)
         except ClaimStateConflict as conflict:
             if not self._launch_overtaken(outcome, conflict.current):
                 return False
@@ -543,8 +544,7 @@ class Launcher:
             # The reservation covered the largest candidate; keep only what was launched, in
             # one conditional write (the pool never looks emptier than it is).
             self.state.shrink_reservation(launched.node_pool, launched.claim_id, actual)
-            if launched.node_pool in self.work.reserved:
-                self.work.reserved[launched.node_pool] = self.work.reserved[launched.node_pool] - held + actual
+            self.work.count_reserved(launched.node_pool, actual, held)
         self.runtime.count("ClaimsLaunched", 1)
         pool_obj = self.work.pools_raw.get(launched.node_pool)
         if pool_obj is not None:
@@ -569,7 +569,7 @@ class Launcher:
         instance is terminated (nobody owns it) and False returned."""
         launched = outcome.launched
         assert launched is not None
-        self.work.open_by_id[launched.claim_id] = current
+        self.work.track(current)
         if current.instance_id == launched.instance_id and current.state != ClaimState.CLOSED:
             logger.info("launch already recorded", extra={"claim": launched.claim_id, "instance": launched.instance_id, "state": str(current.state)})
             return True
@@ -597,7 +597,7 @@ class Launcher:
             if key in self.work.unavailable:
                 continue
             self.state.mark_unavailable(key, until, code)
-            self.work.unavailable.add(key)
+            self.work.mark_unavailable(key)
             self.capacity_errors.append(key)
             self.runtime.count("CapacityErrors", 1)
 
@@ -609,7 +609,7 @@ class Launcher:
         expected = ClaimState(expected_state) if expected_state is not None else ClaimState.RESERVED
         outcome = close_claim(self.runtime, record, reason, self.now, path="launch", expected=expected, node_pool=pool, mirror=False)
         if outcome.claim is not None:
-            self.work.open_by_id[claim_id] = outcome.claim
+            self.work.track(outcome.claim)
         return outcome.closed_now or (outcome.claim is not None and outcome.claim.state == ClaimState.CLOSED)
 
     def _close_quietly(self, claim_id: str, pool: str, reason: str) -> None:

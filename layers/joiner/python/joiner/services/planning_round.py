@@ -23,7 +23,7 @@ from joiner.domain import labels as wk
 from joiner.domain import snapshot as snap
 from joiner.domain.costs import PUBLIC_IPV4_PER_HOUR, block_device_cost_per_hour
 from joiner.domain.launch import zonal_subnets
-from joiner.domain.model import InFlightClaim, InstanceType, Node, NodeClass, NodePool, OfferingKey, Plan, Pod, UnschedulablePod
+from joiner.domain.model import DaemonSet, InFlightClaim, InstanceType, Node, NodeClass, NodePool, OfferingKey, Plan, Pod, UnschedulablePod
 from joiner.domain.planning import build_problem
 from joiner.domain.requirements import Requirement
 from joiner.domain.reservations import reservation_for, with_reserved_offerings
@@ -104,6 +104,53 @@ class PlanningRound:
         self.retiring_claims: set[str] = set()
         #: capacity reservation id -> instances this round may still launch into it
         self.reservation_left: dict[str, int] = {}
+        # What the reads, the NodeClass resolution and the catalog fill in (the constructors
+        # :meth:`for_cluster` and :meth:`for_replacement` run them all).
+        self.claims: list[ClaimRecord] = []
+        self.unavailable: set[OfferingKey] = set()
+        self.pods: tuple[Pod, ...] = ()
+        self.nodes: tuple[Node, ...] = ()
+        self.all_nodes: tuple[Node, ...] = ()
+        self.daemonsets: tuple[DaemonSet, ...] = ()
+        self.pools_raw: dict[str, JsonDict] = {}
+        self.pools: dict[str, NodePool] = {}
+        self.classes_raw: dict[str, JsonDict] = {}
+        self.classes: dict[str, NodeClass] = {}
+        self.snapshot = snap.Snapshot()
+        self.envs: dict[str, ClassEnv] = {}
+        self.types_by_pool: dict[str, tuple[InstanceType, ...]] = {}
+        self.type_index: dict[str, dict[str, InstanceType]] = {}
+        self.overlays_raw: dict[str, JsonDict] = {}
+        self.overlay_errors: dict[str, str] = {}
+        self.overlay_outcomes: dict[str, Any] = {}
+        self.in_use: dict[str, Resources] = {}
+        self.node_counts: dict[str, int] = {}
+        self.reservations: dict[str, dict[str, Resources]] = {}
+        self.reserved: dict[str, Resources] = {}
+        self.unreserved: dict[str, Resources] = {}
+
+    @classmethod
+    def for_cluster(cls, runtime: Runtime, now: datetime) -> PlanningRound:
+        """A round that read the whole cluster (:meth:`read`), its NodeClasses resolved and
+        its NodePools' instance types known, tracking every open claim it read. Usage and
+        limits follow registration: :meth:`compute_usage`."""
+        work = cls(runtime, now)
+        work.read()
+        work.resolve_classes()
+        work.instance_types()
+        work.track_claims(work.claims)
+        return work
+
+    @classmethod
+    def for_replacement(cls, runtime: Runtime, now: datetime) -> PlanningRound:
+        """:meth:`for_cluster` without pods and Nodes (:meth:`read_for_replacement`): a round
+        that plans a disrupted node's pods onto new capacity only."""
+        work = cls(runtime, now)
+        work.read_for_replacement()
+        work.resolve_classes()
+        work.instance_types()
+        work.track_claims(work.claims)
+        return work
 
     # ------------------------------------------------------------ read
 
@@ -225,7 +272,7 @@ class PlanningRound:
     def resolve_classes(self) -> None:
         """Subnets and security groups of every NodeClass, and whether Joiner may pass its
         instance profile (cached briefly per runtime; failures are tried again next round)."""
-        self.envs: dict[str, ClassEnv] = {}
+        self.envs = {}
         for name in sorted(self.classes):
             node_class = self.classes[name]
             key = ("class-env", repr(node_class))  # NodeClass holds dicts: its repr is the cache key
@@ -331,8 +378,8 @@ class PlanningRound:
             raw = self.runtime.node_overlays or []
             logger.warning("NodeOverlays could not be read; applying the ones read last", extra={"error": str(error), "overlays": len(raw)})
             self.runtime.count("NodeOverlaysUnreadable")
-        self.overlays_raw: dict[str, JsonDict] = {str((o.get("metadata") or {}).get("name")): o for o in raw}
-        self.overlay_errors: dict[str, str] = {}
+        self.overlays_raw = {str((o.get("metadata") or {}).get("name")): o for o in raw}
+        self.overlay_errors = {}
         overlays = []
         for obj in raw:
             try:
@@ -342,6 +389,64 @@ class PlanningRound:
         applied = apply_overlays(types, overlays, self.pools)
         self.overlay_outcomes = dict(applied.outcomes)
         return dict(applied.instance_types)
+
+    def only_types(self, allowed: Iterable[str]) -> None:
+        """Plan and launch with no instance types but ``allowed`` (disruption's replacements:
+        the types its simulation found cheaper)."""
+        names = frozenset(allowed)
+        self.types_by_pool = {pool: tuple(t for t in types if t.name in names) for pool, types in self.types_by_pool.items()}
+        self.type_index = {pool: {t.name: t for t in types} for pool, types in self.types_by_pool.items()}
+
+    # ------------------------------------------------------------ claims this round tracks
+
+    def track_claims(self, claims: Iterable[ClaimRecord]) -> None:
+        """The open claims this round plans with and keeps current (:attr:`open_by_id`)."""
+        self.open_by_id = {c.claim_id: c for c in claims}
+
+    def track(self, claim: ClaimRecord) -> None:
+        """``claim`` as it is now (reserved, launched, closed by this round or found so)."""
+        self.open_by_id[claim.claim_id] = claim
+
+    def count_reserved(self, pool: str, added: Resources, removed: Resources = EMPTY) -> None:
+        """This round reserved ``added`` (and returned ``removed``) of a limited pool's capacity
+        (a shrink of a pool this round counts nothing for is ignored)."""
+        if pool not in self.reserved and removed:
+            return
+        self.reserved[pool] = self.reserved.get(pool, EMPTY) + added - removed
+
+    def took_reservation(self, reservation_id: str, available: int) -> int:
+        """One instance launched into a capacity reservation; how many this round may still launch into it."""
+        left = self.reservation_left.get(reservation_id, available) - 1
+        self.reservation_left[reservation_id] = left
+        return left
+
+    def mark_unavailable(self, key: OfferingKey) -> bool:
+        """Leave ``key`` out of this round's plans; False when it was already."""
+        if key in self.unavailable:
+            return False
+        self.unavailable.add(key)
+        return True
+
+    def refresh_unavailable(self) -> None:
+        """Read the unavailable offerings again (another invocation may have marked some) and
+        apply the reservation marks among them."""
+        self.unavailable = set(self.state.unavailable_offerings(self.now))
+        self.apply_unavailable_reservations()
+
+    def replacing(self, retiring_nodes: Iterable[str], workloads: tuple[Sequence[Node], Sequence[Pod]] | None = None) -> None:
+        """Prepare a plan for the pods of nodes being taken away: their claims retire (they
+        never host those pods again), and, when the round read ``workloads`` (Nodes and pods),
+        the nodes and their pods leave the existing capacity. Usage is counted again and the
+        unavailable offerings read again."""
+        excluded = frozenset(retiring_nodes)
+        self.retiring_claims = {c.claim_id for c in self.claims if c.node_name in excluded}
+        if workloads is not None:
+            nodes, pods = workloads
+            self.retiring_claims |= {claim for n in nodes if n.name in excluded and (claim := n.labels.get(wk.NODECLAIM))}
+            self.nodes = tuple(n for n in nodes if n.name not in excluded)
+            self.snapshot = dataclasses.replace(self.snapshot, nodes=self.nodes, pods=tuple(p for p in pods if p.node_name not in excluded))
+        self.compute_usage(RegistrationResult())
+        self.refresh_unavailable()
 
     # ------------------------------------------------------------ usage and limits
 

@@ -77,7 +77,7 @@ def patch_overlay_status(work: PlanningRound) -> None:
     from joiner.domain.overlays import MAX_LISTED_TYPES, OverlayOutcome
 
     stamp = work.now.strftime("%Y-%m-%dT%H:%M:%SZ")
-    for name in sorted(getattr(work, "overlays_raw", {})):
+    for name in sorted(work.overlays_raw):
         current = work.overlays_raw[name].get("status") or {}
         outcome = work.overlay_outcomes.get(name, OverlayOutcome())
         error = work.overlay_errors.get(name)

@@ -149,9 +149,8 @@ def provision(runtime: Runtime, now: datetime | None = None, *, owner: str | Non
 def _run_round(runtime: Runtime, now: datetime, owner: str) -> RoundResult:
     started = time.perf_counter()
     lease = RenewingLease(runtime, LEASE_NAME, owner, ttl_seconds=LEASE_TTL_SECONDS, renew_seconds=LEASE_RENEW_SECONDS)
-    work = PlanningRound(runtime, now)
+    work = PlanningRound.for_cluster(runtime, now)
     launcher = Launcher(work, lease)
-    work.read()
     registration = reconcile_registration(runtime, work.claims, work.nodes, work.pools, now)
     for message in registration.errors:
         logger.warning("registration failed", extra={"error": message})
@@ -159,8 +158,6 @@ def _run_round(runtime: Runtime, now: datetime, owner: str) -> RoundResult:
     for message in nomination.errors:
         logger.warning("nomination failed", extra={"error": message})
     work.note_nominations(nomination.nominated, nomination.not_held)
-    work.resolve_classes()
-    work.instance_types()
     work.compute_usage(registration)
     work.publish_unreserved()
     for claim_id in registration.timed_out:
@@ -170,7 +167,7 @@ def _run_round(runtime: Runtime, now: datetime, owner: str) -> RoundResult:
 
     open_claims = list(registration.claims)
     orphans_closed, orphans_adopted = _settle_orphans(launcher, open_claims)
-    work.open_by_id = {c.claim_id: c for c in open_claims if c.claim_id not in orphans_closed}
+    work.track_claims(c for c in open_claims if c.claim_id not in orphans_closed)
     in_flight = work.in_flight(work.open_by_id.values())
 
     waiting = [p for p in work.pods if p.is_pending and p.key in work.marked_unschedulable]
