@@ -22,6 +22,7 @@ Karpenter's ``karpenter.sh/v1`` NodeClaim, :func:`joiner.domain.snapshot.parse_n
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -106,7 +107,7 @@ def _install(claim: NodeClaim, *, stack: LocalStack, ec2: SimulatedEc2, cluster:
         "annotations": {NODEPOOL_HASH_KEY: record.pool_hash, **({NODECLASS_HASH_KEY: record.class_hash} if record.class_hash else {})},
     }})
 
-    mirror: dict[str, Any] = node_claim_object(record, pool_raw, now=now)
+    mirror: dict[str, Any] = json.loads(json.dumps(node_claim_object(record, pool_raw, now=now)))  # plain JSON, as the API takes it
     mirror["metadata"]["finalizers"] = [TERMINATION_FINALIZER]
     kube.apply(mirror)
     return RunningClaim(claim.name, claim.api_version, claim.node_pool, node_name, instance.instance_id)
