@@ -44,8 +44,6 @@ processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failu
 
 #: Built on the first invocation (cold start), reused while the execution environment lives.
 _cold: dict[str, Any] = {}
-#: Per-invocation cluster reads shared by the batch's messages.
-_invocation: dict[str, Any] = {}
 
 
 def configure(runtime: Any = None, *, dynamodb_client: Any = None) -> dict[str, Any]:
@@ -72,13 +70,14 @@ def configure(runtime: Any = None, *, dynamodb_client: Any = None) -> dict[str, 
     config = IdempotencyConfig(event_key_jmespath="id", raise_on_no_idempotency_key=True, expires_after_seconds=IDEMPOTENCY_TTL_SECONDS)
 
     @idempotent_function(data_keyword_argument="event", persistence_store=persistence, config=config)  # type: ignore[untyped-decorator]  # powertools leaves it untyped
-    def process_event(event: dict[str, Any]) -> dict[str, Any]:
-        """Act on one EventBridge event once per event id; the returned summary is what a
-        duplicate delivery gets back."""
+    def process_event(event: dict[str, Any], view: Any = None) -> dict[str, Any]:
+        """Act on one EventBridge event once per event id (``view``: the batch's shared
+        cluster reads; not part of the key); the returned summary is what a duplicate
+        delivery gets back."""
         from joiner.events import normalize
         from joiner.services.interruption import handle_interruption
 
-        outcome = handle_interruption(runtime, normalize(event), view=_invocation.get("view"))
+        outcome = handle_interruption(runtime, normalize(event), view=view)
         return outcome.to_dict()
 
     _cold.clear()
@@ -93,7 +92,6 @@ def _cold_start() -> dict[str, Any]:
 def reset() -> None:
     """Forget the cold-start objects (tests: new settings, new endpoints)."""
     _cold.clear()
-    _invocation.clear()
 
 
 def read_record(body: object, now: Any) -> tuple[dict[str, Any], Any]:
@@ -111,8 +109,9 @@ def read_record(body: object, now: Any) -> tuple[dict[str, Any], Any]:
         raise UnparseableEvent(f"unexpected {type(error).__name__} while reading the event: {error}") from error
 
 
-def record_handler(record: SQSRecord) -> dict[str, Any]:
-    """Handle one SQS record: acknowledge what cannot be parsed, act idempotently on the rest."""
+def record_handler(record: SQSRecord, view: Any = None) -> dict[str, Any]:
+    """Handle one SQS record: acknowledge what cannot be parsed, act idempotently on the rest
+    (``view``: the batch's :class:`~joiner.services.replacement.ClusterView`)."""
     from joiner.events import UnparseableEvent
 
     cold = _cold_start()
@@ -124,7 +123,7 @@ def record_handler(record: SQSRecord) -> dict[str, Any]:
         logger.warning("unparseable interruption message acknowledged", extra={"message_id": record.message_id, "error": str(error)[:1000]})
         return {"messageId": record.message_id, "status": "unparseable"}
     try:
-        summary: dict[str, Any] = cold["process_event"](event=event)
+        summary: dict[str, Any] = cold["process_event"](event=event, view=view)
     except Exception:
         _redeliver_sooner(runtime, record)
         raise
@@ -145,24 +144,24 @@ def _redeliver_sooner(runtime: Any, record: SQSRecord) -> None:
     logger.warning("interruption message failed; redelivered sooner", extra={"message_id": record.message_id, "receive_count": receive_count, "redelivered_in": delay})
 
 
-def _replay(record: SQSRecord) -> dict[str, Any]:
+def _replay(record: SQSRecord, outcomes: dict[str, Future[dict[str, Any]]], view: Any) -> dict[str, Any]:
     """The outcome of a record already handled concurrently (its exception re-raised, so the
     batch processor reports it as a batch item failure)."""
-    future = _invocation.get("outcomes", {}).get(record.message_id)
+    future = outcomes.get(record.message_id)
     if future is None:
-        return record_handler(record)
+        return record_handler(record, view)
     replayed: dict[str, Any] = future.result()
     return replayed
 
 
-def _handle_concurrently(records: list[dict[str, Any]]) -> dict[str, Future[dict[str, Any]]]:
+def _handle_concurrently(records: list[dict[str, Any]], view: Any) -> dict[str, Future[dict[str, Any]]]:
     """Run the batch's records on worker threads: each event waits mostly on Kubernetes,
     EC2 and DynamoDB calls. The X-Ray trace entity, when tracing, is carried into the threads."""
     entity = trace_entity()
 
     def run(raw: dict[str, Any]) -> dict[str, Any]:
         set_trace_entity(entity)
-        return record_handler(SQSRecord(raw))
+        return record_handler(SQSRecord(raw), view)
 
     workers = min(MAX_CONCURRENCY, len(records))
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="joiner-interruption") as pool:
@@ -187,24 +186,19 @@ def _instances_named(records: list[dict[str, Any]], now: Any) -> list[str]:
 
 @handler_entry
 def handler(event: dict[str, Any], context: Any) -> PartialItemFailureResponse:
-    from joiner.services.interruption import ClusterView
+    from joiner.services.replacement import ClusterView
 
     cold = _cold_start()
     cold["config"].register_lambda_context(context)
     runtime = cold["runtime"]
     runtime.invocation_id = getattr(context, "aws_request_id", runtime.invocation_id)
     view = ClusterView(runtime)
-    _invocation["view"] = view
     records = [r for r in event.get("Records") or [] if isinstance(r, dict)]
-    try:
-        going = _instances_named(records, runtime.clock.now())
-        if len(going) > 1:
-            try:
-                view.expect_disruption(going)
-            except Exception as error:  # noqa: BLE001 - an optimisation of replacement planning, never a reason to fail the batch
-                logger.warning("could not read the batch's nodes up front", extra={"error": str(error)})
-        if len(records) > 1:
-            _invocation["outcomes"] = _handle_concurrently(records)
-        return process_partial_response(event=event, record_handler=_replay, processor=processor, context=context)
-    finally:
-        _invocation.clear()
+    going = _instances_named(records, runtime.clock.now())
+    if len(going) > 1:
+        try:
+            view.expect_disruption(going)
+        except Exception as error:  # noqa: BLE001 - an optimisation of replacement planning, never a reason to fail the batch
+            logger.warning("could not read the batch's nodes up front", extra={"error": str(error)})
+    outcomes = _handle_concurrently(records, view) if len(records) > 1 else {}
+    return process_partial_response(event=event, record_handler=lambda record: _replay(record, outcomes, view), processor=processor, context=context)
