@@ -1018,7 +1018,7 @@ class Simulation:
                 continue
             key = f"{deletion.namespace}/{deletion.name}"
             record = self.cluster.pods.get(key)
-            node = record.node if record is not None else self._pinned.get(key)
+            node = record.node if record is not None else getattr(self, "_pinned", {}).get(key)
             self.result.pod_deletions.append(PodDeletion(now, key, node, deletion.via, deletion.grace_period_seconds, function))
             for rebalance in self.ec2.rebalances:
                 if node is not None and rebalance.node == node and rebalance.drain_started is None:
