@@ -134,19 +134,21 @@ class PlanningRound:
         """A round that read the whole cluster (:meth:`read`), its NodeClasses resolved and
         its NodePools' instance types known, tracking every open claim it read. Usage and
         limits follow registration: :meth:`compute_usage`."""
-        work = cls(runtime, now)
-        work.read()
-        work.resolve_classes()
-        work.instance_types()
-        work.track_claims(work.claims)
-        return work
+        return cls._built(runtime, now, replacement=False)
 
     @classmethod
     def for_replacement(cls, runtime: Runtime, now: datetime) -> PlanningRound:
         """:meth:`for_cluster` without pods and Nodes (:meth:`read_for_replacement`): a round
         that plans a disrupted node's pods onto new capacity only."""
+        return cls._built(runtime, now, replacement=True)
+
+    @classmethod
+    def _built(cls, runtime: Runtime, now: datetime, *, replacement: bool) -> PlanningRound:
         work = cls(runtime, now)
-        work.read_for_replacement()
+        if replacement:
+            work.read_for_replacement()
+        else:
+            work.read()
         work.resolve_classes()
         work.instance_types()
         work.track_claims(work.claims)
