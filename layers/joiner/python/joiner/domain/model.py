@@ -19,6 +19,7 @@ from joiner.domain.requirements import Requirements
 from joiner.domain.resources import EMPTY, Resources
 
 __all__ = [
+    "instance_id_of",
     "POD_DELETION_COST", "DEFAULT_SCHEDULER", "Taint", "Toleration", "LabelSelector", "PodAffinityTerm", "TopologySpreadConstraint",
     "PreferredNodeTerm", "HostPort", "Pod", "Node", "NodeClaim", "NodeCondition", "DaemonSet", "PodDisruptionBudget",
     "PersistentVolumeClaim", "PersistentVolume", "StorageClass", "CSINode",
@@ -37,6 +38,14 @@ CRITICAL_PRIORITY_CLASSES = frozenset({"system-cluster-critical", "system-node-c
 #: that holds the kubelet's and containerd's data, so it is the node's ephemeral storage.
 INSTANCE_STORE_RAID0 = "RAID0"
 INSTANCE_STORE_POLICIES = (INSTANCE_STORE_RAID0,)
+
+
+def instance_id_of(provider_id: str) -> str | None:
+    """``i-...`` from a providerID ``aws:///<zone>/<instance-id>``; None for any other."""
+    if not provider_id.startswith("aws://"):
+        return None
+    tail = provider_id.rsplit("/", 1)[-1]
+    return tail if tail.startswith("i-") else None
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -333,10 +342,7 @@ class Node:
     @property
     def instance_id(self) -> str | None:
         """``i-...`` from ``aws:///<zone>/<instance-id>``."""
-        if not self.provider_id.startswith("aws://"):
-            return None
-        tail = self.provider_id.rsplit("/", 1)[-1]
-        return tail if tail.startswith("i-") else None
+        return instance_id_of(self.provider_id)
 
     @property
     def node_pool(self) -> str | None:
@@ -384,10 +390,7 @@ class NodeClaim:
     @property
     def instance_id(self) -> str | None:
         """``i-...`` from ``aws:///<zone>/<instance-id>``."""
-        if not self.provider_id.startswith("aws://"):
-            return None
-        tail = self.provider_id.rsplit("/", 1)[-1]
-        return tail if tail.startswith("i-") else None
+        return instance_id_of(self.provider_id)
 
 
 @dataclass(frozen=True, slots=True)
