@@ -17,6 +17,7 @@ from joiner.services.termination import (
     SAFETY_DELAY_SECONDS,
     TERMINATION_KIND,
     TerminationBusy,
+    TerminationRequest,
     begin_termination,
     continue_termination,
     handle_continuation,
@@ -98,7 +99,7 @@ def world() -> World:
 def test_begin_cordons_and_evicts_the_first_group_then_schedules_a_continuation(world: World) -> None:
     world.pod("app")
     world.pod("logs", ds=True)
-    result = begin_termination(world.runtime, "n1", "spot-interruption", EPOCH + timedelta(minutes=2), EPOCH)
+    result = begin_termination(world.runtime, TerminationRequest("n1", "spot-interruption", EPOCH + timedelta(minutes=2)), EPOCH)
     node = world.kube.get("nodes", None, "n1")
     assert node["spec"]["unschedulable"] is True
     assert {"key": wk.DISRUPTED_TAINT_KEY, "effect": "NoSchedule"} in node["spec"]["taints"]
@@ -117,7 +118,7 @@ def test_drain_runs_to_completion_in_group_order_and_cleans_up(world: World) -> 
     world.pod("logs", ds=True)
     world.pod("dns", critical=True)
     world.pod("cni", ds=True, critical=True)
-    begin_termination(world.runtime, "n1", "spot-interruption", None, EPOCH)
+    begin_termination(world.runtime, TerminationRequest("n1", "spot-interruption", None), EPOCH)
     statuses = world.run_until_done()
     assert statuses[-1] == "terminated"
     assert world.kube.evictions == ["default/app", "default/logs", "default/dns", "default/cni"]
@@ -133,7 +134,7 @@ def test_drain_runs_to_completion_in_group_order_and_cleans_up(world: World) -> 
 def test_pdb_blocked_eviction_is_retried_with_backoff(world: World) -> None:
     world.pod("web")
     world.kube.block("default/web", times=2)
-    result = begin_termination(world.runtime, "n1", "scheduled-change", None, EPOCH)
+    result = begin_termination(world.runtime, TerminationRequest("n1", "scheduled-change", None), EPOCH)
     assert result.blocked == ("default/web",)
     _, delay = world.next_message()
     assert delay == 5
@@ -156,7 +157,7 @@ def test_deadline_deletes_what_is_left_with_a_grace_that_ends_in_time(world: Wor
     world.pod("pinned", annotations={wk.DO_NOT_DISRUPT: "true"}, grace=20)
     world.kube.block("default/web")  # a PDB that never allows it
     deadline = EPOCH + timedelta(seconds=120)
-    begin_termination(world.runtime, "n1", "spot-interruption", deadline, EPOCH)
+    begin_termination(world.runtime, TerminationRequest("n1", "spot-interruption", deadline), EPOCH)
     # slow's grace is longer than the time left: deleted at once with exactly the time left
     assert world.kube.deletions == [("default/slow", 120)]
     statuses = world.run_until_done()
@@ -170,7 +171,7 @@ def test_deadline_deletes_what_is_left_with_a_grace_that_ends_in_time(world: Wor
 
 def test_state_change_deadline_in_the_past_deletes_everything_at_once(world: World) -> None:
     world.pod("web")
-    result = begin_termination(world.runtime, "n1", "state-change", EPOCH, EPOCH + timedelta(seconds=3))
+    result = begin_termination(world.runtime, TerminationRequest("n1", "state-change", EPOCH), EPOCH + timedelta(seconds=3))
     assert result.status == "terminated"
     assert world.kube.deletions == [("default/web", 0)]
     assert world.kube.get("nodes", None, "n1") is None
@@ -178,7 +179,7 @@ def test_state_change_deadline_in_the_past_deletes_everything_at_once(world: Wor
 
 def test_stale_and_duplicate_continuations_are_dropped(world: World) -> None:
     world.pod("web", grace=10)
-    begin_termination(world.runtime, "n1", "spot-interruption", None, EPOCH)
+    begin_termination(world.runtime, TerminationRequest("n1", "spot-interruption", None), EPOCH)
     body, _ = world.next_message()
     world.clock.advance(1)
     first = handle_continuation(world.runtime, body, world.clock.now())
@@ -194,7 +195,7 @@ def test_a_failed_eviction_fails_its_pod_alone_and_a_failed_step_is_retried_with
     for name in ("a", "b", "c"):
         world.pod(name)
     world.kube.fail("evict_pod", KubernetesError("internal error", status=500), times=1)
-    result = begin_termination(world.runtime, "n1", "spot-interruption", None, EPOCH)
+    result = begin_termination(world.runtime, TerminationRequest("n1", "spot-interruption", None), EPOCH)
     # the failure is a's alone: b and c are evicted in the same step, a is retried after a backoff
     assert result.failed == ("default/a",)
     assert sorted(result.evicted) == ["default/b", "default/c"]
@@ -242,36 +243,36 @@ def test_a_held_lease_makes_the_step_retry_later(world: World, monkeypatch: pyte
     assert world.metrics.total("TerminationBusyRequeued") == 2
     started = time.monotonic()
     with pytest.raises(TerminationBusy):
-        begin_termination(world.runtime, "n1", "spot-interruption", None, EPOCH)
+        begin_termination(world.runtime, TerminationRequest("n1", "spot-interruption", None), EPOCH)
     assert time.monotonic() - started >= 0.2  # begin waits a little for the holder before giving up
     assert world.kube.evictions == []
     # once the holder is done, a waiting begin goes ahead
     world.state.release_lease("termination/n1", "someone-else")
-    assert begin_termination(world.runtime, "n1", "spot-interruption", None, EPOCH).evicted == ("default/web",)
+    assert begin_termination(world.runtime, TerminationRequest("n1", "spot-interruption", None), EPOCH).evicted == ("default/web",)
 
 
 def test_an_urgent_event_never_waits_for_a_held_lease(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
     """A spot warning finding the node's lease held leaves its deadline as a request and a
     generation-less step a second ahead; the holder's own step takes the request before
     scheduling its successor."""
-    from joiner.services import termination
+    from joiner.services import drain_step, termination, termination_store
 
     monkeypatch.setattr(termination, "LEASE_WAIT_SECONDS", 0.05)
-    monkeypatch.setattr(termination, "SLOW_STEP_SECONDS", 0.0)  # the holder's step counts as slow
+    monkeypatch.setattr(termination_store, "SLOW_STEP_SECONDS", 0.0)  # the holder's step counts as slow
     world.pod("web", grace=30)
     world.kube.block("default/web", times=100)
-    begin_termination(world.runtime, "n1", "scheduled-change", EPOCH + timedelta(days=2), EPOCH, event_id="health")
+    begin_termination(world.runtime, TerminationRequest("n1", "scheduled-change", EPOCH + timedelta(days=2), event_id="health"), EPOCH)
     world.queue.messages.clear()
-    holder = termination._Lease(world.runtime, "n1", EPOCH)
+    holder = termination_store.TerminationLease(world.runtime, "n1", EPOCH)
     holder.acquire()
     deadline = EPOCH + timedelta(seconds=120)
-    queued = begin_termination(world.runtime, "n1", "spot-interruption", deadline, EPOCH, event_id="spot")
+    queued = begin_termination(world.runtime, TerminationRequest("n1", "spot-interruption", deadline, event_id="spot"), EPOCH)
     assert queued.status == "queued"
     assert world.next_message() == ({"kind": "termination", "node": "n1"}, 1)
     # the holder's step (begun before the request) takes it before it schedules its successor
-    stored = termination._load(world.runtime, "n1")
+    stored = termination_store.load_state(world.runtime, "n1")
     assert stored is not None
-    result = termination._run_step(world.runtime, stored, EPOCH, holder)
+    result = drain_step.run_step(world.runtime, stored, EPOCH, holder)
     holder.__exit__()
     assert result.next_step_in == 1
     merged = world.state.get_item(TERMINATION_KIND, "n1")
@@ -287,23 +288,23 @@ def test_a_request_bounds_a_rebalance_replacement_wait_by_the_reclaim(world: Wor
     """A spot warning behind a rebalance (issue 16 section 5): the replacement is still
     awaited, but the drain starts by the reclaim less the pods' grace period and a margin."""
     from joiner.domain.termination import DRAIN_MARGIN
-    from joiner.services import termination
+    from joiner.services import drain_step, termination, termination_store
 
     monkeypatch.setattr(termination, "LEASE_WAIT_SECONDS", 0.05)
-    monkeypatch.setattr(termination, "SLOW_STEP_SECONDS", 0.0)
+    monkeypatch.setattr(termination_store, "SLOW_STEP_SECONDS", 0.0)
     world.pod("web")
     world.state.put_claim(ClaimRecord("r1", "default", "launched", EPOCH, instance_id="i-00000000000000002"))
-    waiting = begin_termination(world.runtime, "n1", "rebalance-recommendation", None, EPOCH, replacement_claims=("r1",), wait_for_replacement=True)
+    waiting = begin_termination(world.runtime, TerminationRequest("n1", "rebalance-recommendation", None, replacement_claims=("r1",), wait_for_replacement=True), EPOCH)
     assert waiting.status == "started" and waiting.phase == "replacing"
     world.queue.messages.clear()
-    holder = termination._Lease(world.runtime, "n1", EPOCH)
+    holder = termination_store.TerminationLease(world.runtime, "n1", EPOCH)
     holder.acquire()
     deadline = EPOCH + timedelta(seconds=120)
-    assert begin_termination(world.runtime, "n1", "spot-interruption", deadline, EPOCH, event_id="spot").status == "queued"
+    assert begin_termination(world.runtime, TerminationRequest("n1", "spot-interruption", deadline, event_id="spot"), EPOCH).status == "queued"
     world.queue.messages.clear()  # the request's own step is lost: the holder's step must take the request
-    stored = termination._load(world.runtime, "n1")
+    stored = termination_store.load_state(world.runtime, "n1")
     assert stored is not None
-    result = termination._run_step(world.runtime, stored, EPOCH, holder)
+    result = drain_step.run_step(world.runtime, stored, EPOCH, holder)
     holder.__exit__()
     assert result.status == "replacing" and result.next_step_in == 5  # polled every 5 s under a deadline
     assert world.state.get_item(TERMINATION_KIND, "n1")["deadline"] == deadline.isoformat()
@@ -324,7 +325,7 @@ def test_a_request_left_for_a_holder_that_died_starts_the_termination(world: Wor
     world.pod("web")
     assert world.state.acquire_lease("termination/n1", "died-before-saving", EPOCH, 2)
     deadline = EPOCH + timedelta(seconds=120)
-    queued = begin_termination(world.runtime, "n1", "spot-interruption", deadline, EPOCH, instance_id=INSTANCE, claim_id="c1", event_id="spot")
+    queued = begin_termination(world.runtime, TerminationRequest("n1", "spot-interruption", deadline, instance_id=INSTANCE, claim_id="c1", event_id="spot"), EPOCH)
     assert queued.status == "queued" and world.state.get_item(TERMINATION_KIND, "n1") is None
     body, delay = world.next_message()
     assert delay == 1
@@ -338,11 +339,11 @@ def test_a_request_left_for_a_holder_that_died_starts_the_termination(world: Wor
 
 def test_a_second_event_tightens_the_deadline_and_supersedes_the_chain(world: World) -> None:
     world.pod("pinned", annotations={wk.KARPENTER_DO_NOT_DISRUPT: "true"}, grace=10)
-    first = begin_termination(world.runtime, "n1", "rebalance-recommendation", None, EPOCH, event_id="e1")
+    first = begin_termination(world.runtime, TerminationRequest("n1", "rebalance-recommendation", None, event_id="e1"), EPOCH)
     assert first.status == "started" and first.evicted == ()
     old_body, _ = world.next_message()
     world.clock.advance(2)
-    second = begin_termination(world.runtime, "n1", "spot-interruption", world.clock.now() + timedelta(seconds=120), world.clock.now(), event_id="e2")
+    second = begin_termination(world.runtime, TerminationRequest("n1", "spot-interruption", world.clock.now() + timedelta(seconds=120), event_id="e2"), world.clock.now())
     assert second.status == "updated"
     stored = world.state.get_item(TERMINATION_KIND, "n1")
     assert stored["events"] == ["e1", "e2"] and stored["deadline"] is not None
@@ -354,7 +355,7 @@ def test_a_second_event_tightens_the_deadline_and_supersedes_the_chain(world: Wo
 def test_rebalance_waits_for_the_replacement_before_draining(world: World) -> None:
     world.pod("web")
     world.state.put_claim(ClaimRecord("c2", "default", "launched", EPOCH, instance_id="i-00000000000000002"))
-    result = begin_termination(world.runtime, "n1", "rebalance-recommendation", None, EPOCH, replacement_claims=("c2",), wait_for_replacement=True)
+    result = begin_termination(world.runtime, TerminationRequest("n1", "rebalance-recommendation", None, replacement_claims=("c2",), wait_for_replacement=True), EPOCH)
     assert result.status == "started" and result.phase == "replacing" and world.kube.evictions == []
     assert world.kube.get("nodes", None, "n1")["spec"]["unschedulable"] is True  # cordoned meanwhile
     body, delay = world.next_message()
@@ -373,10 +374,10 @@ def test_rebalance_waits_for_the_replacement_before_draining(world: World) -> No
 def test_a_repeated_rebalance_keeps_waiting_and_a_spot_warning_ends_the_wait(world: World) -> None:
     world.pod("web")
     world.state.put_claim(ClaimRecord("c2", "default", "launched", EPOCH, instance_id="i-00000000000000002"))
-    begin_termination(world.runtime, "n1", "rebalance-recommendation", None, EPOCH, replacement_claims=("c2",), wait_for_replacement=True, event_id="r1")
-    again = begin_termination(world.runtime, "n1", "rebalance-recommendation", None, EPOCH, wait_for_replacement=True, event_id="r2")
+    begin_termination(world.runtime, TerminationRequest("n1", "rebalance-recommendation", None, replacement_claims=("c2",), wait_for_replacement=True, event_id="r1"), EPOCH)
+    again = begin_termination(world.runtime, TerminationRequest("n1", "rebalance-recommendation", None, wait_for_replacement=True, event_id="r2"), EPOCH)
     assert again.phase == "replacing" and world.kube.evictions == []
-    spot = begin_termination(world.runtime, "n1", "spot-interruption", EPOCH + timedelta(minutes=2), EPOCH, event_id="s1")
+    spot = begin_termination(world.runtime, TerminationRequest("n1", "spot-interruption", EPOCH + timedelta(minutes=2), event_id="s1"), EPOCH)
     assert spot.phase == "draining" and spot.evicted == ("default/web",)
     assert world.state.get_item(TERMINATION_KIND, "n1")["replacementClaims"] == ["c2"]
 
@@ -391,7 +392,7 @@ def test_a_replacement_ready_when_the_drain_must_start_is_reported_ready(world: 
     world.state.put_claim(ClaimRecord("r1", "default", "launched", EPOCH, instance_id="i-00000000000000002"))
     world.kube.add("nodes", node_json("n2", instance_id="i-00000000000000002", labels={wk.NODECLAIM: "r1"}))
     deadline = EPOCH + timedelta(seconds=30) + DRAIN_MARGIN  # the drain must start now (the pod's 30 s grace)
-    result = begin_termination(world.runtime, "n1", "spot-interruption", deadline, EPOCH, replacement_claims=("r1",), wait_for_replacement=True)
+    result = begin_termination(world.runtime, TerminationRequest("n1", "spot-interruption", deadline, replacement_claims=("r1",), wait_for_replacement=True), EPOCH)
     assert result.evicted == ("default/web",)
     (started,) = world.kube.events_for("n1", "DrainStarted")
     assert started.message == "replacement ready; draining"
@@ -400,13 +401,13 @@ def test_a_replacement_ready_when_the_drain_must_start_is_reported_ready(world: 
 def test_rebalance_drains_anyway_when_the_replacement_fails(world: World) -> None:
     world.pod("web")
     world.state.put_claim(ClaimRecord("c2", "default", "closed", EPOCH))
-    result = begin_termination(world.runtime, "n1", "rebalance-recommendation", None, EPOCH, replacement_claims=("c2",), wait_for_replacement=True)
+    result = begin_termination(world.runtime, TerminationRequest("n1", "rebalance-recommendation", None, replacement_claims=("c2",), wait_for_replacement=True), EPOCH)
     assert result.evicted == ("default/web",)
 
 
 def test_node_already_gone_just_cleans_up(world: World) -> None:
     world.kube.remove("nodes", None, "n1")
-    result = begin_termination(world.runtime, "n1", "state-change", EPOCH, EPOCH, instance_id=INSTANCE, claim_id="c1", node_pool="default")
+    result = begin_termination(world.runtime, TerminationRequest("n1", "state-change", EPOCH, instance_id=INSTANCE, claim_id="c1", node_pool="default"), EPOCH)
     assert result.status == "terminated"
     assert world.state.get_claim("c1").state == "closed"
     assert world.ec2.terminated == [INSTANCE]
@@ -421,7 +422,7 @@ def test_malformed_continuations_are_rejected() -> None:
 
 def test_stalled_terminations_are_resumed(world: World) -> None:
     world.pod("pinned", annotations={wk.DO_NOT_DISRUPT: "true"})
-    begin_termination(world.runtime, "n1", "rebalance-recommendation", None, EPOCH)
+    begin_termination(world.runtime, TerminationRequest("n1", "rebalance-recommendation", None), EPOCH)
     world.queue.messages.clear()  # the continuation is lost
     assert resume_stalled_terminations(world.runtime, EPOCH + timedelta(minutes=5)) == []
     assert resume_stalled_terminations(world.runtime, EPOCH + timedelta(minutes=25)) == ["n1"]
@@ -432,7 +433,7 @@ def test_stalled_terminations_are_resumed(world: World) -> None:
 def test_the_drained_node_is_deleted_by_uid_and_a_node_recreated_under_its_name_survives(world: World) -> None:
     world.pod("app")
     drained_uid = world.kube.get("nodes", None, "n1")["metadata"]["uid"]
-    begin_termination(world.runtime, "n1", "spot-interruption", None, EPOCH)
+    begin_termination(world.runtime, TerminationRequest("n1", "spot-interruption", None), EPOCH)
     deletions: list[tuple[str, str | None]] = []
     delete_node = world.kube.delete_node
 
@@ -454,7 +455,7 @@ def test_the_drained_node_is_deleted_by_uid_and_a_node_recreated_under_its_name_
 def test_an_instance_whose_own_tags_do_not_name_the_cluster_is_never_terminated(world: World) -> None:
     """Defect 7's last guard: whatever began the termination, the instance's own tags decide."""
     world.ec2.add_instance(INSTANCE, tags={"Name": "someone-else"})
-    result = begin_termination(world.runtime, "n1", "state-change", EPOCH, EPOCH, instance_id=INSTANCE, claim_id="c1", node_pool="default")
+    result = begin_termination(world.runtime, TerminationRequest("n1", "state-change", EPOCH, instance_id=INSTANCE, claim_id="c1", node_pool="default"), EPOCH)
     assert result is not None
     assert world.ec2.terminated == []
     assert world.metrics.total("NotOwnedSkipped", path="termination") == 1
@@ -494,7 +495,7 @@ def test_a_step_that_dies_mid_drain_is_resumed_by_its_safety_continuation_within
     _die_after_evictions(world, monkeypatch, 1)
     deadline = EPOCH + timedelta(minutes=2)
     with pytest.raises(_EnvironmentGone):
-        begin_termination(world.runtime, "n1", "spot-interruption", deadline, EPOCH, instance_id=INSTANCE, claim_id="c1")
+        begin_termination(world.runtime, TerminationRequest("n1", "spot-interruption", deadline, instance_id=INSTANCE, claim_id="c1"), EPOCH)
     assert world.kube.evictions == ["default/a"] and world.queue.messages == []
     stored = world.state.get_item(TERMINATION_KIND, "n1")
     assert stored is not None and stored["deadline"] == deadline.isoformat()  # saved before the step acted
@@ -510,7 +511,7 @@ def test_a_step_that_dies_mid_drain_is_resumed_by_its_safety_continuation_within
 
 def test_a_safety_continuation_of_a_step_that_ended_is_stale(world: World) -> None:
     world.pod("pinned", annotations={wk.DO_NOT_DISRUPT: "true"})
-    begin_termination(world.runtime, "n1", "rebalance-recommendation", None, EPOCH)
+    begin_termination(world.runtime, TerminationRequest("n1", "rebalance-recommendation", None), EPOCH)
     (safety, delay), = world.queue.safety
     world.clock.advance(delay)
     assert handle_continuation(world.runtime, safety, world.clock.now()).status == "stale"
@@ -520,13 +521,13 @@ def test_a_safety_continuation_of_a_step_that_ended_is_stale(world: World) -> No
 def test_a_step_that_loses_its_lease_stops_acting(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
     """A step renews its lease between actions; when it cannot (it stalled past the lease's
     expiry and another invocation took the node), it stops evicting at once and reports busy."""
-    from joiner.services import termination
+    from joiner.services import termination, termination_store
 
-    monkeypatch.setattr(termination, "LEASE_RENEW_SECONDS", 0.0)  # renew before every action
+    monkeypatch.setattr(termination_store, "LEASE_RENEW_SECONDS", 0.0)  # renew before every action
     for name in ("a", "b", "c"):
         world.pod(name)
         world.kube.block(f"default/{name}", times=1)  # the first step's evictions are refused (PDB)
-    begin_termination(world.runtime, "n1", "rebalance-recommendation", None, EPOCH)
+    begin_termination(world.runtime, TerminationRequest("n1", "rebalance-recommendation", None), EPOCH)
     assert world.kube.evictions == []
     evict = world.kube.evict_pod
 
@@ -568,7 +569,7 @@ def test_a_step_that_dies_between_scheduling_and_saving_its_successor_is_carried
 
     monkeypatch.setattr(world.state, "put_item", dying_put)
     with pytest.raises(_EnvironmentGone):
-        begin_termination(world.runtime, "n1", "spot-interruption", deadline, EPOCH, instance_id=INSTANCE, claim_id="c1")
+        begin_termination(world.runtime, TerminationRequest("n1", "spot-interruption", deadline, instance_id=INSTANCE, claim_id="c1"), EPOCH)
     assert calls["saves"] == 1 and sorted(world.kube.evictions) == ["default/a", "default/b"]
     stored = world.state.get_item(TERMINATION_KIND, "n1")
     assert stored is not None and stored["generation"] == 0  # the successor's generation was never saved
@@ -595,7 +596,7 @@ def test_a_grace_period_longer_than_any_date_range_still_drains_a_spot_node_by_i
         world.kube.get("pods", "default", "forever")["spec"]["priority"] = "high"
     world.state.put_claim(ClaimRecord("r1", "default", "launched", EPOCH, instance_id="i-00000000000000002"))
     deadline = EPOCH + timedelta(seconds=120)
-    first = begin_termination(world.runtime, "n1", "spot-interruption", deadline, EPOCH, replacement_claims=("r1",), wait_for_replacement=True)
+    first = begin_termination(world.runtime, TerminationRequest("n1", "spot-interruption", deadline, replacement_claims=("r1",), wait_for_replacement=True), EPOCH)
     assert first.status in ("started", "draining")
     statuses = world.run_until_done()
     assert statuses[-1] == "terminated"

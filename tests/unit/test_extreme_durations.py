@@ -19,6 +19,7 @@ from joiner.domain.bounded import EARLIEST_TIME, LATEST_TIME, MAX_INT
 from joiner.domain.disruption import budget_active, disruption_cost
 from joiner.domain.durations import MAX_DURATION, MAX_SECONDS, DurationError, clamp_seconds, parse_duration
 from joiner.domain.interruption import SPOT_INTERRUPTION, InterruptionEvent, decide_action
+from joiner.domain.node_pods import parse_node_pods
 from joiner.domain.snapshot import SnapshotError, parse_node_pool, parse_pod
 from joiner.domain.termination import (
     drain_start_by,
@@ -28,7 +29,7 @@ from joiner.domain.termination import (
     record_eviction,
     step_retry_delay,
 )
-from joiner.services.termination import _assume_applied, parse_node_pods
+from joiner.services.drain_step import assume_applied
 
 INT64 = st.integers(-MAX_INT, MAX_INT)  # what joiner.domain.bounded reads as 64-bit
 #: Every instant Joiner's clock or an accepted input can hold.
@@ -128,8 +129,8 @@ def test_no_drain_function_overflows_on_any_pod_an_api_server_accepts(
         for deletion in step.delete:  # the deadline rule: every deletion's grace ends by the deadline
             assert now + timedelta(seconds=deletion.grace_seconds) <= max(now, deadline)
         done = {"evicted": [], "gone": [], "deleted": [d.key for d in step.delete], "blocked": [], "failed": []}
-        _assume_applied(pods, deletion_deadlines, done, step.delete, now)
-    _assume_applied(pods, deletion_deadlines, {"evicted": [pod.key], "gone": [], "deleted": [], "blocked": [], "failed": []}, (), now)
+        assume_applied(pods, deletion_deadlines, done, step.delete, now)
+    assume_applied(pods, deletion_deadlines, {"evicted": [pod.key], "gone": [], "deleted": [], "blocked": [], "failed": []}, (), now)
 
 
 def _node_pool(expire: str, consolidate: str, grace: str, budget: str) -> dict[str, Any]:

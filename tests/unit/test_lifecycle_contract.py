@@ -40,7 +40,7 @@ def test_nothing_but_the_lifecycle_changes_a_claims_state() -> None:
 
 def test_the_lifecycle_is_used_by_every_path_that_ends_a_claim() -> None:
     users = sorted(path.stem for path in _shipped() if "joiner.services.lifecycle" in path.read_text(encoding="utf-8"))
-    assert {"deletion", "gc", "interruption", "launcher", "registration", "termination"} <= set(users)
+    assert {"deletion", "drain_step", "gc", "interruption", "launcher", "registration", "termination"} <= set(users)
 
 
 def test_closed_is_final_and_every_open_state_can_close() -> None:
@@ -79,7 +79,7 @@ def test_no_module_but_the_planning_round_assigns_its_attributes() -> None:
             for target in targets:
                 inner = target.value if isinstance(target, ast.Subscript) else target
                 if isinstance(inner, ast.Attribute) and _is_round(inner.value):
-                    found.append(f"{path.name}:{node.lineno}")
+                    found.append(f"{path.name}:{target.lineno}")
             if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("add", "update", "discard", "pop", "clear", "setdefault")
                     and isinstance(node.func.value, ast.Attribute) and _is_round(node.func.value.value)):
                 found.append(f"{path.name}:{node.lineno} mutates {node.func.value.attr}")
@@ -95,3 +95,20 @@ def test_a_planning_round_has_every_attribute_from_its_constructor() -> None:
     built = PlanningRound.for_cluster(world.runtime(), world.clock.now())
     assert set(vars(built)) == fresh  # no method creates an attribute
 
+
+
+def test_begin_termination_takes_a_request_and_few_parameters() -> None:
+    """What an event asks is one :class:`TerminationRequest` value; the node's pods are
+    replaced through the replacement seam itself, never a callback into the caller."""
+    import dataclasses
+    import inspect
+
+    from joiner.services.replacement import ClusterView
+    from joiner.services.termination import TerminationRequest, begin_termination
+
+    parameters = inspect.signature(begin_termination).parameters
+    assert len(parameters) <= 5
+    assert "request" in parameters and "replace_pods" not in parameters
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        TerminationRequest("n1", "spot-interruption").reason = "changed"  # type: ignore[misc]
+    assert callable(ClusterView.replace_node)

@@ -26,7 +26,7 @@ pass adds no finalizer and releases those it finds.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -192,28 +192,15 @@ def _grace_deadline(runtime: Runtime, claim: ClaimRecord, deleted_at: datetime |
 
 def _terminate(runtime: Runtime, name: str, node: JsonDict, claim: ClaimRecord, now: datetime, result: DeletionResult) -> None:
     """Begin the node's termination with a replacement for its pods, as an interruption does."""
-    from joiner.domain.termination import reschedulable_pods
     from joiner.services.replacement import ClusterView
-    from joiner.services.termination import begin_termination, parse_node_pods
-
-    view = ClusterView(runtime)
-
-    def replace_pods(pods_raw: Sequence[JsonDict]) -> tuple[str, ...]:
-        pending = reschedulable_pods(parse_node_pods(pods_raw)[0])
-        if not pending:
-            return ()
-        try:
-            return tuple(view.launch_replacement(pending, now, excluding=(name,)))
-        except Exception as error:  # noqa: BLE001 - the drain goes ahead; the scanner provisions for the pods
-            runtime.count("ReplacementFailed", kind=DELETED_REASON)
-            logger.warning("replacement for a deleted node failed", extra={"error": str(error)})
-            return ()
+    from joiner.services.termination import AlreadyRead, TerminationRequest, begin_termination
 
     deadline = _grace_deadline(runtime, claim, _time(_meta(node).get("deletionTimestamp")))
-    begin_termination(
-        runtime, name, DELETED_REASON, deadline, now, instance_id=claim.instance_id, claim_id=claim.claim_id,
-        node_pool=claim.node_pool, wait_for_replacement=True, node=node, claim=claim, replace_pods=replace_pods, urgent=False,
+    request = TerminationRequest(
+        name, DELETED_REASON, deadline, instance_id=claim.instance_id, claim_id=claim.claim_id, node_pool=claim.node_pool,
+        wait_for_replacement=True, urgent=False,
     )
+    begin_termination(runtime, request, now, seen=AlreadyRead(node=node, claim=claim), replacements=ClusterView(runtime))
     result.terminations.append(name)
 
 

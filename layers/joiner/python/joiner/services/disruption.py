@@ -336,7 +336,7 @@ def execute_command(runtime: Runtime, command: Command, inp: DisruptionInput, no
     its pods wait for capacity instead), and its drain deadline is the repair time plus the
     NodePool's terminationGracePeriod (none: at once, as Karpenter's repair)."""
     from joiner.domain.termination import reschedulable_pods
-    from joiner.services.termination import TerminationBusy, begin_termination
+    from joiner.services.termination import TerminationBusy, TerminationRequest, begin_termination
 
     nodes = {n.name: n for n in inp.snapshot.nodes}
     pools = {p.name: p for p in inp.snapshot.node_pools}
@@ -383,14 +383,14 @@ def execute_command(runtime: Runtime, command: Command, inp: DisruptionInput, no
         if forced and node is not None:
             _record_repair(runtime, node, pool.name if pool is not None else "", now)
         try:
-            begin_termination(
-                runtime, name, f"disruption/{command.method}", deadline, now,
+            begin_termination(runtime, TerminationRequest(
+                name, f"disruption/{command.method}", deadline,
                 instance_id=node.instance_id if node is not None else None,
                 claim_id=node.labels.get(wk.NODECLAIM) if node is not None else None,
                 node_pool=pool.name if pool is not None else None,
                 replacement_claims=claims,
                 wait_for_replacement=bool(claims),
-            )
+            ), now)
             mirror_claim(runtime, node.labels.get(wk.NODECLAIM) if node is not None else None, condition=disrupting_condition(f"disruption/{command.method}", command.reason))
         except TerminationBusy as error:
             errors.append(f"{name}: {error}")

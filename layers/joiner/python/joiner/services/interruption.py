@@ -30,7 +30,7 @@ its claim ids derive from the pods' uids. A retried message or a second event fo
 node therefore never launches twice. A replacement that cannot launch (limits, capacity)
 never holds up the drain: the pods go pending and the scanner takes over.
 
-A spot warning never waits behind a rebalance or any slower step (issue 10). The launch,
+A spot warning never waits behind a rebalance or any slower step. The launch,
 the slow part, runs outside the node's termination lease, with the first drain step
 scheduled seconds ahead, so a spot warning for a node whose rebalance replacement is
 launching takes the lease and drains at once with its deadline; and an urgent event that
@@ -50,7 +50,6 @@ sees the claims the previous ones launched.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -59,12 +58,18 @@ from joiner.domain import interruption as di
 from joiner.domain import labels as wk
 from joiner.domain.interruption import InterruptionEvent, decide_action
 from joiner.domain.model import OfferingKey
-from joiner.domain.termination import reschedulable_pods
 from joiner.observability import logger
-from joiner.ports import ClaimRecord, Ec2Error, JsonDict, KubernetesError
+from joiner.ports import ClaimRecord, Ec2Error, KubernetesError
 from joiner.services.ownership import ownership_problem, refuse
 from joiner.services.replacement import ClusterView
-from joiner.services.termination import TerminationResult, begin_termination, cordon_node, request_termination
+from joiner.services.termination import (
+    AlreadyRead,
+    TerminationRequest,
+    TerminationResult,
+    begin_termination,
+    cordon_node,
+    request_termination,
+)
 
 if TYPE_CHECKING:
     from joiner.services.context import Runtime
@@ -174,37 +179,21 @@ def _handle_instance(runtime: Runtime, view: ClusterView, event: InterruptionEve
 
     node_name = node["metadata"]["name"]
     view.disrupted.add(node_name)
-    launched: list[str] = []
-
-    def replace_pods(pods_raw: Sequence[JsonDict]) -> tuple[str, ...]:
-        claims = _replace(runtime, view, node_name, pods_raw, event, now)
-        launched.extend(claims)
-        return claims
-
+    request = TerminationRequest(
+        node_name, event.kind, action.deadline, instance_id=instance_id, claim_id=base.claim_id, node_pool=pool_name,
+        wait_for_replacement=action.wait_for_replacement, event_id=event.event_id, urgent=action.urgent,
+    )
     try:
         node = cordon_node(runtime, node) or node
         result: TerminationResult = begin_termination(
-            runtime,
-            node_name,
-            event.kind,
-            action.deadline,
-            now,
-            instance_id=instance_id,
-            claim_id=base.claim_id,
-            node_pool=pool_name,
-            wait_for_replacement=action.wait_for_replacement,
-            event_id=event.event_id,
-            node=node,
-            claim=claim,
-            replace_pods=replace_pods if action.replace else None,
-            urgent=action.urgent,
+            runtime, request, now, seen=AlreadyRead(node=node, claim=claim), replacements=view if action.replace else None,
         )
     except (KubernetesError, Ec2Error) as error:
         if action.deadline is None or not action.urgent:
             raise  # nothing urgent: the message is redelivered
         # An urgent event never waits for the message's redelivery (the queue's visibility
         # timeout): its deadline is left as a request whose termination step runs a second
-        # from now and retries on its own (issue 10).
+        # from now and retries on its own.
         runtime.count("InterruptionDeferredToTermination", kind=event.kind)
         logger.warning(
             "interruption could not start the drain; left a termination request",
@@ -214,7 +203,7 @@ def _handle_instance(runtime: Runtime, view: ClusterView, event: InterruptionEve
             runtime, node_name, event.kind, action.deadline, now,
             instance_id=instance_id, claim_id=base.claim_id, node_pool=pool_name, event_id=event.event_id,
         )
-    return dataclasses.replace(base, replacement_claims=tuple(launched), termination=result.status, evicted=result.evicted)
+    return dataclasses.replace(base, replacement_claims=result.launched, termination=result.status, evicted=result.evicted)
 
 
 def _reservation_instances(runtime: Runtime, view: ClusterView, event: InterruptionEvent) -> tuple[str, ...]:
@@ -278,25 +267,3 @@ def _close_without_node(runtime: Runtime, claim: ClaimRecord | None, instance_id
     if claim is not None:
         close_claim(runtime, claim, event.kind, now, path="interruption", terminate=False)
     return dataclasses.replace(base, termination="terminated")
-
-
-def _replace(runtime: Runtime, view: ClusterView, node_name: str, pods_raw: Sequence[JsonDict], event: InterruptionEvent, now: datetime) -> tuple[str, ...]:
-    """Launch capacity for the node's reschedulable pods; () when none is needed or the
-    launch failed (the drain goes ahead either way)."""
-    from joiner.services.termination import parse_node_pods
-
-    pods, _ = parse_node_pods(pods_raw)
-    pending = reschedulable_pods(pods)
-    if not pending:
-        return ()
-    try:
-        claims = view.launch_replacement(pending, now)
-    except Exception as error:  # noqa: BLE001 - the drain must start whatever the launch did
-        runtime.count("ReplacementFailed", kind=event.kind)
-        logger.warning(
-            "replacement launch failed; the drain goes ahead and the scanner provisions for the pods",
-            extra={"node": node_name, "error": f"{type(error).__name__}: {error}", "event_id": event.event_id}, exc_info=True,
-        )
-        return ()
-    logger.info("replacement planned", extra={"node": node_name, "claims": list(claims), "pods": [p.key for p in pending], "event_id": event.event_id})
-    return claims

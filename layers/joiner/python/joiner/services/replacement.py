@@ -5,6 +5,8 @@ launch replacements through :class:`ClusterView`: what to exclude (the nodes goi
 what to plan for (their pods, or a static NodePool's replicas) are arguments; the
 :class:`~joiner.services.planning_round.PlanningRound` it plans with is built complete by its
 constructors and prepared by its own :meth:`~joiner.services.planning_round.PlanningRound.replacing`.
+A termination replaces its node's pods through :meth:`ClusterView.replace_node`, which never
+fails the drain.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from typing import TYPE_CHECKING
 
 from joiner.domain import labels as wk
 from joiner.domain.model import InFlightClaim, Node, NodePool, OfferingKey, Pod
-from joiner.domain.termination import DISRUPTED_TAINT
+from joiner.domain.node_pods import parse_node_pods
+from joiner.domain.termination import DISRUPTED_TAINT, reschedulable_pods
+from joiner.observability import logger
 from joiner.ports import ClaimRecord, JsonDict
 from joiner.services.ownership import instance_tags
 
@@ -191,6 +195,28 @@ class ClusterView:
                 self._planner_busy = False
                 self._planning.notify_all()
         return request.result()
+
+    def replace_node(self, node_name: str, pods_raw: Sequence[JsonDict], now: datetime, *, kind: str, event_id: str | None = None) -> tuple[str, ...]:
+        """Launch capacity for the reschedulable pods of ``node_name`` (``pods_raw``: its pods
+        as read), the node left out of every plan of the view from now on. Returns the claims
+        that will host them; () when none is needed or the launch failed. Never raises: the
+        drain goes ahead whatever the launch did, and the scanner provisions for pods left
+        pending. A failure counts ``ReplacementFailed`` with ``kind`` (the termination's
+        reason)."""
+        pending = reschedulable_pods(parse_node_pods(pods_raw)[0])
+        if not pending:
+            return ()
+        try:
+            claims = self.launch_replacement(pending, now, excluding=(node_name,))
+        except Exception as error:  # noqa: BLE001 - the drain must start whatever the launch did
+            self.runtime.count("ReplacementFailed", kind=kind)
+            logger.warning(
+                "replacement launch failed; the drain goes ahead and the scanner provisions for the pods",
+                extra={"node": node_name, "error": f"{type(error).__name__}: {error}", "event_id": event_id}, exc_info=True,
+            )
+            return ()
+        logger.info("replacement planned", extra={"node": node_name, "claims": list(claims), "pods": [p.key for p in pending], "event_id": event_id})
+        return claims
 
     def launch_static_replicas(self, node_pools: Sequence[str], now: datetime, *, excluding: Iterable[str] = ()) -> tuple[str, ...]:
         """One replica of each of ``node_pools`` (static NodePools replacing nodes of theirs
