@@ -120,9 +120,6 @@ def test_deleting_the_node_drains_in_the_same_order(swapped: SimulationResult) -
     _assert_drain_order(swapped, NODE_A)
 
 
-@pytest.mark.xfail(strict=True, reason="services/deletion.py counts the terminationGracePeriod from the Node's deletionTimestamp "
-                   "only: the drain of a deleted NodeClaim whose Node is not itself deleted has no deadline, so a budget "
-                   "allowing nothing and a do-not-disrupt pod hold it for good (Karpenter counts from the NodeClaim's deletion)")
 def test_deleting_a_joiner_nodeclaim_holds_to_the_grace_period_the_same(swapped: SimulationResult) -> None:
     assert (_deletion(swapped, NODE_B).kind, _deletion(swapped, NODE_B).name) == ("NodeClaim", "general-b")
     _assert_held_to_the_grace_period(swapped, NODE_B)

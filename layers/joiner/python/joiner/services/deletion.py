@@ -130,7 +130,7 @@ def handle_deletions(runtime: Runtime, now: datetime, *, just_read: bool = False
             elif step is DeletionStep.TERMINATE and claim is not None:
                 claim_node = nodes.get(node_name or "") or (runtime.kube.get_node(node_name) if node_name else None)
                 if claim_node is not None:
-                    _terminate(runtime, node_name or "", claim_node, claim, now, result)
+                    _terminate(runtime, node_name or "", claim_node, claim, now, result, deleted_at=_time(meta.get("deletionTimestamp")))
                 else:  # launched, no Node yet: nothing to drain
                     _terminate_unregistered(runtime, claim, now)
                     _set_mirror_finalizer(runtime.kube, mirror, present=False)
@@ -190,12 +190,17 @@ def _grace_deadline(runtime: Runtime, claim: ClaimRecord, deleted_at: datetime |
     return None
 
 
-def _terminate(runtime: Runtime, name: str, node: JsonDict, claim: ClaimRecord, now: datetime, result: DeletionResult) -> None:
-    """Begin the node's termination with a replacement for its pods, as an interruption does."""
+def _terminate(runtime: Runtime, name: str, node: JsonDict, claim: ClaimRecord, now: datetime, result: DeletionResult, *,
+               deleted_at: datetime | None = None) -> None:
+    """Begin the node's termination with a replacement for its pods, as an interruption does.
+    The NodePool's ``terminationGracePeriod`` counts from the earlier of the Node's deletion
+    and ``deleted_at`` (the NodeClaim's, when the claim was deleted): Karpenter counts from
+    the NodeClaim's deletion, so deleting only the NodeClaim bounds the drain too."""
     from joiner.services.replacement import ClusterView
     from joiner.services.termination import AlreadyRead, TerminationRequest, begin_termination
 
-    deadline = _grace_deadline(runtime, claim, _time(_meta(node).get("deletionTimestamp")))
+    deleted = [t for t in (_time(_meta(node).get("deletionTimestamp")), deleted_at) if t is not None]
+    deadline = _grace_deadline(runtime, claim, min(deleted) if deleted else None)
     request = TerminationRequest(
         name, DELETED_REASON, deadline, instance_id=claim.instance_id, claim_id=claim.claim_id, node_pool=claim.node_pool,
         wait_for_replacement=True, urgent=False,
