@@ -57,9 +57,10 @@ demo: $(LOCAL_STAMP)
 test: lint kube
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
-## Static checks: ruff (rules in pyproject.toml) and mypy (strict on layers/, testworld/, functions/, infra/; basic on bench/, tests/).
+## Static checks: ruff's rules (pyproject.toml), ruff's formatting and mypy (strict on layers/, testworld/, functions/, infra/; basic on bench/, tests/).
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
 ## etcd, kube-apiserver, kube-scheduler and kubectl for the real Kubernetes tier (tools/kube/go.mod pins the versions; needs Go):

@@ -163,8 +163,13 @@ def first_event(name: str) -> dict[str, Any]:
     """A cheap, realistic first invocation for ``name``."""
     if name == "interruption":
         body = {
-            "version": "0", "id": "bench-spot-1", "detail-type": "EC2 Spot Instance Interruption Warning",
-            "source": "aws.ec2", "account": "123456789012", "time": "2026-01-01T00:00:00Z", "region": "us-east-1",
+            "version": "0",
+            "id": "bench-spot-1",
+            "detail-type": "EC2 Spot Instance Interruption Warning",
+            "source": "aws.ec2",
+            "account": "123456789012",
+            "time": "2026-01-01T00:00:00Z",
+            "region": "us-east-1",
             "resources": ["arn:aws:ec2:us-east-1:123456789012:instance/i-0123456789abcdef0"],
             "detail": {"instance-id": "i-0123456789abcdef0", "instance-action": "terminate"},
         }
@@ -172,36 +177,63 @@ def first_event(name: str) -> dict[str, Any]:
     if name == "termination":
         return sqs_batch(json.dumps({"kind": "termination", "node": "ip-10-0-0-1.ec2.internal", "generation": 1}))
     return {
-        "version": "0", "id": "bench-schedule-1", "detail-type": "Scheduled Event", "source": "aws.events",
-        "account": "123456789012", "time": "2026-01-01T00:00:00Z", "region": "us-east-1",
-        "resources": [f"arn:aws:events:us-east-1:123456789012:rule/joiner-{name}"], "detail": {},
+        "version": "0",
+        "id": "bench-schedule-1",
+        "detail-type": "Scheduled Event",
+        "source": "aws.events",
+        "account": "123456789012",
+        "time": "2026-01-01T00:00:00Z",
+        "region": "us-east-1",
+        "resources": [f"arn:aws:events:us-east-1:123456789012:rule/joiner-{name}"],
+        "detail": {},
     }
 
 
 def sqs_batch(body: str) -> dict[str, Any]:
-    return {"Records": [{
-        "messageId": "bench-message-1", "receiptHandle": "bench-receipt-1", "body": body,
-        "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": "1767225600000", "SenderId": "bench",
-                       "ApproximateFirstReceiveTimestamp": "1767225600000"},
-        "messageAttributes": {}, "md5OfBody": "", "eventSource": "aws:sqs",
-        "eventSourceARN": f"arn:aws:sqs:us-east-1:123456789012:{CLUSTER}-queue", "awsRegion": "us-east-1",
-    }]}
+    return {
+        "Records": [
+            {
+                "messageId": "bench-message-1",
+                "receiptHandle": "bench-receipt-1",
+                "body": body,
+                "attributes": {
+                    "ApproximateReceiveCount": "1",
+                    "SentTimestamp": "1767225600000",
+                    "SenderId": "bench",
+                    "ApproximateFirstReceiveTimestamp": "1767225600000",
+                },
+                "messageAttributes": {},
+                "md5OfBody": "",
+                "eventSource": "aws:sqs",
+                "eventSourceARN": f"arn:aws:sqs:us-east-1:123456789012:{CLUSTER}-queue",
+                "awsRegion": "us-east-1",
+            }
+        ]
+    }
 
 
-def measure(python: str, layer: Path, name: str, environment: Mapping[str, str], *, tracing: bool = True,
-            functions_dir: Path = ROOT / "functions") -> dict[str, Any]:
+def measure(
+    python: str, layer: Path, name: str, environment: Mapping[str, str], *, tracing: bool = True, functions_dir: Path = ROOT / "functions"
+) -> dict[str, Any]:
     """One fresh interpreter: import the handler and invoke it once."""
     code = functions_dir / name
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", **environment,
-           "AWS_LAMBDA_FUNCTION_NAME": f"joiner-{name}", "AWS_LAMBDA_LOG_GROUP_NAME": f"/aws/lambda/joiner-{name}",
-           "LAMBDA_TASK_ROOT": str(code), **({} if tracing else {"POWERTOOLS_TRACE_DISABLED": "true"})}
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "LANG": "C.UTF-8",
+        **environment,
+        "AWS_LAMBDA_FUNCTION_NAME": f"joiner-{name}",
+        "AWS_LAMBDA_LOG_GROUP_NAME": f"/aws/lambda/joiner-{name}",
+        "LAMBDA_TASK_ROOT": str(code),
+        **({} if tracing else {"POWERTOOLS_TRACE_DISABLED": "true"}),
+    }
     command = [python, "-I", "-S", "-B", "-c", CHILD, str(code), str(layer), json.dumps(first_event(name)), name]
     completed = subprocess.run(command, env=env, capture_output=True, text=True, check=False, timeout=300)
     for line in completed.stdout.splitlines():
         if line.startswith("BENCH_RESULT "):
             return dict(json.loads(line.removeprefix("BENCH_RESULT ")))
-    raise RuntimeError(f"{name}: the handler did not complete (exit {completed.returncode}):\n"
-                       + "\n".join((completed.stderr or completed.stdout).strip().splitlines()[-20:]))
+    raise RuntimeError(
+        f"{name}: the handler did not complete (exit {completed.returncode}):\n" + "\n".join((completed.stderr or completed.stdout).strip().splitlines()[-20:])
+    )
 
 
 def summary(values: Sequence[float]) -> dict[str, float]:
@@ -213,8 +245,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5, help="fresh processes per function (default 5)")
     parser.add_argument("--layer", type=Path, help="a built layer's python/ directory (default: build one now)")
     parser.add_argument("--python", help="the runtime interpreter (default: infra.layer.find_layer_python())")
-    parser.add_argument("--functions-dir", type=Path, default=ROOT / "functions",
-                        help="where the handlers are (default: functions/; to measure another tree with --layer)")
+    parser.add_argument(
+        "--functions-dir", type=Path, default=ROOT / "functions", help="where the handlers are (default: functions/; to measure another tree with --layer)"
+    )
     parser.add_argument("--function", action="append", choices=FUNCTIONS, help="only these functions")
     parser.add_argument("--no-tracing", action="store_true", help="POWERTOOLS_TRACE_DISABLED=true (default: X-Ray on, as deployed)")
     args = parser.parse_args(argv)
@@ -230,19 +263,34 @@ def main(argv: list[str] | None = None) -> int:
         try:
             with local_world() as environment:
                 for name in args.function or FUNCTIONS:
-                    runs = [measure(python, layer, name, environment, tracing=not args.no_tracing, functions_dir=args.functions_dir)
-                            for _ in range(args.repeats)]
+                    runs = [
+                        measure(python, layer, name, environment, tracing=not args.no_tracing, functions_dir=args.functions_dir) for _ in range(args.repeats)
+                    ]
                     imports = [run["import_s"] for run in runs]
                     calls = [run["first_call_s"] for run in runs]
                     totals = [run["import_s"] + run["first_call_s"] for run in runs]
                     cpu = [run["cpu_s"] for run in runs]
-                    print(json.dumps({
-                        "benchmark": "coldstart", "function": name, "python": LAYER_PYTHON_VERSION,
-                        "platform": platforms[0], "repeats": args.repeats, "tracing": not args.no_tracing,
-                        "import_s": summary(imports), "first_call_s": summary(calls), "total_s": summary(totals), "cpu_s": summary(cpu),
-                        "target_s": 1.0, "within_target": statistics.median(totals) <= 1.0,
-                        "result": runs[-1]["result"],
-                    }, sort_keys=True), flush=True)
+                    print(
+                        json.dumps(
+                            {
+                                "benchmark": "coldstart",
+                                "function": name,
+                                "python": LAYER_PYTHON_VERSION,
+                                "platform": platforms[0],
+                                "repeats": args.repeats,
+                                "tracing": not args.no_tracing,
+                                "import_s": summary(imports),
+                                "first_call_s": summary(calls),
+                                "total_s": summary(totals),
+                                "cpu_s": summary(cpu),
+                                "target_s": 1.0,
+                                "within_target": statistics.median(totals) <= 1.0,
+                                "result": runs[-1]["result"],
+                            },
+                            sort_keys=True,
+                        ),
+                        flush=True,
+                    )
             if tree_listing(layer) != before:
                 raise RuntimeError("the layer copy changed during the runs: it was not read-only")
         finally:

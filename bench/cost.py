@@ -101,17 +101,30 @@ def _daemonsets() -> tuple[DaemonSet, ...]:
     specs = [("aws-node", 25, 64 * MI), ("kube-proxy", 100, 64 * MI), ("ebs-csi-node", 30, 96 * MI), ("node-exporter", 50, 64 * MI)]
     result = []
     for name, cpu, memory in specs:
-        template = Pod("kube-system", name, requests=Resources({"cpu": cpu, "memory": memory, "pods": 1000}), tolerations=(Toleration(operator="Exists"),), owner_kind="DaemonSet", owner_name=name)
+        template = Pod(
+            "kube-system",
+            name,
+            requests=Resources({"cpu": cpu, "memory": memory, "pods": 1000}),
+            tolerations=(Toleration(operator="Exists"),),
+            owner_kind="DaemonSet",
+            owner_name=name,
+        )
         result.append(DaemonSet("kube-system", name, template))
     return tuple(result)
 
 
 def _pool(kind: str) -> NodePool:
     if kind == "realistic":
-        return NodePool("default", Requirements([
-            Requirement.create(wk.CAPACITY_TYPE, "In", ["on-demand"]), Requirement.create(wk.ARCH, "In", ["amd64", "arm64"]),
-            Requirement.create(wk.INSTANCE_FAMILY, "In", list(FAMILIES)),
-        ]))
+        return NodePool(
+            "default",
+            Requirements(
+                [
+                    Requirement.create(wk.CAPACITY_TYPE, "In", ["on-demand"]),
+                    Requirement.create(wk.ARCH, "In", ["amd64", "arm64"]),
+                    Requirement.create(wk.INSTANCE_FAMILY, "In", list(FAMILIES)),
+                ]
+            ),
+        )
     base = [Requirement.create(wk.CAPACITY_TYPE, "In", ["on-demand"]), Requirement.create(wk.ARCH, "In", ["amd64"])]
     if kind == "gpu":
         base.append(Requirement.create(wk.INSTANCE_GPU_COUNT, "Exists"))
@@ -154,7 +167,12 @@ GENERATED: dict[str, tuple[str, Callable[[], tuple[Pod, ...]]]] = {
     "tiny": ("general", lambda: tiny_pods(3000)),
     # ``arch`` drawn with other seeds: is its ratio the rule or luck? (only when named)
     **{f"arch-{seed}": ("realistic", partial(realistic_pods, 1000, shapes=40, seed=seed)) for seed in range(1, 7)},
-    **{f"sliver-{letters}-{large}-{tiny}": ("realistic", partial(_sliver, letters, large, tiny)) for letters in SLIVER_SETS for large in SLIVER_LARGE for tiny in SLIVER_TINY},
+    **{
+        f"sliver-{letters}-{large}-{tiny}": ("realistic", partial(_sliver, letters, large, tiny))
+        for letters in SLIVER_SETS
+        for large in SLIVER_LARGE
+        for tiny in SLIVER_TINY
+    },
 }
 
 #: The sliver workloads run by default: every count and ratio, every shape set.
@@ -179,7 +197,16 @@ def workload_problem(name: str, catalog=None) -> SchedulingProblem:
             if gpus:
                 requests["nvidia.com/gpu"] = gpus * 1000
             tolerations = (GPU_TOLERATION,) if kind == "gpu" else ()
-            pods.append(Pod(name, f"{name}-{group}-{i:04d}", uid=f"{name}-{group}-{i}", labels={"app": f"{name}-{group}"}, requests=Resources(requests), tolerations=tolerations))
+            pods.append(
+                Pod(
+                    name,
+                    f"{name}-{group}-{i:04d}",
+                    uid=f"{name}-{group}-{i}",
+                    labels={"app": f"{name}-{group}"},
+                    requests=Resources(requests),
+                    tolerations=tolerations,
+                )
+            )
     return SchedulingProblem(
         pending=tuple(pods),
         daemonsets=_daemonsets(),
@@ -204,13 +231,22 @@ def bounds(problem: SchedulingProblem, cost: float, pattern_seconds: float = PAT
     candidates = [b for b in (whole, pattern.bound, exact.bound if exact else None) if b is not None and b == b]
     best = max(candidates) if candidates else float("nan")
     return {
-        "whole_pod_bound": _r(whole), "whole_pod_ratio": round(cost / whole, 4) if whole > 0 else None, "whole_pod_seconds": round(whole_seconds, 2),
-        "pattern_lp_bound": _r(pattern.bound), "pattern_lp_master": _r(pattern.lp_value), "pattern_lp_converged": pattern.converged,
-        "pattern_lp_iterations": pattern.iterations, "pattern_lp_seconds": round(pattern.seconds, 2),
+        "whole_pod_bound": _r(whole),
+        "whole_pod_ratio": round(cost / whole, 4) if whole > 0 else None,
+        "whole_pod_seconds": round(whole_seconds, 2),
+        "pattern_lp_bound": _r(pattern.bound),
+        "pattern_lp_master": _r(pattern.lp_value),
+        "pattern_lp_converged": pattern.converged,
+        "pattern_lp_iterations": pattern.iterations,
+        "pattern_lp_seconds": round(pattern.seconds, 2),
         "pattern_incumbent": _r(pattern.incumbent),
-        "pattern_milp_optimum": _r(exact.lp_value) if exact and exact.exact else None, "pattern_milp_bound": _r(exact.bound) if exact else None,
-        "pattern_milp_exact": exact.exact if exact else None, "pattern_milp_seconds": round(exact.seconds, 2) if exact else None,
-        "best_bound": _r(best), "best_ratio": round(cost / best, 4) if best > 0 else None, "bound_seconds": round(time.perf_counter() - start, 2),
+        "pattern_milp_optimum": _r(exact.lp_value) if exact and exact.exact else None,
+        "pattern_milp_bound": _r(exact.bound) if exact else None,
+        "pattern_milp_exact": exact.exact if exact else None,
+        "pattern_milp_seconds": round(exact.seconds, 2) if exact else None,
+        "best_bound": _r(best),
+        "best_ratio": round(cost / best, 4) if best > 0 else None,
+        "bound_seconds": round(time.perf_counter() - start, 2),
     }
 
 
@@ -232,12 +268,26 @@ def main(argv: list[str] | None = None) -> int:
             baseline = ffd_plan(problem)
         bound = lp_lower_bound(problem)
         cost = plan.cost_per_hour
-        print(json.dumps({
-            "bench": "cost", "workload": name, "pods": len(problem.pending), "cost": round(cost, 4), "ffd_cost": round(baseline.cost_per_hour, 4),
-            "lp_bound": round(bound, 4), "ratio": round(cost / bound, 4) if bound > 0 else None,
-            **bounds(problem, cost, pattern_seconds, plan),
-            "nodes": len(plan.node_claims), "ffd_nodes": len(baseline.node_claims), "unschedulable": len(plan.unschedulable), "seconds": round(seconds, 3), "plan_seconds": round(seconds, 3),
-        }), flush=True)
+        print(
+            json.dumps(
+                {
+                    "bench": "cost",
+                    "workload": name,
+                    "pods": len(problem.pending),
+                    "cost": round(cost, 4),
+                    "ffd_cost": round(baseline.cost_per_hour, 4),
+                    "lp_bound": round(bound, 4),
+                    "ratio": round(cost / bound, 4) if bound > 0 else None,
+                    **bounds(problem, cost, pattern_seconds, plan),
+                    "nodes": len(plan.node_claims),
+                    "ffd_nodes": len(baseline.node_claims),
+                    "unschedulable": len(plan.unschedulable),
+                    "seconds": round(seconds, 3),
+                    "plan_seconds": round(seconds, 3),
+                }
+            ),
+            flush=True,
+        )
     return 0
 
 

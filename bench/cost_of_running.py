@@ -102,8 +102,13 @@ def inventory(template: dict[str, Any]) -> Inventory:
                 runs[by_logical[logical]] += MONTH_MINUTES // int(match.group(1))
     count = Counter(resource.get("Type") for resource in resources.values())
     return Inventory(
-        memory_mb=memory, runs_per_month=runs, alarms=count["AWS::CloudWatch::Alarm"], dashboards=count["AWS::CloudWatch::Dashboard"],
-        kms_keys=count["AWS::KMS::Key"], tables=count["AWS::DynamoDB::Table"], queues=count["AWS::SQS::Queue"],
+        memory_mb=memory,
+        runs_per_month=runs,
+        alarms=count["AWS::CloudWatch::Alarm"],
+        dashboards=count["AWS::CloudWatch::Dashboard"],
+        kms_keys=count["AWS::KMS::Key"],
+        tables=count["AWS::DynamoDB::Table"],
+        queues=count["AWS::SQS::Queue"],
         sqs_consumers=sum(1 for r in resources.values() if r.get("Type") == "AWS::Lambda::EventSourceMapping"),
     )
 
@@ -172,8 +177,7 @@ def _lines(mode: str, month: str, inv: Inventory, prices: dict[str, Any], idle: 
     out: list[dict[str, Any]] = []
 
     def item(name: str, quantity: float, unit: str, usd: float) -> None:
-        out.append({"bench": "cost_of_running", "mode": mode, "month": month, "item": name,
-                    "quantity": round(quantity, 3), "unit": unit, "usd": round(usd, 4)})
+        out.append({"bench": "cost_of_running", "mode": mode, "month": month, "item": name, "quantity": round(quantity, 3), "unit": unit, "usd": round(usd, 4)})
 
     invocations: dict[str, float] = {}
     for name in (function for function in FUNCTIONS if function in inv.memory_mb):
@@ -211,7 +215,12 @@ def _lines(mode: str, month: str, inv: Inventory, prices: dict[str, Any], idle: 
     reads = monthly(idle.requests, "dynamodb", ("GetItem", "Query", "Scan", "BatchGetItem", "TransactGetItems")) + watcher_runs * WATCHER_STATE_READS
     item("dynamodb:writes", writes, "requests (1 WRU each)", writes / 1e6 * prices["dynamodb_on_demand_write_per_million"])
     item("dynamodb:reads", reads, "requests (1 RRU each)", reads / 1e6 * prices["dynamodb_on_demand_read_per_million"])
-    item("dynamodb:storage+pitr", inv.tables * 0.01, "GB (10 MB per table)", inv.tables * 0.01 * (prices["dynamodb_storage_gb_month"] + prices["dynamodb_pitr_gb_month"]))
+    item(
+        "dynamodb:storage+pitr",
+        inv.tables * 0.01,
+        "GB (10 MB per table)",
+        inv.tables * 0.01 * (prices["dynamodb_storage_gb_month"] + prices["dynamodb_pitr_gb_month"]),
+    )
     polls = inv.sqs_consumers * SQS_POLLERS * (MONTH_MINUTES * 60 / SQS_POLL_SECONDS)
     sqs = polls + monthly(idle.requests, "sqs")
     item("sqs:requests", sqs, "requests (event source polling included)", sqs / 1e6 * prices["sqs_requests_per_million"])
@@ -222,8 +231,16 @@ def _lines(mode: str, month: str, inv: Inventory, prices: dict[str, Any], idle: 
     series = idle.metrics | (busy.metrics if busy is not None else set())
     item("cloudwatch:custom-metrics", len(series), "metric series (name and dimensions)", len(series) * prices["cloudwatch_custom_metric_month"])
     item("cloudwatch:dashboards", inv.dashboards, "dashboards", inv.dashboards * prices["cloudwatch_dashboard_month"])
-    out.append({"bench": "cost_of_running", "mode": mode, "month": month, "item": "total", "usd": round(sum(line["usd"] for line in out), 2),
-                "note": "list prices of " + prices["date"] + ", no free tier; local durations are a lower bound"})
+    out.append(
+        {
+            "bench": "cost_of_running",
+            "mode": mode,
+            "month": month,
+            "item": "total",
+            "usd": round(sum(line["usd"] for line in out), 2),
+            "note": "list prices of " + prices["date"] + ", no free tier; local durations are a lower bound",
+        }
+    )
     return out
 
 

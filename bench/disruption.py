@@ -49,11 +49,13 @@ def benchmark_input(nodes: int, scenario: str = "packed", seed: int = 7) -> Disr
     catalog = load_bundled_catalog()
     pool = NodePool(
         "default",
-        requirements=Requirements([
-            Requirement.create(wk.INSTANCE_TYPE, "In", TYPES),
-            Requirement.create(wk.CAPACITY_TYPE, "In", [wk.CAPACITY_TYPE_ON_DEMAND]),
-            Requirement.create(wk.ZONE, "In", ZONES),  # the subnets' zones: spread domains
-        ]),
+        requirements=Requirements(
+            [
+                Requirement.create(wk.INSTANCE_TYPE, "In", TYPES),
+                Requirement.create(wk.CAPACITY_TYPE, "In", [wk.CAPACITY_TYPE_ON_DEMAND]),
+                Requirement.create(wk.ZONE, "In", ZONES),  # the subnets' zones: spread domains
+            ]
+        ),
     )
     node_class = NodeClass("default")
     types = instance_types_by_pool([pool], [node_class], catalog)
@@ -64,25 +66,45 @@ def benchmark_input(nodes: int, scenario: str = "packed", seed: int = 7) -> Disr
     for i in range(nodes):
         name = f"ip-10-0-{i // 250}-{i % 250}.ec2.internal"
         zone = ZONES[i % 3]
-        node_list.append(Node(
-            name,
-            labels={
-                wk.NODEPOOL: "default", wk.INITIALIZED: "true", wk.INSTANCE_TYPE: "c5.2xlarge", wk.ZONE: zone,
-                wk.CAPACITY_TYPE: wk.CAPACITY_TYPE_ON_DEMAND, wk.HOSTNAME: name, wk.ARCH: "amd64", wk.OS: "linux",
-            },
-            allocatable=c5.allocatable, capacity=c5.capacity, ready=True, created=created,
-            provider_id=f"aws:///{zone}/i-{i:017x}",
-        ))
+        node_list.append(
+            Node(
+                name,
+                labels={
+                    wk.NODEPOOL: "default",
+                    wk.INITIALIZED: "true",
+                    wk.INSTANCE_TYPE: "c5.2xlarge",
+                    wk.ZONE: zone,
+                    wk.CAPACITY_TYPE: wk.CAPACITY_TYPE_ON_DEMAND,
+                    wk.HOSTNAME: name,
+                    wk.ARCH: "amd64",
+                    wk.OS: "linux",
+                },
+                allocatable=c5.allocatable,
+                capacity=c5.capacity,
+                ready=True,
+                created=created,
+                provider_id=f"aws:///{zone}/i-{i:017x}",
+            )
+        )
         count = 3 if scenario == "underutilized" and i % 10 == 0 else PODS_PER_NODE
         cpu = 260 if scenario == "packed" else 175
         for j in range(count):
             spreading = (i * PODS_PER_NODE + j) % 5 == 0
-            pods.append(Pod(
-                "default", f"p-{i}-{j}", uid=f"uid-{i}-{j}", labels={"app": "spread" if spreading else f"app-{j % 7}"},
-                requests=Resources({"cpu": cpu if count == PODS_PER_NODE else 150, "memory": rng.choice((128, 256, 512)) * MI, "pods": 1000}),
-                topology_spread=spread if spreading else (), node_name=name, phase="Running", owner_kind="ReplicaSet",
-                owner_name=f"app-{j % 7}", created=created,
-            ))
+            pods.append(
+                Pod(
+                    "default",
+                    f"p-{i}-{j}",
+                    uid=f"uid-{i}-{j}",
+                    labels={"app": "spread" if spreading else f"app-{j % 7}"},
+                    requests=Resources({"cpu": cpu if count == PODS_PER_NODE else 150, "memory": rng.choice((128, 256, 512)) * MI, "pods": 1000}),
+                    topology_spread=spread if spreading else (),
+                    node_name=name,
+                    phase="Running",
+                    owner_kind="ReplicaSet",
+                    owner_name=f"app-{j % 7}",
+                    created=created,
+                )
+            )
     snapshot = Snapshot(pods=tuple(pods), nodes=tuple(node_list), node_pools=(pool,), node_classes=(node_class,))
     return DisruptionInput(snapshot=snapshot, instance_types=types, now=NOW)
 
@@ -95,11 +117,21 @@ def main(argv: list[str] | None = None) -> int:
             start = time.perf_counter()
             decision = decide(inp)
             seconds = time.perf_counter() - start
-            print(json.dumps({
-                "bench": "disruption", "nodes": count, "pods": len(inp.snapshot.pods), "scenario": scenario,
-                "seconds": round(seconds, 3), "simulations": decision.simulations, "commands": len(decision.commands),
-                "nodesDisrupted": sum(len(c.nodes) for c in decision.commands),
-            }), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "bench": "disruption",
+                        "nodes": count,
+                        "pods": len(inp.snapshot.pods),
+                        "scenario": scenario,
+                        "seconds": round(seconds, 3),
+                        "simulations": decision.simulations,
+                        "commands": len(decision.commands),
+                        "nodesDisrupted": sum(len(c.nodes) for c in decision.commands),
+                    }
+                ),
+                flush=True,
+            )
     return 0
 
 

@@ -90,9 +90,7 @@ def run_burst(size: int, base, emulator_factory) -> dict[str, object]:  # type: 
                 "nodesGivenNewCapacity": replaced_nodes,
                 "nodesPlacedOnExistingNodes": size - replaced_nodes,
                 "batchItemFailures": failures,
-                "claimsTerminating": sum(
-                    1 for index in range(size) if getattr(state.get_claim(f"default-node-{index:03d}"), "state", "") == "terminating"
-                ),
+                "claimsTerminating": sum(1 for index in range(size) if getattr(state.get_claim(f"default-node-{index:03d}"), "state", "") == "terminating"),
                 "targetMet": None if size != 50 else handler_seconds < TARGET_SECONDS_FOR_50,
             }
         finally:

@@ -91,8 +91,7 @@ class ApiError(Exception):
         self.code, self.reason, self.message = code, reason, message
 
     def status(self) -> dict[str, Any]:
-        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": self.message,
-                "reason": self.reason, "code": self.code}
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": self.message, "reason": self.reason, "code": self.code}
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,8 +110,13 @@ class Fields:
 
 def _fields_of(obj: dict[str, Any]) -> Fields:
     meta = obj.get("metadata") or {}
-    return Fields(str(meta.get("namespace") or ""), str(meta.get("name") or ""), str((obj.get("spec") or {}).get("nodeName") or ""),
-                  str((obj.get("status") or {}).get("phase") or ""), dict(meta.get("labels") or {}))
+    return Fields(
+        str(meta.get("namespace") or ""),
+        str(meta.get("name") or ""),
+        str((obj.get("spec") or {}).get("nodeName") or ""),
+        str((obj.get("status") or {}).get("phase") or ""),
+        dict(meta.get("labels") or {}),
+    )
 
 
 @dataclass
@@ -127,7 +131,7 @@ class Selector:
             equal = "!=" not in term
             path, _, value = term.partition("!=" if not equal else "==" if "==" in term else "=")
             if path not in FIELD_PATHS or (resource != "pods" and path not in ("metadata.name", "metadata.namespace")):
-                raise ApiError(400, "BadRequest", f'field label not supported: {path}')
+                raise ApiError(400, "BadRequest", f"field label not supported: {path}")
             selector.fields.append((path, equal, value))
         for term in filter(None, (t.strip() for t in label_selector.split(","))):
             if "!=" in term:
@@ -151,8 +155,7 @@ class Selector:
                 return False
         for key, op, value in self.labels:
             have = fields.labels.get(key)
-            if (op == "=" and have != value) or (op == "!=" and have == value) or (op == "exists" and have is None) \
-                    or (op == "!exists" and have is not None):
+            if (op == "=" and have != value) or (op == "!=" and have == value) or (op == "exists" and have is None) or (op == "!exists" and have is not None):
                 return False
         return True
 
@@ -161,8 +164,14 @@ class Store:
     """One resource's objects: indices ``< base`` are generated (``fill``/``base_fields``) until
     changed; changed and created ones are kept as (dict, JSON bytes); ``None`` is a deletion."""
 
-    def __init__(self, resource: str, base: int = 0, fill: Callable[[int, int], str] | None = None,
-                 base_fields: Callable[[int, bool], Fields] | None = None, base_rv: int = 0) -> None:
+    def __init__(
+        self,
+        resource: str,
+        base: int = 0,
+        fill: Callable[[int, int], str] | None = None,
+        base_fields: Callable[[int, bool], Fields] | None = None,
+        base_rv: int = 0,
+    ) -> None:
         self.resource = resource
         self.api_version, self.kind, self.namespaced = RESOURCES[resource]
         self.base = base
@@ -264,12 +273,12 @@ class World:
         pods.register_base_names(spec.pod_name)
         pods.base_on_node = self._pods_on_node
         rv += spec.pods
-        nodes = Store("nodes", spec.nodes, lambda i, r: NODE_TEMPLATE.fill(spec.node_values(i, r)),
-                      lambda i, _: Fields("", spec.node_name(i), "", "", {}), rv)
+        nodes = Store("nodes", spec.nodes, lambda i, r: NODE_TEMPLATE.fill(spec.node_values(i, r)), lambda i, _: Fields("", spec.node_name(i), "", "", {}), rv)
         nodes.register_base_names(lambda i: ("", spec.node_name(i)))
         rv += spec.nodes
-        csinodes = Store("csinodes", spec.nodes, lambda i, r: CSINODE_TEMPLATE.fill(spec.node_values(i, r)),
-                         lambda i, _: Fields("", spec.node_name(i), "", "", {}), rv)
+        csinodes = Store(
+            "csinodes", spec.nodes, lambda i, r: CSINODE_TEMPLATE.fill(spec.node_values(i, r)), lambda i, _: Fields("", spec.node_name(i), "", "", {}), rv
+        )
         csinodes.register_base_names(lambda i: ("", spec.node_name(i)))
         rv += spec.nodes
         for store in (pods, nodes, csinodes):
@@ -277,9 +286,14 @@ class World:
         for resource in RESOURCES:
             self.stores.setdefault(resource, Store(resource))
         self.rv = rv
-        small = [("nodepools", spec.node_pool()), ("nodeclasses", spec.node_class()), *(("daemonsets", d) for d in spec.daemonsets()),
-                 *(("poddisruptionbudgets", p) for p in spec.pdbs()), *(("storageclasses", s) for s in spec.storage_classes()),
-                 *(("nodeclaims", c) for c in spec.node_claims())]
+        small = [
+            ("nodepools", spec.node_pool()),
+            ("nodeclasses", spec.node_class()),
+            *(("daemonsets", d) for d in spec.daemonsets()),
+            *(("poddisruptionbudgets", p) for p in spec.pdbs()),
+            *(("storageclasses", s) for s in spec.storage_classes()),
+            *(("nodeclaims", c) for c in spec.node_claims()),
+        ]
         for resource, obj in small:
             self.rv += 1
             obj["metadata"].update(resourceVersion=str(self.rv), creationTimestamp=obj["metadata"].get("creationTimestamp") or "2025-01-04T12:00:00Z")
@@ -298,8 +312,9 @@ class World:
         spec = self.spec
         namespace, name = spec.pod_name(p)
         node = spec.pod_node(p)
-        return Fields(namespace, name, "" if node is None else spec.node_name(node), "Pending" if node is None else "Running",
-                      spec.pod_labels(p) if labels else {})
+        return Fields(
+            namespace, name, "" if node is None else spec.node_name(node), "Pending" if node is None else "Running", spec.pod_labels(p) if labels else {}
+        )
 
     def _pods_on_node(self, node_name: str) -> range | None:
         spec = self.spec
@@ -346,7 +361,7 @@ class World:
         meta = obj.setdefault("metadata", {})
         name = meta.get("name")
         if not name and meta.get("generateName"):
-            name = meta["name"] = f"{meta['generateName']}{self.rng.randrange(36 ** 5):05x}"
+            name = meta["name"] = f"{meta['generateName']}{self.rng.randrange(36**5):05x}"
         if not name:
             raise ApiError(422, "Invalid", "metadata.name: Required value")
         key = (str(meta.get("namespace") or ""), str(name))
@@ -438,9 +453,21 @@ class Stats:
 
     def reset(self) -> None:
         with self.lock:
-            self.counters = {"requests": 0, "bytes_sent": 0, "by_verb": {}, "by_resource": {}, "full_pod_lists": 0, "full_pod_list_pages": 0,
-                             "cache_reads": 0, "watches": 0, "watch_events": 0, "watch_bytes": 0, "gone_410": 0, "list_items": 0,
-                             "by_shape": {}}
+            self.counters = {
+                "requests": 0,
+                "bytes_sent": 0,
+                "by_verb": {},
+                "by_resource": {},
+                "full_pod_lists": 0,
+                "full_pod_list_pages": 0,
+                "cache_reads": 0,
+                "watches": 0,
+                "watch_events": 0,
+                "watch_bytes": 0,
+                "gone_410": 0,
+                "list_items": 0,
+                "by_shape": {},
+            }
 
     def request(self, verb: str, resource: str, shape: str = "") -> None:
         """Count one request; ``shape`` (verb, path kind and the query's selectors) also gets
@@ -528,15 +555,19 @@ class Api:
                     raise ApiError(400, "BadRequest", "invalid continue token") from None
                 if list_rv < world.compacted_rv:
                     self.stats.sent(resource, 0, gone_410=1)
-                    raise ApiError(410, "Expired", "The provided continue parameter is too old to display a consistent list result. "
-                                   "You can start a new list without the continue parameter.")
+                    raise ApiError(
+                        410,
+                        "Expired",
+                        "The provided continue parameter is too old to display a consistent list result. "
+                        "You can start a new list without the continue parameter.",
+                    )
             elif requested and requested != "0" and query.get("resourceVersionMatch") == "Exact" and int(requested) < world.compacted_rv:
                 self.stats.sent(resource, 0, gone_410=1)
                 raise ApiError(410, "Expired", f"too old resource version: {requested} ({world.compacted_rv})")
             candidates = store.candidates(selector)
             keys: list[tuple[str, str]] = []
             if candidates is not None:  # a selector an index answers (small): index order
-                indices: Iterator[int] = iter(candidates[bisect.bisect_left(candidates, start):])
+                indices: Iterator[int] = iter(candidates[bisect.bisect_left(candidates, start) :])
             else:  # key order, resumed after the last key sent
                 keys = store.sorted_keys()
                 first = bisect.bisect_right(keys, after) if after is not None else 0
@@ -595,21 +626,33 @@ class Api:
             events += 1
 
         def bookmark(rv: int) -> None:
-            emit("BOOKMARK", json.dumps({"kind": store.kind, "apiVersion": store.api_version,
-                                         "metadata": {"resourceVersion": str(rv)}}, separators=(",", ":")).encode())
+            emit(
+                "BOOKMARK",
+                json.dumps({"kind": store.kind, "apiVersion": store.api_version, "metadata": {"resourceVersion": str(rv)}}, separators=(",", ":")).encode(),
+            )
 
         try:
             with world.lock:
                 if requested == "0":
                     position = world.rv
-                    initial = [store.body(i) for i in range(store.count)
-                               if store.exists(i) and (not selector or selector.matches(store.fields(i) or Fields("", "", "", "", {})))]
+                    initial = [
+                        store.body(i)
+                        for i in range(store.count)
+                        if store.exists(i) and (not selector or selector.matches(store.fields(i) or Fields("", "", "", "", {})))
+                    ]
                 else:
                     position = int(requested)
                     initial = []
                     if position < world.compacted_rv:
-                        gone = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "reason": "Expired", "code": 410,
-                                "message": f"too old resource version: {position} ({world.compacted_rv})"}
+                        gone = {
+                            "kind": "Status",
+                            "apiVersion": "v1",
+                            "metadata": {},
+                            "status": "Failure",
+                            "reason": "Expired",
+                            "code": 410,
+                            "message": f"too old resource version: {position} ({world.compacted_rv})",
+                        }
                         self.stats.sent(resource, 0, gone_410=1)
                         emit("ERROR", json.dumps(gone, separators=(",", ":")).encode())
                         return
@@ -627,7 +670,7 @@ class Api:
                         if left <= 0:
                             break
                         world.lock.wait(min(left, self.bookmark_seconds) if bookmarks else left)
-                        pending = world.history[bisect.bisect_right(world.history_rvs, position):]
+                        pending = world.history[bisect.bisect_right(world.history_rvs, position) :]
                     current = world.rv
                 for rv, kind_resource, kind, old, new, body in pending:
                     position = rv
@@ -667,7 +710,7 @@ class Api:
             elif "merge-patch" in content_type:
                 if not isinstance(patch, dict):
                     raise ApiError(400, "BadRequest", "a merge patch is an object")
-                wanted = ((patch.get("metadata") or {}).get("resourceVersion"))
+                wanted = (patch.get("metadata") or {}).get("resourceVersion")
                 if wanted is not None and str(wanted) != str(store.rv(index)):
                     raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {resource} "{name}": the object has been modified')
                 if subresource == "status":
@@ -711,8 +754,7 @@ class Api:
             if uid and (store.obj(index).get("metadata") or {}).get("uid") != uid:
                 raise ApiError(409, "Conflict", f"Precondition failed: UID in precondition: {uid}, UID in object meta: another")
             world.record(store, index, None, "DELETED")
-        body = json.dumps({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-                           "details": {"name": name, "kind": resource}}).encode()
+        body = json.dumps({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": {"name": name, "kind": resource}}).encode()
         self.stats.sent(resource, len(body))
         return body
 
@@ -751,8 +793,12 @@ class Api:
                         if kind == "bind_pending":
                             node = world.rng.randrange(world.spec.nodes)
                             obj["spec"]["nodeName"] = world.spec.node_name(node)
-                            obj["status"] = {"phase": "Running", "hostIP": world.spec.host_ip(node), "startTime": "2025-01-06T12:00:00Z",
-                                             "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}]}
+                            obj["status"] = {
+                                "phase": "Running",
+                                "hostIP": world.spec.host_ip(node),
+                                "startTime": "2025-01-06T12:00:00Z",
+                                "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}],
+                            }
                         else:
                             statuses = obj["status"].get("containerStatuses") or [{}]
                             statuses[0]["restartCount"] = int(statuses[0].get("restartCount") or 0) + 1
@@ -775,7 +821,7 @@ class Api:
         base = spec.bound + rng.randrange(spec.pending) if pending else len(spec.daemonsets()) * spec.nodes + rng.randrange(spec.bound - 3 * spec.nodes)
         obj = json.loads(POD_TEMPLATES[spec.pod_kind(base)].fill(spec.pod_values(base, 0)))
         meta = obj["metadata"]
-        meta["name"] = f"{meta['generateName']}n{rng.randrange(36 ** 6):06x}"
+        meta["name"] = f"{meta['generateName']}n{rng.randrange(36**6):06x}"
         meta.pop("uid", None)
         if not pending:
             node = rng.randrange(spec.nodes)
@@ -801,8 +847,14 @@ class Api:
 
     def info(self) -> dict[str, Any]:
         spec = self.world.spec
-        return {"nodes": spec.nodes, "pods": spec.pods, "pending": spec.pending, "resourceVersion": self.world.rv,
-                "compactedResourceVersion": self.world.compacted_rv, "history": len(self.world.history)}
+        return {
+            "nodes": spec.nodes,
+            "pods": spec.pods,
+            "pending": spec.pending,
+            "resourceVersion": self.world.rv,
+            "compactedResourceVersion": self.world.compacted_rv,
+            "history": len(self.world.history),
+        }
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -925,8 +977,9 @@ class _Handler(BaseHTTPRequestHandler):
         self._dispatch("DELETE")
 
 
-def serve(nodes: int, *, seed: int = 1, history: int = DEFAULT_HISTORY, token: str | None = "bench", bookmark_seconds: float = 1.0,
-          port: int = 0) -> tuple[ThreadingHTTPServer, Api]:
+def serve(
+    nodes: int, *, seed: int = 1, history: int = DEFAULT_HISTORY, token: str | None = "bench", bookmark_seconds: float = 1.0, port: int = 0
+) -> tuple[ThreadingHTTPServer, Api]:
     """A started server (its own threads) on 127.0.0.1."""
     api = Api(World(WorldSpec(nodes, seed), history, seed=seed), token, bookmark_seconds)
     handler = type("Handler", (_Handler,), {"api": api})
@@ -941,8 +994,21 @@ class StandIn:
 
     def __init__(self, nodes: int, *, seed: int = 1, history: int = DEFAULT_HISTORY, token: str = "bench", bookmark_seconds: float = 1.0) -> None:
         self.token = token
-        args = [sys.executable, "-m", "bench.kube_standin", "--nodes", str(nodes), "--seed", str(seed), "--history", str(history),
-                "--token", token, "--bookmark-seconds", str(bookmark_seconds)]
+        args = [
+            sys.executable,
+            "-m",
+            "bench.kube_standin",
+            "--nodes",
+            str(nodes),
+            "--seed",
+            str(seed),
+            "--history",
+            str(history),
+            "--token",
+            token,
+            "--bookmark-seconds",
+            str(bookmark_seconds),
+        ]
         self.process = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert self.process.stdout is not None
         line = self.process.stdout.readline()

@@ -50,8 +50,13 @@ def arrivals_scenario(seed: int, episodes: int = 60, minutes: int = 40) -> Any:
         timed.append((start + stay, {"at": f"{start + stay:.1f}s", "scale": {"workload": name, "replicas": 0}}))
     events = [event for _, event in sorted(timed, key=lambda pair: (pair[0], json.dumps(pair[1])))]
     document = {
-        "name": f"arrivals-{seed}", "cluster": classic["cluster"], "duration": f"{minutes + 8}m",
-        "bootDelay": classic.get("bootDelay", "60s"), "objects": classic["objects"], "workloads": workloads, "events": events,
+        "name": f"arrivals-{seed}",
+        "cluster": classic["cluster"],
+        "duration": f"{minutes + 8}m",
+        "bootDelay": classic.get("bootDelay", "60s"),
+        "objects": classic["objects"],
+        "workloads": workloads,
+        "events": events,
     }
     return parse_scenario(document, source=f"bench/latency seed {seed}")
 
@@ -65,12 +70,19 @@ def measure(mode: str, seed: int) -> dict[str, Any]:
     fleet = [pair[0] for pair in latencies]
     ready = [pair[1] for pair in latencies]
     return {
-        "bench": "latency", "mode": mode, "seed": seed, "pods": len(latencies),
-        "fleetP50": round(percentile(fleet, 50), 2), "fleetP99": round(percentile(fleet, 99), 2),
-        "readyP50": round(percentile(ready, 50), 2), "readyP99": round(percentile(ready, 99), 2),
-        "wakeUps": result.wake_ups, "scannerInvocations": result.invocations["scanner"],
+        "bench": "latency",
+        "mode": mode,
+        "seed": seed,
+        "pods": len(latencies),
+        "fleetP50": round(percentile(fleet, 50), 2),
+        "fleetP99": round(percentile(fleet, 99), 2),
+        "readyP50": round(percentile(ready, 50), 2),
+        "readyP99": round(percentile(ready, 99), 2),
+        "wakeUps": result.wake_ups,
+        "scannerInvocations": result.invocations["scanner"],
         "handlerErrors": len(result.handler_errors),
-        "simulatedMinutes": round(result.simulated_seconds / 60, 1), "wallSeconds": round(result.wall_seconds, 1),
+        "simulatedMinutes": round(result.simulated_seconds / 60, 1),
+        "wallSeconds": round(result.wall_seconds, 1),
     }
 
 

@@ -51,20 +51,43 @@ def snapshot_yaml(pods: int, workload: str = "free", seed: int = 7) -> str:
     shapes = _shapes(rng) if workload != "tiny" else [(50, 64)]
     types = list(INSTANCE_TYPES) + ([f"{f}.{s}" for f in ARM_FAMILIES for s in SIZES] if workload == "arch-mix" else [])
     documents: list[dict[str, Any]] = [
-        {"apiVersion": "joiner.dev/v1", "kind": "NodeClass", "metadata": {"name": "default"},
-         "spec": {"subnetSelectorTerms": [{"tags": {"a": "b"}}], "securityGroupSelectorTerms": [{"tags": {"a": "b"}}]}},
-        {"apiVersion": "joiner.dev/v1", "kind": "NodePool", "metadata": {"name": "default"}, "spec": {"template": {"spec": {
-            "nodeClassRef": {"group": "joiner.dev", "kind": "NodeClass", "name": "default"},
-            "requirements": [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": types},
-                             {"key": "joiner.dev/capacity-type", "operator": "In", "values": ["on-demand"]}]}}}},
+        {
+            "apiVersion": "joiner.dev/v1",
+            "kind": "NodeClass",
+            "metadata": {"name": "default"},
+            "spec": {"subnetSelectorTerms": [{"tags": {"a": "b"}}], "securityGroupSelectorTerms": [{"tags": {"a": "b"}}]},
+        },
+        {
+            "apiVersion": "joiner.dev/v1",
+            "kind": "NodePool",
+            "metadata": {"name": "default"},
+            "spec": {
+                "template": {
+                    "spec": {
+                        "nodeClassRef": {"group": "joiner.dev", "kind": "NodeClass", "name": "default"},
+                        "requirements": [
+                            {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": types},
+                            {"key": "joiner.dev/capacity-type", "operator": "In", "values": ["on-demand"]},
+                        ],
+                    }
+                }
+            },
+        },
     ]
     for index in range(pods):
         cpu, memory = shapes[rng.randrange(len(shapes))]
         spec: dict[str, Any] = {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": f"{cpu}m", "memory": f"{memory}Mi"}}}]}
         if workload == "arch-mix" and index % 3 < 2:
             spec["nodeSelector"] = {"kubernetes.io/arch": "arm64" if index % 3 == 0 else "amd64"}
-        documents.append({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"p{index}", "namespace": "default", "uid": f"u{index}"},
-                          "spec": spec, "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}})
+        documents.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": f"p{index}", "namespace": "default", "uid": f"u{index}"},
+                "spec": spec,
+                "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]},
+            }
+        )
     return yaml.safe_dump_all(documents)
 
 
@@ -84,10 +107,17 @@ def measure(pods: int, workload: str) -> dict[str, Any]:
     planned = time.perf_counter()
     baseline = ffd_cost(problem)
     return {
-        "bench": "plan_mix", "workload": workload, "pods": pods,
-        "parse": round(parsed - start, 3), "plan": round(planned - parsed, 3), "seconds": round(planned - start, 3),
-        "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1), "nodes": len(plan.node_claims), "unschedulable": len(plan.unschedulable),
-        "cost": round(plan.cost_per_hour, 4), "ffd_cost": round(baseline, 4),
+        "bench": "plan_mix",
+        "workload": workload,
+        "pods": pods,
+        "parse": round(parsed - start, 3),
+        "plan": round(planned - parsed, 3),
+        "seconds": round(planned - start, 3),
+        "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "nodes": len(plan.node_claims),
+        "unschedulable": len(plan.unschedulable),
+        "cost": round(plan.cost_per_hour, 4),
+        "ffd_cost": round(baseline, 4),
         "vs_ffd": round(plan.cost_per_hour / baseline, 4) if baseline else None,
     }
 

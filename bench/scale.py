@@ -191,9 +191,14 @@ class Cluster:
         for index in range(nodes):
             instance = self.spec.instance_id(index)
             self.ec2.instances[instance] = InstanceRecord(
-                instance, NODE_TYPE, self.spec.zone(index), "running", CREATED,
+                instance,
+                NODE_TYPE,
+                self.spec.zone(index),
+                "running",
+                CREATED,
                 {CLUSTER_TAG: CLUSTER, wk.NODEPOOL: POOL, wk.NODECLAIM: self.spec.claim_id(index), wk.MANAGED_BY_TAG: CLUSTER},
-                capacity_type=self.spec.capacity_type(index))
+                capacity_type=self.spec.capacity_type(index),
+            )
         self.state = FakeState()
         for claim in self.spec.claims():
             self.state.put_claim(claim)
@@ -202,8 +207,14 @@ class Cluster:
         self.pricing = FakePricing()
         self.aws = _Aws()
         self.settings = Settings(
-            cluster_name=CLUSTER, region="us-east-1", state_table="joiner-state", idempotency_table="joiner-idempotency",
-            kubernetes_host=url, kubernetes_token=TOKEN, scanner_mode="economy", scan_window_seconds=window,
+            cluster_name=CLUSTER,
+            region="us-east-1",
+            state_table="joiner-state",
+            idempotency_table="joiner-idempotency",
+            kubernetes_host=url,
+            kubernetes_token=TOKEN,
+            scanner_mode="economy",
+            scan_window_seconds=window,
             scanner_function="joiner-scanner",
         )
         from joiner.domain.catalog import load_bundled_catalog
@@ -228,32 +239,66 @@ class Cluster:
         """A function's own runtime (its Kubernetes client built from the settings) on the shared fakes."""
         from joiner.services.context import build_runtime
 
-        return build_runtime(self.settings, ec2_port=self.ec2, state_port=self.state, queue_port=self.queue, pricing_port=self.pricing,
-                             catalog_value=self.catalog, clock=self.clock, sleep=time.sleep, metric=lambda *a, **k: None, _aws=self.aws)
+        return build_runtime(
+            self.settings,
+            ec2_port=self.ec2,
+            state_port=self.state,
+            queue_port=self.queue,
+            pricing_port=self.pricing,
+            catalog_value=self.catalog,
+            clock=self.clock,
+            sleep=time.sleep,
+            metric=lambda *a, **k: None,
+            _aws=self.aws,
+        )
 
 
 def _scheduled(clock: OffsetClock, rule: str) -> dict[str, Any]:
     import uuid
 
-    return {"version": "0", "id": str(uuid.uuid4()), "detail-type": "Scheduled Event", "source": "aws.events", "account": "123456789012",
-            "time": clock.now().strftime("%Y-%m-%dT%H:%M:%SZ"), "region": "us-east-1",
-            "resources": [f"arn:aws:events:us-east-1:123456789012:rule/{rule}"], "detail": {}}
+    return {
+        "version": "0",
+        "id": str(uuid.uuid4()),
+        "detail-type": "Scheduled Event",
+        "source": "aws.events",
+        "account": "123456789012",
+        "time": clock.now().strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "region": "us-east-1",
+        "resources": [f"arn:aws:events:us-east-1:123456789012:rule/{rule}"],
+        "detail": {},
+    }
 
 
 def _sqs(bodies: list[dict[str, Any]], queue: str) -> dict[str, Any]:
     import uuid
 
-    return {"Records": [{"messageId": str(uuid.uuid4()), "receiptHandle": f"handle-{index}", "body": json.dumps(body),
-                         "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": "0"}, "messageAttributes": {}, "md5OfBody": "",
-                         "eventSource": "aws:sqs", "eventSourceARN": f"arn:aws:sqs:us-east-1:123456789012:{queue}", "awsRegion": "us-east-1"}
-                        for index, body in enumerate(bodies)]}
+    return {
+        "Records": [
+            {
+                "messageId": str(uuid.uuid4()),
+                "receiptHandle": f"handle-{index}",
+                "body": json.dumps(body),
+                "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": "0"},
+                "messageAttributes": {},
+                "md5OfBody": "",
+                "eventSource": "aws:sqs",
+                "eventSourceARN": f"arn:aws:sqs:us-east-1:123456789012:{queue}",
+                "awsRegion": "us-east-1",
+            }
+            for index, body in enumerate(bodies)
+        ]
+    }
 
 
 def _admin(url: str, path: str, body: Any = None) -> Any:
     import urllib.request
 
-    request = urllib.request.Request(url + path, data=None if body is None else json.dumps(body).encode(), method="GET" if body is None else "POST",
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        url + path,
+        data=None if body is None else json.dumps(body).encode(),
+        method="GET" if body is None else "POST",
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(request, timeout=600) as response:
         return json.loads(response.read())
 
@@ -268,8 +313,12 @@ def _settle_disruption(url: str) -> None:
     patch = {"spec": {"disruption": {"budgets": [{"nodes": "0"}]}}}
     from bench.scale_world import POOL
 
-    request = urllib.request.Request(f"{url}/apis/joiner.dev/v1/nodepools/{POOL}", data=json.dumps(patch).encode(), method="PATCH",
-                                     headers={"Content-Type": "application/merge-patch+json", "Authorization": f"Bearer {TOKEN}"})
+    request = urllib.request.Request(
+        f"{url}/apis/joiner.dev/v1/nodepools/{POOL}",
+        data=json.dumps(patch).encode(),
+        method="PATCH",
+        headers={"Content-Type": "application/merge-patch+json", "Authorization": f"Bearer {TOKEN}"},
+    )
     with urllib.request.urlopen(request, timeout=60) as response:
         response.read()
 
@@ -339,8 +388,16 @@ def run_function(function: str, nodes: int, seed: int, url: str, window: float, 
         handler = _load_handler("termination")
         handler.configure(runtime)
         now = clock.now()
-        request_termination(runtime, spec.node_name(target), "bench: spot interruption", now + timedelta(minutes=2), now,
-                            instance_id=spec.instance_id(target), claim_id=spec.claim_id(target), node_pool="default")
+        request_termination(
+            runtime,
+            spec.node_name(target),
+            "bench: spot interruption",
+            now + timedelta(minutes=2),
+            now,
+            instance_id=spec.instance_id(target),
+            claim_id=spec.claim_id(target),
+            node_pool="default",
+        )
 
         def call() -> Any:
             return handler.handler(_sqs([{"kind": "termination", "node": spec.node_name(target)}], "joiner-work"), context)
@@ -369,8 +426,9 @@ def run_function(function: str, nodes: int, seed: int, url: str, window: float, 
         outcome = {"error": "MemoryError"}
     except Exception as error:
         outcome = {"error": f"{type(error).__name__}: {str(error)[:300]}"}
-    outcome.update(wall_s=round(time.perf_counter() - started, 3), cpu_s=round(time.process_time() - cpu_started, 3), peak_rss_mb=_rss_mb(),
-                   baseline_rss_mb=baseline)
+    outcome.update(
+        wall_s=round(time.perf_counter() - started, 3), cpu_s=round(time.process_time() - cpu_started, 3), peak_rss_mb=_rss_mb(), baseline_rss_mb=baseline
+    )
     if function == "watcher":
         outcome["wake_ups"] = len(cluster.aws.wakes)
     return outcome
@@ -386,8 +444,14 @@ def run_steady(mode: str, nodes: int, seed: int, url: str, window: float, minute
     for handler in handlers.values():
         handler.configure(cluster.runtime())
     scale = max(1, nodes // 500)
-    churn = [{"op": "add_running", "count": 20 * scale}, {"op": "delete_pods", "count": 20 * scale}, {"op": "add_pending", "count": 3 * scale},
-             {"op": "bind_pending", "count": 3 * scale}, {"op": "touch_pods", "count": 30 * scale}, {"op": "touch_nodes", "count": 5 * scale}]
+    churn = [
+        {"op": "add_running", "count": 20 * scale},
+        {"op": "delete_pods", "count": 20 * scale},
+        {"op": "add_pending", "count": 3 * scale},
+        {"op": "bind_pending", "count": 3 * scale},
+        {"op": "touch_pods", "count": 30 * scale},
+        {"op": "touch_nodes", "count": 5 * scale},
+    ]
     errors: list[str] = []
     invocations: dict[str, int] = {}
 
@@ -432,19 +496,29 @@ def run_steady(mode: str, nodes: int, seed: int, url: str, window: float, minute
         if minute % every["gc"] == 0:
             invoke("gc", _scheduled(clock, "joiner-gc"))
         clock.jump(60.0 - (time.monotonic() - began))
-    return {"wall_s": round(time.perf_counter() - started, 3), "peak_rss_mb": _rss_mb(), "invocations": invocations,
-            "wake_ups": len(cluster.aws.wakes), "errors": errors[:5], "error_count": len(errors),
-            "cold_read_mb": round(cold.get("bytes_sent", 0) / MB, 2), "cold_full_pod_lists": cold.get("full_pod_lists", 0),
-            "by_function": {name: {"requests": int(requests), "read_mb": round(read, 2), "longest_wall_s": round(longest, 2)}
-                            for name, (requests, read, longest) in sorted(by_function.items())}}
+    return {
+        "wall_s": round(time.perf_counter() - started, 3),
+        "peak_rss_mb": _rss_mb(),
+        "invocations": invocations,
+        "wake_ups": len(cluster.aws.wakes),
+        "errors": errors[:5],
+        "error_count": len(errors),
+        "cold_read_mb": round(cold.get("bytes_sent", 0) / MB, 2),
+        "cold_full_pod_lists": cold.get("full_pod_lists", 0),
+        "by_function": {
+            name: {"requests": int(requests), "read_mb": round(read, 2), "longest_wall_s": round(longest, 2)}
+            for name, (requests, read, longest) in sorted(by_function.items())
+        },
+    }
 
 
 def child_main(raw: str) -> int:
     job = json.loads(raw)
     try:
         if job["function"] == "steady":
-            answer = run_steady(job["mode"], job["nodes"], job["seed"], job["url"], job["window"], job["minutes"],
-                                {k: tuple(v) for k, v in job["limits"].items()})  # type: ignore[misc]
+            answer = run_steady(
+                job["mode"], job["nodes"], job["seed"], job["url"], job["window"], job["minutes"], {k: tuple(v) for k, v in job["limits"].items()}
+            )  # type: ignore[misc]
         else:
             answer = run_function(job["function"], job["nodes"], job["seed"], job["url"], job["window"], tuple(job["limits"]))  # type: ignore[arg-type]
     except MemoryError:
@@ -460,10 +534,19 @@ def child_main(raw: str) -> int:
 
 
 def _spawn(job: dict[str, Any], timeout: float) -> dict[str, Any]:
-    env = dict(os.environ, POWERTOOLS_LOG_LEVEL="ERROR", POWERTOOLS_METRICS_DISABLED="true", POWERTOOLS_TRACE_DISABLED="true",
-               POWERTOOLS_SERVICE_NAME="joiner", AWS_DEFAULT_REGION="us-east-1", AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench")
-    process = subprocess.Popen([sys.executable, "-m", "bench.scale", "--child", json.dumps(job)], cwd=ROOT, env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    env = dict(
+        os.environ,
+        POWERTOOLS_LOG_LEVEL="ERROR",
+        POWERTOOLS_METRICS_DISABLED="true",
+        POWERTOOLS_TRACE_DISABLED="true",
+        POWERTOOLS_SERVICE_NAME="joiner",
+        AWS_DEFAULT_REGION="us-east-1",
+        AWS_ACCESS_KEY_ID="bench",
+        AWS_SECRET_ACCESS_KEY="bench",
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bench.scale", "--child", json.dumps(job)], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         out, err = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -472,17 +555,22 @@ def _spawn(job: dict[str, Any], timeout: float) -> dict[str, Any]:
         return {"error": f"killed after {timeout:.0f} s"}
     for line in reversed(out.splitlines()):
         if line.startswith(MARKER):
-            answer: dict[str, Any] = json.loads(line[len(MARKER):])
+            answer: dict[str, Any] = json.loads(line[len(MARKER) :])
             return answer
     tail = " ".join(err.strip().splitlines()[-3:])[-300:]
     return {"error": f"exit {process.returncode}" + (" (killed: out of memory?)" if process.returncode == -9 else "") + (f": {tail}" if tail else "")}
 
 
 def _read_counters(stats: dict[str, Any]) -> dict[str, Any]:
-    return {"api_requests": stats["requests"], "api_read_mb": round(stats["bytes_sent"] / MB, 2), "full_pod_lists": stats["full_pod_lists"],
-            "cache_reads": stats["cache_reads"], "watch_events": stats["watch_events"],
-            "requests_by_verb": stats["by_verb"],
-            "by_resource": {name: [entry["requests"], round(entry["bytes"] / MB, 2)] for name, entry in sorted(stats["by_resource"].items())}}
+    return {
+        "api_requests": stats["requests"],
+        "api_read_mb": round(stats["bytes_sent"] / MB, 2),
+        "full_pod_lists": stats["full_pod_lists"],
+        "cache_reads": stats["cache_reads"],
+        "watch_events": stats["watch_events"],
+        "requests_by_verb": stats["by_verb"],
+        "by_resource": {name: [entry["requests"], round(entry["bytes"] / MB, 2)] for name, entry in sorted(stats["by_resource"].items())},
+    }
 
 
 def _top_shapes(stats: dict[str, Any], count: int) -> dict[str, list[float]]:
@@ -531,10 +619,20 @@ def main(argv: list[str] | None = None) -> int:
                 server.reset()
                 job = {"function": function, "nodes": nodes, "seed": args.seed, "url": server.url, "window": args.window, "limits": [memory, timeout]}
                 answer = _spawn(job, args.child_timeout)
-                line: dict[str, Any] = {"bench": "scale", "function": function, "nodes": nodes, "pods": spec.pods, "pending": spec.pending,
-                                        "peak_rss_mb": answer.get("peak_rss_mb"), "wall_s": answer.get("wall_s"), "cpu_s": answer.get("cpu_s"),
-                                        "memory_limit_mb": memory,
-                                        "timeout_s": timeout, **_read_counters(server.stats()), "baseline_rss_mb": answer.get("baseline_rss_mb")}
+                line: dict[str, Any] = {
+                    "bench": "scale",
+                    "function": function,
+                    "nodes": nodes,
+                    "pods": spec.pods,
+                    "pending": spec.pending,
+                    "peak_rss_mb": answer.get("peak_rss_mb"),
+                    "wall_s": answer.get("wall_s"),
+                    "cpu_s": answer.get("cpu_s"),
+                    "memory_limit_mb": memory,
+                    "timeout_s": timeout,
+                    **_read_counters(server.stats()),
+                    "baseline_rss_mb": answer.get("baseline_rss_mb"),
+                }
                 for key in ("wake_ups", "result", "error"):
                     if key in answer:
                         line[key] = answer[key]
@@ -544,8 +642,16 @@ def main(argv: list[str] | None = None) -> int:
             for mode in modes:
                 server.mutate({"op": "reset_world"})
                 server.reset()
-                job = {"function": "steady", "mode": mode, "nodes": nodes, "seed": args.seed, "url": server.url, "window": args.window,
-                       "minutes": args.minutes, "limits": {name: list(value) for name, value in limits.items()}}
+                job = {
+                    "function": "steady",
+                    "mode": mode,
+                    "nodes": nodes,
+                    "seed": args.seed,
+                    "url": server.url,
+                    "window": args.window,
+                    "minutes": args.minutes,
+                    "limits": {name: list(value) for name, value in limits.items()},
+                }
                 answer = _spawn(job, args.child_timeout)
                 stats = server.stats()
                 from joiner.services.cluster_state import RESYNC_AFTER_SECONDS
@@ -554,14 +660,28 @@ def main(argv: list[str] | None = None) -> int:
                 # Each warm container lists again every RESYNC_AFTER_SECONDS: what the first
                 # minute read beyond a warm minute, spread over that interval.
                 resync = max(0.0, float(answer.get("cold_read_mb") or 0.0) - warm) / (RESYNC_AFTER_SECONDS / 60)
-                line = {"bench": "scale", "function": "steady", "mode": mode, "nodes": nodes,
-                        "api_read_mb_per_minute": round(warm + resync, 2), "warm_read_mb_per_minute": round(warm, 2),
-                        "cold_start_read_mb": answer.get("cold_read_mb"), "resync_minutes": RESYNC_AFTER_SECONDS / 60,
-                        "full_pod_lists": stats["full_pod_lists"], "minutes": args.minutes, "api_requests": stats["requests"],
-                        "cache_reads": stats["cache_reads"], "watch_events": stats["watch_events"], "peak_rss_mb": answer.get("peak_rss_mb"),
-                        "wall_s": answer.get("wall_s"), "invocations": answer.get("invocations"), "wake_ups": answer.get("wake_ups"),
-                        "by_resource": _read_counters(stats)["by_resource"], "by_function": answer.get("by_function"),
-                        "by_shape": _top_shapes(stats, 40)}
+                line = {
+                    "bench": "scale",
+                    "function": "steady",
+                    "mode": mode,
+                    "nodes": nodes,
+                    "api_read_mb_per_minute": round(warm + resync, 2),
+                    "warm_read_mb_per_minute": round(warm, 2),
+                    "cold_start_read_mb": answer.get("cold_read_mb"),
+                    "resync_minutes": RESYNC_AFTER_SECONDS / 60,
+                    "full_pod_lists": stats["full_pod_lists"],
+                    "minutes": args.minutes,
+                    "api_requests": stats["requests"],
+                    "cache_reads": stats["cache_reads"],
+                    "watch_events": stats["watch_events"],
+                    "peak_rss_mb": answer.get("peak_rss_mb"),
+                    "wall_s": answer.get("wall_s"),
+                    "invocations": answer.get("invocations"),
+                    "wake_ups": answer.get("wake_ups"),
+                    "by_resource": _read_counters(stats)["by_resource"],
+                    "by_function": answer.get("by_function"),
+                    "by_shape": _top_shapes(stats, 40),
+                }
                 if answer.get("error") or answer.get("error_count"):
                     line["error"] = answer.get("error") or "; ".join(answer.get("errors") or [])
                     line["error_count"] = answer.get("error_count", 1)

@@ -78,8 +78,14 @@ class Template:
 
 
 def _managed(manager: str, operation: str, fields: dict[str, Any], subresource: str | None = None) -> dict[str, Any]:
-    entry: dict[str, Any] = {"manager": manager, "operation": operation, "apiVersion": "v1", "time": "@@created@@",
-                             "fieldsType": "FieldsV1", "fieldsV1": fields}
+    entry: dict[str, Any] = {
+        "manager": manager,
+        "operation": operation,
+        "apiVersion": "v1",
+        "time": "@@created@@",
+        "fieldsType": "FieldsV1",
+        "fieldsV1": fields,
+    }
     if subresource:
         entry["subresource"] = subresource
     return entry
@@ -91,50 +97,107 @@ def _condition(kind: str, status: str, **extra: str) -> dict[str, Any]:
 
 _CONTAINER_FIELDS = {
     "f:env": {f'k:{{"name":"{name}"}}': {".": {}, "f:name": {}, "f:value": {}} for name in ("LOG_LEVEL", "PORT", "REGION", "OTEL_ENDPOINT")},
-    "f:image": {}, "f:imagePullPolicy": {}, "f:livenessProbe": {".": {}, "f:httpGet": {".": {}, "f:path": {}, "f:port": {}, "f:scheme": {}},
-                                                                "f:periodSeconds": {}, "f:timeoutSeconds": {}},
-    "f:name": {}, "f:ports": {".": {}, 'k:{"containerPort":8080,"protocol":"TCP"}': {".": {}, "f:containerPort": {}, "f:name": {}, "f:protocol": {}}},
+    "f:image": {},
+    "f:imagePullPolicy": {},
+    "f:livenessProbe": {".": {}, "f:httpGet": {".": {}, "f:path": {}, "f:port": {}, "f:scheme": {}}, "f:periodSeconds": {}, "f:timeoutSeconds": {}},
+    "f:name": {},
+    "f:ports": {".": {}, 'k:{"containerPort":8080,"protocol":"TCP"}': {".": {}, "f:containerPort": {}, "f:name": {}, "f:protocol": {}}},
     "f:readinessProbe": {".": {}, "f:httpGet": {".": {}, "f:path": {}, "f:port": {}, "f:scheme": {}}, "f:periodSeconds": {}},
     "f:resources": {".": {}, "f:limits": {".": {}, "f:memory": {}}, "f:requests": {".": {}, "f:cpu": {}, "f:memory": {}}},
     "f:securityContext": {".": {}, "f:allowPrivilegeEscalation": {}, "f:readOnlyRootFilesystem": {}, "f:runAsNonRoot": {}},
-    "f:terminationMessagePath": {}, "f:terminationMessagePolicy": {}, "f:volumeMounts": {".": {}, 'k:{"mountPath":"/tmp"}': {".": {}, "f:mountPath": {}, "f:name": {}}},
+    "f:terminationMessagePath": {},
+    "f:terminationMessagePolicy": {},
+    "f:volumeMounts": {".": {}, 'k:{"mountPath":"/tmp"}': {".": {}, "f:mountPath": {}, "f:name": {}}},
 }
 
 
 def _pod_template(kind: str) -> Template:
     """``kind``: ``running`` (ReplicaSet pod on a node), ``pending`` (unschedulable), ``daemon``."""
     daemon = kind == "daemon"
-    owner = {"apiVersion": "apps/v1", "kind": "DaemonSet" if daemon else "ReplicaSet", "name": "@@owner@@", "uid": "@@owner_uid@@",
-             "controller": True, "blockOwnerDeletion": True}
-    labels = ({"app.kubernetes.io/name": "@@app@@", "controller-revision-hash": "@@hash@@", "pod-template-generation": "3", "k8s-app": "@@app@@"}
-              if daemon else {"app": "@@app@@", "app.kubernetes.io/name": "@@app@@", "app.kubernetes.io/part-of": "@@namespace@@",
-                              "pod-template-hash": "@@hash@@", "team": "@@namespace@@", "version": "v1.42.3"})
+    owner = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet" if daemon else "ReplicaSet",
+        "name": "@@owner@@",
+        "uid": "@@owner_uid@@",
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    labels = (
+        {"app.kubernetes.io/name": "@@app@@", "controller-revision-hash": "@@hash@@", "pod-template-generation": "3", "k8s-app": "@@app@@"}
+        if daemon
+        else {
+            "app": "@@app@@",
+            "app.kubernetes.io/name": "@@app@@",
+            "app.kubernetes.io/part-of": "@@namespace@@",
+            "pod-template-hash": "@@hash@@",
+            "team": "@@namespace@@",
+            "version": "v1.42.3",
+        }
+    )
     container = {
-        "name": "@@app@@", "image": "123456789012.dkr.ecr.us-east-1.amazonaws.com/@@app@@:v1.42.3", "imagePullPolicy": "IfNotPresent",
-        "env": [{"name": "LOG_LEVEL", "value": "info"}, {"name": "PORT", "value": "8080"}, {"name": "REGION", "value": "us-east-1"},
-                {"name": "OTEL_ENDPOINT", "value": "http://otel-collector.observability.svc.cluster.local:4317"}],
+        "name": "@@app@@",
+        "image": "123456789012.dkr.ecr.us-east-1.amazonaws.com/@@app@@:v1.42.3",
+        "imagePullPolicy": "IfNotPresent",
+        "env": [
+            {"name": "LOG_LEVEL", "value": "info"},
+            {"name": "PORT", "value": "8080"},
+            {"name": "REGION", "value": "us-east-1"},
+            {"name": "OTEL_ENDPOINT", "value": "http://otel-collector.observability.svc.cluster.local:4317"},
+        ],
         "ports": [{"name": "http", "containerPort": 8080, "protocol": "TCP"}],
         "resources": {"requests": {"cpu": "@@cpu@@", "memory": "@@memory@@"}, "limits": {"memory": "@@memory@@"}},
-        "livenessProbe": {"httpGet": {"path": "/healthz", "port": 8080, "scheme": "HTTP"}, "timeoutSeconds": 1, "periodSeconds": 10,
-                          "successThreshold": 1, "failureThreshold": 3},
-        "readinessProbe": {"httpGet": {"path": "/ready", "port": 8080, "scheme": "HTTP"}, "timeoutSeconds": 1, "periodSeconds": 5,
-                           "successThreshold": 1, "failureThreshold": 3},
+        "livenessProbe": {
+            "httpGet": {"path": "/healthz", "port": 8080, "scheme": "HTTP"},
+            "timeoutSeconds": 1,
+            "periodSeconds": 10,
+            "successThreshold": 1,
+            "failureThreshold": 3,
+        },
+        "readinessProbe": {
+            "httpGet": {"path": "/ready", "port": 8080, "scheme": "HTTP"},
+            "timeoutSeconds": 1,
+            "periodSeconds": 5,
+            "successThreshold": 1,
+            "failureThreshold": 3,
+        },
         "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "runAsNonRoot": True},
-        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"},
-                         {"name": "kube-api-access-@@token@@", "readOnly": True, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}],
-        "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File",
+        "volumeMounts": [
+            {"name": "tmp", "mountPath": "/tmp"},
+            {"name": "kube-api-access-@@token@@", "readOnly": True, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"},
+        ],
+        "terminationMessagePath": "/dev/termination-log",
+        "terminationMessagePolicy": "File",
     }
     spec: dict[str, Any] = {
-        "volumes": [{"name": "tmp", "emptyDir": {}}, {"name": "kube-api-access-@@token@@", "projected": {"sources": [
-            {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
-            {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
-            {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}],
-            "defaultMode": 420}}],
-        "containers": [container], "restartPolicy": "Always", "terminationGracePeriodSeconds": 30, "dnsPolicy": "ClusterFirst",
-        "serviceAccountName": "@@app@@", "serviceAccount": "@@app@@", "securityContext": {"fsGroup": 65534},
-        "schedulerName": "default-scheduler", "priority": 0, "enableServiceLinks": True, "preemptionPolicy": "PreemptLowerPriority",
-        "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
-                        {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}],
+        "volumes": [
+            {"name": "tmp", "emptyDir": {}},
+            {
+                "name": "kube-api-access-@@token@@",
+                "projected": {
+                    "sources": [
+                        {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                        {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
+                    ],
+                    "defaultMode": 420,
+                },
+            },
+        ],
+        "containers": [container],
+        "restartPolicy": "Always",
+        "terminationGracePeriodSeconds": 30,
+        "dnsPolicy": "ClusterFirst",
+        "serviceAccountName": "@@app@@",
+        "serviceAccount": "@@app@@",
+        "securityContext": {"fsGroup": 65534},
+        "schedulerName": "default-scheduler",
+        "priority": 0,
+        "enableServiceLinks": True,
+        "preemptionPolicy": "PreemptLowerPriority",
+        "tolerations": [
+            {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+            {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+        ],
     }
     if daemon:
         spec["tolerations"] = [{"operator": "Exists"}]
@@ -142,50 +205,145 @@ def _pod_template(kind: str) -> Template:
         spec["priority"] = 2000001000
         spec["hostNetwork"] = True
     else:
-        spec["topologySpreadConstraints"] = [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway",
-                                              "labelSelector": {"matchLabels": {"app": "@@app@@"}}}]
-    fields_spec = {"f:containers": {'k:{"name":"main"}': _CONTAINER_FIELDS}, "f:dnsPolicy": {}, "f:enableServiceLinks": {},
-                   "f:restartPolicy": {}, "f:schedulerName": {}, "f:securityContext": {".": {}, "f:fsGroup": {}},
-                   "f:serviceAccount": {}, "f:serviceAccountName": {}, "f:terminationGracePeriodSeconds": {},
-                   "f:topologySpreadConstraints": {}, "f:volumes": {".": {}, 'k:{"name":"tmp"}': {".": {}, "f:emptyDir": {}, "f:name": {}}}}
-    managed = [_managed("kube-controller-manager", "Update", {
-        "f:metadata": {"f:generateName": {}, "f:labels": {".": {}, **{f"f:{key}": {} for key in labels}},
-                       "f:ownerReferences": {".": {}, 'k:{"uid":"@@owner_uid@@"}': {}}},
-        "f:spec": fields_spec})]
+        spec["topologySpreadConstraints"] = [
+            {
+                "maxSkew": 1,
+                "topologyKey": "topology.kubernetes.io/zone",
+                "whenUnsatisfiable": "ScheduleAnyway",
+                "labelSelector": {"matchLabels": {"app": "@@app@@"}},
+            }
+        ]
+    fields_spec = {
+        "f:containers": {'k:{"name":"main"}': _CONTAINER_FIELDS},
+        "f:dnsPolicy": {},
+        "f:enableServiceLinks": {},
+        "f:restartPolicy": {},
+        "f:schedulerName": {},
+        "f:securityContext": {".": {}, "f:fsGroup": {}},
+        "f:serviceAccount": {},
+        "f:serviceAccountName": {},
+        "f:terminationGracePeriodSeconds": {},
+        "f:topologySpreadConstraints": {},
+        "f:volumes": {".": {}, 'k:{"name":"tmp"}': {".": {}, "f:emptyDir": {}, "f:name": {}}},
+    }
+    managed = [
+        _managed(
+            "kube-controller-manager",
+            "Update",
+            {
+                "f:metadata": {
+                    "f:generateName": {},
+                    "f:labels": {".": {}, **{f"f:{key}": {} for key in labels}},
+                    "f:ownerReferences": {".": {}, 'k:{"uid":"@@owner_uid@@"}': {}},
+                },
+                "f:spec": fields_spec,
+            },
+        )
+    ]
     if kind == "pending":
         spec.pop("nodeName", None)
         status: dict[str, Any] = {
-            "phase": "Pending", "qosClass": "Burstable",
-            "conditions": [_condition("PodScheduled", "False", reason="Unschedulable",
-                                      message="0/@@nodes@@ nodes are available: @@nodes@@ Insufficient cpu. preemption: 0/@@nodes@@ nodes are available: "
-                                              "@@nodes@@ No preemption victims found for incoming pod.")],
+            "phase": "Pending",
+            "qosClass": "Burstable",
+            "conditions": [
+                _condition(
+                    "PodScheduled",
+                    "False",
+                    reason="Unschedulable",
+                    message="0/@@nodes@@ nodes are available: @@nodes@@ Insufficient cpu. preemption: 0/@@nodes@@ nodes are available: "
+                    "@@nodes@@ No preemption victims found for incoming pod.",
+                )
+            ],
         }
-        managed.append(_managed("kube-scheduler", "Update", {"f:status": {"f:conditions": {".": {}, 'k:{"type":"PodScheduled"}': {
-            ".": {}, "f:lastProbeTime": {}, "f:lastTransitionTime": {}, "f:message": {}, "f:reason": {}, "f:status": {}, "f:type": {}}}}},
-            "status"))
+        managed.append(
+            _managed(
+                "kube-scheduler",
+                "Update",
+                {
+                    "f:status": {
+                        "f:conditions": {
+                            ".": {},
+                            'k:{"type":"PodScheduled"}': {
+                                ".": {},
+                                "f:lastProbeTime": {},
+                                "f:lastTransitionTime": {},
+                                "f:message": {},
+                                "f:reason": {},
+                                "f:status": {},
+                                "f:type": {},
+                            },
+                        }
+                    }
+                },
+                "status",
+            )
+        )
     else:
         spec["nodeName"] = "@@node@@"
         state = {"running": {"startedAt": "@@created@@"}}
         status = {
-            "phase": "Running", "qosClass": "Burstable", "hostIP": "@@host_ip@@", "hostIPs": [{"ip": "@@host_ip@@"}],
-            "podIP": "@@pod_ip@@", "podIPs": [{"ip": "@@pod_ip@@"}], "startTime": "@@created@@",
-            "conditions": [_condition("PodReadyToStartContainers", "True"), _condition("Initialized", "True"),
-                           _condition("Ready", "True"), _condition("ContainersReady", "True"), _condition("PodScheduled", "True")],
-            "containerStatuses": [{"name": "@@app@@", "state": state, "lastState": {}, "ready": True, "restartCount": 0,
-                                   "image": "123456789012.dkr.ecr.us-east-1.amazonaws.com/@@app@@:v1.42.3",
-                                   "imageID": "123456789012.dkr.ecr.us-east-1.amazonaws.com/@@app@@@sha256:@@digest@@",
-                                   "containerID": "containerd://@@digest@@", "started": True}],
+            "phase": "Running",
+            "qosClass": "Burstable",
+            "hostIP": "@@host_ip@@",
+            "hostIPs": [{"ip": "@@host_ip@@"}],
+            "podIP": "@@pod_ip@@",
+            "podIPs": [{"ip": "@@pod_ip@@"}],
+            "startTime": "@@created@@",
+            "conditions": [
+                _condition("PodReadyToStartContainers", "True"),
+                _condition("Initialized", "True"),
+                _condition("Ready", "True"),
+                _condition("ContainersReady", "True"),
+                _condition("PodScheduled", "True"),
+            ],
+            "containerStatuses": [
+                {
+                    "name": "@@app@@",
+                    "state": state,
+                    "lastState": {},
+                    "ready": True,
+                    "restartCount": 0,
+                    "image": "123456789012.dkr.ecr.us-east-1.amazonaws.com/@@app@@:v1.42.3",
+                    "imageID": "123456789012.dkr.ecr.us-east-1.amazonaws.com/@@app@@@sha256:@@digest@@",
+                    "containerID": "containerd://@@digest@@",
+                    "started": True,
+                }
+            ],
         }
-        managed.append(_managed("kubelet", "Update", {"f:status": {
-            "f:conditions": {f'k:{{"type":"{c}"}}': {".": {}, "f:lastProbeTime": {}, "f:lastTransitionTime": {}, "f:status": {}, "f:type": {}}
-                             for c in ("ContainersReady", "Initialized", "PodReadyToStartContainers", "Ready")},
-            "f:containerStatuses": {}, "f:hostIP": {}, "f:hostIPs": {}, "f:phase": {}, "f:podIP": {},
-            "f:podIPs": {".": {}, 'k:{"ip":"@@pod_ip@@"}': {".": {}, "f:ip": {}}}, "f:startTime": {}}}, "status"))
-    metadata = {"name": "@@name@@", "generateName": "@@owner@@-", "namespace": "@@namespace@@", "uid": "@@uid@@",
-                "resourceVersion": "@@rv@@", "creationTimestamp": "@@created@@", "labels": labels,
-                "annotations": {"kubectl.kubernetes.io/restartedAt": "2025-01-03T10:00:00Z", "prometheus.io/scrape": "true",
-                                "prometheus.io/port": "8080"},
-                "ownerReferences": [owner], "managedFields": managed}
+        managed.append(
+            _managed(
+                "kubelet",
+                "Update",
+                {
+                    "f:status": {
+                        "f:conditions": {
+                            f'k:{{"type":"{c}"}}': {".": {}, "f:lastProbeTime": {}, "f:lastTransitionTime": {}, "f:status": {}, "f:type": {}}
+                            for c in ("ContainersReady", "Initialized", "PodReadyToStartContainers", "Ready")
+                        },
+                        "f:containerStatuses": {},
+                        "f:hostIP": {},
+                        "f:hostIPs": {},
+                        "f:phase": {},
+                        "f:podIP": {},
+                        "f:podIPs": {".": {}, 'k:{"ip":"@@pod_ip@@"}': {".": {}, "f:ip": {}}},
+                        "f:startTime": {},
+                    }
+                },
+                "status",
+            )
+        )
+    metadata = {
+        "name": "@@name@@",
+        "generateName": "@@owner@@-",
+        "namespace": "@@namespace@@",
+        "uid": "@@uid@@",
+        "resourceVersion": "@@rv@@",
+        "creationTimestamp": "@@created@@",
+        "labels": labels,
+        "annotations": {"kubectl.kubernetes.io/restartedAt": "2025-01-03T10:00:00Z", "prometheus.io/scrape": "true", "prometheus.io/port": "8080"},
+        "ownerReferences": [owner],
+        "managedFields": managed,
+    }
     return Template({"metadata": metadata, "spec": spec, "status": status, "kind": "Pod", "apiVersion": "v1"})
 
 
@@ -206,82 +364,198 @@ def _instance_labels() -> dict[str, str]:
 
 def _node_template() -> Template:
     labels = {
-        "beta.kubernetes.io/arch": "amd64", "beta.kubernetes.io/instance-type": NODE_TYPE, "beta.kubernetes.io/os": "linux",
-        "failure-domain.beta.kubernetes.io/region": "us-east-1", "failure-domain.beta.kubernetes.io/zone": "@@zone@@",
-        "k8s.io/cloud-provider-aws": "a1b2c3d4e5f60718293a4b5c6d7e8f90", "kubernetes.io/arch": "amd64", "kubernetes.io/hostname": "@@name@@",
-        "kubernetes.io/os": "linux", "node.kubernetes.io/instance-type": NODE_TYPE, "topology.ebs.csi.aws.com/zone": "@@zone@@",
-        "topology.k8s.aws/zone-id": "@@zone_id@@", "topology.kubernetes.io/region": "us-east-1", "topology.kubernetes.io/zone": "@@zone@@",
-        "joiner.dev/nodepool": POOL, "joiner.dev/nodeclaim": "@@claim@@", "joiner.dev/capacity-type": "@@capacity@@",
-        "joiner.dev/registered": "true", "joiner.dev/initialized": "true", "joiner.dev/instance-category": "m",
-        "joiner.dev/instance-family": "m5", "joiner.dev/instance-generation": "5", "joiner.dev/instance-size": "2xlarge",
-        "joiner.dev/instance-cpu": "8", "joiner.dev/instance-memory": "32768",
-        "karpenter.sh/nodepool": POOL, "karpenter.sh/capacity-type": "@@capacity@@",
+        "beta.kubernetes.io/arch": "amd64",
+        "beta.kubernetes.io/instance-type": NODE_TYPE,
+        "beta.kubernetes.io/os": "linux",
+        "failure-domain.beta.kubernetes.io/region": "us-east-1",
+        "failure-domain.beta.kubernetes.io/zone": "@@zone@@",
+        "k8s.io/cloud-provider-aws": "a1b2c3d4e5f60718293a4b5c6d7e8f90",
+        "kubernetes.io/arch": "amd64",
+        "kubernetes.io/hostname": "@@name@@",
+        "kubernetes.io/os": "linux",
+        "node.kubernetes.io/instance-type": NODE_TYPE,
+        "topology.ebs.csi.aws.com/zone": "@@zone@@",
+        "topology.k8s.aws/zone-id": "@@zone_id@@",
+        "topology.kubernetes.io/region": "us-east-1",
+        "topology.kubernetes.io/zone": "@@zone@@",
+        "joiner.dev/nodepool": POOL,
+        "joiner.dev/nodeclaim": "@@claim@@",
+        "joiner.dev/capacity-type": "@@capacity@@",
+        "joiner.dev/registered": "true",
+        "joiner.dev/initialized": "true",
+        "joiner.dev/instance-category": "m",
+        "joiner.dev/instance-family": "m5",
+        "joiner.dev/instance-generation": "5",
+        "joiner.dev/instance-size": "2xlarge",
+        "joiner.dev/instance-cpu": "8",
+        "joiner.dev/instance-memory": "32768",
+        "karpenter.sh/nodepool": POOL,
+        "karpenter.sh/capacity-type": "@@capacity@@",
         **_instance_labels(),
     }
     resources = {"cpu": "8", "ephemeral-storage": "83873772Ki", "hugepages-1Gi": "0", "hugepages-2Mi": "0", "memory": "32386544Ki", "pods": "58"}
     allocatable = {"cpu": "7910m", "ephemeral-storage": "76224326324", "hugepages-1Gi": "0", "hugepages-2Mi": "0", "memory": "31369712Ki", "pods": "58"}
     conditions = [
-        {"type": kind, "status": "False", "lastHeartbeatTime": "@@heartbeat@@", "lastTransitionTime": "@@created@@", "reason": reason,
-         "message": message}
-        for kind, reason, message in (("MemoryPressure", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
-                                      ("DiskPressure", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-                                      ("PIDPressure", "KubeletHasSufficientPID", "kubelet has sufficient PID available"))
-    ] + [{"type": "Ready", "status": "True", "lastHeartbeatTime": "@@heartbeat@@", "lastTransitionTime": "@@created@@",
-          "reason": "KubeletReady", "message": "kubelet is posting ready status"}]
-    images = [{"names": [f"602401143452.dkr.ecr.us-east-1.amazonaws.com/eks/{name}@sha256:{(name * 8)[:64].encode().hex()[:64]}",
-                         f"602401143452.dkr.ecr.us-east-1.amazonaws.com/eks/{name}:v1.{index}.0-eksbuild.1"], "sizeBytes": 10_000_000 + index * 7_777_777}
-              for index, name in enumerate(("amazon-k8s-cni", "amazon-k8s-cni-init", "kube-proxy", "aws-ebs-csi-driver", "csi-node-driver-registrar",
-                                            "livenessprobe", "coredns", "pause", "aws-network-policy-agent", "eks-pod-identity-agent",
-                                            "node-exporter", "fluent-bit", "otel-collector", "datadog-agent"))]
-    images += [{"names": [f"123456789012.dkr.ecr.us-east-1.amazonaws.com/app-{index:03d}@sha256:{index:064x}",
-                          f"123456789012.dkr.ecr.us-east-1.amazonaws.com/app-{index:03d}:v1.42.3"], "sizeBytes": 50_000_000 + index}
-               for index in range(14)]
-    managed = [
-        _managed("kubelet", "Update", {"f:metadata": {"f:annotations": {".": {}, "f:alpha.kubernetes.io/provided-node-ip": {},
-                                                                         "f:volumes.kubernetes.io/controller-managed-attach-detach": {}},
-                                                      "f:labels": {".": {}, **{f"f:{key}": {} for key in labels if not key.startswith(("joiner", "karpenter"))}}},
-                                       "f:spec": {"f:providerID": {}}}),
-        _managed("joiner", "Apply", {"f:metadata": {"f:labels": {f"f:{key}": {} for key in labels if key.startswith(("joiner", "karpenter"))}}}),
-        _managed("kube-controller-manager", "Update", {"f:metadata": {"f:annotations": {"f:node.alpha.kubernetes.io/ttl": {}}},
-                                                       "f:spec": {"f:podCIDR": {}, "f:podCIDRs": {".": {}, 'v:"@@pod_cidr@@"': {}}}}),
-        _managed("kubelet", "Update", {"f:status": {
-            "f:allocatable": {f"f:{key}": {} for key in allocatable}, "f:capacity": {f"f:{key}": {} for key in resources},
-            "f:conditions": {f'k:{{"type":"{c["type"]}"}}': {"f:lastHeartbeatTime": {}, "f:lastTransitionTime": {}, "f:message": {},
-                                                              "f:reason": {}, "f:status": {}} for c in conditions},
-            "f:images": {}, "f:nodeInfo": {"f:bootID": {}, "f:kernelVersion": {}, "f:osImage": {}, "f:systemUUID": {}}}}, "status"),
+        {"type": kind, "status": "False", "lastHeartbeatTime": "@@heartbeat@@", "lastTransitionTime": "@@created@@", "reason": reason, "message": message}
+        for kind, reason, message in (
+            ("MemoryPressure", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+            ("DiskPressure", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+            ("PIDPressure", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+        )
+    ] + [
+        {
+            "type": "Ready",
+            "status": "True",
+            "lastHeartbeatTime": "@@heartbeat@@",
+            "lastTransitionTime": "@@created@@",
+            "reason": "KubeletReady",
+            "message": "kubelet is posting ready status",
+        }
     ]
-    return Template({
-        "kind": "Node", "apiVersion": "v1",
-        "metadata": {
-            "name": "@@name@@", "uid": "@@uid@@", "resourceVersion": "@@rv@@", "creationTimestamp": "@@created@@", "labels": labels,
-            "annotations": {"alpha.kubernetes.io/provided-node-ip": "@@host_ip@@", "node.alpha.kubernetes.io/ttl": "0",
-                            "volumes.kubernetes.io/controller-managed-attach-detach": "true",
-                            "csi.volume.kubernetes.io/nodeid": '{"ebs.csi.aws.com":"@@instance@@"}'},
-            "finalizers": [TERMINATION_FINALIZER],  # what delete-to-drain left on a running cluster's Nodes
-            "managedFields": managed,
-        },
-        "spec": {"providerID": "aws:///@@zone@@/@@instance@@", "podCIDR": "@@pod_cidr@@", "podCIDRs": ["@@pod_cidr@@"]},
-        "status": {
-            "capacity": resources, "allocatable": allocatable, "conditions": conditions,
-            "addresses": [{"type": "InternalIP", "address": "@@host_ip@@"}, {"type": "InternalDNS", "address": "@@name@@"},
-                          {"type": "Hostname", "address": "@@name@@"}],
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
-            "nodeInfo": {"machineID": "@@uid_hex@@", "systemUUID": "@@uid@@", "bootID": "@@uid@@", "kernelVersion": "6.1.115-126.197.amzn2023.x86_64",
-                         "osImage": "Amazon Linux 2023.6.20241121", "containerRuntimeVersion": "containerd://1.7.23",
-                         "kubeletVersion": "v1.31.2-eks-7f9249a", "kubeProxyVersion": "v1.31.2-eks-7f9249a", "operatingSystem": "linux",
-                         "architecture": "amd64"},
-            "images": images,
-        },
-    })
+    images = [
+        {
+            "names": [
+                f"602401143452.dkr.ecr.us-east-1.amazonaws.com/eks/{name}@sha256:{(name * 8)[:64].encode().hex()[:64]}",
+                f"602401143452.dkr.ecr.us-east-1.amazonaws.com/eks/{name}:v1.{index}.0-eksbuild.1",
+            ],
+            "sizeBytes": 10_000_000 + index * 7_777_777,
+        }
+        for index, name in enumerate(
+            (
+                "amazon-k8s-cni",
+                "amazon-k8s-cni-init",
+                "kube-proxy",
+                "aws-ebs-csi-driver",
+                "csi-node-driver-registrar",
+                "livenessprobe",
+                "coredns",
+                "pause",
+                "aws-network-policy-agent",
+                "eks-pod-identity-agent",
+                "node-exporter",
+                "fluent-bit",
+                "otel-collector",
+                "datadog-agent",
+            )
+        )
+    ]
+    images += [
+        {
+            "names": [
+                f"123456789012.dkr.ecr.us-east-1.amazonaws.com/app-{index:03d}@sha256:{index:064x}",
+                f"123456789012.dkr.ecr.us-east-1.amazonaws.com/app-{index:03d}:v1.42.3",
+            ],
+            "sizeBytes": 50_000_000 + index,
+        }
+        for index in range(14)
+    ]
+    managed = [
+        _managed(
+            "kubelet",
+            "Update",
+            {
+                "f:metadata": {
+                    "f:annotations": {".": {}, "f:alpha.kubernetes.io/provided-node-ip": {}, "f:volumes.kubernetes.io/controller-managed-attach-detach": {}},
+                    "f:labels": {".": {}, **{f"f:{key}": {} for key in labels if not key.startswith(("joiner", "karpenter"))}},
+                },
+                "f:spec": {"f:providerID": {}},
+            },
+        ),
+        _managed("joiner", "Apply", {"f:metadata": {"f:labels": {f"f:{key}": {} for key in labels if key.startswith(("joiner", "karpenter"))}}}),
+        _managed(
+            "kube-controller-manager",
+            "Update",
+            {
+                "f:metadata": {"f:annotations": {"f:node.alpha.kubernetes.io/ttl": {}}},
+                "f:spec": {"f:podCIDR": {}, "f:podCIDRs": {".": {}, 'v:"@@pod_cidr@@"': {}}},
+            },
+        ),
+        _managed(
+            "kubelet",
+            "Update",
+            {
+                "f:status": {
+                    "f:allocatable": {f"f:{key}": {} for key in allocatable},
+                    "f:capacity": {f"f:{key}": {} for key in resources},
+                    "f:conditions": {
+                        f'k:{{"type":"{c["type"]}"}}': {"f:lastHeartbeatTime": {}, "f:lastTransitionTime": {}, "f:message": {}, "f:reason": {}, "f:status": {}}
+                        for c in conditions
+                    },
+                    "f:images": {},
+                    "f:nodeInfo": {"f:bootID": {}, "f:kernelVersion": {}, "f:osImage": {}, "f:systemUUID": {}},
+                }
+            },
+            "status",
+        ),
+    ]
+    return Template(
+        {
+            "kind": "Node",
+            "apiVersion": "v1",
+            "metadata": {
+                "name": "@@name@@",
+                "uid": "@@uid@@",
+                "resourceVersion": "@@rv@@",
+                "creationTimestamp": "@@created@@",
+                "labels": labels,
+                "annotations": {
+                    "alpha.kubernetes.io/provided-node-ip": "@@host_ip@@",
+                    "node.alpha.kubernetes.io/ttl": "0",
+                    "volumes.kubernetes.io/controller-managed-attach-detach": "true",
+                    "csi.volume.kubernetes.io/nodeid": '{"ebs.csi.aws.com":"@@instance@@"}',
+                },
+                "finalizers": [TERMINATION_FINALIZER],  # what delete-to-drain left on a running cluster's Nodes
+                "managedFields": managed,
+            },
+            "spec": {"providerID": "aws:///@@zone@@/@@instance@@", "podCIDR": "@@pod_cidr@@", "podCIDRs": ["@@pod_cidr@@"]},
+            "status": {
+                "capacity": resources,
+                "allocatable": allocatable,
+                "conditions": conditions,
+                "addresses": [
+                    {"type": "InternalIP", "address": "@@host_ip@@"},
+                    {"type": "InternalDNS", "address": "@@name@@"},
+                    {"type": "Hostname", "address": "@@name@@"},
+                ],
+                "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+                "nodeInfo": {
+                    "machineID": "@@uid_hex@@",
+                    "systemUUID": "@@uid@@",
+                    "bootID": "@@uid@@",
+                    "kernelVersion": "6.1.115-126.197.amzn2023.x86_64",
+                    "osImage": "Amazon Linux 2023.6.20241121",
+                    "containerRuntimeVersion": "containerd://1.7.23",
+                    "kubeletVersion": "v1.31.2-eks-7f9249a",
+                    "kubeProxyVersion": "v1.31.2-eks-7f9249a",
+                    "operatingSystem": "linux",
+                    "architecture": "amd64",
+                },
+                "images": images,
+            },
+        }
+    )
 
 
 def _csinode_template() -> Template:
-    return Template({"kind": "CSINode", "apiVersion": "storage.k8s.io/v1",
-                     "metadata": {"name": "@@name@@", "uid": "@@uid@@", "resourceVersion": "@@rv@@", "creationTimestamp": "@@created@@",
-                                  "annotations": {"storage.alpha.kubernetes.io/migrated-plugins": "kubernetes.io/aws-ebs,kubernetes.io/azure-disk"},
-                                  "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "@@name@@", "uid": "@@uid@@"}]},
-                     "spec": {"drivers": [{"name": "ebs.csi.aws.com", "nodeID": "@@instance@@", "topologyKeys": ["topology.ebs.csi.aws.com/zone"],
-                                           "allocatable": {"count": 25}}]}})
+    return Template(
+        {
+            "kind": "CSINode",
+            "apiVersion": "storage.k8s.io/v1",
+            "metadata": {
+                "name": "@@name@@",
+                "uid": "@@uid@@",
+                "resourceVersion": "@@rv@@",
+                "creationTimestamp": "@@created@@",
+                "annotations": {"storage.alpha.kubernetes.io/migrated-plugins": "kubernetes.io/aws-ebs,kubernetes.io/azure-disk"},
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "@@name@@", "uid": "@@uid@@"}],
+            },
+            "spec": {
+                "drivers": [
+                    {"name": "ebs.csi.aws.com", "nodeID": "@@instance@@", "topologyKeys": ["topology.ebs.csi.aws.com/zone"], "allocatable": {"count": 25}}
+                ]
+            },
+        }
+    )
 
 
 @dataclass(frozen=True)
@@ -362,14 +636,20 @@ class WorldSpec:
         return namespace, f"{app}-{self._hash(app)}-{_suffix(p)}" if self.pod_kind(p) != "daemon" else f"{app}-{_suffix(p)}"
 
     def _hash(self, app: str) -> str:
-        return _suffix(sum(ord(c) * 31 ** k for k, c in enumerate(app)) + self.seed, 10)
+        return _suffix(sum(ord(c) * 31**k for k, c in enumerate(app)) + self.seed, 10)
 
     def pod_labels(self, p: int) -> dict[str, str]:
         namespace, app = self.pod_app(p)
         if self.pod_kind(p) == "daemon":
             return {"app.kubernetes.io/name": app, "controller-revision-hash": self._hash(app), "pod-template-generation": "3", "k8s-app": app}
-        return {"app": app, "app.kubernetes.io/name": app, "app.kubernetes.io/part-of": namespace, "pod-template-hash": self._hash(app),
-                "team": namespace, "version": "v1.42.3"}
+        return {
+            "app": app,
+            "app.kubernetes.io/name": app,
+            "app.kubernetes.io/part-of": namespace,
+            "pod-template-hash": self._hash(app),
+            "team": namespace,
+            "version": "v1.42.3",
+        }
 
     def pod_values(self, p: int, rv: int) -> dict[str, str]:
         namespace, app = self.pod_app(p)
@@ -378,87 +658,184 @@ class WorldSpec:
         node = self.pod_node(p)
         cpu, memory = {"daemon": ("50m", "128Mi"), "running": ("250m", "512Mi"), "pending": ("2", "4Gi")}[kind]
         owner = app if kind == "daemon" else f"{app}-{self._hash(app)}"
-        values = {"name": name, "namespace": namespace, "app": app, "uid": self._uid(1, p), "rv": str(rv), "created": _stamp(CREATED),
-                  "owner": owner, "owner_uid": self._uid(2, sum(map(ord, owner))), "hash": self._hash(app), "cpu": cpu, "memory": memory,
-                  "token": _suffix(p + 11), "nodes": str(self.nodes), "digest": f"{(p * 2654435761) % (1 << 64):016x}" * 4}
+        values = {
+            "name": name,
+            "namespace": namespace,
+            "app": app,
+            "uid": self._uid(1, p),
+            "rv": str(rv),
+            "created": _stamp(CREATED),
+            "owner": owner,
+            "owner_uid": self._uid(2, sum(map(ord, owner))),
+            "hash": self._hash(app),
+            "cpu": cpu,
+            "memory": memory,
+            "token": _suffix(p + 11),
+            "nodes": str(self.nodes),
+            "digest": f"{(p * 2654435761) % (1 << 64):016x}" * 4,
+        }
         if node is not None:
-            values.update(node=self.node_name(node), host_ip=self.host_ip(node), pod_ip=f"10.{100 + node // 65536}.{node // 256 % 256}.{p // self.nodes % 250 + 2}")
+            values.update(
+                node=self.node_name(node), host_ip=self.host_ip(node), pod_ip=f"10.{100 + node // 65536}.{node // 256 % 256}.{p // self.nodes % 250 + 2}"
+            )
         return values
 
     # -- nodes
 
     def node_values(self, index: int, rv: int) -> dict[str, str]:
         uid = self._uid(3, index)
-        return {"name": self.node_name(index), "uid": uid, "uid_hex": uid.replace("-", ""), "rv": str(rv), "created": _stamp(CREATED),
-                "heartbeat": _stamp(NOW - timedelta(seconds=20)), "zone": self.zone(index), "zone_id": f"use1-az{index % 3 + 1}",
-                "claim": self.claim_id(index), "capacity": self.capacity_type(index), "host_ip": self.host_ip(index),
-                "instance": self.instance_id(index), "pod_cidr": f"10.{100 + index // 65536}.{index // 256 % 256}.0/24"}
+        return {
+            "name": self.node_name(index),
+            "uid": uid,
+            "uid_hex": uid.replace("-", ""),
+            "rv": str(rv),
+            "created": _stamp(CREATED),
+            "heartbeat": _stamp(NOW - timedelta(seconds=20)),
+            "zone": self.zone(index),
+            "zone_id": f"use1-az{index % 3 + 1}",
+            "claim": self.claim_id(index),
+            "capacity": self.capacity_type(index),
+            "host_ip": self.host_ip(index),
+            "instance": self.instance_id(index),
+            "pod_cidr": f"10.{100 + index // 65536}.{index // 256 % 256}.0/24",
+        }
 
     # -- the small objects (full dicts)
 
     def node_pool(self) -> dict[str, Any]:
-        return {"apiVersion": "joiner.dev/v1", "kind": "NodePool", "metadata": {"name": POOL, "uid": self._uid(4, 1), "generation": 1},
-                "spec": {"template": {"metadata": {"labels": {}}, "spec": {
-                    "nodeClassRef": {"group": "joiner.dev", "kind": "NodeClass", "name": "default"},
-                    "requirements": [
-                        {"key": "node.kubernetes.io/instance-type", "operator": "In",
-                         "values": ["c5.2xlarge", "c5.4xlarge", "m5.2xlarge", "m5.4xlarge", "r5.2xlarge"]},
-                        {"key": "joiner.dev/capacity-type", "operator": "In", "values": ["spot", "on-demand"]},
-                        {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
-                        {"key": "topology.kubernetes.io/zone", "operator": "In", "values": list(ZONES)}]}},
-                    "disruption": {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "1m", "budgets": [{"nodes": "10%"}]},
-                    "limits": {"cpu": str(self.nodes * 16), "memory": f"{self.nodes * 64}Gi"}},
-                "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Ready", "message": "", "lastTransitionTime": _stamp(CREATED)}]}}
+        return {
+            "apiVersion": "joiner.dev/v1",
+            "kind": "NodePool",
+            "metadata": {"name": POOL, "uid": self._uid(4, 1), "generation": 1},
+            "spec": {
+                "template": {
+                    "metadata": {"labels": {}},
+                    "spec": {
+                        "nodeClassRef": {"group": "joiner.dev", "kind": "NodeClass", "name": "default"},
+                        "requirements": [
+                            {
+                                "key": "node.kubernetes.io/instance-type",
+                                "operator": "In",
+                                "values": ["c5.2xlarge", "c5.4xlarge", "m5.2xlarge", "m5.4xlarge", "r5.2xlarge"],
+                            },
+                            {"key": "joiner.dev/capacity-type", "operator": "In", "values": ["spot", "on-demand"]},
+                            {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
+                            {"key": "topology.kubernetes.io/zone", "operator": "In", "values": list(ZONES)},
+                        ],
+                    },
+                },
+                "disruption": {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "1m", "budgets": [{"nodes": "10%"}]},
+                "limits": {"cpu": str(self.nodes * 16), "memory": f"{self.nodes * 64}Gi"},
+            },
+            "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Ready", "message": "", "lastTransitionTime": _stamp(CREATED)}]},
+        }
 
     def node_class(self) -> dict[str, Any]:
-        return {"apiVersion": "joiner.dev/v1", "kind": "NodeClass", "metadata": {"name": "default", "uid": self._uid(5, 1), "generation": 1},
-                "spec": {"amiFamily": "AL2023", "amiSelectorTerms": [{"alias": "al2023@latest"}],
-                         "subnetSelectorTerms": [{"tags": {"joiner.dev/discovery": CLUSTER}}],
-                         "securityGroupSelectorTerms": [{"tags": {"joiner.dev/discovery": CLUSTER}}],
-                         "role": f"JoinerNodeRole-{CLUSTER}",
-                         "metadataOptions": {"httpEndpoint": "enabled", "httpProtocolIPv6": "disabled", "httpPutResponseHopLimit": 1, "httpTokens": "required"}},
-                "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Ready", "message": "", "lastTransitionTime": _stamp(CREATED)}]}}
+        return {
+            "apiVersion": "joiner.dev/v1",
+            "kind": "NodeClass",
+            "metadata": {"name": "default", "uid": self._uid(5, 1), "generation": 1},
+            "spec": {
+                "amiFamily": "AL2023",
+                "amiSelectorTerms": [{"alias": "al2023@latest"}],
+                "subnetSelectorTerms": [{"tags": {"joiner.dev/discovery": CLUSTER}}],
+                "securityGroupSelectorTerms": [{"tags": {"joiner.dev/discovery": CLUSTER}}],
+                "role": f"JoinerNodeRole-{CLUSTER}",
+                "metadataOptions": {"httpEndpoint": "enabled", "httpProtocolIPv6": "disabled", "httpPutResponseHopLimit": 1, "httpTokens": "required"},
+            },
+            "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Ready", "message": "", "lastTransitionTime": _stamp(CREATED)}]},
+        }
 
     def daemonsets(self) -> list[dict[str, Any]]:
-        return [{"apiVersion": "apps/v1", "kind": "DaemonSet",
-                 "metadata": {"name": name, "namespace": "kube-system", "uid": self._uid(2, sum(map(ord, name))), "generation": 3,
-                              "labels": {"k8s-app": name}},
-                 "spec": {"selector": {"matchLabels": {"k8s-app": name}}, "template": {
-                     "metadata": {"labels": {"k8s-app": name, "app.kubernetes.io/name": name}},
-                     "spec": {"priorityClassName": "system-node-critical", "tolerations": [{"operator": "Exists"}], "hostNetwork": True,
-                              "containers": [{"name": name, "image": f"602401143452.dkr.ecr.us-east-1.amazonaws.com/eks/{name}:v1.19.0",
-                                              "resources": {"requests": {"cpu": "50m", "memory": "128Mi"}}}]}},
-                          "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "10%"}}},
-                 "status": {"currentNumberScheduled": self.nodes, "desiredNumberScheduled": self.nodes, "numberAvailable": self.nodes,
-                            "numberMisscheduled": 0, "numberReady": self.nodes, "observedGeneration": 3, "updatedNumberScheduled": self.nodes}}
-                for name in DAEMONSETS]
+        return [
+            {
+                "apiVersion": "apps/v1",
+                "kind": "DaemonSet",
+                "metadata": {"name": name, "namespace": "kube-system", "uid": self._uid(2, sum(map(ord, name))), "generation": 3, "labels": {"k8s-app": name}},
+                "spec": {
+                    "selector": {"matchLabels": {"k8s-app": name}},
+                    "template": {
+                        "metadata": {"labels": {"k8s-app": name, "app.kubernetes.io/name": name}},
+                        "spec": {
+                            "priorityClassName": "system-node-critical",
+                            "tolerations": [{"operator": "Exists"}],
+                            "hostNetwork": True,
+                            "containers": [
+                                {
+                                    "name": name,
+                                    "image": f"602401143452.dkr.ecr.us-east-1.amazonaws.com/eks/{name}:v1.19.0",
+                                    "resources": {"requests": {"cpu": "50m", "memory": "128Mi"}},
+                                }
+                            ],
+                        },
+                    },
+                    "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "10%"}},
+                },
+                "status": {
+                    "currentNumberScheduled": self.nodes,
+                    "desiredNumberScheduled": self.nodes,
+                    "numberAvailable": self.nodes,
+                    "numberMisscheduled": 0,
+                    "numberReady": self.nodes,
+                    "observedGeneration": 3,
+                    "updatedNumberScheduled": self.nodes,
+                },
+            }
+            for name in DAEMONSETS
+        ]
 
     def pdbs(self) -> list[dict[str, Any]]:
         out = []
         for app in range(0, self.deployments, 10):
             namespace = NAMESPACES[app % len(NAMESPACES)]
-            out.append({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-                        "metadata": {"name": f"svc-{app:04d}", "namespace": namespace, "uid": self._uid(6, app)},
-                        "spec": {"maxUnavailable": "25%", "selector": {"matchLabels": {"app": f"svc-{app:04d}"}}},
-                        "status": {"currentHealthy": 30, "desiredHealthy": 22, "disruptionsAllowed": 8, "expectedPods": 30, "observedGeneration": 1}})
+            out.append(
+                {
+                    "apiVersion": "policy/v1",
+                    "kind": "PodDisruptionBudget",
+                    "metadata": {"name": f"svc-{app:04d}", "namespace": namespace, "uid": self._uid(6, app)},
+                    "spec": {"maxUnavailable": "25%", "selector": {"matchLabels": {"app": f"svc-{app:04d}"}}},
+                    "status": {"currentHealthy": 30, "desiredHealthy": 22, "disruptionsAllowed": 8, "expectedPods": 30, "observedGeneration": 1},
+                }
+            )
         return out
 
     def storage_classes(self) -> list[dict[str, Any]]:
-        return [{"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
-                 "metadata": {"name": "gp3", "uid": self._uid(7, 1), "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
-                 "provisioner": "ebs.csi.aws.com", "parameters": {"type": "gp3"}, "reclaimPolicy": "Delete",
-                 "volumeBindingMode": "WaitForFirstConsumer", "allowVolumeExpansion": True}]
+        return [
+            {
+                "apiVersion": "storage.k8s.io/v1",
+                "kind": "StorageClass",
+                "metadata": {"name": "gp3", "uid": self._uid(7, 1), "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+                "provisioner": "ebs.csi.aws.com",
+                "parameters": {"type": "gp3"},
+                "reclaimPolicy": "Delete",
+                "volumeBindingMode": "WaitForFirstConsumer",
+                "allowVolumeExpansion": True,
+            }
+        ]
 
     def claims(self) -> list[Any]:
         """The claim records (state table) of every node, as Joiner wrote them when it launched them."""
         from joiner.ports import ClaimRecord
 
         launched = CREATED - timedelta(minutes=2)
-        return [ClaimRecord(
-            claim_id=self.claim_id(index), node_pool=POOL, state="initialized", created_at=launched, instance_id=self.instance_id(index),
-            instance_type=NODE_TYPE, zone=self.zone(index), capacity_type=self.capacity_type(index), price=0.384 if index % 2 == 0 else 0.15,
-            node_name=self.node_name(index), launched_at=launched, registered_at=CREATED, initialized_at=CREATED + timedelta(seconds=40),
-        ) for index in range(self.nodes)]
+        return [
+            ClaimRecord(
+                claim_id=self.claim_id(index),
+                node_pool=POOL,
+                state="initialized",
+                created_at=launched,
+                instance_id=self.instance_id(index),
+                instance_type=NODE_TYPE,
+                zone=self.zone(index),
+                capacity_type=self.capacity_type(index),
+                price=0.384 if index % 2 == 0 else 0.15,
+                node_name=self.node_name(index),
+                launched_at=launched,
+                registered_at=CREATED,
+                initialized_at=CREATED + timedelta(seconds=40),
+            )
+            for index in range(self.nodes)
+        ]
 
     def node_claims(self) -> list[dict[str, Any]]:
         """The NodeClaim mirrors as the last sync left them (in step with :meth:`claims`)."""

@@ -51,12 +51,15 @@ def _world(pods: int, diverse: bool = False) -> Any:
     world.kube.add("node_classes", node_class_json(discovery=world.cluster))
     world.kube.add(
         "node_pools",
-        node_pool_json(requirements=[
-            {"key": "joiner.dev/instance-category", "operator": "In", "values": ["c", "m", "r"]},
-            {"key": "joiner.dev/instance-generation", "operator": "Gt", "values": ["4"]},
-            {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
-            {"key": "joiner.dev/capacity-type", "operator": "In", "values": ["on-demand"]},
-        ], limits={"cpu": "100000"}),
+        node_pool_json(
+            requirements=[
+                {"key": "joiner.dev/instance-category", "operator": "In", "values": ["c", "m", "r"]},
+                {"key": "joiner.dev/instance-generation", "operator": "Gt", "values": ["4"]},
+                {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
+                {"key": "joiner.dev/capacity-type", "operator": "In", "values": ["on-demand"]},
+            ],
+            limits={"cpu": "100000"},
+        ),
     )
     world.kube.add("daemonsets", daemonset_json("node-agent"))
     if diverse:
@@ -135,8 +138,17 @@ def bench_import(runs: int = 5) -> dict[str, Any]:
         handler_times.append(float(output[0]))
         with_adapters.append(float(output[1]))
     trace = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", f"import importlib.util; s=importlib.util.spec_from_file_location('h', {handler!r}); m=importlib.util.module_from_spec(s); s.loader.exec_module(m)"],
-        capture_output=True, text=True, check=True, cwd=ROOT,
+        [
+            sys.executable,
+            "-X",
+            "importtime",
+            "-c",
+            f"import importlib.util; s=importlib.util.spec_from_file_location('h', {handler!r}); m=importlib.util.module_from_spec(s); s.loader.exec_module(m)",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
     ).stderr
     top: list[tuple[int, str]] = []
     for line in trace.splitlines():

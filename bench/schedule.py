@@ -123,9 +123,16 @@ def bench_shapes(count: int) -> dict[str, object]:
     plan = plan_snapshot(snapshot, catalog)
     done = time.perf_counter()
     return {
-        "bench": "schedule", "workload": "shapes", "pods": count, "shapes": len({(p.requests["cpu"], p.requests["memory"]) for p in pods}),
-        "parse_seconds": round(parsed - start, 3), "plan_seconds": round(done - parsed, 3), "seconds": round(done - start, 3),
-        "pods_per_sec": round(count / (done - start), 1), "nodes": len(plan.node_claims), "cost": round(plan.cost_per_hour, 4),
+        "bench": "schedule",
+        "workload": "shapes",
+        "pods": count,
+        "shapes": len({(p.requests["cpu"], p.requests["memory"]) for p in pods}),
+        "parse_seconds": round(parsed - start, 3),
+        "plan_seconds": round(done - parsed, 3),
+        "seconds": round(done - start, 3),
+        "pods_per_sec": round(count / (done - start), 1),
+        "nodes": len(plan.node_claims),
+        "cost": round(plan.cost_per_hour, 4),
         "unschedulable": len(plan.unschedulable),
     }
 
@@ -139,15 +146,23 @@ def bench_cli(count: int) -> dict[str, object]:
     try:
         before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
         start = time.perf_counter()
-        result = subprocess.run([sys.executable, "-m", "joiner.cli.main", "plan", handle.name, "-o", "json"], capture_output=True, text=True, env=os.environ.copy(), check=True)
+        result = subprocess.run(
+            [sys.executable, "-m", "joiner.cli.main", "plan", handle.name, "-o", "json"], capture_output=True, text=True, env=os.environ.copy(), check=True
+        )
         seconds = time.perf_counter() - start
         peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     finally:
         os.unlink(handle.name)
     plan = json.loads(result.stdout)
     return {
-        "bench": "schedule", "workload": "cli", "pods": count, "seconds": round(seconds, 3), "pods_per_sec": round(count / seconds, 1),
-        "nodes": len(plan["nodeClaims"]), "cost": plan["costPerHour"], "max_rss_mb": round(max(peak, before) / 1024, 1),
+        "bench": "schedule",
+        "workload": "cli",
+        "pods": count,
+        "seconds": round(seconds, 3),
+        "pods_per_sec": round(count / seconds, 1),
+        "nodes": len(plan["nodeClaims"]),
+        "cost": plan["costPerHour"],
+        "max_rss_mb": round(max(peak, before) / 1024, 1),
     }
 
 
@@ -168,10 +183,21 @@ def main(argv: list[str] | None = None) -> int:
         plan = solve(problem)
         seconds = time.perf_counter() - start
         placed = sum(len(c.pods) for c in plan.node_claims)
-        print(json.dumps({
-            "bench": "schedule", "workload": "karpenter", "pods": count, "seconds": round(seconds, 3), "pods_per_sec": round(count / seconds, 1),
-            "nodes": len(plan.node_claims), "scheduled": placed, "unschedulable": len(plan.unschedulable),
-        }), flush=True)
+        print(
+            json.dumps(
+                {
+                    "bench": "schedule",
+                    "workload": "karpenter",
+                    "pods": count,
+                    "seconds": round(seconds, 3),
+                    "pods_per_sec": round(count / seconds, 1),
+                    "nodes": len(plan.node_claims),
+                    "scheduled": placed,
+                    "unschedulable": len(plan.unschedulable),
+                }
+            ),
+            flush=True,
+        )
     return 0
 
 

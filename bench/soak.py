@@ -51,8 +51,14 @@ def main(argv: list[str] | None = None) -> int:
         result = run_seed(seed, kinds, functions_dir=ROOT / "functions")
         faults.update(result.faults)
         by_invariant.update(v.invariant for v in result.violations)
-        line = {"seed": seed, "scenario": result.scenario, "kinds": list(result.kinds), "faults": dict(sorted(result.faults.items())),
-                "violations": len(result.violations), "seconds": round(result.wall_seconds, 1)}
+        line = {
+            "seed": seed,
+            "scenario": result.scenario,
+            "kinds": list(result.kinds),
+            "faults": dict(sorted(result.faults.items())),
+            "violations": len(result.violations),
+            "seconds": round(result.wall_seconds, 1),
+        }
         print(json.dumps(line), file=sys.stderr, flush=True)
         if result.violations:
             failing.append(seed)
@@ -63,8 +69,13 @@ def main(argv: list[str] | None = None) -> int:
             for entry in result.timeline:
                 print(f"    {entry}", file=sys.stderr)
     summary = {
-        "bench": "soak", "runs": len(seeds), "faults": dict(sorted(faults.items())), "violations": sum(by_invariant.values()),
-        "by_invariant": dict(sorted(by_invariant.items())), "failing_seeds": failing, "seconds": round(time.monotonic() - wall, 1),
+        "bench": "soak",
+        "runs": len(seeds),
+        "faults": dict(sorted(faults.items())),
+        "violations": sum(by_invariant.values()),
+        "by_invariant": dict(sorted(by_invariant.items())),
+        "failing_seeds": failing,
+        "seconds": round(time.monotonic() - wall, 1),
     }
     print(json.dumps(summary), flush=True)
     return 1 if failing else 0

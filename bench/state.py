@@ -86,11 +86,22 @@ def _claim(index: int) -> tuple[ClaimRecord, Resources]:
     amount = Resources({"cpu": 4000, "memory": 16 * 2**30 * 1000, "nodes": 1000, "pods": 58000})
     pods = tuple(f"team-{index % 40:02d}/web-{index:05x}-7d9c6b5f4-{pod:05d}" for pod in range(PODS_PER_CLAIM))
     record = ClaimRecord(
-        claim_id=claim_id, node_pool=POOL, state="registered", created_at=T0 - timedelta(minutes=index % 600),
-        instance_id=f"i-{index:017x}", instance_type="m6i.xlarge", zone="us-east-1a", capacity_type="spot", price=0.0731,
-        pods=pods, node_name=f"ip-10-{index // 250 % 256}-{index % 250}-17.ec2.internal", reserved=amount,
-        launched_at=T0 - timedelta(minutes=index % 600), registered_at=T0 - timedelta(minutes=index % 600) + timedelta(seconds=40),
-        pool_hash="0123456789abcdef", class_hash="fedcba9876543210",
+        claim_id=claim_id,
+        node_pool=POOL,
+        state="registered",
+        created_at=T0 - timedelta(minutes=index % 600),
+        instance_id=f"i-{index:017x}",
+        instance_type="m6i.xlarge",
+        zone="us-east-1a",
+        capacity_type="spot",
+        price=0.0731,
+        pods=pods,
+        node_name=f"ip-10-{index // 250 % 256}-{index % 250}-17.ec2.internal",
+        reserved=amount,
+        launched_at=T0 - timedelta(minutes=index % 600),
+        registered_at=T0 - timedelta(minutes=index % 600) + timedelta(seconds=40),
+        pool_hash="0123456789abcdef",
+        class_hash="fedcba9876543210",
     )
     return record, amount
 

@@ -43,11 +43,21 @@ def main(argv: list[str] | None = None) -> int:
         plan = solve(dataclasses.replace(base, pending=topology.pods, blocked=topology.blocked))
         seconds = time.perf_counter() - start
         placed = sum(len(c.pods) for c in plan.node_claims)
-        print(json.dumps({
-            "bench": "volumes", "pods": count, "seconds": round(seconds, 3), "apply_seconds": round(applied - start, 3),
-            "pods_per_sec": round(count / seconds, 1), "nodes": len(plan.node_claims), "scheduled": placed,
-            "unschedulable": len(plan.unschedulable),
-        }), flush=True)
+        print(
+            json.dumps(
+                {
+                    "bench": "volumes",
+                    "pods": count,
+                    "seconds": round(seconds, 3),
+                    "apply_seconds": round(applied - start, 3),
+                    "pods_per_sec": round(count / seconds, 1),
+                    "nodes": len(plan.node_claims),
+                    "scheduled": placed,
+                    "unschedulable": len(plan.unschedulable),
+                }
+            ),
+            flush=True,
+        )
     return 0
 
 

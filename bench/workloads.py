@@ -69,7 +69,16 @@ def realistic_pods(pods: int, shapes: int = 340, seed: int = 14, arch_mix: bool 
                     break
         selector = Requirements([Requirement.create(wk.ARCH, "In", [arch])]) if arch else Requirements()
         name = f"app-{index:03d}-{i:05d}"
-        result.append(Pod("shop", name, uid=name, labels={"app": f"app-{index:03d}"}, requests=Resources({"cpu": cpu, "memory": memory, "pods": 1000}), node_selector=selector))
+        result.append(
+            Pod(
+                "shop",
+                name,
+                uid=name,
+                labels={"app": f"app-{index:03d}"},
+                requests=Resources({"cpu": cpu, "memory": memory, "pods": 1000}),
+                node_selector=selector,
+            )
+        )
     return tuple(result)
 
 
@@ -86,11 +95,21 @@ def two_shape_pods(pods: int) -> tuple[Pod, ...]:
 
 def tiny_pods(pods: int) -> tuple[Pod, ...]:
     """``pods`` pods of 50m / 64Mi (the pods-per-node limit binds)."""
-    return tuple(Pod("shop", f"tiny-{i:05d}", uid=f"tiny-{i}", labels={"app": "tiny"}, requests=Resources({"cpu": 50, "memory": 64 * MI, "pods": 1000})) for i in range(pods))
+    return tuple(
+        Pod("shop", f"tiny-{i:05d}", uid=f"tiny-{i}", labels={"app": "tiny"}, requests=Resources({"cpu": 50, "memory": 64 * MI, "pods": 1000}))
+        for i in range(pods)
+    )
 
 
-def sliver_pods(large: int, tiny: int, nodes: Sequence[tuple[int, int]], seed: int = 31, sliver: tuple[float, float] = (0.08, 0.12),
-                tiny_size: tuple[int, int] = (50, 64 * MI), tiny_arch: str = "") -> tuple[Pod, ...]:
+def sliver_pods(
+    large: int,
+    tiny: int,
+    nodes: Sequence[tuple[int, int]],
+    seed: int = 31,
+    sliver: tuple[float, float] = (0.08, 0.12),
+    tiny_size: tuple[int, int] = (50, 64 * MI),
+    tiny_arch: str = "",
+) -> tuple[Pod, ...]:
     """``large`` pods that each fill a node of one of ``nodes`` (its room for pods: CPU
     millicores, memory milli-bytes) but for a sliver, and ``tiny`` pods of ``tiny_size``
     (requiring the architecture ``tiny_arch`` when set).
@@ -114,7 +133,9 @@ def sliver_pods(large: int, tiny: int, nodes: Sequence[tuple[int, int]], seed: i
     selector = Requirements([Requirement.create(wk.ARCH, "In", [tiny_arch])]) if tiny_arch else Requirements()
     for i in range(tiny):
         name = f"small-{i:05d}"
-        result.append(Pod("shop", name, uid=name, labels={"app": "small"}, requests=Resources({"cpu": cpu, "memory": memory, "pods": 1000}), node_selector=selector))
+        result.append(
+            Pod("shop", name, uid=name, labels={"app": "small"}, requests=Resources({"cpu": cpu, "memory": memory, "pods": 1000}), node_selector=selector)
+        )
     return tuple(result)
 
 
@@ -161,8 +182,15 @@ def snapshot_yaml(pods: tuple[Pod, ...]) -> str:
         arch = pod.node_selector.get_or_exists(wk.ARCH)
         values = [] if arch.complement else sorted(arch.values)
         selector = f"\n  nodeSelector: {{kubernetes.io/arch: {values[0]}}}" if values else ""
-        parts.append(_POD.format(
-            name=pod.name, namespace=pod.namespace, uid=pod.uid, app=pod.labels["app"], selector=selector,
-            cpu=pod.requests["cpu"], memory=pod.requests["memory"] // MI,
-        ))
+        parts.append(
+            _POD.format(
+                name=pod.name,
+                namespace=pod.namespace,
+                uid=pod.uid,
+                app=pod.labels["app"],
+                selector=selector,
+                cpu=pod.requests["cpu"],
+                memory=pod.requests["memory"] // MI,
+            )
+        )
     return "".join(parts)

@@ -51,7 +51,11 @@ CLUSTER_TAG = "joiner.dev/cluster"
 #: What EC2 does with a customer-managed EBS key on the launching caller's behalf (encrypted
 #: volumes from a launch): the grant (for AWS resources only) and the data-key calls.
 EBS_KEY_ACTIONS: tuple[str, ...] = (
-    "kms:Decrypt", "kms:DescribeKey", "kms:GenerateDataKeyWithoutPlaintext", "kms:ReEncryptFrom", "kms:ReEncryptTo",
+    "kms:Decrypt",
+    "kms:DescribeKey",
+    "kms:GenerateDataKeyWithoutPlaintext",
+    "kms:ReEncryptFrom",
+    "kms:ReEncryptTo",
 )
 #: What ``iam:PassedToService`` holds when the node role is passed to EC2, per partition.
 EC2_SERVICE_PRINCIPALS: tuple[str, ...] = ("ec2.amazonaws.com", "ec2.amazonaws.com.cn")
@@ -86,8 +90,15 @@ READ_ACTIONS: tuple[str, ...] = ("ec2:DescribeInstances",)
 #: EC2 reads of the launch path: selectors, AMIs, launch templates, spot prices, and the
 #: instance types, zone offerings and zone ids the run-time catalog is built from (services/catalog.py).
 LAUNCH_READ_ACTIONS: tuple[str, ...] = (
-    "ec2:DescribeAvailabilityZones", "ec2:DescribeImages", "ec2:DescribeInstanceTypeOfferings", "ec2:DescribeInstanceTypes", "ec2:DescribeLaunchTemplates",
-    "ec2:DescribeCapacityReservations", "ec2:DescribeSecurityGroups", "ec2:DescribeSpotPriceHistory", "ec2:DescribeSubnets",
+    "ec2:DescribeAvailabilityZones",
+    "ec2:DescribeImages",
+    "ec2:DescribeInstanceTypeOfferings",
+    "ec2:DescribeInstanceTypes",
+    "ec2:DescribeLaunchTemplates",
+    "ec2:DescribeCapacityReservations",
+    "ec2:DescribeSecurityGroups",
+    "ec2:DescribeSpotPriceHistory",
+    "ec2:DescribeSubnets",
 )
 #: On-demand prices of the run-time catalog (the Price List API has no resources and is served
 #: from us-east-1, eu-central-1 and ap-south-1 only, so no aws:RequestedRegion condition).
@@ -100,7 +111,12 @@ CLEAN_UP_READ_ACTIONS: tuple[str, ...] = ("ec2:DescribeLaunchTemplates",)
 EKS_AMI_PARAMETERS = "aws/service/eks/optimized-ami/*/amazon-linux-2023/*"
 #: DynamoDB calls of the state adapter (joiner.adapters.state) and of powertools' idempotency layer.
 STATE_TABLE_ACTIONS: tuple[str, ...] = (
-    "dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:Scan", "dynamodb:UpdateItem",
+    "dynamodb:DeleteItem",
+    "dynamodb:GetItem",
+    "dynamodb:PutItem",
+    "dynamodb:Query",
+    "dynamodb:Scan",
+    "dynamodb:UpdateItem",
 )
 IDEMPOTENCY_TABLE_ACTIONS: tuple[str, ...] = ("dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem")
 #: What DynamoDB does with a table's customer-managed key on the caller's behalf (the
@@ -112,7 +128,12 @@ LAUNCH_CREATED_RESOURCE_TYPES: tuple[str, ...] = ("fleet", "instance", "volume",
 #: Existing resources a launch uses (AMIs, their snapshots, subnets, security groups,
 #: reservations) and spot instance requests, which an instant fleet cannot tag.
 LAUNCH_SHARED_RESOURCE_TYPES: tuple[str, ...] = (
-    "image", "snapshot", "subnet", "security-group", "capacity-reservation", "spot-instances-request",
+    "image",
+    "snapshot",
+    "subnet",
+    "security-group",
+    "capacity-reservation",
+    "spot-instances-request",
 )
 
 
@@ -173,9 +194,7 @@ class FunctionAccess(Construct):
         self.roles: dict[str, iam.Role] = {}
         # Lambda creates the functions' ENIs with the execution role; CDK attaches this policy
         # only to roles it creates itself.
-        vpc_access = (
-            [iam.ManagedPolicy.from_aws_managed_policy_name("service-role/AWSLambdaVPCAccessExecutionRole")] if in_vpc else []
-        )
+        vpc_access = [iam.ManagedPolicy.from_aws_managed_policy_name("service-role/AWSLambdaVPCAccessExecutionRole")] if in_vpc else []
         for name in function_names:
             self.roles[name] = iam.Role(
                 self,
@@ -201,7 +220,10 @@ class FunctionAccess(Construct):
             "ReadInstances",
             statements=[
                 iam.PolicyStatement(
-                    sid="DescribeInstancesInThisRegion", actions=list(READ_ACTIONS), resources=["*"], conditions=in_this_region,
+                    sid="DescribeInstancesInThisRegion",
+                    actions=list(READ_ACTIONS),
+                    resources=["*"],
+                    conditions=in_this_region,
                 ),
             ],
             roles=[role for name, role in self.roles.items() if "no-instance-reads" not in CAPABILITIES[name]],
@@ -215,7 +237,9 @@ class FunctionAccess(Construct):
                 "Launch",
                 statements=[
                     iam.PolicyStatement(
-                        sid="DescribeLaunchInputsInThisRegion", actions=list(LAUNCH_READ_ACTIONS), resources=["*"],
+                        sid="DescribeLaunchInputsInThisRegion",
+                        actions=list(LAUNCH_READ_ACTIONS),
+                        resources=["*"],
                         conditions=in_this_region,
                     ),
                     iam.PolicyStatement(sid="ReadOnDemandPrices", actions=list(PRICING_ACTIONS), resources=["*"]),
@@ -266,10 +290,13 @@ class FunctionAccess(Construct):
                 # Karpenter's controller policy for an encrypted-by-default account: launches with a
                 # customer-managed EBS key fail (Client.InvalidKMSKey.InvalidState) without these.
                 self.launch.add_statements(
-                    iam.PolicyStatement(sid="UseTheEbsKeyForLaunchedVolumes", actions=list(EBS_KEY_ACTIONS),
-                                        resources=[ebs_kms_key_arn]),
-                    iam.PolicyStatement(sid="GrantTheEbsKeyToEc2Volumes", actions=["kms:CreateGrant"], resources=[ebs_kms_key_arn],
-                                        conditions={"Bool": {"kms:GrantIsForAWSResource": "true"}}),
+                    iam.PolicyStatement(sid="UseTheEbsKeyForLaunchedVolumes", actions=list(EBS_KEY_ACTIONS), resources=[ebs_kms_key_arn]),
+                    iam.PolicyStatement(
+                        sid="GrantTheEbsKeyToEc2Volumes",
+                        actions=["kms:CreateGrant"],
+                        resources=[ebs_kms_key_arn],
+                        conditions={"Bool": {"kms:GrantIsForAWSResource": "true"}},
+                    ),
                 )
 
         self.terminate: iam.Policy | None = None
@@ -297,7 +324,9 @@ class FunctionAccess(Construct):
                 "CleanUp",
                 statements=[
                     iam.PolicyStatement(
-                        sid="DescribeLaunchTemplatesInThisRegion", actions=list(CLEAN_UP_READ_ACTIONS), resources=["*"],
+                        sid="DescribeLaunchTemplatesInThisRegion",
+                        actions=list(CLEAN_UP_READ_ACTIONS),
+                        resources=["*"],
                         conditions=in_this_region,
                     ),
                     iam.PolicyStatement(
@@ -314,9 +343,11 @@ class FunctionAccess(Construct):
         #: so no invocation runs before its permissions exist)
         by_capability = {"launch": self.launch, "terminate": self.terminate, "clean-up": self.clean_up}
         self.policies: dict[str, list[iam.Policy]] = {
-            name: [self.discover, *([] if "no-instance-reads" in CAPABILITIES[name] else [self.read_instances]),
-                   *(policy for capability, policy in by_capability.items()
-                                    if capability in CAPABILITIES[name] and policy is not None)]
+            name: [
+                self.discover,
+                *([] if "no-instance-reads" in CAPABILITIES[name] else [self.read_instances]),
+                *(policy for capability, policy in by_capability.items() if capability in CAPABILITIES[name] and policy is not None),
+            ]
             for name in self.roles
         }
         for name, role in self.roles.items():

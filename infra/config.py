@@ -18,11 +18,27 @@ __all__ = ["ConfigError", "INTERFACE_ENDPOINTS", "VPC_ENDPOINT_MODES", "JoinerCo
 
 #: CloudWatch Logs retention periods (days) -> aws_logs.RetentionDays member name.
 RETENTION_DAY_NAMES: dict[int, str] = {
-    1: "ONE_DAY", 3: "THREE_DAYS", 5: "FIVE_DAYS", 7: "ONE_WEEK", 14: "TWO_WEEKS",
-    30: "ONE_MONTH", 60: "TWO_MONTHS", 90: "THREE_MONTHS", 120: "FOUR_MONTHS",
-    150: "FIVE_MONTHS", 180: "SIX_MONTHS", 365: "ONE_YEAR", 400: "THIRTEEN_MONTHS",
-    545: "EIGHTEEN_MONTHS", 731: "TWO_YEARS", 1096: "THREE_YEARS", 1827: "FIVE_YEARS",
-    2192: "SIX_YEARS", 2557: "SEVEN_YEARS", 2922: "EIGHT_YEARS", 3288: "NINE_YEARS",
+    1: "ONE_DAY",
+    3: "THREE_DAYS",
+    5: "FIVE_DAYS",
+    7: "ONE_WEEK",
+    14: "TWO_WEEKS",
+    30: "ONE_MONTH",
+    60: "TWO_MONTHS",
+    90: "THREE_MONTHS",
+    120: "FOUR_MONTHS",
+    150: "FIVE_MONTHS",
+    180: "SIX_MONTHS",
+    365: "ONE_YEAR",
+    400: "THIRTEEN_MONTHS",
+    545: "EIGHTEEN_MONTHS",
+    731: "TWO_YEARS",
+    1096: "THREE_YEARS",
+    1827: "FIVE_YEARS",
+    2192: "SIX_YEARS",
+    2557: "SEVEN_YEARS",
+    2922: "EIGHT_YEARS",
+    3288: "NINE_YEARS",
     3653: "TEN_YEARS",
 }
 
@@ -86,7 +102,7 @@ def created_node_role_name(cluster_name: str, region: str) -> str:
     room = _IAM_NAME_MAX - len(_NODE_ROLE_PREFIX) - 1 - _REGION_NAME_MAX
     cluster = cluster_name
     if len(cluster) > room:
-        cluster = f"{cluster[:room - 9]}-{hashlib.sha256(cluster_name.encode()).hexdigest()[:8]}"
+        cluster = f"{cluster[: room - 9]}-{hashlib.sha256(cluster_name.encode()).hexdigest()[:8]}"
     return f"{_NODE_ROLE_PREFIX}{cluster}-{region}"
 
 
@@ -172,9 +188,12 @@ class JoinerConfig:
         if self.vpc_endpoints is not None and self.vpc_id is None:
             fail("vpcEndpoints", "needs vpcId and subnetIds too")
         if self.vpc_id is not None and self.vpc_endpoints is None:
-            fail("vpcEndpoints", "in a VPC, say how the functions reach AWS APIs: 'create' (the stack creates interface "
-                 f"endpoints for {', '.join(self.interface_endpoints_needed)}) or 'existing' (NAT, or endpoints of yours for "
-                 "all of them; the watcher wakes the scanner through lambda); the DynamoDB gateway endpoint is yours in both")
+            fail(
+                "vpcEndpoints",
+                "in a VPC, say how the functions reach AWS APIs: 'create' (the stack creates interface "
+                f"endpoints for {', '.join(self.interface_endpoints_needed)}) or 'existing' (NAT, or endpoints of yours for "
+                "all of them; the watcher wakes the scanner through lambda); the DynamoDB gateway endpoint is yours in both",
+            )
         if self.scanner_mode not in ("responsive", "economy"):
             fail("scannerMode", f"must be 'responsive' or 'economy', got {self.scanner_mode!r}")
         if isinstance(self.log_retention_days, bool) or self.log_retention_days not in RETENTION_DAY_NAMES:

@@ -14,9 +14,20 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
-    "BATCHING_WINDOW_SECONDS", "FUNCTION_SPECS", "INTERRUPTION_RULES", "INTERRUPTION_VISIBILITY_SECONDS", "MAX_RECEIVE_COUNT",
-    "RESPONSIVE_ONLY", "SPECS_BY_NAME", "VISIBILITY_MARGIN_SECONDS", "WORK_MAX_RECEIVE_COUNT", "WORK_VISIBILITY_SECONDS",
-    "FunctionSpec", "InterruptionRule", "specs_for_mode", "visibility_seconds",
+    "BATCHING_WINDOW_SECONDS",
+    "FUNCTION_SPECS",
+    "INTERRUPTION_RULES",
+    "INTERRUPTION_VISIBILITY_SECONDS",
+    "MAX_RECEIVE_COUNT",
+    "RESPONSIVE_ONLY",
+    "SPECS_BY_NAME",
+    "VISIBILITY_MARGIN_SECONDS",
+    "WORK_MAX_RECEIVE_COUNT",
+    "WORK_VISIBILITY_SECONDS",
+    "FunctionSpec",
+    "InterruptionRule",
+    "specs_for_mode",
+    "visibility_seconds",
 ]
 
 # ---------------------------------------------------------------- functions
@@ -38,17 +49,13 @@ class FunctionSpec:
 
 FUNCTION_SPECS: tuple[FunctionSpec, ...] = (
     FunctionSpec("scanner", "Pending-pod scan: plans and launches nodes", 75, 1024, reserved_concurrency=1),
-    FunctionSpec("interruption", "Spot interruptions, rebalance, state changes, scheduled maintenance", 30, 512,
-                 sqs_max_concurrency=10),
-    FunctionSpec("termination", "Cordon, drain and terminate nodes (continued through the work queue)", 60, 512,
-                 sqs_max_concurrency=5),
+    FunctionSpec("interruption", "Spot interruptions, rebalance, state changes, scheduled maintenance", 30, 512, sqs_max_concurrency=10),
+    FunctionSpec("termination", "Cordon, drain and terminate nodes (continued through the work queue)", 60, 512, sqs_max_concurrency=5),
     FunctionSpec("disruption", "Consolidation, expiry and drift", 120, 1024, reserved_concurrency=1),
-    FunctionSpec("gc", "Garbage collection: leaked instances, orphaned nodes, stale launch templates", 120, 512,
-                 reserved_concurrency=1),
+    FunctionSpec("gc", "Garbage collection: leaked instances, orphaned nodes, stale launch templates", 120, 512, reserved_concurrency=1),
     # Responsive mode only: waits on a pod watch (its CPU share at 128 MB is plenty for JSON
     # lines) for 55 s of each minute and wakes the scanner; timeout = window + exit reserve.
-    FunctionSpec("watcher", "Watches for pending pods and wakes the scanner (responsive mode)", 62, 128,
-                 reserved_concurrency=1),
+    FunctionSpec("watcher", "Watches for pending pods and wakes the scanner (responsive mode)", 62, 128, reserved_concurrency=1),
 )
 #: Functions deployed only in responsive mode.
 RESPONSIVE_ONLY: frozenset[str] = frozenset({"watcher"})
@@ -57,6 +64,8 @@ RESPONSIVE_ONLY: frozenset[str] = frozenset({"watcher"})
 def specs_for_mode(scanner_mode: str) -> tuple[FunctionSpec, ...]:
     """The functions a deployment in ``scanner_mode`` has (economy: no watcher)."""
     return tuple(spec for spec in FUNCTION_SPECS if scanner_mode == "responsive" or spec.name not in RESPONSIVE_ONLY)
+
+
 SPECS_BY_NAME: Mapping[str, FunctionSpec] = {spec.name: spec for spec in FUNCTION_SPECS}
 
 #: Small: interruption warnings give two minutes; a second of batching costs nothing there.
@@ -105,18 +114,33 @@ class InterruptionRule:
 
 
 INTERRUPTION_RULES: tuple[InterruptionRule, ...] = (
-    InterruptionRule("SpotInterruptionRule", "EC2 spot interruption warnings (2 minutes' notice)", "aws.ec2",
-                     "EC2 Spot Instance Interruption Warning"),
-    InterruptionRule("RebalanceRule", "EC2 rebalance recommendations (elevated spot interruption risk)", "aws.ec2",
-                     "EC2 Instance Rebalance Recommendation"),
-    InterruptionRule("StateChangeRule", "EC2 instances stopping or terminating outside Joiner", "aws.ec2",
-                     "EC2 Instance State-change Notification",
-                     {"state": ["stopping", "stopped", "shutting-down", "terminated"]}),
-    InterruptionRule("CapacityReservationInterruptionRule", "EC2 interruptible capacity reservation reclaiming an instance",
-                     "aws.ec2", "EC2 Capacity Reservation Instance Interruption Warning"),
+    InterruptionRule("SpotInterruptionRule", "EC2 spot interruption warnings (2 minutes' notice)", "aws.ec2", "EC2 Spot Instance Interruption Warning"),
+    InterruptionRule("RebalanceRule", "EC2 rebalance recommendations (elevated spot interruption risk)", "aws.ec2", "EC2 Instance Rebalance Recommendation"),
+    InterruptionRule(
+        "StateChangeRule",
+        "EC2 instances stopping or terminating outside Joiner",
+        "aws.ec2",
+        "EC2 Instance State-change Notification",
+        {"state": ["stopping", "stopped", "shutting-down", "terminated"]},
+    ),
+    InterruptionRule(
+        "CapacityReservationInterruptionRule",
+        "EC2 interruptible capacity reservation reclaiming an instance",
+        "aws.ec2",
+        "EC2 Capacity Reservation Instance Interruption Warning",
+    ),
     # AWS documents this event under both names (EC2 user guide, EventBridge event reference).
-    InterruptionRule("CapacityBlockExpirationRule", "EC2 Capacity Block ending (its instances terminate 10 minutes later)",
-                     "aws.ec2", ("Capacity Block Reservation Expiration Warning", "Capacity Block Expiration Warning")),
-    InterruptionRule("ScheduledChangeRule", "AWS Health scheduled maintenance for EC2 instances", "aws.health",
-                     "AWS Health Event", {"service": ["EC2"], "eventTypeCategory": ["scheduledChange"]}),
+    InterruptionRule(
+        "CapacityBlockExpirationRule",
+        "EC2 Capacity Block ending (its instances terminate 10 minutes later)",
+        "aws.ec2",
+        ("Capacity Block Reservation Expiration Warning", "Capacity Block Expiration Warning"),
+    ),
+    InterruptionRule(
+        "ScheduledChangeRule",
+        "AWS Health scheduled maintenance for EC2 instances",
+        "aws.health",
+        "AWS Health Event",
+        {"service": ["EC2"], "eventTypeCategory": ["scheduledChange"]},
+    ),
 )

@@ -19,8 +19,18 @@ from infra.nag import acknowledge
 from infra.network import FunctionNetwork
 
 __all__ = [
-    "FunctionSpec", "FUNCTION_SPECS", "SPECS_BY_NAME", "RUNTIME", "ARCHITECTURE", "BATCHING_WINDOW_SECONDS",
-    "SQS_BATCH_SIZE", "APPLICATION_LOG_LEVELS", "FUNCTIONS_ROOT", "RESPONSIVE_ONLY", "JoinerFunctions", "specs_for_mode",
+    "FunctionSpec",
+    "FUNCTION_SPECS",
+    "SPECS_BY_NAME",
+    "RUNTIME",
+    "ARCHITECTURE",
+    "BATCHING_WINDOW_SECONDS",
+    "SQS_BATCH_SIZE",
+    "APPLICATION_LOG_LEVELS",
+    "FUNCTIONS_ROOT",
+    "RESPONSIVE_ONLY",
+    "JoinerFunctions",
+    "specs_for_mode",
 ]
 
 FUNCTIONS_ROOT = Path(__file__).resolve().parent.parent / "functions"
@@ -29,8 +39,10 @@ ARCHITECTURE = lambda_.Architecture.ARM_64
 SQS_BATCH_SIZE = 10
 #: The functions' log level (``logLevel``, POWERTOOLS_LOG_LEVEL) -> Lambda's application log level.
 APPLICATION_LOG_LEVELS: Mapping[str, lambda_.ApplicationLogLevel] = {
-    "DEBUG": lambda_.ApplicationLogLevel.DEBUG, "INFO": lambda_.ApplicationLogLevel.INFO,
-    "WARNING": lambda_.ApplicationLogLevel.WARN, "ERROR": lambda_.ApplicationLogLevel.ERROR,
+    "DEBUG": lambda_.ApplicationLogLevel.DEBUG,
+    "INFO": lambda_.ApplicationLogLevel.INFO,
+    "WARNING": lambda_.ApplicationLogLevel.WARN,
+    "ERROR": lambda_.ApplicationLogLevel.ERROR,
 }
 
 
@@ -75,9 +87,7 @@ class JoinerFunctions(Construct):
                 runtime=RUNTIME,
                 architecture=ARCHITECTURE,
                 handler="handler.handler",
-                code=lambda_.Code.from_asset(
-                    str(FUNCTIONS_ROOT / spec.name), exclude=["__pycache__", "**/__pycache__", "*.pyc", "tests"]
-                ),
+                code=lambda_.Code.from_asset(str(FUNCTIONS_ROOT / spec.name), exclude=["__pycache__", "**/__pycache__", "*.pyc", "tests"]),
                 layers=[layer],
                 role=roles[spec.name],
                 timeout=Duration.seconds(spec.timeout_seconds),
@@ -120,5 +130,6 @@ class JoinerFunctions(Construct):
         if watcher is not None and scanner is not None:
             # The watcher wakes the scanner (asynchronous lambda:InvokeFunction) and nothing else.
             watcher.add_environment("JOINER_PLANNER_FUNCTION", scanner.function_name)
-            roles["watcher"].add_to_principal_policy(iam.PolicyStatement(
-                sid="WakeTheScanner", actions=["lambda:InvokeFunction"], resources=[scanner.function_arn]))
+            roles["watcher"].add_to_principal_policy(
+                iam.PolicyStatement(sid="WakeTheScanner", actions=["lambda:InvokeFunction"], resources=[scanner.function_arn])
+            )

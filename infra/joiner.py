@@ -42,23 +42,34 @@ class Joiner(Construct):
         key = self.encryption.key
         self.tables = StateTables(self, "State", key=key)
         self.work = WorkQueue(
-            self, "WorkQueue", key=key,
+            self,
+            "WorkQueue",
+            key=key,
             consumer_timeout_seconds=SPECS_BY_NAME["termination"].timeout_seconds,
             batching_window_seconds=BATCHING_WINDOW_SECONDS,
         )
         self.ingestion = InterruptionIngestion(
-            self, "Ingestion",
+            self,
+            "Ingestion",
             consumer_timeout_seconds=SPECS_BY_NAME["interruption"].timeout_seconds,
             batching_window_seconds=BATCHING_WINDOW_SECONDS,
         )
         self.node_role = NodeRole(
-            self, "NodeRole", cluster_name=cluster, node_role_arn=config.node_role_arn,
-            existing_role_name=config.existing_node_role_name, create_access_entry=config.create_access_entry,
+            self,
+            "NodeRole",
+            cluster_name=cluster,
+            node_role_arn=config.node_role_arn,
+            existing_role_name=config.existing_node_role_name,
+            create_access_entry=config.create_access_entry,
         )
         self.layer = JoinerLayer(self, "Layer", runtime=RUNTIME, architecture=ARCHITECTURE, bundler=layer_bundler)
         self.network = (
             FunctionNetwork(
-                self, "Network", vpc_id=config.vpc_id, subnet_ids=config.subnet_ids, security_group_id=config.security_group_id,
+                self,
+                "Network",
+                vpc_id=config.vpc_id,
+                subnet_ids=config.subnet_ids,
+                security_group_id=config.security_group_id,
                 interface_endpoints=config.interface_endpoints_needed if config.vpc_endpoints == "create" else (),
             )
             if config.vpc_id is not None
@@ -66,10 +77,17 @@ class Joiner(Construct):
         )
         specs = specs_for_mode(config.scanner_mode)
         self.access = FunctionAccess(
-            self, "Access", cluster_name=cluster, function_names=tuple(spec.name for spec in specs),
-            node_role_arn=self.node_role.role_arn, state_table=self.tables.state_table,
-            idempotency_table=self.tables.idempotency_table, work_queue=self.work.queue,
-            create_access_entries=config.create_access_entry, in_vpc=config.in_vpc, ebs_kms_key_arn=config.ebs_kms_key_arn,
+            self,
+            "Access",
+            cluster_name=cluster,
+            function_names=tuple(spec.name for spec in specs),
+            node_role_arn=self.node_role.role_arn,
+            state_table=self.tables.state_table,
+            idempotency_table=self.tables.idempotency_table,
+            work_queue=self.work.queue,
+            create_access_entries=config.create_access_entry,
+            in_vpc=config.in_vpc,
+            ebs_kms_key_arn=config.ebs_kms_key_arn,
         )
         environment = {
             "JOINER_CLUSTER_NAME": cluster,
@@ -87,17 +105,31 @@ class Joiner(Construct):
         if config.read_karpenter_crds:
             environment["JOINER_KARPENTER_CRDS"] = "true"
         self.functions = JoinerFunctions(
-            self, "Functions", layer=self.layer.layer, roles=self.access.roles, role_policies=self.access.policies,
+            self,
+            "Functions",
+            layer=self.layer.layer,
+            roles=self.access.roles,
+            role_policies=self.access.policies,
             environment=environment,
             log_retention=getattr(logs.RetentionDays, RETENTION_DAY_NAMES[config.log_retention_days]),
-            interruption_queue=self.ingestion.queue, work_queue=self.work.queue, network=self.network, specs=specs,
+            interruption_queue=self.ingestion.queue,
+            work_queue=self.work.queue,
+            network=self.network,
+            specs=specs,
             log_level=config.log_level,
         )
         self.schedules = Schedules(self, "Schedules", functions=self.functions.functions)
         self.monitoring = Monitoring(
-            self, "Monitoring", cluster_name=cluster, key=key, functions=self.functions.functions,
+            self,
+            "Monitoring",
+            cluster_name=cluster,
+            key=key,
+            functions=self.functions.functions,
             dead_letter_queues={"Interruption": self.ingestion.dead_letter_queue, "Work": self.work.dead_letter_queue},
-            interruption_queue=self.ingestion.queue, interruption_rules=self.ingestion.rules, alarm_email=config.alarm_email, alarm_topic_arn=config.alarm_topic_arn,
+            interruption_queue=self.ingestion.queue,
+            interruption_rules=self.ingestion.rules,
+            alarm_email=config.alarm_email,
+            alarm_topic_arn=config.alarm_topic_arn,
             dashboard_name=config.dashboard,
             pending_pod_age_threshold_seconds=config.pending_pod_age_alarm_seconds,
             capacity_error_threshold=config.capacity_errors_alarm_threshold,

@@ -96,8 +96,7 @@ class LayerBuildError(RuntimeError):
 
 def _python_version(python: str) -> tuple[int, int] | None:
     try:
-        result = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                                capture_output=True, text=True, check=False, timeout=60)
+        result = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], capture_output=True, text=True, check=False, timeout=60)
     except (OSError, subprocess.SubprocessError):
         return None
     major, _, minor = result.stdout.strip().partition(".")
@@ -116,14 +115,17 @@ def find_layer_python(version: str = LAYER_PYTHON_VERSION) -> str:
     if explicit:
         found = _python_version(explicit)
         if found != wanted:
-            raise LayerBuildError(f"layer: {LAYER_PYTHON_ENV}={explicit} is Python "
-                                  f"{'.'.join(map(str, found)) if found else '(not runnable)'}, the functions run {version}")
+            raise LayerBuildError(
+                f"layer: {LAYER_PYTHON_ENV}={explicit} is Python {'.'.join(map(str, found)) if found else '(not runnable)'}, the functions run {version}"
+            )
         return explicit
     if sys.version_info[:2] == wanted:
         return sys.executable
     pyenv_root = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
-    candidates = [shutil.which(f"python{version}") or "",
-                  *(str(path) for path in sorted(pyenv_root.glob(f"versions/{version}*/bin/python{version}"), reverse=True))]
+    candidates = [
+        shutil.which(f"python{version}") or "",
+        *(str(path) for path in sorted(pyenv_root.glob(f"versions/{version}*/bin/python{version}"), reverse=True)),
+    ]
     for candidate in candidates:
         if candidate and _python_version(candidate) == wanted:
             return candidate
@@ -137,8 +139,7 @@ def compile_bytecode(site: Path, python: str) -> None:
     """Compile every module under ``site`` with ``python`` (see the module docstring): level 0,
     unchecked-hash, file names as mounted (``/opt/python/...``), a fixed hash seed so the
     marshalled set constants, hence the asset hash, are the same on every build."""
-    command = [python, "-m", "compileall", "-q", "-j", "0", "-o", "0", "--invalidation-mode", "unchecked-hash",
-               "-s", str(site), "-p", LAYER_MOUNT, str(site)]
+    command = [python, "-m", "compileall", "-q", "-j", "0", "-o", "0", "--invalidation-mode", "unchecked-hash", "-s", str(site), "-p", LAYER_MOUNT, str(site)]
     environment = {**os.environ, "PYTHONHASHSEED": "0"}
     environment.pop("PYTHONDONTWRITEBYTECODE", None)
     result = subprocess.run(command, capture_output=True, text=True, check=False, env=environment)
@@ -157,16 +158,22 @@ def pip_install_command(
 ) -> list[str]:
     """The pip command that installs ``requirements`` as wheels for the Lambda platform into ``target``."""
     return [
-        python, "-m", "pip", "install",
+        python,
+        "-m",
+        "pip",
+        "install",
         "--quiet",
         "--disable-pip-version-check",
         "--no-input",
         "--no-compile",  # pip would compile for the bundling interpreter; compile_bytecode() compiles for the runtime
         "--only-binary=:all:",
         *(argument for platform in platforms for argument in ("--platform", platform)),
-        "--implementation", "cp",
-        "--python-version", python_version,
-        "--target", str(target),
+        "--implementation",
+        "cp",
+        "--python-version",
+        python_version,
+        "--target",
+        str(target),
         *requirements,
     ]
 
@@ -285,6 +292,8 @@ class JoinerLayer(Construct):
                 bundling=BundlingOptions(
                     image=DockerImage.from_registry("local-only"),
                     local=bundler or LayerBundler(),
-                ) if bundling else None,
+                )
+                if bundling
+                else None,
             ),
         )

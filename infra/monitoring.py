@@ -53,8 +53,10 @@ METRICS_NAMESPACE = "Joiner"
 #: cannot name the node).
 DEAD_LETTER_HINTS = {
     "Interruption": "failed 5 receives",
-    "Work": ("a drain continuation failed 24 receives over 42 minutes; the termination function logged "
-             "'termination continuation dead-lettered' with the node, and gc resumes a drain stalled 20 minutes"),
+    "Work": (
+        "a drain continuation failed 24 receives over 42 minutes; the termination function logged "
+        "'termination continuation dead-lettered' with the node, and gc resumes a drain stalled 20 minutes"
+    ),
 }
 
 
@@ -104,7 +106,7 @@ def summed_over_dimensions(name: str, label: str, period: Duration, cluster_name
     """A dashboard line summing one cluster's ``name`` over all its dimension sets (per reason,
     per kind ...). Alarms cannot use SEARCH, which is why alarmed metrics carry no extra dimensions."""
     seconds = int(period.to_seconds())
-    search = f'Namespace=\"{METRICS_NAMESPACE}\" MetricName=\"{name}\" cluster=\"{cluster_name}\"'
+    search = f'Namespace="{METRICS_NAMESPACE}" MetricName="{name}" cluster="{cluster_name}"'
     return cloudwatch.MathExpression(
         expression=f"SUM(SEARCH('{search}', 'Sum', {seconds}))",
         label=label,
@@ -161,9 +163,16 @@ class Monitoring(Construct):
             self.topic = topic
         self.alarms: dict[str, cloudwatch.Alarm] = {}
 
-        def alarm(alarm_id: str, description: str, metric: cloudwatch.IMetric, *, threshold: float,
-                  comparison: cloudwatch.ComparisonOperator = cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-                  periods: int = 1, missing: cloudwatch.TreatMissingData = cloudwatch.TreatMissingData.NOT_BREACHING) -> None:
+        def alarm(
+            alarm_id: str,
+            description: str,
+            metric: cloudwatch.IMetric,
+            *,
+            threshold: float,
+            comparison: cloudwatch.ComparisonOperator = cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            periods: int = 1,
+            missing: cloudwatch.TreatMissingData = cloudwatch.TreatMissingData.NOT_BREACHING,
+        ) -> None:
             created = cloudwatch.Alarm(
                 self,
                 alarm_id,
@@ -180,36 +189,52 @@ class Monitoring(Construct):
             self.alarms[alarm_id] = created
 
         for name, queue in dead_letter_queues.items():
-            alarm(f"{name}DeadLetters", f"messages in the {name} dead-letter queue ({DEAD_LETTER_HINTS.get(name, 'failed on every receive')})",
-                  queue.metric_approximate_number_of_messages_visible(statistic="Maximum", period=FIVE_MINUTES), threshold=0)
+            alarm(
+                f"{name}DeadLetters",
+                f"messages in the {name} dead-letter queue ({DEAD_LETTER_HINTS.get(name, 'failed on every receive')})",
+                queue.metric_approximate_number_of_messages_visible(statistic="Maximum", period=FIVE_MINUTES),
+                threshold=0,
+            )
         for name, function in functions.items():
             title = name.capitalize()
-            alarm(f"{title}Errors", f"the {name} function failed",
-                  function.metric_errors(statistic="Sum", period=FIVE_MINUTES), threshold=0)
+            alarm(f"{title}Errors", f"the {name} function failed", function.metric_errors(statistic="Sum", period=FIVE_MINUTES), threshold=0)
             spec = SPECS_BY_NAME.get(name)
             if spec is not None and spec.reserved_concurrency is not None:
                 # One-at-a-time functions are throttled by design (a watcher wake-up during a round
                 # waits for it); one that stops running shows in ScannerNotRunning or its errors.
                 continue
             # The queue consumers: throttling delays interruption handling (raise the account's concurrency).
-            alarm(f"{title}Throttles", f"the {name} function is throttled for 15 minutes",
-                  function.metric_throttles(statistic="Sum", period=FIVE_MINUTES), threshold=0, periods=3)
+            alarm(
+                f"{title}Throttles",
+                f"the {name} function is throttled for 15 minutes",
+                function.metric_throttles(statistic="Sum", period=FIVE_MINUTES),
+                threshold=0,
+                periods=3,
+            )
         one_minute = Duration.minutes(1)
         if interruption_rules:
             # EventBridge could not deliver to the queue (its policy, its key, SQS itself): the
             # event is retried for an hour, then goes to the DLQ (alarmed above), or is lost.
-            failed = {f"rule{index}": cloudwatch.Metric(namespace="AWS/Events", metric_name="FailedInvocations",
-                                                        dimensions_map={"RuleName": rule.rule_name}, statistic="Sum",
-                                                        period=FIVE_MINUTES)
-                      for index, rule in enumerate(interruption_rules)}
-            alarm("InterruptionDeliveryFailures", "EventBridge failed to deliver interruption events to the queue",
-                  cloudwatch.MathExpression(expression=" + ".join(f"FILL({name}, 0)" for name in failed), using_metrics=failed,
-                                            period=FIVE_MINUTES, label="failed deliveries"),
-                  threshold=0)
-        alarm("InterruptionQueueAge", f"an interruption event has waited more than {interruption_queue_age_threshold_seconds} s "
-              "(a spot warning gives 120 s)",
-              interruption_queue.metric_approximate_age_of_oldest_message(statistic="Maximum", period=one_minute),
-              threshold=interruption_queue_age_threshold_seconds)
+            failed = {
+                f"rule{index}": cloudwatch.Metric(
+                    namespace="AWS/Events", metric_name="FailedInvocations", dimensions_map={"RuleName": rule.rule_name}, statistic="Sum", period=FIVE_MINUTES
+                )
+                for index, rule in enumerate(interruption_rules)
+            }
+            alarm(
+                "InterruptionDeliveryFailures",
+                "EventBridge failed to deliver interruption events to the queue",
+                cloudwatch.MathExpression(
+                    expression=" + ".join(f"FILL({name}, 0)" for name in failed), using_metrics=failed, period=FIVE_MINUTES, label="failed deliveries"
+                ),
+                threshold=0,
+            )
+        alarm(
+            "InterruptionQueueAge",
+            f"an interruption event has waited more than {interruption_queue_age_threshold_seconds} s (a spot warning gives 120 s)",
+            interruption_queue.metric_approximate_age_of_oldest_message(statistic="Maximum", period=one_minute),
+            threshold=interruption_queue_age_threshold_seconds,
+        )
 
         def metric(name: str, statistic: str, period: Duration = FIVE_MINUTES, label: str | None = None) -> cloudwatch.Metric:
             return joiner_metric(name, statistic, cluster_name, period, label)
@@ -217,21 +242,34 @@ class Monitoring(Construct):
         def summed(name: str, label: str, period: Duration) -> cloudwatch.MathExpression:
             return summed_over_dimensions(name, label, period, cluster_name)
 
-        alarm("PendingPodAge", f"a pod has been pending for more than {pending_pod_age_threshold_seconds} s",
-              metric(PENDING_POD_AGE, "Maximum"), threshold=pending_pod_age_threshold_seconds,
-              missing=cloudwatch.TreatMissingData.NOT_BREACHING)  # emitted only while pods are pending
+        alarm(
+            "PendingPodAge",
+            f"a pod has been pending for more than {pending_pod_age_threshold_seconds} s",
+            metric(PENDING_POD_AGE, "Maximum"),
+            threshold=pending_pod_age_threshold_seconds,
+            missing=cloudwatch.TreatMissingData.NOT_BREACHING,
+        )  # emitted only while pods are pending
         alarm("LimitReached", "a NodePool limit stopped a launch", metric(LIMIT_REACHED, "Sum"), threshold=0)
-        alarm("CapacityErrors", f"more than {capacity_error_threshold} EC2 capacity errors in 5 minutes",
-              metric(CAPACITY_ERRORS, "Sum"), threshold=capacity_error_threshold)
-        alarm("ScannerNotRunning", "no completed scan for 10 minutes", metric(SCAN_COMPLETED, "Sum"), threshold=1,
-              comparison=cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD, periods=2,
-              missing=cloudwatch.TreatMissingData.BREACHING)
+        alarm(
+            "CapacityErrors",
+            f"more than {capacity_error_threshold} EC2 capacity errors in 5 minutes",
+            metric(CAPACITY_ERRORS, "Sum"),
+            threshold=capacity_error_threshold,
+        )
+        alarm(
+            "ScannerNotRunning",
+            "no completed scan for 10 minutes",
+            metric(SCAN_COMPLETED, "Sum"),
+            threshold=1,
+            comparison=cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
+            periods=2,
+            missing=cloudwatch.TreatMissingData.BREACHING,
+        )
 
         self.dashboard: cloudwatch.Dashboard | None = None
         if dashboard_name is None:
             return
-        dashboard = self.dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=dashboard_name,
-                                                          default_interval=Duration.hours(3))
+        dashboard = self.dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=dashboard_name, default_interval=Duration.hours(3))
         dashboard.add_widgets(cloudwatch.TextWidget(markdown=f"# Joiner: {cluster_name}", width=24, height=1))
         dashboard.add_widgets(
             cloudwatch.GraphWidget(
@@ -258,8 +296,7 @@ class Monitoring(Construct):
                     summed(INTERRUPTIONS, "events acted upon", one_minute),
                     interruption_queue.metric_number_of_messages_received(statistic="Sum", period=one_minute, label="events received"),
                 ],
-                right=[interruption_queue.metric_approximate_age_of_oldest_message(statistic="Maximum", period=one_minute,
-                                                                                 label="oldest waiting event (s)")],
+                right=[interruption_queue.metric_approximate_age_of_oldest_message(statistic="Maximum", period=one_minute, label="oldest waiting event (s)")],
                 width=8,
             ),
         )

@@ -26,8 +26,14 @@ from constructs import IConstruct
 from infra.access import CLEAN_UP_READ_ACTIONS, CLUSTER_TAG, LAUNCH_READ_ACTIONS, LAUNCH_SHARED_RESOURCE_TYPES, PRICING_ACTIONS, READ_ACTIONS
 
 __all__ = [
-    "add_nag_checks", "acknowledge", "flatten_reference", "wildcard_findings", "JustifiedFindings",
-    "Justification", "WILDCARD_JUSTIFICATIONS", "MANAGED_POLICY_JUSTIFICATIONS",
+    "add_nag_checks",
+    "acknowledge",
+    "flatten_reference",
+    "wildcard_findings",
+    "JustifiedFindings",
+    "Justification",
+    "WILDCARD_JUSTIFICATIONS",
+    "MANAGED_POLICY_JUSTIFICATIONS",
 ]
 
 
@@ -112,9 +118,7 @@ RESOURCELESS_ACTIONS = frozenset(
 )
 # Partition and region are tokens in environment-agnostic stacks and literals otherwise.
 _PARTITION_REGION = r"(?:<AWS::Partition>|aws[a-z-]*):%s:(?:<AWS::Region>|[a-z]{2}(?:-[a-z]+)+-\d)"
-_SHARED_LAUNCH_INPUT = re.compile(
-    r"^Resource::arn:%s:\*?:(%s)/\*$" % (_PARTITION_REGION % "ec2", "|".join(LAUNCH_SHARED_RESOURCE_TYPES))
-)
+_SHARED_LAUNCH_INPUT = re.compile(r"^Resource::arn:%s:\*?:(%s)/\*$" % (_PARTITION_REGION % "ec2", "|".join(LAUNCH_SHARED_RESOURCE_TYPES)))
 _EC2_RESOURCE = re.compile(r"^Resource::arn:%s:\*?:[a-z-]+/\*$" % (_PARTITION_REGION % "ec2"))
 _PUBLIC_AMI_PARAMETER = re.compile(r"^Resource::arn:%s::parameter/aws/service/[a-z0-9/*-]+/\*$" % (_PARTITION_REGION % "ssm"))
 _TABLE_INDEXES = re.compile(r"^Resource::<[A-Za-z0-9]+\.Arn>/index/\*$")
@@ -135,8 +139,7 @@ WILDCARD_JUSTIFICATIONS: tuple[Justification, ...] = (
         "RunInstances/CreateFleet must read the AMI, its snapshots, the subnets, security groups and capacity "
         "reservations a NodeClass selects; these are chosen at run time, so the grant covers the type only. "
         "Spot instance requests are created by the fleet, which cannot tag them (as in Karpenter's policy).",
-        lambda finding, statement: bool(_SHARED_LAUNCH_INPUT.match(finding))
-        and _actions(statement) <= {"ec2:RunInstances", "ec2:CreateFleet"},
+        lambda finding, statement: bool(_SHARED_LAUNCH_INPUT.match(finding)) and _actions(statement) <= {"ec2:RunInstances", "ec2:CreateFleet"},
     ),
     Justification(
         "Public EKS-optimised AMI parameters published by AWS (read-only ssm:GetParameter).",
@@ -144,14 +147,14 @@ WILDCARD_JUSTIFICATIONS: tuple[Justification, ...] = (
     ),
     Justification(
         "The global secondary indexes of Joiner's own DynamoDB tables (CDK table grant).",
-        lambda finding, statement: bool(_TABLE_INDEXES.match(finding))
-        and all(action.startswith("dynamodb:") for action in _actions(statement)),
+        lambda finding, statement: bool(_TABLE_INDEXES.match(finding)) and all(action.startswith("dynamodb:") for action in _actions(statement)),
     ),
     Justification(
         "KMS data-key actions on Joiner's own key only (CDK grant for the encrypted tables and queues).",
-        lambda finding, statement: finding in ("Action::kms:GenerateDataKey*", "Action::kms:ReEncrypt*")
-        and all(isinstance(resource, dict) and _OWN_RESOURCE.match(flatten_reference(resource))
-                for resource in _as_list(statement.get("Resource"))),
+        lambda finding, statement: (
+            finding in ("Action::kms:GenerateDataKey*", "Action::kms:ReEncrypt*")
+            and all(isinstance(resource, dict) and _OWN_RESOURCE.match(flatten_reference(resource)) for resource in _as_list(statement.get("Resource")))
+        ),
     ),
 )
 

@@ -31,13 +31,9 @@ class FunctionNetwork(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         self.vpc = ec2.Vpc.from_vpc_attributes(self, "Vpc", vpc_id=vpc_id, availability_zones=Fn.get_azs())
-        self.subnets = ec2.SubnetSelection(
-            subnets=[ec2.Subnet.from_subnet_id(self, f"Subnet{index}", subnet_id) for index, subnet_id in enumerate(subnet_ids)]
-        )
+        self.subnets = ec2.SubnetSelection(subnets=[ec2.Subnet.from_subnet_id(self, f"Subnet{index}", subnet_id) for index, subnet_id in enumerate(subnet_ids)])
         if security_group_id is not None:
-            self.security_group: ec2.ISecurityGroup = ec2.SecurityGroup.from_security_group_id(
-                self, "SecurityGroup", security_group_id, mutable=False
-            )
+            self.security_group: ec2.ISecurityGroup = ec2.SecurityGroup.from_security_group_id(self, "SecurityGroup", security_group_id, mutable=False)
         else:
             group = ec2.SecurityGroup(
                 self,
@@ -54,13 +50,21 @@ class FunctionNetwork(Construct):
         # The endpoints admit HTTPS from the functions' group only; private DNS makes the
         # default SDK endpoints resolve to them.
         endpoint_group = ec2.SecurityGroup(
-            self, "EndpointSecurityGroup", vpc=self.vpc, allow_all_outbound=False,
+            self,
+            "EndpointSecurityGroup",
+            vpc=self.vpc,
+            allow_all_outbound=False,
             description="Joiner VPC endpoints: HTTPS from the Joiner functions",
         )
-        endpoint_group.add_ingress_rule(ec2.Peer.security_group_id(self.security_group.security_group_id), ec2.Port.tcp(443),
-                                        "Joiner functions")
+        endpoint_group.add_ingress_rule(ec2.Peer.security_group_id(self.security_group.security_group_id), ec2.Port.tcp(443), "Joiner functions")
         for name in interface_endpoints:
             self.endpoints[name] = ec2.InterfaceVpcEndpoint(
-                self, f"{name.capitalize()}Endpoint", vpc=self.vpc, service=ec2.InterfaceVpcEndpointAwsService(name),
-                subnets=self.subnets, security_groups=[endpoint_group], private_dns_enabled=True, open=False,
+                self,
+                f"{name.capitalize()}Endpoint",
+                vpc=self.vpc,
+                service=ec2.InterfaceVpcEndpointAwsService(name),
+                subnets=self.subnets,
+                security_groups=[endpoint_group],
+                private_dns_enabled=True,
+                open=False,
             )

@@ -67,6 +67,4 @@ class NodeRole(Construct):
         self.role_name = role.role_name
         self.instance_profile = iam.InstanceProfile(self, "InstanceProfile", instance_profile_name=role_name, role=role)
         if create_access_entry:
-            self.access_entry = eks.CfnAccessEntry(
-                self, "AccessEntry", cluster_name=cluster_name, principal_arn=role.role_arn, type="EC2_LINUX"
-            )
+            self.access_entry = eks.CfnAccessEntry(self, "AccessEntry", cluster_name=cluster_name, principal_arn=role.role_arn, type="EC2_LINUX")

@@ -54,7 +54,8 @@ class DeadLetteredQueue(Construct):
         # deliveries may not satisfy (docs/infra.md, encryption).
         encryption: dict[str, Any] = (
             dict(encryption=sqs.QueueEncryption.KMS, encryption_master_key=key, data_key_reuse=Duration.minutes(5))
-            if key is not None else dict(encryption=sqs.QueueEncryption.SQS_MANAGED)
+            if key is not None
+            else dict(encryption=sqs.QueueEncryption.SQS_MANAGED)
         )
         self.dead_letter_queue = sqs.Queue(
             self,

@@ -25,8 +25,7 @@ class JoinerStack(Stack):
     stack is environment-agnostic: ARNs use ``AWS::Region``/``AWS::AccountId``.
     """
 
-    def __init__(self, scope: Construct, construct_id: str | None = None, *, config: JoinerConfig,
-                 layer_bundler: LayerBundler | None = None) -> None:
+    def __init__(self, scope: Construct, construct_id: str | None = None, *, config: JoinerConfig, layer_bundler: LayerBundler | None = None) -> None:
         account = os.environ.get("CDK_DEFAULT_ACCOUNT")
         region = config.region or os.environ.get("CDK_DEFAULT_REGION")
         env = Environment(account=account, region=region) if (account or config.region) else None

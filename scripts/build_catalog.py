@@ -61,18 +61,27 @@ def supplement_record(row: list[Any]) -> dict[str, Any]:
     catalog reads)."""
     name, vcpus, memory, manufacturer, hypervisor, bare_metal, enis, ipv4, ebs, storage, gpu, usage, _ = row
     record: dict[str, Any] = {
-        "InstanceType": name, "VCpuInfo": {"DefaultVCpus": vcpus}, "MemoryInfo": {"SizeInMiB": memory},
+        "InstanceType": name,
+        "VCpuInfo": {"DefaultVCpus": vcpus},
+        "MemoryInfo": {"SizeInMiB": memory},
         "ProcessorInfo": {"Manufacturer": manufacturer, "SupportedArchitectures": ["x86_64"]},
-        "Hypervisor": hypervisor, "BareMetal": bare_metal, "SupportedUsageClasses": list(usage),
-        "NetworkInfo": {"MaximumNetworkInterfaces": enis, "Ipv4AddressesPerInterface": ipv4, "DefaultNetworkCardIndex": 0,
-                        "NetworkCards": [{"NetworkCardIndex": 0, "MaximumNetworkInterfaces": enis}]},
+        "Hypervisor": hypervisor,
+        "BareMetal": bare_metal,
+        "SupportedUsageClasses": list(usage),
+        "NetworkInfo": {
+            "MaximumNetworkInterfaces": enis,
+            "Ipv4AddressesPerInterface": ipv4,
+            "DefaultNetworkCardIndex": 0,
+            "NetworkCards": [{"NetworkCardIndex": 0, "MaximumNetworkInterfaces": enis}],
+        },
         "EbsInfo": {"EbsOptimizedInfo": {"MaximumBandwidthInMbps": ebs}} if ebs else {},
     }
     if storage:
         record["InstanceStorageInfo"] = {"TotalSizeInGB": storage["gb"], "NvmeSupport": "required" if storage["nvme"] else "unsupported"}
     if gpu:
-        record["GpuInfo"] = {"Gpus": [{"Count": gpu["count"], "Manufacturer": gpu["manufacturer"], "Name": gpu["name"],
-                                       "MemoryInfo": {"SizeInMiB": gpu["memoryMiB"]}}]}
+        record["GpuInfo"] = {
+            "Gpus": [{"Count": gpu["count"], "Manufacturer": gpu["manufacturer"], "Name": gpu["name"], "MemoryInfo": {"SizeInMiB": gpu["memoryMiB"]}}]
+        }
     return record
 
 

@@ -52,16 +52,17 @@ def _tree(type_name: str, models: Any, seen: tuple[str, ...]) -> Any:
     model = getattr(models, type_name, None)
     if model is None or not hasattr(model, "attribute_map") or type_name in seen:
         return 0  # scalars, quantities, "object"; a recursive type is not walked twice
-    return {model.attribute_map[attr]: _tree(kind, models, (*seen, type_name))
-            for attr, kind in sorted(model.openapi_types.items(), key=lambda item: model.attribute_map[item[0]])}
+    return {
+        model.attribute_map[attr]: _tree(kind, models, (*seen, type_name))
+        for attr, kind in sorted(model.openapi_types.items(), key=lambda item: model.attribute_map[item[0]])
+    }
 
 
 def build() -> dict[str, Any]:
     import kubernetes
     import kubernetes.client as models
 
-    return {"source": f"kubernetes Python client {kubernetes.__version__} models",
-            "kinds": {key: _tree(name, models, ()) for key, name in KINDS.items()}}
+    return {"source": f"kubernetes Python client {kubernetes.__version__} models", "kinds": {key: _tree(name, models, ()) for key, name in KINDS.items()}}
 
 
 def render() -> str:

@@ -54,9 +54,11 @@ def main() -> int:
         return 1
     document = {
         "branchInterfaces": table,
-        "source": (f"aws/karpenter-provider-aws pkg/providers/instancetype/zz_generated.vpclimits.go at {args.revision}"
-                   f"{' (generated ' + generated.group(1) + ')' if generated else ''}: BranchInterface of the "
-                   "IsTrunkingCompatible types; scripts/build_pod_eni_limits.py"),
+        "source": (
+            f"aws/karpenter-provider-aws pkg/providers/instancetype/zz_generated.vpclimits.go at {args.revision}"
+            f"{' (generated ' + generated.group(1) + ')' if generated else ''}: BranchInterface of the "
+            "IsTrunkingCompatible types; scripts/build_pod_eni_limits.py"
+        ),
     }
     payload = json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
     args.output.write_bytes(gzip.compress(payload, mtime=0))

@@ -47,8 +47,9 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         return
     report = IAM_GUARD.report()
     terminalreporter.section("IAM guard")
-    terminalreporter.write_line(f"{report['requests_evaluated']} handler requests evaluated against their roles' policies, "
-                                f"{len(report['findings'])} denied or undecidable")
+    terminalreporter.write_line(
+        f"{report['requests_evaluated']} handler requests evaluated against their roles' policies, {len(report['findings'])} denied or undecidable"
+    )
     for function, entry in report["functions"].items():
         terminalreporter.write_line(f"{function}: granted but not exercised by any test: {', '.join(entry['unexercised']) or 'none'}")
     path = os.environ.get("JOINER_IAM_REPORT")

@@ -122,7 +122,7 @@ class CrdSchema:
     def _walk(self, schema: Mapping[str, Any], value: Any, path: str, old: Any, causes: list[Cause]) -> Any:
         if not _type_ok(schema, value):
             wanted = "integer or string" if schema.get("x-kubernetes-int-or-string") else schema.get("type")
-            causes.append((path, f"Invalid value: {_describe(value)}: {path} in body must be of type {wanted}: \"{_json_type(value)}\""))
+            causes.append((path, f'Invalid value: {_describe(value)}: {path} in body must be of type {wanted}: "{_json_type(value)}"'))
             return value
         if value is None:
             return value

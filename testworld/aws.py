@@ -21,9 +21,21 @@ from moto.ssm.models import Parameter, ssm_backends
 from werkzeug.serving import make_server
 
 __all__ = [
-    "REGION", "ZONES", "K8S_VERSION", "Network", "SerialMotoServer", "create_eks_cluster", "create_network",
-    "create_state_table", "create_work_queue", "environment", "fake_credentials", "item_level_transaction_rollback", "moto_amis",
-    "put_eks_ami_parameters", "put_public_parameter",
+    "REGION",
+    "ZONES",
+    "K8S_VERSION",
+    "Network",
+    "SerialMotoServer",
+    "create_eks_cluster",
+    "create_network",
+    "create_state_table",
+    "create_work_queue",
+    "environment",
+    "fake_credentials",
+    "item_level_transaction_rollback",
+    "moto_amis",
+    "put_eks_ami_parameters",
+    "put_public_parameter",
 ]
 
 REGION = "us-east-1"
@@ -48,10 +60,15 @@ def environment(values: Mapping[str, str]) -> Iterator[None]:
 
 def fake_credentials(region: str = REGION) -> contextlib.AbstractContextManager[None]:
     """Dummy credentials and region for boto3 (restored afterwards)."""
-    return environment({
-        "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing",
-        "AWS_DEFAULT_REGION": region, "AWS_REGION": region,
-    })
+    return environment(
+        {
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_SESSION_TOKEN": "testing",
+            "AWS_DEFAULT_REGION": region,
+            "AWS_REGION": region,
+        }
+    )
 
 
 # ---------------------------------------------------------------- EC2 network and cluster
@@ -115,14 +132,26 @@ def put_public_parameter(name: str, value: str, region: str = REGION) -> None:
     backend._parameters[name].append(
         # moto types Parameter as abstract (CloudFormationModel) and its date as a datetime; it serialises 0 as the epoch.
         Parameter(  # type: ignore[abstract]
-            account_id=DEFAULT_ACCOUNT_ID, name=name, value=value, parameter_type="String", description=None,
-            allowed_pattern=None, keyid=None, last_modified_date=0, version=len(backend._parameters[name]) + 1, data_type="aws:ec2:image",  # type: ignore[arg-type]
+            account_id=DEFAULT_ACCOUNT_ID,
+            name=name,
+            value=value,
+            parameter_type="String",
+            description=None,
+            allowed_pattern=None,
+            keyid=None,
+            last_modified_date=0,  # type: ignore[arg-type]
+            version=len(backend._parameters[name]) + 1,
+            data_type="aws:ec2:image",
         )
     )
 
 
 def put_eks_ami_parameters(
-    amis: Mapping[str, str], version: str = K8S_VERSION, release: str | None = None, region: str = REGION, variant: str = "standard",
+    amis: Mapping[str, str],
+    version: str = K8S_VERSION,
+    release: str | None = None,
+    region: str = REGION,
+    variant: str = "standard",
 ) -> None:
     """The EKS-optimised AL2023 parameters of ``variant`` (``standard``, ``nvidia``,
     ``neuron``; ``recommended``, or a pinned ``release``) per arch."""

@@ -75,8 +75,7 @@ def call_tags(operation: str, body: Any = None) -> frozenset[str]:
         text = body.decode() if isinstance(body, bytes) else str(body or "")
         if '"CLAIM#' in text:
             tags.add("claim-write")
-    if (operation.startswith("k8s.POST ") and operation.endswith("/eviction")) or (
-            operation.startswith("k8s.DELETE ") and "/pods/" in operation):
+    if (operation.startswith("k8s.POST ") and operation.endswith("/eviction")) or (operation.startswith("k8s.DELETE ") and "/pods/" in operation):
         tags.add("drain")
     return frozenset(tags)
 

@@ -23,19 +23,116 @@ from typing import Any
 from joiner.domain.durations import format_duration
 
 __all__ = [
-    "ASCENT", "DESCENT", "ChartData", "IdleSpan", "Lane", "Mark", "MarkKind", "chart_data", "nice_axis_top", "render_chart", "text_box", "text_width",
+    "ASCENT",
+    "DESCENT",
+    "ChartData",
+    "IdleSpan",
+    "Lane",
+    "Mark",
+    "MarkKind",
+    "chart_data",
+    "nice_axis_top",
+    "render_chart",
+    "text_box",
+    "text_width",
 ]
 
 #: Advance widths of the printable ASCII characters, in thousandths of an em, from DejaVu Sans
 #: (the widest of the fonts named in :data:`FONT` bar Verdana, which :data:`_WIDTH_MARGIN` covers).
-_ADVANCE = dict(zip(
-    " !\"#$%&'()*+,-./0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqrstuvwxyz{|}~",
-    (318, 401, 460, 838, 636, 950, 780, 275, 390, 390, 500, 838, 318, 361, 318, 337, *([636] * 10), 337, 337, 838, 838, 838, 531,
-     1000, 684, 686, 698, 770, 632, 575, 775, 752, 295, 295, 656, 557, 863, 748, 787, 603, 787, 695, 635, 611, 732, 684, 989, 685,
-     611, 685, 390, 337, 390, 838, 500, 500, 613, 635, 550, 635, 615, 352, 635, 634, 278, 278, 579, 278, 974, 634, 612, 635, 635,
-     411, 521, 392, 634, 592, 818, 592, 592, 525, 636, 337, 636, 838),
-    strict=True,
-))
+_ADVANCE = dict(
+    zip(
+        " !\"#$%&'()*+,-./0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqrstuvwxyz{|}~",
+        (
+            318,
+            401,
+            460,
+            838,
+            636,
+            950,
+            780,
+            275,
+            390,
+            390,
+            500,
+            838,
+            318,
+            361,
+            318,
+            337,
+            *([636] * 10),
+            337,
+            337,
+            838,
+            838,
+            838,
+            531,
+            1000,
+            684,
+            686,
+            698,
+            770,
+            632,
+            575,
+            775,
+            752,
+            295,
+            295,
+            656,
+            557,
+            863,
+            748,
+            787,
+            603,
+            787,
+            695,
+            635,
+            611,
+            732,
+            684,
+            989,
+            685,
+            611,
+            685,
+            390,
+            337,
+            390,
+            838,
+            500,
+            500,
+            613,
+            635,
+            550,
+            635,
+            615,
+            352,
+            635,
+            634,
+            278,
+            278,
+            579,
+            278,
+            974,
+            634,
+            612,
+            635,
+            635,
+            411,
+            521,
+            392,
+            634,
+            592,
+            818,
+            592,
+            592,
+            525,
+            636,
+            337,
+            636,
+            838,
+        ),
+        strict=True,
+    )
+)
 #: How far a line of text reaches above and below its baseline, in ems (a browser's text box:
 #: the font's full ascent and descent, 0.93 and 0.24 in DejaVu Sans).
 ASCENT, DESCENT = 0.95, 0.3
@@ -141,8 +238,10 @@ class IdleSpan:
             return f"{head}: the NodePool's consolidateAfter is Never, so no empty node is removed."
         if self.disruption_every is None:
             return f"{head}: no disruption function is deployed to remove empty nodes (consolidateAfter {self.consolidate_after})."
-        return (f"{head}: the disruption function, which runs every {_span(self.disruption_every)}, removes an empty node once "
-                f"it has seen it empty for the NodePool's consolidateAfter ({self.consolidate_after}).")
+        return (
+            f"{head}: the disruption function, which runs every {_span(self.disruption_every)}, removes an empty node once "
+            f"it has seen it empty for the NodePool's consolidateAfter ({self.consolidate_after})."
+        )
 
 
 @dataclass(frozen=True)
@@ -204,13 +303,18 @@ def _marks(result: Any, since: Any) -> list[Mark]:
     for at, changes in scales.items():
         add(at, MarkKind.SCALE, ", ".join(changes))
     for record in result.interruptions:
-        add(since(record.warned), MarkKind.WARNING,
+        add(
+            since(record.warned),
+            MarkKind.WARNING,
             f"spot interruption warning for {record.instance_id} (node {record.node}, {_plural(record.pods_at_warning, 'pod')}); "
-            f"EC2 reclaims it at {_clock(since(record.deadline))}")
+            f"EC2 reclaims it at {_clock(since(record.deadline))}",
+        )
     for record in result.rebalances:
-        add(since(record.warned), MarkKind.WARNING,
-            f"rebalance recommendation for {record.instance_id} (node {record.node}, {_plural(record.pods_at_warning, 'pod')}; "
-            f"rebalance: {record.policy})")
+        add(
+            since(record.warned),
+            MarkKind.WARNING,
+            f"rebalance recommendation for {record.instance_id} (node {record.node}, {_plural(record.pods_at_warning, 'pod')}; rebalance: {record.policy})",
+        )
     managed = sorted((i for i in result.instances if i.managed), key=lambda i: (i.launched, i.instance_id))
     launched: dict[int, list[Any]] = defaultdict(list)
     for instance in managed:
@@ -233,8 +337,7 @@ def _marks(result: Any, since: Any) -> list[Mark]:
             ended[(int(since(instance.terminated)), by)].append(f"{instance.instance_id} ({instance.instance_type}, {instance.private_dns})")
     for (at, by), names in ended.items():
         add(at, MarkKind.TERMINATION, f"by {by}: " + ", ".join(names))
-    return sorted((Mark(float(at), kind, "; ".join(texts)) for (at, kind), texts in found.items()),
-                  key=lambda m: (m.at, _KIND_ORDER[m.kind]))
+    return sorted((Mark(float(at), kind, "; ".join(texts)) for (at, kind), texts in found.items()), key=lambda m: (m.at, _KIND_ORDER[m.kind]))
 
 
 def _lanes(result: Any, since: Any, total: float) -> tuple[Lane, ...]:
@@ -260,9 +363,21 @@ def _lanes(result: Any, since: Any, total: float) -> tuple[Lane, ...]:
                     idle_from = max(ready, since(last.gone))
             if idle_from is not None and idle_from >= ended:
                 idle_from = None
-        lanes.append(Lane(instance.instance_id, instance.private_dns, instance.instance_type, instance.capacity_type,
-                          instance.node_pool, float(instance.price), since(instance.launched), ended,
-                          instance.terminated is not None and since(instance.terminated) <= total, ready, idle_from))
+        lanes.append(
+            Lane(
+                instance.instance_id,
+                instance.private_dns,
+                instance.instance_type,
+                instance.capacity_type,
+                instance.node_pool,
+                float(instance.price),
+                since(instance.launched),
+                ended,
+                instance.terminated is not None and since(instance.terminated) <= total,
+                ready,
+                idle_from,
+            )
+        )
     return tuple(lanes)
 
 
@@ -281,8 +396,10 @@ def _idle_spans(result: Any, lanes: Sequence[Lane], disruption_every: float | No
     for lane in lanes:
         if lane.idle_from is not None:
             groups[(int(lane.idle_from), math.ceil(lane.ended), lane.node_pool, not lane.terminated)].append(lane.node)
-    return [IdleSpan(float(start), float(end), tuple(nodes), pool, after.get(pool, "0s"), until_end, disruption_every)
-            for (start, end, pool, until_end), nodes in sorted(groups.items())]
+    return [
+        IdleSpan(float(start), float(end), tuple(nodes), pool, after.get(pool, "0s"), until_end, disruption_every)
+        for (start, end, pool, until_end), nodes in sorted(groups.items())
+    ]
 
 
 # ---------------------------------------------------------------- geometry
@@ -345,11 +462,11 @@ def _place_marks(marks: Sequence[Mark], x: Any, radius: float) -> list[tuple[flo
 class _Svg:
     parts: list[str]
 
-    def text(self, x: float, y: float, text: str, size: float = 11, anchor: str = "start", fill: str = "#222",
-             cls: str = "label", extra: str = "") -> None:
+    def text(self, x: float, y: float, text: str, size: float = 11, anchor: str = "start", fill: str = "#222", cls: str = "label", extra: str = "") -> None:
         size = math.floor(size * 100) / 100
-        self.parts.append(f'<text class="{cls}" x="{x:.1f}" y="{y:.1f}" font-size="{size:g}" text-anchor="{anchor}" fill="{fill}"{extra}>'
-                          f"{html.escape(text)}</text>")
+        self.parts.append(
+            f'<text class="{cls}" x="{x:.1f}" y="{y:.1f}" font-size="{size:g}" text-anchor="{anchor}" fill="{fill}"{extra}>{html.escape(text)}</text>'
+        )
 
 
 def render_chart(data: ChartData) -> tuple[str, list[tuple[int, Mark]]]:
@@ -379,14 +496,15 @@ def render_chart(data: ChartData) -> tuple[str, list[tuple[int, Mark]]]:
     plot_h = 230
     bottom = top + plot_h
 
-
     def y(value: float, top_value: float) -> float:
         return top + plot_h * (1 - value / top_value)
 
     svg = _Svg([])
     p = svg.parts
-    p.append('<defs><pattern id="idle-hatch" patternUnits="userSpaceOnUse" width="6" height="6" patternTransform="rotate(45)">'
-             '<rect width="3" height="6" fill="#b35c00" fill-opacity="0.55"/></pattern></defs>')
+    p.append(
+        '<defs><pattern id="idle-hatch" patternUnits="userSpaceOnUse" width="6" height="6" patternTransform="rotate(45)">'
+        '<rect width="3" height="6" fill="#b35c00" fill-opacity="0.55"/></pattern></defs>'
+    )
     # the marker lane
     svg.text(left - 12, lane_top_pad + row_h / 2 + 4, "events (listed below)", 11, "end", "#555")
     numbered: list[tuple[int, Mark]] = []
@@ -394,19 +512,22 @@ def render_chart(data: ChartData) -> tuple[str, list[tuple[int, Mark]]]:
     for number, (at, row, group) in enumerate(placed, start=1):
         kind = group[0].kind
         cy = lane_top_pad + row * row_h + row_h / 2
-        p.append(f'<g class="mark" data-kind="{kind.value}" data-at="{group[0].at:g}">'
-                 f'<circle cx="{at:.1f}" cy="{cy:.1f}" r="{radius:g}" fill="{kind.color}"/>')
+        p.append(f'<g class="mark" data-kind="{kind.value}" data-at="{group[0].at:g}"><circle cx="{at:.1f}" cy="{cy:.1f}" r="{radius:g}" fill="{kind.color}"/>')
         svg.text(at, cy + 3.5, str(number), 9 if number < 100 else 8, "middle", "#fff", cls="mark-number")
         p.append("</g>")
-        guides.append(f'<line class="guide" x1="{at:.1f}" x2="{at:.1f}" y1="{cy + radius:.1f}" y2="{{bottom}}" stroke="{kind.color}" '
-                      'stroke-opacity="0.45" stroke-dasharray="3 3"/>')
+        guides.append(
+            f'<line class="guide" x1="{at:.1f}" x2="{at:.1f}" y1="{cy + radius:.1f}" y2="{{bottom}}" stroke="{kind.color}" '
+            'stroke-opacity="0.45" stroke-dasharray="3 3"/>'
+        )
         for mark in group:
             numbered.append((number, mark))
     # the plot
     p.append(f'<rect class="plot" x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="#fafafa" stroke="#ccc"/>')
     for span in data.idle:
-        p.append(f'<rect class="idle-band" x="{x(span.start):.1f}" y="{top}" width="{x(span.end) - x(span.start):.1f}" height="{plot_h}" '
-                 'fill="#b35c00" fill-opacity="0.08"/>')
+        p.append(
+            f'<rect class="idle-band" x="{x(span.start):.1f}" y="{top}" width="{x(span.end) - x(span.start):.1f}" height="{plot_h}" '
+            'fill="#b35c00" fill-opacity="0.08"/>'
+        )
     for i in range(5):
         value = y_max * i / 4
         p.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{y(value, y_max):.1f}" y2="{y(value, y_max):.1f}" stroke="#eee"/>')
@@ -415,16 +536,21 @@ def render_chart(data: ChartData) -> tuple[str, list[tuple[int, Mark]]]:
     p.extend(g.replace("{bottom}", f"{bottom:.1f}") for g in guides)
     p.append(f'<polyline class="nodes" fill="none" stroke="#1f6feb" stroke-width="2" points="{_steps(counts, x, lambda v: y(v, y_max), total)}"/>')
     pending = [(at, float(n)) for at, n, _ in data.samples]
-    p.append(f'<polyline class="pending" fill="none" stroke="#8250df" stroke-width="2" '
-             f'points="{_steps(pending, x, lambda v: y(v, y_max), total)}"/>')
+    p.append(f'<polyline class="pending" fill="none" stroke="#8250df" stroke-width="2" points="{_steps(pending, x, lambda v: y(v, y_max), total)}"/>')
     cost = [(at, c) for at, _, c in data.samples]
-    p.append(f'<polyline class="cost" fill="none" stroke="#b35c00" stroke-width="2" stroke-dasharray="6 3" '
-             f'points="{_steps(cost, x, lambda v: y(v, cost_max), total)}"/>')
+    p.append(
+        f'<polyline class="cost" fill="none" stroke="#b35c00" stroke-width="2" stroke-dasharray="6 3" '
+        f'points="{_steps(cost, x, lambda v: y(v, cost_max), total)}"/>'
+    )
     middle = top + plot_h / 2
-    p.append(f'<text class="axis-title" x="{count_title_x:.1f}" y="{middle:.1f}" transform="rotate(-90 {count_title_x:.1f} {middle:.1f})" '
-             'text-anchor="middle" font-size="11" fill="#555">nodes, pending pods</text>')
-    p.append(f'<text class="axis-title" x="{cost_title_x:.1f}" y="{middle:.1f}" transform="rotate(90 {cost_title_x:.1f} {middle:.1f})" '
-             'text-anchor="middle" font-size="11" fill="#b35c00">cost per hour ($)</text>')
+    p.append(
+        f'<text class="axis-title" x="{count_title_x:.1f}" y="{middle:.1f}" transform="rotate(-90 {count_title_x:.1f} {middle:.1f})" '
+        'text-anchor="middle" font-size="11" fill="#555">nodes, pending pods</text>'
+    )
+    p.append(
+        f'<text class="axis-title" x="{cost_title_x:.1f}" y="{middle:.1f}" transform="rotate(90 {cost_title_x:.1f} {middle:.1f})" '
+        'text-anchor="middle" font-size="11" fill="#b35c00">cost per hour ($)</text>'
+    )
     # the time axis
     minutes = int(total // 60)
     step = max(1, minutes // 12)
@@ -449,8 +575,10 @@ def render_chart(data: ChartData) -> tuple[str, list[tuple[int, Mark]]]:
     for span, row, tx, label in placed_idle:
         ry = row_top + row * 30
         x0, x1 = x(span.start), x(span.end)
-        p.append(f'<g class="idle" data-from="{span.start:g}" data-to="{span.end:g}" data-nodes="{len(span.nodes)}">'
-                 f'<path d="M{x0:.1f},{ry + 6:.1f} V{ry:.1f} H{x1:.1f} V{ry + 6:.1f}" fill="none" stroke="#b35c00" stroke-width="1.5"/>')
+        p.append(
+            f'<g class="idle" data-from="{span.start:g}" data-to="{span.end:g}" data-nodes="{len(span.nodes)}">'
+            f'<path d="M{x0:.1f},{ry + 6:.1f} V{ry:.1f} H{x1:.1f} V{ry + 6:.1f}" fill="none" stroke="#b35c00" stroke-width="1.5"/>'
+        )
         svg.text(tx, ry + 20, label, 11, fill="#8a4600", cls="label idle-label")
         p.append("</g>")
     lanes_top = row_top + len(rows) * 30 + (6 if rows else 0)
@@ -463,18 +591,23 @@ def render_chart(data: ChartData) -> tuple[str, list[tuple[int, Mark]]]:
         ly = first + index * lane_h
         color = "#1f6feb" if lane.capacity_type == "on-demand" else "#0a7d8c"
         x0, x1 = x(lane.launched), x(lane.ended)
-        p.append(f'<g class="lane" data-instance="{html.escape(lane.instance_id)}" data-from="{lane.launched:g}" data-to="{lane.ended:g}">'
-                 f'<title>{html.escape(f"{lane.node} {lane.instance_id}")}</title>')
+        p.append(
+            f'<g class="lane" data-instance="{html.escape(lane.instance_id)}" data-from="{lane.launched:g}" data-to="{lane.ended:g}">'
+            f"<title>{html.escape(f'{lane.node} {lane.instance_id}')}</title>"
+        )
         svg.text(left - 12, ly + 10, lane.label, min(10.0, 10 * (left - 16) / text_width(lane.label, 10)), "end", "#333")
         p.append(f'<rect class="billed" x="{x0:.1f}" y="{ly + 2}" width="{max(x1 - x0, 1.0):.1f}" height="10" fill="{color}" fill-opacity="0.3"/>')
         if lane.ready is not None and lane.ready < lane.ended:
-            p.append(f'<rect class="ready" x="{x(lane.ready):.1f}" y="{ly + 2}" width="{max(x1 - x(lane.ready), 1.0):.1f}" height="10" '
-                     f'fill="{color}" fill-opacity="0.85"/>')
+            p.append(
+                f'<rect class="ready" x="{x(lane.ready):.1f}" y="{ly + 2}" width="{max(x1 - x(lane.ready), 1.0):.1f}" height="10" '
+                f'fill="{color}" fill-opacity="0.85"/>'
+            )
         if lane.idle_from is not None:
-            p.append(f'<rect class="idle-part" x="{x(lane.idle_from):.1f}" y="{ly + 2}" width="{max(x1 - x(lane.idle_from), 1.0):.1f}" '
-                     'height="10" fill="#fff" fill-opacity="0.6"/>')
-            p.append(f'<rect x="{x(lane.idle_from):.1f}" y="{ly + 2}" width="{max(x1 - x(lane.idle_from), 1.0):.1f}" height="10" '
-                     'fill="url(#idle-hatch)"/>')
+            p.append(
+                f'<rect class="idle-part" x="{x(lane.idle_from):.1f}" y="{ly + 2}" width="{max(x1 - x(lane.idle_from), 1.0):.1f}" '
+                'height="10" fill="#fff" fill-opacity="0.6"/>'
+            )
+            p.append(f'<rect x="{x(lane.idle_from):.1f}" y="{ly + 2}" width="{max(x1 - x(lane.idle_from), 1.0):.1f}" height="10" fill="url(#idle-hatch)"/>')
         p.append("</g>")
     lanes_bottom = first + len(shown) * lane_h
     if len(data.lanes) > len(shown):
@@ -484,14 +617,19 @@ def render_chart(data: ChartData) -> tuple[str, list[tuple[int, Mark]]]:
         svg.text(left, first + 10, "no node launched", 10, fill="#555")
         lanes_bottom += lane_h
     for at, _row, group in placed:
-        p.append(f'<line class="guide" x1="{at:.1f}" x2="{at:.1f}" y1="{first:.1f}" y2="{lanes_bottom:.1f}" stroke="{group[0].kind.color}" '
-                 'stroke-opacity="0.45" stroke-dasharray="3 3"/>')
+        p.append(
+            f'<line class="guide" x1="{at:.1f}" x2="{at:.1f}" y1="{first:.1f}" y2="{lanes_bottom:.1f}" stroke="{group[0].kind.color}" '
+            'stroke-opacity="0.45" stroke-dasharray="3 3"/>'
+        )
     # the key
     key_top = lanes_bottom + 20
     entries: list[tuple[str, str]] = [
-        ("line:#1f6feb", "nodes billed (launched, not yet terminated)"), ("line:#8250df", "pending pods"),
+        ("line:#1f6feb", "nodes billed (launched, not yet terminated)"),
+        ("line:#8250df", "pending pods"),
         ("dash:#b35c00", "cost per hour (right axis)"),
-        ("bar:#0a7d8c", "spot node (faint: booting)"), ("bar:#1f6feb", "on-demand node"), ("hatch:", "empty, still billed"),
+        ("bar:#0a7d8c", "spot node (faint: booting)"),
+        ("bar:#1f6feb", "on-demand node"),
+        ("hatch:", "empty, still billed"),
     ] + [(f"dot:{kind.color}", kind.value) for kind in MarkKind]
     kx, ky = float(left), key_top
     for swatch, label in entries:
@@ -512,8 +650,10 @@ def render_chart(data: ChartData) -> tuple[str, list[tuple[int, Mark]]]:
         svg.text(kx + 16, ky, label, 12, cls="label key")
         kx += w + 14
     height = ky + 10
-    head = (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height:.0f}" width="{width}" height="{height:.0f}" '
-            f'font-family="{FONT}" role="img" aria-label="events, nodes, pending pods and cost per hour over simulated time">')
+    head = (
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height:.0f}" width="{width}" height="{height:.0f}" '
+        f'font-family="{FONT}" role="img" aria-label="events, nodes, pending pods and cost per hour over simulated time">'
+    )
     return head + "".join(p) + "</svg>", numbered
 
 

@@ -60,8 +60,15 @@ class RunningClaim:
 
 
 def install_claims(
-    claims: Sequence[NodeClaim], *, stack: LocalStack, ec2: SimulatedEc2, cluster: SimulatedCluster, kube: KubeHarness,
-    state: StatePort, catalog: Catalog, now: Callable[[], datetime],
+    claims: Sequence[NodeClaim],
+    *,
+    stack: LocalStack,
+    ec2: SimulatedEc2,
+    cluster: SimulatedCluster,
+    kube: KubeHarness,
+    state: StatePort,
+    catalog: Catalog,
+    now: Callable[[], datetime],
 ) -> list[RunningClaim]:
     """Set each of ``claims`` up as running capacity (see the module docstring)."""
     running = []
@@ -70,8 +77,9 @@ def install_claims(
     return running
 
 
-def _install(claim: NodeClaim, *, stack: LocalStack, ec2: SimulatedEc2, cluster: SimulatedCluster, kube: KubeHarness,
-             state: StatePort, catalog: Catalog, now: datetime) -> RunningClaim:
+def _install(
+    claim: NodeClaim, *, stack: LocalStack, ec2: SimulatedEc2, cluster: SimulatedCluster, kube: KubeHarness, state: StatePort, catalog: Catalog, now: datetime
+) -> RunningClaim:
     from joiner.services.registration import claim_labels
 
     pool_raw = kube.get("NodePool", claim.node_pool)
@@ -86,14 +94,34 @@ def _install(claim: NodeClaim, *, stack: LocalStack, ec2: SimulatedEc2, cluster:
     if info is None:
         raise ValueError(f"NodeClaim {claim.name}: instance type {instance_type} is not in the catalog")
     arch = info.requirements[wk.ARCH].single_value() if wk.ARCH in info.requirements else "amd64"
-    instance = _run_instance(claim, stack=stack, ec2=ec2, arch=_EC2_ARCH.get(arch or "amd64", "x86_64"), instance_type=instance_type,
-                             zone=zone, capacity_type=capacity_type, tags=node_class.tags if node_class is not None else None)
+    instance = _run_instance(
+        claim,
+        stack=stack,
+        ec2=ec2,
+        arch=_EC2_ARCH.get(arch or "amd64", "x86_64"),
+        instance_type=instance_type,
+        zone=zone,
+        capacity_type=capacity_type,
+        tags=node_class.tags if node_class is not None else None,
+    )
     node_name = claim.node_name or instance.private_dns
     record = ClaimRecord(
-        claim_id=claim.name, node_pool=claim.node_pool, state=ClaimState.INITIALIZED, created_at=now,
-        instance_id=instance.instance_id, instance_type=instance_type, zone=zone, capacity_type=capacity_type, price=instance.price,
-        node_name=node_name, reserved=info.capacity, launched_at=now, registered_at=now, initialized_at=now,
-        pool_hash=nodepool_hash(pool), class_hash=nodeclass_hash(node_class) if node_class is not None else "",
+        claim_id=claim.name,
+        node_pool=claim.node_pool,
+        state=ClaimState.INITIALIZED,
+        created_at=now,
+        instance_id=instance.instance_id,
+        instance_type=instance_type,
+        zone=zone,
+        capacity_type=capacity_type,
+        price=instance.price,
+        node_name=node_name,
+        reserved=info.capacity,
+        launched_at=now,
+        registered_at=now,
+        initialized_at=now,
+        pool_hash=nodepool_hash(pool),
+        class_hash=nodeclass_hash(node_class) if node_class is not None else "",
     )
     state.put_claim(record)
     state.reserve_capacity(claim.node_pool, claim.name, info.capacity, pool.limits, EMPTY)
@@ -102,10 +130,16 @@ def _install(claim: NodeClaim, *, stack: LocalStack, ec2: SimulatedEc2, cluster:
     startup = {(t.key, t.effect) for t in pool.startup_taints}
     taints = tuple(t for t in node_taints(pool) if (t.key, t.effect) not in startup)
     cluster.register_node(instance.instance_id, node_name, instance_type, zone, BootSpec(labels, taints, kubelet))
-    kube.patch("Node", node_name, {"metadata": {
-        "finalizers": [TERMINATION_FINALIZER],
-        "annotations": {NODEPOOL_HASH_KEY: record.pool_hash, **({NODECLASS_HASH_KEY: record.class_hash} if record.class_hash else {})},
-    }})
+    kube.patch(
+        "Node",
+        node_name,
+        {
+            "metadata": {
+                "finalizers": [TERMINATION_FINALIZER],
+                "annotations": {NODEPOOL_HASH_KEY: record.pool_hash, **({NODECLASS_HASH_KEY: record.class_hash} if record.class_hash else {})},
+            }
+        },
+    )
 
     mirror: dict[str, Any] = json.loads(json.dumps(node_claim_object(record, pool_raw, now=now)))  # plain JSON, as the API takes it
     mirror["metadata"]["finalizers"] = [TERMINATION_FINALIZER]
@@ -113,17 +147,23 @@ def _install(claim: NodeClaim, *, stack: LocalStack, ec2: SimulatedEc2, cluster:
     return RunningClaim(claim.name, claim.api_version, claim.node_pool, node_name, instance.instance_id)
 
 
-def _run_instance(claim: NodeClaim, *, stack: LocalStack, ec2: SimulatedEc2, arch: str, instance_type: str, zone: str,
-                  capacity_type: str, tags: Any) -> Instance:
+def _run_instance(
+    claim: NodeClaim, *, stack: LocalStack, ec2: SimulatedEc2, arch: str, instance_type: str, zone: str, capacity_type: str, tags: Any
+) -> Instance:
     """EC2 runs the claim's instance (as the claim's launch did), seen by the simulated EC2 as launched now."""
     cluster, network = stack.cluster, stack.network
     assert network is not None, "the stack is created before the scenario's NodeClaims"
     instance_tags = launch_tags(cluster, claim.node_pool, claim.name, tags)
     request: dict[str, Any] = {
-        "ImageId": stack.amis[arch], "InstanceType": instance_type, "MinCount": 1, "MaxCount": 1,
-        "SubnetId": network.subnets[zone], "SecurityGroupIds": list(network.security_groups),
-        "TagSpecifications": [{"ResourceType": kind, "Tags": [{"Key": k, "Value": v} for k, v in sorted(instance_tags.items())]}
-                              for kind in ("instance", "volume")],
+        "ImageId": stack.amis[arch],
+        "InstanceType": instance_type,
+        "MinCount": 1,
+        "MaxCount": 1,
+        "SubnetId": network.subnets[zone],
+        "SecurityGroupIds": list(network.security_groups),
+        "TagSpecifications": [
+            {"ResourceType": kind, "Tags": [{"Key": k, "Value": v} for k, v in sorted(instance_tags.items())]} for kind in ("instance", "volume")
+        ],
     }
     if capacity_type == wk.CAPACITY_TYPE_SPOT:
         request["InstanceMarketOptions"] = {"MarketType": "spot"}

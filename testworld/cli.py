@@ -53,16 +53,25 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--report", default=DEFAULT_REPORT, help=f"HTML report path (default: {DEFAULT_REPORT})")
     parser.add_argument("--functions", type=Path, default=None, help="directory holding <name>/handler.py (default: this checkout's functions/)")
-    parser.add_argument("--mode", choices=("economy", "responsive"), default="economy",
-                        help="scanner mode: economy (one round a minute) or responsive (the watcher wakes the scanner)")
-    parser.add_argument("--kube", choices=("emulator", "real"), default="emulator",
-                        help="Kubernetes: the in-process API emulator (default, fast) or real etcd, kube-apiserver and "
-                             "kube-scheduler built by `make kube`")
+    parser.add_argument(
+        "--mode",
+        choices=("economy", "responsive"),
+        default="economy",
+        help="scanner mode: economy (one round a minute) or responsive (the watcher wakes the scanner)",
+    )
+    parser.add_argument(
+        "--kube",
+        choices=("emulator", "real"),
+        default="emulator",
+        help="Kubernetes: the in-process API emulator (default, fast) or real etcd, kube-apiserver and kube-scheduler built by `make kube`",
+    )
     parser.add_argument("--verbose", action="store_true", help="let Joiner's JSON logs through to stdout")
     parser.add_argument("--quiet", action="store_true", help="print only the summary")
-    parser.add_argument("--hold", action="store_true",
-                        help="at the end keep the local AWS and Kubernetes API up, print how to reach them "
-                             "(kubectl, joiner status) and wait for Ctrl-D or Ctrl-C")
+    parser.add_argument(
+        "--hold",
+        action="store_true",
+        help="at the end keep the local AWS and Kubernetes API up, print how to reach them (kubectl, joiner status) and wait for Ctrl-D or Ctrl-C",
+    )
 
 
 class _Progress:
@@ -126,9 +135,16 @@ def run(args: argparse.Namespace) -> int:
     print(f"joiner: simulating {scenario.name} ({int(scenario.duration.total_seconds()) // 60} min) from {path}", flush=True)
     if not args.quiet:
         print(TIMELINE_HEADER, flush=True)
-    simulation = Simulation(scenario, functions_dir=args.functions, on_entry=on_entry, on_progress=progress.update, verbose=args.verbose,
-                            scanner_mode=args.mode, kube=args.kube,
-                            on_end=(lambda sim: hold(sim, Path(args.report).with_suffix(".kubeconfig"))) if args.hold else None)
+    simulation = Simulation(
+        scenario,
+        functions_dir=args.functions,
+        on_entry=on_entry,
+        on_progress=progress.update,
+        verbose=args.verbose,
+        scanner_mode=args.mode,
+        kube=args.kube,
+        on_end=(lambda sim: hold(sim, Path(args.report).with_suffix(".kubeconfig"))) if args.hold else None,
+    )
     try:
         result = simulation.run()
     finally:
@@ -162,18 +178,26 @@ def hold(simulation: Simulation, kubeconfig: Path) -> None:
     import json
 
     kubeconfig.parent.mkdir(parents=True, exist_ok=True)
-    kubeconfig.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "joiner-demo",
-        "clusters": [{"name": "joiner-demo", "cluster": {"server": simulation.emulator.url}}],
-        "users": [{"name": "joiner-demo", "user": {"token": "local"}}],
-        "contexts": [{"name": "joiner-demo", "context": {"cluster": "joiner-demo", "user": "joiner-demo"}}],
-    }, indent=2) + "\n", encoding="utf-8")
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "joiner-demo",
+                "clusters": [{"name": "joiner-demo", "cluster": {"server": simulation.emulator.url}}],
+                "users": [{"name": "joiner-demo", "user": {"token": "local"}}],
+                "contexts": [{"name": "joiner-demo", "context": {"cluster": "joiner-demo", "user": "joiner-demo"}}],
+            },
+            indent=2,
+        )
+        + "\n",
+        encoding="utf-8",
+    )
     at = simulation.clock.now().isoformat().replace("+00:00", "Z")
     aws = f"AWS_ENDPOINT_URL={simulation.moto.endpoint} AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing"
     print(f"\njoiner: holding the local world at {at} (simulated); in another shell:", flush=True)
     print(f"  kubectl --kubeconfig {kubeconfig} get nodes,nodeclaims.joiner.dev,nodepools.joiner.dev,nodeclasses.joiner.dev", flush=True)
-    print(f"  {aws} joiner status --table {simulation.stack.state_table} --region {simulation.region} --kubeconfig {kubeconfig} --at {at}",
-          flush=True)
+    print(f"  {aws} joiner status --table {simulation.stack.state_table} --region {simulation.region} --kubeconfig {kubeconfig} --at {at}", flush=True)
     print("Ctrl-D or Ctrl-C ends it.", flush=True)
     try:
         sys.stdin.read()

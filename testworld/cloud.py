@@ -90,8 +90,11 @@ class Interruption:
     def within_deadline(self) -> bool:
         """Drained and terminated by Joiner before EC2 reclaimed the instance."""
         return (
-            self.terminated_by == "joiner" and self.drained is not None and self.drained <= self.deadline
-            and self.terminated is not None and self.terminated <= self.deadline
+            self.terminated_by == "joiner"
+            and self.drained is not None
+            and self.drained <= self.deadline
+            and self.terminated is not None
+            and self.terminated <= self.deadline
         )
 
 
@@ -120,8 +123,11 @@ class Rebalance:
         if self.policy == "ignore":
             return self.cordoned is None and self.drain_started is None and self.terminated is None
         return (
-            self.replacement_ready is not None and self.drain_started is not None and self.replacement_ready <= self.drain_started
-            and self.drained is not None and self.terminated_by == "joiner"
+            self.replacement_ready is not None
+            and self.drain_started is not None
+            and self.replacement_ready <= self.drain_started
+            and self.drained is not None
+            and self.terminated_by == "joiner"
         )
 
 
@@ -143,8 +149,7 @@ class SimulatedEc2:
     # ------------------------------------------------------------ observing
 
     def _describe(self) -> list[dict[str, Any]]:
-        pages = self.ec2.get_paginator("describe_instances").paginate(
-            Filters=[{"Name": f"tag:kubernetes.io/cluster/{self.cluster}", "Values": ["owned"]}])
+        pages = self.ec2.get_paginator("describe_instances").paginate(Filters=[{"Name": f"tag:kubernetes.io/cluster/{self.cluster}", "Values": ["owned"]}])
         return [i for page in pages for r in page["Reservations"] for i in r["Instances"]]
 
     def _price(self, instance_type: str, zone: str, capacity_type: str) -> float:
@@ -166,10 +171,16 @@ class SimulatedEc2:
                 capacity_type = "spot" if raw.get("InstanceLifecycle") == "spot" or raw.get("SpotInstanceRequestId") else "on-demand"
                 zone = raw["Placement"]["AvailabilityZone"]
                 known = Instance(
-                    instance_id=instance_id, instance_type=raw["InstanceType"], zone=zone, capacity_type=capacity_type,
-                    node_pool=tags.get(wk.NODEPOOL, ""), private_dns=raw.get("PrivateDnsName") or f"{instance_id}.ec2.internal",
-                    price=self._price(raw["InstanceType"], zone, capacity_type), launched=self.now(),
-                    managed=wk.NODECLAIM in tags, state=state,
+                    instance_id=instance_id,
+                    instance_type=raw["InstanceType"],
+                    zone=zone,
+                    capacity_type=capacity_type,
+                    node_pool=tags.get(wk.NODEPOOL, ""),
+                    private_dns=raw.get("PrivateDnsName") or f"{instance_id}.ec2.internal",
+                    price=self._price(raw["InstanceType"], zone, capacity_type),
+                    launched=self.now(),
+                    managed=wk.NODECLAIM in tags,
+                    state=state,
                 )
                 self.instances[instance_id] = known
                 launched.append(known)
@@ -198,10 +209,17 @@ class SimulatedEc2:
     # ------------------------------------------------------------ acting
 
     def _put(self, detail_type: str, detail: dict[str, Any], instance: Instance) -> None:
-        answer = self.events.put_events(Entries=[{
-            "Source": "aws.ec2", "DetailType": detail_type, "Detail": json.dumps(detail),
-            "Resources": [f"arn:aws:ec2:{self.region}:123456789012:instance/{instance.instance_id}"], "Time": self.now(),
-        }])
+        answer = self.events.put_events(
+            Entries=[
+                {
+                    "Source": "aws.ec2",
+                    "DetailType": detail_type,
+                    "Detail": json.dumps(detail),
+                    "Resources": [f"arn:aws:ec2:{self.region}:123456789012:instance/{instance.instance_id}"],
+                    "Time": self.now(),
+                }
+            ]
+        )
         if answer.get("FailedEntryCount"):
             raise RuntimeError(f"put_events failed: {answer}")
 

@@ -65,8 +65,9 @@ class KubeHarness(Protocol):
 
     def get(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None: ...
 
-    def list(self, kind: str, namespace: str | None = None, *, label_selector: str | None = None,
-             field_selector: str | None = None) -> list[dict[str, Any]]: ...
+    def list(
+        self, kind: str, namespace: str | None = None, *, label_selector: str | None = None, field_selector: str | None = None
+    ) -> list[dict[str, Any]]: ...
 
     def patch(self, kind: str, name: str, patch: Mapping[str, Any], namespace: str | None = None) -> dict[str, Any]: ...
 
@@ -124,7 +125,7 @@ def kubelet_registration(user_data_b64: str | None) -> BootSpec:
             strategy = (((document.get("spec") or {}).get("instance") or {}).get("localStorage") or {}).get("strategy")
             if strategy in INSTANCE_STORE_POLICIES:
                 local_storage = strategy
-            kubelet = ((document.get("spec") or {}).get("kubelet") or {})
+            kubelet = (document.get("spec") or {}).get("kubelet") or {}
             flags = [str(f) for f in kubelet.get("flags") or []]
             for item in _split_flag(flags, "node-labels"):
                 key, _, value = item.partition("=")
@@ -189,8 +190,7 @@ class SimulatedCluster:
 
     # ------------------------------------------------------------ kubelet
 
-    def register_node(self, instance_id: str, name: str, instance_type: str, zone: str, boot: BootSpec, *,
-                      ready: bool = True) -> dict[str, Any]:
+    def register_node(self, instance_id: str, name: str, instance_type: str, zone: str, boot: BootSpec, *, ready: bool = True) -> dict[str, Any]:
         """The kubelet of ``instance_id`` registers its Node, Ready (this kubelet has no
         not-ready phase: :attr:`not_ready_seconds` is 0)."""
         if not ready:
@@ -214,9 +214,17 @@ class SimulatedCluster:
         if info is not None and wk.ARCH in info.requirements:
             arch = info.requirements[wk.ARCH].single_value() or arch
         labels = {
-            wk.HOSTNAME: name, wk.ARCH: arch, wk.OS: "linux", wk.INSTANCE_TYPE: instance_type, wk.ZONE: zone, wk.REGION: self.region,
-            "beta.kubernetes.io/instance-type": instance_type, "beta.kubernetes.io/arch": arch, "beta.kubernetes.io/os": "linux",
-            "failure-domain.beta.kubernetes.io/zone": zone, "failure-domain.beta.kubernetes.io/region": self.region,
+            wk.HOSTNAME: name,
+            wk.ARCH: arch,
+            wk.OS: "linux",
+            wk.INSTANCE_TYPE: instance_type,
+            wk.ZONE: zone,
+            wk.REGION: self.region,
+            "beta.kubernetes.io/instance-type": instance_type,
+            "beta.kubernetes.io/arch": arch,
+            "beta.kubernetes.io/os": "linux",
+            "failure-domain.beta.kubernetes.io/zone": zone,
+            "failure-domain.beta.kubernetes.io/region": self.region,
             **boot.labels,
         }
         spec: dict[str, Any] = {"providerID": f"aws:///{zone}/{instance_id}"}
@@ -224,11 +232,13 @@ class SimulatedCluster:
             spec["taints"] = [t.to_dict() for t in boot.taints]
         now = stamp(self.now())
         return {
-            "apiVersion": "v1", "kind": "Node",
+            "apiVersion": "v1",
+            "kind": "Node",
             "metadata": {"name": name, "labels": labels},
             "spec": spec,
             "status": {
-                "capacity": quantities(capacity), "allocatable": quantities(allocatable),
+                "capacity": quantities(capacity),
+                "allocatable": quantities(allocatable),
                 "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "lastTransitionTime": now, "lastHeartbeatTime": now}],
                 "nodeInfo": {"architecture": arch, "operatingSystem": "linux", "kubeletVersion": "v1.31.0-eks"},
             },
@@ -244,8 +254,7 @@ class SimulatedCluster:
         now = stamp(self.now())
         previous = next((c for c in conditions if c.get("type") == condition), None)
         since = previous.get("lastTransitionTime") if previous is not None and previous.get("status") == status else now
-        updated = {"type": condition, "status": status, "reason": reason, "message": message,
-                   "lastTransitionTime": since, "lastHeartbeatTime": now}
+        updated = {"type": condition, "status": status, "reason": reason, "message": message, "lastTransitionTime": since, "lastHeartbeatTime": now}
         self._write_node_conditions(name, [*(c for c in conditions if c.get("type") != condition), updated])
 
     def _write_node_conditions(self, name: str, conditions: list[dict[str, Any]]) -> None:
@@ -321,7 +330,7 @@ class SimulatedCluster:
                     if record is not None:
                         record.gone = self.now()
                 self.note("replicaset", f"{name} scaled to {wanted}", f"deleted {len(doomed)} pod{'s' if len(doomed) != 1 else ''}")
-                current = current[len(doomed):]
+                current = current[len(doomed) :]
             elif len(current) < wanted:
                 created = [self._create_pod(workload) for _ in range(wanted - len(current))]
                 self.note("replicaset", f"{name}: {len(current)}/{wanted} pods", f"created {len(created)} pod{'s' if len(created) != 1 else ''}")
@@ -336,28 +345,37 @@ class SimulatedCluster:
             meta = pdb["metadata"]
             selector = (pdb.get("spec") or {}).get("selector")
             expected = sum(
-                self.replicas.get(name, 0) for name, workload in self.workloads.items()
+                self.replicas.get(name, 0)
+                for name, workload in self.workloads.items()
                 if workload.namespace == meta.get("namespace")
                 and selector_object_matches(selector, {"app": workload.name, **workload.labels, WORKLOAD_LABEL: workload.name})
             )
             if (meta.get("annotations") or {}).get(EXPECTED_PODS_ANNOTATION) != str(expected):
-                self.emulator.patch("PodDisruptionBudget", meta["name"], {"metadata": {"annotations": {EXPECTED_PODS_ANNOTATION: str(expected)}}},
-                                    meta.get("namespace"))
+                self.emulator.patch(
+                    "PodDisruptionBudget", meta["name"], {"metadata": {"annotations": {EXPECTED_PODS_ANNOTATION: str(expected)}}}, meta.get("namespace")
+                )
 
     def _create_pod(self, workload: Workload) -> dict[str, Any]:
         self._serial += 1
         name = f"{workload.name}-{uuid.uuid4().hex[:5]}"
         labels = {"app": workload.name, **workload.labels, WORKLOAD_LABEL: workload.name}
-        pod = self.emulator.apply({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {
-                "name": name, "namespace": workload.namespace, "uid": str(uuid.uuid4()), "labels": labels,
-                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": f"{workload.name}-rs",
-                                     "uid": f"rs-{workload.name}", "controller": True}],
-            },
-            "spec": workload.pod_spec(),
-            "status": {"phase": "Pending"},
-        })
+        pod = self.emulator.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": name,
+                    "namespace": workload.namespace,
+                    "uid": str(uuid.uuid4()),
+                    "labels": labels,
+                    "ownerReferences": [
+                        {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": f"{workload.name}-rs", "uid": f"rs-{workload.name}", "controller": True}
+                    ],
+                },
+                "spec": workload.pod_spec(),
+                "status": {"phase": "Pending"},
+            }
+        )
         key = f"{workload.namespace}/{name}"
         self.pods[key] = PodRecord(key=key, workload=workload.name, created=self.now())
         return pod
@@ -370,8 +388,9 @@ class SimulatedCluster:
                 conditions = [c for c in status.get("conditions") or [] if c.get("type") not in ("Ready", "ContainersReady", "Initialized")]
                 now = stamp(self.now())
                 conditions += [{"type": t, "status": "True", "lastTransitionTime": now} for t in ("Initialized", "ContainersReady", "Ready")]
-                self.emulator.patch("Pod", pod["metadata"]["name"], {"status": {"phase": "Running", "conditions": conditions, "startTime": now}},
-                                    pod["metadata"]["namespace"])
+                self.emulator.patch(
+                    "Pod", pod["metadata"]["name"], {"status": {"phase": "Running", "conditions": conditions, "startTime": now}}, pod["metadata"]["namespace"]
+                )
 
     def _schedule(self, pods: list[dict[str, Any]], nodes: Mapping[str, dict[str, Any]]) -> None:
         parsed_nodes: dict[str, Node] = {}
@@ -430,8 +449,14 @@ class SimulatedCluster:
             if pod.nominated_node in held:
                 held[pod.nominated_node] = held[pod.nominated_node] - pod.requests
             assert isinstance(self.emulator, KubeEmulator), "the simulated scheduler binds on the emulator"
-            self.emulator._call(functools.partial(self.emulator.handler.bind,  # noqa: SLF001
-                pod.namespace, pod.name, {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod.name}, "target": {"apiVersion": "v1", "kind": "Node", "name": name}}))
+            self.emulator._call(
+                functools.partial(
+                    self.emulator.handler.bind,  # noqa: SLF001
+                    pod.namespace,
+                    pod.name,
+                    {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod.name}, "target": {"apiVersion": "v1", "kind": "Node", "name": name}},
+                )
+            )
             record = self.pods.get(pod.key)
             if record is not None and record.bound is None:
                 record.bound, record.node = self.now(), name
@@ -451,9 +476,19 @@ class SimulatedCluster:
             since = conditions[0].get("lastTransitionTime") if conditions and conditions[0].get("reason") == "Unschedulable" else now
             if not (conditions and conditions[0].get("reason") == "Unschedulable"):
                 newly += 1
-            self.emulator.patch("Pod", pod.name, {"status": {"phase": "Pending", "conditions": [
-                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message, "lastTransitionTime": since or now},
-            ]}}, pod.namespace)
+            self.emulator.patch(
+                "Pod",
+                pod.name,
+                {
+                    "status": {
+                        "phase": "Pending",
+                        "conditions": [
+                            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message, "lastTransitionTime": since or now},
+                        ],
+                    }
+                },
+                pod.namespace,
+            )
         if newly:
             self.note("scheduler", f"{newly} pod{'s' if newly != 1 else ''} unschedulable", "marked PodScheduled=False (Unschedulable)")
 

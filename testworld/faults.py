@@ -37,11 +37,8 @@ def aws_response(status: int, body: str) -> AWSResponse:
 
 
 def _fleet_overrides(body: Mapping[str, Any]) -> list[dict[str, str]]:
-    indexes = sorted({int(key[len(_OVERRIDES):].split(".", 1)[0]) for key in body if key.startswith(_OVERRIDES)})
-    return [
-        {name[len(f"{_OVERRIDES}{index}."):]: value for name, value in body.items() if name.startswith(f"{_OVERRIDES}{index}.")}
-        for index in indexes
-    ]
+    indexes = sorted({int(key[len(_OVERRIDES) :].split(".", 1)[0]) for key in body if key.startswith(_OVERRIDES)})
+    return [{name[len(f"{_OVERRIDES}{index}.") :]: value for name, value in body.items() if name.startswith(f"{_OVERRIDES}{index}.")} for index in indexes]
 
 
 @dataclass(frozen=True)
@@ -81,7 +78,7 @@ class CapacityInjector:
             body = dict(urllib.parse.parse_qsl(body.decode() if isinstance(body, bytes) else body))
         overrides = _fleet_overrides(body)
         lifecycle = body.get("TargetCapacitySpecification.DefaultTargetCapacityType", "on-demand")
-        template = {k[len(_TEMPLATE):]: v for k, v in body.items() if k.startswith(_TEMPLATE)}
+        template = {k[len(_TEMPLATE) :]: v for k, v in body.items() if k.startswith(_TEMPLATE)}
         kept: list[dict[str, str]] = []
         failed: list[dict[str, str]] = []
         for override in overrides:
@@ -122,7 +119,11 @@ class CapacityInjector:
 
 
 def inject_capacity_errors(
-    ec2: Any, failing: Callable[[str, str, str], bool], code: str = CAPACITY_ERROR, *, injector: CapacityInjector | None = None,
+    ec2: Any,
+    failing: Callable[[str, str, str], bool],
+    code: str = CAPACITY_ERROR,
+    *,
+    injector: CapacityInjector | None = None,
 ) -> CapacityInjector:
     """Register an injector (a new one, or ``injector`` shared between clients) on this EC2
     client's ``CreateFleet``; ``failing(instance_type, zone, capacity_type)``."""

@@ -159,20 +159,44 @@ _META = frozenset({"metadata.name", "metadata.namespace"})
 
 BUILTIN_RESOURCES: tuple[ResourceType, ...] = (
     ResourceType(
-        "", "v1", "pods", "Pod", True,
+        "",
+        "v1",
+        "pods",
+        "Pod",
+        True,
         subresources=frozenset({"status", "eviction", "binding"}),
-        field_labels=_META | {
-            "spec.nodeName", "spec.restartPolicy", "spec.schedulerName", "spec.serviceAccountName",
-            "spec.hostNetwork", "status.phase", "status.podIP", "status.nominatedNodeName",
+        field_labels=_META
+        | {
+            "spec.nodeName",
+            "spec.restartPolicy",
+            "spec.schedulerName",
+            "spec.serviceAccountName",
+            "spec.hostNetwork",
+            "status.phase",
+            "status.podIP",
+            "status.nominatedNodeName",
         },
     ),
     ResourceType("", "v1", "nodes", "Node", False, subresources=frozenset({"status"}), field_labels=_META | {"spec.unschedulable"}),
     ResourceType(
-        "", "v1", "events", "Event", True,
-        field_labels=_META | {
-            "involvedObject.kind", "involvedObject.namespace", "involvedObject.name", "involvedObject.uid",
-            "involvedObject.apiVersion", "involvedObject.resourceVersion", "involvedObject.fieldPath",
-            "reason", "reportingComponent", "source", "type",
+        "",
+        "v1",
+        "events",
+        "Event",
+        True,
+        field_labels=_META
+        | {
+            "involvedObject.kind",
+            "involvedObject.namespace",
+            "involvedObject.name",
+            "involvedObject.uid",
+            "involvedObject.apiVersion",
+            "involvedObject.resourceVersion",
+            "involvedObject.fieldPath",
+            "reason",
+            "reportingComponent",
+            "source",
+            "type",
         },
     ),
     ResourceType("apps", "v1", "daemonsets", "DaemonSet", True, subresources=frozenset({"status"}), field_labels=_META, generation=True),
@@ -182,28 +206,55 @@ BUILTIN_RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("", "v1", "persistentvolumes", "PersistentVolume", False, subresources=frozenset({"status"}), field_labels=_META),
     ResourceType("storage.k8s.io", "v1", "storageclasses", "StorageClass", False, field_labels=_META),
     ResourceType("storage.k8s.io", "v1", "csinodes", "CSINode", False, field_labels=_META),
-    ResourceType("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False, subresources=frozenset({"status"}), field_labels=_META, generation=True),
+    ResourceType(
+        "apiextensions.k8s.io",
+        "v1",
+        "customresourcedefinitions",
+        "CustomResourceDefinition",
+        False,
+        subresources=frozenset({"status"}),
+        field_labels=_META,
+        generation=True,
+    ),
     ResourceType("joiner.dev", "v1", "nodepools", "NodePool", False, subresources=frozenset({"status"}), field_labels=_META, custom=True, generation=True),
     ResourceType("joiner.dev", "v1", "nodeclasses", "NodeClass", False, subresources=frozenset({"status"}), field_labels=_META, custom=True, generation=True),
 )
 
 #: Short names and categories the real API server announces for the built-in kinds.
 _BUILTIN_DISCOVERY: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "pods": (("po",), ("all",)), "nodes": (("no",), ()), "events": (("ev",), ()), "daemonsets": (("ds",), ("all",)),
-    "poddisruptionbudgets": (("pdb",), ()), "persistentvolumeclaims": (("pvc",), ()), "persistentvolumes": (("pv",), ()),
-    "storageclasses": (("sc",), ()), "customresourcedefinitions": (("crd", "crds"), ("api-extensions",)),
+    "pods": (("po",), ("all",)),
+    "nodes": (("no",), ()),
+    "events": (("ev",), ()),
+    "daemonsets": (("ds",), ("all",)),
+    "poddisruptionbudgets": (("pdb",), ()),
+    "persistentvolumeclaims": (("pvc",), ()),
+    "persistentvolumes": (("pv",), ()),
+    "storageclasses": (("sc",), ()),
+    "customresourcedefinitions": (("crd", "crds"), ("api-extensions",)),
 }
 BUILTIN_RESOURCES = tuple(
-    replace(r, short_names=_BUILTIN_DISCOVERY[r.plural][0], categories=_BUILTIN_DISCOVERY[r.plural][1])
-    if r.plural in _BUILTIN_DISCOVERY else r for r in BUILTIN_RESOURCES)
+    replace(r, short_names=_BUILTIN_DISCOVERY[r.plural][0], categories=_BUILTIN_DISCOVERY[r.plural][1]) if r.plural in _BUILTIN_DISCOVERY else r
+    for r in BUILTIN_RESOURCES
+)
 
 #: Field labels whose value lives somewhere other than the dotted path.
 _FIELD_ALIASES = {"source": "source.component"}
 
 HTTP_REASONS = {
-    400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 405: "MethodNotAllowed",
-    409: "Conflict", 410: "Expired", 415: "UnsupportedMediaType", 422: "Invalid", 429: "TooManyRequests",
-    500: "InternalError", 502: "BadGateway", 503: "ServiceUnavailable", 504: "Timeout",
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    409: "Conflict",
+    410: "Expired",
+    415: "UnsupportedMediaType",
+    422: "Invalid",
+    429: "TooManyRequests",
+    500: "InternalError",
+    502: "BadGateway",
+    503: "ServiceUnavailable",
+    504: "Timeout",
 }
 
 
@@ -213,8 +264,16 @@ HTTP_REASONS = {
 class ApiError(Exception):
     """An answer in the API server's ``Status`` format."""
 
-    def __init__(self, code: int, message: str, *, reason: str | None = None, details: JsonDict | None = None,
-                 headers: Mapping[str, str] | None = None, metadata: JsonDict | None = None) -> None:
+    def __init__(
+        self,
+        code: int,
+        message: str,
+        *,
+        reason: str | None = None,
+        details: JsonDict | None = None,
+        headers: Mapping[str, str] | None = None,
+        metadata: JsonDict | None = None,
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
@@ -225,8 +284,13 @@ class ApiError(Exception):
 
     def status(self) -> JsonDict:
         body: JsonDict = {
-            "kind": "Status", "apiVersion": "v1", "metadata": dict(self.metadata), "status": "Failure",
-            "message": self.message, "reason": self.reason, "code": self.code,
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": dict(self.metadata),
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
         }
         if self.details:
             body["details"] = self.details
@@ -238,7 +302,8 @@ CONTINUE_EXPIRED = (
     "The provided continue parameter is too old to display a consistent list result. You can start a new list without the "
     "continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing "
     "with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the "
-    "time the first chunk was returned and now may show up in the list.")
+    "time the first chunk was returned and now may show up in the list."
+)
 
 #: How often a plain watch that asked for bookmarks gets one (kube-apiserver's cacher: a minute).
 BOOKMARK_EVERY_SECONDS = 60.0
@@ -262,24 +327,33 @@ def _not_found(rtype: ResourceType, name: str) -> ApiError:
 
 
 def _conflict(rtype: ResourceType, name: str) -> ApiError:
-    return ApiError(409, f"Operation cannot be fulfilled on {rtype.describe(name)}: the object has been modified; "
-                         "please apply your changes to the latest version and try again",
-                    details=_details(rtype, name))
+    return ApiError(
+        409,
+        f"Operation cannot be fulfilled on {rtype.describe(name)}: the object has been modified; please apply your changes to the latest version and try again",
+        details=_details(rtype, name),
+    )
 
 
 def _invalid(rtype: ResourceType, name: str, causes: Sequence[tuple[str, str]]) -> ApiError:
     text = ", ".join(f"{path}: {message}" for path, message in causes)
     if len(causes) > 1:
         text = f"[{text}]"
-    return ApiError(422, f'{rtype.kind} "{name}" is invalid: {text}',
-                    details=_details(rtype, name, rtype.kind,
-                                     causes=[{"reason": _cause_reason(m), "message": m, "field": p} for p, m in causes]))
+    return ApiError(
+        422,
+        f'{rtype.kind} "{name}" is invalid: {text}',
+        details=_details(rtype, name, rtype.kind, causes=[{"reason": _cause_reason(m), "message": m, "field": p} for p, m in causes]),
+    )
 
 
 #: Kubernetes' field.ErrorType of a cause, by how its message starts.
-_CAUSE_REASONS = (("Unsupported value", "FieldValueNotSupported"), ("Required value", "FieldValueRequired"),
-                  ("Duplicate value", "FieldValueDuplicate"), ("Too many", "FieldValueTooMany"), ("Too long", "FieldValueTooLong"),
-                  ("Forbidden", "FieldValueForbidden"))
+_CAUSE_REASONS = (
+    ("Unsupported value", "FieldValueNotSupported"),
+    ("Required value", "FieldValueRequired"),
+    ("Duplicate value", "FieldValueDuplicate"),
+    ("Too many", "FieldValueTooMany"),
+    ("Too long", "FieldValueTooLong"),
+    ("Forbidden", "FieldValueForbidden"),
+)
 
 
 def _cause_reason(message: str) -> str:
@@ -454,10 +528,21 @@ def json_merge_patch(target: Any, patch: Any) -> Any:
 
 #: Lists Kubernetes declares ``patchStrategy: merge`` on, by field name, with their merge key.
 STRATEGIC_MERGE_KEYS: Mapping[str, str] = {
-    "containers": "name", "initContainers": "name", "ephemeralContainers": "name", "env": "name",
-    "volumes": "name", "volumeMounts": "mountPath", "volumeDevices": "devicePath", "imagePullSecrets": "name",
-    "ownerReferences": "uid", "conditions": "type", "addresses": "type", "ports": "containerPort",
-    "hostAliases": "ip", "topologySpreadConstraints": "topologyKey", "resourceClaims": "name",
+    "containers": "name",
+    "initContainers": "name",
+    "ephemeralContainers": "name",
+    "env": "name",
+    "volumes": "name",
+    "volumeMounts": "mountPath",
+    "volumeDevices": "devicePath",
+    "imagePullSecrets": "name",
+    "ownerReferences": "uid",
+    "conditions": "type",
+    "addresses": "type",
+    "ports": "containerPort",
+    "hostAliases": "ip",
+    "topologySpreadConstraints": "topologyKey",
+    "resourceClaims": "name",
 }
 #: Primitive lists merged as sets under strategic merge patch.
 STRATEGIC_SET_LISTS = frozenset({"finalizers"})
@@ -673,13 +758,15 @@ def pdb_status(pdb: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> Jso
         "currentHealthy": healthy,
         "desiredHealthy": desired,
         "disruptionsAllowed": allowed,
-        "conditions": [{
-            "type": "DisruptionAllowed",
-            "status": "True" if allowed > 0 else "False",
-            "reason": "SufficientPods" if allowed > 0 else "InsufficientPods",
-            "message": "",
-            "observedGeneration": _meta(pdb).get("generation", 1),
-        }],
+        "conditions": [
+            {
+                "type": "DisruptionAllowed",
+                "status": "True" if allowed > 0 else "False",
+                "reason": "SufficientPods" if allowed > 0 else "InsufficientPods",
+                "message": "",
+                "observedGeneration": _meta(pdb).get("generation", 1),
+            }
+        ],
     }
 
 
@@ -688,10 +775,17 @@ def _validate(rtype: ResourceType, obj: Mapping[str, Any]) -> None:
     name = str(meta.get("name") or "")
     causes: list[tuple[str, str]] = []
     if not _NAME.match(name) or len(name) > 253:
-        causes.append(("metadata.name", (f'Invalid value: "{name}": a lowercase RFC 1123 subdomain must consist of '
-                                        "lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric "
-                                        "character (e.g. 'example.com', regex used for validation is "
-                                        "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")))
+        causes.append(
+            (
+                "metadata.name",
+                (
+                    f'Invalid value: "{name}": a lowercase RFC 1123 subdomain must consist of '
+                    "lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric "
+                    "character (e.g. 'example.com', regex used for validation is "
+                    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+                ),
+            )
+        )
     for section in ("labels", "annotations"):
         values = meta.get(section)
         if values is None:
@@ -715,8 +809,9 @@ def _validate(rtype: ResourceType, obj: Mapping[str, Any]) -> None:
                 causes.append((f"{where}.key", "Required value"))
                 continue
             if taint.get("effect") not in _TAINT_EFFECTS:
-                causes.append((f"{where}.effect", (f'Unsupported value: "{taint.get("effect")}": supported values: '
-                                                  '"NoSchedule", "PreferNoSchedule", "NoExecute"')))
+                causes.append(
+                    (f"{where}.effect", (f'Unsupported value: "{taint.get("effect")}": supported values: "NoSchedule", "PreferNoSchedule", "NoExecute"'))
+                )
             if (taint["key"], taint.get("effect")) in seen:
                 causes.append((where, "Duplicate value: taints must be unique by key and effect pair"))
             seen.add((taint["key"], taint.get("effect")))
@@ -843,8 +938,9 @@ def _json_path(obj: Any, path: str) -> Any:
         if key:
             value = value.get(key) if isinstance(value, Mapping) else None
         else:
-            value = next((item for item in value if isinstance(item, Mapping) and item.get(filter_key) == filter_value), None) \
-                if isinstance(value, list) else None
+            value = (
+                next((item for item in value if isinstance(item, Mapping) and item.get(filter_key) == filter_value), None) if isinstance(value, list) else None
+            )
         if value is None:
             return None
     return value
@@ -857,12 +953,41 @@ def _column(name: str, priority: int = 0, kind: str = "string", description: str
     return {"name": name, "type": kind, "format": "", "description": description, "priority": priority}
 
 
-_NODE_COLUMNS = (_NAME_COLUMN, _column("Status"), _column("Roles"), _column("Age"), _column("Version"), _column("Internal-IP", 1),
-                 _column("External-IP", 1), _column("OS-Image", 1), _column("Kernel-Version", 1), _column("Container-Runtime", 1))
-_POD_COLUMNS = (_NAME_COLUMN, _column("Ready"), _column("Status"), _column("Restarts", kind="string"), _column("Age"),
-                _column("IP", 1), _column("Node", 1), _column("Nominated Node", 1), _column("Readiness Gates", 1))
-_EVENT_COLUMNS = (_column("Last Seen"), _column("Type"), _column("Reason"), _column("Object"), _column("Subobject", 1),
-                  _column("Source", 1), _column("Message"), _column("First Seen", 1), _column("Count", 1), dict(_NAME_COLUMN, priority=1))
+_NODE_COLUMNS = (
+    _NAME_COLUMN,
+    _column("Status"),
+    _column("Roles"),
+    _column("Age"),
+    _column("Version"),
+    _column("Internal-IP", 1),
+    _column("External-IP", 1),
+    _column("OS-Image", 1),
+    _column("Kernel-Version", 1),
+    _column("Container-Runtime", 1),
+)
+_POD_COLUMNS = (
+    _NAME_COLUMN,
+    _column("Ready"),
+    _column("Status"),
+    _column("Restarts", kind="string"),
+    _column("Age"),
+    _column("IP", 1),
+    _column("Node", 1),
+    _column("Nominated Node", 1),
+    _column("Readiness Gates", 1),
+)
+_EVENT_COLUMNS = (
+    _column("Last Seen"),
+    _column("Type"),
+    _column("Reason"),
+    _column("Object"),
+    _column("Subobject", 1),
+    _column("Source", 1),
+    _column("Message"),
+    _column("First Seen", 1),
+    _column("Count", 1),
+    dict(_NAME_COLUMN, priority=1),
+)
 _DEFAULT_COLUMNS = (_NAME_COLUMN, _column("Age"))
 
 
@@ -873,17 +998,28 @@ def _node_cells(node: Mapping[str, Any], now: datetime) -> list[Any]:
     if spec.get("unschedulable"):
         state += ",SchedulingDisabled"
     labels = meta.get("labels") or {}
-    roles = sorted({key.split("/", 1)[1] for key in labels if key.startswith("node-role.kubernetes.io/") and "/" in key}
-                   | ({labels["kubernetes.io/role"]} if labels.get("kubernetes.io/role") else set()))
+    roles = sorted(
+        {key.split("/", 1)[1] for key in labels if key.startswith("node-role.kubernetes.io/") and "/" in key}
+        | ({labels["kubernetes.io/role"]} if labels.get("kubernetes.io/role") else set())
+    )
     addresses = status.get("addresses") or []
 
     def address(kind: str) -> str:
         return next((a.get("address") for a in addresses if a.get("type") == kind and a.get("address")), "<none>")
 
     info = status.get("nodeInfo") or {}
-    return [meta.get("name"), state, ",".join(r for r in roles if r) or "<none>", _age(meta.get("creationTimestamp"), now),
-            info.get("kubeletVersion", ""), address("InternalIP"), address("ExternalIP"), info.get("osImage") or "<unknown>",
-            info.get("kernelVersion") or "<unknown>", info.get("containerRuntimeVersion") or "<unknown>"]
+    return [
+        meta.get("name"),
+        state,
+        ",".join(r for r in roles if r) or "<none>",
+        _age(meta.get("creationTimestamp"), now),
+        info.get("kubeletVersion", ""),
+        address("InternalIP"),
+        address("ExternalIP"),
+        info.get("osImage") or "<unknown>",
+        info.get("kernelVersion") or "<unknown>",
+        info.get("containerRuntimeVersion") or "<unknown>",
+    ]
 
 
 def _pod_cells(pod: Mapping[str, Any], now: datetime) -> list[Any]:
@@ -895,18 +1031,34 @@ def _pod_cells(pod: Mapping[str, Any], now: datetime) -> list[Any]:
     if meta.get("deletionTimestamp"):
         reason = "Terminating"
     gates = spec.get("readinessGates") or []
-    return [meta.get("name"), f"{ready}/{len(spec.get('containers') or [])}", reason, str(restarts),
-            _age(meta.get("creationTimestamp"), now), status.get("podIP") or "<none>", spec.get("nodeName") or "<none>",
-            status.get("nominatedNodeName") or "<none>", f"0/{len(gates)}" if gates else "<none>"]
+    return [
+        meta.get("name"),
+        f"{ready}/{len(spec.get('containers') or [])}",
+        reason,
+        str(restarts),
+        _age(meta.get("creationTimestamp"), now),
+        status.get("podIP") or "<none>",
+        spec.get("nodeName") or "<none>",
+        status.get("nominatedNodeName") or "<none>",
+        f"0/{len(gates)}" if gates else "<none>",
+    ]
 
 
 def _event_cells(event: Mapping[str, Any], now: datetime) -> list[Any]:
     meta, involved, source = _meta(event), event.get("involvedObject") or {}, event.get("source") or {}
     last = event.get("lastTimestamp") or event.get("eventTime") or meta.get("creationTimestamp")
-    return [_age(last, now), event.get("type", ""), event.get("reason", ""),
-            f"{str(involved.get('kind', '')).lower()}/{involved.get('name', '')}", involved.get("fieldPath", ""),
-            ", ".join(v for v in (source.get("component"), source.get("host")) if v), event.get("message", ""),
-            _age(event.get("firstTimestamp") or last, now), int(event.get("count") or 1), meta.get("name")]
+    return [
+        _age(last, now),
+        event.get("type", ""),
+        event.get("reason", ""),
+        f"{str(involved.get('kind', '')).lower()}/{involved.get('name', '')}",
+        involved.get("fieldPath", ""),
+        ", ".join(v for v in (source.get("component"), source.get("host")) if v),
+        event.get("message", ""),
+        _age(event.get("firstTimestamp") or last, now),
+        int(event.get("count") or 1),
+        meta.get("name"),
+    ]
 
 
 # ---------------------------------------------------------------- records
@@ -1022,7 +1174,10 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
         self._types[(rtype.group, rtype.version, rtype.plural)] = rtype
         verbs = {"get", "list", "watch", "create", "update", "patch", "delete"}
         self.resources[rtype.key] = kmock.ResourceInfo(
-            kind=rtype.kind, singular=rtype.singular, namespaced=rtype.namespaced, verbs=verbs,
+            kind=rtype.kind,
+            singular=rtype.singular,
+            namespaced=rtype.namespaced,
+            verbs=verbs,
             subresources=set(rtype.subresources),
         )
 
@@ -1086,7 +1241,7 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
                 return self._error_response(ApiError(fault.status, fault.message, headers=headers))
         if self.token is not None:
             header = request.headers.get("Authorization", "")
-            presented = header[len("Bearer "):] if header.startswith("Bearer ") else None
+            presented = header[len("Bearer ") :] if header.startswith("Bearer ") else None
             accepted = self.token(presented) if callable(self.token) else presented == self.token
             if not accepted:
                 return self._error_response(ApiError(401, "Unauthorized"))
@@ -1164,8 +1319,12 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
         # a BOOKMARK at the version they are at, annotated as the end of the initial events.
         initial_events = params.get("sendInitialEvents") == "true"
         if params.get("sendInitialEvents") is not None and params.get("resourceVersionMatch") != "NotOlderThan":
-            raise ApiError(422, 'ListOptions.meta.k8s.io "" is invalid: resourceVersionMatch: Forbidden: '
-                                "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan", reason="Invalid")
+            raise ApiError(
+                422,
+                'ListOptions.meta.k8s.io "" is invalid: resourceVersionMatch: Forbidden: '
+                "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+                reason="Invalid",
+            )
         bookmarks = params.get("allowWatchBookmarks") == "true"
         namespace = request.namespace
 
@@ -1193,8 +1352,16 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
                 lines = [{"type": "ADDED", "object": typed(obj)} for obj in self._items(rtype, namespace) if matches(obj)]
                 cursor = max(cursor or 0, self._revision)
                 if initial_events and bookmarks:
-                    lines.append({"type": "BOOKMARK", "object": {"kind": rtype.kind, "apiVersion": rtype.api_version, "metadata": {
-                        "resourceVersion": str(cursor), "annotations": {INITIAL_EVENTS_END: "true"}}}})
+                    lines.append(
+                        {
+                            "type": "BOOKMARK",
+                            "object": {
+                                "kind": rtype.kind,
+                                "apiVersion": rtype.api_version,
+                                "metadata": {"resourceVersion": str(cursor), "annotations": {INITIAL_EVENTS_END: "true"}},
+                            },
+                        }
+                    )
             elif cursor < self._watch_floor:
                 expired = True
         raw = request._raw_request
@@ -1226,8 +1393,9 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
                 if next_bookmark is not None and next_bookmark <= clock():
                     newest = self._newest.get(rtype.key, 0)
                     if newest > delivered:
-                        lines.append({"type": "BOOKMARK", "object": {"kind": rtype.kind, "apiVersion": rtype.api_version,
-                                                                     "metadata": {"resourceVersion": str(newest)}}})
+                        lines.append(
+                            {"type": "BOOKMARK", "object": {"kind": rtype.kind, "apiVersion": rtype.api_version, "metadata": {"resourceVersion": str(newest)}}}
+                        )
                     following = clock() + BOOKMARK_EVERY_SECONDS
                     next_bookmark = following if following < deadline - 2 else deadline - 2 if deadline - 2 > clock() else None
                     continue
@@ -1278,8 +1446,7 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
             return
         unknown = self._unknown_fields(rtype, obj)
         if unknown:
-            raise ApiError(400, f'{rtype.kind} in version "{rtype.version}" cannot be handled as a {rtype.kind}: '
-                                f"{_strict_error(unknown)}")
+            raise ApiError(400, f'{rtype.kind} in version "{rtype.version}" cannot be handled as a {rtype.kind}: {_strict_error(unknown)}')
 
     def _unknown_fields(self, rtype: ResourceType, obj: Mapping[str, Any]) -> list[str]:
         if rtype.custom:
@@ -1300,9 +1467,14 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
         namespace = request.namespace if rtype.namespaced else None
         if name is None:
             if method == "GET":
-                return 200, self.list_objects(rtype, namespace, label_selector=request.params.get("labelSelector"),
-                                              field_selector=request.params.get("fieldSelector"),
-                                              limit=request.params.get("limit"), continue_token=request.params.get("continue"))
+                return 200, self.list_objects(
+                    rtype,
+                    namespace,
+                    label_selector=request.params.get("labelSelector"),
+                    field_selector=request.params.get("fieldSelector"),
+                    limit=request.params.get("limit"),
+                    continue_token=request.params.get("continue"),
+                )
             if method == "POST":
                 if rtype.namespaced and namespace is None:
                     raise ApiError(405, f"the server does not allow this method on the requested resource ({rtype.plural} at cluster scope)")
@@ -1326,8 +1498,9 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
                 return 200, self.replace(rtype, namespace, name, self._body(request), status_only=status_only)
             case "PATCH":
                 content_type = request.headers.get("Content-Type", "").split(";")[0].strip()
-                return 200, self.patch(rtype, namespace, name, request.data, content_type, status_only=status_only,
-                                       strict=request.params.get("fieldValidation") == "Strict")
+                return 200, self.patch(
+                    rtype, namespace, name, request.data, content_type, status_only=status_only, strict=request.params.get("fieldValidation") == "Strict"
+                )
             case "DELETE":
                 return 200, self.delete(rtype, namespace, name, _delete_options(request))
         raise ApiError(405, f"the server does not allow this method on the requested resource ({method})")
@@ -1404,9 +1577,17 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
 
     # ------------------------------------------------ operations (loop thread, under the lock)
 
-    def list_objects(self, rtype: ResourceType, namespace: str | None, *, label_selector: str | None = None,
-                     field_selector: str | None = None, limit: str | int | None = None,
-                     continue_token: str | None = None, type_meta: bool = False) -> JsonDict:
+    def list_objects(
+        self,
+        rtype: ResourceType,
+        namespace: str | None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        limit: str | int | None = None,
+        continue_token: str | None = None,
+        type_meta: bool = False,
+    ) -> JsonDict:
         try:
             labels = parse_label_selector(label_selector)
             fields = parse_field_selector(field_selector)
@@ -1414,7 +1595,7 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
             raise ApiError(400, str(error)) from None
         for requirement in fields:
             if requirement.field not in rtype.field_labels:
-                raise ApiError(400, f'field label not supported: {requirement.field}')
+                raise ApiError(400, f"field label not supported: {requirement.field}")
         start_after: tuple[str, str] | None = None
         if continue_token:
             try:
@@ -1469,8 +1650,11 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
 
     def create(self, rtype: ResourceType, namespace: str | None, obj: JsonDict) -> JsonDict:
         if obj.get("kind") not in (None, rtype.kind) or obj.get("apiVersion") not in (None, rtype.api_version):
-            raise ApiError(400, f"the API version in the data ({obj.get('apiVersion')}) and kind ({obj.get('kind')}) "
-                                f"do not match the endpoint ({rtype.api_version} {rtype.kind})")
+            raise ApiError(
+                400,
+                f"the API version in the data ({obj.get('apiVersion')}) and kind ({obj.get('kind')}) "
+                f"do not match the endpoint ({rtype.api_version} {rtype.kind})",
+            )
         meta = obj.setdefault("metadata", {})
         if not isinstance(meta, dict):
             raise ApiError(400, "metadata must be an object")
@@ -1486,8 +1670,7 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
         if not meta.get("name"):
             raise _invalid(rtype, "", [("metadata.name", "Required value: name or generateName is required")])
         if self._current(rtype, meta.get("namespace"), meta["name"]) is not None:
-            raise ApiError(409, f"{rtype.describe(meta['name'])} already exists", reason="AlreadyExists",
-                           details=_details(rtype, meta["name"]))
+            raise ApiError(409, f"{rtype.describe(meta['name'])} already exists", reason="AlreadyExists", details=_details(rtype, meta["name"]))
         obj["apiVersion"], obj["kind"] = rtype.api_version, rtype.kind
         _validate(rtype, obj)
         self._admit(rtype, obj, None)
@@ -1503,8 +1686,9 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
             self._register_crd(obj)
         return self._store(rtype, obj, "ADDED")
 
-    def replace(self, rtype: ResourceType, namespace: str | None, name: str, obj: JsonDict, *, status_only: bool = False,
-                check_version: bool = True) -> JsonDict:
+    def replace(
+        self, rtype: ResourceType, namespace: str | None, name: str, obj: JsonDict, *, status_only: bool = False, check_version: bool = True
+    ) -> JsonDict:
         current = self._current(rtype, namespace, name)
         if current is None:
             raise _not_found(rtype, name)
@@ -1521,8 +1705,17 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
         return self._update(rtype, current, obj, status_only=status_only)
 
     # patch/delete replace kmock's HTTP-client shortcuts of the same names, which kmock itself never calls.
-    def patch(self, rtype: ResourceType, namespace: str | None, name: str, patch: Any, content_type: str, *,  # type: ignore[override]
-              status_only: bool = False, strict: bool = False) -> JsonDict:
+    def patch(  # type: ignore[override]
+        self,
+        rtype: ResourceType,
+        namespace: str | None,
+        name: str,
+        patch: Any,
+        content_type: str,
+        *,
+        status_only: bool = False,
+        strict: bool = False,
+    ) -> JsonDict:
         current = self._current(rtype, namespace, name)
         if current is None:
             raise _not_found(rtype, name)
@@ -1532,8 +1725,11 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
                     patched = json_merge_patch(current, self._mapping(patch))
                 case "application/strategic-merge-patch+json":
                     if rtype.custom:
-                        raise ApiError(415, "the body of the request was in an unknown format - accepted media types include: "
-                                            "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml")
+                        raise ApiError(
+                            415,
+                            "the body of the request was in an unknown format - accepted media types include: "
+                            "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
+                        )
                     patched = strategic_merge_patch(current, self._mapping(patch))
                 case "application/json-patch+json":
                     if not isinstance(patch, list):
@@ -1548,9 +1744,11 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
         unknown = self._unknown_fields(rtype, patched) if strict else []
         if unknown:
             shown = json.dumps(patched, separators=(",", ":")).replace('"', '\\"')
-            raise ApiError(422, f' "" is invalid: patch: Invalid value: "{shown}": {_strict_error(unknown)}',
-                           details={"causes": [{"reason": "FieldValueInvalid", "field": "patch",
-                                                "message": f"Invalid value: {_strict_error(unknown)}"}]})
+            raise ApiError(
+                422,
+                f' "" is invalid: patch: Invalid value: "{shown}": {_strict_error(unknown)}',
+                details={"causes": [{"reason": "FieldValueInvalid", "field": "patch", "message": f"Invalid value: {_strict_error(unknown)}"}]},
+            )
         sent = _meta(patched).get("resourceVersion")
         if sent is not None and str(sent) != current["metadata"]["resourceVersion"]:
             raise _conflict(rtype, name)
@@ -1562,8 +1760,7 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
             raise ApiError(400, "a merge patch must be a JSON object")
         return patch
 
-    def _update(self, rtype: ResourceType, current: JsonDict, new: JsonDict, *, status_only: bool,
-                whole: bool = False) -> JsonDict:
+    def _update(self, rtype: ResourceType, current: JsonDict, new: JsonDict, *, status_only: bool, whole: bool = False) -> JsonDict:
         """Write ``new`` over ``current``: only its status (``status_only``), everything but the
         status (the main resource of a type with a status subresource), or all of it (``whole``,
         the harness)."""
@@ -1594,8 +1791,9 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
                 meta.pop(immutable, None)
         result["apiVersion"], result["kind"] = rtype.api_version, rtype.kind
         if rtype.generation:
-            changed = {k: v for k, v in result.items() if k not in ("metadata", "status")} != \
-                      {k: v for k, v in current.items() if k not in ("metadata", "status")}
+            changed = {k: v for k, v in result.items() if k not in ("metadata", "status")} != {
+                k: v for k, v in current.items() if k not in ("metadata", "status")
+            }
             meta["generation"] = old_meta.get("generation", 1) + (1 if changed else 0)
         _validate(rtype, result)
         self._admit(rtype, result, current)
@@ -1606,8 +1804,15 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
             return self._remove(rtype, meta.get("namespace"), meta["name"])
         return self._store(rtype, result, "MODIFIED")
 
-    def delete(self, rtype: ResourceType, namespace: str | None, name: str, options: Mapping[str, Any] | None = None,  # type: ignore[override]  # see patch
-               *, via: str = "delete") -> JsonDict:
+    def delete(  # type: ignore[override]  # see patch
+        self,
+        rtype: ResourceType,
+        namespace: str | None,
+        name: str,
+        options: Mapping[str, Any] | None = None,
+        *,
+        via: str = "delete",
+    ) -> JsonDict:
         options = options or {}
         current = self._current(rtype, namespace, name)
         if current is None:
@@ -1617,9 +1822,13 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
             wanted, actual = preconditions.get(field_name), current["metadata"].get(field_name)
             if wanted is not None and wanted != actual:
                 why = "deleted and then recreated" if field_name == "uid" else "modified"
-                raise ApiError(409, f'Operation cannot be fulfilled on {rtype.kind} "{name}": the {label} in the precondition '
-                                    f"({wanted}) does not match the {label} in record ({actual}). The object might have been {why}",
-                               reason="Conflict", details=_details(rtype, name))
+                raise ApiError(
+                    409,
+                    f'Operation cannot be fulfilled on {rtype.kind} "{name}": the {label} in the precondition '
+                    f"({wanted}) does not match the {label} in record ({actual}). The object might have been {why}",
+                    reason="Conflict",
+                    details=_details(rtype, name),
+                )
         grace = options.get("gracePeriodSeconds")
         if not self._dry_run:
             self.deletions.append(DeletionRecord(rtype.kind, namespace, name, grace, via, options.get("propagationPolicy")))
@@ -1640,8 +1849,7 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
                 self._store(rtype, marked, "MODIFIED")
             return self._remove(rtype, namespace, name)  # pods answer with the pod
         removed = self._remove(rtype, namespace, name)
-        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-                "details": _details(rtype, name, uid=removed["metadata"].get("uid"))}
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": _details(rtype, name, uid=removed["metadata"].get("uid"))}
 
     def evict(self, namespace: str, name: str, eviction: JsonDict) -> JsonDict:
         pods = self.resource_type("Pod")
@@ -1656,7 +1864,8 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
         if not ignore_budgets:
             budgets = self.resource_type("PodDisruptionBudget")
             applicable = [
-                pdb for pdb in self._items(budgets, namespace)
+                pdb
+                for pdb in self._items(budgets, namespace)
                 if (pdb.get("spec") or {}).get("selector") and selector_object_matches(pdb["spec"]["selector"], _meta(pod).get("labels"))
             ]
             if len(applicable) > 1:
@@ -1667,10 +1876,17 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
                 unready_allowed = not pod_is_ready(pod) and status["currentHealthy"] >= status["desiredHealthy"] > 0
                 if not unready_allowed and status["disruptionsAllowed"] <= 0:
                     raise ApiError(
-                        429, "Cannot evict pod as it would violate the pod's disruption budget.",
-                        details={"causes": [{"reason": "DisruptionBudget",
-                                             "message": f"The disruption budget {_meta(pdb)['name']} needs {status['desiredHealthy']} "
-                                                        f"healthy pods and has {status['currentHealthy']} currently"}]},
+                        429,
+                        "Cannot evict pod as it would violate the pod's disruption budget.",
+                        details={
+                            "causes": [
+                                {
+                                    "reason": "DisruptionBudget",
+                                    "message": f"The disruption budget {_meta(pdb)['name']} needs {status['desiredHealthy']} "
+                                    f"healthy pods and has {status['currentHealthy']} currently",
+                                }
+                            ]
+                        },
                     )
         self.delete(pods, namespace, name, options, via="eviction")
         self._refresh_pdbs(namespace)
@@ -1686,7 +1902,7 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
             raise _invalid(pods, name, [("target.name", "Required value")])
         bound_to = (pod.get("spec") or {}).get("nodeName")
         if bound_to:
-            raise ApiError(409, f"Operation cannot be fulfilled on pods/binding \"{name}\": pod {name} is already assigned to node \"{bound_to}\"")
+            raise ApiError(409, f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} is already assigned to node "{bound_to}"')
         bound = copy.deepcopy(pod)
         bound.setdefault("spec", {})["nodeName"] = target
         status = bound.setdefault("status", {})
@@ -1738,14 +1954,22 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
                 continue
             if version.get("name") in schemas:
                 self._schemas[(spec.get("group", ""), str(version.get("name")), names.get("plural", ""))] = schemas[str(version.get("name"))]
-            self.register(ResourceType(
-                group=spec.get("group", ""), version=version.get("name", "v1"), plural=names.get("plural", ""),
-                kind=names.get("kind", ""), namespaced=spec.get("scope") == "Namespaced",
-                subresources=frozenset({"status"}) if "status" in (version.get("subresources") or {}) else frozenset(),
-                field_labels=_META, custom=True, generation=True,
-                short_names=tuple(names.get("shortNames") or ()), categories=tuple(names.get("categories") or ()),
-                printer_columns=tuple(version.get("additionalPrinterColumns") or ()),
-            ))
+            self.register(
+                ResourceType(
+                    group=spec.get("group", ""),
+                    version=version.get("name", "v1"),
+                    plural=names.get("plural", ""),
+                    kind=names.get("kind", ""),
+                    namespaced=spec.get("scope") == "Namespaced",
+                    subresources=frozenset({"status"}) if "status" in (version.get("subresources") or {}) else frozenset(),
+                    field_labels=_META,
+                    custom=True,
+                    generation=True,
+                    short_names=tuple(names.get("shortNames") or ()),
+                    categories=tuple(names.get("categories") or ()),
+                    printer_columns=tuple(version.get("additionalPrinterColumns") or ()),
+                )
+            )
 
     # ------------------------------------------------ discovery and Tables
 
@@ -1788,15 +2012,18 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
         resources their CRD's schema (what ``kubectl explain`` reads)."""
         served = self._served_versions()
         if path.rstrip("/") == "/openapi/v3":
-            return {"paths": {gv: {"serverRelativeURL": f"/openapi/v3/{gv}?hash={hashlib.sha256(gv.encode()).hexdigest()[:16].upper()}"}
-                              for gv in sorted(served)}}
+            return {
+                "paths": {gv: {"serverRelativeURL": f"/openapi/v3/{gv}?hash={hashlib.sha256(gv.encode()).hexdigest()[:16].upper()}"} for gv in sorted(served)}
+            }
         if not path.startswith("/openapi/v3/"):
             return _NOT_SERVED
-        types = served.get(path[len("/openapi/v3/"):].strip("/"))
+        types = served.get(path[len("/openapi/v3/") :].strip("/"))
         if types is None:
             return _NOT_SERVED
-        parameters = [{"name": name, "in": "query", "description": "", "schema": {"type": "string", "uniqueItems": True}}
-                      for name in ("dryRun", "fieldManager", "fieldValidation")]
+        parameters = [
+            {"name": name, "in": "query", "description": "", "schema": {"type": "string", "uniqueItems": True}}
+            for name in ("dryRun", "fieldManager", "fieldValidation")
+        ]
         paths: JsonDict = {}
         schemas: JsonDict = {}
         for rtype in types:
@@ -1812,8 +2039,7 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
             schema: JsonDict = copy.deepcopy(dict(crd_schema.schema)) if crd_schema is not None else {"type": "object"}
             schema["x-kubernetes-group-version-kind"] = [gvk]
             schemas[name] = schema
-        return {"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": "v1.37.2"}, "paths": paths,
-                "components": {"schemas": schemas}}
+        return {"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": "v1.37.2"}, "paths": paths, "components": {"schemas": schemas}}
 
     def _resource_list(self, group: str, version: str) -> JsonDict:
         verbs = ["create", "delete", "get", "list", "patch", "update", "watch"]
@@ -1821,23 +2047,26 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
         for rtype in sorted(self._types.values(), key=lambda r: r.plural):
             if (rtype.group, rtype.version) != (group, version):
                 continue
-            entry: JsonDict = {"name": rtype.plural, "singularName": rtype.singular, "namespaced": rtype.namespaced,
-                               "kind": rtype.kind, "verbs": verbs}
+            entry: JsonDict = {"name": rtype.plural, "singularName": rtype.singular, "namespaced": rtype.namespaced, "kind": rtype.kind, "verbs": verbs}
             if rtype.short_names:
                 entry["shortNames"] = list(rtype.short_names)
             if rtype.categories:
                 entry["categories"] = list(rtype.categories)
             resources.append(entry)
             for sub in sorted(rtype.subresources):
-                sub_entry: JsonDict = {"name": f"{rtype.plural}/{sub}", "singularName": "", "namespaced": rtype.namespaced,
-                                       "kind": rtype.kind, "verbs": ["get", "patch", "update"]}
+                sub_entry: JsonDict = {
+                    "name": f"{rtype.plural}/{sub}",
+                    "singularName": "",
+                    "namespaced": rtype.namespaced,
+                    "kind": rtype.kind,
+                    "verbs": ["get", "patch", "update"],
+                }
                 if sub == "eviction":
                     sub_entry.update(group="policy", version="v1", kind="Eviction", verbs=["create"])
                 elif sub == "binding":
                     sub_entry.update(kind="Binding", verbs=["create"])
                 resources.append(sub_entry)
-        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"{group}/{version}" if group else version,
-                "resources": resources}
+        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"{group}/{version}" if group else version, "resources": resources}
 
     def _table(self, rtype: ResourceType, answer: JsonDict) -> JsonDict:
         """A list or an object as a ``meta.k8s.io/v1`` Table: the columns the real server prints
@@ -1854,9 +2083,14 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
         elif rtype.printer_columns:
             printed = rtype.printer_columns
             columns = [_NAME_COLUMN] + [
-                _column(c["name"], int(c.get("priority", 0)), str(c.get("type", "string")),
-                        str(c.get("description") or f"Custom resource definition column (in JSONPath format): {c['jsonPath']}"))
-                for c in printed]
+                _column(
+                    c["name"],
+                    int(c.get("priority", 0)),
+                    str(c.get("type", "string")),
+                    str(c.get("description") or f"Custom resource definition column (in JSONPath format): {c['jsonPath']}"),
+                )
+                for c in printed
+            ]
 
             def cells(obj: Mapping[str, Any], now: datetime) -> list[Any]:
                 row: list[Any] = [_meta(obj).get("name")]
@@ -1870,10 +2104,15 @@ class KubernetesApiEmulator(kmock.KubernetesEmulator):
             def cells(obj: Mapping[str, Any], now: datetime) -> list[Any]:
                 return [_meta(obj).get("name"), _age(_meta(obj).get("creationTimestamp"), now)]
 
-        rows = [{"cells": cells(obj, now), "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
-                                                      "metadata": copy.deepcopy(_meta(obj))}} for obj in objects]
-        metadata = {k: v for k, v in (answer.get("metadata") or {}).items() if k in ("resourceVersion", "continue", "remainingItemCount")} \
-            if "items" in answer else {"resourceVersion": _meta(answer).get("resourceVersion")}
+        rows = [
+            {"cells": cells(obj, now), "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": copy.deepcopy(_meta(obj))}}
+            for obj in objects
+        ]
+        metadata = (
+            {k: v for k, v in (answer.get("metadata") or {}).items() if k in ("resourceVersion", "continue", "remainingItemCount")}
+            if "items" in answer
+            else {"resourceVersion": _meta(answer).get("resourceVersion")}
+        )
         return {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": metadata, "columnDefinitions": columns, "rows": rows}
 
     # ------------------------------------------------ harness API (loop thread)
@@ -1927,8 +2166,9 @@ class KubeEmulator:
     returned are copies; mutate them and :meth:`apply` to write back.
     """
 
-    def __init__(self, *, host: str = "127.0.0.1", port: int = 0, token: str | Callable[[str | None], bool] | None = None,
-                 clock: Callable[[], datetime] | None = None) -> None:
+    def __init__(
+        self, *, host: str = "127.0.0.1", port: int = 0, token: str | Callable[[str | None], bool] | None = None, clock: Callable[[], datetime] | None = None
+    ) -> None:
         options: dict[str, Any] = {"token": token}
         if clock is not None:
             options["clock"] = clock
@@ -2009,12 +2249,13 @@ class KubeEmulator:
         ns = (namespace or "default") if rtype.namespaced else None
         return self._call(lambda: copy.deepcopy(self.handler._current(rtype, ns, name)))
 
-    def list(self, kind: str, namespace: str | None = None, *, label_selector: str | None = None,
-             field_selector: str | None = None) -> list[JsonDict]:
+    def list(self, kind: str, namespace: str | None = None, *, label_selector: str | None = None, field_selector: str | None = None) -> list[JsonDict]:
         rtype = self.handler.resource_type(kind)
-        result = self._call(lambda: self.handler.list_objects(rtype, namespace if rtype.namespaced else None,
-                                                              label_selector=label_selector, field_selector=field_selector,
-                                                              type_meta=True))
+        result = self._call(
+            lambda: self.handler.list_objects(
+                rtype, namespace if rtype.namespaced else None, label_selector=label_selector, field_selector=field_selector, type_meta=True
+            )
+        )
         items: list[JsonDict] = result["items"]
         return items
 
@@ -2058,12 +2299,22 @@ class KubeEmulator:
 
     # ------------------------------------------------ faults and request log
 
-    def fail_next(self, method: str | None, path: str, *, status: int = 500, times: int = 1,
-                  retry_after: float | None = None, message: str = "injected fault", query: str | None = None) -> Fault:
+    def fail_next(
+        self,
+        method: str | None,
+        path: str,
+        *,
+        status: int = 500,
+        times: int = 1,
+        retry_after: float | None = None,
+        message: str = "injected fault",
+        query: str | None = None,
+    ) -> Fault:
         """Answer the next ``times`` requests matching (``method``, ``path`` regex, ``query`` regex)
         with ``status``; ``method`` None matches any."""
-        return self.handler.add_fault(Fault(_method(method), re.compile(path), times, status=status,
-                                            retry_after=retry_after, message=message, query=_regex(query)))
+        return self.handler.add_fault(
+            Fault(_method(method), re.compile(path), times, status=status, retry_after=retry_after, message=message, query=_regex(query))
+        )
 
     def delay_next(self, method: str | None, path: str, seconds: float, *, times: int = 1, query: str | None = None) -> Fault:
         """Delay the next ``times`` matching requests by ``seconds`` (then serve them normally)."""
@@ -2081,9 +2332,9 @@ class KubeEmulator:
         wanted = _method(method)
         pattern = re.compile(path) if path is not None else None
         return [
-            request for request in list(self.handler._requests)
-            if (wanted is None or request.method.value.upper() == wanted)
-            and (pattern is None or pattern.search(request.url.path))
+            request
+            for request in list(self.handler._requests)
+            if (wanted is None or request.method.value.upper() == wanted) and (pattern is None or pattern.search(request.url.path))
         ]
 
 

@@ -151,14 +151,22 @@ def scheduled_event(rule: str, when: datetime, *, region: str = "us-east-1", acc
 
 def sqs_event(messages: Sequence[Mapping[str, Any]], queue_arn: str, *, region: str = "us-east-1") -> dict[str, Any]:
     """The Lambda SQS event for messages received with ``AttributeNames=["All"]``."""
-    return {"Records": [
-        {
-            "messageId": m["MessageId"], "receiptHandle": m["ReceiptHandle"], "body": m["Body"],
-            "attributes": dict(m.get("Attributes") or {}), "messageAttributes": {}, "md5OfBody": m["MD5OfBody"],
-            "eventSource": "aws:sqs", "eventSourceARN": queue_arn, "awsRegion": region,
-        }
-        for m in messages
-    ]}
+    return {
+        "Records": [
+            {
+                "messageId": m["MessageId"],
+                "receiptHandle": m["ReceiptHandle"],
+                "body": m["Body"],
+                "attributes": dict(m.get("Attributes") or {}),
+                "messageAttributes": {},
+                "md5OfBody": m["MD5OfBody"],
+                "eventSource": "aws:sqs",
+                "eventSourceARN": queue_arn,
+                "awsRegion": region,
+            }
+            for m in messages
+        ]
+    }
 
 
 #: moto.sqs.models' globals: its messages read the time through ``unix_time`` and ``unix_time_millis`` there.

@@ -51,11 +51,27 @@ NO_GO = 3
 #: The admission plugins EKS enables on its API servers (EKS platform versions, "The following
 #: admission controllers are enabled for all ... platform versions"), all of which exist upstream.
 EKS_ADMISSION_PLUGINS = (
-    "NodeRestriction", "ExtendedResourceToleration", "NamespaceLifecycle", "LimitRanger", "ServiceAccount",
-    "TaintNodesByCondition", "PodSecurity", "Priority", "DefaultTolerationSeconds", "DefaultStorageClass",
-    "StorageObjectInUseProtection", "PersistentVolumeClaimResize", "RuntimeClass", "CertificateApproval",
-    "CertificateSigning", "CertificateSubjectRestriction", "DefaultIngressClass", "MutatingAdmissionWebhook",
-    "ValidatingAdmissionWebhook", "ResourceQuota", "ValidatingAdmissionPolicy",
+    "NodeRestriction",
+    "ExtendedResourceToleration",
+    "NamespaceLifecycle",
+    "LimitRanger",
+    "ServiceAccount",
+    "TaintNodesByCondition",
+    "PodSecurity",
+    "Priority",
+    "DefaultTolerationSeconds",
+    "DefaultStorageClass",
+    "StorageObjectInUseProtection",
+    "PersistentVolumeClaimResize",
+    "RuntimeClass",
+    "CertificateApproval",
+    "CertificateSigning",
+    "CertificateSubjectRestriction",
+    "DefaultIngressClass",
+    "MutatingAdmissionWebhook",
+    "ValidatingAdmissionWebhook",
+    "ResourceQuota",
+    "ValidatingAdmissionPolicy",
 )
 
 ADMIN = "joiner-test-admin"
@@ -64,7 +80,9 @@ SCHEDULER = "system:kube-scheduler"
 #: Every request at level Metadata: who, what, on which object, and the answer's status; pod
 #: deletions and evictions with their request body too (the grace period asked for).
 AUDIT_POLICY = {
-    "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],
     "rules": [
         {"level": "Request", "verbs": ["delete"], "resources": [{"group": "", "resources": ["pods"]}]},
         {"level": "Request", "verbs": ["create"], "resources": [{"group": "", "resources": ["pods/eviction"]}]},
@@ -142,7 +160,8 @@ def installed_bin_dir() -> Path:
     if not version or missing:
         raise FileNotFoundError(
             f"the real Kubernetes components are not built ({', '.join(missing) or 'tools/kube/go.mod not found'} "
-            f"missing in {directory}): run `make kube` in the repository (needs Go >= 1.26)")
+            f"missing in {directory}): run `make kube` in the repository (needs Go >= 1.26)"
+        )
     return directory
 
 
@@ -157,11 +176,14 @@ def _self_signed(directory: Path) -> tuple[Path, Path]:
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "joiner-test-apiserver")])
     now = _dt.datetime.now(_dt.UTC)
     certificate = (
-        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(now - _dt.timedelta(minutes=5)).not_valid_after(now + _dt.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                       critical=False)
+        .not_valid_before(now - _dt.timedelta(minutes=5))
+        .not_valid_after(now + _dt.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .sign(key, hashes.SHA256())
     )
@@ -266,56 +288,90 @@ class ControlPlane:
 
         etcd_client, etcd_peer, secure_port = free_port(), free_port(), free_port()
         etcd_url = self.etcd_url = f"http://127.0.0.1:{etcd_client}"
-        self._spawn("etcd", [
-            "--name=joiner-test", f"--data-dir={self.work / 'etcd'}",
-            f"--listen-client-urls={etcd_url}", f"--advertise-client-urls={etcd_url}",
-            f"--listen-peer-urls=http://127.0.0.1:{etcd_peer}", f"--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer}",
-            f"--initial-cluster=joiner-test=http://127.0.0.1:{etcd_peer}",
-            "--unsafe-no-fsync", "--log-level=warn",
-        ])
+        self._spawn(
+            "etcd",
+            [
+                "--name=joiner-test",
+                f"--data-dir={self.work / 'etcd'}",
+                f"--listen-client-urls={etcd_url}",
+                f"--advertise-client-urls={etcd_url}",
+                f"--listen-peer-urls=http://127.0.0.1:{etcd_peer}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer}",
+                f"--initial-cluster=joiner-test=http://127.0.0.1:{etcd_peer}",
+                "--unsafe-no-fsync",
+                "--log-level=warn",
+            ],
+        )
         self._wait(f"{etcd_url}/health", "etcd", started + timeout, ca=None, token=None)
 
         self.url = f"https://127.0.0.1:{secure_port}"
         self._apiserver_args = [
             f"--etcd-servers={etcd_url}",
-            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={secure_port}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={secure_port}",
             "--endpoint-reconciler-type=none",  # a loopback address cannot back the kubernetes Service
-            f"--tls-cert-file={cert_file}", f"--tls-private-key-file={key_file}",
+            f"--tls-cert-file={cert_file}",
+            f"--tls-private-key-file={key_file}",
             f"--token-auth-file={tokens}",
             "--anonymous-auth=false",
             "--authorization-mode=Node,RBAC",
             f"--enable-admission-plugins={','.join(EKS_ADMISSION_PLUGINS)}",
-            f"--service-account-key-file={signing_key}", f"--service-account-signing-key-file={signing_key}",
+            f"--service-account-key-file={signing_key}",
+            f"--service-account-signing-key-file={signing_key}",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             "--service-cluster-ip-range=10.100.0.0/16",
-            f"--audit-policy-file={policy}", f"--audit-log-path={self.audit_log}", "--audit-log-mode=blocking",
+            f"--audit-policy-file={policy}",
+            f"--audit-log-path={self.audit_log}",
+            "--audit-log-mode=blocking",
             "--audit-log-maxsize=0",
-            "--profiling=false", "--v=0",
+            "--profiling=false",
+            "--v=0",
         ]
         self._spawn("kube-apiserver", self._apiserver_args)
         admin = self.identities[ADMIN].token
         self._wait(f"{self.url}/readyz", "kube-apiserver", started + timeout, ca=self.ca_file, token=admin)
 
         kubeconfig = self.work / "scheduler.kubeconfig"
-        kubeconfig.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "scheduler",
-            "clusters": [{"name": "test", "cluster": {"server": self.url, "certificate-authority": self.ca_file}}],
-            "users": [{"name": "scheduler", "user": {"token": self.identities[SCHEDULER].token}}],
-            "contexts": [{"name": "scheduler", "context": {"cluster": "test", "user": "scheduler"}}],
-        }))
+        kubeconfig.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "scheduler",
+                    "clusters": [{"name": "test", "cluster": {"server": self.url, "certificate-authority": self.ca_file}}],
+                    "users": [{"name": "scheduler", "user": {"token": self.identities[SCHEDULER].token}}],
+                    "contexts": [{"name": "scheduler", "context": {"cluster": "test", "user": "scheduler"}}],
+                }
+            )
+        )
         config = self.work / "scheduler-config.yaml"
-        config.write_text(yaml.safe_dump({
-            "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
-            "clientConnection": {"kubeconfig": str(kubeconfig)}, "leaderElection": {"leaderElect": False},
-            # Retry timing only (filters and scores are the defaults): the simulator's clock stands
-            # still while it waits for the scheduler, so real seconds of backoff are pure waiting.
-            "podInitialBackoffSeconds": 1, "podMaxBackoffSeconds": 1,
-        }))
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "kubescheduler.config.k8s.io/v1",
+                    "kind": "KubeSchedulerConfiguration",
+                    "clientConnection": {"kubeconfig": str(kubeconfig)},
+                    "leaderElection": {"leaderElect": False},
+                    # Retry timing only (filters and scores are the defaults): the simulator's clock stands
+                    # still while it waits for the scheduler, so real seconds of backoff are pure waiting.
+                    "podInitialBackoffSeconds": 1,
+                    "podMaxBackoffSeconds": 1,
+                }
+            )
+        )
         self.scheduler_port = free_port()
-        self._spawn("kube-scheduler", [
-            f"--config={config}", f"--authentication-kubeconfig={kubeconfig}", f"--authorization-kubeconfig={kubeconfig}",
-            "--bind-address=127.0.0.1", f"--secure-port={self.scheduler_port}", "--v=0",
-        ])
+        self._spawn(
+            "kube-scheduler",
+            [
+                f"--config={config}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={self.scheduler_port}",
+                "--v=0",
+            ],
+        )
         self.startup_seconds = time.monotonic() - started
 
     def scheduler_metrics(self, names: Sequence[str]) -> dict[str, float]:
@@ -326,8 +382,11 @@ class ControlPlane:
         with warnings.catch_warnings():  # its serving certificate is self-signed in memory: nothing to verify it with
             warnings.simplefilter("ignore", urllib3.exceptions.InsecureRequestWarning)
             answer = self._metrics_pool.request(
-                "GET", f"https://127.0.0.1:{self.scheduler_port}/metrics",
-                headers={"Authorization": f"Bearer {self.identities[ADMIN].token}"}, timeout=urllib3.Timeout(connect=2.0, read=10.0))
+                "GET",
+                f"https://127.0.0.1:{self.scheduler_port}/metrics",
+                headers={"Authorization": f"Bearer {self.identities[ADMIN].token}"},
+                timeout=urllib3.Timeout(connect=2.0, read=10.0),
+            )
         if answer.status != 200:
             raise RuntimeError(f"kube-scheduler /metrics: HTTP {answer.status}: {answer.data[:300]!r}")
         samples: dict[str, float] = {}
@@ -346,11 +405,11 @@ class ControlPlane:
         pool = urllib3.PoolManager(retries=False)
         headers = {"Content-Type": "application/json"}
         timeout = urllib3.Timeout(connect=2.0, read=10.0)
-        current = pool.request("POST", f"{self.etcd_url}/v3/kv/range", body=json.dumps({"key": "AA=="}).encode(), headers=headers,
-                               timeout=timeout)
+        current = pool.request("POST", f"{self.etcd_url}/v3/kv/range", body=json.dumps({"key": "AA=="}).encode(), headers=headers, timeout=timeout)
         revision = int(json.loads(current.data)["header"]["revision"])
-        answer = pool.request("POST", f"{self.etcd_url}/v3/kv/compaction", body=json.dumps({"revision": revision, "physical": True}).encode(),
-                              headers=headers, timeout=timeout)
+        answer = pool.request(
+            "POST", f"{self.etcd_url}/v3/kv/compaction", body=json.dumps({"revision": revision, "physical": True}).encode(), headers=headers, timeout=timeout
+        )
         if answer.status != 200:
             raise RuntimeError(f"etcd compaction at {revision}: HTTP {answer.status}: {answer.data[:300]!r}")
         return revision
@@ -363,9 +422,14 @@ class ControlPlane:
         older version is refused with 410, as by any API server whose cache was (re)built after
         that version (a restart, an upgrade, another instance behind the load balancer)."""
         port = free_port()
-        args = [f"--secure-port={port}" if arg.startswith("--secure-port=") else
-                f"--audit-log-path={self.work / 'peer-audit.log'}" if arg.startswith("--audit-log-path=") else arg
-                for arg in self._apiserver_args]
+        args = [
+            f"--secure-port={port}"
+            if arg.startswith("--secure-port=")
+            else f"--audit-log-path={self.work / 'peer-audit.log'}"
+            if arg.startswith("--audit-log-path=")
+            else arg
+            for arg in self._apiserver_args
+        ]
         component = self._spawn("kube-apiserver-peer", args, binary="kube-apiserver")
         try:
             url = f"https://127.0.0.1:{port}"
@@ -379,8 +443,12 @@ class ControlPlane:
         log = self.work / f"{name}.log"
         with log.open("wb") as out:
             process = subprocess.Popen(  # noqa: S603
-                [str(self.bin_dir / (binary or name)), *args], stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                preexec_fn=_die_with_parent, cwd=self.work,  # noqa: PLW1509
+                [str(self.bin_dir / (binary or name)), *args],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                preexec_fn=_die_with_parent,
+                cwd=self.work,  # noqa: PLW1509
             )
         component = Component(name, process, log)
         self.components.append(component)
@@ -440,8 +508,16 @@ class Api:
         self._headers = headers
         self._pool = urllib3.PoolManager(cert_reqs="CERT_REQUIRED", ca_certs=ca_file, retries=False)
 
-    def request(self, method: str, path: str, body: Any = None, *, content_type: str = "application/json",
-                query: Mapping[str, str] | None = None, ok: Sequence[int] = ()) -> tuple[int, Any]:
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        content_type: str = "application/json",
+        query: Mapping[str, str] | None = None,
+        ok: Sequence[int] = (),
+    ) -> tuple[int, Any]:
         encoded = None if body is None else body if isinstance(body, bytes) else json.dumps(body).encode()
         headers = urllib3.HTTPHeaderDict(dict(self._headers, **({"Content-Type": content_type} if body is not None else {})))
         for name, value in self._group_headers:
@@ -468,8 +544,13 @@ class Api:
     def apply(self, obj: Mapping[str, Any]) -> Any:
         """Server-side apply with strict field validation (what ``kubectl apply --server-side`` does)."""
         path = object_path(obj)
-        return self.request("PATCH", path, yaml.safe_dump(dict(obj)).encode(), content_type="application/apply-patch+yaml",
-                            query={"fieldManager": "joiner-tests", "fieldValidation": "Strict", "force": "true"})[1]
+        return self.request(
+            "PATCH",
+            path,
+            yaml.safe_dump(dict(obj)).encode(),
+            content_type="application/apply-patch+yaml",
+            query={"fieldManager": "joiner-tests", "fieldValidation": "Strict", "force": "true"},
+        )[1]
 
 
 #: (apiVersion, kind) -> (collection path, namespaced) for what the shipped manifests hold.
@@ -528,12 +609,20 @@ class AuditLog:
                 continue
             self._seen.add(event["auditID"])
             ref = event.get("objectRef") or {}
-            found.append(AuditedRequest(
-                user=(event.get("user") or {}).get("username", ""), verb=event.get("verb", ""),
-                api_group=ref.get("apiGroup", ""), resource=ref.get("resource", ""), subresource=ref.get("subresource", ""),
-                namespace=ref.get("namespace", ""), name=ref.get("name", ""), code=int(status["code"]),
-                uri=event.get("requestURI", ""), body=event.get("requestObject"),
-            ))
+            found.append(
+                AuditedRequest(
+                    user=(event.get("user") or {}).get("username", ""),
+                    verb=event.get("verb", ""),
+                    api_group=ref.get("apiGroup", ""),
+                    resource=ref.get("resource", ""),
+                    subresource=ref.get("subresource", ""),
+                    namespace=ref.get("namespace", ""),
+                    name=ref.get("name", ""),
+                    code=int(status["code"]),
+                    uri=event.get("requestURI", ""),
+                    body=event.get("requestObject"),
+                )
+            )
         return found
 
 

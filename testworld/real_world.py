@@ -221,10 +221,13 @@ class RealHarness:
         running, would make the account; the ServiceAccount admission plugin wants it)."""
         if namespace in self._namespaces:
             return
-        self.admin.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
-                           ok=(409,))
-        self.admin.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts",
-                           {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}}, ok=(409,))
+        self.admin.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}, ok=(409,))
+        self.admin.request(
+            "POST",
+            f"/api/v1/namespaces/{namespace}/serviceaccounts",
+            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}},
+            ok=(409,),
+        )
         self._namespaces.add(namespace)
 
     def apply(self, obj: Mapping[str, Any]) -> JsonDict:
@@ -245,16 +248,19 @@ class RealHarness:
 
         path = self.path(kind, meta["name"], meta.get("namespace"))
         applied: JsonDict = self.admin.request(
-            "PATCH", path, yaml.safe_dump(body).encode(), content_type="application/apply-patch+yaml",
-            query={"fieldManager": "joiner-simulation", "fieldValidation": "Strict", "force": "true"})[1]
+            "PATCH",
+            path,
+            yaml.safe_dump(body).encode(),
+            content_type="application/apply-patch+yaml",
+            query={"fieldManager": "joiner-simulation", "fieldValidation": "Strict", "force": "true"},
+        )[1]
         return applied
 
     def get(self, kind: str, name: str, namespace: str | None = None) -> JsonDict | None:
         status, body = self.admin.request("GET", self.path(kind, name, namespace), ok=(404,))
         return None if status == 404 else dict(body)
 
-    def list(self, kind: str, namespace: str | None = None, *, label_selector: str | None = None,
-             field_selector: str | None = None) -> builtins.list[JsonDict]:
+    def list(self, kind: str, namespace: str | None = None, *, label_selector: str | None = None, field_selector: str | None = None) -> builtins.list[JsonDict]:
         from urllib.parse import quote
 
         api_version, path, namespaced = KINDS[kind]
@@ -315,8 +321,7 @@ def _deletion(request: AuditedRequest) -> DeletionRecord | None:
     body = request.body or {}
     if request.resource == "pods" and request.verb == "delete" and not request.subresource:
         grace = body.get("gracePeriodSeconds")
-        return DeletionRecord("Pod", request.namespace, request.name, grace if isinstance(grace, int) else None, "delete",
-                              body.get("propagationPolicy"))
+        return DeletionRecord("Pod", request.namespace, request.name, grace if isinstance(grace, int) else None, "delete", body.get("propagationPolicy"))
     if request.resource == "pods" and request.verb == "create" and request.subresource == "eviction":
         grace = (body.get("deleteOptions") or {}).get("gracePeriodSeconds")
         return DeletionRecord("Pod", request.namespace, request.name, grace if isinstance(grace, int) else None, "eviction")
@@ -361,8 +366,7 @@ class RealCluster(SimulatedCluster):
 
     # ------------------------------------------------------------ kubelet
 
-    def register_node(self, instance_id: str, name: str, instance_type: str, zone: str, boot: BootSpec, *,
-                      ready: bool = True) -> dict[str, Any]:
+    def register_node(self, instance_id: str, name: str, instance_type: str, zone: str, boot: BootSpec, *, ready: bool = True) -> dict[str, Any]:
         """The kubelet registers its Node as ``system:node:<name>`` (labels, taints, providerID),
         then reports its status (capacity, allocatable, Ready or, with ``ready=False``, not ready
         yet: its network is still coming up) through ``nodes/status``; once Ready, the node
@@ -371,12 +375,14 @@ class RealCluster(SimulatedCluster):
         obj = self.node_object(instance_id, name, instance_type, zone, boot)
         status = obj.pop("status")
         if not ready:
-            status["conditions"] = [{**condition, "status": "False", "reason": "KubeletNotReady",
-                                     "message": "container runtime network not ready: cni plugin not initialized"}
-                                    if condition.get("type") == "Ready" else condition for condition in status.get("conditions") or []]
+            status["conditions"] = [
+                {**condition, "status": "False", "reason": "KubeletNotReady", "message": "container runtime network not ready: cni plugin not initialized"}
+                if condition.get("type") == "Ready"
+                else condition
+                for condition in status.get("conditions") or []
+            ]
         node_api.create("/api/v1/nodes", obj)
-        node_api.request("PATCH", f"/api/v1/nodes/{_quote(name)}/status", {"status": status},
-                         content_type="application/merge-patch+json")
+        node_api.request("PATCH", f"/api/v1/nodes/{_quote(name)}/status", {"status": status}, content_type="application/merge-patch+json")
         self.registered[instance_id] = name
         if ready:
             self.mark_ready(name)
@@ -392,8 +398,9 @@ class RealCluster(SimulatedCluster):
 
     def _write_node_conditions(self, name: str, conditions: list[dict[str, Any]]) -> None:
         """As the node's kubelet, through ``nodes/status``."""
-        self._kube.node_api(name).request("PATCH", f"/api/v1/nodes/{_quote(name)}/status", {"status": {"conditions": conditions}},
-                                          content_type="application/merge-patch+json", ok=(404,))
+        self._kube.node_api(name).request(
+            "PATCH", f"/api/v1/nodes/{_quote(name)}/status", {"status": {"conditions": conditions}}, content_type="application/merge-patch+json", ok=(404,)
+        )
 
     def _lift_not_ready(self, name: str) -> None:
         """The node lifecycle controller: a Ready node loses TaintNodesByCondition's not-ready taint."""
@@ -406,9 +413,12 @@ class RealCluster(SimulatedCluster):
             if len(kept) == len(taints):
                 return
             code, _ = self._harness.admin.request(
-                "PATCH", f"/api/v1/nodes/{_quote(name)}",
+                "PATCH",
+                f"/api/v1/nodes/{_quote(name)}",
                 {"metadata": {"resourceVersion": node["metadata"]["resourceVersion"]}, "spec": {"taints": kept or None}},
-                content_type="application/merge-patch+json", ok=(409,))
+                content_type="application/merge-patch+json",
+                ok=(409,),
+            )
             if code != 409:
                 return
 
@@ -423,8 +433,9 @@ class RealCluster(SimulatedCluster):
             path = f"/api/v1/namespaces/{meta['namespace']}/pods/{_quote(meta['name'])}"
             kubelet = self._kube.node_api(node)
             if meta.get("deletionTimestamp"):
-                kubelet.request("DELETE", path, {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0,
-                                                 "preconditions": {"uid": meta["uid"]}}, ok=(404, 409))
+                kubelet.request(
+                    "DELETE", path, {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}}, ok=(404, 409)
+                )
                 continue
             status = pod.get("status") or {}
             if status.get("phase") != "Pending":
@@ -432,8 +443,13 @@ class RealCluster(SimulatedCluster):
             conditions = [c for c in status.get("conditions") or [] if c.get("type") not in ("Ready", "ContainersReady", "Initialized")]
             now = stamp(self.now())
             conditions += [{"type": t, "status": "True", "lastTransitionTime": now} for t in ("Initialized", "ContainersReady", "Ready")]
-            kubelet.request("PATCH", path + "/status", {"status": {"phase": "Running", "conditions": conditions, "startTime": now}},
-                            content_type="application/merge-patch+json", ok=(404,))
+            kubelet.request(
+                "PATCH",
+                path + "/status",
+                {"status": {"phase": "Running", "conditions": conditions, "startTime": now}},
+                content_type="application/merge-patch+json",
+                ok=(404,),
+            )
 
     # ------------------------------------------------------------ disruption controller
 
@@ -448,7 +464,8 @@ class RealCluster(SimulatedCluster):
             meta = pdb["metadata"]
             selector = (pdb.get("spec") or {}).get("selector")
             expected = sum(
-                self.replicas.get(name, 0) for name, workload in self.workloads.items()
+                self.replicas.get(name, 0)
+                for name, workload in self.workloads.items()
                 if workload.namespace == meta.get("namespace")
                 and selector_object_matches(selector, {"app": workload.name, **workload.labels, "joiner.dev/sim-workload": workload.name})
             )
@@ -510,8 +527,13 @@ class RealCluster(SimulatedCluster):
         last_attempts = -1.0
         while True:
             pods = self._harness.list("Pod")
-            unbound = [p for p in pods if not (p.get("spec") or {}).get("nodeName") and not p["metadata"].get("deletionTimestamp")
-                       and (p.get("status") or {}).get("phase") in (None, "Pending")]
+            unbound = [
+                p
+                for p in pods
+                if not (p.get("spec") or {}).get("nodeName")
+                and not p["metadata"].get("deletionTimestamp")
+                and (p.get("status") or {}).get("phase") in (None, "Pending")
+            ]
             if not unbound:
                 return pods
             attempted = all(_scheduled_condition(p) for p in unbound)
@@ -580,4 +602,3 @@ def _scheduled_condition(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
 def _unschedulable(pod: Mapping[str, Any]) -> bool:
     condition = _scheduled_condition(pod)
     return condition is not None and condition.get("status") == "False" and condition.get("reason") == "Unschedulable"
-

@@ -51,11 +51,16 @@ def summary_lines(result: SimulationResult) -> list[str]:
     """The summary as printed after the timeline."""
     pending = result.pending_seconds()
     lines = [
-        f"scenario          {result.scenario.name}: {result.scenario.description}" if result.scenario.description else f"scenario          {result.scenario.name}",
+        f"scenario          {result.scenario.name}: {result.scenario.description}"
+        if result.scenario.description
+        else f"scenario          {result.scenario.name}",
         f"time              {result.simulated_seconds / 60:.1f} min simulated in {result.wall_seconds:.1f} s real ({result.speedup:.0f}x)",
         f"scanner mode      {result.scanner_mode}"
-        + (" (the scanner runs once a minute; `--mode responsive` adds the watcher)" if result.scanner_mode == "economy"
-           else f" (the watcher wakes the scanner: {result.watcher_windows} windows, {result.wake_ups} wake-ups)"),
+        + (
+            " (the scanner runs once a minute; `--mode responsive` adds the watcher)"
+            if result.scanner_mode == "economy"
+            else f" (the watcher wakes the scanner: {result.watcher_windows} windows, {result.wake_ups} wake-ups)"
+        ),
         f"functions         {', '.join(f'{n} x{result.invocations[n]}' for n in result.handlers)}"
         + (f"; not present: {', '.join(result.missing_handlers)}" if result.missing_handlers else ""),
         f"nodes launched    {sum(result.launched.values())}: {_counts(dict(result.launched))}",
@@ -72,8 +77,9 @@ def summary_lines(result: SimulationResult) -> list[str]:
             drained = f"drained +{(r.drained - start).total_seconds():.0f}s" if r.drained else "not drained"
             term = f"terminated by {r.terminated_by} +{(r.terminated - start).total_seconds():.0f}s" if r.terminated else "still running"
             repl = f"replacement Ready +{(r.replacement_ready - start).total_seconds():.0f}s" if r.replacement_ready else "no replacement Node"
-            lines.append(f"                  {r.instance_id} ({r.pods_at_warning} pods): {drained}, {term}, {repl} (deadline +120s), "
-                         f"{caused:.0f} pod-seconds pending")
+            lines.append(
+                f"                  {r.instance_id} ({r.pods_at_warning} pods): {drained}, {term}, {repl} (deadline +120s), {caused:.0f} pod-seconds pending"
+            )
     else:
         lines.append("interruptions     none")
     for r in result.rebalances:
@@ -85,8 +91,10 @@ def summary_lines(result: SimulationResult) -> list[str]:
         repl = f"replacement Ready +{(r.replacement_ready - start).total_seconds():.0f}s" if r.replacement_ready else "no replacement Node"
         drain = f"drain began +{(r.drain_started - start).total_seconds():.0f}s" if r.drain_started else "no drain"
         term = f"terminated by {r.terminated_by} +{(r.terminated - start).total_seconds():.0f}s" if r.terminated else "still running"
-        lines.append(f"rebalance         {r.instance_id} ({r.pods_at_warning} pods, rebalance: replace): {repl}, {drain}, {term}, "
-                     f"{result.pending_caused_by(r.node, r.warned):.0f} pod-seconds pending")
+        lines.append(
+            f"rebalance         {r.instance_id} ({r.pods_at_warning} pods, rebalance: replace): {repl}, {drain}, {term}, "
+            f"{result.pending_caused_by(r.node, r.warned):.0f} pod-seconds pending"
+        )
     for deletion in result.deletions:
         since = deletion.at
         what = f"{deletion.kind.lower()}/{deletion.name} at {_clock(since - result.start)} ({deletion.pods_at_deletion} pods on {deletion.node or '-'})"
@@ -94,24 +102,33 @@ def summary_lines(result: SimulationResult) -> list[str]:
             lines.append(f"deletion          {what}: deleted at once, nothing held it")
             continue
         drained = f"drained +{(deletion.drained - since).total_seconds():.0f}s" if deletion.drained else "not drained"
-        term = (f"terminated by {deletion.terminated_by} +{(deletion.terminated - since).total_seconds():.0f}s" if deletion.terminated
-                else "instance still running")
+        term = (
+            f"terminated by {deletion.terminated_by} +{(deletion.terminated - since).total_seconds():.0f}s" if deletion.terminated else "instance still running"
+        )
         gone = f"released +{(deletion.gone - since).total_seconds():.0f}s" if deletion.gone else "still held"
         lines.append(f"deletion          {what}: {drained}, {term}, {gone}")
     if result.capacity_failures:
         offerings = sorted({f"{f.instance_type} {f.capacity_type} {f.zone}" for f in result.capacity_failures})
         first, last = result.capacity_failures[0].at - result.start, result.capacity_failures[-1].at - result.start
-        lines.append(f"capacity errors   {len(result.capacity_failures)} override(s) refused {_clock(first)}-{_clock(last)}: " + ", ".join(offerings[:6])
-                     + (" ..." if len(offerings) > 6 else ""))
+        lines.append(
+            f"capacity errors   {len(result.capacity_failures)} override(s) refused {_clock(first)}-{_clock(last)}: "
+            + ", ".join(offerings[:6])
+            + (" ..." if len(offerings) > 6 else "")
+        )
         for mark in result.unavailable_marks[:6]:
-            lines.append(f"                  {mark.instance_type} {mark.capacity_type} {mark.zone} marked unavailable at {_clock(mark.seen - result.start)} "
-                         f"until {_clock(mark.expires - result.start)}")
+            lines.append(
+                f"                  {mark.instance_type} {mark.capacity_type} {mark.zone} marked unavailable at {_clock(mark.seen - result.start)} "
+                f"until {_clock(mark.expires - result.start)}"
+            )
     if result.pod_deletions:
         evictions = [d for d in result.pod_deletions if d.via == "eviction"]
         deletions = [d for d in result.pod_deletions if d.via != "eviction"]
         when = ", ".join(_clock(d.at - result.start) for d in evictions[:12]) + (" ..." if len(evictions) > 12 else "")
-        lines.append(f"pods moved        {len(evictions)} evicted" + (f" (at {when})" if evictions else "")
-                     + (f", {len(deletions)} deleted (at {', '.join(sorted({_clock(d.at - result.start) for d in deletions}))})" if deletions else ""))
+        lines.append(
+            f"pods moved        {len(evictions)} evicted"
+            + (f" (at {when})" if evictions else "")
+            + (f", {len(deletions)} deleted (at {', '.join(sorted({_clock(d.at - result.start) for d in deletions}))})" if deletions else "")
+        )
     if result.handler_errors:
         lines.append(f"errors            {len(result.handler_errors)}: " + "; ".join(result.handler_errors[:3]))
     if result.warnings:
@@ -134,8 +151,10 @@ def check_lines(result: SimulationResult) -> list[str]:
 def _mark_list(numbered: Sequence[tuple[int, Mark]]) -> str:
     items = []
     for number, mark in numbered:
-        items.append(f'<li><span class="badge" style="background:{mark.kind.color}">{number}</span> '
-                     f"<b>{_clock(timedelta(seconds=mark.at))}</b> {html.escape(mark.kind.value)}: {html.escape(mark.text)}</li>")
+        items.append(
+            f'<li><span class="badge" style="background:{mark.kind.color}">{number}</span> '
+            f"<b>{_clock(timedelta(seconds=mark.at))}</b> {html.escape(mark.kind.value)}: {html.escape(mark.text)}</li>"
+        )
     return '<ol class="marks">' + "".join(items) + "</ol>" if items else ""
 
 
@@ -145,9 +164,7 @@ def render_html(result: SimulationResult) -> str:
     data = chart_data(result, disruption_every=float(SCHEDULED["disruption"]) if "disruption" in result.handlers else None)
     chart, numbered = render_chart(data)
     idle = "".join(f'<p class="idle">{esc(span.explanation)}</p>' for span in data.idle)
-    rows = "\n".join(
-        f"<tr><td>{_clock(e.at)}</td><td>{esc(e.source)}</td><td>{esc(e.event)}</td><td>{esc(e.action)}</td></tr>" for e in result.entries
-    )
+    rows = "\n".join(f"<tr><td>{_clock(e.at)}</td><td>{esc(e.source)}</td><td>{esc(e.event)}</td><td>{esc(e.action)}</td></tr>" for e in result.entries)
     summary = "\n".join(esc(line) for line in summary_lines(result))
     checks = "\n".join(esc(line) for line in check_lines(result)) or "no expectations declared"
     verdict = "PASSED" if result.passed else "FAILED"
@@ -164,7 +181,7 @@ ol.marks {{ list-style: none; padding-left: 0; font-size: 13px; max-width: 75em;
 ol.marks li {{ margin: 2px 0; }}
 .badge {{ display: inline-block; min-width: 1.5em; border-radius: 0.75em; color: #fff; text-align: center; font-size: 11px; }}
 p.idle {{ font-size: 13px; color: #8a4600; }}
-.verdict {{ font-weight: bold; color: {'#1a7f37' if result.passed else '#cf222e'}; }}
+.verdict {{ font-weight: bold; color: {"#1a7f37" if result.passed else "#cf222e"}; }}
 </style></head><body>
 <h1>Joiner simulation: {esc(result.scenario.name)}</h1>
 <p>{esc(result.scenario.description)}</p>

@@ -49,8 +49,16 @@ from joiner.domain.known_fields import strict_problem
 from joiner.domain.model import NodeClaim
 
 __all__ = [
-    "CHECKS", "DEFAULT_SCENARIO", "Check", "Event", "Scenario", "ScenarioError", "Workload", "bundled_scenario",
-    "load_scenario", "parse_scenario",
+    "CHECKS",
+    "DEFAULT_SCENARIO",
+    "Check",
+    "Event",
+    "Scenario",
+    "ScenarioError",
+    "Workload",
+    "bundled_scenario",
+    "load_scenario",
+    "parse_scenario",
 ]
 
 #: The default scenario shipped in the package (``joiner demo``).
@@ -108,8 +116,9 @@ class Workload:
         """The pod template's spec."""
         spec: dict[str, Any] = {
             "terminationGracePeriodSeconds": self.termination_grace_seconds,
-            "containers": [{"name": "main", "image": "public.ecr.aws/eks-distro/kubernetes/pause:3.7",
-                            "resources": {"requests": {"cpu": self.cpu, "memory": self.memory}}}],
+            "containers": [
+                {"name": "main", "image": "public.ecr.aws/eks-distro/kubernetes/pause:3.7", "resources": {"requests": {"cpu": self.cpu, "memory": self.memory}}}
+            ],
         }
         if self.node_selector:
             spec["nodeSelector"] = dict(self.node_selector)
@@ -219,8 +228,7 @@ def _fmt(value: timedelta) -> str:
 def _type_name(value: object) -> str:
     if value is None:
         return "null"
-    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean", int: "an integer", float: "a number"}.get(
-        type(value), type(value).__name__)
+    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean", int: "an integer", float: "a number"}.get(type(value), type(value).__name__)
 
 
 def _mapping(value: object, where: str) -> Mapping[str, Any]:
@@ -390,8 +398,17 @@ def _node_condition(body: Mapping[str, Any], at: timedelta, path: str, where: st
     reason = _string(body.get("reason"), f"{path}.reason", default="ScenarioEvent")
     node_pool = _string(body["nodePool"], f"{path}.nodePool") if "nodePool" in body else None
     instance_type = _string(body["instanceType"], f"{path}.instanceType") if "instanceType" in body else None
-    return Event(at, "nodeCondition", node_pool=node_pool, instance_type=instance_type, index=_count(body.get("index", 0), f"{path}.index"),
-                 where=where, condition=condition, status=str(status), reason=reason)
+    return Event(
+        at,
+        "nodeCondition",
+        node_pool=node_pool,
+        instance_type=instance_type,
+        index=_count(body.get("index", 0), f"{path}.index"),
+        where=where,
+        condition=condition,
+        status=str(status),
+        reason=reason,
+    )
 
 
 def _strings(value: object, where: str, allowed: Sequence[str] | None = None, what: str = "") -> tuple[str, ...]:
@@ -538,25 +555,32 @@ def _node_claims(objects: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], t
             raise ScenarioError(f"{where}.{error.field}: {error.problem}" if error.field else f"{where}: {error.problem}") from None
         pool_field = "spec.nodePool" if claim.api_version == "joiner.dev/v1" else "metadata.labels.karpenter.sh/nodepool"
         if claim.node_pool not in pools:
-            raise ScenarioError(f"{where}.{pool_field}: no joiner.dev/v1 NodePool named {claim.node_pool!r} among the objects"
-                                f"{_did_you_mean(claim.node_pool, pools)} (declared: {', '.join(sorted(pools)) or 'none'})")
+            raise ScenarioError(
+                f"{where}.{pool_field}: no joiner.dev/v1 NodePool named {claim.node_pool!r} among the objects"
+                f"{_did_you_mean(claim.node_pool, pools)} (declared: {', '.join(sorted(pools)) or 'none'})"
+            )
         if claim.name in claims:
             raise ScenarioError(f"{where}.metadata.name: a second NodeClaim named {claim.name!r}")
         if claim.deleting:
-            raise ScenarioError(f"{where}.metadata.deletionTimestamp: a NodeClaim the scenario starts with is not being deleted; "
-                                "delete it with an event (delete: {nodeClaim: NAME})")
+            raise ScenarioError(
+                f"{where}.metadata.deletionTimestamp: a NodeClaim the scenario starts with is not being deleted; "
+                "delete it with an event (delete: {nodeClaim: NAME})"
+            )
         mirror = claim.api_version == "joiner.dev/v1"
-        stated = {"instance type": (claim.instance_type, "status.instanceType" if mirror else f"metadata.labels.{wk.INSTANCE_TYPE}"),
-                  "zone": (claim.zone, "status.zone" if mirror else f"metadata.labels.{wk.ZONE}"),
-                  "capacity type": (claim.capacity_type, "status.capacityType" if mirror else "metadata.labels.karpenter.sh/capacity-type")}
+        stated = {
+            "instance type": (claim.instance_type, "status.instanceType" if mirror else f"metadata.labels.{wk.INSTANCE_TYPE}"),
+            "zone": (claim.zone, "status.zone" if mirror else f"metadata.labels.{wk.ZONE}"),
+            "capacity type": (claim.capacity_type, "status.capacityType" if mirror else "metadata.labels.karpenter.sh/capacity-type"),
+        }
         for what, (value, field_name) in stated.items():
             if not value:
                 raise ScenarioError(f"{where}.{field_name}: required: the {what} of the instance the simulation runs for it")
         catalog = catalog or load_bundled_catalog(REGION)
         if claim.instance_type not in catalog.names:
             field_name = stated["instance type"][1]
-            raise ScenarioError(f"{where}.{field_name}: {claim.instance_type!r} is not in the {REGION} catalog"
-                                f"{_did_you_mean(str(claim.instance_type), sorted(catalog.names))}")
+            raise ScenarioError(
+                f"{where}.{field_name}: {claim.instance_type!r} is not in the {REGION} catalog{_did_you_mean(str(claim.instance_type), sorted(catalog.names))}"
+            )
         if claim.zone not in ZONES:
             raise ScenarioError(f"{where}.{stated['zone'][1]}: {claim.zone!r} is not a simulated zone (one of {', '.join(ZONES)})")
         if claim.capacity_type not in CAPACITY_TYPES:
@@ -570,8 +594,10 @@ def _node_claims(objects: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], t
         bound = (obj.get("spec") or {}).get("nodeName") if obj.get("kind") == "Pod" else None
         if bound is not None and bound not in nodes:
             declared = ", ".join(sorted(nodes)) or "none"
-            raise ScenarioError(f"objects[{index}].spec.nodeName: no NodeClaim of the scenario runs node {bound!r}"
-                                f"{_did_you_mean(str(bound), list(nodes))} (their status.nodeName: {declared})")
+            raise ScenarioError(
+                f"objects[{index}].spec.nodeName: no NodeClaim of the scenario runs node {bound!r}"
+                f"{_did_you_mean(str(bound), list(nodes))} (their status.nodeName: {declared})"
+            )
     return kept, tuple(claims[name] for name in sorted(claims))
 
 

@@ -53,9 +53,21 @@ if TYPE_CHECKING:
     from testworld.stack import LocalQueue
 
 __all__ = [
-    "MAX_STEP", "QUEUE_CONSUMERS", "SCHEDULED", "WATCHER_PERIOD_SECONDS", "CapacityFailure", "CheckResult", "Entry", "ObjectDeletion", "PodDeletion",
-    "Sample", "SimClock",
-    "Simulation", "SimulationResult", "UnavailableMark", "percentile",
+    "MAX_STEP",
+    "QUEUE_CONSUMERS",
+    "SCHEDULED",
+    "WATCHER_PERIOD_SECONDS",
+    "CapacityFailure",
+    "CheckResult",
+    "Entry",
+    "ObjectDeletion",
+    "PodDeletion",
+    "Sample",
+    "SimClock",
+    "Simulation",
+    "SimulationResult",
+    "UnavailableMark",
+    "percentile",
 ]
 
 #: scheduled function -> seconds between EventBridge ticks (infra/schedules.py).
@@ -158,8 +170,7 @@ class ObjectDeletion:
     @property
     def handled(self) -> bool:
         """Held by Joiner's finalizer, drained, its instance terminated by Joiner, the Node and the object gone."""
-        return (self.held and self.drained is not None and self.terminated_by == "joiner" and self.node_gone is not None
-                and self.gone is not None)
+        return self.held and self.drained is not None and self.terminated_by == "joiner" and self.node_gone is not None and self.gone is not None
 
 
 @dataclass(frozen=True)
@@ -485,11 +496,16 @@ class Simulation:
             self.cluster = SimulatedCluster(self.emulator, self.catalog, region, self.clock.now, note=self._note)
         for obj in scenario.objects:
             self.emulator.apply(obj)
-        where = (f"kube-apiserver {self.real.version} with etcd and kube-scheduler on {self.emulator.url}" if self.real is not None
-                 else f"Kubernetes API on {self.emulator.url}")
-        self._note("setup", "stack and cluster created",
-                   f"moto on {self.moto.endpoint}, {where}; "
-                   f"{len(scenario.objects)} object{'s' if len(scenario.objects) != 1 else ''} installed")
+        where = (
+            f"kube-apiserver {self.real.version} with etcd and kube-scheduler on {self.emulator.url}"
+            if self.real is not None
+            else f"Kubernetes API on {self.emulator.url}"
+        )
+        self._note(
+            "setup",
+            "stack and cluster created",
+            f"moto on {self.moto.endpoint}, {where}; {len(scenario.objects)} object{'s' if len(scenario.objects) != 1 else ''} installed",
+        )
         for workload in scenario.workloads:
             self.cluster.add_workload(workload)
 
@@ -547,22 +563,28 @@ class Simulation:
         #: pod key -> node, for the Pods the scenario binds itself (no workload's)
         self._pinned: dict[str, str] = {
             f"{(o['metadata'].get('namespace') or 'default')}/{o['metadata']['name']}": str(o["spec"]["nodeName"])
-            for o in self.scenario.objects if o.get("kind") == "Pod" and (o.get("spec") or {}).get("nodeName")}
+            for o in self.scenario.objects
+            if o.get("kind") == "Pod" and (o.get("spec") or {}).get("nodeName")
+        }
         claims = getattr(self.scenario, "node_claims", ())
         if not claims:
             return
         from testworld.claims import install_claims
 
         runtime = self._build_runtime("setup", settings, metric)
-        running = install_claims(claims, stack=self.stack, ec2=self.ec2, cluster=self.cluster, kube=self.emulator, state=runtime.state,
-                                 catalog=self.catalog, now=self.clock.now)
+        running = install_claims(
+            claims, stack=self.stack, ec2=self.ec2, cluster=self.cluster, kube=self.emulator, state=runtime.state, catalog=self.catalog, now=self.clock.now
+        )
         self.result.node_claims = running
         for claim in running:
             instance = self.ec2.instances[claim.instance_id]
             pods = sum(1 for node in self._pinned.values() if node == claim.node)
-            self._note("setup", f"NodeClaim {claim.name} ({claim.api_version}) running",
-                       f"{instance.instance_type} ({instance.capacity_type}, {instance.zone}) {claim.instance_id}, node {claim.node} Ready, "
-                       f"{pods} pod{'s' if pods != 1 else ''} bound to it; Joiner's claim, mirror and finalizers in place")
+            self._note(
+                "setup",
+                f"NodeClaim {claim.name} ({claim.api_version}) running",
+                f"{instance.instance_type} ({instance.capacity_type}, {instance.zone}) {claim.instance_id}, node {claim.node} Ready, "
+                f"{pods} pod{'s' if pods != 1 else ''} bound to it; Joiner's claim, mirror and finalizers in place",
+            )
 
     def _start_real_kube(self) -> KubeHarness:
         """Real mode: a fresh control plane for this run (stopped at teardown)."""
@@ -617,8 +639,7 @@ class Simulation:
         if self.region in BUNDLED_REGIONS:
             return load_bundled_catalog(self.region)
         adapter = Ec2Adapter(self.stack.ec2, None, None, self.scenario.cluster, self.clock)
-        return build_region_catalog(adapter, None, self.region, count=lambda name: None,
-                                    warn=lambda message, extra: self._note("setup", message, str(extra)))
+        return build_region_catalog(adapter, None, self.region, count=lambda name: None, warn=lambda message, extra: self._note("setup", message, str(extra)))
 
     def _teardown(self) -> None:
         for module in self.handlers.values():
@@ -672,8 +693,7 @@ class Simulation:
         candidates += [t for t in check_times if t > now]
         if self._watch is not None:
             due = self._watch.batch.due_at(self._watch.window)
-            candidates += [c for c in (due, self._watch_closes, self._watch_opens + timedelta(seconds=WATCHER_PERIOD_SECONDS))
-                           if c is not None]
+            candidates += [c for c in (due, self._watch_closes, self._watch_opens + timedelta(seconds=WATCHER_PERIOD_SECONDS)) if c is not None]
         boot = self.scenario.boot_delay
         not_ready = timedelta(seconds=self.cluster.not_ready_seconds)
         for instance in self.ec2.running():
@@ -769,10 +789,12 @@ class Simulation:
                 continue
             else:
                 boot = kubelet_registration(self.ec2.user_data(instance.instance_id))
-                node = self.cluster.register_node(instance.instance_id, instance.private_dns, instance.instance_type, instance.zone, boot,
-                                                  ready=ready)
-                self._note("kubelet", f"node {node['metadata']['name']} registered",
-                           f"{instance.instance_type} ({instance.capacity_type}, {instance.zone}) " + ("Ready" if ready else "not ready yet"))
+                node = self.cluster.register_node(instance.instance_id, instance.private_dns, instance.instance_type, instance.zone, boot, ready=ready)
+                self._note(
+                    "kubelet",
+                    f"node {node['metadata']['name']} registered",
+                    f"{instance.instance_type} ({instance.capacity_type}, {instance.zone}) " + ("Ready" if ready else "not ready yet"),
+                )
                 if not ready:
                     continue
             self.result.registered_at[instance.instance_id] = now
@@ -787,8 +809,11 @@ class Simulation:
     def _instance_gone(self, instance: Any) -> None:
         lost = self.cluster.instance_gone(instance.instance_id)
         if lost:
-            self._note("node-lifecycle", f"instance {instance.instance_id} gone with {len(lost)} pod{'s' if len(lost) != 1 else ''} on it",
-                       "Node deleted; pods lost: " + ", ".join(lost[:5]) + (" ..." if len(lost) > 5 else ""))
+            self._note(
+                "node-lifecycle",
+                f"instance {instance.instance_id} gone with {len(lost)} pod{'s' if len(lost) != 1 else ''} on it",
+                "Node deleted; pods lost: " + ", ".join(lost[:5]) + (" ..." if len(lost) > 5 else ""),
+            )
 
     def _track_interruptions(self) -> None:
         now = self.clock.now()
@@ -805,8 +830,7 @@ class Simulation:
             node_obj = self.emulator.get("Node", rebalance.node) if rebalance.node else None
             if rebalance.cordoned is None and node_obj is not None and (node_obj.get("spec") or {}).get("unschedulable"):
                 rebalance.cordoned = now
-            if rebalance.drained is None and rebalance.drain_started is not None and (
-                    node_obj is None or not self.cluster.pods_on(rebalance.node or "")):
+            if rebalance.drained is None and rebalance.drain_started is not None and (node_obj is None or not self.cluster.pods_on(rebalance.node or "")):
                 rebalance.drained = now
             if rebalance.terminated is None and instance.terminated is not None:
                 rebalance.terminated, rebalance.terminated_by = instance.terminated, instance.terminated_by
@@ -822,8 +846,11 @@ class Simulation:
             if record.gone is None and self.emulator.get(record.kind, record.name) is None:
                 record.gone = now
                 if record.held:
-                    self._note("kube-apiserver", f"{record.kind.lower()} {record.name} removed",
-                               f"its finalizer released {_fmt_delta(now - record.at)} after the deletion")
+                    self._note(
+                        "kube-apiserver",
+                        f"{record.kind.lower()} {record.name} removed",
+                        f"its finalizer released {_fmt_delta(now - record.at)} after the deletion",
+                    )
             instance = self.ec2.instances.get(record.instance_id or "")
             if record.terminated is None and instance is not None and instance.terminated is not None:
                 record.terminated, record.terminated_by = instance.terminated, instance.terminated_by
@@ -844,9 +871,13 @@ class Simulation:
         pods = len(self.cluster.pods_on(node)) if node else 0
         self.result.deletions.append(ObjectDeletion(self.clock.now(), kind, name, node, instance_id, held, pods))
         finalizers = ", ".join((found.get("metadata") or {}).get("finalizers") or [])
-        self._note("scenario", f"kubectl delete {kind.lower()} {name}",
-                   f"deletionTimestamp set, {finalizers} holds it; node {node} has {pods} pod{'s' if pods != 1 else ''} to drain" if held
-                   else "deleted at once (no finalizer)")
+        self._note(
+            "scenario",
+            f"kubectl delete {kind.lower()} {name}",
+            f"deletionTimestamp set, {finalizers} holds it; node {node} has {pods} pod{'s' if pods != 1 else ''} to drain"
+            if held
+            else "deleted at once (no finalizer)",
+        )
         self._track_deletions()
 
     def _scenario_event(self, event: Any) -> None:
@@ -865,8 +896,11 @@ class Simulation:
             self._node_condition(event)
             return
         candidates = [
-            i for i in self.ec2.running()
-            if i.managed and i.capacity_type == "spot" and i.instance_id in self.cluster.registered
+            i
+            for i in self.ec2.running()
+            if i.managed
+            and i.capacity_type == "spot"
+            and i.instance_id in self.cluster.registered
             and (event.node_pool is None or i.node_pool == event.node_pool)
             and (event.instance_type is None or i.instance_type == event.instance_type)
         ]
@@ -881,28 +915,41 @@ class Simulation:
         if event.kind == "rebalanceRecommendation":
             policy = self._rebalance_policy(instance.node_pool)
             self.ec2.recommend_rebalance(instance, node, pods, policy)
-            self._note("ec2", f"rebalance recommendation for {instance.instance_id}",
-                       f"node {node} ({instance.instance_type}, {pods} pods); NodePool {instance.node_pool} rebalance: {policy}")
+            self._note(
+                "ec2",
+                f"rebalance recommendation for {instance.instance_id}",
+                f"node {node} ({instance.instance_type}, {pods} pods); NodePool {instance.node_pool} rebalance: {policy}",
+            )
             return
         record = self.ec2.interrupt(instance, node, pods)
-        self._note("ec2", f"spot interruption warning for {instance.instance_id}",
-                   f"node {node} ({instance.instance_type}, {pods} pods); EC2 reclaims it at {_fmt_delta(record.deadline - self.start)}")
+        self._note(
+            "ec2",
+            f"spot interruption warning for {instance.instance_id}",
+            f"node {node} ({instance.instance_type}, {pods} pods); EC2 reclaims it at {_fmt_delta(record.deadline - self.start)}",
+        )
 
     def _node_condition(self, event: Any) -> None:
         """A Node reports a condition (its kubelet, or the EKS node monitoring agent)."""
         candidates = sorted(
-            (i for i in self.ec2.running() if i.managed and i.instance_id in self.cluster.registered
-             and (event.node_pool is None or i.node_pool == event.node_pool)
-             and (event.instance_type is None or i.instance_type == event.instance_type)),
-            key=lambda i: (i.launched, i.instance_id))
+            (
+                i
+                for i in self.ec2.running()
+                if i.managed
+                and i.instance_id in self.cluster.registered
+                and (event.node_pool is None or i.node_pool == event.node_pool)
+                and (event.instance_type is None or i.instance_type == event.instance_type)
+            ),
+            key=lambda i: (i.launched, i.instance_id),
+        )
         if event.index >= len(candidates):
             self._note("scenario", f"node condition {event.condition}={event.status} requested", f"no running node matches ({event.where})")
             self.result.handler_errors.append(f"{event.where}: no running node matched the node condition")
             return
         node = self.cluster.registered[candidates[event.index].instance_id]
         self.cluster.set_node_condition(node, event.condition, event.status, event.reason)
-        self._note("node-monitoring", f"node {node} reports {event.condition}={event.status}",
-                   f"{len(self.cluster.pods_on(node))} pods on it; reason {event.reason}")
+        self._note(
+            "node-monitoring", f"node {node} reports {event.condition}={event.status}", f"{len(self.cluster.pods_on(node))} pods on it; reason {event.reason}"
+        )
 
     def _rebalance_policy(self, pool: str) -> str:
         obj = self.emulator.get("NodePool", pool) if pool else None
@@ -918,15 +965,17 @@ class Simulation:
         )
 
     def _capacity_failure(self, failure: Any) -> None:
-        self.result.capacity_failures.append(CapacityFailure(
-            self.clock.now(), self._invoking, failure.instance_type, failure.zone, failure.capacity_type, failure.code))
+        self.result.capacity_failures.append(
+            CapacityFailure(self.clock.now(), self._invoking, failure.instance_type, failure.zone, failure.capacity_type, failure.code)
+        )
 
     def _record_unavailable(self) -> list[UnavailableMark]:
         """Offerings Joiner's state table holds as unavailable, newly seen."""
         table = self.stack.dynamodb
         items = []
         for page in table.get_paginator("scan").paginate(
-                TableName=self.stack.state_table, FilterExpression="begins_with(pk, :p)", ExpressionAttributeValues={":p": {"S": "UNAVAILABLE#"}}):
+            TableName=self.stack.state_table, FilterExpression="begins_with(pk, :p)", ExpressionAttributeValues={":p": {"S": "UNAVAILABLE#"}}
+        ):
             items += page["Items"]
         known = {(m.instance_type, m.zone, m.capacity_type, m.expires) for m in self.result.unavailable_marks}
         new = []
@@ -950,8 +999,9 @@ class Simulation:
         failures_before = len(self.result.capacity_failures)
         self._invoking = name
         self.result.invocations[name] += 1
-        context = LambdaContext(aws_request_id=str(uuid.uuid4()), function_name=f"{self.scenario.cluster}-{name}",
-                                remaining_ms=1000 * SPECS_BY_NAME[name].timeout_seconds)
+        context = LambdaContext(
+            aws_request_id=str(uuid.uuid4()), function_name=f"{self.scenario.cluster}-{name}", remaining_ms=1000 * SPECS_BY_NAME[name].timeout_seconds
+        )
         response: dict[str, Any] | None = None
         error: str | None = None
         started = time.perf_counter()
@@ -1050,8 +1100,7 @@ class Simulation:
     def _acknowledge(self, queue: LocalQueue, batch: list[dict[str, Any]], response: dict[str, Any] | None) -> None:
         """Delete what the invocation acknowledged, as Lambda's SQS poller does; a crashed
         invocation (no response) acknowledges nothing."""
-        failed = {item["itemIdentifier"] for item in (response or {}).get("batchItemFailures", [])} if response is not None else {
-            m["MessageId"] for m in batch}
+        failed = {item["itemIdentifier"] for item in (response or {}).get("batchItemFailures", [])} if response is not None else {m["MessageId"] for m in batch}
         for message in batch:
             if message["MessageId"] not in failed:
                 self.stack.sqs.delete_message(QueueUrl=queue.url, ReceiptHandle=message["ReceiptHandle"])
@@ -1069,8 +1118,10 @@ class Simulation:
                 continue
             if "detail-type" in body:
                 detail = body.get("detail") or {}
-                what = {"EC2 Spot Instance Interruption Warning": "spot interruption warning",
-                        "EC2 Instance State-change Notification": f"state change to {detail.get('state')}"}.get(body["detail-type"], body["detail-type"])
+                what = {
+                    "EC2 Spot Instance Interruption Warning": "spot interruption warning",
+                    "EC2 Instance State-change Notification": f"state change to {detail.get('state')}",
+                }.get(body["detail-type"], body["detail-type"])
                 described.append(f"{what} {detail.get('instance-id', '')}".strip())
             elif body.get("kind") == "termination":
                 described.append(f"termination step {body.get('node')}")
@@ -1096,8 +1147,16 @@ class Simulation:
                 if (node.get("spec") or {}).get("unschedulable"):
                     cordoned[instance.node_pool] += 1
         launched = Counter(i.instance_type for i in self.ec2.instances.values() if i.managed)
-        sample = Sample(self._elapsed(), dict(nodes), self.cluster.pending_pods(), round(self.ec2.cost_per_hour(), 4), dict(launched),
-                        sum(1 for p in self.cluster.pods.values() if p.lost), dict(cordoned), dict(capacity))
+        sample = Sample(
+            self._elapsed(),
+            dict(nodes),
+            self.cluster.pending_pods(),
+            round(self.ec2.cost_per_hour(), 4),
+            dict(launched),
+            sum(1 for p in self.cluster.pods.values() if p.lost),
+            dict(cordoned),
+            dict(capacity),
+        )
         if self.result.samples and self.result.samples[-1].at == sample.at:
             self.result.samples[-1] = sample
         else:
@@ -1154,8 +1213,11 @@ class Simulation:
             elif name == "interruptionPendingMax":
                 caused = self.result.interruption_pending() + [self.result.pending_caused_by(r.node, r.warned) for r in self.result.rebalances]
                 got_seconds = max(caused, default=0.0)
-                results.append(CheckResult(check.describe(), bool(caused) and got_seconds <= value.total_seconds(),
-                                           f"got {got_seconds:.0f} pod-seconds (worst of {len(caused)})"))
+                results.append(
+                    CheckResult(
+                        check.describe(), bool(caused) and got_seconds <= value.total_seconds(), f"got {got_seconds:.0f} pod-seconds (worst of {len(caused)})"
+                    )
+                )
             elif name == "deletionsDrained":
                 deletions = self.result.deletions
                 ok = bool(deletions) and all(d.handled for d in deletions)
@@ -1173,7 +1235,9 @@ def _with_simulated_spot_prices(catalog: Any) -> Any:
     """The catalog with a spot offering next to every on-demand one, at :data:`SPOT_PRICE_FACTOR`."""
     prices = {
         (name, offering.zone): round(offering.price * SPOT_PRICE_FACTOR, 4)
-        for name in catalog.names for offering in catalog.offerings(name) if offering.capacity_type == "on-demand"
+        for name in catalog.names
+        for offering in catalog.offerings(name)
+        if offering.capacity_type == "on-demand"
     }
     return catalog.with_spot_prices(prices)
 

@@ -58,12 +58,28 @@ from testworld.simulator import Simulation
 from testworld.stack import LocalQueue
 
 __all__ = [
-    "EXTREME_DURATIONS", "EXTREME_GRACE_SECONDS", "FAULT_KINDS", "INVARIANTS", "TRACK_GRACE", "SoakResult", "SoakSimulation", "Violation", "run_seed", "soak_scenario",
+    "EXTREME_DURATIONS",
+    "EXTREME_GRACE_SECONDS",
+    "FAULT_KINDS",
+    "INVARIANTS",
+    "TRACK_GRACE",
+    "SoakResult",
+    "SoakSimulation",
+    "Violation",
+    "run_seed",
+    "soak_scenario",
 ]
 
 FAULT_KINDS: tuple[str, ...] = (
-    *CRASH_KINDS, "sqs-duplicate", "sqs-reorder", "scanner-overlap", "kube-429", "kube-500", "kube-timeout",
-    "ec2-capacity", "ec2-throttle",
+    *CRASH_KINDS,
+    "sqs-duplicate",
+    "sqs-reorder",
+    "scanner-overlap",
+    "kube-429",
+    "kube-500",
+    "kube-timeout",
+    "ec2-capacity",
+    "ec2-throttle",
 )
 INVARIANTS = ("double-launch", "limit", "stranded-pods", "untracked", "unowned")
 #: Instances launched this long before the end must be registered or terminated by then
@@ -125,30 +141,46 @@ def soak_scenario(rng: random.Random, cluster: str = "soak") -> Scenario:
     web = rng.randint(3, 10)
     web_cpu = rng.choice(["500m", "1"])
     pool: dict[str, Any] = {
-        "apiVersion": "joiner.dev/v1", "kind": "NodePool", "metadata": {"name": "spot"},
+        "apiVersion": "joiner.dev/v1",
+        "kind": "NodePool",
+        "metadata": {"name": "spot"},
         "spec": {
-            "template": {"spec": {
-                "nodeClassRef": {"group": "joiner.dev", "kind": "NodeClass", "name": "default"},
-                "requirements": [
-                    {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c5.large", "c5.xlarge", "c5.2xlarge"]},
-                    {"key": "joiner.dev/capacity-type", "operator": "In", "values": ["spot"]},
-                ]}},
+            "template": {
+                "spec": {
+                    "nodeClassRef": {"group": "joiner.dev", "kind": "NodeClass", "name": "default"},
+                    "requirements": [
+                        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c5.large", "c5.xlarge", "c5.2xlarge"]},
+                        {"key": "joiner.dev/capacity-type", "operator": "In", "values": ["spot"]},
+                    ],
+                }
+            },
             "disruption": {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "30s", "budgets": [{"nodes": "100%"}]},
             "limits": {"cpu": str(limit)},
         },
     }
     node_class = {
-        "apiVersion": "joiner.dev/v1", "kind": "NodeClass", "metadata": {"name": "default"},
-        "spec": {"subnetSelectorTerms": [{"tags": {"joiner.dev/discovery": cluster}}],
-                 "securityGroupSelectorTerms": [{"tags": {"joiner.dev/discovery": cluster}}], "role": f"JoinerNodeRole-{cluster}"},
+        "apiVersion": "joiner.dev/v1",
+        "kind": "NodeClass",
+        "metadata": {"name": "default"},
+        "spec": {
+            "subnetSelectorTerms": [{"tags": {"joiner.dev/discovery": cluster}}],
+            "securityGroupSelectorTerms": [{"tags": {"joiner.dev/discovery": cluster}}],
+            "role": f"JoinerNodeRole-{cluster}",
+        },
     }
     objects: list[dict[str, Any]] = [node_class, pool]
     workloads: list[dict[str, Any]] = [{"name": "web", "replicas": 0, "cpu": web_cpu, "memory": "256Mi"}]
     events: list[dict[str, Any]] = [{"at": "20s", "scale": {"workload": "web", "replicas": web}}]
     if rng.random() < 0.5:
         workloads.append({"name": "api", "replicas": 0, "cpu": "500m", "memory": "256Mi"})
-        objects.append({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "api", "namespace": "default"},
-                        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "api"}}}})
+        objects.append(
+            {
+                "apiVersion": "policy/v1",
+                "kind": "PodDisruptionBudget",
+                "metadata": {"name": "api", "namespace": "default"},
+                "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "api"}}},
+            }
+        )
         events.append({"at": "20s", "scale": {"workload": "api", "replicas": rng.randint(2, 4)}})
     # after the first launch (scanner tick at 60 s) has booted, even when a crash costs one tick
     warned = 60 + boot + rng.randint(70, 110)
@@ -172,10 +204,17 @@ def soak_scenario(rng: random.Random, cluster: str = "soak") -> Scenario:
     if long_grace is not None:
         template["terminationGracePeriod"] = long_grace
     pool["spec"]["disruption"]["budgets"].append({"nodes": "100%", "schedule": "@daily", "duration": extremes.choice(EXTREME_DURATIONS[1:])})
-    return parse_scenario({
-        "name": f"soak-{shape}-limit{limit}-boot{boot}s-grace{grace}", "cluster": cluster, "duration": "9m", "bootDelay": f"{boot}s",
-        "objects": objects, "workloads": workloads, "events": events,
-    })
+    return parse_scenario(
+        {
+            "name": f"soak-{shape}-limit{limit}-boot{boot}s-grace{grace}",
+            "cluster": cluster,
+            "duration": "9m",
+            "bootDelay": f"{boot}s",
+            "objects": objects,
+            "workloads": workloads,
+            "events": events,
+        }
+    )
 
 
 def pick_kinds(rng: random.Random, allowed: Sequence[str] = FAULT_KINDS) -> tuple[str, ...]:
@@ -229,10 +268,16 @@ class SoakSimulation(Simulation):
     """A :class:`Simulation` with the faults of ``kinds`` drawn from ``seed`` and the
     invariants of the module docstring checked after every step."""
 
-    def __init__(self, scenario: Scenario, *, seed: int, kinds: Sequence[str], functions_dir: Path | None = None,
-                 verbose: bool = False, scanner_mode: str = "economy") -> None:
-        super().__init__(scenario, functions_dir=functions_dir, verbose=verbose,
-                         start=datetime(2026, 1, 5, 9, 0, tzinfo=UTC) + timedelta(days=seed % 97), scanner_mode=scanner_mode)
+    def __init__(
+        self, scenario: Scenario, *, seed: int, kinds: Sequence[str], functions_dir: Path | None = None, verbose: bool = False, scanner_mode: str = "economy"
+    ) -> None:
+        super().__init__(
+            scenario,
+            functions_dir=functions_dir,
+            verbose=verbose,
+            start=datetime(2026, 1, 5, 9, 0, tzinfo=UTC) + timedelta(days=seed % 97),
+            scanner_mode=scanner_mode,
+        )
         unknown = sorted(set(kinds) - set(FAULT_KINDS))
         if unknown:
             raise ValueError(f"unknown fault kind {unknown[0]!r} (one of {', '.join(FAULT_KINDS)})")
@@ -289,8 +334,15 @@ class SoakSimulation(Simulation):
         kube = KubernetesClient.from_settings(settings, clock=self.clock, sleep=self.clock.sleep)
         gate.install_kubernetes(kube._pool)
         self.gates[name] = gate
-        return build_runtime(settings, clock=self.clock, sleep=self.clock.sleep, metric=metric, catalog_value=self.catalog,
-                             kube_port=kube, _aws=AwsClients(settings.region, settings.aws_endpoint_url, session=session))
+        return build_runtime(
+            settings,
+            clock=self.clock,
+            sleep=self.clock.sleep,
+            metric=metric,
+            catalog_value=self.catalog,
+            kube_port=kube,
+            _aws=AwsClients(settings.region, settings.aws_endpoint_url, session=session),
+        )
 
     def _create_decoy(self) -> None:
         """An instance Joiner does not own (no Joiner tags) whose Node claims to be Joiner's
@@ -303,14 +355,22 @@ class SoakSimulation(Simulation):
         assert self.stack.network is not None
         _, subnet = min(self.stack.network.subnets.items())
         answer = self.stack.ec2.run_instances(
-            ImageId=self.stack.amis["x86_64"], InstanceType="m5.large", MinCount=1, MaxCount=1, SubnetId=subnet,
-            TagSpecifications=[{"ResourceType": "instance", "Tags": [
-                {"Key": f"kubernetes.io/cluster/{self.scenario.cluster}", "Value": "owned"}, {"Key": "Name", "Value": "someone-elses"}]}])
+            ImageId=self.stack.amis["x86_64"],
+            InstanceType="m5.large",
+            MinCount=1,
+            MaxCount=1,
+            SubnetId=subnet,
+            TagSpecifications=[
+                {
+                    "ResourceType": "instance",
+                    "Tags": [{"Key": f"kubernetes.io/cluster/{self.scenario.cluster}", "Value": "owned"}, {"Key": "Name", "Value": "someone-elses"}],
+                }
+            ],
+        )
         self.decoy = answer["Instances"][0]["InstanceId"]
         self.ec2.observe(actor="ec2")
         instance = self.ec2.instances[self.decoy]
-        boot = BootSpec(labels={wk.NODEPOOL: "spot", wk.INITIALIZED: "true"}, taints=(Taint(DECOY_TAINT, "", "NoSchedule"),),
-                        kubelet=KubeletConfig())
+        boot = BootSpec(labels={wk.NODEPOOL: "spot", wk.INITIALIZED: "true"}, taints=(Taint(DECOY_TAINT, "", "NoSchedule"),), kubelet=KubeletConfig())
         node = self.cluster.register_node(self.decoy, instance.private_dns, instance.instance_type, instance.zone, boot)
         self.decoy_node = node["metadata"]["name"]
 
@@ -362,8 +422,7 @@ class SoakSimulation(Simulation):
                 injected.append((kind, emulator.disconnect_next(None, path, times=times)))
             else:
                 status = 429 if kind == "kube-429" else self.rng.choice([500, 503])
-                injected.append((kind, emulator.fail_next(None, path, status=status, times=times,
-                                                               retry_after=1 if status == 429 else None)))
+                injected.append((kind, emulator.fail_next(None, path, status=status, times=times, retry_after=1 if status == 429 else None)))
         failures_before = len(gate.capacity.failures)
         gate.arm(armed)
         self._crashed = False
@@ -445,8 +504,7 @@ class SoakSimulation(Simulation):
             self.rng.shuffle(shuffled)
             if len(shuffled) > 1 and self.rng.random() < 0.5:
                 held = shuffled.pop()
-                sqs.change_message_visibility(QueueUrl=queue.url, ReceiptHandle=held["ReceiptHandle"],
-                                              VisibilityTimeout=self.rng.randint(5, 90))
+                sqs.change_message_visibility(QueueUrl=queue.url, ReceiptHandle=held["ReceiptHandle"], VisibilityTimeout=self.rng.randint(5, 90))
             cut = self.rng.randint(1, len(shuffled)) if shuffled else 0
             batches = [b for b in (shuffled[:cut], shuffled[cut:]) if b]
             self.faults["sqs-reorder"] += 1
@@ -497,9 +555,13 @@ class SoakSimulation(Simulation):
         if reclaimed and node is not None and self.emulator.get("Node", node) is not None:
             left = sorted(self.cluster.pods_on(node))
             if left and instance.instance_id in self._drain_chance:
-                self._violate("stranded-pods", (instance.instance_id,), f"instance {instance.instance_id} (node {node})",
-                              f"{len(left)} pod(s) still on it when EC2 reclaimed it: {', '.join(left[:6])}; "
-                              "the warning or a termination step reached a live invocation before the deadline")
+                self._violate(
+                    "stranded-pods",
+                    (instance.instance_id,),
+                    f"instance {instance.instance_id} (node {node})",
+                    f"{len(left)} pod(s) still on it when EC2 reclaimed it: {', '.join(left[:6])}; "
+                    "the warning or a termination step reached a live invocation before the deadline",
+                )
         super()._instance_gone(instance)
 
     def _check_unowned(self, function: str) -> None:
@@ -514,8 +576,9 @@ class SoakSimulation(Simulation):
             self._violate("unowned", ("deleted",), subject, f"its Node was deleted (after {function})")
         elif (node.get("spec") or {}).get("unschedulable"):
             self._violate("unowned", ("cordoned",), subject, f"cordoned by {function}")
-        elif any(t.get("key") != DECOY_TAINT and t.get("key", "").startswith(("joiner.dev/", "karpenter.sh/"))
-                 for t in (node.get("spec") or {}).get("taints") or []):
+        elif any(
+            t.get("key") != DECOY_TAINT and t.get("key", "").startswith(("joiner.dev/", "karpenter.sh/")) for t in (node.get("spec") or {}).get("taints") or []
+        ):
             self._violate("unowned", ("tainted",), subject, f"tainted by {function}")
 
     def _claims(self) -> dict[str, dict[str, Any]]:
@@ -524,7 +587,8 @@ class SoakSimulation(Simulation):
         deserialize = TypeDeserializer().deserialize
         items = []
         for page in self.stack.dynamodb.get_paginator("scan").paginate(
-                TableName=self.stack.state_table, FilterExpression="sk = :c", ExpressionAttributeValues={":c": {"S": "CLAIM"}}):
+            TableName=self.stack.state_table, FilterExpression="sk = :c", ExpressionAttributeValues={":c": {"S": "CLAIM"}}
+        ):
             items += page["Items"]
         claims = {}
         for item in items:
@@ -565,7 +629,8 @@ class SoakSimulation(Simulation):
             if len(holders) > 1:
                 described = ", ".join(
                     f"{h} ({self.ec2.instances[h].instance_type}, claim {claim_ids[h]} {(claims.get(claim_ids[h]) or {}).get('state', '?')})"
-                    for h in sorted(holders))
+                    for h in sorted(holders)
+                )
                 self._violate("double-launch", (pod, *sorted(holders)), f"pod {pod}", f"promised to {len(holders)} instances in flight: {described}")
 
     def _check_limits(self, running: list[Any]) -> None:
@@ -588,10 +653,16 @@ class SoakSimulation(Simulation):
             for resource, limit in sorted(limits.items()):
                 if used[resource] > limit:
                     warned = {r.instance_id for r in self.ec2.interruptions}
-                    members = ", ".join(f"{i.instance_id} {i.instance_type}" + (" (spot warning)" if i.instance_id in warned else "")
-                                        for i in sorted(instances, key=lambda i: (i.launched, i.instance_id)))
-                    self._violate("limit", (pool, resource), f"NodePool {pool}",
-                                  f"{resource} {used[resource] / 1000:g} > limit {limit / 1000:g} across {len(instances)} running instances: {members}")
+                    members = ", ".join(
+                        f"{i.instance_id} {i.instance_type}" + (" (spot warning)" if i.instance_id in warned else "")
+                        for i in sorted(instances, key=lambda i: (i.launched, i.instance_id))
+                    )
+                    self._violate(
+                        "limit",
+                        (pool, resource),
+                        f"NodePool {pool}",
+                        f"{resource} {used[resource] / 1000:g} > limit {limit / 1000:g} across {len(instances)} running instances: {members}",
+                    )
 
     def _check_end(self) -> None:
         """Every instance launched more than :data:`TRACK_GRACE` ago is terminated or recorded
@@ -609,9 +680,12 @@ class SoakSimulation(Simulation):
             if not tracked:
                 what = "no claim record" if claim is None else f"claim {claim_ids[instance.instance_id]} is {state!r} for instance {claim.get('instanceId')!r}"
                 node = self.cluster.registered.get(instance.instance_id)
-                self._violate("untracked", (instance.instance_id,), f"instance {instance.instance_id} ({instance.instance_type})",
-                              f"running since {_fmt(instance.launched - self.start)}" + (f" as node {node}" if node else " without a Node")
-                              + f", yet {what}")
+                self._violate(
+                    "untracked",
+                    (instance.instance_id,),
+                    f"instance {instance.instance_id} ({instance.instance_type})",
+                    f"running since {_fmt(instance.launched - self.start)}" + (f" as node {node}" if node else " without a Node") + f", yet {what}",
+                )
 
 
 def _fmt(delta: timedelta) -> str:
@@ -682,11 +756,14 @@ def run_seed(seed: int, kinds: Sequence[str] | None = None, *, functions_dir: Pa
     # Odd seeds run responsive mode (the watcher's wake-ups between the scanner's ticks), even
     # seeds economy: drawn from the seed's parity, so the seed's own random draws are unchanged.
     mode = "responsive" if seed % 2 else "economy"
-    simulation = SoakSimulation(scenario, seed=seed, kinds=chosen, functions_dir=functions_dir, verbose=verbose,
-                                scanner_mode=mode)
+    simulation = SoakSimulation(scenario, seed=seed, kinds=chosen, functions_dir=functions_dir, verbose=verbose, scanner_mode=mode)
     result = simulation.run()
     return SoakResult(
-        seed=seed, kinds=chosen, scenario=scenario.name, faults=simulation.faults, violations=list(simulation.violations),
+        seed=seed,
+        kinds=chosen,
+        scenario=scenario.name,
+        faults=simulation.faults,
+        violations=list(simulation.violations),
         invocations=Counter(result.invocations),
         timeline=[f"{_fmt(e.at)} {e.source}: {e.event} -> {e.action}" for e in result.entries],
         wall_seconds=time.monotonic() - wall,

@@ -59,8 +59,10 @@ class LocalQueue:
 def create_idempotency_table(dynamodb: Any, name: str) -> str:
     """The powertools idempotency table (key ``id``, TTL ``expiration``), as the stack makes it."""
     dynamodb.create_table(
-        TableName=name, BillingMode="PAY_PER_REQUEST",
-        KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}], AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+        TableName=name,
+        BillingMode="PAY_PER_REQUEST",
+        KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
     )
     dynamodb.update_time_to_live(TableName=name, TimeToLiveSpecification={"Enabled": True, "AttributeName": "expiration"})
     return name
@@ -134,7 +136,14 @@ class LocalStack:
         """The functions' settings for this stack (moto endpoint, local Kubernetes API)."""
         assert self.interruption is not None and self.work is not None, "call create() first"
         return Settings(
-            cluster_name=self.cluster, region=self.region, state_table=self.state_table, idempotency_table=self.idempotency_table,
-            interruption_queue_url=self.interruption.url, work_queue_url=self.work.url, scanner_mode=scanner_mode,
-            kubernetes_host=kubernetes_host, aws_endpoint_url=self.endpoint, node_role=node_role,
+            cluster_name=self.cluster,
+            region=self.region,
+            state_table=self.state_table,
+            idempotency_table=self.idempotency_table,
+            interruption_queue_url=self.interruption.url,
+            work_queue_url=self.work.url,
+            scanner_mode=scanner_mode,
+            kubernetes_host=kubernetes_host,
+            aws_endpoint_url=self.endpoint,
+            node_role=node_role,
         )

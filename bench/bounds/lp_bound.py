@@ -72,10 +72,7 @@ def whole_pod_lower_bound(problem: SchedulingProblem, time_limit_seconds: float 
         keys = sorted(groups, key=lambda key: (key[0], sorted(key[1])))
         sizes = [size for size, _ in keys]
         capacities = [pt.effective for pt in ts.types]
-        fits = [
-            [t for t, cap in enumerate(capacities) if ts.types[t].name in allowed and all(c >= n for c, n in zip(cap, size))]
-            for size, allowed in keys
-        ]
+        fits = [[t for t, cap in enumerate(capacities) if ts.types[t].name in allowed and all(c >= n for c, n in zip(cap, size))] for size, allowed in keys]
         if any(not options for options in fits):
             return float("inf")
         used_types = sorted({t for options in fits for t in options})
@@ -97,8 +94,11 @@ def whole_pod_lower_bound(problem: SchedulingProblem, time_limit_seconds: float 
         upper = np.concatenate([np.zeros(len(used_types) * dims), [groups[key] for key in keys]])
         cost = np.concatenate([[ts.prices[t] for t in used_types], np.zeros(len(y_columns))])
         result = milp(
-            cost, constraints=LinearConstraint(matrix.tocsr(), lower, upper), integrality=np.ones(n_vars),
-            bounds=Bounds(0, np.inf), options={"time_limit": time_limit_seconds, "disp": False},
+            cost,
+            constraints=LinearConstraint(matrix.tocsr(), lower, upper),
+            integrality=np.ones(n_vars),
+            bounds=Bounds(0, np.inf),
+            options={"time_limit": time_limit_seconds, "disp": False},
         )
         bound = result.get("mip_dual_bound")
         if bound is None or not np.isfinite(bound):

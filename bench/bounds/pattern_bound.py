@@ -42,7 +42,16 @@ from typing import Any
 from joiner.domain.model import Plan
 from joiner.domain.scheduling.problem import SchedulingProblem
 
-__all__ = ["PoolInstance", "PatternResult", "pool_instances", "plan_patterns", "pattern_lp_pool", "pattern_lp_bound", "pattern_milp_pool", "pattern_milp_optimum"]
+__all__ = [
+    "PoolInstance",
+    "PatternResult",
+    "pool_instances",
+    "plan_patterns",
+    "pattern_lp_pool",
+    "pattern_lp_bound",
+    "pattern_milp_pool",
+    "pattern_milp_optimum",
+]
 
 #: Reduced costs below ``-EPS * price`` count as improving columns.
 EPS = 1e-9
@@ -101,10 +110,7 @@ def _instances(problem: SchedulingProblem) -> list[tuple[int, PoolInstance, dict
         ts = ctx.template_shapes[index].typeset
         keys = sorted(groups, key=lambda key: (key[0], sorted(key[1])))
         capacities = [tuple(pt.effective) for pt in ts.types]
-        allowed = [
-            [t for t, cap in enumerate(capacities) if ts.types[t].name in names and all(c >= n for c, n in zip(cap, size))]
-            for size, names in keys
-        ]
+        allowed = [[t for t, cap in enumerate(capacities) if ts.types[t].name in names and all(c >= n for c, n in zip(cap, size))] for size, names in keys]
         inst = PoolInstance(list(ts.prices), capacities, [tuple(size) for size, _ in keys], [len(groups[key]) for key in keys], allowed)
         inst.type_names = [pt.name for pt in ts.types]
         group_of = {pod_key: g for g, key in enumerate(keys) for pod_key in groups[key]}
@@ -176,9 +182,7 @@ def _prune(inst: PoolInstance) -> tuple[list[int], list[list[int]]]:
     candidates = sorted(groups_of, key=lambda t: (inst.prices[t], [-c for c in inst.capacities[t]], t))
     kept: list[int] = []
     for t in candidates:
-        if not any(
-            inst.prices[u] <= inst.prices[t] and groups_of[t] <= groups_of[u] and _fits(inst.capacities[t], inst.capacities[u]) for u in kept
-        ):
+        if not any(inst.prices[u] <= inst.prices[t] and groups_of[t] <= groups_of[u] and _fits(inst.capacities[t], inst.capacities[u]) for u in kept):
             kept.append(t)
     return kept, [sorted(groups_of[t]) for t in kept]
 
@@ -247,8 +251,11 @@ def _knapsack(inst: PoolInstance, t: int, groups: list[int], duals: list[float],
     values = np.array([duals[g] for g in items])
     with _quiet_stdout():
         result = milp(
-            -values, constraints=LinearConstraint(matrix, -np.inf, np.ones(len(dims))) if dims else (), integrality=np.ones(len(items)),
-            bounds=Bounds(np.zeros(len(items)), upper), options={"time_limit": max(time_limit, 0.05), "disp": False, "mip_rel_gap": 1e-7},
+            -values,
+            constraints=LinearConstraint(matrix, -np.inf, np.ones(len(dims))) if dims else (),
+            integrality=np.ones(len(items)),
+            bounds=Bounds(np.zeros(len(items)), upper),
+            options={"time_limit": max(time_limit, 0.05), "disp": False, "mip_rel_gap": 1e-7},
         )
     bound = result.get("mip_dual_bound")
     upper_value = -float(bound) if bound is not None and np.isfinite(bound) else math.inf
@@ -337,7 +344,13 @@ def _lagrangian_uppers(inst: PoolInstance, types: list[int], groups_of: list[lis
 
 
 def _price(
-    inst: PoolInstance, types: list[int], groups_of: list[list[int]], duals: list[float], deadline: float, knapsack_seconds: float, columns_wanted: int,
+    inst: PoolInstance,
+    types: list[int],
+    groups_of: list[list[int]],
+    duals: list[float],
+    deadline: float,
+    knapsack_seconds: float,
+    columns_wanted: int,
 ) -> tuple[float, list[tuple[int, dict[int, int]]]]:
     """Exact pricing where it matters: ``(theta, patterns)`` with ``theta = min(1, min_t
     price_t / U_t)`` for proven upper bounds ``U_t`` on each type's best pattern value.
@@ -389,8 +402,13 @@ def _reduced(inst: PoolInstance, t: int, pattern: dict[int, int], duals: list[fl
 
 
 def pattern_lp_pool(
-    inst: PoolInstance, time_limit_seconds: float = 60.0, knapsack_seconds: float = 2.0, smoothing: float = 0.5, columns_wanted: int = 10,
-    incumbent_seconds: float = 0.0, seeds: Sequence[tuple[int, dict[int, int]]] = (),
+    inst: PoolInstance,
+    time_limit_seconds: float = 60.0,
+    knapsack_seconds: float = 2.0,
+    smoothing: float = 0.5,
+    columns_wanted: int = 10,
+    incumbent_seconds: float = 0.0,
+    seeds: Sequence[tuple[int, dict[int, int]]] = (),
 ) -> PatternResult:
     """A valid lower bound from the pattern LP of one pool (see the module docstring):
     column generation with exact HiGHS pricing each round on the types whose Lagrangian
@@ -471,7 +489,9 @@ def pattern_lp_pool(
     if incumbent_seconds > 0:
         # A small integer program HiGHS can search: the LP's support, the columns with the
         # smallest reduced costs, and the seeds; the seeds alone are a cover if complete.
-        valid = [(t, p) for t, p in seeds if _fits([sum(k * inst.sizes[g][r] for g, k in p.items()) for r in range(len(inst.capacities[t]))], inst.capacities[t])]
+        valid = [
+            (t, p) for t, p in seeds if _fits([sum(k * inst.sizes[g][r] for g, k in p.items()) for r in range(len(inst.capacities[t]))], inst.capacities[t])
+        ]
         support = [j for j, x in enumerate(solution) if x > 1e-9]
         near = sorted(range(len(columns)), key=lambda j: _reduced(inst, columns[j][0], columns[j][1], master_duals))[:1000]
         chosen = [columns[j] for j in sorted(set(support) | set(near))] + valid
@@ -484,7 +504,14 @@ def pattern_lp_pool(
             seeded = sum(inst.prices[t] for t, _ in valid)
             incumbent = seeded if math.isnan(incumbent) else min(incumbent, seeded)
     return PatternResult(
-        best, value, converged, iterations=iterations, columns=len(columns), types=len(types), seconds=time.perf_counter() - start, incumbent=incumbent,
+        best,
+        value,
+        converged,
+        iterations=iterations,
+        columns=len(columns),
+        types=len(types),
+        seconds=time.perf_counter() - start,
+        incumbent=incumbent,
     )
 
 
@@ -498,8 +525,11 @@ def _restricted_milp(inst: PoolInstance, columns: list[tuple[int, dict[int, int]
     matrix = _pattern_matrix(inst, columns)
     with _quiet_stdout():
         result = milp(
-            np.array([inst.prices[t] for t, _ in columns]), constraints=LinearConstraint(matrix, np.array(inst.counts, dtype=float), np.inf),
-            integrality=np.ones(len(columns)), bounds=Bounds(0, np.inf), options={"time_limit": time_limit, "disp": False},
+            np.array([inst.prices[t] for t, _ in columns]),
+            constraints=LinearConstraint(matrix, np.array(inst.counts, dtype=float), np.inf),
+            integrality=np.ones(len(columns)),
+            bounds=Bounds(0, np.inf),
+            options={"time_limit": time_limit, "disp": False},
         )
     if result.x is None:
         return math.nan
@@ -576,7 +606,10 @@ def maximal_patterns(inst: PoolInstance, t: int, groups: list[int], limit: int) 
 
 
 def _undominated(
-    inst: PoolInstance, types: list[int], groups_of: list[list[int]], columns: list[tuple[int, dict[int, int]]],
+    inst: PoolInstance,
+    types: list[int],
+    groups_of: list[list[int]],
+    columns: list[tuple[int, dict[int, int]]],
 ) -> list[tuple[int, dict[int, int]]]:
     """The columns whose pods fit no type that comes before theirs in (price, order): a
     pattern that also fits an earlier type ``u`` (all its groups allowed there) is the same
@@ -630,8 +663,11 @@ def pattern_milp_pool(inst: PoolInstance, time_limit_seconds: float = 60.0, patt
     cost = np.array([inst.prices[t] for t, _ in columns])
     with _quiet_stdout():
         result = milp(
-            cost, constraints=LinearConstraint(matrix, np.array(inst.counts, dtype=float), np.inf), integrality=np.ones(len(columns)),
-            bounds=Bounds(0, np.inf), options={"time_limit": max(1.0, time_limit_seconds - (time.perf_counter() - start)), "disp": False, "mip_rel_gap": 1e-9},
+            cost,
+            constraints=LinearConstraint(matrix, np.array(inst.counts, dtype=float), np.inf),
+            integrality=np.ones(len(columns)),
+            bounds=Bounds(0, np.inf),
+            options={"time_limit": max(1.0, time_limit_seconds - (time.perf_counter() - start)), "disp": False, "mip_rel_gap": 1e-9},
         )
     bound = result.get("mip_dual_bound")
     exact = result.status == 0

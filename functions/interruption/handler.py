@@ -141,7 +141,9 @@ def _redeliver_sooner(runtime: Any, record: SQSRecord) -> None:
         receive_count = 1
     delay = redeliver_sooner(runtime.aws_client("sqs"), runtime.settings.interruption_queue_url, record.receipt_handle, receive_count)
     runtime.count("InterruptionRetried")
-    logger.warning("interruption message failed; redelivered sooner", extra={"message_id": record.message_id, "receive_count": receive_count, "redelivered_in": delay})
+    logger.warning(
+        "interruption message failed; redelivered sooner", extra={"message_id": record.message_id, "receive_count": receive_count, "redelivered_in": delay}
+    )
 
 
 def _replay(record: SQSRecord, outcomes: dict[str, Future[dict[str, Any]]], view: Any) -> dict[str, Any]:

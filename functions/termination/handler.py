@@ -87,8 +87,10 @@ def _note_failure(runtime: Any, record: SQSRecord, node: str, generation: int | 
     extra = {"node": node, "generation": generation, "receives": receives, "message_id": record.message_id, "error": f"{type(error).__name__}: {error}"}
     if receives >= WORK_MAX_RECEIVES:
         runtime.count("WorkMessageDeadLettered")
-        logger.error("termination continuation dead-lettered; gc resumes the drain once it has stalled",
-                     extra={**extra, "resumed_within_minutes": int(STALL_AFTER.total_seconds() // 60)})
+        logger.error(
+            "termination continuation dead-lettered; gc resumes the drain once it has stalled",
+            extra={**extra, "resumed_within_minutes": int(STALL_AFTER.total_seconds() // 60)},
+        )
     else:
         logger.warning("termination continuation failed; redelivered", extra=extra)
 

@@ -47,10 +47,12 @@ def test_instance_types_and_zones_of_a_region_build_its_catalog(region: str) -> 
 
 
 def product(name: str, usd: str) -> str:
-    return json.dumps({
-        "product": {"attributes": {"instanceType": name, "operatingSystem": "Linux"}},
-        "terms": {"OnDemand": {"T1": {"priceDimensions": {"D1": {"unit": "Hrs", "pricePerUnit": {"USD": usd}}}}}},
-    })
+    return json.dumps(
+        {
+            "product": {"attributes": {"instanceType": name, "operatingSystem": "Linux"}},
+            "terms": {"OnDemand": {"T1": {"priceDimensions": {"D1": {"unit": "Hrs", "pricePerUnit": {"USD": usd}}}}}},
+        }
+    )
 
 
 def expected_filters(region: str) -> list[dict[str, str]]:
@@ -67,10 +69,16 @@ def stubbed_pricing() -> tuple[Any, Stubber]:
 def test_on_demand_prices_are_read_page_by_page_with_karpenters_filters() -> None:
     client, stub = stubbed_pricing()
     params = {"ServiceCode": "AmazonEC2", "Filters": expected_filters("eu-west-1"), "FormatVersion": "aws_v1", "MaxResults": ANY}
-    stub.add_response("get_products", {"PriceList": [product("m5.large", "0.1070000000"), product("c5.large", "0.0000000000")],
-                                       "NextToken": "page-2", "FormatVersion": "aws_v1"}, params)
-    stub.add_response("get_products", {"PriceList": [product("r5.large", "0.1410000000"), json.dumps({"product": {"attributes": {}}})],
-                                       "FormatVersion": "aws_v1"}, {**params, "NextToken": "page-2"})
+    stub.add_response(
+        "get_products",
+        {"PriceList": [product("m5.large", "0.1070000000"), product("c5.large", "0.0000000000")], "NextToken": "page-2", "FormatVersion": "aws_v1"},
+        params,
+    )
+    stub.add_response(
+        "get_products",
+        {"PriceList": [product("r5.large", "0.1410000000"), json.dumps({"product": {"attributes": {}}})], "FormatVersion": "aws_v1"},
+        {**params, "NextToken": "page-2"},
+    )
     with stub:
         prices = PricingAdapter(client).on_demand_prices("eu-west-1")
         stub.assert_no_pending_responses()
@@ -86,10 +94,17 @@ def test_pricing_errors_are_reported_with_their_code() -> None:
     assert raised.value.code == "AccessDeniedException"
 
 
-@pytest.mark.parametrize(("region", "endpoint"), [
-    ("us-east-1", "us-east-1"), ("us-west-2", "us-east-1"), ("eu-west-1", "eu-central-1"), ("ap-southeast-2", "ap-south-1"),
-    ("ca-central-1", "us-east-1"), ("me-south-1", "eu-central-1"),
-])
+@pytest.mark.parametrize(
+    ("region", "endpoint"),
+    [
+        ("us-east-1", "us-east-1"),
+        ("us-west-2", "us-east-1"),
+        ("eu-west-1", "eu-central-1"),
+        ("ap-southeast-2", "ap-south-1"),
+        ("ca-central-1", "us-east-1"),
+        ("me-south-1", "eu-central-1"),
+    ],
+)
 def test_pricing_client_is_built_in_an_endpoint_region(region: str, endpoint: str) -> None:
     assert pricing_endpoint_region(region) == endpoint
     with fake_credentials(region):
@@ -105,8 +120,9 @@ def _region(prefix: str) -> st.SearchStrategy[str]:
     return st.builds(lambda word, number: f"{prefix}{word}-{number}", _REGION_WORDS, st.integers(1, 9))
 
 
-@given(st.one_of(_region("us-"), _region("eu-"), _region("ap-"), _region("sa-"), _region("ca-"), _region("me-"),
-                 _region("af-"), _region("il-"), _region("mx-")))
+@given(
+    st.one_of(_region("us-"), _region("eu-"), _region("ap-"), _region("sa-"), _region("ca-"), _region("me-"), _region("af-"), _region("il-"), _region("mx-"))
+)
 def test_the_commercial_partition_uses_one_of_its_three_pricing_endpoints(region: str) -> None:
     assert partition_of(region) == "aws"
     assert pricing_endpoint_region(region) in ("us-east-1", "eu-central-1", "ap-south-1")

@@ -21,14 +21,27 @@ ROOT = Path(__file__).resolve().parents[2]
 GROUP, VERSION = "joiner.dev", "v1"
 
 NODE_CLASS: dict[str, Any] = {
-    "apiVersion": "joiner.dev/v1", "kind": "NodeClass", "metadata": {"name": "default"},
-    "spec": {"role": "JoinerNodeRole-demo", "subnetSelectorTerms": [{"tags": {"joiner.dev/discovery": "demo"}}],
-             "securityGroupSelectorTerms": [{"tags": {"joiner.dev/discovery": "demo"}}]},
+    "apiVersion": "joiner.dev/v1",
+    "kind": "NodeClass",
+    "metadata": {"name": "default"},
+    "spec": {
+        "role": "JoinerNodeRole-demo",
+        "subnetSelectorTerms": [{"tags": {"joiner.dev/discovery": "demo"}}],
+        "securityGroupSelectorTerms": [{"tags": {"joiner.dev/discovery": "demo"}}],
+    },
 }
 NODE_POOL: dict[str, Any] = {
-    "apiVersion": "joiner.dev/v1", "kind": "NodePool", "metadata": {"name": "default"},
-    "spec": {"template": {"spec": {"nodeClassRef": {"group": "joiner.dev", "kind": "NodeClass", "name": "default"},
-                                   "requirements": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]}}},
+    "apiVersion": "joiner.dev/v1",
+    "kind": "NodePool",
+    "metadata": {"name": "default"},
+    "spec": {
+        "template": {
+            "spec": {
+                "nodeClassRef": {"group": "joiner.dev", "kind": "NodeClass", "name": "default"},
+                "requirements": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}],
+            }
+        }
+    },
 }
 
 
@@ -82,27 +95,33 @@ def test_defaults_are_applied_and_unknown_fields_pruned(api: k8s.CustomObjectsAp
     assert stored["spec"]["amiFamily"] == "AL2023" and "notAField" not in stored["spec"]
 
 
-@pytest.mark.parametrize(("path", "value", "field", "message"), [
-    ("spec.amiFamily", "Bottlerocket", "spec.amiFamily", 'Unsupported value: "Bottlerocket": supported values: "AL2023"'),
-    ("spec.instanceProfile", "Profile", "spec", "role"),  # both (neither: the deployment's node role)
-    ("spec.subnetSelectorTerms", [], "spec.subnetSelectorTerms", "should have at least 1 items"),
-    ("spec.subnetSelectorTerms", [{"id": "subnet-0123456789abcdef0", "tags": {"a": "b"}}], "spec.subnetSelectorTerms[0]", ""),
-    ("spec.subnetSelectorTerms", [{}], "spec.subnetSelectorTerms[0]", "expected at least one of: id, tags"),
-])
+@pytest.mark.parametrize(
+    ("path", "value", "field", "message"),
+    [
+        ("spec.amiFamily", "Bottlerocket", "spec.amiFamily", 'Unsupported value: "Bottlerocket": supported values: "AL2023"'),
+        ("spec.instanceProfile", "Profile", "spec", "role"),  # both (neither: the deployment's node role)
+        ("spec.subnetSelectorTerms", [], "spec.subnetSelectorTerms", "should have at least 1 items"),
+        ("spec.subnetSelectorTerms", [{"id": "subnet-0123456789abcdef0", "tags": {"a": "b"}}], "spec.subnetSelectorTerms[0]", ""),
+        ("spec.subnetSelectorTerms", [{}], "spec.subnetSelectorTerms[0]", "expected at least one of: id, tags"),
+    ],
+)
 def test_node_class_rules(api: k8s.CustomObjectsApi, path: str, value: Any, field: str, message: str) -> None:
     text, causes = refused(api, edited(NODE_CLASS, path, value))
     assert any(c["field"] == field and message in c["message"] for c in causes), causes
     assert text.startswith('NodeClass "default" is invalid: ')
 
 
-@pytest.mark.parametrize(("requirement", "message"), [
-    ({"key": "karpenter.sh/capacity-type", "operator": "Gt", "values": ["a"]}, ""),
-    ({"key": "joiner.dev/instance-cpu", "operator": "Gt", "values": ["1", "2"]}, ""),
-    ({"key": "joiner.dev/instance-cpu", "operator": "Lt", "values": ["-1"]}, "single non-negative integer value"),
-    ({"key": "kubernetes.io/arch", "operator": "Sometimes", "values": ["amd64"]}, "Unsupported value: \"Sometimes\""),
-    ({"key": "kubernetes.io/arch", "operator": "In", "values": []}, ""),
-    ({"key": "kubernetes.io/hostname", "operator": "In", "values": ["n1"]}, ""),
-])
+@pytest.mark.parametrize(
+    ("requirement", "message"),
+    [
+        ({"key": "karpenter.sh/capacity-type", "operator": "Gt", "values": ["a"]}, ""),
+        ({"key": "joiner.dev/instance-cpu", "operator": "Gt", "values": ["1", "2"]}, ""),
+        ({"key": "joiner.dev/instance-cpu", "operator": "Lt", "values": ["-1"]}, "single non-negative integer value"),
+        ({"key": "kubernetes.io/arch", "operator": "Sometimes", "values": ["amd64"]}, 'Unsupported value: "Sometimes"'),
+        ({"key": "kubernetes.io/arch", "operator": "In", "values": []}, ""),
+        ({"key": "kubernetes.io/hostname", "operator": "In", "values": ["n1"]}, ""),
+    ],
+)
 def test_node_pool_requirement_rules(api: k8s.CustomObjectsApi, requirement: dict[str, Any], message: str) -> None:
     _, causes = refused(api, edited(NODE_POOL, "spec.template.spec.requirements", [requirement]))
     assert causes and all(c["field"].startswith("spec.template.spec.requirements") for c in causes), causes
@@ -121,8 +140,13 @@ def test_updates_are_admitted_too(api: k8s.CustomObjectsApi) -> None:
         api.patch_cluster_custom_object(GROUP, VERSION, "nodeclasses", "default", {"spec": {"amiFamily": "AL2"}})  # type: ignore[call-overload]
     assert error.value.status == 422 and 'spec.amiFamily: Unsupported value: "AL2"' in json.loads(error.value.body)["message"]
     with pytest.raises(ApiException) as error:
-        api.patch_cluster_custom_object(GROUP, VERSION, "nodeclasses", "default",  # type: ignore[call-overload]
-                                        {"spec": {"amiSelectorTerms": [{"alias": "bottlerocket@latest"}]}})
+        api.patch_cluster_custom_object(
+            GROUP,
+            VERSION,
+            "nodeclasses",
+            "default",  # type: ignore[call-overload]
+            {"spec": {"amiSelectorTerms": [{"alias": "bottlerocket@latest"}]}},
+        )
     assert error.value.status == 422 and "spec.amiSelectorTerms[0].alias in body should match '^al2023@" in json.loads(error.value.body)["message"]
 
 

@@ -66,9 +66,11 @@ def world() -> Iterator[World]:
 
 def accelerated_amis(ec2) -> dict[str, str]:  # type: ignore[no-untyped-def]
     """Moto AMIs other than :func:`moto_amis`'s, standing in for the NVIDIA and Neuron variants."""
+
     def images(arch: str) -> list[str]:
         found = ec2.describe_images(Filters=[{"Name": "architecture", "Values": [arch]}, {"Name": "owner-alias", "Values": ["amazon"]}])["Images"]
         return sorted(image["ImageId"] for image in found)
+
     x86, arm = images("x86_64"), images("arm64")
     return {"nvidia": x86[1], "neuron": x86[2], "nvidia-arm64": arm[1]}
 
@@ -127,8 +129,9 @@ def test_subnets_say_whether_they_assign_public_addresses(world: World, ec2: Ec2
 
 def test_subnet_terms_union_ids_names_and_wildcards(world: World, ec2: Ec2Adapter) -> None:
     by_id = ec2.resolve_subnets((SelectorTerm(id=world.network.decoy_subnet), SelectorTerm(id=world.network.subnets["us-east-1b"])))
-    assert [s.id for s in by_id] == sorted([world.network.decoy_subnet, world.network.subnets["us-east-1b"]], key=lambda i: (
-        "us-east-1a" if i == world.network.decoy_subnet else "us-east-1b", i))
+    assert [s.id for s in by_id] == sorted(
+        [world.network.decoy_subnet, world.network.subnets["us-east-1b"]], key=lambda i: ("us-east-1a" if i == world.network.decoy_subnet else "us-east-1b", i)
+    )
     wildcard = ec2.resolve_subnets((SelectorTerm(tags=(("joiner.dev/discovery", "*"), ("Name", "*"))),))
     assert {s.id for s in wildcard} >= set(world.network.subnets.values())
     assert world.network.decoy_subnet not in {s.id for s in wildcard}
@@ -245,8 +248,13 @@ def test_launch_template_contents(world: World, ec2: Ec2Adapter) -> None:
     nc = node_class(world, kubelet=KubeletConfig(max_pods=29), user_data="#!/bin/bash\necho extra\n")
     taints = (Taint("dedicated", "gpu", "NoSchedule"), Taint("joiner.dev/unregistered", "", "NoExecute"))
     ref = ec2.ensure_launch_template(
-        nc, "arm64", cluster_info(ec2), world.network.security_groups, world.amis["arm64"],
-        labels={"joiner.dev/nodepool": "gpu", "team": "a"}, taints=taints,
+        nc,
+        "arm64",
+        cluster_info(ec2),
+        world.network.security_groups,
+        world.amis["arm64"],
+        labels={"joiner.dev/nodepool": "gpu", "team": "a"},
+        taints=taints,
     )
     data = template_data(world, ref.id)
     assert data["ImageId"] == world.amis["arm64"]
@@ -319,8 +327,7 @@ def test_block_devices_metadata_and_profile_from_the_node_class(world: World, ec
 def test_a_deployed_adapter_passes_only_its_node_role(world: World, changes, allowed) -> None:
     """iam:PassRole covers only the stack's node role: a NodeClass naming another role or
     profile is rejected with a clear message instead of failing every launch with AccessDenied."""
-    deployed = Ec2Adapter(world.clients.ec2, world.clients.ssm, world.clients.eks, CLUSTER, world.clock,
-                          default_instance_profile=f"JoinerNodeRole-{CLUSTER}")
+    deployed = Ec2Adapter(world.clients.ec2, world.clients.ssm, world.clients.eks, CLUSTER, world.clock, default_instance_profile=f"JoinerNodeRole-{CLUSTER}")
     nc = node_class(world, **changes)
     launch = lambda: deployed.ensure_launch_template(nc, "amd64", cluster_info(deployed), world.network.security_groups, world.amis["x86_64"])  # noqa: E731
     if allowed:
@@ -360,7 +367,11 @@ def test_concurrent_creator_already_exists_is_resolved_by_describing(world: Worl
     def create_first(params, **_):
         if not created:
             name = params["body"]["LaunchTemplateName"]
-            created.append(rival_client.create_launch_template(LaunchTemplateName=name, LaunchTemplateData={"ImageId": world.amis["x86_64"]})["LaunchTemplate"]["LaunchTemplateId"])
+            created.append(
+                rival_client.create_launch_template(LaunchTemplateName=name, LaunchTemplateData={"ImageId": world.amis["x86_64"]})["LaunchTemplate"][
+                    "LaunchTemplateId"
+                ]
+            )
 
     rival_client = AwsClients(REGION).ec2
     ours.meta.events.register_first("before-call.ec2.CreateLaunchTemplate", create_first)
@@ -381,20 +392,36 @@ def fleet_request_for(world: World, ec2: Ec2Adapter, nc: NodeClass, claim_id: st
     plan = NodeClaimPlan("default", types, ZONES, ("on-demand",), ("ns/p",), 0.1, Requirements(), Resources())
     prices = {OfferingKey(t, z, "on-demand"): 0.01 * (i + 1) for i, t in enumerate(types) for z in ZONES}
     return build_fleet_request(
-        plan, claim_id, "on-demand", ec2.resolve_subnets(discovery(world)), template, prices, frozenset(),
-        launch_tags(CLUSTER, "default", claim_id, nc.tags), attempt=attempt,
+        plan,
+        claim_id,
+        "on-demand",
+        ec2.resolve_subnets(discovery(world)),
+        template,
+        prices,
+        frozenset(),
+        launch_tags(CLUSTER, "default", claim_id, nc.tags),
+        attempt=attempt,
     )
 
 
-def fleet_request(world: World, ec2: Ec2Adapter, capacity_type: str, types=("c5.large", "m5.large"), claim_id: str | None = None, attempt: int = 0) -> FleetRequest:
+def fleet_request(
+    world: World, ec2: Ec2Adapter, capacity_type: str, types=("c5.large", "m5.large"), claim_id: str | None = None, attempt: int = 0
+) -> FleetRequest:
     nc = node_class(world)
     template = ec2.ensure_launch_template(nc, "amd64", cluster_info(ec2), world.network.security_groups, world.amis["x86_64"])
     claim_id = claim_id or f"claim-{next(_ids)}"
     plan = NodeClaimPlan("default", tuple(types), ZONES, ("spot", "on-demand"), ("ns/p",), 0.1, Requirements(), Resources())
     prices = {OfferingKey(t, z, ct): 0.01 * (i + 1) + 0.001 * zi for i, t in enumerate(types) for zi, z in enumerate(ZONES) for ct in ("spot", "on-demand")}
     return build_fleet_request(
-        plan, claim_id, capacity_type, ec2.resolve_subnets(discovery(world)), template, prices, frozenset(),
-        launch_tags(CLUSTER, "default", claim_id, nc.tags), attempt=attempt,
+        plan,
+        claim_id,
+        capacity_type,
+        ec2.resolve_subnets(discovery(world)),
+        template,
+        prices,
+        frozenset(),
+        launch_tags(CLUSTER, "default", claim_id, nc.tags),
+        attempt=attempt,
     )
 
 
@@ -411,7 +438,10 @@ def test_create_fleet_launches_the_first_override_with_tags(world: World, ec2: E
     launched = result.instances[0]
     first = request.overrides[0]
     assert (launched.instance_type, launched.zone, launched.subnet_id, launched.capacity_type) == (
-        first.instance_type, first.zone, first.subnet_id, capacity_type,
+        first.instance_type,
+        first.zone,
+        first.subnet_id,
+        capacity_type,
     )
     raw = instance(world, launched.instance_id)
     tags = {t["Key"]: t["Value"] for t in raw["Tags"]}
@@ -443,8 +473,15 @@ def test_one_launch_template_config_per_ami_variant(world: World, ec2: Ec2Adapte
     plan = NodeClaimPlan("default", types, ZONES, ("on-demand",), ("ns/p",), 0.1, Requirements(), Resources())
     prices = {OfferingKey(t, z, "on-demand"): 0.01 * (i + 1) for i, t in enumerate(types) for z in ZONES}
     request = build_fleet_request(
-        plan, claim_id, "on-demand", ec2.resolve_subnets(discovery(world)), nvidia, prices, frozenset(),
-        launch_tags(CLUSTER, "default", claim_id, nc.tags), templates={"g5.xlarge": nvidia, "c5.large": standard},
+        plan,
+        claim_id,
+        "on-demand",
+        ec2.resolve_subnets(discovery(world)),
+        nvidia,
+        prices,
+        frozenset(),
+        launch_tags(CLUSTER, "default", claim_id, nc.tags),
+        templates={"g5.xlarge": nvidia, "c5.large": standard},
     )
     assert request.launch_templates == (nvidia, standard)
     sent: list[dict] = []
@@ -468,9 +505,7 @@ def test_same_client_token_twice_launches_once(world: World, ec2: Ec2Adapter) ->
     second = ec2.create_fleet(request)
     next_attempt = ec2.create_fleet(fleet_request(world, ec2, "on-demand", claim_id=request.tags[wk.NODECLAIM], attempt=1))
     assert first.instances[0].instance_id == second.instances[0].instance_id == next_attempt.instances[0].instance_id
-    tagged = world.clients.ec2.describe_instances(
-        Filters=[{"Name": "tag:joiner.dev/nodeclaim", "Values": [request.tags[wk.NODECLAIM]]}]
-    )["Reservations"]
+    tagged = world.clients.ec2.describe_instances(Filters=[{"Name": "tag:joiner.dev/nodeclaim", "Values": [request.tags[wk.NODECLAIM]]}])["Reservations"]
     assert sum(len(r["Instances"]) for r in tagged) == 1
 
 
@@ -489,7 +524,11 @@ def test_capacity_error_on_one_override_falls_through_to_the_next(world: World, 
     assert len(result.errors) == 1
     error = result.errors[0]
     assert (error.code, error.instance_type, error.zone, error.subnet_id, error.capacity_type) == (
-        "InsufficientInstanceCapacity", failing[0], failing[1], request.overrides[0].subnet_id, "spot",
+        "InsufficientInstanceCapacity",
+        failing[0],
+        failing[1],
+        request.overrides[0].subnet_id,
+        "spot",
     )
     assert error.is_capacity_error
 
@@ -503,9 +542,7 @@ def test_capacity_errors_everywhere_launch_nothing(world: World, ec2: Ec2Adapter
         world.clients.ec2.meta.events.unregister("before-call.ec2.CreateFleet", injector.before_call)
         world.clients.ec2.meta.events.unregister("after-call.ec2.CreateFleet", injector.after_call)
     assert result.instances == ()
-    assert {(e.instance_type, e.zone, e.capacity_type) for e in result.errors} == {
-        (o.instance_type, o.zone, "on-demand") for o in request.overrides
-    }
+    assert {(e.instance_type, e.zone, e.capacity_type) for e in result.errors} == {(o.instance_type, o.zone, "on-demand") for o in request.overrides}
     assert all(e.is_capacity_error for e in result.errors)
     claim = request.tags[wk.NODECLAIM]
     assert not [i for i in ec2.list_cluster_instances(CLUSTER) if i.tags.get(wk.NODECLAIM) == claim]
@@ -572,9 +609,7 @@ def test_template_deleted_behind_the_adapters_back_is_forgotten_and_recreated(wo
     assert fresh.client_token == stale.client_token
     second = adapter.create_fleet(fresh)
     assert len(second.instances) == 1
-    assert [i.instance_id for i in adapter.list_cluster_instances(CLUSTER) if i.tags.get(wk.NODECLAIM) == "claim-lt-b"] == [
-        second.instances[0].instance_id
-    ]
+    assert [i.instance_id for i in adapter.list_cluster_instances(CLUSTER) if i.tags.get(wk.NODECLAIM) == "claim-lt-b"] == [second.instances[0].instance_id]
 
 
 def test_fleet_errors_naming_a_missing_template_raise_template_not_found(world: World) -> None:
@@ -623,7 +658,9 @@ def test_terminate_tolerates_unknown_and_terminated_instances(world: World, ec2:
 def test_describe_and_list_cluster_instances(world: World, ec2: Ec2Adapter) -> None:
     kept = ec2.create_fleet(fleet_request(world, ec2, "on-demand")).instances[0].instance_id
     other = world.clients.ec2.run_instances(
-        ImageId=world.amis["x86_64"], MinCount=1, MaxCount=1,
+        ImageId=world.amis["x86_64"],
+        MinCount=1,
+        MaxCount=1,
         TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": "joiner.dev/cluster", "Value": "someone-else"}]}],
     )["Instances"][0]["InstanceId"]
     records = ec2.describe_instances([kept, other, "i-0fffffffffffffff0"])
@@ -640,7 +677,11 @@ def test_describe_instances_reports_image_subnet_and_security_groups(world: Worl
     subnet = world.network.subnets[ZONES[1]]
     groups = sorted(world.network.security_groups, reverse=True)
     instance_id = world.clients.ec2.run_instances(
-        ImageId=world.amis["arm64"], MinCount=1, MaxCount=1, SubnetId=subnet, SecurityGroupIds=groups,
+        ImageId=world.amis["arm64"],
+        MinCount=1,
+        MaxCount=1,
+        SubnetId=subnet,
+        SecurityGroupIds=groups,
     )["Instances"][0]["InstanceId"]
     launched = ec2.create_fleet(fleet_request(world, ec2, "on-demand")).instances[0]
     records = {r.instance_id: r for r in ec2.describe_instances([instance_id, launched.instance_id])}
@@ -683,7 +724,8 @@ def test_list_launch_templates_of_a_cluster_for_gc(world: World, ec2: Ec2Adapter
     def create(name: str, cluster: str) -> str:
         tags = [{"Key": "joiner.dev/cluster", "Value": cluster}, {"Key": "joiner.dev/nodeclass", "Value": "x"}]
         return client.create_launch_template(
-            LaunchTemplateName=name, LaunchTemplateData={"ImageId": world.amis["x86_64"]},
+            LaunchTemplateName=name,
+            LaunchTemplateData={"ImageId": world.amis["x86_64"]},
             TagSpecifications=[{"ResourceType": "launch-template", "Tags": tags}],
         )["LaunchTemplate"]["LaunchTemplateId"]
 
@@ -719,8 +761,14 @@ def test_clients_are_lazy_cached_and_share_the_retry_config() -> None:
     from joiner.adapters import aws as aws_module
     from joiner.settings import Settings
 
-    settings = Settings(cluster_name="demo", region="eu-west-1", state_table="t", idempotency_table="i",
-                        aws_endpoint_url="http://127.0.0.1:5999", node_role="arn:aws:iam::1:role/JoinerNodeRole-demo")
+    settings = Settings(
+        cluster_name="demo",
+        region="eu-west-1",
+        state_table="t",
+        idempotency_table="i",
+        aws_endpoint_url="http://127.0.0.1:5999",
+        node_role="arn:aws:iam::1:role/JoinerNodeRole-demo",
+    )
     with fake_credentials():
         clients = AwsClients.from_settings(settings)
         assert clients._clients == {}  # nothing built until used
@@ -758,10 +806,16 @@ def test_spot_prices_keep_the_newest_and_skip_unusable_entries(world: World) -> 
         {**entry, "InstanceType": "r5.large", "SpotPrice": "n/a", "Timestamp": datetime(2025, 1, 1, tzinfo=UTC)},
     ]
     with Stubber(client) as stub:
-        stub.add_response("describe_spot_price_history", {"SpotPriceHistory": history[:2], "NextToken": "page-2"},
-                          {"ProductDescriptions": ["Linux/UNIX", "Linux/UNIX (Amazon VPC)"], "StartTime": world.clock.moment, "MaxResults": ANY})
-        stub.add_response("describe_spot_price_history", {"SpotPriceHistory": history[2:]},
-                          {"ProductDescriptions": ANY, "StartTime": ANY, "MaxResults": ANY, "NextToken": "page-2"})
+        stub.add_response(
+            "describe_spot_price_history",
+            {"SpotPriceHistory": history[:2], "NextToken": "page-2"},
+            {"ProductDescriptions": ["Linux/UNIX", "Linux/UNIX (Amazon VPC)"], "StartTime": world.clock.moment, "MaxResults": ANY},
+        )
+        stub.add_response(
+            "describe_spot_price_history",
+            {"SpotPriceHistory": history[2:]},
+            {"ProductDescriptions": ANY, "StartTime": ANY, "MaxResults": ANY, "NextToken": "page-2"},
+        )
         prices = world.adapter().spot_prices()
         stub.assert_no_pending_responses()
     assert prices == {("c5.large", "us-east-1a"): 0.031}
@@ -785,17 +839,22 @@ def test_capacity_reservations_by_id_or_tags_and_owner(world: World) -> None:
     answers it with EC2's XML on the real client, applying EC2's filters."""
     from tests.support.aws import CapacityReservationApi, FakeReservation
 
-    api = CapacityReservationApi([
-        FakeReservation("cr-0aaa", "c5.large", "us-east-1a", 2, tags=(("team", "ml"),)),
-        FakeReservation("cr-0bbb", "m5.large", "us-east-1b", 0, tags=(("team", "ml"),), owner="111122223333"),
-        FakeReservation("cr-0ccc", "c5.large", "us-east-1b", 4, tags=(("team", "web"),)),
-        FakeReservation("cr-0ddd", "c5.large", "us-east-1c", 4, tags=(("team", "ml"),), state="expired"),
-    ])
+    api = CapacityReservationApi(
+        [
+            FakeReservation("cr-0aaa", "c5.large", "us-east-1a", 2, tags=(("team", "ml"),)),
+            FakeReservation("cr-0bbb", "m5.large", "us-east-1b", 0, tags=(("team", "ml"),), owner="111122223333"),
+            FakeReservation("cr-0ccc", "c5.large", "us-east-1b", 4, tags=(("team", "web"),)),
+            FakeReservation("cr-0ddd", "c5.large", "us-east-1c", 4, tags=(("team", "ml"),), state="expired"),
+        ]
+    )
     adapter = Ec2Adapter(world.clients.ec2, world.clients.ssm, world.clients.eks, CLUSTER, world.clock)
     api.register(world.clients.ec2)
     try:
         by_tags = adapter.resolve_capacity_reservations([SelectorTerm(tags=(("team", "ml"),))])
-        assert [(r.id, r.instance_type, r.zone, r.available) for r in by_tags] == [("cr-0aaa", "c5.large", "us-east-1a", 2), ("cr-0bbb", "m5.large", "us-east-1b", 0)]
+        assert [(r.id, r.instance_type, r.zone, r.available) for r in by_tags] == [
+            ("cr-0aaa", "c5.large", "us-east-1a", 2),
+            ("cr-0bbb", "m5.large", "us-east-1b", 0),
+        ]
         shared = adapter.resolve_capacity_reservations([SelectorTerm(tags=(("team", "ml"),), owner="111122223333")])
         assert [r.id for r in shared] == ["cr-0bbb"] and shared[0].owner_id == "111122223333"
         by_id = adapter.resolve_capacity_reservations([SelectorTerm(id="cr-0ccc"), SelectorTerm(id="cr-0ddd")])
@@ -808,8 +867,9 @@ def test_capacity_reservations_by_id_or_tags_and_owner(world: World) -> None:
 def test_a_reserved_launch_template_targets_its_reservation_and_the_fleet_launches_on_demand(world: World, ec2: Ec2Adapter) -> None:
     nc = node_class(world)
     labels = {wk.CAPACITY_TYPE: "reserved", wk.CAPACITY_RESERVATION_ID: "cr-0aaa"}
-    template = ec2.ensure_launch_template(nc, "amd64", cluster_info(ec2), world.network.security_groups, world.amis["x86_64"],
-                                          labels=labels, capacity_reservation_id="cr-0aaa")
+    template = ec2.ensure_launch_template(
+        nc, "amd64", cluster_info(ec2), world.network.security_groups, world.amis["x86_64"], labels=labels, capacity_reservation_id="cr-0aaa"
+    )
     plain = ec2.ensure_launch_template(nc, "amd64", cluster_info(ec2), world.network.security_groups, world.amis["x86_64"], labels=labels)
     assert template.id != plain.id
     data = template_data(world, template.id)
@@ -825,8 +885,17 @@ def test_a_reserved_launch_template_targets_its_reservation_and_the_fleet_launch
     try:
         plan = NodeClaimPlan("default", ("c5.large",), ZONES, ("reserved",), ("ns/p",), 0.0001, Requirements(), Resources())
         prices = {OfferingKey("c5.large", "us-east-1a", "reserved"): 0.0001}
-        request = build_fleet_request(plan, f"claim-{next(_ids)}", "reserved", ec2.resolve_subnets(discovery(world)), template, prices, frozenset(),
-                                      launch_tags(CLUSTER, "default", "claim-r", nc.tags), zone_templates={("c5.large", "us-east-1a"): template})
+        request = build_fleet_request(
+            plan,
+            f"claim-{next(_ids)}",
+            "reserved",
+            ec2.resolve_subnets(discovery(world)),
+            template,
+            prices,
+            frozenset(),
+            launch_tags(CLUSTER, "default", "claim-r", nc.tags),
+            zone_templates={("c5.large", "us-east-1a"): template},
+        )
         result = ec2.create_fleet(request)
     finally:
         world.clients.ec2.meta.events.unregister("before-parameter-build.ec2.CreateFleet", capture)
@@ -842,10 +911,19 @@ def test_a_capacity_block_launch_uses_the_capacity_block_market(world: World, ec
     ``DefaultTargetCapacityType = capacity-block``, without on-demand options."""
     nc = node_class(world)
     labels = {wk.CAPACITY_TYPE: "reserved", wk.CAPACITY_RESERVATION_ID: "cr-0b10c4"}
-    template = ec2.ensure_launch_template(nc, "amd64", cluster_info(ec2), world.network.security_groups, world.amis["x86_64"],
-                                          labels=labels, capacity_reservation_id="cr-0b10c4", reservation_type=CAPACITY_BLOCK)
-    ordinary = ec2.ensure_launch_template(nc, "amd64", cluster_info(ec2), world.network.security_groups, world.amis["x86_64"],
-                                          labels=labels, capacity_reservation_id="cr-0b10c4")
+    template = ec2.ensure_launch_template(
+        nc,
+        "amd64",
+        cluster_info(ec2),
+        world.network.security_groups,
+        world.amis["x86_64"],
+        labels=labels,
+        capacity_reservation_id="cr-0b10c4",
+        reservation_type=CAPACITY_BLOCK,
+    )
+    ordinary = ec2.ensure_launch_template(
+        nc, "amd64", cluster_info(ec2), world.network.security_groups, world.amis["x86_64"], labels=labels, capacity_reservation_id="cr-0b10c4"
+    )
     assert template.id != ordinary.id
     data = template_data(world, template.id)
     assert data["CapacityReservationSpecification"] == {"CapacityReservationTarget": {"CapacityReservationId": "cr-0b10c4"}}
@@ -861,8 +939,17 @@ def test_a_capacity_block_launch_uses_the_capacity_block_market(world: World, ec
     try:
         plan = NodeClaimPlan("default", ("c5.large",), ZONES, ("reserved",), ("ns/p",), 0.0001, Requirements(), Resources())
         prices = {OfferingKey("c5.large", "us-east-1a", "reserved"): 0.0001}
-        request = build_fleet_request(plan, f"claim-{next(_ids)}", "reserved", ec2.resolve_subnets(discovery(world)), template, prices, frozenset(),
-                                      launch_tags(CLUSTER, "default", "claim-b", nc.tags), zone_templates={("c5.large", "us-east-1a"): template})
+        request = build_fleet_request(
+            plan,
+            f"claim-{next(_ids)}",
+            "reserved",
+            ec2.resolve_subnets(discovery(world)),
+            template,
+            prices,
+            frozenset(),
+            launch_tags(CLUSTER, "default", "claim-b", nc.tags),
+            zone_templates={("c5.large", "us-east-1a"): template},
+        )
         ec2.create_fleet(replace(request, reservation_type=CAPACITY_BLOCK))  # moto launches nothing in this market
     finally:
         world.clients.ec2.meta.events.unregister("before-parameter-build.ec2.CreateFleet", capture)
@@ -883,15 +970,21 @@ def test_instances_in_a_reservation_are_found_with_ec2s_own_filter(world: World,
             if item["Name"] == "capacity-reservation-id":
                 item["Name"], item["Values"] = "tag:Name", ["in-the-block"]
 
-    world.clients.ec2.run_instances(ImageId=world.amis["x86_64"], MinCount=1, MaxCount=1, InstanceType="c5.large",
-                                    TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": "Name", "Value": "in-the-block"},
-                                                                                             {"Key": CLUSTER_TAG, "Value": CLUSTER}]}])
+    world.clients.ec2.run_instances(
+        ImageId=world.amis["x86_64"],
+        MinCount=1,
+        MaxCount=1,
+        InstanceType="c5.large",
+        TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": "Name", "Value": "in-the-block"}, {"Key": CLUSTER_TAG, "Value": CLUSTER}]}],
+    )
     world.clients.ec2.meta.events.register("before-parameter-build.ec2.DescribeInstances", check)
     try:
         found = ec2.reservation_instances(CLUSTER, "cr-0b10c4")
     finally:
         world.clients.ec2.meta.events.unregister("before-parameter-build.ec2.DescribeInstances", check)
     assert {f["Name"]: f["Values"] for f in seen[-1]["Filters"]} == {
-        f"tag:{CLUSTER_TAG}": [CLUSTER], "instance-state-name": list(LIVE_INSTANCE_STATES), "tag:Name": ["in-the-block"],
+        f"tag:{CLUSTER_TAG}": [CLUSTER],
+        "instance-state-name": list(LIVE_INSTANCE_STATES),
+        "tag:Name": ["in-the-block"],
     }
     assert len(found) == 1 and found[0].tags.get("Name") == "in-the-block"

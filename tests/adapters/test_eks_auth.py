@@ -32,7 +32,7 @@ def sts() -> Iterator[Any]:
 
 def decode(token: str) -> tuple[str, dict[str, list[str]]]:
     assert token.startswith(TOKEN_PREFIX)
-    body = token[len(TOKEN_PREFIX):]
+    body = token[len(TOKEN_PREFIX) :]
     assert re.fullmatch(r"[A-Za-z0-9_-]+", body), "base64url without padding"
     url = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)).decode()
     return url, parse_qs(urlparse(url).query)

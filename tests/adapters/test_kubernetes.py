@@ -30,9 +30,18 @@ from testworld.kube_emulator import EXPECTED_PODS_ANNOTATION, KubeEmulator
 # ---------------------------------------------------------------- builders
 
 
-def make_pod(name: str, namespace: str = "default", *, node: str | None = None, phase: str = "Pending",
-             labels: dict[str, str] | None = None, unschedulable: bool = False, ready: bool | None = None,
-             owner: tuple[str, str] | None = None, **status: Any) -> dict[str, Any]:
+def make_pod(
+    name: str,
+    namespace: str = "default",
+    *,
+    node: str | None = None,
+    phase: str = "Pending",
+    labels: dict[str, str] | None = None,
+    unschedulable: bool = False,
+    ready: bool | None = None,
+    owner: tuple[str, str] | None = None,
+    **status: Any,
+) -> dict[str, Any]:
     conditions = []
     if unschedulable:
         conditions.append({"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/3 nodes are available"})
@@ -44,8 +53,7 @@ def make_pod(name: str, namespace: str = "default", *, node: str | None = None, 
     spec: dict[str, Any] = {"containers": [{"name": "main", "image": "busybox"}]}
     if node:
         spec["nodeName"] = node
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec,
-            "status": {"phase": phase, "conditions": conditions, **status}}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec, "status": {"phase": phase, "conditions": conditions, **status}}
 
 
 def make_node(name: str, **labels: str) -> dict[str, Any]:
@@ -53,13 +61,21 @@ def make_node(name: str, **labels: str) -> dict[str, Any]:
 
 
 def make_pdb(name: str, selector: dict[str, str], namespace: str = "default", **budget: Any) -> dict[str, Any]:
-    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": name, "namespace": namespace},
-            "spec": {"selector": {"matchLabels": selector}, **budget}}
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"selector": {"matchLabels": selector}, **budget},
+    }
 
 
 def node_pool(name: str) -> dict[str, Any]:
-    return {"apiVersion": "joiner.dev/v1", "kind": "NodePool", "metadata": {"name": name},
-            "spec": {"template": {"spec": {"nodeClassRef": {"group": "joiner.dev", "kind": "NodeClass", "name": "default"}}}}}
+    return {
+        "apiVersion": "joiner.dev/v1",
+        "kind": "NodePool",
+        "metadata": {"name": name},
+        "spec": {"template": {"spec": {"nodeClassRef": {"group": "joiner.dev", "kind": "NodeClass", "name": "default"}}}},
+    }
 
 
 class FixedClock:
@@ -79,14 +95,27 @@ def typed_api(emulator: KubeEmulator) -> k8s.ApiClient:
 
 def test_lists_every_kind_with_type_meta(kube_emulator: KubeEmulator, kube_client: KubernetesClient) -> None:
     kube_emulator.apply(make_node("n1"))
-    kube_emulator.apply({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "ds", "namespace": "kube-system"},
-                         "spec": {"selector": {"matchLabels": {"a": "b"}}}})
+    kube_emulator.apply(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {"name": "ds", "namespace": "kube-system"},
+            "spec": {"selector": {"matchLabels": {"a": "b"}}},
+        }
+    )
     kube_emulator.apply(make_pdb("pdb", {"app": "web"}, minAvailable=1))
-    kube_emulator.apply({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "gvisor"}, "handler": "runsc",
-                         "overhead": {"podFixed": {"cpu": "250m"}}})
+    kube_emulator.apply(
+        {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "gvisor"}, "handler": "runsc", "overhead": {"podFixed": {"cpu": "250m"}}}
+    )
     kube_emulator.apply(node_pool("default"))
-    kube_emulator.apply({"apiVersion": "joiner.dev/v1", "kind": "NodeClass", "metadata": {"name": "default"},
-                         "spec": {"role": "r", "subnetSelectorTerms": [{"tags": {"a": "b"}}], "securityGroupSelectorTerms": [{"tags": {"a": "b"}}]}})
+    kube_emulator.apply(
+        {
+            "apiVersion": "joiner.dev/v1",
+            "kind": "NodeClass",
+            "metadata": {"name": "default"},
+            "spec": {"role": "r", "subnetSelectorTerms": [{"tags": {"a": "b"}}], "securityGroupSelectorTerms": [{"tags": {"a": "b"}}]},
+        }
+    )
 
     assert [(n["kind"], n["apiVersion"], n["metadata"]["name"]) for n in kube_client.list_nodes()] == [("Node", "v1", "n1")]
     assert [(d["kind"], d["metadata"]["namespace"]) for d in kube_client.list_daemonsets()] == [("DaemonSet", "kube-system")]
@@ -222,10 +251,13 @@ def test_patch_node_merges_labels_replaces_taints_and_sets_unschedulable(kube_em
     node["spec"]["taints"] = [{"key": "old", "effect": "NoSchedule"}, {"key": "startup", "effect": "NoExecute"}]
     stored = kube_emulator.apply(node)
 
-    patched = kube_client.patch_node("n1", {
-        "metadata": {"labels": {"joiner.dev/nodepool": "default", "drop": None}, "annotations": {"joiner.dev/why": "test"}},
-        "spec": {"taints": [{"key": "joiner.dev/disrupted", "effect": "NoSchedule"}], "unschedulable": True},
-    })
+    patched = kube_client.patch_node(
+        "n1",
+        {
+            "metadata": {"labels": {"joiner.dev/nodepool": "default", "drop": None}, "annotations": {"joiner.dev/why": "test"}},
+            "spec": {"taints": [{"key": "joiner.dev/disrupted", "effect": "NoSchedule"}], "unschedulable": True},
+        },
+    )
 
     assert patched["metadata"]["labels"] == {"keep": "yes", "joiner.dev/nodepool": "default"}
     assert patched["spec"] == {"taints": [{"key": "joiner.dev/disrupted", "effect": "NoSchedule"}], "unschedulable": True}
@@ -256,7 +288,7 @@ def test_invalid_taint_is_rejected_with_the_field_named(kube_emulator: KubeEmula
     kube_emulator.apply(make_node("n1"))
     with pytest.raises(KubernetesError) as raised:
         kube_client.patch_node("n1", {"spec": {"taints": [{"key": "k", "effect": "Sometimes"}]}})
-    assert raised.value.status == 422 and "taints[0].effect: Unsupported value: \"Sometimes\"" in str(raised.value)  # the real server says metadata.taints
+    assert raised.value.status == 422 and 'taints[0].effect: Unsupported value: "Sometimes"' in str(raised.value)  # the real server says metadata.taints
 
 
 def test_delete_node_with_uid_deletes_only_that_node(kube_emulator: KubeEmulator, kube_client: KubernetesClient) -> None:
@@ -293,8 +325,7 @@ def test_delete_pod_sends_the_grace_period(kube_emulator: KubeEmulator, kube_cli
     assert (deletion.namespace, deletion.name, deletion.grace_period_seconds, deletion.via) == ("ns1", "p", 30, "delete")
 
 
-def test_eviction_is_blocked_by_a_pdb_until_the_budget_frees(kube_emulator: KubeEmulator, kube_client: KubernetesClient,
-                                                             kube_sleeps: list[float]) -> None:
+def test_eviction_is_blocked_by_a_pdb_until_the_budget_frees(kube_emulator: KubeEmulator, kube_client: KubernetesClient, kube_sleeps: list[float]) -> None:
     kube_emulator.apply(make_pdb("web", {"app": "web"}, minAvailable=2))
     kube_emulator.apply(make_pod("web-1", node="n1", phase="Running", ready=True, labels={"app": "web"}))
     kube_emulator.apply(make_pod("web-2", node="n2", phase="Running", ready=True, labels={"app": "web"}))
@@ -346,8 +377,14 @@ def test_create_event_deduplicates_and_moves_last_timestamp(kube_emulator: KubeE
     assert len(events) == 2
     [warning] = [e for e in events if e["type"] == "Warning"]
     assert warning["metadata"]["name"].startswith("web-1.")
-    assert warning["involvedObject"] == {"apiVersion": "v1", "kind": "Pod", "name": "web-1", "namespace": "shop",
-                                         "uid": pod["metadata"]["uid"], "resourceVersion": pod["metadata"]["resourceVersion"]}
+    assert warning["involvedObject"] == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "name": "web-1",
+        "namespace": "shop",
+        "uid": pod["metadata"]["uid"],
+        "resourceVersion": pod["metadata"]["resourceVersion"],
+    }
     assert (warning["reason"], warning["source"], warning["count"]) == ("NoCompatibleInstanceType", {"component": "joiner"}, 1)
     assert (warning["firstTimestamp"], warning["lastTimestamp"]) == ("2025-03-01T12:00:00Z", "2025-03-01T12:03:00Z")
 
@@ -383,8 +420,7 @@ def test_patch_node_pool_status_touches_only_the_status(kube_emulator: KubeEmula
 # ---------------------------------------------------------------- retries
 
 
-def test_throttling_is_retried_honouring_retry_after(kube_emulator: KubeEmulator, kube_client: KubernetesClient,
-                                                     kube_sleeps: list[float]) -> None:
+def test_throttling_is_retried_honouring_retry_after(kube_emulator: KubeEmulator, kube_client: KubernetesClient, kube_sleeps: list[float]) -> None:
     kube_emulator.apply(make_node("n1"))
     kube_emulator.fail_next("GET", "^/api/v1/nodes$", status=429, retry_after=3)
 
@@ -393,8 +429,7 @@ def test_throttling_is_retried_honouring_retry_after(kube_emulator: KubeEmulator
     assert kube_sleeps == [3.0]
 
 
-def test_server_errors_give_up_after_bounded_attempts(kube_emulator: KubeEmulator, kube_client: KubernetesClient,
-                                                      kube_sleeps: list[float]) -> None:
+def test_server_errors_give_up_after_bounded_attempts(kube_emulator: KubeEmulator, kube_client: KubernetesClient, kube_sleeps: list[float]) -> None:
     fault = kube_emulator.fail_next("GET", "^/api/v1/nodes$", status=500, times=10, message="etcd is sad")
 
     with pytest.raises(KubernetesError) as raised:
@@ -409,8 +444,7 @@ def test_server_errors_give_up_after_bounded_attempts(kube_emulator: KubeEmulato
 
 def test_backoff_jitter_is_drawn_below_the_exponential_cap(kube_emulator: KubeEmulator) -> None:
     sleeps: list[float] = []
-    client = KubernetesClient(kube_emulator.url, sleep=sleeps.append, random=lambda: 0.5, max_attempts=6,
-                              backoff_base=1.0, backoff_cap=4.0)
+    client = KubernetesClient(kube_emulator.url, sleep=sleeps.append, random=lambda: 0.5, max_attempts=6, backoff_base=1.0, backoff_cap=4.0)
     kube_emulator.fail_next(None, "^/api/v1/nodes$", status=503, times=5)
     assert client.list_nodes() == []
     assert sleeps == [0.5, 1.0, 2.0, 2.0, 2.0]
@@ -451,8 +485,7 @@ def test_unauthorized_refreshes_the_token_once(kube_emulator: KubeEmulator) -> N
     kube_emulator.handler.token = "fresh"
     tokens = iter(["stale", "fresh"])
     current = {"value": next(tokens)}
-    client = KubernetesClient(kube_emulator.url, authorization=lambda: f"Bearer {current['value']}",
-                              invalidate=lambda: current.update(value=next(tokens)))
+    client = KubernetesClient(kube_emulator.url, authorization=lambda: f"Bearer {current['value']}", invalidate=lambda: current.update(value=next(tokens)))
 
     assert client.list_nodes() == []
     assert [r.headers["Authorization"] for r in kube_emulator.requests()] == ["Bearer stale", "Bearer fresh"]
@@ -469,8 +502,9 @@ def test_unauthorized_refreshes_the_token_once(kube_emulator: KubeEmulator) -> N
 def test_from_settings_for_local_runs(kube_emulator: KubeEmulator) -> None:
     kube_emulator.handler.token = "local-token"
     kube_emulator.apply(make_node("n1"))
-    settings = Settings(cluster_name="c", region="us-east-1", state_table="t", idempotency_table="t",
-                        kubernetes_host=kube_emulator.url, kubernetes_token="local-token")
+    settings = Settings(
+        cluster_name="c", region="us-east-1", state_table="t", idempotency_table="t", kubernetes_host=kube_emulator.url, kubernetes_token="local-token"
+    )
     assert [n["metadata"]["name"] for n in KubernetesClient.from_settings(settings).list_nodes()] == ["n1"]
 
 
@@ -489,10 +523,17 @@ def test_from_settings_on_eks_uses_describe_cluster_and_signed_tokens(kube_emula
         eks = boto3.client("eks", region_name="eu-west-1")
         sts = boto3.client("sts", region_name="eu-west-1")
         with Stubber(eks) as stub:
-            stub.add_response("describe_cluster", {"cluster": {
-                "name": "prod", "endpoint": kube_emulator.url,
-                "certificateAuthority": {"data": base64.b64encode(ca_pem.encode()).decode()},
-            }}, {"name": "prod"})
+            stub.add_response(
+                "describe_cluster",
+                {
+                    "cluster": {
+                        "name": "prod",
+                        "endpoint": kube_emulator.url,
+                        "certificateAuthority": {"data": base64.b64encode(ca_pem.encode()).decode()},
+                    }
+                },
+                {"name": "prod"},
+            )
             client = KubernetesClient.from_settings(settings, eks_client=eks, sts_client=sts)
             stub.assert_no_pending_responses()
         assert [n["metadata"]["name"] for n in client.list_nodes()] == ["n1"]
@@ -500,7 +541,7 @@ def test_from_settings_on_eks_uses_describe_cluster_and_signed_tokens(kube_emula
     assert client._pool.connection_pool_kw["ca_cert_data"] == ca_pem  # the pool verifies the endpoint against the cluster CA
     assert client._pool.connection_pool_kw["cert_reqs"] == "CERT_REQUIRED"
     [token] = presented
-    url = base64.urlsafe_b64decode(token[len(TOKEN_PREFIX):] + "==").decode()
+    url = base64.urlsafe_b64decode(token[len(TOKEN_PREFIX) :] + "==").decode()
     assert urlparse(url).hostname == "sts.eu-west-1.amazonaws.com"
     assert parse_qs(urlparse(url).query)["Action"] == ["GetCallerIdentity"]
 
@@ -532,8 +573,12 @@ def test_emulator_custom_resources_need_merge_patch_and_resource_version(kube_em
     api = typed_api(kube_emulator)
     custom = k8s.CustomObjectsApi(api)
     pool = custom.create_cluster_custom_object("joiner.dev", "v1", "nodepools", node_pool("p"))
-    response = api.call_api("PATCH", f"{kube_emulator.url}/apis/joiner.dev/v1/nodepools/p",
-                            header_params={"Content-Type": "application/strategic-merge-patch+json"}, body={"spec": {}})
+    response = api.call_api(
+        "PATCH",
+        f"{kube_emulator.url}/apis/joiner.dev/v1/nodepools/p",
+        header_params={"Content-Type": "application/strategic-merge-patch+json"},
+        body={"spec": {}},
+    )
     assert response.status == 415
     pool.pop("status", None)
     del pool["metadata"]["resourceVersion"]
@@ -577,8 +622,7 @@ def test_emulator_selectors_reject_bad_input(kube_emulator: KubeEmulator) -> Non
 def test_emulator_binding_and_eviction_edge_cases(kube_emulator: KubeEmulator) -> None:
     core = k8s.CoreV1Api(typed_api(kube_emulator))
     kube_emulator.apply(make_pod("p", unschedulable=True, labels={"app": "x"}))
-    core.create_namespaced_pod_binding("p", "default", {"metadata": {"name": "p"}, "target": {"kind": "Node", "name": "n1"}},
-                                       _preload_content=False)
+    core.create_namespaced_pod_binding("p", "default", {"metadata": {"name": "p"}, "target": {"kind": "Node", "name": "n1"}}, _preload_content=False)
     bound = kube_emulator.get("Pod", "p")
     assert bound["spec"]["nodeName"] == "n1" and bound["status"]["conditions"][-1]["status"] == "True"
     assert KubernetesClient(kube_emulator.url).list_pending_pods() == []
@@ -596,11 +640,17 @@ def test_emulator_binding_and_eviction_edge_cases(kube_emulator: KubeEmulator) -
 
 def test_emulator_registers_crds_created_through_the_api(kube_emulator: KubeEmulator) -> None:
     api = typed_api(kube_emulator)
-    k8s.ApiextensionsV1Api(api).create_custom_resource_definition({
-        "metadata": {"name": "widgets.example.com"},
-        "spec": {"group": "example.com", "scope": "Namespaced", "names": {"plural": "widgets", "kind": "Widget"},
-                 "versions": [{"name": "v1", "served": True, "storage": True, "subresources": {"status": {}}}]},
-    })
+    k8s.ApiextensionsV1Api(api).create_custom_resource_definition(
+        {
+            "metadata": {"name": "widgets.example.com"},
+            "spec": {
+                "group": "example.com",
+                "scope": "Namespaced",
+                "names": {"plural": "widgets", "kind": "Widget"},
+                "versions": [{"name": "v1", "served": True, "storage": True, "subresources": {"status": {}}}],
+            },
+        }
+    )
     custom = k8s.CustomObjectsApi(api)
     custom.create_namespaced_custom_object("example.com", "v1", "ns1", "widgets", {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}})
     assert [w["metadata"]["name"] for w in custom.list_namespaced_custom_object("example.com", "v1", "ns1", "widgets")["items"]] == ["w"]

@@ -45,9 +45,12 @@ def test_off_by_default_karpenters_objects_are_not_even_listed(karpenter: KubeEm
     assert not karpenter.requests(path="karpenter")
     settings = Settings(cluster_name="c", region="us-east-1", state_table="t", idempotency_table="t", kubernetes_host=karpenter.url)
     assert KubernetesClient.from_settings(settings).karpenter is False
-    assert KubernetesClient.from_settings(Settings.from_env({"JOINER_CLUSTER_NAME": "c", "JOINER_STATE_TABLE": "t",
-                                                             "JOINER_KUBERNETES_HOST": karpenter.url,
-                                                             "JOINER_KARPENTER_CRDS": "true"})).karpenter is True
+    assert (
+        KubernetesClient.from_settings(
+            Settings.from_env({"JOINER_CLUSTER_NAME": "c", "JOINER_STATE_TABLE": "t", "JOINER_KUBERNETES_HOST": karpenter.url, "JOINER_KARPENTER_CRDS": "true"})
+        ).karpenter
+        is True
+    )
 
 
 def test_converted_beside_joiners_with_a_condition_on_each(karpenter: KubeEmulator) -> None:
@@ -60,7 +63,10 @@ def test_converted_beside_joiners_with_a_condition_on_each(karpenter: KubeEmulat
     classes = {c["metadata"]["name"]: c for c in kube.list_node_classes()}
     assert set(pools) == {"mine", "k"} and set(classes) == {"mine", "k"}
     assert pools["k"]["apiVersion"] == "joiner.dev/v1" and pools["k"]["spec"]["template"]["spec"]["nodeClassRef"] == {
-        "group": "joiner.dev", "kind": "NodeClass", "name": "k"}
+        "group": "joiner.dev",
+        "kind": "NodeClass",
+        "name": "k",
+    }
     pool_condition = condition(karpenter, POOLS, "k")
     assert (pool_condition["status"], pool_condition["reason"]) == ("True", "Converted")
     class_condition = condition(karpenter, CLASSES, "k")
@@ -90,8 +96,11 @@ def test_refused_and_shadowed_objects_say_why_on_their_status_and_in_an_event(ka
     assert (refused["status"], refused["reason"]) == ("False", "ConversionRefused") and "amiFamily 'Custom'" in refused["message"]
     assert condition(karpenter, POOLS, "on-custom")["reason"] == "NodeClassNotRead"
     warnings = {(e["involvedObject"]["kind"], e["involvedObject"]["name"], e["reason"]) for e in karpenter.list("Event") if e["type"] == "Warning"}
-    assert warnings == {("NodePool", "taken", "ShadowedByJoiner"), ("EC2NodeClass", "custom", "ConversionRefused"),
-                        ("NodePool", "on-custom", "NodeClassNotRead")}
+    assert warnings == {
+        ("NodePool", "taken", "ShadowedByJoiner"),
+        ("EC2NodeClass", "custom", "ConversionRefused"),
+        ("NodePool", "on-custom", "NodeClassNotRead"),
+    }
     event = next(e for e in karpenter.list("Event") if e["involvedObject"]["name"] == "custom")
     assert event["involvedObject"]["apiVersion"] == "karpenter.k8s.aws/v1" and event["involvedObject"]["uid"]
 
@@ -110,8 +119,9 @@ def test_status_of_a_converted_object_goes_to_the_karpenter_object(karpenter: Ku
     assert status["nodes"] == 1 and status["resources"]["cpu"] == "4"
     assert [c["type"] for c in status["conditions"]] == ["Ready", CONDITION_TYPE]
     assert next(c for c in status["conditions"] if c["type"] == CONDITION_TYPE) == condition(karpenter, POOLS, "k")
-    kube.patch_node_class_status("k", {"subnets": [{"id": "subnet-0a", "zone": "us-east-1a"}], "securityGroups": [{"id": "sg-0a"}],
-                                       "amis": [], "conditions": [ready]})
+    kube.patch_node_class_status(
+        "k", {"subnets": [{"id": "subnet-0a", "zone": "us-east-1a"}], "securityGroups": [{"id": "sg-0a"}], "amis": [], "conditions": [ready]}
+    )
     assert karpenter.get(CLASSES, "k")["status"]["subnets"] == [{"id": "subnet-0a", "zone": "us-east-1a"}]  # type: ignore[index]
     kube.patch_node_pool_status("gone", {"nodes": 0})  # neither Joiner's nor Karpenter's: skipped
 

@@ -31,8 +31,7 @@ def test_lists_unbound_pods_with_the_list_version(kube_emulator: KubeEmulator, k
     assert version == str(kube_emulator.resource_version)
 
 
-def test_watch_replays_changes_after_the_version_and_drops_bound_pods(
-        kube_emulator: KubeEmulator, kube_client: KubernetesClient) -> None:
+def test_watch_replays_changes_after_the_version_and_drops_bound_pods(kube_emulator: KubeEmulator, kube_client: KubernetesClient) -> None:
     kube_emulator.apply(make_node("n1"))
     kube_emulator.apply(make_pod("before", unschedulable=True))
     _, version = kube_client.list_unbound_pods()
@@ -78,8 +77,7 @@ def test_a_compacted_version_raises_watch_expired(kube_emulator: KubeEmulator, k
     assert list(kube_client.watch_unbound_pods(fresh, timeout_seconds=1)) == []
 
 
-def test_watch_open_is_retried_and_a_broken_stream_is_an_error(
-        kube_emulator: KubeEmulator, kube_client: KubernetesClient, kube_sleeps: list[float]) -> None:
+def test_watch_open_is_retried_and_a_broken_stream_is_an_error(kube_emulator: KubeEmulator, kube_client: KubernetesClient, kube_sleeps: list[float]) -> None:
     _, version = kube_client.list_unbound_pods()
     kube_emulator.fail_next("GET", "/api/v1/pods", status=503, times=1, query="watch=true")
     assert list(kube_client.watch_unbound_pods(version, timeout_seconds=1)) == []
@@ -102,8 +100,8 @@ def test_official_client_watch_sees_the_same_stream(kube_emulator: KubeEmulator)
     kube_emulator.apply(make_pod("typed", unschedulable=True))
     seen: list[tuple[str, Any]] = []
     for event in kubernetes.watch.Watch().stream(  # type: ignore[no-untyped-call]
-            api.list_pod_for_all_namespaces, field_selector="spec.nodeName=",
-            resource_version=listed.metadata.resource_version, timeout_seconds=1):
+        api.list_pod_for_all_namespaces, field_selector="spec.nodeName=", resource_version=listed.metadata.resource_version, timeout_seconds=1
+    ):
         seen.append((event["type"], event["object"].metadata.name))
     assert seen == [("ADDED", "typed")]
 
@@ -112,8 +110,14 @@ def test_plan_inputs_are_versioned_and_watched(kube_emulator: KubeEmulator, kube
     kube_emulator.apply(make_node("n1"))
     version = kube_client.plan_input_version("nodepools")
     assert version == str(kube_emulator.resource_version)
-    kube_emulator.apply({"apiVersion": "joiner.dev/v1", "kind": "NodePool", "metadata": {"name": "p"},
-                         "spec": {"template": {"spec": {"nodeClassRef": {"group": "joiner.dev", "kind": "NodeClass", "name": "d"}}}}})
+    kube_emulator.apply(
+        {
+            "apiVersion": "joiner.dev/v1",
+            "kind": "NodePool",
+            "metadata": {"name": "p"},
+            "spec": {"template": {"spec": {"nodeClassRef": {"group": "joiner.dev", "kind": "NodeClass", "name": "d"}}}},
+        }
+    )
     events = list(kube_client.watch_plan_inputs("nodepools", version, timeout_seconds=1))
     assert [(e.type, e.object["kind"], e.object["metadata"]["name"]) for e in events] == [("ADDED", "NodePool", "p")]
     assert list(kube_client.watch_plan_inputs("nodeclasses", version, timeout_seconds=1)) == []
@@ -128,20 +132,39 @@ def test_a_trimmed_unbound_pod_is_judged_pending_exactly_as_the_full_one() -> No
 
     from joiner.adapters.kubernetes import is_pending_pod, pending_view
 
-    conditions = st.lists(st.fixed_dictionaries({
-        "type": st.sampled_from(["PodScheduled", "Ready"]), "status": st.sampled_from(["True", "False"]),
-        "reason": st.sampled_from(["Unschedulable", "SchedulerError", ""])}), max_size=3)
-    owners = st.lists(st.fixed_dictionaries({"apiVersion": st.sampled_from(["apps/v1", "v1", "batch/v1"]),
-                                             "kind": st.sampled_from(["DaemonSet", "Node", "ReplicaSet", "Job"]),
-                                             "name": st.just("o"), "controller": st.booleans()}), max_size=2)
+    conditions = st.lists(
+        st.fixed_dictionaries(
+            {
+                "type": st.sampled_from(["PodScheduled", "Ready"]),
+                "status": st.sampled_from(["True", "False"]),
+                "reason": st.sampled_from(["Unschedulable", "SchedulerError", ""]),
+            }
+        ),
+        max_size=3,
+    )
+    owners = st.lists(
+        st.fixed_dictionaries(
+            {
+                "apiVersion": st.sampled_from(["apps/v1", "v1", "batch/v1"]),
+                "kind": st.sampled_from(["DaemonSet", "Node", "ReplicaSet", "Job"]),
+                "name": st.just("o"),
+                "controller": st.booleans(),
+            }
+        ),
+        max_size=2,
+    )
 
     @settings(max_examples=300, deadline=None)
-    @given(conditions, owners, st.sampled_from([None, "n1"]), st.sampled_from([None, "n2"]), st.sampled_from([None, "Running", "Failed"]),
-           st.booleans())
-    def check(conds: list[dict[str, str]], refs: list[dict[str, object]], node: str | None, nominated: str | None, phase: str | None,
-              deleting: bool) -> None:
-        meta: dict[str, object] = {"name": "p", "namespace": "ns", "uid": "u", "ownerReferences": refs,
-                                   "managedFields": [{"manager": "x" * 100}], "labels": {"a": "b"}}
+    @given(conditions, owners, st.sampled_from([None, "n1"]), st.sampled_from([None, "n2"]), st.sampled_from([None, "Running", "Failed"]), st.booleans())
+    def check(conds: list[dict[str, str]], refs: list[dict[str, object]], node: str | None, nominated: str | None, phase: str | None, deleting: bool) -> None:
+        meta: dict[str, object] = {
+            "name": "p",
+            "namespace": "ns",
+            "uid": "u",
+            "ownerReferences": refs,
+            "managedFields": [{"manager": "x" * 100}],
+            "labels": {"a": "b"},
+        }
         if deleting:
             meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
         status: dict[str, object] = {"conditions": conds, "containerStatuses": [{"name": "c"}]}
@@ -160,8 +183,7 @@ def test_a_trimmed_unbound_pod_is_judged_pending_exactly_as_the_full_one() -> No
     check()
 
 
-def test_a_catch_up_waits_for_a_slow_servers_headers_longer_than_for_an_idle_stream(
-        kube_emulator: KubeEmulator, kube_client: KubernetesClient) -> None:
+def test_a_catch_up_waits_for_a_slow_servers_headers_longer_than_for_an_idle_stream(kube_emulator: KubeEmulator, kube_client: KubernetesClient) -> None:
     """A loaded server that answers the watch late still has its backlog read: only silence
     after the headers means caught up."""
     nodes, version = next(kube_client.list_pages("nodes"))

@@ -64,7 +64,7 @@ def test_errors_are_queue_errors(sqs) -> None:
         SqsQueue(sqs, create_work_queue(sqs)).send({"a": object()})
 
 
-@given(st.floats(allow_nan=True, allow_infinity=True) | st.integers(min_value=-10**6, max_value=10**6))
+@given(st.floats(allow_nan=True, allow_infinity=True) | st.integers(min_value=-(10**6), max_value=10**6))
 def test_clamp_delay_invariants(value) -> None:
     delay = clamp_delay(value)
     assert isinstance(delay, int)

@@ -76,9 +76,16 @@ def record(claim_id: str = "c1", pool: str = "default", **changes) -> ClaimRecor
 
 def test_claim_round_trip_and_conditional_create(state: StateAdapter) -> None:
     full = record(
-        instance_id="i-1", instance_type="m5.large", zone="us-east-1a", capacity_type="spot", price=0.0354,
-        pods=("ns/a", "ns/b"), node_name="ip-10-0-0-1", reserved=Resources.parse({"cpu": "2", "memory": "8Gi", "nvidia.com/gpu": "1"}),
-        launched_at=T0 + timedelta(seconds=5), reason="pending pods",
+        instance_id="i-1",
+        instance_type="m5.large",
+        zone="us-east-1a",
+        capacity_type="spot",
+        price=0.0354,
+        pods=("ns/a", "ns/b"),
+        node_name="ip-10-0-0-1",
+        reserved=Resources.parse({"cpu": "2", "memory": "8Gi", "nvidia.com/gpu": "1"}),
+        launched_at=T0 + timedelta(seconds=5),
+        reason="pending pods",
     )
     assert state.put_claim(full) is True
     assert state.put_claim(record(state="launched")) is False  # retry: the original stays
@@ -217,9 +224,7 @@ def _race(server: SerialMotoServer, table: str, callers: int, action) -> list:
     """Run ``action(adapter, index)`` in ``callers`` threads released together, each with its
     own DynamoDB client and connection, like overlapping Lambda invocations."""
     session = boto3.Session(region_name=REGION)
-    adapters = [
-        StateAdapter(AwsClients(REGION, server.endpoint, session=session).table(table), Clock()) for _ in range(callers)
-    ]
+    adapters = [StateAdapter(AwsClients(REGION, server.endpoint, session=session).table(table), Clock()) for _ in range(callers)]
     barrier = threading.Barrier(callers)
     results: list = [None] * callers
     errors: list[BaseException] = []
@@ -249,7 +254,9 @@ def test_concurrent_reservations_never_exceed_the_limit(moto_server: SerialMotoS
             if pool == "warm":  # the pool item already exists
                 StateAdapter(clients.table("race-reserve"), Clock()).reserve_capacity(pool, "seed", cpu(1), limits, Resources())
             outcomes = _race(
-                moto_server, "race-reserve", 8,
+                moto_server,
+                "race-reserve",
+                8,
                 lambda adapter, i, pool=pool: adapter.reserve_capacity(pool, f"claim-{i}", cpu(1), limits, Resources()),
             )
             adapter = StateAdapter(clients.table("race-reserve"), Clock())
@@ -281,7 +288,9 @@ def test_a_shrink_racing_a_release_subtracts_each_amount_once(moto_server: Seria
             adapter.reserve_capacity("p", claim, cpu(8), None, Resources())
             adapter.reserve_capacity("p", f"b{round_index}", cpu(1), None, Resources())
             _race(
-                moto_server, "race-shrink", 2,
+                moto_server,
+                "race-shrink",
+                2,
                 lambda other, i, claim=claim: other.shrink_reservation("p", claim, cpu(2)) if i == 0 else other.release_capacity("p", claim),
             )
             assert adapter.reservations("p") == {f"b{i}": cpu(1) for i in range(round_index + 1)}

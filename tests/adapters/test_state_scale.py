@@ -73,11 +73,15 @@ def items_of(table: Any) -> list[dict[str, Any]]:
 def legacy_pool(table: Any, pool: str, claims: dict[str, Resources]) -> None:
     """The pool item as the previous version kept it: the totals and a map of every claim."""
     total = sum(claims.values(), Resources())
-    table.put_item(Item={
-        "pk": f"POOL#{pool}", "sk": "POOL", "nodePoolName": pool,
-        "reserved": {name: int(value) for name, value in total.items()},
-        "claims": {claim_id: {name: int(value) for name, value in amount.items()} for claim_id, amount in claims.items()},
-    })
+    table.put_item(
+        Item={
+            "pk": f"POOL#{pool}",
+            "sk": "POOL",
+            "nodePoolName": pool,
+            "reserved": {name: int(value) for name, value in total.items()},
+            "claims": {claim_id: {name: int(value) for name, value in amount.items()} for claim_id, amount in claims.items()},
+        }
+    )
 
 
 # ---------------------------------------------------------------- no item grows
@@ -141,8 +145,10 @@ def racing(aws: AwsClients) -> SimpleNamespace:
     for operation in ("TransactWriteItems", "UpdateItem"):
         client.meta.events.register(f"before-call.dynamodb.{operation}", interlope)
     return SimpleNamespace(
-        table=first.table(name), mine=StateAdapter(first.table(name), Clock(), sleep=lambda _: None),
-        other=StateAdapter(second.table(name), Clock(), sleep=lambda _: None), armed=armed,
+        table=first.table(name),
+        mine=StateAdapter(first.table(name), Clock(), sleep=lambda _: None),
+        other=StateAdapter(second.table(name), Clock(), sleep=lambda _: None),
+        armed=armed,
     )
 
 
@@ -315,13 +321,23 @@ def test_claims_written_by_the_previous_version_are_found_and_backfilled_during_
 def index_lagging(table: Any, hidden: set[str], stale: set[str]) -> Iterator[None]:
     """The GSI as DynamoDB may serve it just after writes: ``hidden`` claims not there yet,
     ``stale`` ones (closed since) still there as ``reserved``."""
+
     def lag(parsed: Any, model: Any, **_: Any) -> None:
         if model.name != "Query" or parsed.get("Items") is None:
             return
         kept = [item for item in parsed["Items"] if item.get("sk", {}).get("S") != "CLAIM" or item.get("claimId", {}).get("S") not in hidden]
         for claim_id in sorted(stale):
-            kept.append({"pk": {"S": f"CLAIM#{claim_id}"}, "sk": {"S": "CLAIM"}, "claimId": {"S": claim_id}, "nodePool": {"S": "default"},
-                         "state": {"S": "reserved"}, "createdAt": {"S": T0.isoformat()}, "openClaim": {"S": "OPEN"}})
+            kept.append(
+                {
+                    "pk": {"S": f"CLAIM#{claim_id}"},
+                    "sk": {"S": "CLAIM"},
+                    "claimId": {"S": claim_id},
+                    "nodePool": {"S": "default"},
+                    "state": {"S": "reserved"},
+                    "createdAt": {"S": T0.isoformat()},
+                    "openClaim": {"S": "OPEN"},
+                }
+            )
         parsed["Items"] = kept
 
     events = table.meta.client.meta.events
@@ -365,8 +381,15 @@ def test_a_claim_another_container_created_moments_ago_is_found_however_late_the
 @contextlib.contextmanager
 def as_function(name: str, table: Any) -> Iterator[None]:
     """Attribute the adapter's requests to ``name``'s deployed role (the IAM guard checks them)."""
-    settings_ = SimpleNamespace(cluster_name="prod", region=REGION, state_table=table.name, idempotency_table="prod-idem",
-                                work_queue_url="", interruption_queue_url="", node_role="JoinerNodeRole-prod")
+    settings_ = SimpleNamespace(
+        cluster_name="prod",
+        region=REGION,
+        state_table=table.name,
+        idempotency_table="prod-idem",
+        work_queue_url="",
+        interruption_queue_url="",
+        node_role="JoinerNodeRole-prod",
+    )
     module = SimpleNamespace(_cold={"runtime": SimpleNamespace(settings=settings_)})
     token = lambdas._INVOCATION.set(lambdas.Invocation(name, module))  # type: ignore[arg-type]
     try:

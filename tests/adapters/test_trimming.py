@@ -37,8 +37,11 @@ def expected(value: Any) -> Any:
     if isinstance(value, list):
         return [expected(item) for item in value]
     if isinstance(value, dict):
-        return {key: expected(item) for position, (key, item) in enumerate(value.items())
-                if not (position > 0 and key in UNREAD_ARRAYS and isinstance(item, list) and depth(item) <= DEPTH)}
+        return {
+            key: expected(item)
+            for position, (key, item) in enumerate(value.items())
+            if not (position > 0 and key in UNREAD_ARRAYS and isinstance(item, list) and depth(item) <= DEPTH)
+        }
     return value
 
 

@@ -23,17 +23,33 @@ ALL_TYPES = ["c5.large", "c5.xlarge", "c5.2xlarge", "m5.large"]
 
 
 def managed_node(
-    name: str, instance_type: str = "c5.xlarge", *, zone: str = "us-east-1a", capacity_type: str = "on-demand", pool: str = "default",
-    created: datetime = T0 - DAY, annotations: Mapping[str, str] | None = None, taints: Sequence[Mapping[str, str]] = (),
-    labels: Mapping[str, str] | None = None, initialized: bool = True, managed: bool = True,
+    name: str,
+    instance_type: str = "c5.xlarge",
+    *,
+    zone: str = "us-east-1a",
+    capacity_type: str = "on-demand",
+    pool: str = "default",
+    created: datetime = T0 - DAY,
+    annotations: Mapping[str, str] | None = None,
+    taints: Sequence[Mapping[str, str]] = (),
+    labels: Mapping[str, str] | None = None,
+    initialized: bool = True,
+    managed: bool = True,
 ) -> dict[str, Any]:
     extra = {wk.NODEPOOL: pool, wk.CAPACITY_TYPE: capacity_type, wk.NODECLAIM: f"claim-{name}"} if managed else {}
     if initialized and managed:
         extra[wk.INITIALIZED] = "true"
     extra.update(labels or {})
     node = node_json(
-        name, instance_id=f"i-{abs(hash(name)) % 10**12:012d}", zone=zone, instance_type=instance_type,
-        cpu=CPU[instance_type], memory=MEMORY[instance_type], labels=extra, taints=taints, created=created,
+        name,
+        instance_id=f"i-{abs(hash(name)) % 10**12:012d}",
+        zone=zone,
+        instance_type=instance_type,
+        cpu=CPU[instance_type],
+        memory=MEMORY[instance_type],
+        labels=extra,
+        taints=taints,
+        created=created,
     )
     if annotations:
         node["metadata"]["annotations"] = dict(annotations)
@@ -41,9 +57,18 @@ def managed_node(
 
 
 def running_pod(
-    name: str, node: str, *, cpu: str = "1", memory: str = "1Gi", app: str = "web", created: datetime = T0 - DAY,
-    annotations: Mapping[str, str] | None = None, owner: str = "ReplicaSet", extra_spec: Mapping[str, Any] | None = None,
-    phase: str = "Running", priority: int | None = None,
+    name: str,
+    node: str,
+    *,
+    cpu: str = "1",
+    memory: str = "1Gi",
+    app: str = "web",
+    created: datetime = T0 - DAY,
+    annotations: Mapping[str, str] | None = None,
+    owner: str = "ReplicaSet",
+    extra_spec: Mapping[str, Any] | None = None,
+    phase: str = "Running",
+    priority: int | None = None,
 ) -> dict[str, Any]:
     pod = pod_json(name, cpu=cpu, memory=memory, labels={"app": app}, node_name=node, created=created, uid=f"uid-{name}", extra_spec=extra_spec)
     pod["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": owner, "name": f"{app}-{owner.lower()}", "uid": f"uid-{app}", "controller": True}]
@@ -56,16 +81,30 @@ def running_pod(
 
 
 def pool(
-    name: str = "default", *, types: Sequence[str] = ALL_TYPES, capacity_types: Sequence[str] = ("on-demand",),
-    consolidate_after: str = "0s", policy: str = "WhenEmptyOrUnderutilized", budgets: Sequence[Mapping[str, Any]] | None = None,
-    min_savings: Mapping[str, Any] | None = None, expire_after: str = "720h", labels: Mapping[str, str] | None = None,
-    taints: Sequence[Mapping[str, str]] = (), repair: str | None = None, replicas: int | None = None,
+    name: str = "default",
+    *,
+    types: Sequence[str] = ALL_TYPES,
+    capacity_types: Sequence[str] = ("on-demand",),
+    consolidate_after: str = "0s",
+    policy: str = "WhenEmptyOrUnderutilized",
+    budgets: Sequence[Mapping[str, Any]] | None = None,
+    min_savings: Mapping[str, Any] | None = None,
+    expire_after: str = "720h",
+    labels: Mapping[str, str] | None = None,
+    taints: Sequence[Mapping[str, str]] = (),
+    repair: str | None = None,
+    replicas: int | None = None,
     limits: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    obj = node_pool_json(name, requirements=[
-        {"key": wk.INSTANCE_TYPE, "operator": "In", "values": list(types)},
-        {"key": wk.CAPACITY_TYPE, "operator": "In", "values": list(capacity_types)},
-    ], labels=labels, taints=taints)
+    obj = node_pool_json(
+        name,
+        requirements=[
+            {"key": wk.INSTANCE_TYPE, "operator": "In", "values": list(types)},
+            {"key": wk.CAPACITY_TYPE, "operator": "In", "values": list(capacity_types)},
+        ],
+        labels=labels,
+        taints=taints,
+    )
     disruption: dict[str, Any] = {"consolidationPolicy": policy, "consolidateAfter": consolidate_after, "budgets": list(budgets or [{"nodes": "100%"}])}
     if min_savings is not None:
         disruption["minSavings"] = dict(min_savings)
@@ -82,8 +121,11 @@ def pool(
 
 def pdb(name: str, app: str, *, allowed: int, namespace: str = "default") -> dict[str, Any]:
     return {
-        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": name, "namespace": namespace},
-        "spec": {"selector": {"matchLabels": {"app": app}}, "minAvailable": 1}, "status": {"disruptionsAllowed": allowed},
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"selector": {"matchLabels": {"app": app}}, "minAvailable": 1},
+        "status": {"disruptionsAllowed": allowed},
     }
 
 

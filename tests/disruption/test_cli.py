@@ -46,7 +46,12 @@ def test_table_output(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == ["METHOD", "NODES", "SAVES/H", "REPLACEMENTS", "REASON"]
     method, nodes, saves, replacements, *reason = lines[1].split()
-    assert (method, nodes, saves, replacements) == ("consolidation", "ip-10-0-1-10.ec2.internal,ip-10-0-1-11.ec2.internal", "0.3444", "-")  # with two root volumes
+    assert (method, nodes, saves, replacements) == (
+        "consolidation",
+        "ip-10-0-1-10.ec2.internal,ip-10-0-1-11.ec2.internal",
+        "0.3444",
+        "-",
+    )  # with two root volumes
     assert lines[1].endswith("...") and len(lines[1]) < 200  # the reason is cut in the table ...
     blocked = lines.index("") + 1
     assert lines[blocked].split() == ["NOT", "DISRUPTED", "REASON"]
@@ -81,10 +86,16 @@ def test_replacement_in_json(tmp_path, capsys):
     assert replacement["price"] == pytest.approx(0.17 + 20 * 0.08 / 730, abs=1e-6)
 
 
-@pytest.mark.parametrize(("text", "needle"), [
-    ("apiVersion: joiner.dev/v1\nkind: NodePool\nmetadata: {name: p}\nspec:\n  disruption:\n    budgets:\n    - nodes: lots\n", "spec.disruption.budgets[0].nodes"),
-    ("kind: [\n", "line"),
-])
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        (
+            "apiVersion: joiner.dev/v1\nkind: NodePool\nmetadata: {name: p}\nspec:\n  disruption:\n    budgets:\n    - nodes: lots\n",
+            "spec.disruption.budgets[0].nodes",
+        ),
+        ("kind: [\n", "line"),
+    ],
+)
 def test_malformed_snapshot_exits_2_with_one_line(tmp_path, capsys, text, needle):
     path = tmp_path / "bad.yaml"
     path.write_text(text)

@@ -53,7 +53,11 @@ def test_deleting_the_node_of_a_joiner_claim_holds_budget_and_do_not_disrupt_pod
     assert (pods["default/web-3"]["outcome"], pods["default/web-3"]["after"]) == ("evicted", "+0s")
     for name, holder in (("default/guarded-0", "PodDisruptionBudget default/guarded"), ("default/batch-0", "do-not-disrupt")):
         assert (pods[name]["outcome"], pods[name]["at"], pods[name]["graceSeconds"], pods[name]["blockedBy"]) == (
-            "deleted", "2025-01-06T12:04:28Z", 30, [holder])
+            "deleted",
+            "2025-01-06T12:04:28Z",
+            30,
+            [holder],
+        )
     assert plan["instanceTerminatedAt"] == "2025-01-06T12:04:58Z"
 
 
@@ -62,8 +66,11 @@ def test_the_table_lists_each_pod_in_the_order_it_leaves(capsys):
     out = capsys.readouterr().out
     assert "DELETE node/ip-10-0-1-21.ec2.internal at 2025-01-06T12:00:00Z: node ip-10-0-1-21.ec2.internal, NodePool general" in out
     rows = [line.split() for line in out.splitlines() if line.startswith("  +")]
-    assert [(row[0], row[1], row[3]) for row in rows] == [("+0s", "default/web-3", "evicted"), ("+4m28s", "default/batch-0", "deleted"),
-                                                          ("+4m28s", "default/guarded-0", "deleted")]
+    assert [(row[0], row[1], row[3]) for row in rows] == [
+        ("+0s", "default/web-3", "evicted"),
+        ("+4m28s", "default/batch-0", "deleted"),
+        ("+4m28s", "default/guarded-0", "deleted"),
+    ]
     assert "instance terminated at +4m58s" in out
 
 
@@ -78,23 +85,34 @@ def test_a_nodeclaim_the_snapshot_shows_deleted_is_planned_from_its_deletion(tmp
     assert (plan["name"], plan["deletedAt"], plan["deadline"]) == ("general-b", "2025-01-06T11:58:00Z", "2025-01-06T12:03:00Z")
 
 
-@pytest.mark.parametrize(("argument", "message"), [
-    ("nodeclaim/general-c", ("joiner disrupt: --delete nodeclaim/general-c: no NodeClaim named 'general-c' (did you mean \"general-b\"?); "
-                            "the snapshot holds: general-a, general-b")),
-    ("node/nope", "joiner disrupt: --delete node/nope: no Node named 'nope'; the snapshot holds: ip-10-0-1-20.ec2.internal, ip-10-0-1-21.ec2.internal"),
-    ("pod/web-1", "joiner disrupt: --delete: expected nodeclaim/NAME or node/NAME, got 'pod/web-1'"),
-    ("nodeclaim/", "joiner disrupt: --delete: expected nodeclaim/NAME or node/NAME, got 'nodeclaim/'"),
-])
+@pytest.mark.parametrize(
+    ("argument", "message"),
+    [
+        (
+            "nodeclaim/general-c",
+            (
+                "joiner disrupt: --delete nodeclaim/general-c: no NodeClaim named 'general-c' (did you mean \"general-b\"?); "
+                "the snapshot holds: general-a, general-b"
+            ),
+        ),
+        ("node/nope", "joiner disrupt: --delete node/nope: no Node named 'nope'; the snapshot holds: ip-10-0-1-20.ec2.internal, ip-10-0-1-21.ec2.internal"),
+        ("pod/web-1", "joiner disrupt: --delete: expected nodeclaim/NAME or node/NAME, got 'pod/web-1'"),
+        ("nodeclaim/", "joiner disrupt: --delete: expected nodeclaim/NAME or node/NAME, got 'nodeclaim/'"),
+    ],
+)
 def test_a_bad_deletion_is_one_line(capsys, argument, message):
     assert main(["disrupt", str(EXAMPLE), *NOW, "--delete", argument]) == 2
     captured = capsys.readouterr()
     assert captured.err.strip() == message and captured.out == ""
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    ("apiVersion: karpenter.sh/v1\nkind: NodeClaim", "apiVersion: karpenter.sh/v1beta1\nkind: NodeClaim"),
-    ("  terminationGracePeriod: 5m\nstatus:\n  nodeName", "  terminationGracePeriode: 5m\nstatus:\n  nodeName"),
-])
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ("apiVersion: karpenter.sh/v1\nkind: NodeClaim", "apiVersion: karpenter.sh/v1beta1\nkind: NodeClaim"),
+        ("  terminationGracePeriod: 5m\nstatus:\n  nodeName", "  terminationGracePeriode: 5m\nstatus:\n  nodeName"),
+    ],
+)
 def test_a_malformed_nodeclaim_in_the_snapshot_is_one_line(tmp_path, capsys, change, message):
     snapshot = tmp_path / "bad.yaml"
     text = EXAMPLE.read_text(encoding="utf-8")
@@ -103,5 +121,7 @@ def test_a_malformed_nodeclaim_in_the_snapshot_is_one_line(tmp_path, capsys, cha
     assert main(["disrupt", str(snapshot), *NOW]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "NodeClaim general-a" in err
-    assert ("'karpenter.sh/v1beta1' is not supported (expected joiner.dev/v1 or karpenter.sh/v1)" in err
-            or 'unknown field "terminationGracePeriode" (did you mean "terminationGracePeriod"?)' in err)
+    assert (
+        "'karpenter.sh/v1beta1' is not supported (expected joiner.dev/v1 or karpenter.sh/v1)" in err
+        or 'unknown field "terminationGracePeriode" (did you mean "terminationGracePeriod"?)' in err
+    )

@@ -47,10 +47,15 @@ def unmanaged(name: str, instance_type: str = "c5.2xlarge", zone: str = "us-east
 
 def test_delete_when_pods_fit_on_other_nodes():
     decision = run(pool(), unmanaged("big"), managed_node("n1", "c5.xlarge"), running_pod("p1", "n1"))
-    assert [c.to_dict() for c in decision.commands] == [{
-        "method": "consolidation", "nodes": ["n1"], "replacements": [], "savingsPerHour": round(0.17 + ROOT_VOLUME, 6),
-        "reason": "underutilized: pods of n1 fit on other nodes",
-    }]
+    assert [c.to_dict() for c in decision.commands] == [
+        {
+            "method": "consolidation",
+            "nodes": ["n1"],
+            "replacements": [],
+            "savingsPerHour": round(0.17 + ROOT_VOLUME, 6),
+            "reason": "underutilized: pods of n1 fit on other nodes",
+        }
+    ]
 
 
 def test_replace_with_one_cheaper_node():
@@ -121,9 +126,15 @@ def test_topology_spread_is_preserved_by_a_replacement():
 
 
 def test_anti_affinity_blocks_a_merge():
-    anti = {"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-        {"topologyKey": wk.HOSTNAME, "labelSelector": {"matchLabels": {"app": "solo"}}},
-    ]}}}
+    anti = {
+        "affinity": {
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"topologyKey": wk.HOSTNAME, "labelSelector": {"matchLabels": {"app": "solo"}}},
+                ]
+            }
+        }
+    }
     nodes = [managed_node(f"n{i}", "c5.large") for i in range(2)]
     pods = [running_pod(f"a{i}", f"n{i}", app="solo", cpu="100m", extra_spec=anti) for i in range(2)]
     decision = run(pool(types=["c5.large", "c5.xlarge"]), *nodes, *pods)
@@ -148,8 +159,12 @@ def test_when_empty_policy_does_not_consolidate_underutilized_nodes():
 
 def test_empty_nodes_are_deleted_and_daemonset_or_finished_pods_do_not_count():
     objects = [
-        pool(), managed_node("n1"), managed_node("n2"), managed_node("busy", "c5.large"),
-        running_pod("ds", "n1", owner="DaemonSet", cpu="100m"), running_pod("done", "n2", phase="Succeeded"),
+        pool(),
+        managed_node("n1"),
+        managed_node("n2"),
+        managed_node("busy", "c5.large"),
+        running_pod("ds", "n1", owner="DaemonSet", cpu="100m"),
+        running_pod("done", "n2", phase="Succeeded"),
         running_pod("p", "busy", cpu="1500m"),
     ]
     (command,) = run(*objects).commands
@@ -175,8 +190,11 @@ def test_emptiness_comes_before_expiration():
 
 def test_expiration_is_forceful_over_do_not_disrupt_but_honours_pdbs():
     objects = [
-        pool(expire_after="24h", types=["c5.xlarge"]), managed_node("old", created=T0 - 2 * DAY), managed_node("young", created=T0 - timedelta(hours=1)),
-        running_pod("p1", "old", annotations={wk.DO_NOT_DISRUPT: "true"}, cpu="3"), running_pod("p2", "young", cpu="3"),
+        pool(expire_after="24h", types=["c5.xlarge"]),
+        managed_node("old", created=T0 - 2 * DAY),
+        managed_node("young", created=T0 - timedelta(hours=1)),
+        running_pod("p1", "old", annotations={wk.DO_NOT_DISRUPT: "true"}, cpu="3"),
+        running_pod("p2", "young", cpu="3"),
     ]
     (command,) = run(*objects).commands
     assert command.method == EXPIRATION and command.nodes == ("old",)
@@ -188,7 +206,13 @@ def test_expiration_is_forceful_over_do_not_disrupt_but_honours_pdbs():
 
 
 def test_drift_on_requirements_replaces_the_node():
-    objects = [pool(types=["c5.large", "m5.large"]), managed_node("n1", "c5.xlarge"), running_pod("p1", "n1", cpu="1500m"), managed_node("n2", "c5.large"), running_pod("p2", "n2", cpu="1500m")]
+    objects = [
+        pool(types=["c5.large", "m5.large"]),
+        managed_node("n1", "c5.xlarge"),
+        running_pod("p1", "n1", cpu="1500m"),
+        managed_node("n2", "c5.large"),
+        running_pod("p2", "n2", cpu="1500m"),
+    ]
     (command,) = run(*objects).commands
     assert command.method == DRIFT and command.nodes == ("n1",)
     assert "requirement node.kubernetes.io/instance-type no longer allows c5.xlarge" in command.reason
@@ -243,9 +267,12 @@ def test_pdb_allowing_no_eviction_blocks_the_node():
 def test_uninitialized_unmanaged_terminating_and_nominated_nodes_are_not_candidates():
     pending = pod_json("waiting", cpu="1")
     objects = [
-        pool(), managed_node("new", initialized=False), unmanaged("theirs", "c5.large"),
+        pool(),
+        managed_node("new", initialized=False),
+        unmanaged("theirs", "c5.large"),
         managed_node("going", taints=[{"key": wk.DISRUPTED_TAINT_KEY, "effect": "NoSchedule"}]),
-        managed_node("target", "c5.2xlarge"), pending,
+        managed_node("target", "c5.2xlarge"),
+        pending,
     ]
     decision = run(*objects)
     reasons = {b.node: b.reason for b in decision.blocked}
@@ -329,7 +356,12 @@ def test_validation_keeps_an_unchanged_command_and_drops_a_changed_one():
     dropped, why = validate(command, disruption_input(snapshot(*guarded), now=later))
     assert dropped is None and "do-not-disrupt" in why
     # the node started terminating meanwhile
-    gone = [pool(), unmanaged("big", "c5.large"), managed_node("n1", "c5.xlarge", taints=[{"key": wk.DISRUPTED_TAINT_KEY, "effect": "NoSchedule"}]), running_pod("p1", "n1")]
+    gone = [
+        pool(),
+        unmanaged("big", "c5.large"),
+        managed_node("n1", "c5.xlarge", taints=[{"key": wk.DISRUPTED_TAINT_KEY, "effect": "NoSchedule"}]),
+        running_pod("p1", "n1"),
+    ]
     dropped, why = validate(command, disruption_input(snapshot(*gone), now=later))
     assert dropped is None and "already terminating" in why
 
@@ -358,8 +390,13 @@ def test_room_promised_to_pending_pods_on_an_in_flight_claim_is_not_free():
 
     c5 = CATALOG.instance_type("c5.xlarge")
     claim = InFlightClaim(
-        name="claim-new", node_pool="default", instance_type="c5.xlarge", zone="us-east-1a", capacity_type="on-demand",
-        allocatable=c5.allocatable, capacity=c5.capacity,
+        name="claim-new",
+        node_pool="default",
+        instance_type="c5.xlarge",
+        zone="us-east-1a",
+        capacity_type="on-demand",
+        allocatable=c5.allocatable,
+        capacity=c5.capacity,
         requirements=Requirements.from_labels({wk.INSTANCE_TYPE: "c5.xlarge", wk.ZONE: "us-east-1a", wk.CAPACITY_TYPE: "on-demand", wk.NODEPOOL: "default"}),
     )
     node = (pool(), managed_node("n1", "c5.xlarge"), running_pod("p1", "n1"))
@@ -384,16 +421,14 @@ def _spot_catalog(count: int, on_demand: bool = False):  # type: ignore[no-untyp
         offerings = [{"zone": "us-east-1a", "capacityType": "spot", "price": price}]
         if on_demand:
             offerings.append({"zone": "us-east-1a", "capacityType": "on-demand", "price": round(price + 0.020, 3)})
-        return {"name": name, "capacity": {"cpu": cpu, "memory": memory, "pods": "29"}, "labels": {"kubernetes.io/arch": "amd64"},
-                "offerings": offerings}
+        return {"name": name, "capacity": {"cpu": cpu, "memory": memory, "pods": "29"}, "labels": {"kubernetes.io/arch": "amd64"}, "offerings": offerings}
 
     entries = [entry(f"s{index:02d}.large", "2", "4Gi", round(0.010 + index / 1000, 3)) for index in range(count)]
     entries.append(entry("c5.2xlarge", "8", "16Gi", 0.40))
     return parse_catalog({"region": "us-east-1", "instanceTypes": entries})
 
 
-def _spot_decision(count: int, capacity_types: tuple[str, ...] = ("spot",), min_values: int | None = None,
-                   node_capacity_type: str = "spot"):  # type: ignore[no-untyped-def]
+def _spot_decision(count: int, capacity_types: tuple[str, ...] = ("spot",), min_values: int | None = None, node_capacity_type: str = "spot"):  # type: ignore[no-untyped-def]
     from joiner.domain.disruption import DisruptionInput, decide
     from joiner.domain.planning import instance_types_by_pool
 
@@ -459,20 +494,31 @@ def test_node_and_nodeclass_template_hashes_drift_nodes_launched_from_an_older_t
     assert command.nodes == ("n1",) and command.reason.endswith("nodepool template changed")
 
 
-@pytest.mark.parametrize(("value", "age", "protected"), [
-    ("30m", timedelta(minutes=10), True), ("30m", timedelta(minutes=31), False), ("2h30m", timedelta(hours=2), True),
-    ("+30m", timedelta(minutes=10), True), ("true", timedelta(days=400), True),
-    # Neither "true" nor a positive Go duration: Karpenter treats the annotation as absent.
-    ("Never", timedelta(days=400), False), ("false", timedelta(0), False), ("soon", timedelta(days=1), False),
-    ("True", timedelta(0), False), ("0s", timedelta(0), False), ("-30m", timedelta(0), False), (" 30m", timedelta(0), False),
-    ("30 m", timedelta(0), False), ("1d", timedelta(0), False),
-])
+@pytest.mark.parametrize(
+    ("value", "age", "protected"),
+    [
+        ("30m", timedelta(minutes=10), True),
+        ("30m", timedelta(minutes=31), False),
+        ("2h30m", timedelta(hours=2), True),
+        ("+30m", timedelta(minutes=10), True),
+        ("true", timedelta(days=400), True),
+        # Neither "true" nor a positive Go duration: Karpenter treats the annotation as absent.
+        ("Never", timedelta(days=400), False),
+        ("false", timedelta(0), False),
+        ("soon", timedelta(days=1), False),
+        ("True", timedelta(0), False),
+        ("0s", timedelta(0), False),
+        ("-30m", timedelta(0), False),
+        (" 30m", timedelta(0), False),
+        ("30 m", timedelta(0), False),
+        ("1d", timedelta(0), False),
+    ],
+)
 def test_a_duration_valued_do_not_disrupt_protects_for_that_long(value: str, age: timedelta, protected: bool) -> None:
     """Karpenter's do-not-disrupt grace period: "30m" protects the pod for 30 minutes after it
     was created, then the node may be consolidated; a value that is neither "true" nor a
     positive Go duration does not protect (Karpenter ignores it, with an event)."""
-    decision = run(pool(), managed_node("n1", "c5.2xlarge"),
-                   running_pod("p1", "n1", created=T0 - age, annotations={wk.KARPENTER_DO_NOT_DISRUPT: value}))
+    decision = run(pool(), managed_node("n1", "c5.2xlarge"), running_pod("p1", "n1", created=T0 - age, annotations={wk.KARPENTER_DO_NOT_DISRUPT: value}))
     blocked = [b.reason for b in decision.blocked if b.node == "n1"]
     assert (blocked == ["pod default/p1 has the do-not-disrupt annotation"]) is protected
     assert bool(decision.commands) is not protected
@@ -499,8 +545,7 @@ def test_pods_are_never_simulated_onto_a_node_that_cannot_take_them_now(state: s
     objects = [pool(types=["c5.large", "c5.2xlarge"]), managed_node("n1", "c5.2xlarge"), spare, running_pod("p1", "n1", cpu="500m")]
     decision = run(*objects)
     assert not any(c.nodes == ("n1",) and c.replacements == () for c in decision.commands), decision.commands
-    ready = run(pool(types=["c5.large", "c5.2xlarge"]), managed_node("n1", "c5.2xlarge"), managed_node("n2", "c5.2xlarge"),
-                running_pod("p1", "n1", cpu="500m"))
+    ready = run(pool(types=["c5.large", "c5.2xlarge"]), managed_node("n1", "c5.2xlarge"), managed_node("n2", "c5.2xlarge"), running_pod("p1", "n1", cpu="500m"))
     assert any(set(c.nodes) & {"n1", "n2"} and c.replacements == () for c in ready.commands)  # a Ready one is used
 
 
@@ -541,9 +586,13 @@ def test_two_nodes_of_one_type_are_not_merged_into_a_dearer_type() -> None:
     into one m5.large (0.096/h: saves 0.074/h, moves two pods) where deleting one c5.large
     saves 0.085/h and moves one pod. A replacement that could be a candidate's own type must be
     cheaper than that candidate."""
-    objects = [pool(types=["c5.large", "m5.large"], min_savings={"percent": 0}),
-               managed_node("n1", "c5.large"), managed_node("n2", "c5.large"),
-               running_pod("p1", "n1", cpu="600m", memory="512Mi"), running_pod("p2", "n2", cpu="600m", memory="512Mi")]
+    objects = [
+        pool(types=["c5.large", "m5.large"], min_savings={"percent": 0}),
+        managed_node("n1", "c5.large"),
+        managed_node("n2", "c5.large"),
+        running_pod("p1", "n1", cpu="600m", memory="512Mi"),
+        running_pod("p2", "n2", cpu="600m", memory="512Mi"),
+    ]
     (command,) = run(*objects).commands
     assert len(command.nodes) == 1 and command.replacements == ()
     assert command.savings_per_hour == pytest.approx(0.085 + ROOT_VOLUME)
@@ -574,13 +623,22 @@ def test_an_on_demand_node_is_consolidated_onto_a_replacement_pinned_to_spot() -
     from joiner.domain.planning import instance_types_by_pool
 
     def entry(name: str, cpu: str, spot: float, on_demand: float) -> dict:
-        return {"name": name, "capacity": {"cpu": cpu, "memory": f"{int(cpu) * 2}Gi", "pods": "29"}, "labels": {"kubernetes.io/arch": "amd64"},
-                "offerings": [{"zone": "us-east-1a", "capacityType": "spot", "price": spot},
-                              {"zone": "us-east-1a", "capacityType": "on-demand", "price": on_demand}]}
+        return {
+            "name": name,
+            "capacity": {"cpu": cpu, "memory": f"{int(cpu) * 2}Gi", "pods": "29"},
+            "labels": {"kubernetes.io/arch": "amd64"},
+            "offerings": [
+                {"zone": "us-east-1a", "capacityType": "spot", "price": spot},
+                {"zone": "us-east-1a", "capacityType": "on-demand", "price": on_demand},
+            ],
+        }
 
     catalog = parse_catalog({"region": "us-east-1", "instanceTypes": [entry("s.large", "2", 0.010, 0.50), entry("c5.2xlarge", "8", 0.30, 0.42)]})
-    snap = snapshot(pool(types=["s.large", "c5.2xlarge"], capacity_types=["spot", "on-demand"]),
-                    managed_node("n1", "c5.2xlarge", capacity_type="on-demand"), running_pod("p1", "n1", cpu="500m", memory="512Mi"))
+    snap = snapshot(
+        pool(types=["s.large", "c5.2xlarge"], capacity_types=["spot", "on-demand"]),
+        managed_node("n1", "c5.2xlarge", capacity_type="on-demand"),
+        running_pod("p1", "n1", cpu="500m", memory="512Mi"),
+    )
     types = instance_types_by_pool(snap.node_pools, snap.node_classes, catalog)
     (command,) = decide(DisruptionInput(snapshot=snap, instance_types=types, now=T0)).commands
     (replacement,) = command.replacements
@@ -605,9 +663,13 @@ def test_a_destination_that_took_a_pod_within_its_consolidate_after_window_is_no
     window since its last pod event (else its initialization) has not elapsed, however old the
     node is. n2 is a day old but took p2 two minutes ago: n1's pod does not move onto it yet."""
     for pod_age, onto_n2 in ((timedelta(minutes=2), False), (timedelta(minutes=20), True)):
-        objects = [pool(types=["c5.2xlarge"], consolidate_after="10m"), managed_node("n1", "c5.2xlarge", created=T0 - timedelta(days=1)),
-                   managed_node("n2", "c5.2xlarge", created=T0 - timedelta(days=1)), running_pod("p1", "n1", created=T0 - timedelta(hours=1)),
-                   running_pod("p2", "n2", created=T0 - pod_age)]
+        objects = [
+            pool(types=["c5.2xlarge"], consolidate_after="10m"),
+            managed_node("n1", "c5.2xlarge", created=T0 - timedelta(days=1)),
+            managed_node("n2", "c5.2xlarge", created=T0 - timedelta(days=1)),
+            running_pod("p1", "n1", created=T0 - timedelta(hours=1)),
+            running_pod("p2", "n2", created=T0 - pod_age),
+        ]
         decision = run(*objects)
         assert any(c.nodes == ("n1",) and c.replacements == () for c in decision.commands) is onto_n2, (pod_age, decision.commands)
 
@@ -615,9 +677,13 @@ def test_a_destination_that_took_a_pod_within_its_consolidate_after_window_is_no
 def test_a_destination_initialized_within_its_consolidate_after_window_is_no_destination() -> None:
     """No pod event since: the window runs from the node's initialization (Karpenter's rule)."""
     for since_init, onto_n2 in ((timedelta(minutes=3), False), (timedelta(minutes=30), True)):
-        objects = [pool(types=["c5.2xlarge"], consolidate_after="10m"), managed_node("n1", "c5.2xlarge", created=T0 - timedelta(days=1)),
-                   managed_node("n2", "c5.2xlarge", created=T0 - timedelta(days=1)), running_pod("p1", "n1", created=T0 - timedelta(hours=1)),
-                   running_pod("p2", "n2", created=T0 - timedelta(hours=2))]
+        objects = [
+            pool(types=["c5.2xlarge"], consolidate_after="10m"),
+            managed_node("n1", "c5.2xlarge", created=T0 - timedelta(days=1)),
+            managed_node("n2", "c5.2xlarge", created=T0 - timedelta(days=1)),
+            running_pod("p1", "n1", created=T0 - timedelta(hours=1)),
+            running_pod("p2", "n2", created=T0 - timedelta(hours=2)),
+        ]
         decision = run(*objects, facts={"n2": NodeFacts(initialized_at=T0 - since_init)})
         assert any(c.nodes == ("n1",) and c.replacements == () for c in decision.commands) is onto_n2, (since_init, decision.commands)
 
@@ -626,10 +692,13 @@ def test_drift_moves_pods_onto_nodes_inside_their_consolidate_after_window() -> 
     """consolidateAfter gates consolidation, not drift (Karpenter simulates drift without the
     consolidateAfter rule): n1 drifted (its pool now wants team=a); n2, launched 2 minutes ago
     under a 10-minute window, has room, so n1 goes without a replacement."""
-    objects = [pool(types=["c5.2xlarge"], consolidate_after="10m", labels={"team": "a"}),
-               managed_node("n1", "c5.2xlarge", created=T0 - timedelta(days=1)),
-               managed_node("n2", "c5.2xlarge", created=T0 - timedelta(minutes=2), labels={"team": "a"}),
-               running_pod("p1", "n1", created=T0 - timedelta(hours=1)), running_pod("p2", "n2", created=T0 - timedelta(minutes=2))]
+    objects = [
+        pool(types=["c5.2xlarge"], consolidate_after="10m", labels={"team": "a"}),
+        managed_node("n1", "c5.2xlarge", created=T0 - timedelta(days=1)),
+        managed_node("n2", "c5.2xlarge", created=T0 - timedelta(minutes=2), labels={"team": "a"}),
+        running_pod("p1", "n1", created=T0 - timedelta(hours=1)),
+        running_pod("p2", "n2", created=T0 - timedelta(minutes=2)),
+    ]
     (command,) = run(*objects).commands
     assert command.method == DRIFT and command.nodes == ("n1",) and command.replacements == (), command
     # Validation re-simulates the same way.
@@ -641,8 +710,12 @@ def test_a_node_inside_its_own_consolidate_after_window_is_no_destination() -> N
     """Issue 13 item 3: n2, launched 5 minutes ago under a 10-minute consolidateAfter, does not
     take n1's pod yet; once past the window it does."""
     for age, onto_n2 in ((timedelta(minutes=5), False), (timedelta(minutes=20), True)):
-        objects = [pool(types=["c5.2xlarge"], consolidate_after="10m"), managed_node("n1", "c5.2xlarge", created=T0 - timedelta(days=1)),
-                   managed_node("n2", "c5.2xlarge", created=T0 - age), running_pod("p1", "n1", created=T0 - timedelta(hours=1)),
-                   running_pod("p2", "n2", created=T0 - age)]
+        objects = [
+            pool(types=["c5.2xlarge"], consolidate_after="10m"),
+            managed_node("n1", "c5.2xlarge", created=T0 - timedelta(days=1)),
+            managed_node("n2", "c5.2xlarge", created=T0 - age),
+            running_pod("p1", "n1", created=T0 - timedelta(hours=1)),
+            running_pod("p2", "n2", created=T0 - age),
+        ]
         decision = run(*objects)
         assert any(c.nodes == ("n1",) and c.replacements == () for c in decision.commands) is onto_n2, (age, decision.commands)

@@ -41,8 +41,10 @@ def objects(arch: str = "amd64") -> list[dict[str, Any]]:
     """Two full c5.xlarge nodes: whichever drifts needs a replacement for its pod."""
     return [
         pool(types=["c5.xlarge"]),
-        managed_node("n1", labels={"kubernetes.io/arch": arch}), running_pod("p1", "n1", cpu="3"),
-        managed_node("n2"), running_pod("p2", "n2", cpu="3"),
+        managed_node("n1", labels={"kubernetes.io/arch": arch}),
+        running_pod("p1", "n1", cpu="3"),
+        managed_node("n2"),
+        running_pod("p2", "n2", cpu="3"),
     ]
 
 
@@ -95,9 +97,18 @@ def test_gpu_node_is_compared_with_the_nvidia_variant():
     assert command.nodes == ("n1",) and "not the NodeClass's current amd64 nvidia AMI ami-gpu-new" in command.reason
     assert drifted(decide("ami-new")) == ("n1",)  # the standard AMI cannot drive its GPU
     # no NVIDIA resolution (lookup failed): unknown, not drift
-    assert drifted(run(pool(types=["c5.xlarge"]), managed_node("n1", labels=gpu_labels), running_pod("p1", "n1", cpu="3"),
-                       facts={"n1": NodeFacts(launch=LaunchInputs(image_id="ami-anything"))},
-                       node_classes={"default": ResolvedNodeClass(ami_by_arch={"amd64": "ami-new"})})) == ()
+    assert (
+        drifted(
+            run(
+                pool(types=["c5.xlarge"]),
+                managed_node("n1", labels=gpu_labels),
+                running_pod("p1", "n1", cpu="3"),
+                facts={"n1": NodeFacts(launch=LaunchInputs(image_id="ami-anything"))},
+                node_classes={"default": ResolvedNodeClass(ami_by_arch={"amd64": "ami-new"})},
+            )
+        )
+        == ()
+    )
 
 
 def test_missing_instance_or_unknown_resolution_is_never_drift():
@@ -149,8 +160,11 @@ def test_validation_drops_the_command_when_the_node_is_current_again():
 def test_annotations_alone_do_not_drift_the_scheduled_pass():
     # the pass reads EC2; annotations are only the offline (snapshot) form
     annotated = [
-        pool(types=["c5.xlarge"]), managed_node("n1", annotations={AMI_ANNOTATION: "ami-old"}), running_pod("p1", "n1", cpu="3"),
-        managed_node("n2"), running_pod("p2", "n2", cpu="3"),
+        pool(types=["c5.xlarge"]),
+        managed_node("n1", annotations={AMI_ANNOTATION: "ami-old"}),
+        running_pod("p1", "n1", cpu="3"),
+        managed_node("n2"),
+        running_pod("p2", "n2", cpu="3"),
     ]
     assert run(*annotated, node_classes={"default": CURRENT}).commands == ()
 
@@ -174,17 +188,24 @@ def test_launch_inputs_from_annotations():
         ({AMI_ANNOTATION: "ami-new", SUBNET_ANNOTATION: "subnet-a", SECURITY_GROUPS_ANNOTATION: "sg-2,sg-1"}, None),
     ],
 )
-def test_joiner_disrupt_uses_annotations_and_id_selector_terms(tmp_path: Path, capsys: pytest.CaptureFixture[str], annotations: dict[str, str], expected: str | None):
+def test_joiner_disrupt_uses_annotations_and_id_selector_terms(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], annotations: dict[str, str], expected: str | None
+):
     node_class = node_class_json("default")
-    node_class["spec"].update({
-        "amiSelectorTerms": [{"id": "ami-new"}],
-        "subnetSelectorTerms": [{"id": "subnet-a"}, {"id": "subnet-b"}],
-        "securityGroupSelectorTerms": [{"id": "sg-1"}, {"id": "sg-2"}],
-    })
+    node_class["spec"].update(
+        {
+            "amiSelectorTerms": [{"id": "ami-new"}],
+            "subnetSelectorTerms": [{"id": "subnet-a"}, {"id": "subnet-b"}],
+            "securityGroupSelectorTerms": [{"id": "sg-1"}, {"id": "sg-2"}],
+        }
+    )
     items = [
-        node_class, pool(types=["c5.xlarge"]),
-        managed_node("n1", annotations=annotations), running_pod("p1", "n1", cpu="3"),
-        managed_node("n2"), running_pod("p2", "n2", cpu="3"),
+        node_class,
+        pool(types=["c5.xlarge"]),
+        managed_node("n1", annotations=annotations),
+        running_pod("p1", "n1", cpu="3"),
+        managed_node("n2"),
+        running_pod("p2", "n2", cpu="3"),
     ]
     path = tmp_path / "snapshot.yaml"
     path.write_text(yaml.safe_dump_all(json.loads(json.dumps(items, default=str))), encoding="utf-8")

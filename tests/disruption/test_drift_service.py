@@ -35,19 +35,35 @@ def launch(world: FakeWorld, name: str, *, ami: str = CURRENT_AMI, security_grou
     node_class = parse_node_class(node_class_json("default"))
     cluster = world.ec2.describe_cluster(world.cluster)
     template = world.ec2.ensure_launch_template(node_class, "amd64", cluster, security_groups, ami)
-    result = world.ec2.create_fleet(FleetRequest(
-        client_token=f"token-{name}", launch_template=template, capacity_type="on-demand",
-        overrides=(FleetOverride("c5.xlarge", subnet, "us-east-1a"),), tags={"joiner.dev/cluster": world.cluster},
-    ))
+    result = world.ec2.create_fleet(
+        FleetRequest(
+            client_token=f"token-{name}",
+            launch_template=template,
+            capacity_type="on-demand",
+            overrides=(FleetOverride("c5.xlarge", subnet, "us-east-1a"),),
+            tags={"joiner.dev/cluster": world.cluster},
+        )
+    )
     instance_id = result.instances[0].instance_id
     node = managed_node(name, "c5.xlarge", created=world.clock.now())
     node["spec"]["providerID"] = f"aws:///us-east-1a/{instance_id}"
     world.kube.add("nodes", node)
     world.kube.add("pods", running_pod(f"{name}-pod", name, cpu="3", created=world.clock.now()))
-    world.state.put_claim(ClaimRecord(
-        claim_id=f"claim-{name}", node_pool="default", state="initialized", created_at=world.clock.now(), instance_id=instance_id,
-        instance_type="c5.xlarge", zone="us-east-1a", capacity_type="on-demand", node_name=name, price=0.17, initialized_at=world.clock.now(),
-    ))
+    world.state.put_claim(
+        ClaimRecord(
+            claim_id=f"claim-{name}",
+            node_pool="default",
+            state="initialized",
+            created_at=world.clock.now(),
+            instance_id=instance_id,
+            instance_type="c5.xlarge",
+            zone="us-east-1a",
+            capacity_type="on-demand",
+            node_name=name,
+            price=0.17,
+            initialized_at=world.clock.now(),
+        )
+    )
     return instance_id
 
 

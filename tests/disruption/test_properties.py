@@ -20,7 +20,8 @@ ROOT_VOLUME = 20 * 0.08 / 730
 
 clusters = st.lists(
     st.tuples(st.sampled_from(TYPES), st.sampled_from(("us-east-1a", "us-east-1b")), st.lists(st.sampled_from((0, 250, 500, 1000, 1500)), max_size=4)),
-    min_size=1, max_size=6,
+    min_size=1,
+    max_size=6,
 )
 
 
@@ -57,13 +58,15 @@ def test_commands_never_strand_a_pod_never_exceed_budgets_and_always_save(cluste
         if command.replacements:
             allowed_types = set(command.replacements[0].instance_types)
             instance_types = {k: tuple(t for t in v if t.name in allowed_types) for k, v in instance_types.items()}
-        plan = solve(SchedulingProblem(
-            pending=tuple(moved),
-            nodes=tuple(n for n in snap.nodes if n.name not in command.nodes),
-            bound_pods=tuple(p for p in snap.bound_pods if p.node_name not in command.nodes),
-            node_pools=snap.node_pools,
-            instance_types=instance_types if command.replacements else dict.fromkeys(instance_types, ()),
-        ))
+        plan = solve(
+            SchedulingProblem(
+                pending=tuple(moved),
+                nodes=tuple(n for n in snap.nodes if n.name not in command.nodes),
+                bound_pods=tuple(p for p in snap.bound_pods if p.node_name not in command.nodes),
+                node_pools=snap.node_pools,
+                instance_types=instance_types if command.replacements else dict.fromkeys(instance_types, ()),
+            )
+        )
         assert plan.unschedulable == ()
         assert len(plan.node_claims) == len(command.replacements)
 

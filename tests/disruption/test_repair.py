@@ -40,11 +40,18 @@ def healthy(count: int, prefix: str = "ok") -> list[dict[str, Any]]:
     return [managed_node(f"{prefix}{i:02d}") for i in range(count)]
 
 
-@pytest.mark.parametrize(("condition", "status", "after"), [
-    ("Ready", "False", 30), ("Ready", "Unknown", 30), ("AcceleratedHardwareReady", "False", 10),
-    ("ContainerRuntimeReady", "False", 30), ("KernelReady", "False", 30), ("NetworkingReady", "False", 30),
-    ("StorageReady", "False", 30),
-])
+@pytest.mark.parametrize(
+    ("condition", "status", "after"),
+    [
+        ("Ready", "False", 30),
+        ("Ready", "Unknown", 30),
+        ("AcceleratedHardwareReady", "False", 10),
+        ("ContainerRuntimeReady", "False", 30),
+        ("KernelReady", "False", 30),
+        ("NetworkingReady", "False", 30),
+        ("StorageReady", "False", 30),
+    ],
+)
 def test_each_condition_is_repaired_after_its_eks_repair_time_and_not_before(condition: str, status: str, after: int) -> None:
     objects = [pool(), *healthy(9)]
     early = run(*objects, sick("bad", condition, status, (after - 1) * MINUTE))
@@ -92,8 +99,11 @@ def test_a_nodepool_can_opt_out() -> None:
 
 def test_repair_is_forceful_budgets_do_not_disrupt_and_blocking_pdbs_do_not_hold_it() -> None:
     objects = [
-        pool(budgets=[{"nodes": "0"}]), *healthy(9), sick("bad", "AcceleratedHardwareReady", "False", 15 * MINUTE),
-        running_pod("p1", "bad", annotations={"karpenter.sh/do-not-disrupt": "true"}), pdb("web", "web", allowed=0),
+        pool(budgets=[{"nodes": "0"}]),
+        *healthy(9),
+        sick("bad", "AcceleratedHardwareReady", "False", 15 * MINUTE),
+        running_pod("p1", "bad", annotations={"karpenter.sh/do-not-disrupt": "true"}),
+        pdb("web", "web", allowed=0),
     ]
     (command,) = run(*objects).commands
     assert (command.method, command.nodes) == (REPAIR, ("bad",))
@@ -143,8 +153,7 @@ def test_the_condition_due_first_is_reported(since: datetime, policy: Any, extra
     node = Node("n", conditions=tuple(conditions.values()))
     found = unhealthy(node)
     assert found is not None and found.since == since
-    wanted = min((p for p in REPAIR_POLICIES if p.condition in conditions and conditions[p.condition].status == p.status),
-                 key=lambda p: (p.after, p.condition))
+    wanted = min((p for p in REPAIR_POLICIES if p.condition in conditions and conditions[p.condition].status == p.status), key=lambda p: (p.after, p.condition))
     assert (found.condition, found.after) == (wanted.condition, wanted.after)
     assert unhealthy(dataclasses.replace(node, conditions=tuple(NodeCondition(c.type, "True", since) for c in node.conditions))) is None
 

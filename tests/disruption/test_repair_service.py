@@ -34,15 +34,26 @@ def node(world: FakeWorld, name: str, *, pool_name: str = "default", bad: tuple[
     if bad is not None:
         condition, status, since = bad
         obj["status"]["conditions"] = [c for c in obj["status"]["conditions"] if c["type"] != condition] + [
-            {"type": condition, "status": status, "lastTransitionTime": (world.clock.now() - since).isoformat()}]
+            {"type": condition, "status": status, "lastTransitionTime": (world.clock.now() - since).isoformat()}
+        ]
     world.kube.add("nodes", obj)
     instance_id = obj["spec"]["providerID"].rsplit("/", 1)[-1]
     world.ec2.add_instance(instance_id, "c5.xlarge")
-    world.state.put_claim(ClaimRecord(
-        claim_id=f"claim-{name}", node_pool=pool_name, state="initialized", created_at=world.clock.now(), instance_id=instance_id,
-        instance_type="c5.xlarge", zone="us-east-1a", capacity_type="on-demand", node_name=name, price=0.17,
-        initialized_at=world.clock.now(),
-    ))
+    world.state.put_claim(
+        ClaimRecord(
+            claim_id=f"claim-{name}",
+            node_pool=pool_name,
+            state="initialized",
+            created_at=world.clock.now(),
+            instance_id=instance_id,
+            instance_type="c5.xlarge",
+            zone="us-east-1a",
+            capacity_type="on-demand",
+            node_name=name,
+            price=0.17,
+            initialized_at=world.clock.now(),
+        )
+    )
 
 
 def two_passes(world: FakeWorld) -> Any:

@@ -29,11 +29,21 @@ def node(world: FakeWorld, name: str, instance_type: str = "c5.xlarge", **kwargs
     world.kube.add("nodes", obj)
     instance_id = obj["spec"]["providerID"].rsplit("/", 1)[-1]
     world.ec2.add_instance(instance_id, instance_type)
-    world.state.put_claim(ClaimRecord(
-        claim_id=f"claim-{name}", node_pool="default", state="initialized", created_at=world.clock.now(), instance_id=instance_id,
-        instance_type=instance_type, zone="us-east-1a", capacity_type="on-demand", node_name=name, price={"c5.xlarge": 0.17, "c5.2xlarge": 0.34}[instance_type],
-        initialized_at=world.clock.now(),
-    ))
+    world.state.put_claim(
+        ClaimRecord(
+            claim_id=f"claim-{name}",
+            node_pool="default",
+            state="initialized",
+            created_at=world.clock.now(),
+            instance_id=instance_id,
+            instance_type=instance_type,
+            zone="us-east-1a",
+            capacity_type="on-demand",
+            node_name=name,
+            price={"c5.xlarge": 0.17, "c5.2xlarge": 0.34}[instance_type],
+            initialized_at=world.clock.now(),
+        )
+    )
 
 
 def cluster(world: FakeWorld, **pool_args: Any) -> None:

@@ -53,8 +53,17 @@ def test_nodes_not_yet_ready_go_first_and_going_ones_do_not_count() -> None:
 
 
 def test_claims_in_flight_count_towards_the_replicas() -> None:
-    claim = InFlightClaim(name="fixed-x", node_pool="fixed", instance_type="c5.xlarge", zone="us-east-1a", capacity_type="on-demand",
-                          allocatable=EMPTY, capacity=EMPTY, requirements=Requirements(), pods=())
+    claim = InFlightClaim(
+        name="fixed-x",
+        node_pool="fixed",
+        instance_type="c5.xlarge",
+        zone="us-east-1a",
+        capacity_type="on-demand",
+        allocatable=EMPTY,
+        capacity=EMPTY,
+        requirements=Requirements(),
+        pods=(),
+    )
     (command,) = run(static(2), *nodes(2), in_flight=(claim,)).commands
     assert command.method == SCALE_DOWN and len(command.nodes) == 1
 

@@ -60,10 +60,14 @@ def _removals(result: SimulationResult, node: str) -> dict[str, tuple[str, timed
 
 def test_the_scenario_starts_with_both_kinds_of_nodeclaim_running(example: SimulationResult) -> None:
     assert [(c.name, c.api_version, c.node_pool, c.node) for c in example.node_claims] == [
-        ("general-a", "karpenter.sh/v1", "general", NODE_A), ("general-b", "joiner.dev/v1", "general", NODE_B)]
+        ("general-a", "karpenter.sh/v1", "general", NODE_A),
+        ("general-b", "joiner.dev/v1", "general", NODE_B),
+    ]
     running = {i.instance_id: i for i in example.instances}
-    assert [(running[c.instance_id].instance_type, running[c.instance_id].zone, running[c.instance_id].managed)
-            for c in example.node_claims] == [("c5.xlarge", "us-east-1a", True), ("c5.xlarge", "us-east-1b", True)]
+    assert [(running[c.instance_id].instance_type, running[c.instance_id].zone, running[c.instance_id].managed) for c in example.node_claims] == [
+        ("c5.xlarge", "us-east-1a", True),
+        ("c5.xlarge", "us-east-1b", True),
+    ]
     assert not example.handler_errors and example.passed, [c for c in example.checks if not c.passed]
 
 
@@ -74,7 +78,7 @@ def _assert_drain_order(result: SimulationResult, node: str) -> None:
     assert "kube-system/kube-proxy-a" not in removed and "kube-system/node-exporter-ip-10-0-1-20.ec2.internal" not in removed
     first = {removed["default/web-1"], removed["default/web-2"]}
     assert len(first) == 1
-    (via, evicted_at, _), = first
+    ((via, evicted_at, _),) = first
     assert via == "eviction" and evicted_at > DELETED_AT
     api = [value for pod, value in removed.items() if pod.startswith("default/api-")]
     assert all(v[0] == "eviction" and v[1] == evicted_at for v in api)
@@ -139,41 +143,70 @@ def test_the_summary_and_the_chart_tell_the_deletions(example: SimulationResult)
 _BASE = EXAMPLE.read_text(encoding="utf-8")
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    (("delete: {nodeClaim: general-a}", "delete: {nodeClaim: general-c}"),
-     "events[0].delete.nodeClaim: no NodeClaim named 'general-c' (did you mean \"general-b\"?) (declared: general-a, general-b)"),
-    (("delete: {node: ip-10-0-1-21.ec2.internal}", "delete: {node: ip-10-0-9-9.ec2.internal}"),
-     "events[1].delete.node: no node (the status.nodeName of one of the scenario's NodeClaims) named 'ip-10-0-9-9.ec2.internal'"),
-    (("delete: {nodeClaim: general-a}", "delete: {nodeClaim: general-a, workload: api}"),
-     "events[0].delete: needs exactly one of workload, nodeClaim, node"),
-    (("delete: {nodeClaim: general-a}", "delete: {nodeClam: general-a}"),
-     "events[0].delete.nodeClam: unknown field (did you mean \"nodeClaim\"?) (expected one of workload, nodeClaim, node)"),
-    (("apiVersion: karpenter.sh/v1\n  kind: NodeClaim", "apiVersion: karpenter.sh/v1beta1\n  kind: NodeClaim"),
-     "objects[2].apiVersion: 'karpenter.sh/v1beta1' is not supported (expected joiner.dev/v1 or karpenter.sh/v1)"),
-    (("apiVersion: karpenter.sh/v1\n  kind: NodeClaim", "apiVersion: example.com/v1\n  kind: NodeClaim"),
-     "objects[2].apiVersion: 'example.com/v1' is not supported (expected joiner.dev/v1 or karpenter.sh/v1)"),
-    (("    terminationGracePeriod: 3m\n  status:", "    terminationGracePeriode: 3m\n  status:"),
-     'objects[2].spec.terminationGracePeriode: unknown field "terminationGracePeriode" (did you mean "terminationGracePeriod"?)'),
-    (("    nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}\n", ""),
-     "objects[2].spec.nodeClassRef: required"),
-    (("  spec:\n    nodePool: general\n", "  spec:\n    nodePool: genral\n"),
-     "objects[3].spec.nodePool: no joiner.dev/v1 NodePool named 'genral' among the objects (did you mean \"general\"?) (declared: general)"),
-    (("    instanceType: c5.xlarge\n    zone: us-east-1b", "    zone: us-east-1b"),
-     "objects[3].status.instanceType: required: the instance type of the instance the simulation runs for it"),
-    (("    instanceType: c5.xlarge\n    zone: us-east-1b", "    instanceType: c5.xlarg\n    zone: us-east-1b"),
-     "objects[3].status.instanceType: 'c5.xlarg' is not in the us-east-1 catalog (did you mean \"c5.xlarge\"?)"),
-    (("    zone: us-east-1b", "    zone: eu-west-1a"), "objects[3].status.zone: 'eu-west-1a' is not a simulated zone"),
-    (("    state: initialized", "    state: running"), "objects[3].status.state: 'running' is not one of reserved, launched"),
-    (("    nodeName: ip-10-0-1-21.ec2.internal\n\n", "    nodeName: ip-10-0-1-20.ec2.internal\n\n"),
-     "objects[3].status.nodeName: node 'ip-10-0-1-20.ec2.internal' is already NodeClaim general-a's"),
-    (("  metadata:\n    name: general-b\n", "  metadata:\n    name: general-b\n    deletionTimestamp: '2025-01-06T12:00:00Z'\n"),
-     "objects[3].metadata.deletionTimestamp: a NodeClaim the scenario starts with is not being deleted"),
-    (("  metadata: {name: web-3, namespace: default, labels: {app: web}}\n  spec:\n    nodeName: ip-10-0-1-21.ec2.internal",
-      "  metadata: {name: web-3, namespace: default, labels: {app: web}}\n  spec:\n    nodeName: ip-10-0-1-22.ec2.internal"),
-     "objects[10].spec.nodeName: no NodeClaim of the scenario runs node 'ip-10-0-1-22.ec2.internal'"),
-])
-def test_a_malformed_scenario_is_one_line_naming_the_field(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                          change: tuple[str, str], message: str) -> None:
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            ("delete: {nodeClaim: general-a}", "delete: {nodeClaim: general-c}"),
+            "events[0].delete.nodeClaim: no NodeClaim named 'general-c' (did you mean \"general-b\"?) (declared: general-a, general-b)",
+        ),
+        (
+            ("delete: {node: ip-10-0-1-21.ec2.internal}", "delete: {node: ip-10-0-9-9.ec2.internal}"),
+            "events[1].delete.node: no node (the status.nodeName of one of the scenario's NodeClaims) named 'ip-10-0-9-9.ec2.internal'",
+        ),
+        (
+            ("delete: {nodeClaim: general-a}", "delete: {nodeClaim: general-a, workload: api}"),
+            "events[0].delete: needs exactly one of workload, nodeClaim, node",
+        ),
+        (
+            ("delete: {nodeClaim: general-a}", "delete: {nodeClam: general-a}"),
+            'events[0].delete.nodeClam: unknown field (did you mean "nodeClaim"?) (expected one of workload, nodeClaim, node)',
+        ),
+        (
+            ("apiVersion: karpenter.sh/v1\n  kind: NodeClaim", "apiVersion: karpenter.sh/v1beta1\n  kind: NodeClaim"),
+            "objects[2].apiVersion: 'karpenter.sh/v1beta1' is not supported (expected joiner.dev/v1 or karpenter.sh/v1)",
+        ),
+        (
+            ("apiVersion: karpenter.sh/v1\n  kind: NodeClaim", "apiVersion: example.com/v1\n  kind: NodeClaim"),
+            "objects[2].apiVersion: 'example.com/v1' is not supported (expected joiner.dev/v1 or karpenter.sh/v1)",
+        ),
+        (
+            ("    terminationGracePeriod: 3m\n  status:", "    terminationGracePeriode: 3m\n  status:"),
+            'objects[2].spec.terminationGracePeriode: unknown field "terminationGracePeriode" (did you mean "terminationGracePeriod"?)',
+        ),
+        (("    nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}\n", ""), "objects[2].spec.nodeClassRef: required"),
+        (
+            ("  spec:\n    nodePool: general\n", "  spec:\n    nodePool: genral\n"),
+            "objects[3].spec.nodePool: no joiner.dev/v1 NodePool named 'genral' among the objects (did you mean \"general\"?) (declared: general)",
+        ),
+        (
+            ("    instanceType: c5.xlarge\n    zone: us-east-1b", "    zone: us-east-1b"),
+            "objects[3].status.instanceType: required: the instance type of the instance the simulation runs for it",
+        ),
+        (
+            ("    instanceType: c5.xlarge\n    zone: us-east-1b", "    instanceType: c5.xlarg\n    zone: us-east-1b"),
+            "objects[3].status.instanceType: 'c5.xlarg' is not in the us-east-1 catalog (did you mean \"c5.xlarge\"?)",
+        ),
+        (("    zone: us-east-1b", "    zone: eu-west-1a"), "objects[3].status.zone: 'eu-west-1a' is not a simulated zone"),
+        (("    state: initialized", "    state: running"), "objects[3].status.state: 'running' is not one of reserved, launched"),
+        (
+            ("    nodeName: ip-10-0-1-21.ec2.internal\n\n", "    nodeName: ip-10-0-1-20.ec2.internal\n\n"),
+            "objects[3].status.nodeName: node 'ip-10-0-1-20.ec2.internal' is already NodeClaim general-a's",
+        ),
+        (
+            ("  metadata:\n    name: general-b\n", "  metadata:\n    name: general-b\n    deletionTimestamp: '2025-01-06T12:00:00Z'\n"),
+            "objects[3].metadata.deletionTimestamp: a NodeClaim the scenario starts with is not being deleted",
+        ),
+        (
+            (
+                "  metadata: {name: web-3, namespace: default, labels: {app: web}}\n  spec:\n    nodeName: ip-10-0-1-21.ec2.internal",
+                "  metadata: {name: web-3, namespace: default, labels: {app: web}}\n  spec:\n    nodeName: ip-10-0-1-22.ec2.internal",
+            ),
+            "objects[10].spec.nodeName: no NodeClaim of the scenario runs node 'ip-10-0-1-22.ec2.internal'",
+        ),
+    ],
+)
+def test_a_malformed_scenario_is_one_line_naming_the_field(tmp_path: Path, capsys: pytest.CaptureFixture[str], change: tuple[str, str], message: str) -> None:
     old, new = change
     assert old in _BASE, old
     scenario = tmp_path / "bad.yaml"
@@ -188,6 +221,8 @@ def test_a_malformed_scenario_is_one_line_naming_the_field(tmp_path: Path, capsy
 def test_the_example_parses_into_two_claims_and_two_deletions() -> None:
     scenario = load_scenario(EXAMPLE)
     assert [(c.name, c.api_version, c.node_name) for c in scenario.node_claims] == [
-        ("general-a", "karpenter.sh/v1", NODE_A), ("general-b", "joiner.dev/v1", NODE_B)]
+        ("general-a", "karpenter.sh/v1", NODE_A),
+        ("general-b", "joiner.dev/v1", NODE_B),
+    ]
     assert [(e.kind, e.object_kind, e.name) for e in scenario.events] == [("delete", "NodeClaim", "general-a"), ("delete", "Node", NODE_B)]
     assert all(o.get("kind") != "NodeClaim" for o in scenario.objects)  # set up as running capacity, not applied as they are

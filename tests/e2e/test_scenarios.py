@@ -61,8 +61,10 @@ def test_capacity_errors_fall_back_within_the_same_scanner_invocation(capacity: 
     assert got[1][:3] == (2 * minute, "c5.2xlarge", "on-demand")
     failures = [(_at(capacity, f.at), f.function, f.instance_type, f.zone, f.capacity_type) for f in capacity.capacity_failures]
     assert failures[:2] == [(minute, "scanner", "c5.2xlarge", z, "spot") for z in ("us-east-1a", "us-east-1b")]
-    assert sorted(failures[2:]) == sorted([(2 * minute, "scanner", "c5.2xlarge", "us-east-1c", "spot")]
-                                          + [(2 * minute, "scanner", "m5.2xlarge", z, "spot") for z in ("us-east-1a", "us-east-1b", "us-east-1c")])
+    assert sorted(failures[2:]) == sorted(
+        [(2 * minute, "scanner", "c5.2xlarge", "us-east-1c", "spot")]
+        + [(2 * minute, "scanner", "m5.2xlarge", z, "spot") for z in ("us-east-1a", "us-east-1b", "us-east-1c")]
+    )
     assert capacity.invocations["scanner"] == 7  # one invocation per tick: no extra round was needed
     # every pod bound within a scan and a boot of its arrival
     assert max(capacity.pending_seconds()) <= 90 and capacity.pods_lost == 0

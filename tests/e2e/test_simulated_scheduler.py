@@ -15,17 +15,25 @@ NOW = datetime(2026, 11, 27, 12, 0, tzinfo=UTC)
 
 def _node(name: str) -> dict[str, Any]:
     resources = {"cpu": "2", "memory": "8Gi", "pods": "110"}
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-            "status": {"capacity": resources, "allocatable": resources, "conditions": [{"type": "Ready", "status": "True"}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        "status": {"capacity": resources, "allocatable": resources, "conditions": [{"type": "Ready", "status": "True"}]},
+    }
 
 
 def _pending(name: str, created: str, nominated: str | None = None) -> dict[str, Any]:
     status: dict[str, Any] = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}
     if nominated:
         status["nominatedNodeName"] = nominated
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default", "creationTimestamp": created},
-            "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "1500m", "memory": "1Gi"}}}]},
-            "status": status}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "creationTimestamp": created},
+        "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "1500m", "memory": "1Gi"}}}]},
+        "status": status,
+    }
 
 
 def test_a_nominated_pod_gets_its_node_before_an_older_pod() -> None:

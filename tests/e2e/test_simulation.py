@@ -128,6 +128,7 @@ def test_classic_expectations_hold_and_the_report_is_self_contained(classic: Sim
     assert ">nodes, pending pods</text>" in page and "cost per hour ($)</text>" in page  # both axes labelled
     assert "white-space: pre-wrap" in page  # long summary lines wrap
     import re
+
     cost_labels = [float(v) for v in re.findall(r'fill="#b35c00">\$([0-9.]+)</text>', page)]
     assert len(cost_labels) == 5 and cost_labels[0] == 0
     assert all(abs(round(v / cost_labels[1]) * cost_labels[1] - v) < 1e-9 for v in cost_labels)  # equal round steps
@@ -248,7 +249,10 @@ def test_simulate_exits_1_naming_the_failed_expectation_and_writes_the_report(tm
     ],
 )
 def test_malformed_scenarios_exit_2_with_one_line_naming_the_field(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, message: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    text: str,
+    message: str,
 ) -> None:
     scenario = tmp_path / "bad.yaml"
     scenario.write_text(text)
@@ -266,7 +270,13 @@ def test_a_node_condition_event_reads_yamls_unquoted_false_as_the_condition_stat
     scenario = parse_scenario(yaml.safe_load("events:\n- {at: 1m, nodeCondition: {nodePool: p, index: 1, type: NetworkingReady, status: False}}\n"))
     (event,) = scenario.events
     assert (event.kind, event.condition, event.status, event.reason, event.node_pool, event.index) == (
-        "nodeCondition", "NetworkingReady", "False", "ScenarioEvent", "p", 1)
+        "nodeCondition",
+        "NetworkingReady",
+        "False",
+        "ScenarioEvent",
+        "p",
+        1,
+    )
 
 
 def test_a_missing_scenario_file_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -299,8 +309,9 @@ def test_an_unknown_scanner_mode_is_refused() -> None:
         Simulation(load_scenario(bundled_scenario()), scanner_mode="eager")
 
 
-def test_demo_on_real_kubernetes_without_the_binaries_stops_with_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_demo_on_real_kubernetes_without_the_binaries_stops_with_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("JOINER_KUBE_BIN", str(tmp_path / "empty"))
     assert main(["demo", "--kube", "real", "--quiet", "--report", str(tmp_path / "r.html")]) == 2
     out, err = capsys.readouterr()

@@ -63,6 +63,10 @@ def test_the_faults_strike(soak_runs: list[SoakResult]) -> None:
 
 @pytest.mark.parametrize("invariant", INVARIANTS)
 def test_invariant_holds_in_every_run(invariant: str, soak_runs: list[SoakResult]) -> None:
-    broken = [f"seed {run.seed} ({', '.join(run.kinds)}): {v.explain()}\n  reproduce: {run.reproduce()}"
-              for run in soak_runs for v in run.violations if v.invariant == invariant]
+    broken = [
+        f"seed {run.seed} ({', '.join(run.kinds)}): {v.explain()}\n  reproduce: {run.reproduce()}"
+        for run in soak_runs
+        for v in run.violations
+        if v.invariant == invariant
+    ]
     assert not broken, "\n".join(broken)

@@ -12,14 +12,31 @@ from tests.events.fixtures import KINDS, load_event
 
 _JSON_SCALARS = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20)
 _JSON = st.recursive(_JSON_SCALARS, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4), max_leaves=20)
-_TIMES = (
-    st.datetimes(timezones=st.timezones()).map(lambda moment: moment.isoformat())
-    | st.sampled_from(["9999-12-31T23:59:59Z", "9999-12-31T23:59:59-01:00", "0001-01-01T00:00:00+01:00", "Fri, 31 Dec 9999 23:59:59 -0100",
-                       "2025-01-06T09:00:00Z", "", "Z", "+00:00"])
+_TIMES = st.datetimes(timezones=st.timezones()).map(lambda moment: moment.isoformat()) | st.sampled_from(
+    [
+        "9999-12-31T23:59:59Z",
+        "9999-12-31T23:59:59-01:00",
+        "0001-01-01T00:00:00+01:00",
+        "Fri, 31 Dec 9999 23:59:59 -0100",
+        "2025-01-06T09:00:00Z",
+        "",
+        "Z",
+        "+00:00",
+    ]
 )
 _FIELDS = ("id", "source", "detail-type", "time", "resources", "detail")
-_DETAIL_FIELDS = ("instance-id", "instance-action", "state", "startTime", "endTime", "instance-termination-time", "service",
-                  "eventTypeCategory", "statusCode", "affectedEntities")
+_DETAIL_FIELDS = (
+    "instance-id",
+    "instance-action",
+    "state",
+    "startTime",
+    "endTime",
+    "instance-termination-time",
+    "service",
+    "eventTypeCategory",
+    "statusCode",
+    "affectedEntities",
+)
 
 
 @st.composite

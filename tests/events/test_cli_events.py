@@ -62,8 +62,10 @@ def test_node_pool_settings_change_the_answer(capsys: pytest.CaptureFixture[str]
         ("{not json", "not valid JSON"),
         ('{"field1": "value1"}', "not an EventBridge event"),
         ('{"id": "1", "source": "aws.s3", "detail-type": "Object Created"}', "unknown event type"),
-        ('{"id": "1", "source": "aws.ec2", "detail-type": "EC2 Spot Instance Interruption Warning", "time": "2024-05-01T12:00:00Z", "detail": {}}',
-         "detail.instance-id"),
+        (
+            '{"id": "1", "source": "aws.ec2", "detail-type": "EC2 Spot Instance Interruption Warning", "time": "2024-05-01T12:00:00Z", "detail": {}}',
+            "detail.instance-id",
+        ),
     ],
 )
 def test_malformed_events_exit_2_with_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path, content: str, fragment: str) -> None:

@@ -28,9 +28,14 @@ F = TERMINATION_FINALIZER
 # ---------------------------------------------------------------- the rule
 
 
-@given(st.lists(st.sampled_from([F, "other/finalizer"]), max_size=3, unique=True),
-       st.one_of(st.none(), st.datetimes(min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30)).map(lambda d: d.replace(tzinfo=EPOCH.tzinfo))),
-       st.booleans(), st.booleans(), st.booleans(), st.datetimes(min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30)))
+@given(
+    st.lists(st.sampled_from([F, "other/finalizer"]), max_size=3, unique=True),
+    st.one_of(st.none(), st.datetimes(min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30)).map(lambda d: d.replace(tzinfo=EPOCH.tzinfo))),
+    st.booleans(),
+    st.booleans(),
+    st.booleans(),
+    st.datetimes(min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30)),
+)
 def test_a_deletion_is_never_held_by_a_finalizer_joiner_cannot_act_on(finalizers, deletion, managed, enabled, terminating, now) -> None:
     now = now.replace(tzinfo=EPOCH.tzinfo)
     step = deletion_step(finalizers, deletion, managed=managed, enabled=enabled, terminating=terminating, now=now)
@@ -42,8 +47,13 @@ def test_a_deletion_is_never_held_by_a_finalizer_joiner_cannot_act_on(finalizers
         else:
             assert step is DeletionStep.NONE  # the termination under way removes it
     if deletion is None:
-        assert step is (DeletionStep.ADD_FINALIZER if managed and enabled and F not in finalizers
-                        else DeletionStep.RELEASE if F in finalizers and not enabled else DeletionStep.NONE)
+        assert step is (
+            DeletionStep.ADD_FINALIZER
+            if managed and enabled and F not in finalizers
+            else DeletionStep.RELEASE
+            if F in finalizers and not enabled
+            else DeletionStep.NONE
+        )
     if deletion is not None and F not in finalizers:
         assert step is DeletionStep.NONE  # never added to an object already going
 
@@ -55,8 +65,16 @@ class World(TerminationWorld):
     def __init__(self, *, enabled: bool = True) -> None:
         super().__init__()
         settings = dataclasses.replace(SETTINGS, delete_to_drain=enabled)
-        self.runtime = build_runtime(settings, kube_port=self.kube, ec2_port=self.ec2, state_port=self.state, queue_port=self.queue,
-                                     clock=self.clock, metric=self.metrics, sleep=self.clock.sleep)
+        self.runtime = build_runtime(
+            settings,
+            kube_port=self.kube,
+            ec2_port=self.ec2,
+            state_port=self.state,
+            queue_port=self.queue,
+            clock=self.clock,
+            metric=self.metrics,
+            sleep=self.clock.sleep,
+        )
 
     def node(self) -> dict:
         return self.kube.get("nodes", None, "n1")
@@ -152,8 +170,16 @@ def test_turned_off_every_finalizer_is_removed_and_uninstall_removes_them_all() 
     handle_deletions(on.runtime, on.clock.now())
     off = World(enabled=False)
     off.kube, off.state = on.kube, on.state
-    off.runtime = build_runtime(dataclasses.replace(SETTINGS, delete_to_drain=False), kube_port=on.kube, ec2_port=on.ec2,
-                                state_port=on.state, queue_port=on.queue, clock=on.clock, metric=on.metrics, sleep=on.clock.sleep)
+    off.runtime = build_runtime(
+        dataclasses.replace(SETTINGS, delete_to_drain=False),
+        kube_port=on.kube,
+        ec2_port=on.ec2,
+        state_port=on.state,
+        queue_port=on.queue,
+        clock=on.clock,
+        metric=on.metrics,
+        sleep=on.clock.sleep,
+    )
     released = handle_deletions(off.runtime, on.clock.now()).finalizers_released
     assert sorted(released)[0].startswith("node/") and len(released) == 2
     handle_deletions(on.runtime, on.clock.now())  # on again: added back
@@ -162,8 +188,10 @@ def test_turned_off_every_finalizer_is_removed_and_uninstall_removes_them_all() 
 
 
 def test_a_grace_period_bounds_the_drain(world: World) -> None:
-    world.kube.add("node_pools", {"apiVersion": "joiner.dev/v1", "kind": "NodePool", "metadata": {"name": "default"},
-                                  "spec": {"template": {"spec": {"terminationGracePeriod": "10m"}}}})
+    world.kube.add(
+        "node_pools",
+        {"apiVersion": "joiner.dev/v1", "kind": "NodePool", "metadata": {"name": "default"}, "spec": {"template": {"spec": {"terminationGracePeriod": "10m"}}}},
+    )
     world.pod("app")
     handle_deletions(world.runtime, world.clock.now())
     world.kubectl_delete_node()

@@ -24,10 +24,19 @@ def launched_before_registration(world: World, *, labelled: bool) -> str:
     the Node carries the claim's ``joiner.dev/nodeclaim`` label (else only its providerID says
     whose it is)."""
     instance = world.launch_node("n1", claim=False)
-    world.runtime.state.put_claim(ClaimRecord(
-        claim_id="default-n1", node_pool="default", state="launched", created_at=T0 - timedelta(minutes=2), instance_id=instance,
-        instance_type="c5.xlarge", zone="us-east-1a", capacity_type="spot", price=0.07,
-    ))
+    world.runtime.state.put_claim(
+        ClaimRecord(
+            claim_id="default-n1",
+            node_pool="default",
+            state="launched",
+            created_at=T0 - timedelta(minutes=2),
+            instance_id=instance,
+            instance_type="c5.xlarge",
+            zone="us-east-1a",
+            capacity_type="spot",
+            price=0.07,
+        )
+    )
     if not labelled:
         node = world.node("n1")
         assert node is not None

@@ -43,7 +43,7 @@ class Timeline:
 
     def note(self) -> None:
         deletions = [d for d in self.world.emulator.deletions if d.kind == "Pod"]
-        for record in deletions[self.seen:]:
+        for record in deletions[self.seen :]:
             key = f"{record.namespace}/{record.name}"
             self.removals.setdefault(key, (self.world.clock.now(), record.grace_period_seconds, record.via))
         self.seen = len(deletions)

@@ -27,18 +27,35 @@ from joiner.domain.termination import (
 NOW = datetime(2025, 1, 6, 9, 0, tzinfo=UTC)
 
 
-def pod(name: str, *, ds: bool = False, critical: bool = False, grace: int = 30, dnd: bool = False, mirror: bool = False,
-        deleting: bool = False, phase: str = "Running", tolerations: tuple[Toleration, ...] = ()) -> Pod:
+def pod(
+    name: str,
+    *,
+    ds: bool = False,
+    critical: bool = False,
+    grace: int = 30,
+    dnd: bool = False,
+    mirror: bool = False,
+    deleting: bool = False,
+    phase: str = "Running",
+    tolerations: tuple[Toleration, ...] = (),
+) -> Pod:
     annotations = {}
     if dnd:
         annotations[wk.DO_NOT_DISRUPT] = "true"
     if mirror:
         annotations["kubernetes.io/config.mirror"] = "abc"
     return Pod(
-        namespace="default", name=name, node_name="n1", phase=phase, deleting=deleting,
-        owner_kind="DaemonSet" if ds else "ReplicaSet", owner_name="owner",
+        namespace="default",
+        name=name,
+        node_name="n1",
+        phase=phase,
+        deleting=deleting,
+        owner_kind="DaemonSet" if ds else "ReplicaSet",
+        owner_name="owner",
         priority_class_name="system-node-critical" if critical else "",
-        termination_grace_seconds=grace, annotations=annotations, tolerations=tolerations,
+        termination_grace_seconds=grace,
+        annotations=annotations,
+        tolerations=tolerations,
     )
 
 
@@ -70,8 +87,11 @@ def test_mirror_terminal_and_tolerating_pods_are_skipped_and_do_not_hold_the_nod
     tolerates_all = (Toleration(operator="Exists"),)
     tolerates_key = (Toleration(key=wk.DISRUPTED_TAINT_KEY, operator="Exists", effect="NoSchedule"),)
     pods = [
-        pod("static", mirror=True), pod("done", phase="Succeeded"), pod("failed", phase="Failed"),
-        pod("proxy", ds=True, tolerations=tolerates_all), pod("agent", tolerations=tolerates_key),
+        pod("static", mirror=True),
+        pod("done", phase="Succeeded"),
+        pod("failed", phase="Failed"),
+        pod("proxy", ds=True, tolerations=tolerates_all),
+        pod("agent", tolerations=tolerates_key),
     ]
     step = plan_drain(pods, now=NOW, deadline=NOW + timedelta(seconds=5))
     assert step.evict == () and step.delete == () and step.empty
@@ -166,8 +186,16 @@ def test_cordon_patch_keeps_existing_taints_and_is_idempotent() -> None:
 
 def test_termination_state_round_trips_and_tightens() -> None:
     state = TerminationState(
-        node="n1", reason="spot-interruption", started_at=NOW, deadline=NOW + timedelta(minutes=2), instance_id="i-1",
-        claim_id="c1", node_pool="default", generation=3, phase="replacing", replacement_claims=("c2",),
+        node="n1",
+        reason="spot-interruption",
+        started_at=NOW,
+        deadline=NOW + timedelta(minutes=2),
+        instance_id="i-1",
+        claim_id="c1",
+        node_pool="default",
+        generation=3,
+        phase="replacing",
+        replacement_claims=("c2",),
         replacement_deadline=NOW + timedelta(minutes=10),
         progress={"default/a": PodProgress(blocked=2, next_attempt_at=NOW), "default/b": record_deletion(None, 3, NOW)},
         events=("e1",),
@@ -184,11 +212,23 @@ def test_termination_state_round_trips_and_tightens() -> None:
 pods_strategy = st.lists(
     st.builds(
         lambda i, ds, critical, grace, dnd, mirror, deleting, tolerates: pod(
-            f"p{i}", ds=ds, critical=critical, grace=grace, dnd=dnd, mirror=mirror, deleting=deleting,
+            f"p{i}",
+            ds=ds,
+            critical=critical,
+            grace=grace,
+            dnd=dnd,
+            mirror=mirror,
+            deleting=deleting,
             tolerations=(Toleration(operator="Exists"),) if tolerates else (),
         ),
-        st.integers(0, 10_000), st.booleans(), st.booleans(), st.integers(0, 900), st.booleans(),
-        st.booleans(), st.booleans(), st.booleans(),
+        st.integers(0, 10_000),
+        st.booleans(),
+        st.booleans(),
+        st.integers(0, 900),
+        st.booleans(),
+        st.booleans(),
+        st.booleans(),
+        st.booleans(),
     ),
     max_size=12,
     unique_by=lambda p: p.name,
@@ -232,7 +272,10 @@ def test_drain_invariants(pods: list[Pod], before: int, has_deadline: bool) -> N
     lateness=st.lists(st.floats(0, 2), max_size=300),
 )
 def test_whatever_the_evictions_answer_every_pod_is_gone_or_deleted_in_time(
-    graces: list[int], notice: int, outcomes: list[str], lateness: list[float],
+    graces: list[int],
+    notice: int,
+    outcomes: list[str],
+    lateness: list[float],
 ) -> None:
     """A drain followed step by step, each eviction answered evicted, blocked (429) or failed
     (500, 403, 5xx) at random and each step up to the 2 s slack late: by the deadline every

@@ -39,9 +39,7 @@ def assert_cordoned(world: World, node: str) -> None:
     obj = world.node(node)
     assert obj is not None
     assert obj["spec"].get("unschedulable") is True
-    assert {"key": wk.DISRUPTED_TAINT_KEY, "effect": "NoSchedule"} in [
-        {k: t[k] for k in ("key", "effect")} for t in obj["spec"].get("taints") or []
-    ]
+    assert {"key": wk.DISRUPTED_TAINT_KEY, "effect": "NoSchedule"} in [{k: t[k] for k in ("key", "effect")} for t in obj["spec"].get("taints") or []]
     assert obj["metadata"]["labels"]["node.kubernetes.io/exclude-from-external-load-balancers"] == "true"
 
 
@@ -163,8 +161,10 @@ def test_duplicate_delivery_of_the_same_event_acts_once(world: World) -> None:
 def test_unparseable_and_unknown_messages_are_acknowledged(world: World) -> None:
     world.sqs.send_message(QueueUrl=world.interruption.url, MessageBody="this is not json")
     world.sqs.send_message(QueueUrl=world.interruption.url, MessageBody=json.dumps({"field1": "value1", "field2": "value2"}))
-    world.sqs.send_message(QueueUrl=world.interruption.url, MessageBody=json.dumps(
-        {"id": "x", "source": "aws.s3", "detail-type": "Object Created", "time": "2025-01-06T09:00:00Z", "detail": {}}))
+    world.sqs.send_message(
+        QueueUrl=world.interruption.url,
+        MessageBody=json.dumps({"id": "x", "source": "aws.s3", "detail-type": "Object Created", "time": "2025-01-06T09:00:00Z", "detail": {}}),
+    )
     response, messages = world.deliver_interruptions()
     assert len(messages) == 3
     assert response == {"batchItemFailures": []}
@@ -202,9 +202,14 @@ def test_a_tagged_instance_whose_claim_has_not_recorded_it_yet_is_drained(world:
     """A launch whose invocation died after CreateFleet leaves its claim without the instance
     id; the instance's own joiner.dev/nodeclaim tag names that claim, which proves it ours."""
     instance = world.launch_node("fresh", claim=False)
-    world.runtime.state.put_claim(ClaimRecord(
-        claim_id="default-fresh", node_pool="default", state="reserved", created_at=T0 - timedelta(minutes=2),
-    ))
+    world.runtime.state.put_claim(
+        ClaimRecord(
+            claim_id="default-fresh",
+            node_pool="default",
+            state="reserved",
+            created_at=T0 - timedelta(minutes=2),
+        )
+    )
     world.add_pod("web-1", "fresh")
     world.publish("spot_interruption.json", instance)
     world.deliver_interruptions()
@@ -220,9 +225,14 @@ def test_a_node_never_registered_to_its_unrecorded_claim_is_still_found_and_drai
     node = world.node("orphan")
     labels = {k: v for k, v in node["metadata"]["labels"].items() if k != wk.NODECLAIM}
     world.emulator.apply({**node, "metadata": {**node["metadata"], "labels": labels}})
-    world.runtime.state.put_claim(ClaimRecord(
-        claim_id="default-orphan", node_pool="default", state="reserved", created_at=T0 - timedelta(minutes=1),
-    ))
+    world.runtime.state.put_claim(
+        ClaimRecord(
+            claim_id="default-orphan",
+            node_pool="default",
+            state="reserved",
+            created_at=T0 - timedelta(minutes=1),
+        )
+    )
     world.add_pod("web-1", "orphan")
     world.publish("spot_interruption.json", instance)
     world.deliver_interruptions()
@@ -363,14 +373,26 @@ def test_replacement_is_launched_before_the_drain_ends(world: World) -> None:
 
 
 def _replace_n1_beside_its_pods_own_claim(
-        world: World, instance: str, own_claim: str, claim_instance: str, claim_node: str, claim_pods: tuple[str, ...]) -> ClaimRecord:
+    world: World, instance: str, own_claim: str, claim_instance: str, claim_node: str, claim_pods: tuple[str, ...]
+) -> ClaimRecord:
     """Records ``own_claim`` (the id n1's pods derive) as initialized on ``claim_node``, sends a
     rebalance recommendation for n1's ``instance`` and returns the one replacement claim,
     checked to be launched and not ``own_claim``."""
-    world.runtime.state.put_claim(ClaimRecord(
-        claim_id=own_claim, node_pool="default", state="initialized", created_at=T0 - timedelta(hours=1), instance_id=claim_instance,
-        instance_type="c5.xlarge", zone="us-east-1a", capacity_type="spot", node_name=claim_node, price=0.07, pods=claim_pods,
-    ))
+    world.runtime.state.put_claim(
+        ClaimRecord(
+            claim_id=own_claim,
+            node_pool="default",
+            state="initialized",
+            created_at=T0 - timedelta(hours=1),
+            instance_id=claim_instance,
+            instance_type="c5.xlarge",
+            zone="us-east-1a",
+            capacity_type="spot",
+            node_name=claim_node,
+            price=0.07,
+            pods=claim_pods,
+        )
+    )
     world.publish("rebalance_recommendation.json", instance)
     response, _ = world.deliver_interruptions()
     assert response == {"batchItemFailures": []}
@@ -448,12 +470,15 @@ def test_cold_start_builds_the_runtime_from_the_environment(world: World, monkey
 def register_replacement(world: World, claim_id: str, name: str) -> None:
     """What the kubelet and registration do once a replacement boots: a Ready Node for the claim."""
     claim = world.runtime.state.get_claim(claim_id)
-    world.emulator.apply({
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": name, "labels": {wk.NODEPOOL: claim.node_pool, wk.NODECLAIM: claim_id, wk.ZONE: claim.zone}},
-        "spec": {"providerID": f"aws:///{claim.zone}/{claim.instance_id}"},
-        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
-    })
+    world.emulator.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "labels": {wk.NODEPOOL: claim.node_pool, wk.NODECLAIM: claim_id, wk.ZONE: claim.zone}},
+            "spec": {"providerID": f"aws:///{claim.zone}/{claim.instance_id}"},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+        }
+    )
 
 
 def test_rebalance_replaces_first_then_drains_once_the_replacement_is_ready(world: World) -> None:
@@ -534,8 +559,14 @@ def test_a_replacement_plans_on_the_catalog_the_function_builds_from_ec2_under_i
     from joiner.services.context import build_runtime
 
     runtime = build_runtime(
-        world.settings, kube_port=world.kube, ec2_port=world.runtime.ec2, state_port=world.runtime.state,
-        queue_port=world.runtime.queue, clock=world.clock, metric=world.metrics, sleep=world.clock.sleep,
+        world.settings,
+        kube_port=world.kube,
+        ec2_port=world.runtime.ec2,
+        state_port=world.runtime.state,
+        queue_port=world.runtime.queue,
+        clock=world.clock,
+        metric=world.metrics,
+        sleep=world.clock.sleep,
     )
     world.interruption_handler.configure(runtime, dynamodb_client=world.dynamodb)
     instance = populate(world)
@@ -560,10 +591,12 @@ class ReservedWorld:
 
     def __init__(self, world: World) -> None:
         self.world = world
-        self.api = CapacityReservationApi([
-            FakeReservation(FIXTURE_RESERVATION, "c5.xlarge", "us-east-1a", 8, tags=(("team", "ml"),)),
-            FakeReservation(OTHER_RESERVATION, "c5.xlarge", "us-east-1a", 2, tags=(("team", "ml"),)),
-        ]).register(world.ec2)
+        self.api = CapacityReservationApi(
+            [
+                FakeReservation(FIXTURE_RESERVATION, "c5.xlarge", "us-east-1a", 8, tags=(("team", "ml"),)),
+                FakeReservation(OTHER_RESERVATION, "c5.xlarge", "us-east-1a", 2, tags=(("team", "ml"),)),
+            ]
+        ).register(world.ec2)
         self.fleet_templates: list[list[str]] = []
         world.ec2.meta.events.register("before-parameter-build.ec2.CreateFleet", self._capture)
         node_class = node_class_json("default", discovery=CLUSTER)

@@ -48,8 +48,16 @@ def test_every_open_claim_is_mirrored_with_karpenters_columns_and_an_owner(world
 def test_mirrors_follow_the_claim_and_go_with_it(world: World) -> None:
     world.runtime.state.put_claim(ClaimRecord("default-c1", "default", "reserved", T0, pods=("default/a",)))
     sync_node_claims(world.runtime)
-    world.runtime.state.update_claim("default-c1", state="launched", instance_id="i-0123456789abcdef0", instance_type="m5.large",
-                                     zone="us-east-1b", capacity_type="on-demand", price=0.096, launched_at=T0 + timedelta(seconds=2))
+    world.runtime.state.update_claim(
+        "default-c1",
+        state="launched",
+        instance_id="i-0123456789abcdef0",
+        instance_type="m5.large",
+        zone="us-east-1b",
+        capacity_type="on-demand",
+        price=0.096,
+        launched_at=T0 + timedelta(seconds=2),
+    )
     assert sync_node_claims(world.runtime).updated == 1
     mirror = mirrors(world)["default-c1"]
     assert mirror["status"]["state"] == "launched" and mirror["status"]["price"] == "0.0960"
@@ -105,11 +113,15 @@ def test_the_scanner_round_mirrors_what_it_launched(world: World) -> None:
     """A scanner round that launches for a pending pod leaves its claim mirrored."""
     from joiner.services.provisioning import run_scanner
 
-    world.emulator.apply({
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "big", "namespace": "default", "uid": "uid-big"},
-        "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "1"}}}]},
-        "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]},
-    })
+    world.emulator.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "big", "namespace": "default", "uid": "uid-big"},
+            "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "1"}}}]},
+            "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]},
+        }
+    )
     summary = run_scanner(world.runtime, "economy")
     assert summary.rounds == 1
     launched = [c for c in world.runtime.state.open_claims() if c.state == "launched"]
@@ -118,7 +130,6 @@ def test_the_scanner_round_mirrors_what_it_launched(world: World) -> None:
     for claim in launched:
         mirror = found[mirror_name(claim.claim_id)]
         assert mirror["status"]["instanceID"] == claim.instance_id and mirror["spec"]["pods"] == ["default/big"]
-
 
 
 def test_a_slow_api_server_bounds_a_sync_in_time_and_the_next_one_finishes(world: World, monkeypatch: pytest.MonkeyPatch) -> None:

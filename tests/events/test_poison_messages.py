@@ -75,7 +75,17 @@ def test_poison_work_messages_are_acknowledged(world: World) -> None:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(body=event_bodies())
 def test_fuzzed_bodies_never_raise_out_of_the_record_handler(world: World, body: str) -> None:
-    record = SQSRecord({"messageId": str(uuid.uuid4()), "body": body, "receiptHandle": "r", "attributes": {}, "messageAttributes": {},
-                        "eventSource": "aws:sqs", "eventSourceARN": world.interruption.arn, "awsRegion": "us-east-1"})
+    record = SQSRecord(
+        {
+            "messageId": str(uuid.uuid4()),
+            "body": body,
+            "receiptHandle": "r",
+            "attributes": {},
+            "messageAttributes": {},
+            "eventSource": "aws:sqs",
+            "eventSourceARN": world.interruption.arn,
+            "awsRegion": "us-east-1",
+        }
+    )
     outcome = world.interruption_handler.record_handler(record)
     assert isinstance(outcome, dict)

@@ -16,9 +16,13 @@ pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publis
 def pending_pod_with_claim(name: str, claim: str) -> dict[str, Any]:
     """A pending, Unschedulable pod of one CPU mounting the persistent volume claim ``claim``."""
     return {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
-        "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "1"}}}],
-                 "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]},
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
+        "spec": {
+            "containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "1"}}}],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
+        },
         "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]},
     }
 
@@ -29,17 +33,41 @@ def test_a_statefulset_pod_on_a_zonal_volume_gets_its_node_in_the_volume_zone(wo
     cheapest or first one."""
     from joiner.services.provisioning import run_scanner
 
-    world.emulator.apply({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "gp3"},
-                          "provisioner": "ebs.csi.aws.com", "volumeBindingMode": "WaitForFirstConsumer"})
-    world.emulator.apply({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "pv-db-0"}, "spec": {
-        "capacity": {"storage": "10Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "gp3",
-        "csi": {"driver": "ebs.csi.aws.com", "volumeHandle": "vol-0123"},
-        "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
-            {"key": "topology.ebs.csi.aws.com/zone", "operator": "In", "values": ["us-east-1b"]}]}]}}}})
-    world.emulator.apply({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {
-                          "name": "data-db-0", "namespace": "default", "annotations": {"pv.kubernetes.io/bind-completed": "yes"}},
-                          "spec": {"storageClassName": "gp3", "volumeName": "pv-db-0", "accessModes": ["ReadWriteOnce"],
-                                   "resources": {"requests": {"storage": "10Gi"}}}})
+    world.emulator.apply(
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {"name": "gp3"},
+            "provisioner": "ebs.csi.aws.com",
+            "volumeBindingMode": "WaitForFirstConsumer",
+        }
+    )
+    world.emulator.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": "pv-db-0"},
+            "spec": {
+                "capacity": {"storage": "10Gi"},
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": "gp3",
+                "csi": {"driver": "ebs.csi.aws.com", "volumeHandle": "vol-0123"},
+                "nodeAffinity": {
+                    "required": {
+                        "nodeSelectorTerms": [{"matchExpressions": [{"key": "topology.ebs.csi.aws.com/zone", "operator": "In", "values": ["us-east-1b"]}]}]
+                    }
+                },
+            },
+        }
+    )
+    world.emulator.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "data-db-0", "namespace": "default", "annotations": {"pv.kubernetes.io/bind-completed": "yes"}},
+            "spec": {"storageClassName": "gp3", "volumeName": "pv-db-0", "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "10Gi"}}},
+        }
+    )
     world.emulator.apply(pending_pod_with_claim("db-0", "data-db-0"))
     assert run_scanner(world.runtime, "economy").rounds == 1
     (claim,) = [c for c in world.runtime.state.open_claims() if "default/db-0" in c.pods]
@@ -60,11 +88,15 @@ def test_a_pod_launches_into_the_capacity_reservation_its_node_class_selects(wor
     world.emulator.apply(node_class)
     world.node_pool(capacity_types=("reserved", "on-demand"))
     api = CapacityReservationApi([FakeReservation("cr-0aaa1111", "c5.large", "us-east-1c", 3, tags=(("team", "ml"),))]).register(world.ec2)
-    world.emulator.apply({
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "train-0", "namespace": "default", "uid": "uid-train-0"},
-        "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "1"}}}]},
-        "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]},
-    })
+    world.emulator.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "train-0", "namespace": "default", "uid": "uid-train-0"},
+            "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "1"}}}]},
+            "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]},
+        }
+    )
     try:
         assert run_scanner(world.runtime, "economy").rounds == 1
     finally:
@@ -75,8 +107,10 @@ def test_a_pod_launches_into_the_capacity_reservation_its_node_class_selects(wor
     status = world.emulator.get("NodeClass", "default")["status"]
     assert [(r["id"], r["instanceType"], r["availabilityZone"]) for r in status["capacityReservations"]] == [("cr-0aaa1111", "c5.large", "us-east-1c")]
     templates = world.ec2.describe_launch_templates()["LaunchTemplates"]
-    data = [world.ec2.describe_launch_template_versions(LaunchTemplateId=t["LaunchTemplateId"])["LaunchTemplateVersions"][0]["LaunchTemplateData"]
-            for t in templates]
+    data = [
+        world.ec2.describe_launch_template_versions(LaunchTemplateId=t["LaunchTemplateId"])["LaunchTemplateVersions"][0]["LaunchTemplateData"]
+        for t in templates
+    ]
     targeted = [d for d in data if "CapacityReservationSpecification" in d]
     assert [d["CapacityReservationSpecification"]["CapacityReservationTarget"]["CapacityReservationId"] for d in targeted] == ["cr-0aaa1111"]
 

@@ -18,12 +18,18 @@ from tests.events.world import REGION, World
 
 def _kubeconfig(tmp_path: Path, server: str) -> Path:
     path = tmp_path / "kubeconfig"
-    path.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "emulator",
-        "clusters": [{"name": "emulator", "cluster": {"server": server}}],
-        "users": [{"name": "me", "user": {"token": "t"}}],
-        "contexts": [{"name": "emulator", "context": {"cluster": "emulator", "user": "me"}}],
-    }))
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "emulator",
+                "clusters": [{"name": "emulator", "cluster": {"server": server}}],
+                "users": [{"name": "me", "user": {"token": "t"}}],
+                "contexts": [{"name": "emulator", "context": {"cluster": "emulator", "user": "me"}}],
+            }
+        )
+    )
     return path
 
 
@@ -36,9 +42,13 @@ def interrupted(world: World, monkeypatch: pytest.MonkeyPatch) -> World:
     world.publish("spot_interruption.json", instance)
     response, _ = world.deliver_interruptions()
     assert response == {"batchItemFailures": []}
-    pending = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "big", "namespace": "default", "uid": "uid-big"},
-               "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "500"}}}]},
-               "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}}
+    pending = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "big", "namespace": "default", "uid": "uid-big"},
+        "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "500"}}}]},
+        "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]},
+    }
     world.emulator.apply(pending)
     world.kube.create_event(pending, "FailedScheduling", "NodePool default: no instance type fits requests cpu=500", "Warning")
     return world
@@ -51,7 +61,9 @@ def _status(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, s
 
 
 def test_status_shows_pools_claims_terminations_pending_pods_and_decisions(
-    interrupted: World, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    interrupted: World,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     world = interrupted
     kubeconfig = _kubeconfig(tmp_path, world.emulator.url)
@@ -93,8 +105,21 @@ def test_bad_inputs_exit_2_with_one_line(interrupted: World, tmp_path: Path, cap
     assert (code, out) == (2, "") and "is not an ISO 8601 time" in err
 
 
-@pytest.mark.parametrize(("seconds", "shown"), [(0, "0s"), (59, "59s"), (119, "119s"), (312, "5m12s"), (600, "10m"), (7440, "124m"),
-                                                 (11040, "3h4m"), (30 * 3600, "30h"), (51 * 3600, "2d3h"), (400 * 86400, "400d")])
+@pytest.mark.parametrize(
+    ("seconds", "shown"),
+    [
+        (0, "0s"),
+        (59, "59s"),
+        (119, "119s"),
+        (312, "5m12s"),
+        (600, "10m"),
+        (7440, "124m"),
+        (11040, "3h4m"),
+        (30 * 3600, "30h"),
+        (51 * 3600, "2d3h"),
+        (400 * 86400, "400d"),
+    ],
+)
 def test_ages_print_as_kubectl_prints_them(seconds: int, shown: str) -> None:
     assert format_age(seconds) == shown
 
@@ -103,13 +128,16 @@ def test_the_table_is_found_through_the_stack_output(interrupted: World, tmp_pat
     import boto3
 
     world = interrupted
-    template = {"Resources": {"Handle": {"Type": "AWS::CloudFormation::WaitConditionHandle"}},
-                "Outputs": {"JoinerStateTableName4A2F": {"Value": world.settings.state_table}}}
+    template = {
+        "Resources": {"Handle": {"Type": "AWS::CloudFormation::WaitConditionHandle"}},
+        "Outputs": {"JoinerStateTableName4A2F": {"Value": world.settings.state_table}},
+    }
     cloudformation = boto3.client("cloudformation", endpoint_url=world.moto.endpoint, region_name=REGION)
     cloudformation.create_stack(StackName=stack_name_for("test-cluster"), TemplateBody=json.dumps(template))
     kubeconfig = _kubeconfig(tmp_path, world.emulator.url)
-    code, out, err = _status(capsys, "--cluster", "test-cluster", "--region", REGION, "--kubeconfig", str(kubeconfig),
-                             "--at", world.clock.now().isoformat(), "-o", "json")
+    code, out, err = _status(
+        capsys, "--cluster", "test-cluster", "--region", REGION, "--kubeconfig", str(kubeconfig), "--at", world.clock.now().isoformat(), "-o", "json"
+    )
     assert code == 0, err
     assert [t["node"] for t in json.loads(out)["terminations"]] == ["n1"]
     code, out, err = _status(capsys, "--stack", "Joiner-other", "--region", REGION, "--kubeconfig", str(kubeconfig))

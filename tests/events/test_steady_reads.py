@@ -23,8 +23,11 @@ def test_a_warm_minute_reads_the_same_on_a_cluster_ten_times_larger() -> None:
     # No warm minute lists what grows with the cluster: pods, Nodes and mirrors are caught up
     # from the changes since the container's last read.
     for line in (small, large):
-        listed = {shape: counts for shape, counts in line["by_shape"].items()
-                  if shape.split(" (")[0].split(" rv")[0] in ("list pods", "list nodes", "list nodeclaims")}
+        listed = {
+            shape: counts
+            for shape, counts in line["by_shape"].items()
+            if shape.split(" (")[0].split(" rv")[0] in ("list pods", "list nodes", "list nodeclaims")
+        }
         assert listed == {}, listed
     assert large["full_pod_lists"] == 0
     # The same churn reads about the same (objects differ in names only).

@@ -56,8 +56,14 @@ class World:
         self.queue = ChainQueue()
         self.metrics = RecordingMetrics()
         self.runtime = build_runtime(
-            SETTINGS, kube_port=self.kube, ec2_port=self.ec2, state_port=self.state, queue_port=self.queue,
-            clock=self.clock, metric=self.metrics, sleep=self.clock.sleep,
+            SETTINGS,
+            kube_port=self.kube,
+            ec2_port=self.ec2,
+            state_port=self.state,
+            queue_port=self.queue,
+            clock=self.clock,
+            metric=self.metrics,
+            sleep=self.clock.sleep,
         )
         self.kube.add("nodes", node_json("n1", instance_id=INSTANCE, labels={wk.NODEPOOL: "default", wk.NODECLAIM: "c1"}))
         self.state.put_claim(ClaimRecord("c1", "default", "initialized", EPOCH, instance_id=INSTANCE, node_name="n1", capacity_type="spot"))
@@ -294,7 +300,9 @@ def test_a_request_bounds_a_rebalance_replacement_wait_by_the_reclaim(world: Wor
     monkeypatch.setattr(termination_store, "SLOW_STEP_SECONDS", 0.0)
     world.pod("web")
     world.state.put_claim(ClaimRecord("r1", "default", "launched", EPOCH, instance_id="i-00000000000000002"))
-    waiting = begin_termination(world.runtime, TerminationRequest("n1", "rebalance-recommendation", None, replacement_claims=("r1",), wait_for_replacement=True), EPOCH)
+    waiting = begin_termination(
+        world.runtime, TerminationRequest("n1", "rebalance-recommendation", None, replacement_claims=("r1",), wait_for_replacement=True), EPOCH
+    )
     assert waiting.status == "started" and waiting.phase == "replacing"
     world.queue.messages.clear()
     holder = termination_store.TerminationLease(world.runtime, "n1", EPOCH)
@@ -325,7 +333,9 @@ def test_a_request_left_for_a_holder_that_died_starts_the_termination(world: Wor
     world.pod("web")
     assert world.state.acquire_lease("termination/n1", "died-before-saving", EPOCH, 2)
     deadline = EPOCH + timedelta(seconds=120)
-    queued = begin_termination(world.runtime, TerminationRequest("n1", "spot-interruption", deadline, instance_id=INSTANCE, claim_id="c1", event_id="spot"), EPOCH)
+    queued = begin_termination(
+        world.runtime, TerminationRequest("n1", "spot-interruption", deadline, instance_id=INSTANCE, claim_id="c1", event_id="spot"), EPOCH
+    )
     assert queued.status == "queued" and world.state.get_item(TERMINATION_KIND, "n1") is None
     body, delay = world.next_message()
     assert delay == 1
@@ -343,7 +353,9 @@ def test_a_second_event_tightens_the_deadline_and_supersedes_the_chain(world: Wo
     assert first.status == "started" and first.evicted == ()
     old_body, _ = world.next_message()
     world.clock.advance(2)
-    second = begin_termination(world.runtime, TerminationRequest("n1", "spot-interruption", world.clock.now() + timedelta(seconds=120), event_id="e2"), world.clock.now())
+    second = begin_termination(
+        world.runtime, TerminationRequest("n1", "spot-interruption", world.clock.now() + timedelta(seconds=120), event_id="e2"), world.clock.now()
+    )
     assert second.status == "updated"
     stored = world.state.get_item(TERMINATION_KIND, "n1")
     assert stored["events"] == ["e1", "e2"] and stored["deadline"] is not None
@@ -355,7 +367,9 @@ def test_a_second_event_tightens_the_deadline_and_supersedes_the_chain(world: Wo
 def test_rebalance_waits_for_the_replacement_before_draining(world: World) -> None:
     world.pod("web")
     world.state.put_claim(ClaimRecord("c2", "default", "launched", EPOCH, instance_id="i-00000000000000002"))
-    result = begin_termination(world.runtime, TerminationRequest("n1", "rebalance-recommendation", None, replacement_claims=("c2",), wait_for_replacement=True), EPOCH)
+    result = begin_termination(
+        world.runtime, TerminationRequest("n1", "rebalance-recommendation", None, replacement_claims=("c2",), wait_for_replacement=True), EPOCH
+    )
     assert result.status == "started" and result.phase == "replacing" and world.kube.evictions == []
     assert world.kube.get("nodes", None, "n1")["spec"]["unschedulable"] is True  # cordoned meanwhile
     body, delay = world.next_message()
@@ -374,7 +388,9 @@ def test_rebalance_waits_for_the_replacement_before_draining(world: World) -> No
 def test_a_repeated_rebalance_keeps_waiting_and_a_spot_warning_ends_the_wait(world: World) -> None:
     world.pod("web")
     world.state.put_claim(ClaimRecord("c2", "default", "launched", EPOCH, instance_id="i-00000000000000002"))
-    begin_termination(world.runtime, TerminationRequest("n1", "rebalance-recommendation", None, replacement_claims=("c2",), wait_for_replacement=True, event_id="r1"), EPOCH)
+    begin_termination(
+        world.runtime, TerminationRequest("n1", "rebalance-recommendation", None, replacement_claims=("c2",), wait_for_replacement=True, event_id="r1"), EPOCH
+    )
     again = begin_termination(world.runtime, TerminationRequest("n1", "rebalance-recommendation", None, wait_for_replacement=True, event_id="r2"), EPOCH)
     assert again.phase == "replacing" and world.kube.evictions == []
     spot = begin_termination(world.runtime, TerminationRequest("n1", "spot-interruption", EPOCH + timedelta(minutes=2), event_id="s1"), EPOCH)
@@ -392,7 +408,9 @@ def test_a_replacement_ready_when_the_drain_must_start_is_reported_ready(world: 
     world.state.put_claim(ClaimRecord("r1", "default", "launched", EPOCH, instance_id="i-00000000000000002"))
     world.kube.add("nodes", node_json("n2", instance_id="i-00000000000000002", labels={wk.NODECLAIM: "r1"}))
     deadline = EPOCH + timedelta(seconds=30) + DRAIN_MARGIN  # the drain must start now (the pod's 30 s grace)
-    result = begin_termination(world.runtime, TerminationRequest("n1", "spot-interruption", deadline, replacement_claims=("r1",), wait_for_replacement=True), EPOCH)
+    result = begin_termination(
+        world.runtime, TerminationRequest("n1", "spot-interruption", deadline, replacement_claims=("r1",), wait_for_replacement=True), EPOCH
+    )
     assert result.evicted == ("default/web",)
     (started,) = world.kube.events_for("n1", "DrainStarted")
     assert started.message == "replacement ready; draining"
@@ -401,7 +419,9 @@ def test_a_replacement_ready_when_the_drain_must_start_is_reported_ready(world: 
 def test_rebalance_drains_anyway_when_the_replacement_fails(world: World) -> None:
     world.pod("web")
     world.state.put_claim(ClaimRecord("c2", "default", "closed", EPOCH))
-    result = begin_termination(world.runtime, TerminationRequest("n1", "rebalance-recommendation", None, replacement_claims=("c2",), wait_for_replacement=True), EPOCH)
+    result = begin_termination(
+        world.runtime, TerminationRequest("n1", "rebalance-recommendation", None, replacement_claims=("c2",), wait_for_replacement=True), EPOCH
+    )
     assert result.evicted == ("default/web",)
 
 
@@ -461,7 +481,6 @@ def test_an_instance_whose_own_tags_do_not_name_the_cluster_is_never_terminated(
     assert world.metrics.total("NotOwnedSkipped", path="termination") == 1
 
 
-
 class _EnvironmentGone(BaseException):
     """The Lambda execution environment died (nothing after it runs, not even a release)."""
 
@@ -499,7 +518,7 @@ def test_a_step_that_dies_mid_drain_is_resumed_by_its_safety_continuation_within
     assert world.kube.evictions == ["default/a"] and world.queue.messages == []
     stored = world.state.get_item(TERMINATION_KIND, "n1")
     assert stored is not None and stored["deadline"] == deadline.isoformat()  # saved before the step acted
-    (body, delay), = world.queue.safety
+    ((body, delay),) = world.queue.safety
     assert body == {"kind": "termination", "node": "n1", "generation": stored["generation"]}
     assert delay < 60
     world.clock.advance(delay)
@@ -512,7 +531,7 @@ def test_a_step_that_dies_mid_drain_is_resumed_by_its_safety_continuation_within
 def test_a_safety_continuation_of_a_step_that_ended_is_stale(world: World) -> None:
     world.pod("pinned", annotations={wk.DO_NOT_DISRUPT: "true"})
     begin_termination(world.runtime, TerminationRequest("n1", "rebalance-recommendation", None), EPOCH)
-    (safety, delay), = world.queue.safety
+    ((safety, delay),) = world.queue.safety
     world.clock.advance(delay)
     assert handle_continuation(world.runtime, safety, world.clock.now()).status == "stale"
     assert world.kube.evictions == []
@@ -596,7 +615,9 @@ def test_a_grace_period_longer_than_any_date_range_still_drains_a_spot_node_by_i
         world.kube.get("pods", "default", "forever")["spec"]["priority"] = "high"
     world.state.put_claim(ClaimRecord("r1", "default", "launched", EPOCH, instance_id="i-00000000000000002"))
     deadline = EPOCH + timedelta(seconds=120)
-    first = begin_termination(world.runtime, TerminationRequest("n1", "spot-interruption", deadline, replacement_claims=("r1",), wait_for_replacement=True), EPOCH)
+    first = begin_termination(
+        world.runtime, TerminationRequest("n1", "spot-interruption", deadline, replacement_claims=("r1",), wait_for_replacement=True), EPOCH
+    )
     assert first.status in ("started", "draining")
     statuses = world.run_until_done()
     assert statuses[-1] == "terminated"

@@ -25,7 +25,9 @@ F = TERMINATION_FINALIZER
 
 def kubeconfig(tmp_path: Path, server: str = "http://127.0.0.1:1", **edits: Any) -> Path:
     config: dict[str, Any] = {
-        "apiVersion": "v1", "kind": "Config", "current-context": "emulator",
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "emulator",
         "clusters": [{"name": "emulator", "cluster": {"server": server}}],
         "users": [{"name": "me", "user": {"token": "t"}}],
         "contexts": [{"name": "emulator", "context": {"cluster": "emulator", "user": "me"}}],
@@ -66,7 +68,9 @@ def running(world: World) -> World:
 
 
 def test_a_concurrent_write_during_uninstall_is_retried_and_every_finalizer_goes(
-    running: World, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    running: World,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     # a status write lands between uninstall's list and its conditional patch: the API server answers 409
     conflict = running.emulator.fail_next("PATCH", r"/nodeclaims/default-n1$", status=409, message="the object has been modified")
@@ -78,7 +82,9 @@ def test_a_concurrent_write_during_uninstall_is_retried_and_every_finalizer_goes
 
 
 def test_uninstall_goes_past_an_object_it_cannot_change_and_names_it(
-    running: World, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    running: World,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     running.emulator.fail_next("PATCH", r"/nodeclaims/default-n1$", status=409, times=100)
     code, out, err = uninstall(capsys, "--kubeconfig", str(kubeconfig(tmp_path, running.emulator.url)))
@@ -90,7 +96,9 @@ def test_uninstall_goes_past_an_object_it_cannot_change_and_names_it(
 
 
 def test_joiner_adds_no_finalizer_while_uninstalling_until_it_is_undone(
-    running: World, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    running: World,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     config = str(kubeconfig(tmp_path, running.emulator.url))
     assert uninstall(capsys, "--kubeconfig", config)[0] == 0

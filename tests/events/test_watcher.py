@@ -34,7 +34,9 @@ SCANNER = "test-cluster-scanner"
 
 def pending_pod(name: str, cpu: str = "1") -> dict[str, Any]:
     return {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
         "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}]},
         "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]},
     }
@@ -50,11 +52,13 @@ class RecordingPlanner:
 
 def watcher_runtime(world: World, *, window: float = 3.0, idle: float = 0.3, maximum: float = 1.5) -> Runtime:
     """A runtime on the wall clock (the watcher waits on a real stream) sharing the world's table."""
-    settings = dataclasses.replace(world.settings, scan_window_seconds=window, batch_idle_seconds=idle,
-                                   batch_max_seconds=maximum, scanner_function=SCANNER)
-    return build_runtime(settings, kube_port=KubernetesClient(world.emulator.url, timeout=(2.0, 10.0)),
-                         state_port=StateAdapter(world.base.dynamodb_resource.Table(settings.state_table), SystemClock()),
-                         metric=world.metrics)
+    settings = dataclasses.replace(world.settings, scan_window_seconds=window, batch_idle_seconds=idle, batch_max_seconds=maximum, scanner_function=SCANNER)
+    return build_runtime(
+        settings,
+        kube_port=KubernetesClient(world.emulator.url, timeout=(2.0, 10.0)),
+        state_port=StateAdapter(world.base.dynamodb_resource.Table(settings.state_table), SystemClock()),
+        metric=world.metrics,
+    )
 
 
 def later(seconds: float, action: Any) -> threading.Timer:
@@ -67,9 +71,11 @@ def test_a_burst_is_one_wake_up_after_the_idle_window(world: World) -> None:
     runtime = watcher_runtime(world)
     planner = RecordingPlanner()
     started = time.monotonic()
-    timers = [later(0.5, lambda: world.emulator.apply(pending_pod("a"))),
-              later(0.6, lambda: world.emulator.apply(pending_pod("b"))),
-              later(0.7, lambda: world.emulator.apply(pending_pod("c")))]
+    timers = [
+        later(0.5, lambda: world.emulator.apply(pending_pod("a"))),
+        later(0.6, lambda: world.emulator.apply(pending_pod("b"))),
+        later(0.7, lambda: world.emulator.apply(pending_pod("c"))),
+    ]
     summary = run_watcher(runtime, runtime.kube, planner)
     for timer in timers:
         timer.join()
@@ -153,10 +159,10 @@ class Body:
 
 def answer_invokes(client: Any, recorded: list[dict[str, Any]]) -> None:
     """lambda:Invoke answered by Lambda's asynchronous contract (202, queued) without a network call."""
+
     def before_send(request: Any, **_: Any) -> AWSResponse:
         kind = request.headers.get("X-Amz-Invocation-Type")
-        recorded.append({"url": request.url, "type": kind.decode() if isinstance(kind, bytes) else kind,
-                         "payload": json.loads(request.body)})
+        recorded.append({"url": request.url, "type": kind.decode() if isinstance(kind, bytes) else kind, "payload": json.loads(request.body)})
         return AWSResponse(request.url, 202, {}, Body())  # type: ignore[arg-type]
 
     client.meta.events.register("before-send.lambda.Invoke", before_send)
@@ -186,8 +192,10 @@ def test_a_planner_that_cannot_be_woken_fails_the_invocation_loudly(world: World
     runtime = watcher_runtime(world)
     client = runtime.aws_client("lambda")
     throttled = json.dumps({"Type": "User", "message": "Rate exceeded"}).encode()
-    client.meta.events.register("before-send.lambda.Invoke", lambda request, **_: AWSResponse(
-        request.url, 429, {"x-amzn-errortype": "TooManyRequestsException"}, Body(throttled)))  # type: ignore[arg-type]
+    client.meta.events.register(
+        "before-send.lambda.Invoke",
+        lambda request, **_: AWSResponse(request.url, 429, {"x-amzn-errortype": "TooManyRequestsException"}, Body(throttled)),  # type: ignore[arg-type]
+    )
     from joiner.adapters.scanner_wake import ScannerWakeError
 
     with pytest.raises(ScannerWakeError, match=SCANNER):
@@ -216,9 +224,16 @@ def test_duplicate_wake_ups_never_launch_twice(world: World) -> None:
             scanner.handler({"mode": "economy"}, LambdaContext(aws_request_id=str(uuid.uuid4())))
     finally:
         scanner.reset()
-    second_world_runtime = build_runtime(world.settings, kube_port=world.kube, ec2_port=world.runtime.ec2,
-                                         state_port=world.runtime.state, catalog_value=world.runtime.catalog_value,
-                                         clock=world.clock, metric=world.metrics, sleep=world.clock.sleep)
+    second_world_runtime = build_runtime(
+        world.settings,
+        kube_port=world.kube,
+        ec2_port=world.runtime.ec2,
+        state_port=world.runtime.state,
+        catalog_value=world.runtime.catalog_value,
+        clock=world.clock,
+        metric=world.metrics,
+        sleep=world.clock.sleep,
+    )
     overlapping = [threading.Thread(target=run_scanner, args=(rt, "economy")) for rt in (world.runtime, second_world_runtime)]
     for thread in overlapping:
         thread.start()

@@ -121,9 +121,14 @@ class World:
         self.ec2.meta.events.register("before-parameter-build.ec2.DescribeInstances", self._reservation_filter)
 
         self.settings = Settings(
-            cluster_name=CLUSTER, region=REGION, state_table=state_table, idempotency_table=idempotency_table,
-            interruption_queue_url=self.interruption.url, work_queue_url=self.work.url,
-            kubernetes_host=emulator.url, aws_endpoint_url=self.moto.endpoint,
+            cluster_name=CLUSTER,
+            region=REGION,
+            state_table=state_table,
+            idempotency_table=idempotency_table,
+            interruption_queue_url=self.interruption.url,
+            work_queue_url=self.work.url,
+            kubernetes_host=emulator.url,
+            aws_endpoint_url=self.moto.endpoint,
         )
         self.kube_sleeps: list[float] = []
         self.kube = KubernetesClient(emulator.url, sleep=self.kube_sleeps.append, random=lambda: 1.0, timeout=(2.0, 5.0))
@@ -158,16 +163,27 @@ class World:
     # ------------------------------------------------------------ setup
 
     def node_pool(self, name: str = "default", *, capacity_types: Sequence[str] = ("spot", "on-demand"), **spec: Any) -> None:
-        pool = node_pool_json(name, requirements=[
-            {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c5.large", "c5.xlarge", "c5.2xlarge", "m5.large", "m5.xlarge"]},
-            {"key": "joiner.dev/capacity-type", "operator": "In", "values": list(capacity_types)},
-        ])
+        pool = node_pool_json(
+            name,
+            requirements=[
+                {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c5.large", "c5.xlarge", "c5.2xlarge", "m5.large", "m5.xlarge"]},
+                {"key": "joiner.dev/capacity-type", "operator": "In", "values": list(capacity_types)},
+            ],
+        )
         pool["spec"].update(spec)
         self.emulator.apply(pool)
 
     def launch_node(
-        self, name: str, *, pool: str = "default", capacity_type: str = "spot", instance_type: str = "c5.xlarge",
-        zone: str = "us-east-1a", managed: bool = True, claim: bool = True, reservation: str | None = None,
+        self,
+        name: str,
+        *,
+        pool: str = "default",
+        capacity_type: str = "spot",
+        instance_type: str = "c5.xlarge",
+        zone: str = "us-east-1a",
+        managed: bool = True,
+        claim: bool = True,
+        reservation: str | None = None,
     ) -> str:
         """An EC2 instance (tagged as Joiner launches it when ``managed``), its claim, and its Node;
         with ``reservation``, launched into that capacity reservation (capacity type ``reserved``)."""
@@ -176,37 +192,63 @@ class World:
         tags = {"Name": f"{CLUSTER}/{pool}"}
         claim_id = f"{pool}-{name}"
         if managed:
-            tags.update({
-                "joiner.dev/cluster": CLUSTER, f"kubernetes.io/cluster/{CLUSTER}": "owned", wk.NODEPOOL: pool,
-                wk.NODECLAIM: claim_id, wk.MANAGED_BY_TAG: CLUSTER,
-            })
+            tags.update(
+                {
+                    "joiner.dev/cluster": CLUSTER,
+                    f"kubernetes.io/cluster/{CLUSTER}": "owned",
+                    wk.NODEPOOL: pool,
+                    wk.NODECLAIM: claim_id,
+                    wk.MANAGED_BY_TAG: CLUSTER,
+                }
+            )
         instance = self.ec2.run_instances(
-            ImageId=self.amis["x86_64"], MinCount=1, MaxCount=1, InstanceType=instance_type, SubnetId=self.network.subnets[zone],
+            ImageId=self.amis["x86_64"],
+            MinCount=1,
+            MaxCount=1,
+            InstanceType=instance_type,
+            SubnetId=self.network.subnets[zone],
             TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}],
         )["Instances"][0]
         instance_id = instance["InstanceId"]
         if reservation:
             self.reservations.setdefault(reservation, []).append(instance_id)
         labels = {
-            "kubernetes.io/arch": "amd64", "kubernetes.io/os": "linux", "kubernetes.io/hostname": name,
-            wk.INSTANCE_TYPE: instance_type, wk.ZONE: zone, wk.REGION: REGION,
+            "kubernetes.io/arch": "amd64",
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/hostname": name,
+            wk.INSTANCE_TYPE: instance_type,
+            wk.ZONE: zone,
+            wk.REGION: REGION,
         }
         if managed:
             labels.update({wk.NODEPOOL: pool, wk.NODECLAIM: claim_id, wk.CAPACITY_TYPE: capacity_type})
             if reservation:
                 labels.update(wk.with_alias_labels({wk.CAPACITY_RESERVATION_ID: reservation}))
         resources = {"cpu": "4", "memory": "8Gi", "pods": "58"}
-        self.emulator.apply({
-            "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "labels": labels},
-            "spec": {"providerID": f"aws:///{zone}/{instance_id}"},
-            "status": {"capacity": resources, "allocatable": resources, "conditions": [{"type": "Ready", "status": "True"}]},
-        })
+        self.emulator.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": name, "labels": labels},
+                "spec": {"providerID": f"aws:///{zone}/{instance_id}"},
+                "status": {"capacity": resources, "allocatable": resources, "conditions": [{"type": "Ready", "status": "True"}]},
+            }
+        )
         if managed and claim:
-            self.runtime.state.put_claim(ClaimRecord(
-                claim_id=claim_id, node_pool=pool, state="initialized", created_at=T0 - timedelta(hours=1), instance_id=instance_id,
-                instance_type=instance_type, zone=zone, capacity_type=capacity_type, node_name=name, price=0.07,
-            ))
+            self.runtime.state.put_claim(
+                ClaimRecord(
+                    claim_id=claim_id,
+                    node_pool=pool,
+                    state="initialized",
+                    created_at=T0 - timedelta(hours=1),
+                    instance_id=instance_id,
+                    instance_type=instance_type,
+                    zone=zone,
+                    capacity_type=capacity_type,
+                    node_name=name,
+                    price=0.07,
+                )
+            )
         return instance_id
 
     def _reservation_filter(self, params: dict[str, Any], **_: Any) -> None:
@@ -218,8 +260,17 @@ class World:
                 item["Name"], item["Values"] = "instance-id", ids or ["i-00000000000000000"]
 
     def add_pod(
-        self, name: str, node: str, *, namespace: str = "default", app: str = "web", cpu: str = "500m", grace: int = 30,
-        daemonset: bool = False, critical: bool = False, annotations: Mapping[str, str] | None = None,
+        self,
+        name: str,
+        node: str,
+        *,
+        namespace: str = "default",
+        app: str = "web",
+        cpu: str = "500m",
+        grace: int = 30,
+        daemonset: bool = False,
+        critical: bool = False,
+        annotations: Mapping[str, str] | None = None,
         tolerations: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         owner = {"apiVersion": "apps/v1", "kind": "DaemonSet" if daemonset else "ReplicaSet", "name": f"{app}-owner", "uid": f"uid-{app}", "controller": True}
@@ -232,19 +283,32 @@ class World:
             spec["priorityClassName"] = "system-node-critical"
         if tolerations:
             spec["tolerations"] = [dict(t) for t in tolerations]
-        self.emulator.apply({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": namespace, "uid": str(uuid.uuid4()), "labels": {"app": app},
-                         "annotations": dict(annotations or {}), "ownerReferences": [owner]},
-            "spec": spec,
-            "status": {"phase": "Running", "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}]},
-        })
+        self.emulator.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": name,
+                    "namespace": namespace,
+                    "uid": str(uuid.uuid4()),
+                    "labels": {"app": app},
+                    "annotations": dict(annotations or {}),
+                    "ownerReferences": [owner],
+                },
+                "spec": spec,
+                "status": {"phase": "Running", "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}]},
+            }
+        )
 
     def add_pdb(self, name: str, app: str, *, min_available: int | str, namespace: str = "default") -> None:
-        self.emulator.apply({
-            "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": name, "namespace": namespace},
-            "spec": {"selector": {"matchLabels": {"app": app}}, "minAvailable": min_available},
-        })
+        self.emulator.apply(
+            {
+                "apiVersion": "policy/v1",
+                "kind": "PodDisruptionBudget",
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {"selector": {"matchLabels": {"app": app}}, "minAvailable": min_available},
+            }
+        )
 
     def ready_replacements(self) -> list[str]:
         """Register a Ready Node for every launched claim that has none yet (the replacements'
@@ -257,16 +321,26 @@ class World:
             zone = claim.zone or "us-east-1a"
             name = f"ip-{claim.claim_id}"
             labels = {
-                "kubernetes.io/arch": "amd64", "kubernetes.io/os": "linux", "kubernetes.io/hostname": name,
-                wk.INSTANCE_TYPE: claim.instance_type or "c5.xlarge", wk.ZONE: zone, wk.REGION: REGION,
-                wk.NODEPOOL: claim.node_pool, wk.NODECLAIM: claim.claim_id, wk.CAPACITY_TYPE: claim.capacity_type or "on-demand",
+                "kubernetes.io/arch": "amd64",
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/hostname": name,
+                wk.INSTANCE_TYPE: claim.instance_type or "c5.xlarge",
+                wk.ZONE: zone,
+                wk.REGION: REGION,
+                wk.NODEPOOL: claim.node_pool,
+                wk.NODECLAIM: claim.claim_id,
+                wk.CAPACITY_TYPE: claim.capacity_type or "on-demand",
             }
             resources = {"cpu": "4", "memory": "8Gi", "pods": "58"}
-            self.emulator.apply({
-                "apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels},
-                "spec": {"providerID": f"aws:///{zone}/{claim.instance_id}"},
-                "status": {"capacity": resources, "allocatable": resources, "conditions": [{"type": "Ready", "status": "True"}]},
-            })
+            self.emulator.apply(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "metadata": {"name": name, "labels": labels},
+                    "spec": {"providerID": f"aws:///{zone}/{claim.instance_id}"},
+                    "status": {"capacity": resources, "allocatable": resources, "conditions": [{"type": "Ready", "status": "True"}]},
+                }
+            )
             joined.append(claim.claim_id)
         return joined
 
@@ -284,10 +358,17 @@ class World:
         event = load_event(fixture, instance_id=instance_id, time=time or self.clock.now())
         for key, value in edits.items():
             event["detail"][key] = value
-        answer = self.events.put_events(Entries=[{
-            "Source": event["source"], "DetailType": event["detail-type"], "Detail": json.dumps(event["detail"]),
-            "Resources": event.get("resources") or [], "Time": datetime.fromisoformat(event["time"].replace("Z", "+00:00")),
-        }])
+        answer = self.events.put_events(
+            Entries=[
+                {
+                    "Source": event["source"],
+                    "DetailType": event["detail-type"],
+                    "Detail": json.dumps(event["detail"]),
+                    "Resources": event.get("resources") or [],
+                    "Time": datetime.fromisoformat(event["time"].replace("Z", "+00:00")),
+                }
+            ]
+        )
         assert answer["FailedEntryCount"] == 0, answer
         return event
 
@@ -338,7 +419,9 @@ class World:
         return self.emulator.get("Node", name)
 
     def pods_on(self, node: str) -> list[str]:
-        return sorted(f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in self.emulator.list("Pod") if (p.get("spec") or {}).get("nodeName") == node)
+        return sorted(
+            f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in self.emulator.list("Pod") if (p.get("spec") or {}).get("nodeName") == node
+        )
 
     def evictions(self) -> list[str]:
         return [f"{d.namespace}/{d.name}" for d in self.emulator.deletions if d.kind == "Pod" and d.via == "eviction"]
@@ -361,5 +444,3 @@ class World:
     def fleet_instances(self) -> list[dict[str, Any]]:
         """Instances this world's tests launched with a claim tag (nodes and replacements)."""
         return [i for i in self._instances() if i["id"] not in self.preexisting and wk.NODECLAIM in i["tags"]]
-
-

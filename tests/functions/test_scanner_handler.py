@@ -43,8 +43,14 @@ def handler(world: FakeWorld) -> Any:
 def test_scheduled_event_runs_a_scan_and_returns_the_summary(handler: Any, world: FakeWorld) -> None:
     result = handler.handler(SCHEDULED_EVENT, LambdaContext())
     assert result == {
-        "mode": "economy", "rounds": 1, "skipped": 0, "errors": 0, "claimsLaunched": 1,
-        "launchFailures": 0, "unschedulablePods": 0, "pendingPods": 1,
+        "mode": "economy",
+        "rounds": 1,
+        "skipped": 0,
+        "errors": 0,
+        "claimsLaunched": 1,
+        "launchFailures": 0,
+        "unschedulablePods": 0,
+        "pendingPods": 1,
     }
     assert len(world.ec2.fleet_requests) == 1
 
@@ -53,6 +59,7 @@ def test_the_request_id_owns_the_lease_and_the_runtime_is_reused(handler: Any, w
     runtime = handler.cold_start.runtime()
     owners: list[str] = []
     original = world.state.acquire_lease
+
     def acquire_lease(name: str, owner: str, now: datetime, ttl: int) -> bool:
         owners.append(owner)
         return original(name, owner, now, ttl)

@@ -25,9 +25,16 @@ pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publis
 def cluster(kube_emulator: KubeEmulator) -> Iterator[tuple[FakeWorld, KubeEmulator]]:  # noqa: F811
     world = fake_world()
     install_karpenter_crds(kube_emulator)
-    kube_emulator.apply(stored(ec2_node_class("default", role=f"JoinerNodeRole-{world.cluster}",
-                                               subnetSelectorTerms=[{"tags": {"joiner.dev/discovery": world.cluster}}],
-                                               securityGroupSelectorTerms=[{"tags": {"joiner.dev/discovery": world.cluster}}])))
+    kube_emulator.apply(
+        stored(
+            ec2_node_class(
+                "default",
+                role=f"JoinerNodeRole-{world.cluster}",
+                subnetSelectorTerms=[{"tags": {"joiner.dev/discovery": world.cluster}}],
+                securityGroupSelectorTerms=[{"tags": {"joiner.dev/discovery": world.cluster}}],
+            )
+        )
+    )
     kube_emulator.apply(stored(karpenter_pool("default", "default")))
     kube_emulator.apply(pod_json("web-0", node_selector={"karpenter.sh/nodepool": "default"}))
     yield world, kube_emulator
@@ -36,12 +43,25 @@ def cluster(kube_emulator: KubeEmulator) -> Iterator[tuple[FakeWorld, KubeEmulat
 def run_scanner(world: FakeWorld, emulator: KubeEmulator, environment: dict[str, str]) -> Any:
     from joiner.services.context import build_runtime
 
-    env = {"JOINER_CLUSTER_NAME": world.cluster, "JOINER_STATE_TABLE": "joiner-state", "JOINER_SCANNER_MODE": "economy",
-           "JOINER_KUBERNETES_HOST": emulator.url, **environment}
+    env = {
+        "JOINER_CLUSTER_NAME": world.cluster,
+        "JOINER_STATE_TABLE": "joiner-state",
+        "JOINER_SCANNER_MODE": "economy",
+        "JOINER_KUBERNETES_HOST": emulator.url,
+        **environment,
+    }
     # Kubernetes from the environment, as in Lambda; EC2 and state on the fakes
-    runtime = build_runtime(Settings.from_env(env), ec2_port=world.ec2, state_port=world.state, queue_port=world.queue,
-                            pricing_port=world.pricing, catalog_value=world.catalog, clock=world.clock, sleep=world.clock.sleep,
-                            metric=world.metrics)
+    runtime = build_runtime(
+        Settings.from_env(env),
+        ec2_port=world.ec2,
+        state_port=world.state,
+        queue_port=world.queue,
+        pricing_port=world.pricing,
+        catalog_value=world.catalog,
+        clock=world.clock,
+        sleep=world.clock.sleep,
+        metric=world.metrics,
+    )
     module = load_handler()
     module.configure(runtime)
     try:

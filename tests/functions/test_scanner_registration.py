@@ -33,17 +33,30 @@ def world(aws_base: AwsBase, kube_emulator: KubeEmulator) -> Iterator[World]:
 
 def test_scanner_terminates_an_instance_whose_node_never_registered(world: World, iam_guard: Guard) -> None:
     world.node_pool()
-    tags = {"joiner.dev/cluster": CLUSTER, f"kubernetes.io/cluster/{CLUSTER}": "owned", wk.NODEPOOL: "default",
-            wk.NODECLAIM: "default-lost"}
+    tags = {"joiner.dev/cluster": CLUSTER, f"kubernetes.io/cluster/{CLUSTER}": "owned", wk.NODEPOOL: "default", wk.NODECLAIM: "default-lost"}
     instance_id = world.ec2.run_instances(
-        ImageId=world.amis["x86_64"], MinCount=1, MaxCount=1, InstanceType="c5.xlarge", SubnetId=world.network.subnets["us-east-1a"],
+        ImageId=world.amis["x86_64"],
+        MinCount=1,
+        MaxCount=1,
+        InstanceType="c5.xlarge",
+        SubnetId=world.network.subnets["us-east-1a"],
         TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}],
     )["Instances"][0]["InstanceId"]
     launched_at = T0 - REGISTRATION_TIMEOUT - timedelta(minutes=1)
-    world.runtime.state.put_claim(ClaimRecord(
-        claim_id="default-lost", node_pool="default", state="launched", created_at=launched_at, launched_at=launched_at,
-        instance_id=instance_id, instance_type="c5.xlarge", zone="us-east-1a", capacity_type="on-demand", price=0.17,
-    ))
+    world.runtime.state.put_claim(
+        ClaimRecord(
+            claim_id="default-lost",
+            node_pool="default",
+            state="launched",
+            created_at=launched_at,
+            launched_at=launched_at,
+            instance_id=instance_id,
+            instance_type="c5.xlarge",
+            zone="us-east-1a",
+            capacity_type="on-demand",
+            price=0.17,
+        )
+    )
     scanner = load_handler("scanner")
     scanner.configure(world.runtime)
     try:

@@ -16,9 +16,15 @@ from joiner.events.scheduled import (
 )
 
 SCHEDULED = {
-    "version": "0", "id": "53dc4d37-cffa-4f76-80c9-8b7d4a4d2eaa", "detail-type": "Scheduled Event", "source": "aws.events",
-    "account": "123456789012", "time": "2025-01-06T09:00:00Z", "region": "us-east-1",
-    "resources": ["arn:aws:events:us-east-1:123456789012:rule/joiner-scanner"], "detail": {},
+    "version": "0",
+    "id": "53dc4d37-cffa-4f76-80c9-8b7d4a4d2eaa",
+    "detail-type": "Scheduled Event",
+    "source": "aws.events",
+    "account": "123456789012",
+    "time": "2025-01-06T09:00:00Z",
+    "region": "us-east-1",
+    "resources": ["arn:aws:events:us-east-1:123456789012:rule/joiner-scanner"],
+    "detail": {},
 }
 
 
@@ -82,15 +88,17 @@ def test_the_envelope_is_checked_field_by_field(change: dict[str, object], probl
 
 
 _field_values = st.one_of(
-    st.none(), st.integers(), st.text(max_size=12), st.lists(st.text(max_size=5), max_size=2),
+    st.none(),
+    st.integers(),
+    st.text(max_size=12),
+    st.lists(st.text(max_size=5), max_size=2),
     st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
     st.sampled_from(["2025-01-06T09:00:00Z", "2025-01-06T09:00:00.5+02:00", "2025-01-06", "Scheduled Event"]),
 )
 
 
 @settings(max_examples=300, deadline=None)
-@given(changes=st.dictionaries(st.sampled_from(sorted(SCHEDULED)), _field_values, max_size=4),
-       dropped=st.sets(st.sampled_from(sorted(SCHEDULED)), max_size=2))
+@given(changes=st.dictionaries(st.sampled_from(sorted(SCHEDULED)), _field_values, max_size=4), dropped=st.sets(st.sampled_from(sorted(SCHEDULED)), max_size=2))
 def test_the_envelope_check_accepts_only_what_the_powertools_model_accepts(changes: dict[str, object], dropped: set[str]) -> None:
     """The hand-written check (no pydantic at cold start) is never laxer than powertools'
     ``EventBridgeModel``: whatever it accepts, the model parses to the same detail-type."""

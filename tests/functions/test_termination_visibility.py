@@ -46,8 +46,9 @@ def test_every_received_message_is_changed_in_batches_of_ten() -> None:
     with Stubber(sqs) as stub:
         for chunk in (handles[:10], handles[10:12]):
             entries = [{"Id": str(i), "ReceiptHandle": h, "VisibilityTimeout": 20} for i, h in enumerate(chunk)]
-            stub.add_response("change_message_visibility_batch", {"Successful": [{"Id": e["Id"]} for e in entries], "Failed": []},
-                              {"QueueUrl": QUEUE_URL, "Entries": entries})
+            stub.add_response(
+                "change_message_visibility_batch", {"Successful": [{"Id": e["Id"]} for e in entries], "Failed": []}, {"QueueUrl": QUEUE_URL, "Entries": entries}
+            )
         assert shorten_visibility(sqs, QUEUE_URL, handles, 20) == 12
         stub.assert_no_pending_responses()
 
@@ -88,10 +89,13 @@ def test_the_handler_shortens_the_whole_batch_before_the_first_step(records: lis
     module = _load_handler()
     sqs = _client()
     with Stubber(sqs) as stub:
-        entries = [{"Id": "0", "ReceiptHandle": "a", "VisibilityTimeout": RECEIVED_VISIBILITY_SECONDS},
-                   {"Id": "1", "ReceiptHandle": "b", "VisibilityTimeout": RECEIVED_VISIBILITY_SECONDS}]
-        stub.add_response("change_message_visibility_batch", {"Successful": [{"Id": "0"}, {"Id": "1"}], "Failed": []},
-                          {"QueueUrl": QUEUE_URL, "Entries": entries})
+        entries = [
+            {"Id": "0", "ReceiptHandle": "a", "VisibilityTimeout": RECEIVED_VISIBILITY_SECONDS},
+            {"Id": "1", "ReceiptHandle": "b", "VisibilityTimeout": RECEIVED_VISIBILITY_SECONDS},
+        ]
+        stub.add_response(
+            "change_message_visibility_batch", {"Successful": [{"Id": "0"}, {"Id": "1"}], "Failed": []}, {"QueueUrl": QUEUE_URL, "Entries": entries}
+        )
         module._shorten_visibility(_Runtime(sqs), {"Records": records})
         stub.assert_no_pending_responses()
 
@@ -113,8 +117,11 @@ def test_the_first_receives_keep_a_death_cheap() -> None:
     assert received_visibility(WORK_MAX_RECEIVES) == RECEIVED_VISIBILITY_CAP_SECONDS
 
 
-@given(first=st.integers(1, SPARE_RECEIVES + 1), outage_seconds=st.integers(0, int(OUTAGE_BUDGET.total_seconds())),
-       started=st.integers(0, RECEIVED_VISIBILITY_CAP_SECONDS))
+@given(
+    first=st.integers(1, SPARE_RECEIVES + 1),
+    outage_seconds=st.integers(0, int(OUTAGE_BUDGET.total_seconds())),
+    started=st.integers(0, RECEIVED_VISIBILITY_CAP_SECONDS),
+)
 def test_a_continuation_failing_through_any_outage_within_the_budget_is_received_after_it(first: int, outage_seconds: int, started: int) -> None:
     """A message that already spent up to SPARE_RECEIVES receives (deaths, duplicates) meets
     an outage of at most OUTAGE_BUDGET that began up to one capped visibility before its
@@ -138,14 +145,21 @@ def test_the_budget_is_the_sum_of_the_visibilities_and_the_queue_redrives_after_
 def test_the_handler_sets_each_records_visibility_by_its_receive_count() -> None:
     module = _load_handler()
     sqs = _client()
-    records = [{"receiptHandle": "a", "attributes": {"ApproximateReceiveCount": "1"}},
-               {"receiptHandle": "b", "attributes": {"ApproximateReceiveCount": "4"}},
-               {"receiptHandle": "c", "attributes": {"ApproximateReceiveCount": "17"}},
-               {"receiptHandle": "d", "attributes": {"ApproximateReceiveCount": "garbage"}}]
+    records = [
+        {"receiptHandle": "a", "attributes": {"ApproximateReceiveCount": "1"}},
+        {"receiptHandle": "b", "attributes": {"ApproximateReceiveCount": "4"}},
+        {"receiptHandle": "c", "attributes": {"ApproximateReceiveCount": "17"}},
+        {"receiptHandle": "d", "attributes": {"ApproximateReceiveCount": "garbage"}},
+    ]
     with Stubber(sqs) as stub:
-        entries = [{"Id": "0", "ReceiptHandle": "a", "VisibilityTimeout": 20}, {"Id": "1", "ReceiptHandle": "b", "VisibilityTimeout": 80},
-                   {"Id": "2", "ReceiptHandle": "c", "VisibilityTimeout": 120}, {"Id": "3", "ReceiptHandle": "d", "VisibilityTimeout": 20}]
-        stub.add_response("change_message_visibility_batch", {"Successful": [{"Id": e["Id"]} for e in entries], "Failed": []},
-                          {"QueueUrl": QUEUE_URL, "Entries": entries})
+        entries = [
+            {"Id": "0", "ReceiptHandle": "a", "VisibilityTimeout": 20},
+            {"Id": "1", "ReceiptHandle": "b", "VisibilityTimeout": 80},
+            {"Id": "2", "ReceiptHandle": "c", "VisibilityTimeout": 120},
+            {"Id": "3", "ReceiptHandle": "d", "VisibilityTimeout": 20},
+        ]
+        stub.add_response(
+            "change_message_visibility_batch", {"Successful": [{"Id": e["Id"]} for e in entries], "Failed": []}, {"QueueUrl": QUEUE_URL, "Entries": entries}
+        )
         module._shorten_visibility(_Runtime(sqs), {"Records": records})
         stub.assert_no_pending_responses()

@@ -19,8 +19,14 @@ def minutes(n: float) -> timedelta:
 
 
 def instance(
-    instance_id: str, *, state: str = "running", launched: datetime | None = LONG_AGO, claim: str | None = None,
-    cluster: str | None = CLUSTER, template: str | None = None, tags: Mapping[str, str] | None = None,
+    instance_id: str,
+    *,
+    state: str = "running",
+    launched: datetime | None = LONG_AGO,
+    claim: str | None = None,
+    cluster: str | None = CLUSTER,
+    template: str | None = None,
+    tags: Mapping[str, str] | None = None,
 ) -> InstanceRecord:
     all_tags: dict[str, str] = {}
     if cluster:
@@ -34,18 +40,35 @@ def instance(
 
 
 def claim(
-    claim_id: str, *, state: str = "initialized", instance_id: str | None = None, node: str | None = None,
-    created: datetime = LONG_AGO, launched: datetime | None = LONG_AGO, pool: str = "default",
+    claim_id: str,
+    *,
+    state: str = "initialized",
+    instance_id: str | None = None,
+    node: str | None = None,
+    created: datetime = LONG_AGO,
+    launched: datetime | None = LONG_AGO,
+    pool: str = "default",
 ) -> ClaimRecord:
     return ClaimRecord(
-        claim_id=claim_id, node_pool=pool, state=state, created_at=created, instance_id=instance_id,
-        node_name=node, launched_at=launched if instance_id else None,
+        claim_id=claim_id,
+        node_pool=pool,
+        state=state,
+        created_at=created,
+        instance_id=instance_id,
+        node_name=node,
+        launched_at=launched if instance_id else None,
     )
 
 
 def node(
-    name: str, instance_id: str | None, *, ready: bool = False, created: datetime | None = LONG_AGO, managed: bool = True,
-    deleting: bool = False, uid: str | None = None,
+    name: str,
+    instance_id: str | None,
+    *,
+    ready: bool = False,
+    created: datetime | None = LONG_AGO,
+    managed: bool = True,
+    deleting: bool = False,
+    uid: str | None = None,
 ) -> GcNode:
     labels = {wk.NODEPOOL: "default", wk.NODECLAIM: f"claim-{name}"} if managed else {"eks.amazonaws.com/nodegroup": "ng"}
     return GcNode(name=name, uid=uid or f"uid-{name}", instance_id=instance_id, labels=labels, created=created, ready=ready, deleting=deleting)

@@ -327,10 +327,14 @@ def test_unknown_node_classes_count_as_existing() -> None:
 
 
 def test_template_idleness_never_starts_before_its_creation_or_when_its_age_is_unknown() -> None:
-    young = plan(templates=(template("lt-1", created=NOW - minutes(10), node_class="old"),), template_unused_since={"lt-1": NOW - timedelta(days=5)},
-                 node_classes=frozenset())
-    unknown = plan(templates=(template("lt-2", created=None, node_class="old"),), template_unused_since={"lt-2": NOW - timedelta(days=5)},
-                   node_classes=frozenset())
+    young = plan(
+        templates=(template("lt-1", created=NOW - minutes(10), node_class="old"),),
+        template_unused_since={"lt-1": NOW - timedelta(days=5)},
+        node_classes=frozenset(),
+    )
+    unknown = plan(
+        templates=(template("lt-2", created=None, node_class="old"),), template_unused_since={"lt-2": NOW - timedelta(days=5)}, node_classes=frozenset()
+    )
     assert not young.actions and not unknown.actions
 
 
@@ -346,7 +350,8 @@ def test_templates_referenced_explicitly_or_only_by_dying_instances() -> None:
 
 def test_a_template_used_by_an_instance_found_by_id_is_in_use() -> None:
     result = plan(
-        templates=(template("lt-1", node_class="old"),), node_classes=frozenset(),
+        templates=(template("lt-1", node_class="old"),),
+        node_classes=frozenset(),
         described={"i-1": instance("i-1", state="stopped", template="lt-1", cluster=None)},
         template_unused_since={"lt-1": NOW - timedelta(days=5)},
     )
@@ -378,7 +383,10 @@ def test_the_cap_keeps_a_claim_and_its_nodes_together() -> None:
         GcPolicy(max_per_kind=2),
     )
     assert [(a.kind, a.target) for a in result.actions] == [
-        (KIND_NODE, "n0"), (KIND_CLAIM, "c0"), (KIND_NODE, "n1"), (KIND_CLAIM, "c1"),
+        (KIND_NODE, "n0"),
+        (KIND_CLAIM, "c0"),
+        (KIND_NODE, "n1"),
+        (KIND_CLAIM, "c1"),
     ]
     assert result.kept_reason(KIND_CLAIM, "c2") and result.kept_reason(KIND_NODE, "n2") and result.kept_reason(KIND_NODE, "n-orphan")
 
@@ -414,8 +422,9 @@ def test_parse_gc_node() -> None:
     assert ready.ready
     assert not parse_gc_node({**raw, "status": {"conditions": []}}).ready  # never reported
     assert parse_gc_node({**raw, "status": {}}).ready  # unreadable: assumed healthy, so kept
-    odd = parse_gc_node({"metadata": {"name": "x", "creationTimestamp": "yesterday", "deletionTimestamp": "2025-01-06T11:00:00Z"},
-                         "spec": {"providerID": "gce://p/z/i-1"}})
+    odd = parse_gc_node(
+        {"metadata": {"name": "x", "creationTimestamp": "yesterday", "deletionTimestamp": "2025-01-06T11:00:00Z"}, "spec": {"providerID": "gce://p/z/i-1"}}
+    )
     assert odd.instance_id is None and odd.created is None and odd.deleting and not odd.labelled_joiner
 
 

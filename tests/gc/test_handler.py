@@ -61,15 +61,16 @@ class Cluster:
         self.aws, self.ec2, self.emulator, self.clock = aws, aws.clients.ec2, emulator, clock
         self.metrics = RecordingMetrics()
         table = create_state_table(aws.clients.dynamodb, f"joiner-state-{uuid.uuid4().hex[:8]}")
-        self.settings = Settings(cluster_name=CLUSTER, region=REGION, state_table=table, idempotency_table="unused",
-                                 kubernetes_host=emulator.url)
+        self.settings = Settings(cluster_name=CLUSTER, region=REGION, state_table=table, idempotency_table="unused", kubernetes_host=emulator.url)
         self.kube = KubernetesClient(emulator.url, sleep=lambda _: None, random=lambda: 1.0, timeout=(2.0, 5.0))
         self.runtime: Runtime = build_runtime(
             self.settings,
             kube_port=self.kube,
             ec2_port=Ec2Adapter(aws.clients.ec2, aws.clients.ssm, aws.clients.eks, CLUSTER, clock),
             state_port=StateAdapter(aws.clients.table(table), clock),
-            clock=clock, metric=self.metrics, sleep=clock.sleep,
+            clock=clock,
+            metric=self.metrics,
+            sleep=clock.sleep,
         )
         self.templates: list[str] = []
         emulator.apply(node_class_json("default", discovery=CLUSTER))
@@ -87,7 +88,8 @@ class Cluster:
         name = f"joiner-{CLUSTER}-default-amd64-{suffix:0>16}"
         tags = [{"Key": "joiner.dev/cluster", "Value": CLUSTER}, {"Key": "joiner.dev/nodeclass", "Value": "default"}]
         template_id = self.ec2.create_launch_template(
-            LaunchTemplateName=name, LaunchTemplateData={"ImageId": self.aws.ami, "InstanceType": "c5.large"},
+            LaunchTemplateName=name,
+            LaunchTemplateData={"ImageId": self.aws.ami, "InstanceType": "c5.large"},
             TagSpecifications=[{"ResourceType": "launch-template", "Tags": tags}],
         )["LaunchTemplate"]["LaunchTemplateId"]
         self.templates.append(template_id)
@@ -101,16 +103,28 @@ class Cluster:
             tags[wk.NODECLAIM] = claim
         kwargs: dict[str, Any] = {"LaunchTemplate": {"LaunchTemplateId": template}} if template else {"ImageId": self.aws.ami, "InstanceType": "c5.large"}
         return self.ec2.run_instances(
-            MinCount=1, MaxCount=1, SubnetId=self.aws.network.subnets["us-east-1a"],
-            TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}], **kwargs,
+            MinCount=1,
+            MaxCount=1,
+            SubnetId=self.aws.network.subnets["us-east-1a"],
+            TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}],
+            **kwargs,
         )["Instances"][0]["InstanceId"]
 
     def claim(self, claim_id: str, instance_id: str, node: str, state: str = "initialized") -> None:
-        self.runtime.state.put_claim(ClaimRecord(
-            claim_id=claim_id, node_pool="default", state=state, created_at=self.clock.now() - timedelta(hours=1),
-            instance_id=instance_id, instance_type="c5.large", zone="us-east-1a", capacity_type="on-demand", node_name=node,
-            launched_at=self.clock.now() - timedelta(hours=1),
-        ))
+        self.runtime.state.put_claim(
+            ClaimRecord(
+                claim_id=claim_id,
+                node_pool="default",
+                state=state,
+                created_at=self.clock.now() - timedelta(hours=1),
+                instance_id=instance_id,
+                instance_type="c5.large",
+                zone="us-east-1a",
+                capacity_type="on-demand",
+                node_name=node,
+                launched_at=self.clock.now() - timedelta(hours=1),
+            )
+        )
 
     def node(self, name: str, instance_id: str, *, ready: bool, managed: bool = True) -> None:
         labels = {wk.NODEPOOL: "default", wk.NODECLAIM: f"claim-{name}"} if managed else {"eks.amazonaws.com/nodegroup": "ng"}
@@ -159,8 +173,14 @@ def test_a_scheduled_run_collects_leaks_and_leaves_healthy_and_foreign_nodes_alo
     result = handler.handler(SCHEDULED_EVENT, LambdaContext())
 
     assert result == {
-        "ran": True, "skippedReason": "", "terminatedInstances": [orphan], "closedClaims": ["c-dead"],
-        "deletedNodes": ["dead", "stray"], "deletedLaunchTemplates": [], "kept": 0, "errors": 0,
+        "ran": True,
+        "skippedReason": "",
+        "terminatedInstances": [orphan],
+        "closedClaims": ["c-dead"],
+        "deletedNodes": ["dead", "stray"],
+        "deletedLaunchTemplates": [],
+        "kept": 0,
+        "errors": 0,
     }
     assert cluster.state_of(orphan) in ("shutting-down", "terminated") and cluster.state_of(healthy) == "running"
     assert cluster.nodes() == {"healthy", "foreign"}
@@ -180,8 +200,12 @@ def test_a_scheduled_run_collects_leaks_and_leaves_healthy_and_foreign_nodes_alo
     assert later["deletedLaunchTemplates"] == [idle] and not later["terminatedInstances"] and not later["deletedNodes"]
     remaining = {t["LaunchTemplateId"] for t in cluster.ec2.describe_launch_templates(LaunchTemplateIds=[used])["LaunchTemplates"]}
     assert remaining == {used}
-    assert not [t for t in cluster.ec2.describe_launch_templates(Filters=[{"Name": "launch-template-name", "Values": [
-        f"joiner-{CLUSTER}-default-amd64-{'b2':0>16}"]}])["LaunchTemplates"]]
+    assert not [
+        t
+        for t in cluster.ec2.describe_launch_templates(Filters=[{"Name": "launch-template-name", "Values": [f"joiner-{CLUSTER}-default-amd64-{'b2':0>16}"]}])[
+            "LaunchTemplates"
+        ]
+    ]
     assert cluster.metrics.total("GarbageCollected", kind="launch-template") == 1
 
 

@@ -25,16 +25,15 @@ def world() -> FakeWorld:
     return world
 
 
-def add_instance(world: FakeWorld, instance_id: str, *, state: str = "running", claim: str | None = None, launched=HOUR_AGO,
-                 tags: dict | None = None) -> None:
+def add_instance(world: FakeWorld, instance_id: str, *, state: str = "running", claim: str | None = None, launched=HOUR_AGO, tags: dict | None = None) -> None:
     all_tags = {"joiner.dev/cluster": world.cluster, wk.NODEPOOL: "default", **({wk.NODECLAIM: claim} if claim else {}), **(tags or {})}
     world.ec2.instances[instance_id] = InstanceRecord(instance_id, "c5.large", "us-east-1a", state, launched, all_tags)
 
 
-def add_claim(world: FakeWorld, claim_id: str, instance_id: str | None, *, state: str = "initialized", node: str | None = None,
-              pool: str = "default", created=HOUR_AGO) -> None:
-    world.state.put_claim(ClaimRecord(claim_id, pool, state, created, instance_id=instance_id, node_name=node,
-                                      launched_at=created if instance_id else None))
+def add_claim(
+    world: FakeWorld, claim_id: str, instance_id: str | None, *, state: str = "initialized", node: str | None = None, pool: str = "default", created=HOUR_AGO
+) -> None:
+    world.state.put_claim(ClaimRecord(claim_id, pool, state, created, instance_id=instance_id, node_name=node, launched_at=created if instance_id else None))
     world.state.reserve_capacity(pool, claim_id, Resources({"cpu": 2000}), None, Resources())
 
 
@@ -78,9 +77,14 @@ def test_one_run_collects_every_kind_and_counts_each_action(world: FakeWorld) ->
     assert all(world.state.get_claim(f"c-healthy{i}").state == "initialized" for i in range(2))
     assert "c-healthy0" in world.state.reservations("default")
     assert result.to_dict() == {
-        "ran": True, "skippedReason": "", "terminatedInstances": ["i-orphan"], "closedClaims": ["c-dead"],
-        "deletedNodes": ["dead", "stray"], "deletedLaunchTemplates": [unused.id],
-        "kept": 0, "errors": 0,
+        "ran": True,
+        "skippedReason": "",
+        "terminatedInstances": ["i-orphan"],
+        "closedClaims": ["c-dead"],
+        "deletedNodes": ["dead", "stray"],
+        "deletedLaunchTemplates": [unused.id],
+        "kept": 0,
+        "errors": 0,
     }
 
 

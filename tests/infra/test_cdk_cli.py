@@ -22,13 +22,19 @@ def offline_environment(home: Path) -> dict[str, str]:
     """This environment without AWS credentials or configuration (and a fresh HOME for the
     CLI's caches), so nothing could reach an account."""
     environment = {key: value for key, value in os.environ.items() if not key.startswith(("AWS_", "CDK_"))}
-    return {**environment, "HOME": str(home), "AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-            "AWS_EC2_METADATA_DISABLED": "true", "CDK_DISABLE_VERSION_CHECK": "true", "CDK_DISABLE_CLI_TELEMETRY": "true"}
+    return {
+        **environment,
+        "HOME": str(home),
+        "AWS_CONFIG_FILE": os.devnull,
+        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "CDK_DISABLE_VERSION_CHECK": "true",
+        "CDK_DISABLE_CLI_TELEMETRY": "true",
+    }
 
 
 def make(*arguments: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["make", "--no-print-directory", *arguments], cwd=ROOT, capture_output=True, text=True,
-                          check=check, timeout=600)
+    return subprocess.run(["make", "--no-print-directory", *arguments], cwd=ROOT, capture_output=True, text=True, check=check, timeout=600)
 
 
 def test_the_cli_is_pinned_exactly_in_the_lock_file() -> None:
@@ -59,15 +65,33 @@ def test_the_cli_starts_and_synthesizes_the_app_offline(tmp_path: Path) -> None:
         pytest.fail("npm is required (Node.js is a prerequisite of make deploy)")
     make("cdk-cli")
     environment = offline_environment(tmp_path)
-    version = subprocess.run([str(CDK), "--version"], capture_output=True, text=True, check=True, env=environment,
-                             timeout=120).stdout
+    version = subprocess.run([str(CDK), "--version"], capture_output=True, text=True, check=True, env=environment, timeout=120).stdout
     assert version.split()[0] == PINNED
 
     out = tmp_path / "cdk.out"
     synth = subprocess.run(
-        [str(CDK), "synth", "--app", f"{sys.executable} {ROOT / 'app.py'}", "--no-notices", "--quiet",
-         "-c", "clusterName=ci", "-c", "region=eu-west-1", "-c", "layerBundling=false", "-o", str(out)],
-        cwd=ROOT, capture_output=True, text=True, check=False, env=environment, timeout=900,
+        [
+            str(CDK),
+            "synth",
+            "--app",
+            f"{sys.executable} {ROOT / 'app.py'}",
+            "--no-notices",
+            "--quiet",
+            "-c",
+            "clusterName=ci",
+            "-c",
+            "region=eu-west-1",
+            "-c",
+            "layerBundling=false",
+            "-o",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        env=environment,
+        timeout=900,
     )
     assert synth.returncode == 0, synth.stderr[-3000:]
     template = json.loads((out / "Joiner-ci.template.json").read_text(encoding="utf-8"))

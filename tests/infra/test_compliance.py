@@ -62,10 +62,13 @@ def test_nag_fails_synth_on_an_unjustified_wildcard(tmp_path):
     stack = Stack(app, "Probe")
     role = iam.Role(stack, "Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
     # Justified: an EC2 write fenced by the cluster tag.
-    role.add_to_policy(iam.PolicyStatement(
-        actions=["ec2:TerminateInstances"], resources=[stack.format_arn(service="ec2", account="*", resource="instance", resource_name="*")],
-        conditions={"StringEquals": {"aws:ResourceTag/joiner.dev/cluster": "demo"}},
-    ))
+    role.add_to_policy(
+        iam.PolicyStatement(
+            actions=["ec2:TerminateInstances"],
+            resources=[stack.format_arn(service="ec2", account="*", resource="instance", resource_name="*")],
+            conditions={"StringEquals": {"aws:ResourceTag/joiner.dev/cluster": "demo"}},
+        )
+    )
     # Not justified: the same resource without the tag condition, and an S3 wildcard.
     role.add_to_policy(iam.PolicyStatement(actions=["s3:*"], resources=["*"]))
     Aspects.of(stack).add(JustifiedFindings(), priority=AspectPriority.MUTATING)
@@ -82,8 +85,12 @@ def test_nag_fails_synth_on_an_unjustified_wildcard(tmp_path):
 def test_a_wildcard_is_acknowledged_only_if_every_statement_producing_it_is_justified(monkeypatch):
     import infra.nag as nag
 
-    justified = {"Effect": "Allow", "Action": "ec2:TerminateInstances", "Resource": "arn:aws:ec2:us-east-1:*:instance/*",
-                 "Condition": {"StringEquals": {"aws:ResourceTag/joiner.dev/cluster": "demo"}}}
+    justified = {
+        "Effect": "Allow",
+        "Action": "ec2:TerminateInstances",
+        "Resource": "arn:aws:ec2:us-east-1:*:instance/*",
+        "Condition": {"StringEquals": {"aws:ResourceTag/joiner.dev/cluster": "demo"}},
+    }
     unfenced = {"Effect": "Allow", "Action": "ec2:StopInstances", "Resource": "arn:aws:ec2:us-east-1:*:instance/*"}
     findings = wildcard_findings({"Statement": [justified, unfenced]})
     assert list(findings) == ["Resource::arn:aws:ec2:us-east-1:*:instance/*"]
@@ -99,10 +106,14 @@ def test_findings_mirror_cdk_nag_flattening():
     document = {
         "Statement": [
             {"Effect": "Allow", "Action": ["kms:GenerateDataKey*", "kms:Decrypt"], "Resource": {"Fn::GetAtt": ["Key1", "Arn"]}},
-            {"Effect": "Allow", "Action": "dynamodb:Query",
-             "Resource": {"Fn::Join": ["", [{"Fn::GetAtt": ["Table1", "Arn"]}, "/index/*"]]}},
-            {"Effect": "Allow", "Action": "ssm:GetParameter",
-             "Resource": {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":ssm:", {"Ref": "AWS::Region"}, "::parameter/aws/service/eks/optimized-ami/*"]]}},
+            {"Effect": "Allow", "Action": "dynamodb:Query", "Resource": {"Fn::Join": ["", [{"Fn::GetAtt": ["Table1", "Arn"]}, "/index/*"]]}},
+            {
+                "Effect": "Allow",
+                "Action": "ssm:GetParameter",
+                "Resource": {
+                    "Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":ssm:", {"Ref": "AWS::Region"}, "::parameter/aws/service/eks/optimized-ami/*"]]
+                },
+            },
             {"Effect": "Deny", "Action": "*", "Resource": "*"},
         ]
     }

@@ -12,14 +12,20 @@ def from_context(**context):
 
 
 def test_defaults_and_command_line_strings_are_parsed():
-    config = from_context(clusterName="prod", subnetIds="subnet-0123456789abcdef0, subnet-0123456789abcdef1",
-                          vpcId="vpc-0123456789abcdef0", vpcEndpoints="existing", logRetentionDays="90", createAccessEntry="false")
+    config = from_context(
+        clusterName="prod",
+        subnetIds="subnet-0123456789abcdef0, subnet-0123456789abcdef1",
+        vpcId="vpc-0123456789abcdef0",
+        vpcEndpoints="existing",
+        logRetentionDays="90",
+        createAccessEntry="false",
+    )
     assert config.subnet_ids == ("subnet-0123456789abcdef0", "subnet-0123456789abcdef1")
     assert (config.log_retention_days, config.create_access_entry, config.scanner_mode) == (90, False, "responsive")
     assert config.existing_node_role_name is None and config.in_vpc
-    assert from_context(clusterName="a", subnetIds='["subnet-0123456789abcdef0"]', vpcId="vpc-0123456789abcdef0",
-                        vpcEndpoints="create").subnet_ids == (
-        "subnet-0123456789abcdef0",)
+    assert from_context(clusterName="a", subnetIds='["subnet-0123456789abcdef0"]', vpcId="vpc-0123456789abcdef0", vpcEndpoints="create").subnet_ids == (
+        "subnet-0123456789abcdef0",
+    )
 
 
 def test_a_dashboard_only_when_asked_for():
@@ -53,20 +59,30 @@ def test_node_role_name_comes_from_the_arn_path():
         ({"clusterName": "a", "region": "mars-1"}, "context 'region'"),
         ({"clusterName": "a", "vpcId": "vpc-0123456789abcdef0"}, "context 'vpcId': needs subnetIds"),
         ({"clusterName": "a", "subnetIds": "subnet-0123456789abcdef0"}, "context 'subnetIds': needs vpcId"),
-        ({"clusterName": "a", "vpcId": "vpc-0123456789abcdef0", "subnetIds": "sub-1", "vpcEndpoints": "existing"},
-         "context 'subnetIds': 'sub-1' is not a subnet id"),
-        ({"clusterName": "a", "vpcId": "vpc-0123456789abcdef0", "subnetIds": "subnet-0123456789abcdef0"},
-         ("context 'vpcEndpoints': in a VPC, say how the functions reach AWS APIs: 'create' (the stack creates interface endpoints "
-          "for ec2, ssm, eks, sqs, sts, lambda, xray)")),
-        ({"clusterName": "a", "vpcId": "vpc-0123456789abcdef0", "subnetIds": "subnet-0123456789abcdef0", "vpcEndpoints": "nat"},
-         "context 'vpcEndpoints': must be 'create' or 'existing'"),
+        (
+            {"clusterName": "a", "vpcId": "vpc-0123456789abcdef0", "subnetIds": "sub-1", "vpcEndpoints": "existing"},
+            "context 'subnetIds': 'sub-1' is not a subnet id",
+        ),
+        (
+            {"clusterName": "a", "vpcId": "vpc-0123456789abcdef0", "subnetIds": "subnet-0123456789abcdef0"},
+            (
+                "context 'vpcEndpoints': in a VPC, say how the functions reach AWS APIs: 'create' (the stack creates interface endpoints "
+                "for ec2, ssm, eks, sqs, sts, lambda, xray)"
+            ),
+        ),
+        (
+            {"clusterName": "a", "vpcId": "vpc-0123456789abcdef0", "subnetIds": "subnet-0123456789abcdef0", "vpcEndpoints": "nat"},
+            "context 'vpcEndpoints': must be 'create' or 'existing'",
+        ),
         ({"clusterName": "a", "vpcEndpoints": "create"}, "context 'vpcEndpoints': needs vpcId"),
         ({"clusterName": "a", "securityGroupId": "sg-0123456789abcdef0"}, "context 'securityGroupId': needs vpcId"),
         ({"clusterName": "a", "scannerMode": "fast"}, "context 'scannerMode': must be 'responsive' or 'economy'"),
         ({"clusterName": "a", "logRetentionDays": "31"}, "context 'logRetentionDays': must be one of 1, 3, 5"),
         ({"clusterName": "a", "logRetentionDays": "month"}, "context 'logRetentionDays': 'month' is not a whole number"),
-        ({"clusterName": "a", "alarmEmail": "ops@example.com", "alarmTopicArn": "arn:aws:sns:us-east-1:123456789012:t"},
-         "context 'alarmEmail': give either alarmEmail"),
+        (
+            {"clusterName": "a", "alarmEmail": "ops@example.com", "alarmTopicArn": "arn:aws:sns:us-east-1:123456789012:t"},
+            "context 'alarmEmail': give either alarmEmail",
+        ),
         ({"clusterName": "a", "alarmEmail": "ops"}, "context 'alarmEmail': 'ops' is not an e-mail address"),
         ({"clusterName": "a", "alarmTopicArn": "arn:aws:sqs:us-east-1:123456789012:q"}, "context 'alarmTopicArn'"),
         ({"clusterName": "a", "nodeRoleArn": "NodeRole"}, "context 'nodeRoleArn': 'NodeRole' is not an IAM role ARN"),

@@ -15,10 +15,11 @@ from tests.support.iam_policy import evaluate
 
 REGION = "eu-west-1"
 TEMPLATE = {
-    "ImageId": "ami-1", "SecurityGroupIds": ["sg-1"], "IamInstanceProfile": {"Name": "MyNodeRole"},
+    "ImageId": "ami-1",
+    "SecurityGroupIds": ["sg-1"],
+    "IamInstanceProfile": {"Name": "MyNodeRole"},
     "BlockDeviceMappings": [{"DeviceName": "/dev/xvda", "Ebs": {"VolumeSize": 20, "Encrypted": True, "KmsKeyId": EBS_KEY}}],
-    "TagSpecifications": [{"ResourceType": t, "Tags": [{"Key": "joiner.dev/cluster", "Value": "c"}]}
-                          for t in ("instance", "volume", "network-interface")],
+    "TagSpecifications": [{"ResourceType": t, "Tags": [{"Key": "joiner.dev/cluster", "Value": "c"}]} for t in ("instance", "volume", "network-interface")],
 }
 
 
@@ -48,17 +49,27 @@ def _key_decisions(synthesized: Synthesized, cluster: str) -> dict[str, bool]:
     settings = SimpleNamespace(cluster_name=cluster, region=REGION, node_role="MyNodeRole")
     binding = bind(deployment, "scanner", settings)
     statements = [binding.resolve(s) for s in deployment.statements["scanner"]]
-    params = {"Type": "instant", "LaunchTemplateConfigs": [{"LaunchTemplateSpecification": {"LaunchTemplateId": "lt-1", "Version": "1"},
-                                                            "Overrides": [{"InstanceType": "m5.large", "SubnetId": "subnet-1"}]}],
-              "TargetCapacitySpecification": {"TotalTargetCapacity": 1, "DefaultTargetCapacityType": "on-demand"}}
+    params = {
+        "Type": "instant",
+        "LaunchTemplateConfigs": [
+            {"LaunchTemplateSpecification": {"LaunchTemplateId": "lt-1", "Version": "1"}, "Overrides": [{"InstanceType": "m5.large", "SubnetId": "subnet-1"}]}
+        ],
+        "TargetCapacitySpecification": {"TotalTargetCapacity": 1, "DefaultTargetCapacityType": "on-demand"},
+    }
     needed = authorizations("ec2", "CreateFleet", params, region=REGION, state=_State())  # type: ignore[arg-type]
     return {a.action: evaluate(statements, a).allowed for a in needed if a.action.startswith("kms:")}
 
 
 def test_a_launch_encrypting_volumes_with_the_key_is_granted_its_use(synthesized_private: Synthesized) -> None:
     decisions = _key_decisions(synthesized_private, "private-cluster")
-    assert set(decisions) == {"kms:CreateGrant", "kms:Decrypt", "kms:DescribeKey", "kms:GenerateDataKeyWithoutPlaintext",
-                              "kms:ReEncryptFrom", "kms:ReEncryptTo"}
+    assert set(decisions) == {
+        "kms:CreateGrant",
+        "kms:Decrypt",
+        "kms:DescribeKey",
+        "kms:GenerateDataKeyWithoutPlaintext",
+        "kms:ReEncryptFrom",
+        "kms:ReEncryptTo",
+    }
     assert all(decisions.values()), decisions
 
 

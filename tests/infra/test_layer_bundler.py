@@ -44,7 +44,7 @@ def test_pip_command_targets_the_functions_platform(tmp_path):
     assert command[command.index("--python-version") + 1] == LAYER_PYTHON_VERSION
     assert command[command.index("--implementation") + 1] == "cp"
     assert command[command.index("--target") + 1] == str(tmp_path / "python")
-    assert command[-len(LAYER_REQUIREMENTS):] == list(LAYER_REQUIREMENTS)
+    assert command[-len(LAYER_REQUIREMENTS) :] == list(LAYER_REQUIREMENTS)
 
 
 def test_layer_matches_the_functions_runtime_and_architecture():
@@ -62,11 +62,23 @@ def test_requirements_are_pinned_and_cover_the_runtime_dependencies():
 def make_site(root: Path) -> Path:
     """A fake ``pip --target`` result with everything the pruner should and should not touch."""
     files = [
-        "kubernetes/__init__.py", "kubernetes/client/api_client.py", "kubernetes/aio/__init__.py", "kubernetes/aio/client/api.py",
-        "kubernetes/__pycache__/x.cpython-311.pyc", "websocket/tests/test_ws.py", "websocket/_core.py",
-        "certifi/tests/__init__.py", "yaml/__init__.py", "yaml/__pycache__/y.cpython-311.pyc", "bin/normalizer",
-        "pydantic_core-2.0.dist-info/RECORD", "pydantic_core-2.0.dist-info/tests/keep.txt", "stray.pyc",
-        "joiner/__init__.py", "joiner/tests/keep_me.py", "joiner/__pycache__/z.pyc",
+        "kubernetes/__init__.py",
+        "kubernetes/client/api_client.py",
+        "kubernetes/aio/__init__.py",
+        "kubernetes/aio/client/api.py",
+        "kubernetes/__pycache__/x.cpython-311.pyc",
+        "websocket/tests/test_ws.py",
+        "websocket/_core.py",
+        "certifi/tests/__init__.py",
+        "yaml/__init__.py",
+        "yaml/__pycache__/y.cpython-311.pyc",
+        "bin/normalizer",
+        "pydantic_core-2.0.dist-info/RECORD",
+        "pydantic_core-2.0.dist-info/tests/keep.txt",
+        "stray.pyc",
+        "joiner/__init__.py",
+        "joiner/tests/keep_me.py",
+        "joiner/__pycache__/z.pyc",
         "joiner/localized.py",
     ]
     for relative in files:
@@ -79,16 +91,32 @@ def make_site(root: Path) -> Path:
 def test_prune_removes_caches_tests_scripts_and_the_async_client(tmp_path):
     site = make_site(tmp_path / "python")
     removed = prune_layer(site)
-    assert removed == sorted([
-        "bin", "certifi/tests", "joiner/__pycache__", "kubernetes/__pycache__", "kubernetes/aio",
-        "stray.pyc", "websocket/tests", "yaml/__pycache__",
-    ])
+    assert removed == sorted(
+        [
+            "bin",
+            "certifi/tests",
+            "joiner/__pycache__",
+            "kubernetes/__pycache__",
+            "kubernetes/aio",
+            "stray.pyc",
+            "websocket/tests",
+            "yaml/__pycache__",
+        ]
+    )
     remaining = sorted(p.relative_to(site).as_posix() for p in site.rglob("*") if p.is_file())
-    assert remaining == sorted([
-        "kubernetes/__init__.py", "kubernetes/client/api_client.py", "websocket/_core.py", "yaml/__init__.py",
-        "pydantic_core-2.0.dist-info/RECORD", "pydantic_core-2.0.dist-info/tests/keep.txt",
-        "joiner/__init__.py", "joiner/tests/keep_me.py", "joiner/localized.py",
-    ])
+    assert remaining == sorted(
+        [
+            "kubernetes/__init__.py",
+            "kubernetes/client/api_client.py",
+            "websocket/_core.py",
+            "yaml/__init__.py",
+            "pydantic_core-2.0.dist-info/RECORD",
+            "pydantic_core-2.0.dist-info/tests/keep.txt",
+            "joiner/__init__.py",
+            "joiner/tests/keep_me.py",
+            "joiner/localized.py",
+        ]
+    )
     assert prune_layer(site) == []  # idempotent
 
 
@@ -101,9 +129,13 @@ def test_the_layers_package_holds_none_of_the_test_world(tmp_path):
     world_modules = {p.name for p in world.glob("*.py")} - {"__init__.py", "__main__.py", "aws.py"}
     assert {"kube_emulator.py", "simulator.py", "soak.py"} <= world_modules
     assert not {Path(p).name for p in shipped} & (world_modules | {"testworld", "local", "scenarios", "classic.yaml"})
-    imported = {alias.name if isinstance(node, ast.Import) else node.module or "" for p in tmp_path.rglob("*.py")
-                for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))) if isinstance(node, ast.Import | ast.ImportFrom)
-                for alias in node.names}
+    imported = {
+        alias.name if isinstance(node, ast.Import) else node.module or ""
+        for p in tmp_path.rglob("*.py")
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for alias in node.names
+    }
     assert "joiner.cli.main" in imported and not [name for name in imported if name.split(".")[0] == "testworld"]
 
 
@@ -160,8 +192,9 @@ def test_try_bundle_raises_with_pips_last_lines_on_failure(tmp_path, layer_pytho
 
 
 def test_the_bytecode_interpreter_is_the_runtimes_python(layer_python):
-    version = subprocess.run([layer_python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                             capture_output=True, text=True, check=True).stdout.strip()
+    version = subprocess.run(
+        [layer_python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     assert version == LAYER_PYTHON_VERSION == RUNTIME.name.removeprefix("python")
 
 
@@ -191,9 +224,10 @@ def test_bytecode_is_used_from_a_read_only_layer_without_looking_at_the_sources(
     # (a timestamp .pyc would be recompiled, which a read-only /opt cannot store).
     (site / "pkg" / "mod.py").write_text("VALUE = 'source'\n")
     loaded = subprocess.run(
-        [layer_python, "-I", "-S", "-B", "-c",
-         f"import sys; sys.path.insert(0, {str(site)!r}); import pkg.mod; print(pkg.mod.VALUE, pkg.mod.__spec__.cached)"],
-        capture_output=True, text=True, check=True,
+        [layer_python, "-I", "-S", "-B", "-c", f"import sys; sys.path.insert(0, {str(site)!r}); import pkg.mod; print(pkg.mod.VALUE, pkg.mod.__spec__.cached)"],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.split()
     assert loaded == ["compiled", str(cached)]
 

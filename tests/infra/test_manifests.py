@@ -37,11 +37,19 @@ def validators() -> dict[str, jsonschema.Draft7Validator]:
 
 
 def examples() -> list[tuple[str, dict]]:
-    return [(f"{path.name}:{doc['metadata']['name']}", doc) for path in sorted((MANIFESTS / "examples").glob("*.yaml")) for doc in load(f"examples/{path.name}")]
+    return [
+        (f"{path.name}:{doc['metadata']['name']}", doc) for path in sorted((MANIFESTS / "examples").glob("*.yaml")) for doc in load(f"examples/{path.name}")
+    ]
 
 
-@pytest.mark.parametrize(("file_name", "plural", "kind"), [("nodepools.joiner.dev.yaml", "nodepools", "NodePool"), ("nodeclasses.joiner.dev.yaml", "nodeclasses", "NodeClass"),
-                                                         ("nodeclaims.joiner.dev.yaml", "nodeclaims", "NodeClaim")])
+@pytest.mark.parametrize(
+    ("file_name", "plural", "kind"),
+    [
+        ("nodepools.joiner.dev.yaml", "nodepools", "NodePool"),
+        ("nodeclasses.joiner.dev.yaml", "nodeclasses", "NodeClass"),
+        ("nodeclaims.joiner.dev.yaml", "nodeclaims", "NodeClaim"),
+    ],
+)
 def test_crds_are_cluster_scoped_v1_served_and_stored_with_status(file_name, plural, kind):
     document = crd(file_name)
     assert document["apiVersion"] == "apiextensions.k8s.io/v1" and document["metadata"]["name"] == f"{plural}.joiner.dev"
@@ -57,8 +65,12 @@ def test_kubectl_get_nodepools_columns():
     (version,) = crd("nodepools.joiner.dev.yaml")["spec"]["versions"]
     shown = [(c["name"], c["jsonPath"]) for c in version["additionalPrinterColumns"] if c.get("priority", 0) == 0]
     assert shown == [
-        ("NodeClass", ".spec.template.spec.nodeClassRef.name"), ("Nodes", ".status.nodes"), ("CPU", ".status.resources.cpu"),
-        ("Memory", ".status.resources.memory"), ("Ready", '.status.conditions[?(@.type=="Ready")].status'), ("Age", ".metadata.creationTimestamp"),
+        ("NodeClass", ".spec.template.spec.nodeClassRef.name"),
+        ("Nodes", ".status.nodes"),
+        ("CPU", ".status.resources.cpu"),
+        ("Memory", ".status.resources.memory"),
+        ("Ready", '.status.conditions[?(@.type=="Ready")].status'),
+        ("Age", ".metadata.creationTimestamp"),
     ]
 
 
@@ -68,8 +80,12 @@ def test_kubectl_get_nodeclaims_columns_are_karpenters():
     (version,) = crd("nodeclaims.joiner.dev.yaml")["spec"]["versions"]
     shown = [(c["name"], c["jsonPath"]) for c in version["additionalPrinterColumns"] if c.get("priority", 0) == 0]
     assert shown == [
-        ("Type", ".status.instanceType"), ("Capacity", ".status.capacityType"), ("Zone", ".status.zone"), ("Node", ".status.nodeName"),
-        ("Ready", '.status.conditions[?(@.type=="Ready")].status'), ("Age", ".metadata.creationTimestamp"),
+        ("Type", ".status.instanceType"),
+        ("Capacity", ".status.capacityType"),
+        ("Zone", ".status.zone"),
+        ("Node", ".status.nodeName"),
+        ("Ready", '.status.conditions[?(@.type=="Ready")].status'),
+        ("Age", ".metadata.creationTimestamp"),
     ]
     wide = [c["name"] for c in version["additionalPrinterColumns"] if c.get("priority", 0) == 1]
     assert wide == ["ID", "NodePool", "Price", "State"]
@@ -95,7 +111,12 @@ def test_nodepool_schema_defaults_and_enums():
 def test_nodeclass_schema_defaults():
     schema = crd("nodeclasses.joiner.dev.yaml")["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
     assert schema["amiFamily"]["default"] == "AL2023"
-    assert schema["metadataOptions"]["default"] == {"httpEndpoint": "enabled", "httpProtocolIPv6": "disabled", "httpPutResponseHopLimit": 1, "httpTokens": "required"}
+    assert schema["metadataOptions"]["default"] == {
+        "httpEndpoint": "enabled",
+        "httpProtocolIPv6": "disabled",
+        "httpPutResponseHopLimit": 1,
+        "httpTokens": "required",
+    }
 
 
 @pytest.mark.parametrize(("name", "document"), examples(), ids=[name for name, _ in examples()])
@@ -115,7 +136,9 @@ def test_examples_cover_the_documented_pools():
     pools = {doc["metadata"]["name"]: doc for _, doc in examples() if doc["kind"] == "NodePool"}
     addons = pools["addons"]["spec"]["template"]["spec"]
     assert addons["taints"] and {"key": "joiner.dev/capacity-type", "operator": "In", "values": ["on-demand"]} in addons["requirements"]
-    assert {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c5.large", "c5.2xlarge"], "minValues": 2} in pools["spot"]["spec"]["template"]["spec"]["requirements"]
+    assert {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c5.large", "c5.2xlarge"], "minValues": 2} in pools["spot"]["spec"][
+        "template"
+    ]["spec"]["requirements"]
 
 
 @pytest.mark.parametrize(
@@ -177,8 +200,12 @@ def test_rbac_grants_only_what_joiner_uses():
 def test_the_watcher_may_only_list_and_watch_what_it_watches():
     _, _, role, binding = load("rbac.yaml")
     grants = {(group, resource): set(rule["verbs"]) for rule in role["rules"] for group in rule["apiGroups"] for resource in rule["resources"]}
-    assert grants == {("", "pods"): {"list", "watch"}, ("", "nodes"): {"list", "watch"}, ("joiner.dev", "nodepools"): {"list", "watch"},
-                      ("joiner.dev", "nodeclasses"): {"list", "watch"}}
+    assert grants == {
+        ("", "pods"): {"list", "watch"},
+        ("", "nodes"): {"list", "watch"},
+        ("joiner.dev", "nodepools"): {"list", "watch"},
+        ("joiner.dev", "nodeclasses"): {"list", "watch"},
+    }
     assert binding["roleRef"]["name"] == role["metadata"]["name"] == "joiner-watcher"
     assert binding["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "joiner:watcher"}]
 
@@ -187,8 +214,12 @@ def test_the_watcher_may_only_list_and_watch_what_it_watches():
 def test_the_documented_permission_table_is_the_rbac_manifest(index, heading):
     """docs/kubernetes.md lists exactly what manifests/rbac.yaml grants (issue 16 section 6)."""
     role = load("rbac.yaml")[index]
-    granted = {("" if group == "" else group, resource, frozenset(rule["verbs"]))
-               for rule in role["rules"] for group in rule["apiGroups"] for resource in rule["resources"]}
+    granted = {
+        ("" if group == "" else group, resource, frozenset(rule["verbs"]))
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    }
     text = (MANIFESTS.parent / "docs" / "kubernetes.md").read_text()
     section = text.split(heading, 1)[1].split("\n## ", 1)[0]
     documented = set()
@@ -207,8 +238,9 @@ KARPENTER_NAMES = frozenset({"nodepools", "nodepool", "nodeclaims", "nodeclaim",
 AMBIGUOUS = re.compile(r"^(nodepools?|nodeclass(es)?|nodeclaims?)$", re.IGNORECASE)
 
 
-@pytest.mark.parametrize(("file_name", "short"), [("nodepools.joiner.dev.yaml", ["jnp"]), ("nodeclasses.joiner.dev.yaml", ["jnc"]),
-                                                   ("nodeclaims.joiner.dev.yaml", ["jncl"])])
+@pytest.mark.parametrize(
+    ("file_name", "short"), [("nodepools.joiner.dev.yaml", ["jnp"]), ("nodeclasses.joiner.dev.yaml", ["jnc"]), ("nodeclaims.joiner.dev.yaml", ["jncl"])]
+)
 def test_crds_have_short_names_karpenter_does_not_use(file_name, short):
     names = crd(file_name)["spec"]["names"]
     assert names["shortNames"] == short and not set(short) & KARPENTER_NAMES
@@ -230,8 +262,7 @@ def test_documented_kubectl_commands_name_joiner_and_karpenter_resources_unambig
     commands = kubectl_commands()
     assert any("nodepools.joiner.dev" in command for _, command in commands)
     ambiguous = [
-        (where, command) for where, command in commands
-        for argument in command.split()[2:] for resource in argument.split(",") if AMBIGUOUS.match(resource)
+        (where, command) for where, command in commands for argument in command.split()[2:] for resource in argument.split(",") if AMBIGUOUS.match(resource)
     ]
     assert ambiguous == []
 

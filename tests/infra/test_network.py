@@ -14,8 +14,13 @@ from tests.infra.conftest import Synthesized, synthesize
 @pytest.fixture(scope="module")
 def synthesized_endpoints(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
     return synthesize(
-        {"clusterName": "vpc-cluster", "region": "eu-west-1", "vpcId": "vpc-0123456789abcdef0",
-         "subnetIds": "subnet-0123456789abcdef0,subnet-0123456789abcdef1", "vpcEndpoints": "create"},
+        {
+            "clusterName": "vpc-cluster",
+            "region": "eu-west-1",
+            "vpcId": "vpc-0123456789abcdef0",
+            "subnetIds": "subnet-0123456789abcdef0,subnet-0123456789abcdef1",
+            "vpcEndpoints": "create",
+        },
         tmp_path_factory.mktemp("cdk-endpoints"),
     )
 
@@ -31,9 +36,15 @@ def test_every_interface_endpoint_the_functions_call_is_created_in_their_subnets
         assert properties["SubnetIds"] == ["subnet-0123456789abcdef0", "subnet-0123456789abcdef1"]
         assert properties["VpcId"] == "vpc-0123456789abcdef0"
     (group,) = [g for key, g in synthesized_endpoints.resources("AWS::EC2::SecurityGroup").items() if "EndpointSecurityGroup" in key]
-    assert group["Properties"]["SecurityGroupIngress"] == [{
-        "Description": "Joiner functions", "FromPort": 443, "IpProtocol": "tcp", "ToPort": 443,
-        "SourceSecurityGroupId": {"Fn::GetAtt": [function_group, "GroupId"]}}]
+    assert group["Properties"]["SecurityGroupIngress"] == [
+        {
+            "Description": "Joiner functions",
+            "FromPort": 443,
+            "IpProtocol": "tcp",
+            "ToPort": 443,
+            "SourceSecurityGroupId": {"Fn::GetAtt": [function_group, "GroupId"]},
+        }
+    ]
     assert synthesized_endpoints.nag_violations == []
 
 

@@ -19,8 +19,12 @@ def test_every_service_principal_is_let_in(request: pytest.FixtureRequest, varia
 
 
 def _events_statement(condition: dict[str, Any] | None) -> dict[str, Any]:
-    statement: dict[str, Any] = {"Effect": "Allow", "Principal": {"Service": "events.amazonaws.com"},
-                                 "Action": ["kms:GenerateDataKey", "kms:Decrypt"], "Resource": "*"}
+    statement: dict[str, Any] = {
+        "Effect": "Allow",
+        "Principal": {"Service": "events.amazonaws.com"},
+        "Action": ["kms:GenerateDataKey", "kms:Decrypt"],
+        "Resource": "*",
+    }
     if condition:
         statement["Condition"] = condition
     return statement
@@ -32,10 +36,23 @@ def _rule_to_queue(*, key_statement: dict[str, Any] | None, source_arn: bool = T
     resources: dict[str, Any] = {
         "Rule": {"Type": "AWS::Events::Rule", "Properties": {"Targets": [{"Arn": {"Fn::GetAtt": ["Queue", "Arn"]}, "Id": "T"}]}},
         "Queue": queue,
-        "QueuePolicy": {"Type": "AWS::SQS::QueuePolicy", "Properties": {"Queues": [{"Ref": "Queue"}], "PolicyDocument": {"Statement": [
-            {"Effect": "Allow", "Principal": {"Service": "events.amazonaws.com"}, "Action": "sqs:SendMessage",
-             "Resource": {"Fn::GetAtt": ["Queue", "Arn"]},
-             **({"Condition": {"ArnEquals": {"aws:SourceArn": [{"Fn::GetAtt": ["Rule", "Arn"]}]}}} if source_arn else {})}]}}},
+        "QueuePolicy": {
+            "Type": "AWS::SQS::QueuePolicy",
+            "Properties": {
+                "Queues": [{"Ref": "Queue"}],
+                "PolicyDocument": {
+                    "Statement": [
+                        {
+                            "Effect": "Allow",
+                            "Principal": {"Service": "events.amazonaws.com"},
+                            "Action": "sqs:SendMessage",
+                            "Resource": {"Fn::GetAtt": ["Queue", "Arn"]},
+                            **({"Condition": {"ArnEquals": {"aws:SourceArn": [{"Fn::GetAtt": ["Rule", "Arn"]}]}}} if source_arn else {}),
+                        }
+                    ]
+                },
+            },
+        },
     }
     if key_statement is not None:
         queue["Properties"]["KmsMasterKeyId"] = {"Fn::GetAtt": ["Key", "Arn"]}

@@ -121,8 +121,13 @@ def test_failed_deliveries_of_every_interruption_rule_alarm(synthesized):
 def this_accounts_alarms(condition: dict) -> bool:
     """aws:SourceAccount is this account and aws:SourceArn this account's alarms in this region."""
     arn = json.dumps(condition["ArnLike"]["aws:SourceArn"])
-    return (condition["StringEquals"] == {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}
-            and ":cloudwatch:" in arn and ":alarm:*" in arn and "AWS::AccountId" in arn and "AWS::Region" in arn)
+    return (
+        condition["StringEquals"] == {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}
+        and ":cloudwatch:" in arn
+        and ":alarm:*" in arn
+        and "AWS::AccountId" in arn
+        and "AWS::Region" in arn
+    )
 
 
 def test_cloudwatch_may_use_the_key_for_this_accounts_alarms_only(synthesized):
@@ -134,12 +139,20 @@ def test_cloudwatch_may_use_the_key_for_this_accounts_alarms_only(synthesized):
 # ---------------------------------------------------------------- queues
 
 
-@pytest.mark.parametrize(("queue_fragment", "consumer", "local_visibility", "receives", "encrypted_by_key"), [
-    ("IngestionInterruption", "interruption", INTERRUPTION_VISIBILITY_SECONDS, MAX_RECEIVE_COUNT, False),
-    ("WorkQueueWork", "termination", WORK_VISIBILITY_SECONDS, WORK_MAX_RECEIVE_COUNT, True),
-])
+@pytest.mark.parametrize(
+    ("queue_fragment", "consumer", "local_visibility", "receives", "encrypted_by_key"),
+    [
+        ("IngestionInterruption", "interruption", INTERRUPTION_VISIBILITY_SECONDS, MAX_RECEIVE_COUNT, False),
+        ("WorkQueueWork", "termination", WORK_VISIBILITY_SECONDS, WORK_MAX_RECEIVE_COUNT, True),
+    ],
+)
 def test_queues_redrive_after_their_receives_and_bring_back_a_dead_invocations_messages_promptly(
-    synthesized, queue_fragment, consumer, local_visibility, receives, encrypted_by_key,
+    synthesized,
+    queue_fragment,
+    consumer,
+    local_visibility,
+    receives,
+    encrypted_by_key,
 ):
     """A message whose invocation died comes back once the consumer's timeout has surely
     passed, and no later: within the two minutes a spot warning gives (AWS's six-timeouts
@@ -220,8 +233,10 @@ def test_function_runtime_architecture_layer_environment(synthesized, spec):
 
 
 def test_overlap_sensitive_functions_run_one_at_a_time(synthesized):
-    reserved = {spec.name: synthesized.template["Resources"][function_id(synthesized, spec.name)]["Properties"].get("ReservedConcurrentExecutions")
-                for spec in FUNCTION_SPECS}
+    reserved = {
+        spec.name: synthesized.template["Resources"][function_id(synthesized, spec.name)]["Properties"].get("ReservedConcurrentExecutions")
+        for spec in FUNCTION_SPECS
+    }
     assert reserved == {"scanner": 1, "interruption": None, "termination": None, "disruption": 1, "gc": 1, "watcher": 1}
 
 
@@ -231,29 +246,48 @@ def test_the_watcher_wakes_only_the_scanner_and_exists_only_in_responsive_mode(s
     assert watcher["Environment"]["Variables"]["JOINER_PLANNER_FUNCTION"] == {"Ref": scanner}
     assert watcher["MemorySize"] == 128
     policy = statements(synthesized, "WatcherRoleDefaultPolicy")
-    actions = {a: st["Resource"] for st in policy for a in (st["Action"] if isinstance(st["Action"], list) else [st["Action"]])
-               if not a.startswith(("logs:", "xray:", "kms:"))}
-    assert actions == {"lambda:InvokeFunction": {"Fn::GetAtt": [scanner, "Arn"]},
-                       "dynamodb:GetItem": actions["dynamodb:GetItem"], "dynamodb:PutItem": actions["dynamodb:PutItem"]}
+    actions = {
+        a: st["Resource"]
+        for st in policy
+        for a in (st["Action"] if isinstance(st["Action"], list) else [st["Action"]])
+        if not a.startswith(("logs:", "xray:", "kms:"))
+    }
+    assert actions == {
+        "lambda:InvokeFunction": {"Fn::GetAtt": [scanner, "Arn"]},
+        "dynamodb:GetItem": actions["dynamodb:GetItem"],
+        "dynamodb:PutItem": actions["dynamodb:PutItem"],
+    }
     role = logical_id(synthesized, "AWS::IAM::Role", "AccessWatcherRole")
-    attached = [policy_id for policy_id, policy in synthesized.resources("AWS::IAM::Policy").items()
-                if {"Ref": role} in policy["Properties"]["Roles"]]
+    attached = [policy_id for policy_id, policy in synthesized.resources("AWS::IAM::Policy").items() if {"Ref": role} in policy["Properties"]["Roles"]]
     assert sorted(key.split("Access")[1].rstrip("0123456789ABCDEF") for key in attached if "Access" in key) == [
-        "Discover", "WatcherRoleDefaultPolicy"]  # no instance reads, no launch, nothing else
-    assert [rule for rule in synthesized.resources("AWS::Events::Rule").values()
-            if rule["Properties"].get("Targets", [{}])[0].get("Arn") == {"Fn::GetAtt": [function_id(synthesized, "watcher"), "Arn"]}
-            and rule["Properties"].get("ScheduleExpression") == "rate(1 minute)"]
+        "Discover",
+        "WatcherRoleDefaultPolicy",
+    ]  # no instance reads, no launch, nothing else
+    assert [
+        rule
+        for rule in synthesized.resources("AWS::Events::Rule").values()
+        if rule["Properties"].get("Targets", [{}])[0].get("Arn") == {"Fn::GetAtt": [function_id(synthesized, "watcher"), "Arn"]}
+        and rule["Properties"].get("ScheduleExpression") == "rate(1 minute)"
+    ]
     assert not [key for key in synthesized_private.resources("AWS::Lambda::Function") if "FunctionsWatcher" in key]
 
 
-@pytest.mark.parametrize(("name", "expression"), [("scanner", "rate(1 minute)"), ("disruption", "rate(1 minute)"), ("gc", "rate(5 minutes)"),
-                                                ("watcher", "rate(1 minute)")])
+@pytest.mark.parametrize(
+    ("name", "expression"), [("scanner", "rate(1 minute)"), ("disruption", "rate(1 minute)"), ("gc", "rate(5 minutes)"), ("watcher", "rate(1 minute)")]
+)
 def test_schedules_invoke_their_function(synthesized, name, expression):
-    rules = [rule for rule in synthesized.resources("AWS::Events::Rule").values() if rule["Properties"].get("ScheduleExpression") == expression
-             and rule["Properties"]["Targets"][0]["Arn"] == {"Fn::GetAtt": [function_id(synthesized, name), "Arn"]}]
+    rules = [
+        rule
+        for rule in synthesized.resources("AWS::Events::Rule").values()
+        if rule["Properties"].get("ScheduleExpression") == expression
+        and rule["Properties"]["Targets"][0]["Arn"] == {"Fn::GetAtt": [function_id(synthesized, name), "Arn"]}
+    ]
     assert len(rules) == 1
-    invoke_config = [c for c in synthesized.resources("AWS::Lambda::EventInvokeConfig").values()
-                     if c["Properties"]["FunctionName"] == {"Ref": function_id(synthesized, name)}]
+    invoke_config = [
+        c
+        for c in synthesized.resources("AWS::Lambda::EventInvokeConfig").values()
+        if c["Properties"]["FunctionName"] == {"Ref": function_id(synthesized, name)}
+    ]
     assert invoke_config[0]["Properties"]["MaximumRetryAttempts"] == 0
 
 
@@ -321,14 +355,26 @@ def test_read_only_grants(synthesized):
     describe = statement(synthesized, "AccessReadInstances", "DescribeInstancesInThisRegion")
     assert (describe["Action"], describe["Condition"]) == ("ec2:DescribeInstances", in_region)
     launch = statement(synthesized, "AccessLaunch", "DescribeLaunchInputsInThisRegion")
-    assert sorted(launch["Action"]) == ["ec2:DescribeAvailabilityZones", "ec2:DescribeCapacityReservations", "ec2:DescribeImages", "ec2:DescribeInstanceTypeOfferings", "ec2:DescribeInstanceTypes",
-                                        "ec2:DescribeLaunchTemplates", "ec2:DescribeSecurityGroups",
-                                        "ec2:DescribeSpotPriceHistory", "ec2:DescribeSubnets"]
+    assert sorted(launch["Action"]) == [
+        "ec2:DescribeAvailabilityZones",
+        "ec2:DescribeCapacityReservations",
+        "ec2:DescribeImages",
+        "ec2:DescribeInstanceTypeOfferings",
+        "ec2:DescribeInstanceTypes",
+        "ec2:DescribeLaunchTemplates",
+        "ec2:DescribeSecurityGroups",
+        "ec2:DescribeSpotPriceHistory",
+        "ec2:DescribeSubnets",
+    ]
     assert launch["Condition"] == in_region
     # No wildcard action anywhere (Describe* would let a role read every instance's user data),
     # and nothing unused: the price list only where the run-time catalog is built, no Bottlerocket parameters.
-    every_action = [a for policy in synthesized.resources("AWS::IAM::Policy").values() for st in policy["Properties"]["PolicyDocument"]["Statement"]
-                    for a in (st["Action"] if isinstance(st["Action"], list) else [st["Action"]])]
+    every_action = [
+        a
+        for policy in synthesized.resources("AWS::IAM::Policy").values()
+        for st in policy["Properties"]["PolicyDocument"]["Statement"]
+        for a in (st["Action"] if isinstance(st["Action"], list) else [st["Action"]])
+    ]
     assert not [a for a in every_action if a.startswith("ec2:") and "*" in a]
     assert statement(synthesized, "AccessLaunch", "ReadOnDemandPrices")["Action"] == "pricing:GetProducts"
     assert every_action.count("pricing:GetProducts") == 1 and "bottlerocket" not in json.dumps(synthesized.template)
@@ -361,8 +407,7 @@ def test_data_grants_are_scoped_to_our_resources(synthesized):
             if any(a.startswith(("dynamodb:", "sqs:", "kms:", "logs:")) for a in actions):
                 assert s["Resource"] != "*", f"{policy_id} grants {actions} on *"
     scanner = statements(synthesized, "ScannerRoleDefaultPolicy")
-    assert any(s["Resource"] == [{"Fn::GetAtt": [table, "Arn"]}, {"Fn::Join": ["", [{"Fn::GetAtt": [table, "Arn"]}, "/index/*"]]}]
-               for s in scanner)
+    assert any(s["Resource"] == [{"Fn::GetAtt": [table, "Arn"]}, {"Fn::Join": ["", [{"Fn::GetAtt": [table, "Arn"]}, "/index/*"]]}] for s in scanner)
 
 
 def test_idempotency_table_and_work_queue_are_granted_only_to_their_users(synthesized):
@@ -370,21 +415,36 @@ def test_idempotency_table_and_work_queue_are_granted_only_to_their_users(synthe
     work_queue = logical_id(synthesized, "AWS::SQS::Queue", "WorkQueueWorkQueue")
 
     def granted(name: str, target: str, action_prefix: str) -> bool:
-        return any(action_prefix in json.dumps(s["Action"]) and target in json.dumps(s["Resource"])
-                   for s in statements(synthesized, f"{name.capitalize()}RoleDefaultPolicy"))
+        return any(
+            action_prefix in json.dumps(s["Action"]) and target in json.dumps(s["Resource"])
+            for s in statements(synthesized, f"{name.capitalize()}RoleDefaultPolicy")
+        )
 
     assert {spec.name for spec in FUNCTION_SPECS if granted(spec.name, idempotency, "dynamodb:")} == {"interruption"}
-    assert {spec.name for spec in FUNCTION_SPECS if granted(spec.name, work_queue, "sqs:SendMessage")} == {
-        "interruption", "termination", "disruption"}
+    assert {spec.name for spec in FUNCTION_SPECS if granted(spec.name, work_queue, "sqs:SendMessage")} == {"interruption", "termination", "disruption"}
     # Only the calls the adapters make: no batch, stream or table-description actions, nothing else on queues.
-    granted_actions = {a for spec in FUNCTION_SPECS for st in statements(synthesized, f"{spec.name.capitalize()}RoleDefaultPolicy")
-                       for a in (st["Action"] if isinstance(st["Action"], list) else [st["Action"]])}
+    granted_actions = {
+        a
+        for spec in FUNCTION_SPECS
+        for st in statements(synthesized, f"{spec.name.capitalize()}RoleDefaultPolicy")
+        for a in (st["Action"] if isinstance(st["Action"], list) else [st["Action"]])
+    }
     assert {a for a in granted_actions if a.startswith("dynamodb:")} == {
-        "dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:Scan", "dynamodb:UpdateItem"}
+        "dynamodb:DeleteItem",
+        "dynamodb:GetItem",
+        "dynamodb:PutItem",
+        "dynamodb:Query",
+        "dynamodb:Scan",
+        "dynamodb:UpdateItem",
+    }
     # Functions that consume no queue (their event source mapping grants receive/delete) only send.
     for name in ("scanner", "disruption", "gc"):
-        sqs_actions = {a for st in statements(synthesized, f"{name.capitalize()}RoleDefaultPolicy")
-                       for a in (st["Action"] if isinstance(st["Action"], list) else [st["Action"]]) if a.startswith("sqs:")}
+        sqs_actions = {
+            a
+            for st in statements(synthesized, f"{name.capitalize()}RoleDefaultPolicy")
+            for a in (st["Action"] if isinstance(st["Action"], list) else [st["Action"]])
+            if a.startswith("sqs:")
+        }
         assert sqs_actions <= {"sqs:SendMessage"}, (name, sqs_actions)
 
 
@@ -427,13 +487,21 @@ def test_state_table_keys_indexes_ttl_pitr_encryption(template, synthesized):
             "TimeToLiveSpecification": {"AttributeName": "expiresAt", "Enabled": True},
             "PointInTimeRecoverySpecification": {"PointInTimeRecoveryEnabled": True},
             "SSESpecification": {"SSEEnabled": True, "SSEType": "KMS", "KMSMasterKeyId": key_arn},
-            "GlobalSecondaryIndexes": Match.array_equals([
-                {"IndexName": "byInstance", "KeySchema": [{"AttributeName": "instanceId", "KeyType": "HASH"}], "Projection": {"ProjectionType": "ALL"}},
-                {"IndexName": "byNodePool", "KeySchema": [{"AttributeName": "nodePool", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
-                 "Projection": {"ProjectionType": "ALL"}},
-                {"IndexName": "byOpenClaim", "KeySchema": [{"AttributeName": "openClaim", "KeyType": "HASH"}, {"AttributeName": "pk", "KeyType": "RANGE"}],
-                 "Projection": {"ProjectionType": "ALL"}},
-            ]),
+            "GlobalSecondaryIndexes": Match.array_equals(
+                [
+                    {"IndexName": "byInstance", "KeySchema": [{"AttributeName": "instanceId", "KeyType": "HASH"}], "Projection": {"ProjectionType": "ALL"}},
+                    {
+                        "IndexName": "byNodePool",
+                        "KeySchema": [{"AttributeName": "nodePool", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+                        "Projection": {"ProjectionType": "ALL"},
+                    },
+                    {
+                        "IndexName": "byOpenClaim",
+                        "KeySchema": [{"AttributeName": "openClaim", "KeyType": "HASH"}, {"AttributeName": "pk", "KeyType": "RANGE"}],
+                        "Projection": {"ProjectionType": "ALL"},
+                    },
+                ]
+            ),
         },
     )
     template.has_resource_properties(
@@ -454,8 +522,11 @@ def test_state_table_keys_indexes_ttl_pitr_encryption(template, synthesized):
 
 
 def custom_alarm(synthesized: Synthesized, metric_name: str) -> dict:
-    (alarm,) = [a["Properties"] for a in synthesized.resources("AWS::CloudWatch::Alarm").values()
-                if a["Properties"].get("Namespace") == "Joiner" and a["Properties"].get("MetricName") == metric_name]
+    (alarm,) = [
+        a["Properties"]
+        for a in synthesized.resources("AWS::CloudWatch::Alarm").values()
+        if a["Properties"].get("Namespace") == "Joiner" and a["Properties"].get("MetricName") == metric_name
+    ]
     # Exactly the dimensions the functions emit (tests/unit/test_metric_dimensions.py), this cluster's.
     assert sorted(alarm["Dimensions"], key=lambda d: d["Name"]) == [{"Name": "cluster", "Value": "demo"}, {"Name": "service", "Value": "joiner"}]
     return alarm
@@ -474,8 +545,11 @@ def test_business_alarms(synthesized):
 
 def test_an_interruption_event_waiting_30_s_alarms(synthesized):
     queue = logical_id(synthesized, "AWS::SQS::Queue", "IngestionInterruptionQueue")
-    (age,) = [a["Properties"] for a in synthesized.resources("AWS::CloudWatch::Alarm").values()
-              if a["Properties"].get("MetricName") == "ApproximateAgeOfOldestMessage"]
+    (age,) = [
+        a["Properties"]
+        for a in synthesized.resources("AWS::CloudWatch::Alarm").values()
+        if a["Properties"].get("MetricName") == "ApproximateAgeOfOldestMessage"
+    ]
     assert age["Dimensions"] == [{"Name": "QueueName", "Value": {"Fn::GetAtt": [queue, "QueueName"]}}]
     assert (age["Statistic"], age["Period"], age["Threshold"], age["ComparisonOperator"]) == ("Maximum", 60, 30, "GreaterThanThreshold")
 
@@ -511,24 +585,27 @@ def test_dead_letter_alarms_for_both_queues(synthesized):
 @pytest.mark.parametrize("metric", ["Errors", "Throttles"])
 def test_errors_alarm_per_function_and_throttles_for_the_queue_consumers(synthesized, metric):
     """Throttling of a one-at-a-time function is by design (a wake-up during a round waits for it)."""
-    functions = {function_id(synthesized, spec.name) for spec in FUNCTION_SPECS
-                 if metric == "Errors" or spec.reserved_concurrency is None}
+    functions = {function_id(synthesized, spec.name) for spec in FUNCTION_SPECS if metric == "Errors" or spec.reserved_concurrency is None}
     assert len(functions) == (6 if metric == "Errors" else 2)
-    alarmed = {a["Properties"]["Dimensions"][0]["Value"]["Ref"] for a in synthesized.resources("AWS::CloudWatch::Alarm").values()
-               if a["Properties"].get("Namespace") == "AWS/Lambda" and a["Properties"]["MetricName"] == metric}
+    alarmed = {
+        a["Properties"]["Dimensions"][0]["Value"]["Ref"]
+        for a in synthesized.resources("AWS::CloudWatch::Alarm").values()
+        if a["Properties"].get("Namespace") == "AWS/Lambda" and a["Properties"]["MetricName"] == metric
+    }
     assert alarmed == functions
 
 
 def test_every_alarm_notifies_the_encrypted_topic(synthesized):
-    (topic_id, topic), = synthesized.resources("AWS::SNS::Topic").items()
+    ((topic_id, topic),) = synthesized.resources("AWS::SNS::Topic").items()
     assert "KmsMasterKeyId" in topic["Properties"]
     (topic_policy,) = synthesized.resources("AWS::SNS::TopicPolicy").values()
-    assert any(s["Effect"] == "Deny" and s["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
-               for s in topic_policy["Properties"]["PolicyDocument"]["Statement"])
+    assert any(
+        s["Effect"] == "Deny" and s["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+        for s in topic_policy["Properties"]["PolicyDocument"]["Statement"]
+    )
     # The topic policy replaces SNS's default one: it must let this account's alarms publish.
     (publish,) = [s for s in topic_policy["Properties"]["PolicyDocument"]["Statement"] if s["Effect"] == "Allow"]
-    assert (publish["Principal"], publish["Action"], publish["Resource"]) == (
-        {"Service": "cloudwatch.amazonaws.com"}, "sns:Publish", {"Ref": topic_id})
+    assert (publish["Principal"], publish["Action"], publish["Resource"]) == ({"Service": "cloudwatch.amazonaws.com"}, "sns:Publish", {"Ref": topic_id})
     assert this_accounts_alarms(publish["Condition"])
     for alarm in synthesized.resources("AWS::CloudWatch::Alarm").values():
         assert alarm["Properties"]["AlarmActions"] == [{"Ref": topic_id}]
@@ -571,8 +648,11 @@ def test_the_functions_log_level_is_configurable(synthesized, synthesized_privat
 
 
 def test_alarm_thresholds_and_the_dashboard_name_are_configurable(synthesized_private):
-    thresholds = {a["Properties"]["MetricName"]: a["Properties"]["Threshold"] for a in synthesized_private.resources("AWS::CloudWatch::Alarm").values()
-                  if a["Properties"].get("MetricName") in ("PendingPodAgeSeconds", "CapacityErrors", "ApproximateAgeOfOldestMessage")}
+    thresholds = {
+        a["Properties"]["MetricName"]: a["Properties"]["Threshold"]
+        for a in synthesized_private.resources("AWS::CloudWatch::Alarm").values()
+        if a["Properties"].get("MetricName") in ("PendingPodAgeSeconds", "CapacityErrors", "ApproximateAgeOfOldestMessage")
+    }
     assert thresholds == {"PendingPodAgeSeconds": 900, "CapacityErrors": 25, "ApproximateAgeOfOldestMessage": 45}
     (dashboard,) = synthesized_private.resources("AWS::CloudWatch::Dashboard").values()
     assert dashboard["Properties"]["DashboardName"] == "platform-private"
@@ -644,10 +724,19 @@ def test_the_cost_benchmark_reads_what_the_template_bills_for(synthesized: Synth
     counted = inventory(synthesized.template)
     assert set(counted.memory_mb) == {"scanner", "interruption", "termination", "disruption", "gc", "watcher"}
     assert counted.memory_mb["watcher"] == 128
-    assert counted.runs_per_month == {"scanner": MONTH_MINUTES, "disruption": MONTH_MINUTES, "gc": MONTH_MINUTES // 5,
-                                      "interruption": 0, "termination": 0, "watcher": MONTH_MINUTES}
+    assert counted.runs_per_month == {
+        "scanner": MONTH_MINUTES,
+        "disruption": MONTH_MINUTES,
+        "gc": MONTH_MINUTES // 5,
+        "interruption": 0,
+        "termination": 0,
+        "watcher": MONTH_MINUTES,
+    }
     kinds = [r["Type"] for r in resources.values()]
     assert counted.alarms == kinds.count("AWS::CloudWatch::Alarm") > 0
     assert (counted.dashboards, counted.kms_keys, counted.tables) == (
-        kinds.count("AWS::CloudWatch::Dashboard"), kinds.count("AWS::KMS::Key"), kinds.count("AWS::DynamoDB::Table"))
+        kinds.count("AWS::CloudWatch::Dashboard"),
+        kinds.count("AWS::KMS::Key"),
+        kinds.count("AWS::DynamoDB::Table"),
+    )
     assert counted.sqs_consumers == 2 and counted.queues == kinds.count("AWS::SQS::Queue")

@@ -88,8 +88,7 @@ class RealKube:
         """A fresh namespace with its ``default`` ServiceAccount (no controller manager runs to make it)."""
         name = self.unique(prefix)
         self.admin.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-        self.admin.create(f"/api/v1/namespaces/{name}/serviceaccounts",
-                          {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}})
+        self.admin.create(f"/api/v1/namespaces/{name}/serviceaccounts", {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}})
         return name
 
 
@@ -185,7 +184,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     users = {r.user for r in SESSION.requests}
     terminalreporter.write_line(
         f"Kubernetes {SESSION.version} (started in {SESSION.startup_seconds:.1f} s): {len(SESSION.requests)} requests "
-        f"by {len(users)} Joiner identities, {len(SESSION.forbidden())} forbidden")
+        f"by {len(users)} Joiner identities, {len(SESSION.forbidden())} forbidden"
+    )
     unexercised = SESSION.unexercised()
     for user, grants in unexercised.items():
         terminalreporter.write_line(f"{user}: allowed by manifests/rbac.yaml but not exercised by any test: {_listed(grants)}")

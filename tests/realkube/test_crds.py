@@ -23,18 +23,33 @@ pytestmark = pytest.mark.real_kube
 PLURALS = {"NodeClass": "nodeclasses", "NodePool": "nodepools", "NodeOverlay": "nodeoverlays"}
 
 NODE_CLASS: dict[str, Any] = {
-    "apiVersion": "joiner.dev/v1", "kind": "NodeClass", "metadata": {"name": "x"},
-    "spec": {"role": "JoinerNodeRole-test", "subnetSelectorTerms": [{"tags": {"joiner.dev/discovery": "test"}}],
-             "securityGroupSelectorTerms": [{"tags": {"joiner.dev/discovery": "test"}}]},
+    "apiVersion": "joiner.dev/v1",
+    "kind": "NodeClass",
+    "metadata": {"name": "x"},
+    "spec": {
+        "role": "JoinerNodeRole-test",
+        "subnetSelectorTerms": [{"tags": {"joiner.dev/discovery": "test"}}],
+        "securityGroupSelectorTerms": [{"tags": {"joiner.dev/discovery": "test"}}],
+    },
 }
 NODE_POOL: dict[str, Any] = {
-    "apiVersion": "joiner.dev/v1", "kind": "NodePool", "metadata": {"name": "x"},
-    "spec": {"template": {"spec": {"nodeClassRef": {"group": "joiner.dev", "kind": "NodeClass", "name": "default"},
-                                   "requirements": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]}}},
+    "apiVersion": "joiner.dev/v1",
+    "kind": "NodePool",
+    "metadata": {"name": "x"},
+    "spec": {
+        "template": {
+            "spec": {
+                "nodeClassRef": {"group": "joiner.dev", "kind": "NodeClass", "name": "default"},
+                "requirements": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}],
+            }
+        }
+    },
 }
 
 NODE_OVERLAY: dict[str, Any] = {
-    "apiVersion": "joiner.dev/v1alpha1", "kind": "NodeOverlay", "metadata": {"name": "x"},
+    "apiVersion": "joiner.dev/v1alpha1",
+    "kind": "NodeOverlay",
+    "metadata": {"name": "x"},
     "spec": {"requirements": [{"key": "joiner.dev/instance-family", "operator": "In", "values": ["m5"]}], "priceAdjustment": "-10%"},
 }
 BASES = {"NodeClass": NODE_CLASS, "NodePool": NODE_POOL, "NodeOverlay": NODE_OVERLAY}
@@ -83,90 +98,214 @@ class Case:
 
 SR = "123456789012"
 CASES = [
-    Case("NodeClass", "spec", "give role or instanceProfile",
-         {"spec.role": "R"}, {"spec.instanceProfile": "P"}),
-    Case("NodeClass", "spec.amiSelectorTerms", "an alias term must be the only",
-         {"spec.amiSelectorTerms": [{"id": "ami-1"}, {"name": "x"}]},
-         {"spec.amiSelectorTerms": [{"alias": "al2023@latest"}, {"id": "ami-1"}]}),
-    Case("NodeClass", "spec.amiSelectorTerms[*]", "expected at least one of: alias",
-         {"spec.amiSelectorTerms": [{"name": "x", "owner": "self"}]}, {"spec.amiSelectorTerms": [{"owner": "self"}]}),
-    Case("NodeClass", "spec.amiSelectorTerms[*]", "alias cannot be combined",
-         {"spec.amiSelectorTerms": [{"alias": "al2023@latest"}]},
-         {"spec.amiSelectorTerms": [{"alias": "al2023@latest", "owner": "amazon"}]}),
-    Case("NodeClass", "spec.amiSelectorTerms[*]", "id cannot be combined",
-         {"spec.amiSelectorTerms": [{"id": "ami-0123"}]}, {"spec.amiSelectorTerms": [{"id": "ami-0123", "name": "x"}]}),
-    Case("NodeClass", "spec.subnetSelectorTerms[*]", "expected at least one of: id, tags",
-         {"spec.subnetSelectorTerms": [{"id": "subnet-1"}]}, {"spec.subnetSelectorTerms": [{}]}),
-    Case("NodeClass", "spec.subnetSelectorTerms[*]", "id cannot be combined with tags",
-         {"spec.subnetSelectorTerms": [{"id": "subnet-1"}, {"tags": {"a": "b"}}]},
-         {"spec.subnetSelectorTerms": [{"id": "subnet-1", "tags": {"a": "b"}}]}),
-    Case("NodeClass", "spec.securityGroupSelectorTerms[*]", "expected at least one of: id, name",
-         {"spec.securityGroupSelectorTerms": [{"name": "nodes"}]}, {"spec.securityGroupSelectorTerms": [{}]}),
-    Case("NodeClass", "spec.securityGroupSelectorTerms[*]", "id cannot be combined",
-         {"spec.securityGroupSelectorTerms": [{"id": "sg-1"}]}, {"spec.securityGroupSelectorTerms": [{"id": "sg-1", "name": "x"}]}),
-    Case("NodeClass", "spec.kubelet.systemReserved", "valid keys for systemReserved",
-         {"spec.kubelet": {"systemReserved": {"cpu": "100m", "pid": "100"}}}, {"spec.kubelet": {"systemReserved": {"gpu": "1"}}}),
-    Case("NodeClass", "spec.kubelet.kubeReserved", "valid keys for kubeReserved",
-         {"spec.kubelet": {"kubeReserved": {"memory": "1Gi"}}}, {"spec.kubelet": {"kubeReserved": {"nvidia.com/gpu": "1"}}}),
-    Case("NodeClass", "spec.kubelet.evictionHard", "valid keys for evictionHard",
-         {"spec.kubelet": {"evictionHard": {"memory.available": "5%"}}}, {"spec.kubelet": {"evictionHard": {"memory.free": "1Gi"}}}),
-    Case("NodeClass", "spec.blockDeviceMappings", "at most one block device mapping",
-         {"spec.blockDeviceMappings": [{"deviceName": "/dev/xvda", "rootVolume": True}, {"deviceName": "/dev/xvdb", "rootVolume": False}]},
-         {"spec.blockDeviceMappings": [{"deviceName": "/dev/xvda", "rootVolume": True}, {"deviceName": "/dev/xvdb", "rootVolume": True}]}),
-    Case("NodeClass", "spec.tags", "tags joiner.dev/cluster",
-         {"spec.tags": {"team": "a", "kubernetes.io/role": "x"}}, {"spec.tags": {"kubernetes.io/cluster/prod": "owned"}}),
-    Case("NodeClass", "spec.capacityReservationSelectorTerms[*]", "expected at least one of: id, tags",
-         {"spec.capacityReservationSelectorTerms": [{"id": "cr-1"}]}, {"spec.capacityReservationSelectorTerms": [{}]}),
-    Case("NodeClass", "spec.capacityReservationSelectorTerms[*]", "id cannot be combined with tags or ownerID",
-         {"spec.capacityReservationSelectorTerms": [{"id": "cr-1"}, {"tags": {"a": "b"}}]},
-         {"spec.capacityReservationSelectorTerms": [{"id": "cr-1", "ownerID": SR}]}),
-    Case("NodeClass", "spec.capacityReservationSelectorTerms[*]", "ownerID needs tags",
-         {"spec.capacityReservationSelectorTerms": [{"tags": {"a": "b"}, "ownerID": SR}]},
-         {"spec.capacityReservationSelectorTerms": [{"ownerID": SR}]}),
-    Case("NodePool", "spec.limits.*", "a limit must not be negative",
-         {"spec.limits": {"cpu": 0, "memory": "10Gi"}}, {"spec.limits": {"cpu": -4}}),
-    Case("NodePool", "spec.template.metadata.labels", "labels joiner.dev/nodepool",
-         {"spec.template.metadata": {"labels": {"team": "a"}}}, {"spec.template.metadata": {"labels": {"kubernetes.io/hostname": "n"}}}),
-    Case("NodePool", "spec.template.spec.requirements[*]", "requirements with operator 'In'",
-         {"spec.template.spec.requirements": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["arm64"]}]},
-         {"spec.template.spec.requirements": [{"key": "kubernetes.io/arch", "operator": "In", "values": []}]}),
-    Case("NodePool", "spec.template.spec.requirements[*]", "requirements with operator 'Gt'",
-         {"spec.template.spec.requirements": [{"key": "joiner.dev/instance-cpu", "operator": "Gte", "values": ["4"]}]},
-         {"spec.template.spec.requirements": [{"key": "joiner.dev/instance-cpu", "operator": "Gt", "values": ["4", "8"]}]}),
-    Case("NodePool", "spec.template.spec.requirements[*]", "requirements with operator 'Exists'",
-         {"spec.template.spec.requirements": [{"key": "example.com/x", "operator": "Exists"}]},
-         {"spec.template.spec.requirements": [{"key": "example.com/x", "operator": "DoesNotExist", "values": ["a"]}]}),
-    Case("NodePool", "spec.template.spec.requirements[*]", "requirements with 'minValues'",
-         {"spec.template.spec.requirements": [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["a", "b"], "minValues": 2}]},
-         {"spec.template.spec.requirements": [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["a"], "minValues": 2}]}),
-    Case("NodePool", "spec.template.spec.requirements[*]", "requirements on labels Joiner sets",
-         {"spec.template.spec.requirements": [{"key": "joiner.dev/capacity-type", "operator": "In", "values": ["spot"]}]},
-         {"spec.template.spec.requirements": [{"key": "joiner.dev/nodeclaim", "operator": "Exists"}]}),
-    Case("NodePool", "spec", "Cannot transition NodePool between static",
-         {"spec.replicas": 5}, {"spec.replicas": None}, before={"spec.replicas": 3}),
-    Case("NodePool", "spec", "only 'limits.nodes' is supported",
-         {"spec.replicas": 2, "spec.limits": {"nodes": 4}}, {"spec.replicas": 2, "spec.limits": {"nodes": 4, "cpu": "8"}}),
-    Case("NodePool", "spec", "'weight' is not supported",
-         {"spec.replicas": 2}, {"spec.replicas": 2, "spec.weight": 10}),
-    Case("NodeOverlay", "spec", "cannot set both 'price' and 'priceAdjustment'",
-         {"spec.price": "0.42", "spec.priceAdjustment": None}, {"spec.price": "0.42"}),
-    Case("NodeOverlay", "spec.requirements[*].key", 'label "kubernetes.io/hostname" is restricted',
-         {"spec.requirements": [{"key": "joiner.dev/nodepool", "operator": "In", "values": ["default"]}]},
-         {"spec.requirements": [{"key": "kubernetes.io/hostname", "operator": "Exists"}]}),
-    Case("NodeOverlay", "spec.requirements[*]", "requirements with operator 'In' or 'NotIn'",
-         {"spec.requirements": [{"key": "kubernetes.io/arch", "operator": "NotIn", "values": ["arm64"]}]},
-         {"spec.requirements": [{"key": "kubernetes.io/arch", "operator": "NotIn", "values": []}]}),
-    Case("NodeOverlay", "spec.requirements[*]", "requirements operator 'Gt'",
-         {"spec.requirements": [{"key": "joiner.dev/instance-cpu", "operator": "Lte", "values": ["8"]}]},
-         {"spec.requirements": [{"key": "joiner.dev/instance-cpu", "operator": "Lt", "values": ["-1"]}]}),
-    Case("NodeOverlay", "spec.requirements[*]", "requirements with operator 'Exists'",
-         {"spec.requirements": [{"key": "example.com/x", "operator": "DoesNotExist"}]},
-         {"spec.requirements": [{"key": "example.com/x", "operator": "Exists", "values": ["a"]}]}),
-    Case("NodeOverlay", "spec.capacity", "invalid resource restricted",
-         {"spec.capacity": {"example.com/gpu-slice": "4"}}, {"spec.capacity": {"example.com/gpu-slice": "4", "memory": "1Gi"}}),
-    Case("NodePool", "spec.disruption.budgets[*]", "schedule and duration must be given together",
-         {"spec.disruption": {"budgets": [{"nodes": "1", "schedule": "@daily", "duration": "1h"}]}},
-         {"spec.disruption": {"budgets": [{"nodes": "1", "schedule": "@daily"}]}}),
+    Case("NodeClass", "spec", "give role or instanceProfile", {"spec.role": "R"}, {"spec.instanceProfile": "P"}),
+    Case(
+        "NodeClass",
+        "spec.amiSelectorTerms",
+        "an alias term must be the only",
+        {"spec.amiSelectorTerms": [{"id": "ami-1"}, {"name": "x"}]},
+        {"spec.amiSelectorTerms": [{"alias": "al2023@latest"}, {"id": "ami-1"}]},
+    ),
+    Case(
+        "NodeClass",
+        "spec.amiSelectorTerms[*]",
+        "expected at least one of: alias",
+        {"spec.amiSelectorTerms": [{"name": "x", "owner": "self"}]},
+        {"spec.amiSelectorTerms": [{"owner": "self"}]},
+    ),
+    Case(
+        "NodeClass",
+        "spec.amiSelectorTerms[*]",
+        "alias cannot be combined",
+        {"spec.amiSelectorTerms": [{"alias": "al2023@latest"}]},
+        {"spec.amiSelectorTerms": [{"alias": "al2023@latest", "owner": "amazon"}]},
+    ),
+    Case(
+        "NodeClass",
+        "spec.amiSelectorTerms[*]",
+        "id cannot be combined",
+        {"spec.amiSelectorTerms": [{"id": "ami-0123"}]},
+        {"spec.amiSelectorTerms": [{"id": "ami-0123", "name": "x"}]},
+    ),
+    Case(
+        "NodeClass",
+        "spec.subnetSelectorTerms[*]",
+        "expected at least one of: id, tags",
+        {"spec.subnetSelectorTerms": [{"id": "subnet-1"}]},
+        {"spec.subnetSelectorTerms": [{}]},
+    ),
+    Case(
+        "NodeClass",
+        "spec.subnetSelectorTerms[*]",
+        "id cannot be combined with tags",
+        {"spec.subnetSelectorTerms": [{"id": "subnet-1"}, {"tags": {"a": "b"}}]},
+        {"spec.subnetSelectorTerms": [{"id": "subnet-1", "tags": {"a": "b"}}]},
+    ),
+    Case(
+        "NodeClass",
+        "spec.securityGroupSelectorTerms[*]",
+        "expected at least one of: id, name",
+        {"spec.securityGroupSelectorTerms": [{"name": "nodes"}]},
+        {"spec.securityGroupSelectorTerms": [{}]},
+    ),
+    Case(
+        "NodeClass",
+        "spec.securityGroupSelectorTerms[*]",
+        "id cannot be combined",
+        {"spec.securityGroupSelectorTerms": [{"id": "sg-1"}]},
+        {"spec.securityGroupSelectorTerms": [{"id": "sg-1", "name": "x"}]},
+    ),
+    Case(
+        "NodeClass",
+        "spec.kubelet.systemReserved",
+        "valid keys for systemReserved",
+        {"spec.kubelet": {"systemReserved": {"cpu": "100m", "pid": "100"}}},
+        {"spec.kubelet": {"systemReserved": {"gpu": "1"}}},
+    ),
+    Case(
+        "NodeClass",
+        "spec.kubelet.kubeReserved",
+        "valid keys for kubeReserved",
+        {"spec.kubelet": {"kubeReserved": {"memory": "1Gi"}}},
+        {"spec.kubelet": {"kubeReserved": {"nvidia.com/gpu": "1"}}},
+    ),
+    Case(
+        "NodeClass",
+        "spec.kubelet.evictionHard",
+        "valid keys for evictionHard",
+        {"spec.kubelet": {"evictionHard": {"memory.available": "5%"}}},
+        {"spec.kubelet": {"evictionHard": {"memory.free": "1Gi"}}},
+    ),
+    Case(
+        "NodeClass",
+        "spec.blockDeviceMappings",
+        "at most one block device mapping",
+        {"spec.blockDeviceMappings": [{"deviceName": "/dev/xvda", "rootVolume": True}, {"deviceName": "/dev/xvdb", "rootVolume": False}]},
+        {"spec.blockDeviceMappings": [{"deviceName": "/dev/xvda", "rootVolume": True}, {"deviceName": "/dev/xvdb", "rootVolume": True}]},
+    ),
+    Case(
+        "NodeClass",
+        "spec.tags",
+        "tags joiner.dev/cluster",
+        {"spec.tags": {"team": "a", "kubernetes.io/role": "x"}},
+        {"spec.tags": {"kubernetes.io/cluster/prod": "owned"}},
+    ),
+    Case(
+        "NodeClass",
+        "spec.capacityReservationSelectorTerms[*]",
+        "expected at least one of: id, tags",
+        {"spec.capacityReservationSelectorTerms": [{"id": "cr-1"}]},
+        {"spec.capacityReservationSelectorTerms": [{}]},
+    ),
+    Case(
+        "NodeClass",
+        "spec.capacityReservationSelectorTerms[*]",
+        "id cannot be combined with tags or ownerID",
+        {"spec.capacityReservationSelectorTerms": [{"id": "cr-1"}, {"tags": {"a": "b"}}]},
+        {"spec.capacityReservationSelectorTerms": [{"id": "cr-1", "ownerID": SR}]},
+    ),
+    Case(
+        "NodeClass",
+        "spec.capacityReservationSelectorTerms[*]",
+        "ownerID needs tags",
+        {"spec.capacityReservationSelectorTerms": [{"tags": {"a": "b"}, "ownerID": SR}]},
+        {"spec.capacityReservationSelectorTerms": [{"ownerID": SR}]},
+    ),
+    Case("NodePool", "spec.limits.*", "a limit must not be negative", {"spec.limits": {"cpu": 0, "memory": "10Gi"}}, {"spec.limits": {"cpu": -4}}),
+    Case(
+        "NodePool",
+        "spec.template.metadata.labels",
+        "labels joiner.dev/nodepool",
+        {"spec.template.metadata": {"labels": {"team": "a"}}},
+        {"spec.template.metadata": {"labels": {"kubernetes.io/hostname": "n"}}},
+    ),
+    Case(
+        "NodePool",
+        "spec.template.spec.requirements[*]",
+        "requirements with operator 'In'",
+        {"spec.template.spec.requirements": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["arm64"]}]},
+        {"spec.template.spec.requirements": [{"key": "kubernetes.io/arch", "operator": "In", "values": []}]},
+    ),
+    Case(
+        "NodePool",
+        "spec.template.spec.requirements[*]",
+        "requirements with operator 'Gt'",
+        {"spec.template.spec.requirements": [{"key": "joiner.dev/instance-cpu", "operator": "Gte", "values": ["4"]}]},
+        {"spec.template.spec.requirements": [{"key": "joiner.dev/instance-cpu", "operator": "Gt", "values": ["4", "8"]}]},
+    ),
+    Case(
+        "NodePool",
+        "spec.template.spec.requirements[*]",
+        "requirements with operator 'Exists'",
+        {"spec.template.spec.requirements": [{"key": "example.com/x", "operator": "Exists"}]},
+        {"spec.template.spec.requirements": [{"key": "example.com/x", "operator": "DoesNotExist", "values": ["a"]}]},
+    ),
+    Case(
+        "NodePool",
+        "spec.template.spec.requirements[*]",
+        "requirements with 'minValues'",
+        {"spec.template.spec.requirements": [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["a", "b"], "minValues": 2}]},
+        {"spec.template.spec.requirements": [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["a"], "minValues": 2}]},
+    ),
+    Case(
+        "NodePool",
+        "spec.template.spec.requirements[*]",
+        "requirements on labels Joiner sets",
+        {"spec.template.spec.requirements": [{"key": "joiner.dev/capacity-type", "operator": "In", "values": ["spot"]}]},
+        {"spec.template.spec.requirements": [{"key": "joiner.dev/nodeclaim", "operator": "Exists"}]},
+    ),
+    Case("NodePool", "spec", "Cannot transition NodePool between static", {"spec.replicas": 5}, {"spec.replicas": None}, before={"spec.replicas": 3}),
+    Case(
+        "NodePool",
+        "spec",
+        "only 'limits.nodes' is supported",
+        {"spec.replicas": 2, "spec.limits": {"nodes": 4}},
+        {"spec.replicas": 2, "spec.limits": {"nodes": 4, "cpu": "8"}},
+    ),
+    Case("NodePool", "spec", "'weight' is not supported", {"spec.replicas": 2}, {"spec.replicas": 2, "spec.weight": 10}),
+    Case("NodeOverlay", "spec", "cannot set both 'price' and 'priceAdjustment'", {"spec.price": "0.42", "spec.priceAdjustment": None}, {"spec.price": "0.42"}),
+    Case(
+        "NodeOverlay",
+        "spec.requirements[*].key",
+        'label "kubernetes.io/hostname" is restricted',
+        {"spec.requirements": [{"key": "joiner.dev/nodepool", "operator": "In", "values": ["default"]}]},
+        {"spec.requirements": [{"key": "kubernetes.io/hostname", "operator": "Exists"}]},
+    ),
+    Case(
+        "NodeOverlay",
+        "spec.requirements[*]",
+        "requirements with operator 'In' or 'NotIn'",
+        {"spec.requirements": [{"key": "kubernetes.io/arch", "operator": "NotIn", "values": ["arm64"]}]},
+        {"spec.requirements": [{"key": "kubernetes.io/arch", "operator": "NotIn", "values": []}]},
+    ),
+    Case(
+        "NodeOverlay",
+        "spec.requirements[*]",
+        "requirements operator 'Gt'",
+        {"spec.requirements": [{"key": "joiner.dev/instance-cpu", "operator": "Lte", "values": ["8"]}]},
+        {"spec.requirements": [{"key": "joiner.dev/instance-cpu", "operator": "Lt", "values": ["-1"]}]},
+    ),
+    Case(
+        "NodeOverlay",
+        "spec.requirements[*]",
+        "requirements with operator 'Exists'",
+        {"spec.requirements": [{"key": "example.com/x", "operator": "DoesNotExist"}]},
+        {"spec.requirements": [{"key": "example.com/x", "operator": "Exists", "values": ["a"]}]},
+    ),
+    Case(
+        "NodeOverlay",
+        "spec.capacity",
+        "invalid resource restricted",
+        {"spec.capacity": {"example.com/gpu-slice": "4"}},
+        {"spec.capacity": {"example.com/gpu-slice": "4", "memory": "1Gi"}},
+    ),
+    Case(
+        "NodePool",
+        "spec.disruption.budgets[*]",
+        "schedule and duration must be given together",
+        {"spec.disruption": {"budgets": [{"nodes": "1", "schedule": "@daily", "duration": "1h"}]}},
+        {"spec.disruption": {"budgets": [{"nodes": "1", "schedule": "@daily"}]}},
+    ),
 ]
 
 
@@ -194,16 +333,18 @@ class Target:
     def create(self, obj: dict[str, Any], **query: str) -> tuple[int, Any]:
         path = f"/apis/{obj['apiVersion']}/{PLURALS[obj['kind']]}"
         suffix = "?" + "&".join(f"{k}={v}" for k, v in query.items()) if query else ""
-        answer = self.pool.request("POST", self.url + path + suffix, body=json.dumps(obj).encode(),
-                                   headers=dict(self.headers, **{"Content-Type": "application/json"}))
+        answer = self.pool.request(
+            "POST", self.url + path + suffix, body=json.dumps(obj).encode(), headers=dict(self.headers, **{"Content-Type": "application/json"})
+        )
         return answer.status, json.loads(answer.data) if answer.data else None
 
     def update(self, obj: dict[str, Any], edits: dict[str, Any]) -> tuple[int, Any]:
         """Replace the stored ``obj`` (as created) with ``edits`` applied (PUT)."""
         path = f"/apis/joiner.dev/v1/{PLURALS[obj['kind']]}/{obj['metadata']['name']}"
         replaced = edited(obj, edits, obj["metadata"]["name"])
-        answer = self.pool.request("PUT", self.url + path, body=json.dumps(replaced).encode(),
-                                   headers=dict(self.headers, **{"Content-Type": "application/json"}))
+        answer = self.pool.request(
+            "PUT", self.url + path, body=json.dumps(replaced).encode(), headers=dict(self.headers, **{"Content-Type": "application/json"})
+        )
         return answer.status, json.loads(answer.data) if answer.data else None
 
 
@@ -219,8 +360,7 @@ def target(request: pytest.FixtureRequest, real_kube: RealKube) -> Target:
         return request.getfixturevalue("emulator")  # type: ignore[no-any-return]
     cluster = real_kube.cluster
     token = cluster.identities["joiner-test-admin"].token
-    return Target(cluster.url, {"Authorization": f"Bearer {token}"},
-                  urllib3.PoolManager(cert_reqs="CERT_REQUIRED", ca_certs=cluster.ca_file, retries=False))
+    return Target(cluster.url, {"Authorization": f"Bearer {token}"}, urllib3.PoolManager(cert_reqs="CERT_REQUIRED", ca_certs=cluster.ca_file, retries=False))
 
 
 def test_every_cel_rule_has_a_case() -> None:
@@ -270,12 +410,15 @@ def test_defaults_are_applied(real_kube: RealKube) -> None:
     node_class = real_kube.admin.create("/apis/joiner.dev/v1/nodeclasses", edited(NODE_CLASS, {}, real_kube.unique("defaults")))
     assert node_class["spec"]["amiFamily"] == "AL2023"
     assert node_class["spec"]["metadataOptions"] == {
-        "httpEndpoint": "enabled", "httpProtocolIPv6": "disabled", "httpPutResponseHopLimit": 1, "httpTokens": "required"}
+        "httpEndpoint": "enabled",
+        "httpProtocolIPv6": "disabled",
+        "httpPutResponseHopLimit": 1,
+        "httpTokens": "required",
+    }
     pool = real_kube.admin.create("/apis/joiner.dev/v1/nodepools", edited(NODE_POOL, {}, real_kube.unique("defaults")))
     assert pool["spec"]["template"]["spec"]["expireAfter"] == "720h"
     assert pool["spec"]["template"]["spec"]["nodeClassRef"] == {"group": "joiner.dev", "kind": "NodeClass", "name": "default"}
-    assert pool["spec"]["disruption"] == {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "0s",
-                                          "budgets": [{"nodes": "10%"}]}
+    assert pool["spec"]["disruption"] == {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "0s", "budgets": [{"nodes": "10%"}]}
     assert pool["spec"]["interruption"] == {"rebalance": "replace"}
 
 

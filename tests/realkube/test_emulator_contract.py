@@ -57,8 +57,16 @@ class Backend:
         self._pool = urllib3.PoolManager(cert_reqs="CERT_REQUIRED" if ca_file else "CERT_NONE", ca_certs=ca_file, retries=False)
         self.label = f"contract-{uuid.uuid4().hex[:8]}"  # on cluster-scoped objects: this test's own
 
-    def call(self, method: str, path: str, body: Any = None, *, content_type: str = "application/json",
-             accept: str = "application/json", query: Mapping[str, str] | None = None) -> Answer:
+    def call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        content_type: str = "application/json",
+        accept: str = "application/json",
+        query: Mapping[str, str] | None = None,
+    ) -> Answer:
         headers = {"Authorization": f"Bearer {self.token}", "Accept": accept}
         encoded = None
         if body is not None:
@@ -103,24 +111,33 @@ class Backend:
         created: dict[str, Any] = self.ok("POST", "/api/v1/nodes", obj)
         return created
 
-    def pod(self, namespace: str, name: str | None = None, *, labels: Mapping[str, str] | None = None, node: str | None = None,
-            running: bool = False) -> dict[str, Any]:
-        spec: dict[str, Any] = {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}],
-                                "schedulerName": "contract-no-scheduler"}  # kube-scheduler leaves them alone
+    def pod(
+        self, namespace: str, name: str | None = None, *, labels: Mapping[str, str] | None = None, node: str | None = None, running: bool = False
+    ) -> dict[str, Any]:
+        spec: dict[str, Any] = {
+            "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}],
+            "schedulerName": "contract-no-scheduler",
+        }  # kube-scheduler leaves them alone
         if node:
             spec["nodeName"] = node
         obj = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name or self.unique("pod"), "labels": dict(labels or {})}, "spec": spec}
         created: dict[str, Any] = self.ok("POST", f"/api/v1/namespaces/{namespace}/pods", obj)
         if running:
-            created = self.ok("PATCH", f"/api/v1/namespaces/{namespace}/pods/{created['metadata']['name']}/status",
-                              {"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}},
-                              content_type=MERGE)
+            created = self.ok(
+                "PATCH",
+                f"/api/v1/namespaces/{namespace}/pods/{created['metadata']['name']}/status",
+                {"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}},
+                content_type=MERGE,
+            )
         return created
 
     def node_pool(self, name: str | None = None) -> dict[str, Any]:
-        obj = {"apiVersion": "joiner.dev/v1", "kind": "NodePool",
-               "metadata": {"name": name or self.unique("pool"), "labels": {"contract": self.label}},
-               "spec": {"template": {"spec": {"nodeClassRef": {"name": "default"}}}}}
+        obj = {
+            "apiVersion": "joiner.dev/v1",
+            "kind": "NodePool",
+            "metadata": {"name": name or self.unique("pool"), "labels": {"contract": self.label}},
+            "spec": {"template": {"spec": {"nodeClassRef": {"name": "default"}}}},
+        }
         created: dict[str, Any] = self.ok("POST", "/apis/joiner.dev/v1/nodepools", obj, query={"fieldValidation": "Strict"})
         return created
 
@@ -130,14 +147,30 @@ class Backend:
         if self.emulator is not None:
             return
         allowed = max(0, healthy - desired)
-        self.ok("PUT", f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets/{name}/status", {
-            **self.ok("GET", f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets/{name}"),
-            "status": {"observedGeneration": 1, "expectedPods": expected, "currentHealthy": healthy, "desiredHealthy": desired,
-                       "disruptionsAllowed": allowed, "conditions": [{
-                           "type": "DisruptionAllowed", "status": "True" if allowed else "False",
-                           "reason": "SufficientPods" if allowed else "InsufficientPods", "message": "", "observedGeneration": 1,
-                           "lastTransitionTime": "2026-01-01T00:00:00Z"}]},
-        })
+        self.ok(
+            "PUT",
+            f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets/{name}/status",
+            {
+                **self.ok("GET", f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets/{name}"),
+                "status": {
+                    "observedGeneration": 1,
+                    "expectedPods": expected,
+                    "currentHealthy": healthy,
+                    "desiredHealthy": desired,
+                    "disruptionsAllowed": allowed,
+                    "conditions": [
+                        {
+                            "type": "DisruptionAllowed",
+                            "status": "True" if allowed else "False",
+                            "reason": "SufficientPods" if allowed else "InsufficientPods",
+                            "message": "",
+                            "observedGeneration": 1,
+                            "lastTransitionTime": "2026-01-01T00:00:00Z",
+                        }
+                    ],
+                },
+            },
+        )
 
     @contextmanager
     def history_forgotten(self) -> Iterator[Backend]:
@@ -230,8 +263,7 @@ def _discovery(backend: Backend) -> dict[tuple[str, str], dict[str, Any]]:
     return found
 
 
-def test_every_resource_the_emulator_announces_is_announced_alike_by_the_real_server(
-        real_kube: RealKube, kube_emulator_server: Any) -> None:
+def test_every_resource_the_emulator_announces_is_announced_alike_by_the_real_server(real_kube: RealKube, kube_emulator_server: Any) -> None:
     token = real_kube.cluster.identities[ADMIN].token
     emulated = _discovery(Backend("emulator", kube_emulator_server.url, token, None, real_kube, kube_emulator_server))
     real = _discovery(Backend("real", real_kube.url, token, real_kube.cluster.ca_file, real_kube))
@@ -265,17 +297,30 @@ def test_create_get_and_their_errors(backend: Backend) -> None:
 
 
 def test_invalid_objects_are_refused_with_every_cause(backend: Backend) -> None:
-    refused = backend.call("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "Bad_Name"},
-                                                     "spec": {"taints": [{"key": "k", "effect": "Sometimes"}]}})
-    name_message = ('Invalid value: "Bad_Name": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '
-                    "'-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for "
-                    "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")
+    refused = backend.call(
+        "POST",
+        "/api/v1/nodes",
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "Bad_Name"}, "spec": {"taints": [{"key": "k", "effect": "Sometimes"}]}},
+    )
+    name_message = (
+        'Invalid value: "Bad_Name": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '
+        "'-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for "
+        "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+    )
     effect_message = 'Unsupported value: "Sometimes": supported values: "NoSchedule", "PreferNoSchedule", "NoExecute"'
-    assert status_of(refused) == (422, "Invalid", (f'Node "Bad_Name" is invalid: [metadata.name: {name_message}, '
-                                                  f"metadata.taints[0].effect: {effect_message}]"))  # sic: the real server's path
-    assert refused.body["details"] == {"name": "Bad_Name", "kind": "Node", "causes": [
-        {"reason": "FieldValueInvalid", "message": name_message, "field": "metadata.name"},
-        {"reason": "FieldValueNotSupported", "message": effect_message, "field": "metadata.taints[0].effect"}]}
+    assert status_of(refused) == (
+        422,
+        "Invalid",
+        (f'Node "Bad_Name" is invalid: [metadata.name: {name_message}, metadata.taints[0].effect: {effect_message}]'),
+    )  # sic: the real server's path
+    assert refused.body["details"] == {
+        "name": "Bad_Name",
+        "kind": "Node",
+        "causes": [
+            {"reason": "FieldValueInvalid", "message": name_message, "field": "metadata.name"},
+            {"reason": "FieldValueNotSupported", "message": effect_message, "field": "metadata.taints[0].effect"},
+        ],
+    }
 
 
 def test_updates_with_a_stale_resource_version_conflict(backend: Backend) -> None:
@@ -283,10 +328,12 @@ def test_updates_with_a_stale_resource_version_conflict(backend: Backend) -> Non
     name = node["metadata"]["name"]
     stale = node["metadata"]["resourceVersion"]
     backend.ok("PATCH", f"/api/v1/nodes/{name}", {"metadata": {"labels": {"a": "1"}}}, content_type=MERGE)
-    conflict = (409, "Conflict", (f'Operation cannot be fulfilled on nodes "{name}": the object has been modified; '
-                                 "please apply your changes to the latest version and try again"))
-    patched = backend.call("PATCH", f"/api/v1/nodes/{name}", {"metadata": {"resourceVersion": stale, "labels": {"b": "2"}}},
-                           content_type=MERGE)
+    conflict = (
+        409,
+        "Conflict",
+        (f'Operation cannot be fulfilled on nodes "{name}": the object has been modified; please apply your changes to the latest version and try again'),
+    )
+    patched = backend.call("PATCH", f"/api/v1/nodes/{name}", {"metadata": {"resourceVersion": stale, "labels": {"b": "2"}}}, content_type=MERGE)
     assert status_of(patched) == conflict
     put = dict(node, metadata=dict(node["metadata"], resourceVersion=stale))
     assert status_of(backend.call("PUT", f"/api/v1/nodes/{name}", put)) == conflict
@@ -305,13 +352,13 @@ def test_strategic_merge_patch(backend: Backend) -> None:
     name = node["metadata"]["name"]
     added = backend.ok("PATCH", f"/api/v1/nodes/{name}", {"metadata": {"finalizers": ["joiner.dev/termination"]}}, content_type=STRATEGIC)
     assert added["metadata"]["finalizers"] == ["joiner.dev/termination", "other/keep"]
-    removed = backend.ok("PATCH", f"/api/v1/nodes/{name}", {"metadata": {"$deleteFromPrimitiveList/finalizers": ["joiner.dev/termination"]}},
-                         content_type=STRATEGIC)
+    removed = backend.ok(
+        "PATCH", f"/api/v1/nodes/{name}", {"metadata": {"$deleteFromPrimitiveList/finalizers": ["joiner.dev/termination"]}}, content_type=STRATEGIC
+    )
     assert removed["metadata"]["finalizers"] == ["other/keep"]
     backend.ok("PATCH", f"/api/v1/nodes/{name}", {"metadata": {"finalizers": None}}, content_type=MERGE)
     pool = backend.node_pool()
-    refused = backend.call("PATCH", f"/apis/joiner.dev/v1/nodepools/{pool['metadata']['name']}", {"spec": {"weight": 3}},
-                           content_type=STRATEGIC)
+    refused = backend.call("PATCH", f"/apis/joiner.dev/v1/nodepools/{pool['metadata']['name']}", {"spec": {"weight": 3}}, content_type=STRATEGIC)
     code, reason, message = status_of(refused)
     assert (code, reason) == (415, "UnsupportedMediaType")
     assert message.startswith("the body of the request was in an unknown format - accepted media types include:")
@@ -323,14 +370,29 @@ def test_delete_with_preconditions(backend: Backend) -> None:
     backend.ok("PATCH", f"/api/v1/nodes/{name}", {"metadata": {"labels": {"changed": "yes"}}}, content_type=MERGE)
     wrong = "00000000-0000-0000-0000-000000000000"
     refused = backend.call("DELETE", f"/api/v1/nodes/{name}", {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": wrong}})
-    assert status_of(refused) == (409, "Conflict", (f'Operation cannot be fulfilled on Node "{name}": the UID in the precondition '
-                                  f"({wrong}) does not match the UID in record ({uid}). The object might have been deleted and then recreated"))
-    stale = backend.call("DELETE", f"/api/v1/nodes/{name}",
-                         {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"resourceVersion": node["metadata"]["resourceVersion"]}})
+    assert status_of(refused) == (
+        409,
+        "Conflict",
+        (
+            f'Operation cannot be fulfilled on Node "{name}": the UID in the precondition '
+            f"({wrong}) does not match the UID in record ({uid}). The object might have been deleted and then recreated"
+        ),
+    )
+    stale = backend.call(
+        "DELETE",
+        f"/api/v1/nodes/{name}",
+        {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"resourceVersion": node["metadata"]["resourceVersion"]}},
+    )
     version = backend.ok("GET", f"/api/v1/nodes/{name}")["metadata"]["resourceVersion"]
-    assert status_of(stale) == (409, "Conflict", (f'Operation cannot be fulfilled on Node "{name}": the ResourceVersion in the precondition '
-                                f"({node['metadata']['resourceVersion']}) does not match the ResourceVersion in record ({version}). "
-                                "The object might have been modified"))
+    assert status_of(stale) == (
+        409,
+        "Conflict",
+        (
+            f'Operation cannot be fulfilled on Node "{name}": the ResourceVersion in the precondition '
+            f"({node['metadata']['resourceVersion']}) does not match the ResourceVersion in record ({version}). "
+            "The object might have been modified"
+        ),
+    )
     gone = backend.ok("DELETE", f"/api/v1/nodes/{name}", {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}})
     assert gone == {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": {"name": name, "kind": "nodes", "uid": uid}}
     assert status_of(backend.call("DELETE", f"/api/v1/nodes/{name}")) == (404, "NotFound", f'nodes "{name}" not found')
@@ -339,22 +401,37 @@ def test_delete_with_preconditions(backend: Backend) -> None:
 def test_eviction(backend: Backend) -> None:
     namespace = backend.namespace()
     free = backend.pod(namespace, labels={"app": "free"}, node="somewhere", running=True)
-    evicted = backend.call("POST", f"/api/v1/namespaces/{namespace}/pods/{free['metadata']['name']}/eviction",
-                           {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": free["metadata"]["name"]}})
+    evicted = backend.call(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/pods/{free['metadata']['name']}/eviction",
+        {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": free["metadata"]["name"]}},
+    )
     assert evicted.status == 201
     assert {k: v for k, v in evicted.body.items() if k != "metadata"} == {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}
     guarded = backend.pod(namespace, labels={"app": "guarded"}, node="somewhere", running=True)
-    backend.ok("POST", f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets", {
-        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "guard"},
-        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}}})
+    backend.ok(
+        "POST",
+        f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets",
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "guard"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}},
+        },
+    )
     backend.pdb_status(namespace, "guard", expected=1, healthy=1, desired=1)
-    blocked = backend.call("POST", f"/api/v1/namespaces/{namespace}/pods/{guarded['metadata']['name']}/eviction",
-                           {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": guarded["metadata"]["name"]}})
+    blocked = backend.call(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/pods/{guarded['metadata']['name']}/eviction",
+        {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": guarded["metadata"]["name"]}},
+    )
     assert status_of(blocked) == (429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget.")
     assert blocked.body["details"]["causes"] == [
-        {"reason": "DisruptionBudget", "message": "The disruption budget guard needs 1 healthy pods and has 1 currently"}]
-    missing = backend.call("POST", f"/api/v1/namespaces/{namespace}/pods/nope/eviction",
-                           {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "nope"}})
+        {"reason": "DisruptionBudget", "message": "The disruption budget guard needs 1 healthy pods and has 1 currently"}
+    ]
+    missing = backend.call(
+        "POST", f"/api/v1/namespaces/{namespace}/pods/nope/eviction", {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "nope"}}
+    )
     assert status_of(missing) == (404, "NotFound", 'pods "nope" not found')
 
 
@@ -370,34 +447,56 @@ def test_dry_run_does_not_store(backend: Backend) -> None:
     assert backend.ok("GET", f"/apis/joiner.dev/v1/nodepools/{pool_name}")["metadata"]["resourceVersion"] == pool["metadata"]["resourceVersion"]
     backend.ok("DELETE", f"/apis/joiner.dev/v1/nodepools/{pool_name}", query={"dryRun": "All"})
     assert backend.ok("GET", f"/apis/joiner.dev/v1/nodepools/{pool_name}")["metadata"]["uid"] == pool["metadata"]["uid"]
-    invalid = backend.call("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "Not_Valid"}},
-                           query={"dryRun": "All"})
+    invalid = backend.call("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "Not_Valid"}}, query={"dryRun": "All"})
     assert status_of(invalid)[:2] == (422, "Invalid")
 
 
 def test_strict_field_validation_refuses_unknown_fields(backend: Backend) -> None:
     name = backend.unique("node")
-    refused = backend.call("POST", "/api/v1/nodes", {
-        "apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labelz": {}},
-        "spec": {"unschedulabel": True, "taints": [{"key": "a", "effect": "NoSchedule", "valu": "x"}]}},
-        query={"fieldValidation": "Strict"})
-    assert status_of(refused) == (400, "BadRequest", ('Node in version "v1" cannot be handled as a Node: strict decoding error: '
-                                  'unknown field "metadata.labelz", unknown field "spec.unschedulabel", unknown field "spec.taints[0].valu"'))
+    refused = backend.call(
+        "POST",
+        "/api/v1/nodes",
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "labelz": {}},
+            "spec": {"unschedulabel": True, "taints": [{"key": "a", "effect": "NoSchedule", "valu": "x"}]},
+        },
+        query={"fieldValidation": "Strict"},
+    )
+    assert status_of(refused) == (
+        400,
+        "BadRequest",
+        (
+            'Node in version "v1" cannot be handled as a Node: strict decoding error: '
+            'unknown field "metadata.labelz", unknown field "spec.unschedulabel", unknown field "spec.taints[0].valu"'
+        ),
+    )
     assert backend.call("GET", f"/api/v1/nodes/{name}").status == 404
-    claim = backend.call("POST", "/apis/joiner.dev/v1/nodeclaims", {
-        "apiVersion": "joiner.dev/v1", "kind": "NodeClaim", "metadata": {"name": backend.unique("claim")},
-        "spec": {"nodePool": "p", "bogus": 1}, "extra": 2}, query={"fieldValidation": "Strict"})
-    assert status_of(claim) == (400, "BadRequest", ('NodeClaim in version "v1" cannot be handled as a NodeClaim: strict decoding error: '
-                                'unknown field "extra", unknown field "spec.bogus"'))
+    claim = backend.call(
+        "POST",
+        "/apis/joiner.dev/v1/nodeclaims",
+        {"apiVersion": "joiner.dev/v1", "kind": "NodeClaim", "metadata": {"name": backend.unique("claim")}, "spec": {"nodePool": "p", "bogus": 1}, "extra": 2},
+        query={"fieldValidation": "Strict"},
+    )
+    assert status_of(claim) == (
+        400,
+        "BadRequest",
+        ('NodeClaim in version "v1" cannot be handled as a NodeClaim: strict decoding error: unknown field "extra", unknown field "spec.bogus"'),
+    )
     node = backend.node()
-    patched = backend.call("PATCH", f"/api/v1/nodes/{node['metadata']['name']}", {"spec": {"unschedulabel": True}},
-                           content_type=MERGE, query={"fieldValidation": "Strict"})
+    patched = backend.call(
+        "PATCH", f"/api/v1/nodes/{node['metadata']['name']}", {"spec": {"unschedulabel": True}}, content_type=MERGE, query={"fieldValidation": "Strict"}
+    )
     code, reason, message = status_of(patched)
     assert (code, reason) == (422, "Invalid") and message.startswith(' "" is invalid: patch: Invalid value: "{')
     assert message.endswith('": strict decoding error: unknown field "spec.unschedulabel"')
     # Without Strict the unknown field is dropped (pruned), not stored.
-    lax = backend.ok("POST", "/apis/joiner.dev/v1/nodeclaims", {
-        "apiVersion": "joiner.dev/v1", "kind": "NodeClaim", "metadata": {"name": backend.unique("claim")}, "spec": {"nodePool": "p", "bogus": 1}})
+    lax = backend.ok(
+        "POST",
+        "/apis/joiner.dev/v1/nodeclaims",
+        {"apiVersion": "joiner.dev/v1", "kind": "NodeClaim", "metadata": {"name": backend.unique("claim")}, "spec": {"nodePool": "p", "bogus": 1}},
+    )
     assert lax["spec"] == {"nodePool": "p"}
 
 
@@ -436,8 +535,17 @@ def test_table_responses(backend: Backend) -> None:
     node = backend.node()
     table = backend.ok("GET", "/api/v1/nodes", accept=TABLE, query={"labelSelector": f"contract={backend.label}"})
     assert [(c["name"], c["priority"]) for c in table["columnDefinitions"]] == [
-        ("Name", 0), ("Status", 0), ("Roles", 0), ("Age", 0), ("Version", 0), ("Internal-IP", 1), ("External-IP", 1),
-        ("OS-Image", 1), ("Kernel-Version", 1), ("Container-Runtime", 1)]
+        ("Name", 0),
+        ("Status", 0),
+        ("Roles", 0),
+        ("Age", 0),
+        ("Version", 0),
+        ("Internal-IP", 1),
+        ("External-IP", 1),
+        ("OS-Image", 1),
+        ("Kernel-Version", 1),
+        ("Container-Runtime", 1),
+    ]
     cells = _rows(table)[node["metadata"]["name"]]
     assert cells[:3] == [node["metadata"]["name"], "Unknown", "<none>"] and cells[4:] == ["", "<none>", "<none>", "<unknown>", "<unknown>", "<unknown>"]
     one = backend.ok("GET", f"/api/v1/nodes/{node['metadata']['name']}", accept=TABLE)
@@ -446,8 +554,7 @@ def test_table_responses(backend: Backend) -> None:
     namespace = backend.namespace()
     pod = backend.pod(namespace, node="node-a")
     pods = backend.ok("GET", f"/api/v1/namespaces/{namespace}/pods", accept=TABLE)
-    assert [c["name"] for c in pods["columnDefinitions"]] == [
-        "Name", "Ready", "Status", "Restarts", "Age", "IP", "Node", "Nominated Node", "Readiness Gates"]
+    assert [c["name"] for c in pods["columnDefinitions"]] == ["Name", "Ready", "Status", "Restarts", "Age", "IP", "Node", "Nominated Node", "Readiness Gates"]
     cells = _rows(pods)[pod["metadata"]["name"]]
     assert cells[:4] == [pod["metadata"]["name"], "0/1", "Pending", "0"] and cells[5:] == ["<none>", "node-a", "<none>", "<none>"]
 
@@ -456,7 +563,8 @@ def test_table_responses(backend: Backend) -> None:
     crd = next(obj for _, obj in manifests(CRDS) if obj["metadata"]["name"] == "nodepools.joiner.dev")
     printed = crd["spec"]["versions"][0]["additionalPrinterColumns"]
     assert [(c["name"], c["type"], c["priority"]) for c in pools["columnDefinitions"]] == [("Name", "string", 0)] + [
-        (c["name"], c["type"], c.get("priority", 0)) for c in printed]
+        (c["name"], c["type"], c.get("priority", 0)) for c in printed
+    ]
     cells = _rows(pools)[pool["metadata"]["name"]]
     assert cells[0] == pool["metadata"]["name"] and len(cells) == len(printed) + 1
     for column, cell in zip(printed, cells[1:], strict=True):
@@ -478,13 +586,15 @@ def test_watch_resumes_from_a_resource_version(backend: Backend) -> None:
     version = listed["metadata"]["resourceVersion"]
     pod = backend.pod(namespace)
     name = pod["metadata"]["name"]
-    backend.ok("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/binding",
-               {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name}, "target": {"kind": "Node", "name": "node-b"}})
+    backend.ok(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/pods/{name}/binding",
+        {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name}, "target": {"kind": "Node", "name": "node-b"}},
+    )
     backend.ok("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", {"gracePeriodSeconds": 0})
     events = backend.watch(f"/api/v1/namespaces/{namespace}/pods", resourceVersion=version, timeoutSeconds="2")
     # created, bound, marked for deletion (a bound pod's deletion is graceful, even at 0 s), removed
-    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [
-        ("ADDED", name), ("MODIFIED", name), ("MODIFIED", name), ("DELETED", name)]
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("ADDED", name), ("MODIFIED", name), ("MODIFIED", name), ("DELETED", name)]
     assert events[2]["object"]["metadata"]["deletionTimestamp"] and events[2]["object"]["metadata"]["deletionGracePeriodSeconds"] == 0
     assert all((e["object"]["kind"], e["object"]["apiVersion"]) == ("Pod", "v1") for e in events)
     versions = [int(e["object"]["metadata"]["resourceVersion"]) for e in events]
@@ -494,8 +604,9 @@ def test_watch_resumes_from_a_resource_version(backend: Backend) -> None:
     assert [e["type"] for e in unbound] == ["ADDED", "DELETED"]
     # From "0" (or none): the current objects as synthetic ADDED events first.
     other = backend.pod(namespace)["metadata"]["name"]
-    assert [(e["type"], e["object"]["metadata"]["name"]) for e in backend.watch(
-        f"/api/v1/namespaces/{namespace}/pods", resourceVersion="0", timeoutSeconds="1")] == [("ADDED", other)]
+    assert [
+        (e["type"], e["object"]["metadata"]["name"]) for e in backend.watch(f"/api/v1/namespaces/{namespace}/pods", resourceVersion="0", timeoutSeconds="1")
+    ] == [("ADDED", other)]
 
 
 def test_an_idle_watch_ends_at_its_timeout(backend: Backend) -> None:
@@ -520,8 +631,7 @@ def test_a_watch_its_resource_changed_during_gets_a_bookmark_before_its_deadline
     writer = threading.Timer(0.3, lambda: created.append(backend.pod(namespace)))
     writer.start()
     try:
-        events = [e for e in backend.client().watch_unbound_pods(version, 4)
-                  if e.type == "BOOKMARK" or e.object["metadata"].get("namespace") == namespace]
+        events = [e for e in backend.client().watch_unbound_pods(version, 4) if e.type == "BOOKMARK" or e.object["metadata"].get("namespace") == namespace]
     finally:
         writer.join()
     assert [e.type for e in events][:2] == ["ADDED", "BOOKMARK"] and {e.type for e in events[1:]} == {"BOOKMARK"}, events
@@ -546,7 +656,13 @@ def test_a_version_older_than_the_servers_history_is_refused_with_410(backend: B
         assert [e["type"] for e in refused] == ["ERROR"], refused
         status = refused[0]["object"]
         assert {k: status[k] for k in ("kind", "apiVersion", "metadata", "status", "reason", "code")} == {
-            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "reason": "Expired", "code": 410}
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "reason": "Expired",
+            "code": 410,
+        }
         assert re.fullmatch(rf"too old resource version: {old} \(\d+\)", status["message"]), status["message"]
         client = server.client()
         with pytest.raises(WatchExpired, match="too old resource version"):
@@ -557,7 +673,6 @@ def test_a_version_older_than_the_servers_history_is_refused_with_410(backend: B
         assert status_of(continued) == (410, "Expired", CONTINUE_EXPIRED)
         rest = server.ok("GET", f"/api/v1/namespaces/{namespace}/pods", query={"limit": "10", "continue": continued.body["metadata"]["continue"]})
         assert [p["metadata"]["name"] for p in rest["items"]] == sorted(n for n in [*names, later] if n > names[0])
-
 
 
 class _Kube:
@@ -600,7 +715,8 @@ def test_a_watch_list_ends_its_initial_events_with_a_bookmark(backend: Backend) 
     listed = _read(cache, kube)
     events = backend.watch(path, sendInitialEvents="true", resourceVersionMatch="NotOlderThan", allowWatchBookmarks="true", timeoutSeconds="1")
     assert [(e["type"], e["object"]["metadata"].get("name")) for e in events] == [
-        ("ADDED", name) for name in sorted(p["metadata"]["name"] for p in created)] + [("BOOKMARK", None)]
+        ("ADDED", name) for name in sorted(p["metadata"]["name"] for p in created)
+    ] + [("BOOKMARK", None)]
     bookmark = events[-1]["object"]
     version = bookmark["metadata"]["resourceVersion"]
     assert (bookmark["kind"], bookmark["apiVersion"], bookmark["metadata"]["annotations"]) == ("Pod", "v1", {"k8s.io/initial-events-end": "true"})
@@ -615,8 +731,11 @@ def test_a_watch_list_ends_its_initial_events_with_a_bookmark(backend: Backend) 
     assert ("pods", version) in kube.resumed[-2:]  # the next read resumes from the bookmark's version (Nodes are read beside pods)
 
     refused = backend.call("GET", path, query={"watch": "true", "sendInitialEvents": "true", "timeoutSeconds": "1"})
-    assert status_of(refused) == (422, "Invalid", ('ListOptions.meta.k8s.io "" is invalid: resourceVersionMatch: Forbidden: '
-                                                  "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"))
+    assert status_of(refused) == (
+        422,
+        "Invalid",
+        ('ListOptions.meta.k8s.io "" is invalid: resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan'),
+    )
 
 
 def test_the_cluster_state_lists_again_when_its_version_is_refused(real_kube: RealKube) -> None:
@@ -664,12 +783,25 @@ def test_adapter_reads(backend: Backend) -> None:
     assert client.get_node("no-such-node") is None
     pages = list(client.list_pages("pods"))
     assert len(pages) >= 2 and all(v == pages[0][1] for _, v in pages)
-    for method in ("list_events", "list_daemonsets", "list_pdbs", "list_volume_objects", "list_node_pools", "list_node_classes",
-                   "list_runtime_classes", "list_node_claims", "list_node_overlays"):
+    for method in (
+        "list_events",
+        "list_daemonsets",
+        "list_pdbs",
+        "list_volume_objects",
+        "list_node_pools",
+        "list_node_classes",
+        "list_runtime_classes",
+        "list_node_claims",
+        "list_node_overlays",
+    ):
         assert isinstance(getattr(client, method)(), list), method
     unschedulable = backend.pod(namespace)["metadata"]["name"]
-    backend.ok("PATCH", f"/api/v1/namespaces/{namespace}/pods/{unschedulable}/status", {"status": {"conditions": [
-        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/0 nodes are available"}]}}, content_type=MERGE)
+    backend.ok(
+        "PATCH",
+        f"/api/v1/namespaces/{namespace}/pods/{unschedulable}/status",
+        {"status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/0 nodes are available"}]}},
+        content_type=MERGE,
+    )
     pending = {p["metadata"]["name"] for p in client.list_pending_pods() if p["metadata"]["namespace"] == namespace}
     assert pending == {unschedulable}
     pool = backend.node_pool()
@@ -703,9 +835,16 @@ def test_adapter_pod_writes_and_events(backend: Backend) -> None:
     free = backend.pod(namespace, node="somewhere", running=True)["metadata"]["name"]
     assert client.evict_pod(namespace, free, grace_seconds=5).status == "evicted"
     guarded = backend.pod(namespace, labels={"app": "g"}, node="somewhere", running=True)["metadata"]["name"]
-    backend.ok("POST", f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets", {
-        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "g"},
-        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "g"}}}})
+    backend.ok(
+        "POST",
+        f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets",
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "g"},
+            "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "g"}}},
+        },
+    )
     backend.pdb_status(namespace, "g", expected=1, healthy=1, desired=1)
     blocked = client.evict_pod(namespace, guarded)
     assert blocked.status == "blocked" and "disruption budget" in blocked.message
@@ -729,22 +868,21 @@ def test_adapter_pod_writes_and_events(backend: Backend) -> None:
     del involved
     client.create_event(pod, "Nominated", "planned onto a new node")
     client.create_event(pod, "Nominated", "planned onto a new node")  # the same again: 409 then a patch
-    events = [e for e in backend.ok("GET", f"/api/v1/namespaces/{namespace}/events")["items"]
-              if e["involvedObject"].get("name") == pod["metadata"]["name"]]
+    events = [e for e in backend.ok("GET", f"/api/v1/namespaces/{namespace}/events")["items"] if e["involvedObject"].get("name") == pod["metadata"]["name"]]
     assert len(events) == 1 and events[0]["reason"] == "Nominated" and events[0]["source"] == {"component": "joiner"}
     node = backend.node()
     node.setdefault("kind", "Node")
     client.create_event(node, "Launched", "i-0123")  # a cluster-scoped object's event goes to "default"
-    assert any(e["involvedObject"].get("name") == node["metadata"]["name"]
-               for e in backend.ok("GET", "/api/v1/namespaces/default/events")["items"])
+    assert any(e["involvedObject"].get("name") == node["metadata"]["name"] for e in backend.ok("GET", "/api/v1/namespaces/default/events")["items"])
 
 
 def test_adapter_custom_resources(backend: Backend) -> None:
     client = backend.client()
     pool = backend.node_pool()
     pool_name = pool["metadata"]["name"]
-    client.patch_node_pool_status(pool_name, {"conditions": [{"type": "Ready", "status": "True", "reason": "Ready", "message": "",
-                                                              "lastTransitionTime": "2026-01-01T00:00:00Z"}]})
+    client.patch_node_pool_status(
+        pool_name, {"conditions": [{"type": "Ready", "status": "True", "reason": "Ready", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+    )
     stored = backend.ok("GET", f"/apis/joiner.dev/v1/nodepools/{pool_name}")
     assert stored["status"]["conditions"][0]["status"] == "True" and stored["spec"] == pool["spec"]
     assert stored["metadata"]["generation"] == pool["metadata"]["generation"]
@@ -759,9 +897,12 @@ def test_adapter_custom_resources(backend: Backend) -> None:
     stored_class = backend.ok("GET", f"/apis/joiner.dev/v1/nodeclasses/{node_class['metadata']['name']}")
     assert stored_class["status"]["conditions"][0]["status"] == "True" and stored_class["spec"] == node_class["spec"]
     overlay_name = backend.unique("overlay")
-    overlay = {"apiVersion": "joiner.dev/v1alpha1", "kind": "NodeOverlay", "metadata": {"name": overlay_name},
-               "spec": {"weight": 10, "requirements": [{"key": "joiner.dev/instance-family", "operator": "In", "values": ["m5"]}],
-                        "priceAdjustment": "-28%"}}
+    overlay = {
+        "apiVersion": "joiner.dev/v1alpha1",
+        "kind": "NodeOverlay",
+        "metadata": {"name": overlay_name},
+        "spec": {"weight": 10, "requirements": [{"key": "joiner.dev/instance-family", "operator": "In", "values": ["m5"]}], "priceAdjustment": "-28%"},
+    }
     backend.ok("POST", "/apis/joiner.dev/v1alpha1/nodeoverlays", overlay, query={"fieldValidation": "Strict"})
     client.patch_node_overlay_status(overlay_name, {"conditions": ready, "instanceTypeCount": 3})
     stored_overlay = backend.ok("GET", f"/apis/joiner.dev/v1alpha1/nodeoverlays/{overlay_name}")
@@ -791,44 +932,65 @@ def test_adapter_watches(backend: Backend) -> None:
     namespace = backend.namespace()
     _, version = client.list_unbound_pods()
     pod = backend.pod(namespace)["metadata"]["name"]
-    seen = [(e.type, e.object["metadata"]["name"]) for e in client.watch_unbound_pods(version, 2)
-            if e.type != "BOOKMARK" and e.object["metadata"].get("namespace") == namespace]
+    seen = [
+        (e.type, e.object["metadata"]["name"])
+        for e in client.watch_unbound_pods(version, 2)
+        if e.type != "BOOKMARK" and e.object["metadata"].get("namespace") == namespace
+    ]
     assert seen == [("ADDED", pod)]
 
     pools_version = client.plan_input_version("nodepools")
     pool = backend.node_pool()
     backend.ok("PATCH", f"/apis/joiner.dev/v1/nodepools/{pool['metadata']['name']}", {"spec": {"weight": 5}}, content_type=MERGE)
-    changes = [(e.type, e.object["spec"].get("weight")) for e in client.watch_plan_inputs("nodepools", pools_version, 2)
-               if e.type != "BOOKMARK" and e.object["metadata"]["name"] == pool["metadata"]["name"]]
+    changes = [
+        (e.type, e.object["spec"].get("weight"))
+        for e in client.watch_plan_inputs("nodepools", pools_version, 2)
+        if e.type != "BOOKMARK" and e.object["metadata"]["name"] == pool["metadata"]["name"]
+    ]
     assert changes == [("ADDED", None), ("MODIFIED", 5)]
 
     classes_version = client.plan_input_version("nodeclasses")
     node_class = next(obj for _, obj in manifests(ROOT / "manifests" / "examples" / "nodeclass-default.yaml"))
     node_class["metadata"] = {"name": backend.unique("class")}
     backend.ok("POST", "/apis/joiner.dev/v1/nodeclasses", node_class)
-    assert [(e.type, e.object["kind"]) for e in client.watch_plan_inputs("nodeclasses", classes_version, 1)
-            if e.type != "BOOKMARK" and e.object["metadata"]["name"] == node_class["metadata"]["name"]] == [("ADDED", "NodeClass")]
+    assert [
+        (e.type, e.object["kind"])
+        for e in client.watch_plan_inputs("nodeclasses", classes_version, 1)
+        if e.type != "BOOKMARK" and e.object["metadata"]["name"] == node_class["metadata"]["name"]
+    ] == [("ADDED", "NodeClass")]
 
     pods_version = list(client.list_pages("pods"))[0][1]
     changed = backend.pod(namespace)["metadata"]["name"]
-    assert [(e.type, e.object["metadata"]["name"]) for e in client.changes_since("pods", pods_version, idle_seconds=1.0)
-            if e.type != "BOOKMARK" and e.object["metadata"].get("namespace") == namespace] == [("ADDED", changed)]
+    assert [
+        (e.type, e.object["metadata"]["name"])
+        for e in client.changes_since("pods", pods_version, idle_seconds=1.0)
+        if e.type != "BOOKMARK" and e.object["metadata"].get("namespace") == namespace
+    ] == [("ADDED", changed)]
 
     pages = list(client.list_pages("nodes"))
     nodes_version = pages[0][1]
     node = backend.node()["metadata"]["name"]
     backend.ok("DELETE", f"/api/v1/nodes/{node}")
-    caught_up = [(e.type, e.object["metadata"]["name"]) for e in client.changes_since("nodes", nodes_version, idle_seconds=1.0)
-                 if e.type != "BOOKMARK" and e.object["metadata"]["name"] == node]
+    caught_up = [
+        (e.type, e.object["metadata"]["name"])
+        for e in client.changes_since("nodes", nodes_version, idle_seconds=1.0)
+        if e.type != "BOOKMARK" and e.object["metadata"]["name"] == node
+    ]
     assert caught_up == [("ADDED", node), ("DELETED", node)]
 
     # the watcher's nodes stream: Joiner's Nodes until its registration labels them
     joining_version = client.plan_input_version("nodes")
     joining = backend.unique("joining")
-    backend.ok("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node",
-                                         "metadata": {"name": joining, "labels": {"contract": backend.label, "joiner.dev/nodepool": "p"}}})
+    backend.ok(
+        "POST",
+        "/api/v1/nodes",
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": joining, "labels": {"contract": backend.label, "joiner.dev/nodepool": "p"}}},
+    )
     backend.node()  # not Joiner's: not in the stream
     backend.ok("PATCH", f"/api/v1/nodes/{joining}", {"metadata": {"labels": {"joiner.dev/registered": "true"}}}, content_type=MERGE)
-    stream = [(e.type, e.object["metadata"]["name"]) for e in client.watch_plan_inputs("nodes", joining_version, 2)
-              if e.type != "BOOKMARK" and e.object["metadata"].get("labels", {}).get("contract") == backend.label]
+    stream = [
+        (e.type, e.object["metadata"]["name"])
+        for e in client.watch_plan_inputs("nodes", joining_version, 2)
+        if e.type != "BOOKMARK" and e.object["metadata"].get("labels", {}).get("contract") == backend.label
+    ]
     assert stream == [("ADDED", joining), ("DELETED", joining)]

@@ -53,8 +53,7 @@ def allowed(kube: RealKube, function: str, verb: str, resource: str, group: str,
     return _access(kube, user, function_groups()[user], verb, resource, group, sub)
 
 
-def test_without_rbac_karpenter_the_reads_are_forbidden_and_say_which_manifest(real_kube: RealKube, without_grant: None,
-                                                                              rbac_guard: Guard) -> None:
+def test_without_rbac_karpenter_the_reads_are_forbidden_and_say_which_manifest(real_kube: RealKube, without_grant: None, rbac_guard: Guard) -> None:
     for function in READERS:
         assert not allowed(real_kube, function, "list", "nodepools", "karpenter.sh")
         assert not allowed(real_kube, function, "list", "ec2nodeclasses", "karpenter.k8s.aws")
@@ -75,15 +74,23 @@ def test_without_rbac_karpenter_the_reads_are_forbidden_and_say_which_manifest(r
         plain.close()
 
 
-@pytest.mark.parametrize(("verb", "resource", "group", "sub"), [
-    ("get", "nodepools", "karpenter.sh", ""), ("watch", "nodepools", "karpenter.sh", ""),
-    ("update", "nodepools", "karpenter.sh", ""), ("patch", "nodepools", "karpenter.sh", ""),
-    ("delete", "nodepools", "karpenter.sh", ""), ("create", "ec2nodeclasses", "karpenter.k8s.aws", ""),
-    ("update", "ec2nodeclasses", "karpenter.k8s.aws", "status"), ("list", "nodeclaims", "karpenter.sh", ""),
-    ("list", "nodeoverlays", "karpenter.sh", ""),
-])
-def test_rbac_karpenter_grants_nothing_beyond_the_reads_and_status(real_kube: RealKube, with_grant: None, verb: str, resource: str,
-                                                                   group: str, sub: str) -> None:
+@pytest.mark.parametrize(
+    ("verb", "resource", "group", "sub"),
+    [
+        ("get", "nodepools", "karpenter.sh", ""),
+        ("watch", "nodepools", "karpenter.sh", ""),
+        ("update", "nodepools", "karpenter.sh", ""),
+        ("patch", "nodepools", "karpenter.sh", ""),
+        ("delete", "nodepools", "karpenter.sh", ""),
+        ("create", "ec2nodeclasses", "karpenter.k8s.aws", ""),
+        ("update", "ec2nodeclasses", "karpenter.k8s.aws", "status"),
+        ("list", "nodeclaims", "karpenter.sh", ""),
+        ("list", "nodeoverlays", "karpenter.sh", ""),
+    ],
+)
+def test_rbac_karpenter_grants_nothing_beyond_the_reads_and_status(
+    real_kube: RealKube, with_grant: None, verb: str, resource: str, group: str, sub: str
+) -> None:
     assert not allowed(real_kube, "scanner", verb, resource, group, sub)
 
 
@@ -119,18 +126,24 @@ def test_with_rbac_karpenter_joiner_reads_karpenters_objects(real_kube: RealKube
         assert condition(POOLS, refused_pool)["reason"] == "NodeClassNotRead"
         assert condition(POOLS, shadowed)["reason"] == "ShadowedByJoiner"
         events = admin.get("/api/v1/namespaces/default/events")["items"]
-        assert any(e["involvedObject"]["name"] == custom_class and e["involvedObject"]["kind"] == "EC2NodeClass"
-                   and e["reason"] == "ConversionRefused" for e in events)
+        assert any(
+            e["involvedObject"]["name"] == custom_class and e["involvedObject"]["kind"] == "EC2NodeClass" and e["reason"] == "ConversionRefused" for e in events
+        )
 
         # the status the scanner computes, on the Karpenter objects (Karpenter's condition schema)
         ready = {"type": "Ready", "status": "True", "reason": "Ready", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}
         client.patch_node_pool_status(good_pool, {"resources": {"cpu": "4", "nodes": "1"}, "nodes": 1, "conditions": [ready]})
         status = admin.get(f"{POOLS}/{good_pool}")["status"]
         assert status["nodes"] == 1 and {c["type"] for c in status["conditions"]} == {"Ready", CONDITION_TYPE}
-        client.patch_node_class_status(good_class, {
-            "subnets": [{"id": "subnet-0a", "zone": "us-east-1a"}], "securityGroups": [{"id": "sg-0a"}],
-            "amis": [{"id": "ami-0a", "requirements": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]}],
-            "conditions": [dict(ready, observedGeneration=1)]})
+        client.patch_node_class_status(
+            good_class,
+            {
+                "subnets": [{"id": "subnet-0a", "zone": "us-east-1a"}],
+                "securityGroups": [{"id": "sg-0a"}],
+                "amis": [{"id": "ami-0a", "requirements": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]}],
+                "conditions": [dict(ready, observedGeneration=1)],
+            },
+        )
         assert admin.get(f"{CLASSES}/{good_class}")["status"]["amis"][0]["id"] == "ami-0a"
     finally:
         client.close()

@@ -23,8 +23,15 @@ class Kubectl:
         self.binary, self.kubeconfig, self.home = binary, kubeconfig, home
 
     def __call__(self, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run([str(self.binary), "--kubeconfig", str(self.kubeconfig), *args], capture_output=True, text=True,  # noqa: S603
-                              timeout=60, env=dict(os.environ, HOME=str(self.home)), cwd=ROOT, check=False)
+        done = subprocess.run(
+            [str(self.binary), "--kubeconfig", str(self.kubeconfig), *args],
+            capture_output=True,
+            text=True,  # noqa: S603
+            timeout=60,
+            env=dict(os.environ, HOME=str(self.home)),
+            cwd=ROOT,
+            check=False,
+        )
         if ok:
             assert done.returncode == 0, f"kubectl {' '.join(args)}: exit {done.returncode}\n{done.stdout}\n{done.stderr}"
             assert "error" not in done.stderr.lower(), done.stderr
@@ -44,10 +51,18 @@ def target(request: pytest.FixtureRequest, real_kube: RealKube, tmp_path: Path) 
         backend = Backend("real", real_kube.url, token, real_kube.cluster.ca_file, real_kube)
         cluster, user = {"server": real_kube.url, "certificate-authority": real_kube.cluster.ca_file}, {"token": token}
     config = tmp_path / "kubeconfig"
-    config.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "test",
-        "clusters": [{"name": "test", "cluster": cluster}], "users": [{"name": "test", "user": user}],
-        "contexts": [{"name": "test", "context": {"cluster": "test", "user": "test"}}]}))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "test",
+                "clusters": [{"name": "test", "cluster": cluster}],
+                "users": [{"name": "test", "user": user}],
+                "contexts": [{"name": "test", "context": {"cluster": "test", "user": "test"}}],
+            }
+        )
+    )
     binary = real_kube.cluster.bin_dir / "kubectl"
     if not binary.is_file():
         pytest.fail(f"{binary} is missing: tools/kube/build.sh builds it", pytrace=False)
@@ -90,8 +105,16 @@ def test_kubectl_apply_explain_and_strict_validation(target: tuple[Backend, Kube
     assert "template\t<Object> -required-" in explained
 
     misspelt = tmp_path / "pool.yaml"
-    misspelt.write_text(yaml.safe_dump({"apiVersion": "joiner.dev/v1", "kind": "NodePool", "metadata": {"name": "misspelt"},
-                                        "spec": {"weigth": 3, "template": {"spec": {"nodeClassRef": {"name": "default"}}}}}))
+    misspelt.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "joiner.dev/v1",
+                "kind": "NodePool",
+                "metadata": {"name": "misspelt"},
+                "spec": {"weigth": 3, "template": {"spec": {"nodeClassRef": {"name": "default"}}}},
+            }
+        )
+    )
     refused = kubectl("apply", "-f", str(misspelt), ok=False)
     assert refused.returncode != 0 and 'unknown field "spec.weigth"' in refused.stderr, refused.stderr
     good = tmp_path / "good.yaml"

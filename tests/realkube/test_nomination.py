@@ -40,8 +40,9 @@ MERGE = "application/merge-patch+json"
 def kube(real_kube: SessionKube, tmp_path: Path) -> Iterator[RealKube]:
     plane = RealKube.start(tmp_path / "plane")
     try:
-        plane.admin.request("POST", f"/api/v1/namespaces/{NS}/serviceaccounts",
-                            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}}, ok=(409,))
+        plane.admin.request(
+            "POST", f"/api/v1/namespaces/{NS}/serviceaccounts", {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}}, ok=(409,)
+        )
         yield plane
     finally:
         plane.stop()
@@ -55,11 +56,22 @@ def _register(kube: RealKube, name: str, cpu: str, *, ready: bool) -> None:
     """As a kubelet registers: the Node with its status (allocatable); the API server's
     TaintNodesByCondition admission adds the not-ready taint."""
     resources = {"cpu": cpu, "memory": "16Gi", "pods": "110"}
-    condition = {"type": "Ready", "status": "True" if ready else "False", "reason": "KubeletReady" if ready else "KubeletNotReady",
-                 "lastTransitionTime": _now(), "lastHeartbeatTime": _now()}
-    kube.node_api(name).create("/api/v1/nodes", {
-        "apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-        "status": {"capacity": resources, "allocatable": resources, "conditions": [condition]}})
+    condition = {
+        "type": "Ready",
+        "status": "True" if ready else "False",
+        "reason": "KubeletReady" if ready else "KubeletNotReady",
+        "lastTransitionTime": _now(),
+        "lastHeartbeatTime": _now(),
+    }
+    kube.node_api(name).create(
+        "/api/v1/nodes",
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+            "status": {"capacity": resources, "allocatable": resources, "conditions": [condition]},
+        },
+    )
 
 
 def _make_ready(kube: RealKube, name: str) -> None:
@@ -70,9 +82,12 @@ def _make_ready(kube: RealKube, name: str) -> None:
 def _lift_not_ready(kube: RealKube, name: str) -> None:
     node = kube.admin.get(f"/api/v1/nodes/{name}")
     kept = [t for t in (node.get("spec") or {}).get("taints") or [] if t["key"] != NOT_READY_TAINT]
-    kube.admin.request("PATCH", f"/api/v1/nodes/{name}",
-                       {"metadata": {"resourceVersion": node["metadata"]["resourceVersion"]}, "spec": {"taints": kept or None}},
-                       content_type=MERGE)
+    kube.admin.request(
+        "PATCH",
+        f"/api/v1/nodes/{name}",
+        {"metadata": {"resourceVersion": node["metadata"]["resourceVersion"]}, "spec": {"taints": kept or None}},
+        content_type=MERGE,
+    )
 
 
 def _tainted(kube: RealKube, name: str) -> bool:
@@ -93,8 +108,7 @@ def _pods(kube: RealKube) -> dict[str, dict[str, Any]]:
 
 def _nominate(kube: RealKube, names: list[str], node: str) -> None:
     for name in names:
-        kube.admin.request("PATCH", f"/api/v1/namespaces/{NS}/pods/{name}/status", {"status": {"nominatedNodeName": node}},
-                           content_type=MERGE)
+        kube.admin.request("PATCH", f"/api/v1/namespaces/{NS}/pods/{name}/status", {"status": {"nominatedNodeName": node}}, content_type=MERGE)
 
 
 def _until(what: str, check: Callable[[], bool], timeout: float = 15.0) -> None:
@@ -135,8 +149,7 @@ def test_a_nomination_made_before_the_node_exists_is_cleared_when_the_node_regis
 def test_a_nomination_made_while_the_node_is_not_ready_is_honoured(kube: RealKube) -> None:
     first, second = _waves(kube)
     _register(kube, "node-b", "4", ready=False)
-    _until("the pods tried against the tainted Node",
-           lambda: all("untolerated taint" in _message(_pods(kube)[n]) for n in first + second))
+    _until("the pods tried against the tainted Node", lambda: all("untolerated taint" in _message(_pods(kube)[n]) for n in first + second))
     _nominate(kube, first, "node-b")
     _make_ready(kube, "node-b")
     time.sleep(1.0)

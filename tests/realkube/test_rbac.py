@@ -45,8 +45,12 @@ class World:
 
 
 def pod(name: str, tag: str, **spec: Any) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"joiner-test": tag, "app": tag}},
-            "spec": {"containers": [{"name": "c", "image": PAUSE, "resources": {"requests": {"cpu": "100m"}}}], **spec}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"joiner-test": tag, "app": tag}},
+        "spec": {"containers": [{"name": "c", "image": PAUSE, "resources": {"requests": {"cpu": "100m"}}}], **spec},
+    }
 
 
 def node(name: str, tag: str) -> dict[str, Any]:
@@ -54,14 +58,25 @@ def node(name: str, tag: str) -> dict[str, Any]:
 
 
 def node_class(name: str) -> dict[str, Any]:
-    return {"apiVersion": "joiner.dev/v1", "kind": "NodeClass", "metadata": {"name": name},
-            "spec": {"role": "JoinerNodeRole-test", "subnetSelectorTerms": [{"tags": {"joiner.dev/discovery": "test"}}],
-                     "securityGroupSelectorTerms": [{"tags": {"joiner.dev/discovery": "test"}}]}}
+    return {
+        "apiVersion": "joiner.dev/v1",
+        "kind": "NodeClass",
+        "metadata": {"name": name},
+        "spec": {
+            "role": "JoinerNodeRole-test",
+            "subnetSelectorTerms": [{"tags": {"joiner.dev/discovery": "test"}}],
+            "securityGroupSelectorTerms": [{"tags": {"joiner.dev/discovery": "test"}}],
+        },
+    }
 
 
 def node_pool(name: str, node_class_name: str) -> dict[str, Any]:
-    return {"apiVersion": "joiner.dev/v1", "kind": "NodePool", "metadata": {"name": name},
-            "spec": {"template": {"spec": {"nodeClassRef": {"group": "joiner.dev", "kind": "NodeClass", "name": node_class_name}}}}}
+    return {
+        "apiVersion": "joiner.dev/v1",
+        "kind": "NodePool",
+        "metadata": {"name": name},
+        "spec": {"template": {"spec": {"nodeClassRef": {"group": "joiner.dev", "kind": "NodeClass", "name": node_class_name}}}},
+    }
 
 
 @pytest.fixture(scope="module")
@@ -74,34 +89,83 @@ def world(real_kube: RealKube) -> World:
     admin.create(f"/api/v1/namespaces/{ns}/pods", pod(pending, tag, nodeSelector={"joiner-test/nowhere": "true"}))
     admin.create(f"/api/v1/namespaces/{ns}/pods", pod(bound, tag, nodeName=the_node["metadata"]["name"]))
     daemonset = unique("ds")
-    admin.create(f"/apis/apps/v1/namespaces/{ns}/daemonsets", {
-        "apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": daemonset},
-        "spec": {"selector": {"matchLabels": {"ds": daemonset}},
-                 "template": {"metadata": {"labels": {"ds": daemonset}}, "spec": {"containers": [{"name": "c", "image": PAUSE}]}}}})
+    admin.create(
+        f"/apis/apps/v1/namespaces/{ns}/daemonsets",
+        {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {"name": daemonset},
+            "spec": {
+                "selector": {"matchLabels": {"ds": daemonset}},
+                "template": {"metadata": {"labels": {"ds": daemonset}}, "spec": {"containers": [{"name": "c", "image": PAUSE}]}},
+            },
+        },
+    )
     pdb = unique("pdb")
-    admin.create(f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets", {
-        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": pdb},
-        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": tag}}}})
+    admin.create(
+        f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets",
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": pdb},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": tag}}},
+        },
+    )
     runtime_class = unique("rc")
-    admin.create("/apis/node.k8s.io/v1/runtimeclasses", {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
-                                                         "metadata": {"name": runtime_class}, "handler": "runc",
-                                                         "overhead": {"podFixed": {"cpu": "250m"}}})
+    admin.create(
+        "/apis/node.k8s.io/v1/runtimeclasses",
+        {
+            "apiVersion": "node.k8s.io/v1",
+            "kind": "RuntimeClass",
+            "metadata": {"name": runtime_class},
+            "handler": "runc",
+            "overhead": {"podFixed": {"cpu": "250m"}},
+        },
+    )
     storage_class = unique("sc")
-    admin.create("/apis/storage.k8s.io/v1/storageclasses", {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
-                                                            "metadata": {"name": storage_class}, "provisioner": "ebs.csi.aws.com",
-                                                            "volumeBindingMode": "WaitForFirstConsumer"})
+    admin.create(
+        "/apis/storage.k8s.io/v1/storageclasses",
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {"name": storage_class},
+            "provisioner": "ebs.csi.aws.com",
+            "volumeBindingMode": "WaitForFirstConsumer",
+        },
+    )
     volume, claim = unique("pv"), unique("pvc")
-    admin.create("/api/v1/persistentvolumes", {
-        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": volume},
-        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": storage_class,
-                 "csi": {"driver": "ebs.csi.aws.com", "volumeHandle": "vol-0123456789abcdef0"}}})
-    admin.create(f"/api/v1/namespaces/{ns}/persistentvolumeclaims", {
-        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": claim},
-        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": storage_class, "resources": {"requests": {"storage": "1Gi"}}}})
-    admin.create("/apis/storage.k8s.io/v1/csinodes", {"apiVersion": "storage.k8s.io/v1", "kind": "CSINode",
-                                                      "metadata": {"name": the_node["metadata"]["name"]},
-                                                      "spec": {"drivers": [{"name": "ebs.csi.aws.com", "nodeID": "i-0123",
-                                                                            "allocatable": {"count": 25}}]}})
+    admin.create(
+        "/api/v1/persistentvolumes",
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": volume},
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": storage_class,
+                "csi": {"driver": "ebs.csi.aws.com", "volumeHandle": "vol-0123456789abcdef0"},
+            },
+        },
+    )
+    admin.create(
+        f"/api/v1/namespaces/{ns}/persistentvolumeclaims",
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": claim},
+            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": storage_class, "resources": {"requests": {"storage": "1Gi"}}},
+        },
+    )
+    admin.create(
+        "/apis/storage.k8s.io/v1/csinodes",
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "CSINode",
+            "metadata": {"name": the_node["metadata"]["name"]},
+            "spec": {"drivers": [{"name": "ebs.csi.aws.com", "nodeID": "i-0123", "allocatable": {"count": 25}}]},
+        },
+    )
     the_class = unique("nc")
     admin.create("/apis/joiner.dev/v1/nodeclasses", node_class(the_class))
     the_pool = admin.create("/apis/joiner.dev/v1/nodepools", node_pool(unique("np"), the_class))
@@ -151,6 +215,7 @@ def changes_since(kube: RealKube, client: KubernetesClient, w: World) -> None:
     def replayed() -> bool:
         """the new pod's creation is among the changes since the list"""
         return any(e.type == "ADDED" and e.object["metadata"]["name"] == new for e in client.changes_since("pods", version))
+
     eventually(replayed)
     assert list(client.changes_since("nodes", next(iter(client.list_pages("nodes")))[1])) is not None
     assert list(client.changes_since("nodeclaims", next(iter(client.list_pages("nodeclaims")))[1])) is not None
@@ -165,6 +230,7 @@ def list_pending_pods(kube: RealKube, client: KubernetesClient, w: World) -> Non
     def pending() -> bool:
         """the scheduler marked the pod Unschedulable and the adapter reports it pending"""
         return w.pending_pod in names(client.list_pending_pods())
+
     eventually(pending)
     assert w.bound_pod not in names(client.list_pending_pods())
 
@@ -191,8 +257,13 @@ def _watch_plan_input(resource: str) -> Operation:
         version = client.plan_input_version(resource)
         name = kube.unique("watched")
         if resource == "nodes":  # one Joiner registered (outside the selector), then one registering
-            kube.admin.create("/api/v1/nodes", {**node(kube.unique("registered"), w.tag), "metadata": {
-                "name": kube.unique("registered"), "labels": {"joiner.dev/nodepool": "p", "joiner.dev/registered": "true"}}})
+            kube.admin.create(
+                "/api/v1/nodes",
+                {
+                    **node(kube.unique("registered"), w.tag),
+                    "metadata": {"name": kube.unique("registered"), "labels": {"joiner.dev/nodepool": "p", "joiner.dev/registered": "true"}},
+                },
+            )
             kube.admin.create("/api/v1/nodes", {**node(name, w.tag), "metadata": {"name": name, "labels": {"joiner.dev/nodepool": "p"}}})
         else:
             obj = node_pool(name, w.node_class) if resource == "nodepools" else node_class(name)
@@ -208,6 +279,7 @@ def _watch_plan_input(resource: str) -> Operation:
             assert seen[-1:] == [name] and not any(n.startswith("registered") for n in seen), seen
         finally:
             events.close()  # type: ignore[attr-defined]
+
     return operation
 
 
@@ -240,8 +312,12 @@ def list_runtime_classes(kube: RealKube, client: KubernetesClient, w: World) -> 
 
 def list_volume_objects(kube: RealKube, client: KubernetesClient, w: World) -> None:
     kinds = {(o["kind"], o["metadata"]["name"]) for o in client.list_volume_objects()}
-    assert {("PersistentVolumeClaim", w.claim), ("PersistentVolume", w.volume), ("StorageClass", w.storage_class),
-            ("CSINode", w.node["metadata"]["name"])} <= kinds
+    assert {
+        ("PersistentVolumeClaim", w.claim),
+        ("PersistentVolume", w.volume),
+        ("StorageClass", w.storage_class),
+        ("CSINode", w.node["metadata"]["name"]),
+    } <= kinds
 
 
 def list_node_pools(kube: RealKube, client: KubernetesClient, w: World) -> None:
@@ -255,8 +331,7 @@ def list_node_classes(kube: RealKube, client: KubernetesClient, w: World) -> Non
 def patch_node(kube: RealKube, client: KubernetesClient, w: World) -> None:
     name = kube.admin.create("/api/v1/nodes", node(kube.unique("node"), w.tag))["metadata"]["name"]
     taints = [{"key": "joiner.dev/disrupting", "effect": "NoSchedule"}]
-    patched = client.patch_node(name, {"metadata": {"labels": {"joiner.dev/registered": "true"}},
-                                       "spec": {"unschedulable": True, "taints": taints}})
+    patched = client.patch_node(name, {"metadata": {"labels": {"joiner.dev/registered": "true"}}, "spec": {"unschedulable": True, "taints": taints}})
     assert patched["metadata"]["labels"]["joiner.dev/registered"] == "true" and patched["spec"]["unschedulable"] is True
     assert {"key": "joiner.dev/disrupting", "effect": "NoSchedule"} in patched["spec"]["taints"]
 
@@ -319,11 +394,13 @@ def patch_node_pool_status(kube: RealKube, client: KubernetesClient, w: World) -
 
 
 def patch_node_class_status(kube: RealKube, client: KubernetesClient, w: World) -> None:
-    ready = {"type": "Ready", "status": "True", "reason": "Ready", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z",
-             "observedGeneration": 1}
-    status = {"subnets": [{"id": "subnet-0a", "zone": "us-east-1a"}], "securityGroups": [{"id": "sg-0a"}],
-              "amis": [{"id": "ami-0a", "name": "al2023", "requirements": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]}],
-              "conditions": [ready]}
+    ready = {"type": "Ready", "status": "True", "reason": "Ready", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1}
+    status = {
+        "subnets": [{"id": "subnet-0a", "zone": "us-east-1a"}],
+        "securityGroups": [{"id": "sg-0a"}],
+        "amis": [{"id": "ami-0a", "name": "al2023", "requirements": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]}],
+        "conditions": [ready],
+    }
     client.patch_node_class_status(w.node_class, status)
     stored = kube.admin.get(f"/apis/joiner.dev/v1/nodeclasses/{w.node_class}")["status"]
     assert stored["amis"][0]["id"] == "ami-0a" and stored["subnets"] == status["subnets"]
@@ -333,9 +410,19 @@ def node_claims(kube: RealKube, client: KubernetesClient, w: World) -> None:
     """The mirror's whole life as sync_node_claims and mirror_claim write it: read, create, status,
     spec/metadata, an Event on it, delete."""
     now = datetime(2026, 1, 1, tzinfo=UTC)
-    claim = ClaimRecord(claim_id=kube.unique("claim"), node_pool=w.node_pool["metadata"]["name"], state="launched", created_at=now,
-                        instance_id="i-0123456789abcdef0", instance_type="m5.large", zone="us-east-1a", capacity_type="spot",
-                        price=0.05, pods=("default/a",), launched_at=now)
+    claim = ClaimRecord(
+        claim_id=kube.unique("claim"),
+        node_pool=w.node_pool["metadata"]["name"],
+        state="launched",
+        created_at=now,
+        instance_id="i-0123456789abcdef0",
+        instance_type="m5.large",
+        zone="us-east-1a",
+        capacity_type="spot",
+        price=0.05,
+        pods=("default/a",),
+        launched_at=now,
+    )
     desired = node_claim_object(claim, w.node_pool, now=now)
     name = desired["metadata"]["name"]
     assert client.get_node_claim(name) is None
@@ -348,8 +435,10 @@ def node_claims(kube: RealKube, client: KubernetesClient, w: World) -> None:
     assert found["status"]["conditions"] == desired["status"]["conditions"]
     reason = kube.unique("Launched").replace("-", "")
     client.create_event(involved_object(found), reason, "instance i-0123456789abcdef0")
-    assert any(e["reason"] == reason and e["involvedObject"]["uid"] == created["metadata"]["uid"] and e["involvedObject"]["kind"] == "NodeClaim"
-               for e in kube.admin.get("/api/v1/namespaces/default/events")["items"])
+    assert any(
+        e["reason"] == reason and e["involvedObject"]["uid"] == created["metadata"]["uid"] and e["involvedObject"]["kind"] == "NodeClaim"
+        for e in kube.admin.get("/api/v1/namespaces/default/events")["items"]
+    )
     assert client.patch_node_claim(name, {"spec": dict(desired["spec"], pods=["default/b"])}) is True
     mirror = next(m for m in client.list_node_claims() if m["metadata"]["name"] == name)
     assert mirror["spec"]["pods"] == ["default/b"] and mirror["status"] == kube.admin.get(f"/apis/joiner.dev/v1/nodeclaims/{name}")["status"]
@@ -363,22 +452,34 @@ def node_claims(kube: RealKube, client: KubernetesClient, w: World) -> None:
 def node_overlays(kube: RealKube, client: KubernetesClient, w: World) -> None:
     """Listing NodeOverlays and writing the status the scanner computes."""
     name = kube.unique("overlay")
-    kube.admin.create("/apis/joiner.dev/v1alpha1/nodeoverlays", {
-        "apiVersion": "joiner.dev/v1alpha1", "kind": "NodeOverlay", "metadata": {"name": name},
-        "spec": {"requirements": [{"key": "joiner.dev/nodepool", "operator": "In", "values": [w.node_pool["metadata"]["name"]]}],
-                 "priceAdjustment": "-10%"}})
+    kube.admin.create(
+        "/apis/joiner.dev/v1alpha1/nodeoverlays",
+        {
+            "apiVersion": "joiner.dev/v1alpha1",
+            "kind": "NodeOverlay",
+            "metadata": {"name": name},
+            "spec": {
+                "requirements": [{"key": "joiner.dev/nodepool", "operator": "In", "values": [w.node_pool["metadata"]["name"]]}],
+                "priceAdjustment": "-10%",
+            },
+        },
+    )
     assert name in names(client.list_node_overlays())
 
 
 def patch_node_overlay_status(kube: RealKube, client: KubernetesClient, w: World) -> None:
     name = kube.unique("overlay")
-    kube.admin.create("/apis/joiner.dev/v1alpha1/nodeoverlays", {
-        "apiVersion": "joiner.dev/v1alpha1", "kind": "NodeOverlay", "metadata": {"name": name},
-        "spec": {"requirements": [], "capacity": {"example.com/gpu-slice": "4"}}})
-    ready = {"type": "Ready", "status": "False", "reason": "Conflict", "message": "conflicts with NodeOverlay b",
-             "lastTransitionTime": "2026-01-01T00:00:00Z"}
-    client.patch_node_overlay_status(name, {"instanceTypes": ["m5.large"], "instanceTypeCount": 1, "nodePools": ["default"],
-                                            "conditions": [ready]})
+    kube.admin.create(
+        "/apis/joiner.dev/v1alpha1/nodeoverlays",
+        {
+            "apiVersion": "joiner.dev/v1alpha1",
+            "kind": "NodeOverlay",
+            "metadata": {"name": name},
+            "spec": {"requirements": [], "capacity": {"example.com/gpu-slice": "4"}},
+        },
+    )
+    ready = {"type": "Ready", "status": "False", "reason": "Conflict", "message": "conflicts with NodeOverlay b", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+    client.patch_node_overlay_status(name, {"instanceTypes": ["m5.large"], "instanceTypeCount": 1, "nodePools": ["default"], "conditions": [ready]})
     stored = kube.admin.get(f"/apis/joiner.dev/v1alpha1/nodeoverlays/{name}")["status"]
     assert stored["instanceTypes"] == ["m5.large"] and stored["conditions"][0]["reason"] == "Conflict"
     client.patch_node_overlay_status(kube.unique("gone"), {"instanceTypes": []})  # deleted meanwhile: skipped
@@ -396,28 +497,68 @@ def set_node_finalizer(kube: RealKube, client: KubernetesClient, w: World) -> No
 
 
 OPERATIONS: dict[str, Operation] = {
-    "iter_nodes": iter_nodes, "list_pages": list_pages, "changes_since": changes_since,
-    "list_pending_pods": list_pending_pods, "list_unbound_pods": list_unbound_pods,
+    "iter_nodes": iter_nodes,
+    "list_pages": list_pages,
+    "changes_since": changes_since,
+    "list_pending_pods": list_pending_pods,
+    "list_unbound_pods": list_unbound_pods,
     "watch_unbound_pods": watch_unbound_pods,
-    "watch_plan_inputs(nodepools)": _watch_plan_input("nodepools"), "watch_plan_inputs(nodeclasses)": _watch_plan_input("nodeclasses"),
-    "watch_plan_inputs(nodes)": _watch_plan_input("nodes"), "nominate_pod": nominate_pod,
-    "list_pods_on_node": list_pods_on_node, "get_node": get_node,
-    "list_daemonsets": list_daemonsets, "list_pdbs": list_pdbs, "list_runtime_classes": list_runtime_classes,
-    "list_volume_objects": list_volume_objects, "list_node_pools": list_node_pools, "list_node_classes": list_node_classes,
-    "patch_node": patch_node, "delete_node": delete_node, "evict_pod": evict_pod, "delete_pod": delete_pod,
-    "create_event": create_event, "patch_node_pool_status": patch_node_pool_status,
-    "patch_node_class_status": patch_node_class_status, "node_claims": node_claims,
-    "set_node_finalizer": set_node_finalizer, "list_node_overlays": node_overlays, "patch_node_overlay_status": patch_node_overlay_status,
+    "watch_plan_inputs(nodepools)": _watch_plan_input("nodepools"),
+    "watch_plan_inputs(nodeclasses)": _watch_plan_input("nodeclasses"),
+    "watch_plan_inputs(nodes)": _watch_plan_input("nodes"),
+    "nominate_pod": nominate_pod,
+    "list_pods_on_node": list_pods_on_node,
+    "get_node": get_node,
+    "list_daemonsets": list_daemonsets,
+    "list_pdbs": list_pdbs,
+    "list_runtime_classes": list_runtime_classes,
+    "list_volume_objects": list_volume_objects,
+    "list_node_pools": list_node_pools,
+    "list_node_classes": list_node_classes,
+    "patch_node": patch_node,
+    "delete_node": delete_node,
+    "evict_pod": evict_pod,
+    "delete_pod": delete_pod,
+    "create_event": create_event,
+    "patch_node_pool_status": patch_node_pool_status,
+    "patch_node_class_status": patch_node_class_status,
+    "node_claims": node_claims,
+    "set_node_finalizer": set_node_finalizer,
+    "list_node_overlays": node_overlays,
+    "patch_node_overlay_status": patch_node_overlay_status,
 }
 
 #: What the provisioning round reads and writes (joiner.services.provisioning: read(), registration,
 #: events, NodePool and NodeClass status, the mirrors of the claims it launches and registers).
-_PROVISIONING = ("list_pages", "changes_since", "iter_nodes", "list_pending_pods", "list_daemonsets", "list_runtime_classes", "list_node_pools",
-                 "list_node_classes", "list_volume_objects", "list_node_overlays", "patch_node", "create_event", "node_claims")
+_PROVISIONING = (
+    "list_pages",
+    "changes_since",
+    "iter_nodes",
+    "list_pending_pods",
+    "list_daemonsets",
+    "list_runtime_classes",
+    "list_node_pools",
+    "list_node_classes",
+    "list_volume_objects",
+    "list_node_overlays",
+    "patch_node",
+    "create_event",
+    "node_claims",
+)
 #: Beginning and continuing a termination (joiner.services.termination), the claim's mirror
 #: written as it begins (Disrupting) and ends (Terminated, deleted).
-_TERMINATION = ("iter_nodes", "get_node", "list_pods_on_node", "patch_node", "set_node_finalizer", "evict_pod", "delete_pod", "delete_node",
-                "create_event", "node_claims")
+_TERMINATION = (
+    "iter_nodes",
+    "get_node",
+    "list_pods_on_node",
+    "patch_node",
+    "set_node_finalizer",
+    "evict_pod",
+    "delete_pod",
+    "delete_node",
+    "create_event",
+    "node_claims",
+)
 
 #: The KubernetesPort methods each function's services call.
 USES: dict[str, tuple[str, ...]] = {
@@ -427,10 +568,8 @@ USES: dict[str, tuple[str, ...]] = {
     "termination": _TERMINATION,
     # candidates, budgets, replacements, terminations begun, mirrors' findings
     "disruption": tuple(dict.fromkeys((*_PROVISIONING, "list_pdbs", "get_node", *_TERMINATION, "node_claims"))),
-    "gc": ("iter_nodes", "list_pages", "changes_since", "get_node", "list_node_classes", "list_node_pools", "delete_node", "set_node_finalizer",
-           "node_claims"),
-    "watcher": ("list_unbound_pods", "watch_unbound_pods", "watch_plan_inputs(nodepools)", "watch_plan_inputs(nodeclasses)",
-                "watch_plan_inputs(nodes)"),
+    "gc": ("iter_nodes", "list_pages", "changes_since", "get_node", "list_node_classes", "list_node_pools", "delete_node", "set_node_finalizer", "node_claims"),
+    "watcher": ("list_unbound_pods", "watch_unbound_pods", "watch_plan_inputs(nodepools)", "watch_plan_inputs(nodeclasses)", "watch_plan_inputs(nodes)"),
 }
 
 
@@ -442,8 +581,16 @@ def test_every_function_has_an_identity_and_uses() -> None:
 def test_every_port_method_but_the_clis_is_exercised() -> None:
     methods = {m for m in dir(KubernetesPort) if not m.startswith("_")}
     # list_pods and list_nodes: `joiner status` (the CLI, run with the user's own credentials)
-    exercised = {op.split("(")[0] for op in OPERATIONS} | {"plan_input_version", "list_node_claims", "get_node_claim", "create_node_claim",
-                                                           "patch_node_claim", "delete_node_claim", "list_pods", "list_nodes"}
+    exercised = {op.split("(")[0] for op in OPERATIONS} | {
+        "plan_input_version",
+        "list_node_claims",
+        "get_node_claim",
+        "create_node_claim",
+        "patch_node_claim",
+        "delete_node_claim",
+        "list_pods",
+        "list_nodes",
+    }
     assert methods - exercised == set()
 
 
@@ -457,28 +604,36 @@ def test_function_identity_may_do_what_it_does(real_kube: RealKube, world: World
 
 
 def _access(kube: RealKube, user: str, groups: tuple[str, ...], verb: str, resource: str, group: str = "", sub: str = "") -> bool:
-    review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
-              "spec": {"user": user, "groups": [*groups, "system:authenticated"],
-                       "resourceAttributes": {"verb": verb, "group": group, "resource": resource, "subresource": sub}}}
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SubjectAccessReview",
+        "spec": {
+            "user": user,
+            "groups": [*groups, "system:authenticated"],
+            "resourceAttributes": {"verb": verb, "group": group, "resource": resource, "subresource": sub},
+        },
+    }
     return bool(kube.admin.create("/apis/authorization.k8s.io/v1/subjectaccessreviews", review)["status"].get("allowed"))
 
 
-@pytest.mark.parametrize(("function", "verb", "resource", "group", "sub"), [
-    ("watcher", "delete", "nodes", "", ""),
-    ("watcher", "patch", "nodes", "", ""),
-    ("watcher", "create", "pods", "", "eviction"),
-    ("watcher", "patch", "nodepools", "joiner.dev", "status"),
-    ("watcher", "get", "pods", "", ""),
-    ("scanner", "create", "pods", "", ""),
-    ("scanner", "get", "secrets", "", ""),
-    ("scanner", "list", "configmaps", "", ""),
-    ("scanner", "update", "nodeclaims", "joiner.dev", ""),
-    ("scanner", "delete", "nodepools", "joiner.dev", ""),
-    ("scanner", "update", "nodeoverlays", "joiner.dev", ""),
-    ("watcher", "list", "nodeoverlays", "joiner.dev", ""),
-    ("gc", "create", "clusterrolebindings", "rbac.authorization.k8s.io", ""),
-])
+@pytest.mark.parametrize(
+    ("function", "verb", "resource", "group", "sub"),
+    [
+        ("watcher", "delete", "nodes", "", ""),
+        ("watcher", "patch", "nodes", "", ""),
+        ("watcher", "create", "pods", "", "eviction"),
+        ("watcher", "patch", "nodepools", "joiner.dev", "status"),
+        ("watcher", "get", "pods", "", ""),
+        ("scanner", "create", "pods", "", ""),
+        ("scanner", "get", "secrets", "", ""),
+        ("scanner", "list", "configmaps", "", ""),
+        ("scanner", "update", "nodeclaims", "joiner.dev", ""),
+        ("scanner", "delete", "nodepools", "joiner.dev", ""),
+        ("scanner", "update", "nodeoverlays", "joiner.dev", ""),
+        ("watcher", "list", "nodeoverlays", "joiner.dev", ""),
+        ("gc", "create", "clusterrolebindings", "rbac.authorization.k8s.io", ""),
+    ],
+)
 def test_what_rbac_does_not_grant(real_kube: RealKube, function: str, verb: str, resource: str, group: str, sub: str) -> None:
     user = f"joiner:{function}"
     assert not _access(real_kube, user, function_groups()[user], verb, resource, group, sub)
-

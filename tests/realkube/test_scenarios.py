@@ -84,8 +84,7 @@ expect:
 """
 
 
-def test_joiner_simulate_kube_real_runs_on_the_real_components(real_kube: RealKube, tmp_path: Path,
-                                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_joiner_simulate_kube_real_runs_on_the_real_components(real_kube: RealKube, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The CLI path of ``joiner demo --kube real`` (a short scenario, in a namespace of its own)."""
     from testworld.cli import main
 

@@ -33,9 +33,11 @@ def test_the_server_is_the_pinned_kubernetes(real_kube: RealKube) -> None:
 def test_the_shipped_manifests_are_installed_as_shipped(real_kube: RealKube) -> None:
     for _, obj in manifests(CRDS, ROOT / "manifests" / "rbac.yaml"):
         kind = obj["kind"]
-        path = {"CustomResourceDefinition": "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-                "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
-                "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings"}[kind]
+        path = {
+            "CustomResourceDefinition": "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+            "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        }[kind]
         stored = real_kube.admin.get(f"{path}/{obj['metadata']['name']}")
         if kind == "ClusterRole":
             assert stored["rules"] == [{k: v for k, v in rule.items()} for rule in obj["rules"]]

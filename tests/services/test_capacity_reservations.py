@@ -31,10 +31,15 @@ def reserved_world(*, capacity_types: tuple[str, ...] = ("reserved", "on-demand"
     node_class = node_class_json(discovery=world.cluster)
     node_class["spec"]["capacityReservationSelectorTerms"] = [{"tags": {"team": "ml"}}]
     world.kube.add("node_classes", node_class)
-    world.kube.add("node_pools", node_pool_json(requirements=[
-        {"key": wk.INSTANCE_TYPE, "operator": "In", "values": ["c5.large", "c5.xlarge"]},
-        {"key": wk.CAPACITY_TYPE, "operator": "In", "values": list(capacity_types)},
-    ]))
+    world.kube.add(
+        "node_pools",
+        node_pool_json(
+            requirements=[
+                {"key": wk.INSTANCE_TYPE, "operator": "In", "values": ["c5.large", "c5.xlarge"]},
+                {"key": wk.CAPACITY_TYPE, "operator": "In", "values": list(capacity_types)},
+            ]
+        ),
+    )
     world.ec2.capacity_reservations.append((CapacityReservation(RESERVATION.id, "c5.large", "us-east-1b", available=available), {"team": "ml"}))
     world.ec2.capacity_reservations.append((CapacityReservation("cr-0other", "c5.large", "us-east-1a", available=5), {"team": "other"}))
     for index in range(pods):
@@ -57,8 +62,7 @@ def test_a_reserved_offering_is_preferred_and_launched_into_its_reservation() ->
     assert inputs["labels"]["karpenter.k8s.aws/capacity-reservation-id"] == RESERVATION.id
     # only the reservation's template is made: no reserved-labelled template without a target
     assert [i["capacity_reservation_id"] for i in world.ec2.template_inputs.values() if i["labels"].get(wk.CAPACITY_TYPE) == "reserved"] == [RESERVATION.id]
-    on_demand = next(o.price for o in world.runtime().catalog.instance_type("c5.large").offerings
-                     if o.capacity_type == "on-demand" and o.zone == "us-east-1b")
+    on_demand = next(o.price for o in world.runtime().catalog.instance_type("c5.large").offerings if o.capacity_type == "on-demand" and o.zone == "us-east-1b")
     # the reservation covers the instance; the node's root volume (20Gi gp3) is billed in full
     assert launched.price == pytest.approx(on_demand * RESERVED_PRICE_FACTOR + 20 * 0.08 / 730)
 
@@ -112,24 +116,36 @@ def test_reserved_offerings_are_added_only_where_a_reservation_has_room() -> Non
 
 
 def test_a_reserved_fleet_request_names_each_reservation_template() -> None:
-    claim = NodeClaimPlan(node_pool="default", instance_types=("c5.large", "c5.xlarge"), zones=("us-east-1a", "us-east-1b"),
-                          capacity_types=("reserved",), pods=("default/a",), requests=Resources(), requirements=Requirements(), price=0.0001)
+    claim = NodeClaimPlan(
+        node_pool="default",
+        instance_types=("c5.large", "c5.xlarge"),
+        zones=("us-east-1a", "us-east-1b"),
+        capacity_types=("reserved",),
+        pods=("default/a",),
+        requests=Resources(),
+        requirements=Requirements(),
+        price=0.0001,
+    )
     subnets = [Subnet("subnet-a", "us-east-1a", 100), Subnet("subnet-b", "us-east-1b", 100)]
     default = LaunchTemplateRef("lt-default", "default")
     targeted = LaunchTemplateRef("lt-reserved", "reserved")
     prices = {OfferingKey("c5.large", "us-east-1b", "reserved"): 0.0001, OfferingKey("c5.xlarge", "us-east-1a", "reserved"): 0.0002}
-    request = build_fleet_request(claim, "c1", "reserved", subnets, default, prices, frozenset(), {"joiner.dev/cluster": "c"},
-                                  zone_templates={("c5.large", "us-east-1b"): targeted})
+    request = build_fleet_request(
+        claim, "c1", "reserved", subnets, default, prices, frozenset(), {"joiner.dev/cluster": "c"}, zone_templates={("c5.large", "us-east-1b"): targeted}
+    )
     assert [(o.instance_type, o.zone, o.launch_template) for o in request.overrides] == [("c5.large", "us-east-1b", targeted)]
 
 
-@pytest.mark.parametrize(("terms", "message"), [
-    ([{"id": "cr-1", "tags": {"a": "b"}}], "id cannot be combined with tags or ownerID"),
-    ([{"ownerID": "111122223333"}], "ownerID needs tags in the same term"),
-    ([{"tags": {"a": "b"}, "ownerID": "12"}], "expected a 12-digit account id"),
-    ([{"id": "sg-123"}], "expected an id such as cr-0123abcd"),
-    ([{"name": "x"}], "not supported (a term may use id, tags, ownerID)"),
-])
+@pytest.mark.parametrize(
+    ("terms", "message"),
+    [
+        ([{"id": "cr-1", "tags": {"a": "b"}}], "id cannot be combined with tags or ownerID"),
+        ([{"ownerID": "111122223333"}], "ownerID needs tags in the same term"),
+        ([{"tags": {"a": "b"}, "ownerID": "12"}], "expected a 12-digit account id"),
+        ([{"id": "sg-123"}], "expected an id such as cr-0123abcd"),
+        ([{"name": "x"}], "not supported (a term may use id, tags, ownerID)"),
+    ],
+)
 def test_malformed_reservation_terms_get_one_clear_error(terms: list[dict[str, Any]], message: str) -> None:
     node_class = node_class_json()
     node_class["spec"]["capacityReservationSelectorTerms"] = terms
@@ -143,7 +159,8 @@ def test_reservation_terms_parse_with_owner() -> None:
     node_class["spec"]["capacityReservationSelectorTerms"] = [{"id": "cr-0123abcd"}, {"tags": {"team": "ml"}, "ownerID": "111122223333"}]
     parsed = parse_node_class(node_class)
     assert [(t.id, t.tags, t.owner) for t in parsed.capacity_reservation_terms] == [
-        ("cr-0123abcd", (), None), (None, (("team", "ml"),), "111122223333"),
+        ("cr-0123abcd", (), None),
+        (None, (("team", "ml"),), "111122223333"),
     ]
 
 
@@ -169,10 +186,13 @@ def test_a_capacity_block_launches_in_the_capacity_block_market() -> None:
     assert (inputs["capacity_reservation_id"], inputs["reservation_type"]) == (RESERVATION.id, CAPACITY_BLOCK)
 
 
-@pytest.mark.parametrize(("block_zone", "expected"), [
-    ("us-east-1a", (CAPACITY_BLOCK, [("c5.large", "us-east-1a")])),  # the first pair is the block: it alone
-    ("us-east-1c", ("default", [("c5.large", "us-east-1b")])),  # the first pair is an ordinary reservation: no block
-])
+@pytest.mark.parametrize(
+    ("block_zone", "expected"),
+    [
+        ("us-east-1a", (CAPACITY_BLOCK, [("c5.large", "us-east-1a")])),  # the first pair is the block: it alone
+        ("us-east-1c", ("default", [("c5.large", "us-east-1b")])),  # the first pair is an ordinary reservation: no block
+    ],
+)
 def test_a_request_never_mixes_a_capacity_block_with_other_reservations(block_zone: str, expected: tuple[str, list[tuple[str, str]]]) -> None:
     """CreateFleet takes one market and at most one Capacity Block per request."""
     world = reserved_world()
@@ -203,14 +223,17 @@ def test_a_reservation_marked_unavailable_is_never_targeted() -> None:
     assert all(r.capacity_type == "on-demand" for r in world.ec2.fleet_requests)
 
 
-@pytest.mark.parametrize(("reservation_type", "ends_in", "capacity_type"), [
-    ("default", timedelta(seconds=0), "on-demand"),  # ended now
-    ("default", timedelta(hours=-2), "on-demand"),  # ended, though EC2 still lists it active
-    ("default", timedelta(minutes=1), "reserved"),  # an ordinary reservation is used to its end
-    (CAPACITY_BLOCK, timedelta(minutes=-5), "on-demand"),
-    (CAPACITY_BLOCK, timedelta(minutes=39), "on-demand"),  # about to be reclaimed: no new launch
-    (CAPACITY_BLOCK, timedelta(minutes=41), "reserved"),
-])
+@pytest.mark.parametrize(
+    ("reservation_type", "ends_in", "capacity_type"),
+    [
+        ("default", timedelta(seconds=0), "on-demand"),  # ended now
+        ("default", timedelta(hours=-2), "on-demand"),  # ended, though EC2 still lists it active
+        ("default", timedelta(minutes=1), "reserved"),  # an ordinary reservation is used to its end
+        (CAPACITY_BLOCK, timedelta(minutes=-5), "on-demand"),
+        (CAPACITY_BLOCK, timedelta(minutes=39), "on-demand"),  # about to be reclaimed: no new launch
+        (CAPACITY_BLOCK, timedelta(minutes=41), "reserved"),
+    ],
+)
 def test_a_reservation_is_offered_only_until_it_ends(reservation_type: str, ends_in: timedelta, capacity_type: str) -> None:
     """A reservation whose end time has come (a Capacity Block whose expiration warning was
     missed) is neither chosen nor counted as room: the claim launches on demand. A Capacity

@@ -50,7 +50,7 @@ class LogKube:
         self.lists += 1
         items = [self.objects[resource][k] for k in sorted(self.objects[resource])]
         for start in range(0, max(1, len(items)), 2):
-            yield items[start:start + 2], str(self.version)
+            yield items[start : start + 2], str(self.version)
 
     def changes_since(self, resource: str, resource_version: str) -> Iterator[WatchEvent]:
         self.catch_ups += 1
@@ -74,24 +74,33 @@ def pod(name: str, node: str | None, cpu: int) -> JsonDict:
 
 
 def node(name: str, cpu: int) -> JsonDict:
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "uid": f"uid-{name}", "labels": {"k": "v"}},
-            "status": {"allocatable": {"cpu": str(cpu), "pods": "10"}, "capacity": {"cpu": str(cpu), "pods": "10"}}}
-
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "uid": f"uid-{name}", "labels": {"k": "v"}},
+        "status": {"allocatable": {"cpu": str(cpu), "pods": "10"}, "capacity": {"cpu": str(cpu), "pods": "10"}},
+    }
 
 
 def view(cache: ClusterCache, kube: LogKube) -> tuple[Any, Any, Any]:
     found = cache.read(kube, {}, _pod, _node)  # type: ignore[arg-type]
-    return ([(e.pod.key, e.pod.node_name, e.pod.requests, e.marked_unschedulable, e.reference is not None) for e in found.pods],
-            [(n.name, n.allocatable) for n in found.nodes], found.how)
+    return (
+        [(e.pod.key, e.pod.node_name, e.pod.requests, e.marked_unschedulable, e.reference is not None) for e in found.pods],
+        [(n.name, n.allocatable) for n in found.nodes],
+        found.how,
+    )
 
 
-operations = st.lists(st.one_of(
-    st.tuples(st.just("pod"), st.integers(0, 5), st.sampled_from([None, "n0", "n1"]), st.integers(1, 4000)),
-    st.tuples(st.just("delete-pod"), st.integers(0, 5)),
-    st.tuples(st.just("node"), st.integers(0, 2), st.integers(1, 64)),
-    st.tuples(st.just("delete-node"), st.integers(0, 2)),
-    st.tuples(st.just("read"), st.sampled_from([1.0, 0.5, 0.0]), st.booleans()),
-), max_size=40)
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("pod"), st.integers(0, 5), st.sampled_from([None, "n0", "n1"]), st.integers(1, 4000)),
+        st.tuples(st.just("delete-pod"), st.integers(0, 5)),
+        st.tuples(st.just("node"), st.integers(0, 2), st.integers(1, 64)),
+        st.tuples(st.just("delete-node"), st.integers(0, 2)),
+        st.tuples(st.just("read"), st.sampled_from([1.0, 0.5, 0.0]), st.booleans()),
+    ),
+    max_size=40,
+)
 
 
 @settings(max_examples=150, deadline=None)
@@ -136,8 +145,15 @@ def test_reads_follow_changes_and_list_again_only_when_they_must() -> None:
     assert kube.lists == 3  # pods listed again; nodes resumed
     now[0] += 601
     assert view(cache, kube)[2] == {"pods": "list", "nodes": "list"}  # the periodic resync
-    assert cache.read(kube, {"kata": __import__("joiner.domain.resources", fromlist=["Resources"]).Resources({"cpu": 100})},  # type: ignore[arg-type]
-                      _pod, _node).how["pods"] == "list"  # RuntimeClasses changed: overhead may differ
+    assert (
+        cache.read(
+            kube,  # type: ignore[arg-type]
+            {"kata": __import__("joiner.domain.resources", fromlist=["Resources"]).Resources({"cpu": 100})},
+            _pod,
+            _node,
+        ).how["pods"]
+        == "list"
+    )  # RuntimeClasses changed: overhead may differ
 
 
 def test_a_resync_reuses_pods_at_the_same_version() -> None:

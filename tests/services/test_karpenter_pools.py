@@ -24,15 +24,19 @@ from tests.support.kube_fixtures import kube_emulator  # noqa: F401 - fixture
 def e2e(moto_server, kube_emulator) -> Iterator[E2E]:  # type: ignore[no-untyped-def]  # noqa: F811
     world = E2E(moto_server, kube_emulator)
     install_karpenter_crds(kube_emulator)
-    node_class = ec2_node_class("karpenter", role=f"JoinerNodeRole-{E2E_CLUSTER}",
-                                subnetSelectorTerms=[{"tags": {"joiner.dev/discovery": E2E_CLUSTER}}],
-                                securityGroupSelectorTerms=[{"tags": {"joiner.dev/discovery": E2E_CLUSTER}}])
+    node_class = ec2_node_class(
+        "karpenter",
+        role=f"JoinerNodeRole-{E2E_CLUSTER}",
+        subnetSelectorTerms=[{"tags": {"joiner.dev/discovery": E2E_CLUSTER}}],
+        securityGroupSelectorTerms=[{"tags": {"joiner.dev/discovery": E2E_CLUSTER}}],
+    )
     kube_emulator.apply(stored(node_class))
     pool = karpenter_pool("web", "karpenter")
     pool["spec"]["template"]["metadata"] = {"labels": {"team": "web"}}
     pool["spec"]["template"]["spec"]["requirements"] = [
         {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
-        {"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["c5"]}]
+        {"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["c5"]},
+    ]
     kube_emulator.apply(stored(pool))
     yield world
     world.close()
@@ -60,8 +64,9 @@ def test_pending_pods_launch_from_karpenters_own_node_pool(e2e: E2E) -> None:
     assert "team=web" in base64.b64decode(data["UserData"]).decode()  # the template's labels, set by the kubelet
     assert condition_of(e2e, POOLS, "web")["status"] == "True" and condition_of(e2e, CLASSES, "karpenter")["status"] == "True"
 
-    e2e.emulator.apply(node_json("ip-10-0-1-5", instance_id=launched.instance_id, zone=launched.zone, instance_type=launched.instance_type,
-                                 cpu="4", memory="8Gi"))
+    e2e.emulator.apply(
+        node_json("ip-10-0-1-5", instance_id=launched.instance_id, zone=launched.zone, instance_type=launched.instance_type, cpu="4", memory="8Gi")
+    )
     e2e.clock.advance(40)
     third = provision(runtime(e2e, "invocation-2"), e2e.clock.now())
     assert third.registration.registered == (launched.claim_id,)

@@ -25,8 +25,19 @@ def world() -> FakeWorld:
 
 def launched(world: FakeWorld, claim_id: str = "default-a", instance_id: str = "i-0000000000000000a", **tags: str) -> ClaimRecord:
     now = world.clock.now() - timedelta(minutes=3)
-    claim = ClaimRecord(claim_id, "default", ClaimState.LAUNCHED, now, instance_id=instance_id, instance_type="c5.large",
-                        zone="us-east-1a", capacity_type="spot", price=0.03, reserved=Resources({"cpu": 2000}), launched_at=now)
+    claim = ClaimRecord(
+        claim_id,
+        "default",
+        ClaimState.LAUNCHED,
+        now,
+        instance_id=instance_id,
+        instance_type="c5.large",
+        zone="us-east-1a",
+        capacity_type="spot",
+        price=0.03,
+        reserved=Resources({"cpu": 2000}),
+        launched_at=now,
+    )
     world.state.put_claim(claim)
     world.state.reserve_capacity("default", claim_id, claim.reserved, LIMIT, Resources())
     if tags or instance_id:

@@ -68,8 +68,14 @@ class Model:
         nodes = [LEGACY]
         for claim in self.claims.values():
             if claim.node and not claim.gone:
-                nodes.append(Node(f"node-{claim.claim_id}", labels={wk.NODEPOOL: POOL, wk.NODECLAIM: claim.claim_id},
-                                  capacity=claim.capacity, provider_id=f"aws:///z/i-{claim.claim_id}"))
+                nodes.append(
+                    Node(
+                        f"node-{claim.claim_id}",
+                        labels={wk.NODEPOOL: POOL, wk.NODECLAIM: claim.claim_id},
+                        capacity=claim.capacity,
+                        provider_id=f"aws:///z/i-{claim.claim_id}",
+                    )
+                )
         return tuple(nodes)
 
     def records(self) -> tuple[ClaimRecord, ...]:

@@ -11,8 +11,7 @@ from tests.support.fakes import FakeWorld, fake_world, node_class_json, node_poo
 
 
 def overlay_json(name: str, requirements: list[dict], **spec: object) -> dict:
-    return {"apiVersion": "joiner.dev/v1alpha1", "kind": "NodeOverlay", "metadata": {"name": name},
-            "spec": {"requirements": requirements, **spec}}
+    return {"apiVersion": "joiner.dev/v1alpha1", "kind": "NodeOverlay", "metadata": {"name": name}, "spec": {"requirements": requirements, **spec}}
 
 
 TYPE = "node.kubernetes.io/instance-type"
@@ -36,10 +35,12 @@ def test_without_overlays_the_cheapest_fitting_type_launches(world: FakeWorld) -
 
 def test_a_price_overlay_changes_what_launches_and_the_recorded_price(world: FakeWorld) -> None:
     # A licence makes c5.large and c5.xlarge dearer than c5.2xlarge: the round launches c5.2xlarge.
-    world.kube.add("node_overlays", overlay_json("licence", [{"key": TYPE, "operator": "In", "values": ["c5.large", "c5.xlarge"]}], priceAdjustment="+0.5",
-                                                 weight=10))
-    world.kube.add("node_overlays", overlay_json("savings", [{"key": "karpenter.sh/nodepool", "operator": "In", "values": ["default"]}],
-                                                 priceAdjustment="-10%", weight=1))
+    world.kube.add(
+        "node_overlays", overlay_json("licence", [{"key": TYPE, "operator": "In", "values": ["c5.large", "c5.xlarge"]}], priceAdjustment="+0.5", weight=10)
+    )
+    world.kube.add(
+        "node_overlays", overlay_json("savings", [{"key": "karpenter.sh/nodepool", "operator": "In", "values": ["default"]}], priceAdjustment="-10%", weight=1)
+    )
     result = provision(world.runtime(), world.clock.now())
     (launched,) = result.launched
     assert launched.instance_type == "c5.2xlarge"
@@ -75,8 +76,7 @@ def test_a_conflict_and_an_unreadable_overlay_are_reported_on_their_status(world
 
 
 def test_overlays_read_last_are_applied_while_they_cannot_be_read(world: FakeWorld) -> None:
-    world.kube.add("node_overlays", overlay_json("licence", [{"key": TYPE, "operator": "In", "values": ["c5.large", "c5.xlarge"]}],
-                                                 priceAdjustment="+0.5"))
+    world.kube.add("node_overlays", overlay_json("licence", [{"key": TYPE, "operator": "In", "values": ["c5.large", "c5.xlarge"]}], priceAdjustment="+0.5"))
     pods = world.kube.list_pods()
     for pod in pods:
         world.kube.remove("pods", pod["metadata"]["namespace"], pod["metadata"]["name"])

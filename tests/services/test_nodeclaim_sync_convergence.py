@@ -21,9 +21,20 @@ def world_with_claims(count: int) -> FakeWorld:
     world.kube.add("node_pools", node_pool_json("default"))
     start = world.clock.now()
     for index in range(count):
-        world.state.put_claim(ClaimRecord(f"default-{index:05d}", "default", "initialized", start - timedelta(hours=1, seconds=index),
-                                          instance_id=f"i-{index:017x}", instance_type="m5.large", zone="us-east-1a",
-                                          capacity_type="spot", price=0.05, node_name=f"n{index}"))
+        world.state.put_claim(
+            ClaimRecord(
+                f"default-{index:05d}",
+                "default",
+                "initialized",
+                start - timedelta(hours=1, seconds=index),
+                instance_id=f"i-{index:017x}",
+                instance_type="m5.large",
+                zone="us-east-1a",
+                capacity_type="spot",
+                price=0.05,
+                node_name=f"n{index}",
+            )
+        )
     return world
 
 

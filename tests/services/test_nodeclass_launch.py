@@ -22,11 +22,22 @@ CRD = Path(__file__).resolve().parents[2] / "manifests" / "crds" / "nodeclasses.
 #: (name, capacity, labels, on-demand price): a plain type, an NVIDIA GPU type and an Inferentia type.
 ACCELERATED_TYPES: tuple[tuple[str, dict[str, str], dict[str, str], float], ...] = (
     ("c5.xlarge", {"cpu": "4", "memory": "8Gi", "pods": "58"}, {}, 0.17),
-    ("g5.xlarge", {"cpu": "4", "memory": "16Gi", "pods": "58", "nvidia.com/gpu": "1"},
-     {"joiner.dev/instance-gpu-count": "1", "joiner.dev/instance-gpu-manufacturer": "nvidia", "joiner.dev/instance-gpu-name": "a10g"}, 1.006),
-    ("inf2.xlarge", {"cpu": "4", "memory": "16Gi", "pods": "58", "aws.amazon.com/neuron": "1"},
-     {"joiner.dev/instance-accelerator-count": "1", "joiner.dev/instance-accelerator-manufacturer": "aws",
-      "joiner.dev/instance-accelerator-name": "inferentia"}, 0.758),
+    (
+        "g5.xlarge",
+        {"cpu": "4", "memory": "16Gi", "pods": "58", "nvidia.com/gpu": "1"},
+        {"joiner.dev/instance-gpu-count": "1", "joiner.dev/instance-gpu-manufacturer": "nvidia", "joiner.dev/instance-gpu-name": "a10g"},
+        1.006,
+    ),
+    (
+        "inf2.xlarge",
+        {"cpu": "4", "memory": "16Gi", "pods": "58", "aws.amazon.com/neuron": "1"},
+        {
+            "joiner.dev/instance-accelerator-count": "1",
+            "joiner.dev/instance-accelerator-manufacturer": "aws",
+            "joiner.dev/instance-accelerator-name": "inferentia",
+        },
+        0.758,
+    ),
 )
 
 
@@ -39,8 +50,12 @@ def world(moto_server, kube_emulator):  # type: ignore[no-untyped-def]  # noqa: 
 
 def accelerated_catalog() -> Any:
     entries = [
-        {"name": name, "capacity": capacity, "labels": {"kubernetes.io/arch": "amd64"} | labels,
-         "offerings": [{"zone": zone, "capacityType": "on-demand", "price": price} for zone in ZONES]}
+        {
+            "name": name,
+            "capacity": capacity,
+            "labels": {"kubernetes.io/arch": "amd64"} | labels,
+            "offerings": [{"zone": zone, "capacityType": "on-demand", "price": price} for zone in ZONES],
+        }
         for name, capacity, labels, price in ACCELERATED_TYPES
     ]
     return parse_catalog({"region": "us-east-1", "instanceTypes": entries})
@@ -48,9 +63,7 @@ def accelerated_catalog() -> Any:
 
 def other_amis(world: E2E) -> dict[str, str]:
     """Two moto x86_64 AMIs other than the standard one, published as the NVIDIA and Neuron variants."""
-    found = world.clients.ec2.describe_images(
-        Filters=[{"Name": "architecture", "Values": ["x86_64"]}, {"Name": "owner-alias", "Values": ["amazon"]}]
-    )["Images"]
+    found = world.clients.ec2.describe_images(Filters=[{"Name": "architecture", "Values": ["x86_64"]}, {"Name": "owner-alias", "Values": ["amazon"]}])["Images"]
     ids = sorted(image["ImageId"] for image in found)
     amis = {"standard": ids[0], "nvidia": ids[1], "neuron": ids[2]}
     put_eks_ami_parameters({"x86_64": amis["nvidia"]}, variant="nvidia")
@@ -88,15 +101,27 @@ def test_each_instance_type_launches_the_al2023_variant_it_needs(world: E2E) -> 
     amis = other_amis(world)
     catalog = accelerated_catalog()
     gpu_taint = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
-    world.emulator.apply(node_pool_json("gpu", taints=[gpu_taint],
-                                      requirements=[{"key": "joiner.dev/instance-gpu-count", "operator": "Exists"}]))
+    world.emulator.apply(node_pool_json("gpu", taints=[gpu_taint], requirements=[{"key": "joiner.dev/instance-gpu-count", "operator": "Exists"}]))
     world.emulator.apply(node_pool_json("neuron", requirements=[{"key": "joiner.dev/instance-accelerator-manufacturer", "operator": "In", "values": ["aws"]}]))
     world.emulator.apply(node_pool_json("default", requirements=[{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c5.xlarge"]}]))
     toleration = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-    world.emulator.apply(pod_json("train", cpu="1", memory="1Gi", tolerations=[toleration],
-                                extra_spec={"containers": [{"name": "main", "image": "cuda", "resources": {"requests": {"cpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}]}))
-    world.emulator.apply(pod_json("infer", cpu="1", memory="1Gi",
-                                extra_spec={"containers": [{"name": "main", "image": "neuron", "resources": {"requests": {"cpu": "1"}, "limits": {"aws.amazon.com/neuron": "1"}}}]}))
+    world.emulator.apply(
+        pod_json(
+            "train",
+            cpu="1",
+            memory="1Gi",
+            tolerations=[toleration],
+            extra_spec={"containers": [{"name": "main", "image": "cuda", "resources": {"requests": {"cpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}]},
+        )
+    )
+    world.emulator.apply(
+        pod_json(
+            "infer",
+            cpu="1",
+            memory="1Gi",
+            extra_spec={"containers": [{"name": "main", "image": "neuron", "resources": {"requests": {"cpu": "1"}, "limits": {"aws.amazon.com/neuron": "1"}}}]},
+        )
+    )
     world.emulator.apply(pod_json("web", cpu="1", memory="1Gi", node_selector={"joiner.dev/nodepool": "default"}))
 
     result = provision(world.runtime(catalog=catalog), world.clock.now())
@@ -115,8 +140,11 @@ def test_a_claim_mixing_gpu_and_plain_types_sends_one_template_per_ami(world: E2
     flexibility (``minValues``: accelerated types are then kept in the launch, as Karpenter
     keeps them): the fleet carries both templates, each type with its own AMI."""
     amis = other_amis(world)
-    world.emulator.apply(node_pool_json("default", requirements=[
-        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c5.xlarge", "g5.xlarge"], "minValues": 2}]))
+    world.emulator.apply(
+        node_pool_json(
+            "default", requirements=[{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c5.xlarge", "g5.xlarge"], "minValues": 2}]
+        )
+    )
     world.emulator.apply(pod_json("web", cpu="1", memory="1Gi"))
     sent: list[dict[str, Any]] = []
     runtime = world.runtime(catalog=accelerated_catalog())
@@ -130,7 +158,8 @@ def test_a_claim_mixing_gpu_and_plain_types_sends_one_template_per_ami(world: E2
     assert [sorted({o["InstanceType"] for o in c["Overrides"]}) for c in configs] == [["c5.xlarge"], ["g5.xlarge"]]  # cheapest first
     images = {
         tuple(sorted({o["InstanceType"] for o in c["Overrides"]}))[0]: world.clients.ec2.describe_launch_template_versions(
-            LaunchTemplateId=c["LaunchTemplateSpecification"]["LaunchTemplateId"])["LaunchTemplateVersions"][0]["LaunchTemplateData"]["ImageId"]
+            LaunchTemplateId=c["LaunchTemplateSpecification"]["LaunchTemplateId"]
+        )["LaunchTemplateVersions"][0]["LaunchTemplateData"]["ImageId"]
         for c in configs
     }
     assert images == {"c5.xlarge": amis["standard"], "g5.xlarge": amis["nvidia"]}
@@ -155,10 +184,14 @@ def test_node_class_status_is_written_and_read_back_with_the_official_client(wor
     assert [(s["zone"], s["id"]) for s in status["subnets"]] == sorted(world.network.subnets.items())  # never the decoy
     assert [g["id"] for g in status["securityGroups"]] == sorted(world.network.security_groups)
     by_variant = {
-        (next(r["values"][0] for r in ami["requirements"] if r["key"] == "kubernetes.io/arch"),
-         "nvidia" if {"key": "joiner.dev/instance-gpu-manufacturer", "operator": "In", "values": ["nvidia"]} in ami["requirements"]
-         else "neuron" if {"key": "joiner.dev/instance-accelerator-manufacturer", "operator": "In", "values": ["aws"]} in ami["requirements"]
-         else "standard"): ami["id"]
+        (
+            next(r["values"][0] for r in ami["requirements"] if r["key"] == "kubernetes.io/arch"),
+            "nvidia"
+            if {"key": "joiner.dev/instance-gpu-manufacturer", "operator": "In", "values": ["nvidia"]} in ami["requirements"]
+            else "neuron"
+            if {"key": "joiner.dev/instance-accelerator-manufacturer", "operator": "In", "values": ["aws"]} in ami["requirements"]
+            else "standard",
+        ): ami["id"]
         for ami in status["amis"]
     }
     assert by_variant[("amd64", "standard")] == amis["standard"]
@@ -241,8 +274,15 @@ def test_both_variants_resolved_each_type_names_its_template() -> None:
 
 def test_a_gpu_claim_without_its_ami_fails_with_the_lookup_error() -> None:
     world = mixed_pool_world({"nvidia"})
-    world.kube.add("pods", pod_json("train", cpu="1", memory="1Gi", extra_spec={
-        "containers": [{"name": "main", "image": "cuda", "resources": {"requests": {"cpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}]}))
+    world.kube.add(
+        "pods",
+        pod_json(
+            "train",
+            cpu="1",
+            memory="1Gi",
+            extra_spec={"containers": [{"name": "main", "image": "cuda", "resources": {"requests": {"cpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}]},
+        ),
+    )
     result = provision(world.runtime(), world.clock.now())
     assert not result.launched and not world.ec2.fleet_requests
     (failure,) = result.failures

@@ -20,8 +20,7 @@ def _claim(claim_id: str, node: str, pods: list[str], state: str = ClaimState.RE
 
 
 def _node(name: str, **fields: object) -> Node:
-    values: dict[str, object] = {"ready": False, "taints": (NOT_READY,), "allocatable": Resources({"cpu": 4000}),
-                                 "labels": {wk.NODEPOOL: "default"}}
+    values: dict[str, object] = {"ready": False, "taints": (NOT_READY,), "allocatable": Resources({"cpu": 4000}), "labels": {wk.NODEPOOL: "default"}}
     values.update(fields)
     return Node(name=name, **values)  # type: ignore[arg-type]
 
@@ -37,13 +36,19 @@ def _pods(world: FakeWorld, names: list[str]) -> list[Pod]:
 def test_only_a_registered_uninitialized_claims_unbound_pods_are_nominated_to_its_node() -> None:
     world = fake_world()
     pods = _pods(world, ["a", "b", "c", "d", "e", "f"])
-    claims = [_claim("c1", "joining", ["default/a", "default/b"]),
-              _claim("c2", "ready", ["default/c"]),                                  # Ready: kube-scheduler binds now
-              _claim("c3", "cordoned", ["default/d"]),                               # being disrupted: no more pods
-              _claim("c4", "joining", ["default/e"], state=ClaimState.LAUNCHED),     # not registered yet
-              _claim("c5", "disrupted", ["default/f"])]                              # its drain has begun
-    nodes = [_node("joining"), _node("ready", ready=True, taints=()), _node("cordoned", unschedulable=True),
-             _node("disrupted", taints=(NOT_READY, Taint(wk.DISRUPTED_TAINT_KEY, "", "NoSchedule")))]
+    claims = [
+        _claim("c1", "joining", ["default/a", "default/b"]),
+        _claim("c2", "ready", ["default/c"]),  # Ready: kube-scheduler binds now
+        _claim("c3", "cordoned", ["default/d"]),  # being disrupted: no more pods
+        _claim("c4", "joining", ["default/e"], state=ClaimState.LAUNCHED),  # not registered yet
+        _claim("c5", "disrupted", ["default/f"]),
+    ]  # its drain has begun
+    nodes = [
+        _node("joining"),
+        _node("ready", ready=True, taints=()),
+        _node("cordoned", unschedulable=True),
+        _node("disrupted", taints=(NOT_READY, Taint(wk.DISRUPTED_TAINT_KEY, "", "NoSchedule"))),
+    ]
     result = nominate_for_registering_nodes(world.runtime(), claims, nodes, pods, {})
     assert dict(result.nominated) == {"default/a": "joining", "default/b": "joining"} and result.errors == ()
     assert world.kube.nominations == [("default/a", "joining"), ("default/b", "joining")]
@@ -65,8 +70,7 @@ def test_the_limit_counts_attempts_not_successes() -> None:
     for pod in pods[:3]:  # re-created under their names since the round read them: refused
         world.kube.remove("pods", "default", pod.name)
         world.kube.add("pods", pod_json(pod.name))
-    result = nominate_for_registering_nodes(world.runtime(), [_claim("c1", "joining", [p.key for p in pods])], [_node("joining")], pods, {},
-                                            limit=4)
+    result = nominate_for_registering_nodes(world.runtime(), [_claim("c1", "joining", [p.key for p in pods])], [_node("joining")], pods, {}, limit=4)
     assert world.kube.calls.count("nominate_pod") == 4
     assert dict(result.nominated) == {"default/p3": "joining"}
 
@@ -75,8 +79,9 @@ def test_pods_nominated_anywhere_or_gone_are_left_alone() -> None:
     world = fake_world()
     pods = _pods(world, ["a", "b"])
     preempting = dataclasses.replace(pods[0], nominated_node="other")
-    result = nominate_for_registering_nodes(world.runtime(), [_claim("c1", "joining", ["default/a", "default/b", "default/gone"])],
-                                            [_node("joining")], [preempting, pods[1]], {})
+    result = nominate_for_registering_nodes(
+        world.runtime(), [_claim("c1", "joining", ["default/a", "default/b", "default/gone"])], [_node("joining")], [preempting, pods[1]], {}
+    )
     assert dict(result.nominated) == {"default/b": "joining"}
 
 
@@ -112,9 +117,20 @@ def test_an_earlier_nomination_of_another_schedulers_pod_does_not_hold_it_out_of
     world.kube.add("pods", pod_json("web", cpu="1", memory="256Mi"))
     (launched,) = provision(world.runtime("invocation-1"), world.clock.now()).launched
     assert sorted(launched.pods) == ["default/custom", "default/preempting", "default/web"]  # planned like any pending pod
-    world.kube.add("nodes", node_json("registering", instance_id=launched.instance_id, zone=launched.zone, instance_type="c5.xlarge",
-                                      cpu="3", memory="8Gi", ready=False, labels={wk.NODEPOOL: "default"},
-                                      taints=[{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]))
+    world.kube.add(
+        "nodes",
+        node_json(
+            "registering",
+            instance_id=launched.instance_id,
+            zone=launched.zone,
+            instance_type="c5.xlarge",
+            cpu="3",
+            memory="8Gi",
+            ready=False,
+            labels={wk.NODEPOOL: "default"},
+            taints=[{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}],
+        ),
+    )
     world.kube.add("nodes", node_json("elsewhere", instance_id="i-0elsewhere", cpu="4", memory="8Gi", labels={wk.NODEPOOL: "default"}))
     for name, node in (("custom", "registering"), ("preempting", "elsewhere")):  # written before this round
         pod = world.kube.get("pods", "default", name)

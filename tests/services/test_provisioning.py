@@ -106,7 +106,9 @@ def test_pending_pods_become_one_launched_claim_with_tags_events_and_metrics(wor
 
     claim = world.state.get_claim(launched.claim_id)
     assert claim is not None and claim.state == "launched"
-    assert claim.instance_id == launched.instance_id and claim.instance_type == "c5.xlarge" and claim.price == pytest.approx(0.17 + 20 * 0.08 / 730)  # c5.xlarge and its 20Gi gp3 root volume
+    assert (
+        claim.instance_id == launched.instance_id and claim.instance_type == "c5.xlarge" and claim.price == pytest.approx(0.17 + 20 * 0.08 / 730)
+    )  # c5.xlarge and its 20Gi gp3 root volume
     assert claim.launched_at == world.clock.now() and sorted(claim.pods) == sorted(launched.pods)
     pool = parse_node_pool(world.kube.list_node_pools()[0])
     assert claim.pool_hash == nodepool_hash(pool) != ""  # stamped on the Node at registration (template drift)
@@ -197,9 +199,20 @@ def _wave_two_registers_not_ready(world: FakeWorld) -> tuple[Any, str]:
     (3 more) became pending meanwhile."""
     setup_cluster(world, pods=3)
     (launched,) = provision(world.runtime("invocation-1"), world.clock.now()).launched
-    world.kube.add("nodes", node_json("registering", instance_id=launched.instance_id, zone=launched.zone, instance_type="c5.xlarge",
-                                      cpu="3", memory="8Gi", ready=False, labels={wk.NODEPOOL: "default"},
-                                      taints=[{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]))
+    world.kube.add(
+        "nodes",
+        node_json(
+            "registering",
+            instance_id=launched.instance_id,
+            zone=launched.zone,
+            instance_type="c5.xlarge",
+            cpu="3",
+            memory="8Gi",
+            ready=False,
+            labels={wk.NODEPOOL: "default"},
+            taints=[{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}],
+        ),
+    )
     for index in range(3):
         world.kube.add("pods", pod_json(f"late-{index}", cpu="1", memory="256Mi"))
     world.clock.advance(20)
@@ -537,10 +550,12 @@ def test_capacity_error_falls_back_to_on_demand_in_the_same_invocation(world: Fa
 
 
 def test_capacity_error_on_one_type_falls_back_to_another_type(world: FakeWorld) -> None:
-    pool = node_pool_json(requirements=[
-        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c5.large", "m5.large"]},
-        {"key": "joiner.dev/capacity-type", "operator": "In", "values": ["on-demand"]},
-    ])
+    pool = node_pool_json(
+        requirements=[
+            {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c5.large", "m5.large"]},
+            {"key": "joiner.dev/capacity-type", "operator": "In", "values": ["on-demand"]},
+        ]
+    )
     setup_cluster(world, pods=1, pool=pool)
     world.ec2.insufficient |= {OfferingKey("c5.large", s.zone, "on-demand") for s in world.ec2.subnets}
     result = provision(world.runtime(), world.clock.now())
@@ -559,8 +574,12 @@ def test_no_capacity_anywhere_gives_up_explains_and_releases(world: FakeWorld) -
     # then the same on-demand, and gives up after MAX_LAUNCH_ATTEMPTS plans
     assert result.plans == MAX_LAUNCH_ATTEMPTS
     assert [(r.capacity_type, r.overrides[0].instance_type) for r in world.ec2.fleet_requests] == [
-        ("spot", "c5.xlarge"), ("spot", "c5.large"), ("spot", "c5.large"),
-        ("on-demand", "c5.xlarge"), ("on-demand", "c5.large"), ("on-demand", "c5.large"),
+        ("spot", "c5.xlarge"),
+        ("spot", "c5.large"),
+        ("spot", "c5.large"),
+        ("on-demand", "c5.xlarge"),
+        ("on-demand", "c5.large"),
+        ("on-demand", "c5.large"),
     ]
     assert sorted(u.pod for u in result.unschedulable) == ["default/web-0", "default/web-1"]
     assert world.state.reservations("default") == {}
@@ -568,12 +587,17 @@ def test_no_capacity_anywhere_gives_up_explains_and_releases(world: FakeWorld) -
     assert world.metrics.total("InsufficientCapacity") == 2
     assert any(r[0] == "LaunchFailures" and r[3] == {"reason": "InsufficientCapacity"} for r in world.metrics.records)
     messages = [e.message for e in world.kube.events if e.reason == "FailedScheduling"]
-    assert messages == ["Joiner: insufficient capacity after 4 attempts: InsufficientInstanceCapacity: c5.large on-demand in us-east-1a, us-east-1b, us-east-1c"] * 2
+    assert (
+        messages
+        == ["Joiner: insufficient capacity after 4 attempts: InsufficientInstanceCapacity: c5.large on-demand in us-east-1a, us-east-1b, us-east-1c"] * 2
+    )
     # a later round tries again under a new claim id (the closed one is never reused)
     world.ec2.insufficient.clear()
     world.clock.advance(200)
     again = provision(world.runtime("invocation-2"), world.clock.now())
-    assert len(again.launched) == 1 and again.launched[0].claim_id not in {c.claim_id for c in world.state.claims_by_node_pool("default") if c.state == "closed"}
+    assert len(again.launched) == 1 and again.launched[0].claim_id not in {
+        c.claim_id for c in world.state.claims_by_node_pool("default") if c.state == "closed"
+    }
 
 
 def test_throttled_create_fleet_is_reported_and_the_reservation_returned(world: FakeWorld) -> None:
@@ -1034,8 +1058,12 @@ class E2E:
         kube = KubernetesClient(self.emulator.url, sleep=self.kube_sleeps.append, random=lambda: 1.0, timeout=(2.0, 5.0))
         self.kube_clients.append(kube)
         settings = Settings(
-            cluster_name=E2E_CLUSTER, region=REGION, state_table=E2E_TABLE, idempotency_table=E2E_TABLE,
-            kubernetes_host=self.emulator.url, aws_endpoint_url=self.server.endpoint,
+            cluster_name=E2E_CLUSTER,
+            region=REGION,
+            state_table=E2E_TABLE,
+            idempotency_table=E2E_TABLE,
+            kubernetes_host=self.emulator.url,
+            aws_endpoint_url=self.server.endpoint,
         )
         return build_runtime(
             settings,
@@ -1089,7 +1117,9 @@ def test_e2e_pending_pods_launch_tagged_instances_that_register(e2e: E2E) -> Non
     assert tags["joiner.dev/cluster"] == E2E_CLUSTER and tags[f"kubernetes.io/cluster/{E2E_CLUSTER}"] == "owned"
     assert tags["joiner.dev/managed-by"] == E2E_CLUSTER and tags["Name"] == f"{E2E_CLUSTER}/default"
     template = instance.get("LaunchTemplate") or {}
-    versions = e2e.clients.ec2.describe_launch_template_versions(LaunchTemplateId=template.get("LaunchTemplateId") or e2e.clients.ec2.describe_launch_templates()["LaunchTemplates"][0]["LaunchTemplateId"])
+    versions = e2e.clients.ec2.describe_launch_template_versions(
+        LaunchTemplateId=template.get("LaunchTemplateId") or e2e.clients.ec2.describe_launch_templates()["LaunchTemplates"][0]["LaunchTemplateId"]
+    )
     user_data = base64.b64decode(versions["LaunchTemplateVersions"][0]["LaunchTemplateData"]["UserData"]).decode()
     assert E2E_CLUSTER in user_data and "joiner.dev/nodepool=default" in user_data and "team=a" in user_data
     claim = e2e.runtime().state.get_claim(launched.claim_id)
@@ -1244,6 +1274,7 @@ def test_e2e_a_paused_round_and_a_registration_in_between_never_exceed_the_limit
 
     def hold_reservation(params: dict, **_: object) -> None:
         """The reservation: one transaction of the claim's reservation item and the pool total."""
+
         def key(action: dict) -> str:
             body = next(iter(action.values()))
             pk = (body.get("Key") or body.get("Item") or {}).get("pk")
@@ -1361,9 +1392,7 @@ def test_e2e_a_launch_template_deleted_behind_the_adapters_back_is_recreated_in_
     runtime = e2e.runtime()  # one execution environment for both rounds: its caches hold the template
     first = provision(runtime, e2e.clock.now())
     (launched,) = first.launched
-    (template,) = e2e.clients.ec2.describe_launch_templates(
-        Filters=[{"Name": "tag:joiner.dev/cluster", "Values": [E2E_CLUSTER]}]
-    )["LaunchTemplates"]
+    (template,) = e2e.clients.ec2.describe_launch_templates(Filters=[{"Name": "tag:joiner.dev/cluster", "Values": [E2E_CLUSTER]}])["LaunchTemplates"]
     e2e.clients.ec2.delete_launch_template(LaunchTemplateId=template["LaunchTemplateId"])  # gc, in its own function
 
     e2e.clock.advance(20)  # the 60 s cache still names the deleted template
@@ -1373,9 +1402,7 @@ def test_e2e_a_launch_template_deleted_behind_the_adapters_back_is_recreated_in_
     assert not second.failures and not second.unschedulable
     (relaunched,) = second.launched
     assert relaunched.claim_id != launched.claim_id and relaunched.attempts == 1
-    (recreated,) = e2e.clients.ec2.describe_launch_templates(
-        Filters=[{"Name": "tag:joiner.dev/cluster", "Values": [E2E_CLUSTER]}]
-    )["LaunchTemplates"]
+    (recreated,) = e2e.clients.ec2.describe_launch_templates(Filters=[{"Name": "tag:joiner.dev/cluster", "Values": [E2E_CLUSTER]}])["LaunchTemplates"]
     assert recreated["LaunchTemplateName"] == template["LaunchTemplateName"]
     assert recreated["LaunchTemplateId"] != template["LaunchTemplateId"]
     instances = {i["InstanceId"]: i for i in e2e.instances()}
@@ -1392,9 +1419,14 @@ def test_the_fleet_request_leaves_out_metal_and_accelerator_types_the_pods_do_no
 
     world = fake_world(catalog=load_bundled_catalog())
     world.kube.add("node_classes", node_class_json(discovery=world.cluster))
-    world.kube.add("node_pools", node_pool_json(requirements=[
-        {"key": "joiner.dev/instance-cpu", "operator": "Gt", "values": ["40"]},
-    ]))
+    world.kube.add(
+        "node_pools",
+        node_pool_json(
+            requirements=[
+                {"key": "joiner.dev/instance-cpu", "operator": "Gt", "values": ["40"]},
+            ]
+        ),
+    )
     world.kube.add("pods", pod_json("big", cpu="40", memory="64Gi"))
     result = provision(world.runtime(), world.clock.now())
     assert len(result.launched) == 1, result

@@ -26,9 +26,18 @@ def world() -> FakeWorld:
 def launched_claim(world: FakeWorld, claim_id: str = "default-abc", instance_id: str = "i-00000000000000001", *, minutes_ago: float = 2) -> ClaimRecord:
     launched_at = world.clock.now() - timedelta(minutes=minutes_ago)
     claim = ClaimRecord(
-        claim_id=claim_id, node_pool="default", state="launched", created_at=launched_at, instance_id=instance_id,
-        instance_type="c5.large", zone="us-east-1a", capacity_type="spot", price=0.03, pods=("default/web",),
-        reserved=Resources({"cpu": 2000}), launched_at=launched_at,
+        claim_id=claim_id,
+        node_pool="default",
+        state="launched",
+        created_at=launched_at,
+        instance_id=instance_id,
+        instance_type="c5.large",
+        zone="us-east-1a",
+        capacity_type="spot",
+        price=0.03,
+        pods=("default/web",),
+        reserved=Resources({"cpu": 2000}),
+        launched_at=launched_at,
     )
     world.ec2.add_instance(instance_id, "c5.large")
     world.state.put_claim(claim)

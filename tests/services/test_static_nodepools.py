@@ -16,18 +16,23 @@ from joiner.services.static_pools import static_identity
 from tests.support.fakes import FakeWorld, fake_world, node_class_json, node_pool_json, pod_json
 
 
-def static_world(replicas: int, *, limits: dict[str, Any] | None = None, capacity_types: tuple[str, ...] = ("on-demand",),
-                 reservation: int | None = None) -> FakeWorld:
+def static_world(
+    replicas: int, *, limits: dict[str, Any] | None = None, capacity_types: tuple[str, ...] = ("on-demand",), reservation: int | None = None
+) -> FakeWorld:
     world = fake_world()
     node_class = node_class_json(discovery=world.cluster)
     if reservation is not None:
         node_class["spec"]["capacityReservationSelectorTerms"] = [{"tags": {"team": "ml"}}]
         world.ec2.capacity_reservations.append((CapacityReservation("cr-0a1b2c3d", "c5.large", "us-east-1b", available=reservation), {"team": "ml"}))
     world.kube.add("node_classes", node_class)
-    pool = node_pool_json("fixed", limits=limits, requirements=[
-        {"key": wk.INSTANCE_TYPE, "operator": "In", "values": ["c5.large", "c5.xlarge"]},
-        {"key": wk.CAPACITY_TYPE, "operator": "In", "values": list(capacity_types)},
-    ])
+    pool = node_pool_json(
+        "fixed",
+        limits=limits,
+        requirements=[
+            {"key": wk.INSTANCE_TYPE, "operator": "In", "values": ["c5.large", "c5.xlarge"]},
+            {"key": wk.CAPACITY_TYPE, "operator": "In", "values": list(capacity_types)},
+        ],
+    )
     pool["spec"]["replicas"] = replicas
     world.kube.add("node_pools", pool)
     return world

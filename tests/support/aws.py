@@ -39,10 +39,7 @@ class ErrorInjector:
         self.attempts += 1
         if self.failures is not None and self.attempts > self.failures:
             return None
-        body = (
-            f"<Response><Errors><Error><Code>{self.code}</Code><Message>{self.message}</Message></Error></Errors>"
-            "<RequestID>injected</RequestID></Response>"
-        )
+        body = f"<Response><Errors><Error><Code>{self.code}</Code><Message>{self.message}</Message></Error></Errors><RequestID>injected</RequestID></Response>"
         return aws_response(self.status, body)
 
 
@@ -110,10 +107,17 @@ class CapacityReservationApi:
                 continue
             if any(name.startswith("tag:") and tags.get(name[4:]) not in values for name, values in filters.items()):
                 continue
-            items.append({
-                "CapacityReservationId": r.id, "OwnerId": r.owner, "InstanceType": r.instance_type, "AvailabilityZone": r.zone,
-                "AvailableInstanceCount": r.available, "State": r.state, "InstanceMatchCriteria": r.match_criteria,
-                "ReservationType": "default", "Tags": [{"Key": k, "Value": v} for k, v in r.tags],
-            })
+            items.append(
+                {
+                    "CapacityReservationId": r.id,
+                    "OwnerId": r.owner,
+                    "InstanceType": r.instance_type,
+                    "AvailabilityZone": r.zone,
+                    "AvailableInstanceCount": r.available,
+                    "State": r.state,
+                    "InstanceMatchCriteria": r.match_criteria,
+                    "ReservationType": "default",
+                    "Tags": [{"Key": k, "Value": v} for k, v in r.tags],
+                }
+            )
         return aws_response(200, ""), {"CapacityReservations": items, "ResponseMetadata": {"HTTPStatusCode": 200}}
-

@@ -85,13 +85,29 @@ ENVIRONMENT_SETTINGS = {
 #: Granted actions AWS services (not the handler's code) use with the function's role: log
 #: delivery, X-Ray segments, the SQS event source mapping, and the key of the encrypted
 #: tables and queues. Listed apart in the report, never flagged.
-RUNTIME_USED_ACTIONS = frozenset({
-    "logs:CreateLogStream", "logs:PutLogEvents", "xray:PutTraceSegments", "xray:PutTelemetryRecords",
-    "sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueAttributes", "sqs:GetQueueUrl",
-    # DynamoDB's use of a customer-managed table key on the caller's behalf (infra.access.TABLE_KEY_ACTIONS)
-    "kms:Decrypt", "kms:DescribeKey", "kms:Encrypt", "kms:GenerateDataKey", "kms:GenerateDataKeyPair",
-    "kms:GenerateDataKeyPairWithoutPlaintext", "kms:GenerateDataKeyWithoutPlaintext", "kms:ReEncryptFrom", "kms:ReEncryptTo",
-})
+RUNTIME_USED_ACTIONS = frozenset(
+    {
+        "logs:CreateLogStream",
+        "logs:PutLogEvents",
+        "xray:PutTraceSegments",
+        "xray:PutTelemetryRecords",
+        "sqs:ReceiveMessage",
+        "sqs:DeleteMessage",
+        "sqs:ChangeMessageVisibility",
+        "sqs:GetQueueAttributes",
+        "sqs:GetQueueUrl",
+        # DynamoDB's use of a customer-managed table key on the caller's behalf (infra.access.TABLE_KEY_ACTIONS)
+        "kms:Decrypt",
+        "kms:DescribeKey",
+        "kms:Encrypt",
+        "kms:GenerateDataKey",
+        "kms:GenerateDataKeyPair",
+        "kms:GenerateDataKeyPairWithoutPlaintext",
+        "kms:GenerateDataKeyWithoutPlaintext",
+        "kms:ReEncryptFrom",
+        "kms:ReEncryptTo",
+    }
+)
 
 
 # ---------------------------------------------------------------- ARNs and actions from policy_sentry
@@ -192,8 +208,9 @@ def _deployment(template: dict[str, Any]) -> Deployment:
     statements: dict[str, tuple[dict[str, Any], ...]] = {}
     environment: dict[str, Mapping[str, Any]] = {}
     for spec in FUNCTION_SPECS:
-        found_functions = [value for key, value in resources.items()
-                           if value["Type"] == "AWS::Lambda::Function" and key.startswith(f"JoinerFunctions{spec.name.capitalize()}")]
+        found_functions = [
+            value for key, value in resources.items() if value["Type"] == "AWS::Lambda::Function" and key.startswith(f"JoinerFunctions{spec.name.capitalize()}")
+        ]
         if not found_functions:
             continue  # the watcher: responsive mode only
         (function,) = found_functions
@@ -244,10 +261,9 @@ class Binding:
         if not isinstance(value, dict):
             return value
         if len(value) == 1:
-            (key, argument), = value.items()
+            ((key, argument),) = value.items()
             if key == "Ref":
-                pseudo = {"AWS::Region": self.region, "AWS::AccountId": self.account, "AWS::Partition": PARTITION,
-                          "AWS::URLSuffix": "amazonaws.com"}
+                pseudo = {"AWS::Region": self.region, "AWS::AccountId": self.account, "AWS::Partition": PARTITION, "AWS::URLSuffix": "amazonaws.com"}
                 if argument in pseudo:
                     return pseudo[argument]
                 return self.resources.get(argument, {}).get("Ref", f"<unbound {argument}>")
@@ -340,8 +356,13 @@ class MotoState:
         image = self.ec2.amis.get(image_id)
         if image is None:
             return []
-        return sorted({str(m.get("Ebs", {}).get("SnapshotId")) for m in getattr(image, "block_device_mappings", None) or []
-                       if isinstance(m, dict) and m.get("Ebs", {}).get("SnapshotId")})
+        return sorted(
+            {
+                str(m.get("Ebs", {}).get("SnapshotId"))
+                for m in getattr(image, "block_device_mappings", None) or []
+                if isinstance(m, dict) and m.get("Ebs", {}).get("SnapshotId")
+            }
+        )
 
 
 # ---------------------------------------------------------------- requests -> authorizations
@@ -375,8 +396,7 @@ class _Builder:
     operation: str
     out: list[Authorization] = field(default_factory=list)
 
-    def add(self, action: str, resource_type: str | None, resource: str, context: Mapping[str, Any] | None = None,
-            reason: str = "") -> None:
+    def add(self, action: str, resource_type: str | None, resource: str, context: Mapping[str, Any] | None = None, reason: str = "") -> None:
         _check_resource_type(action, resource_type)
         full = {"aws:RequestedRegion": self.region, **(context or {})}
         self.out.append(Authorization(action, resource, full, _ABSENT_TAGS, reason or f"{self.operation}: {resource_type or '*'}"))
@@ -385,19 +405,35 @@ class _Builder:
         return build_arn(service, resource_type, self.region, self.account if account is None else account, *ids)
 
 
-_EC2_READS = frozenset({
-    "DescribeInstances", "DescribeSubnets", "DescribeSecurityGroups", "DescribeImages", "DescribeLaunchTemplates",
-    "DescribeSpotPriceHistory", "DescribeInstanceTypes", "DescribeInstanceTypeOfferings", "DescribeAvailabilityZones",
-    "DescribeLaunchTemplateVersions", "DescribeCapacityReservations",
-})
+_EC2_READS = frozenset(
+    {
+        "DescribeInstances",
+        "DescribeSubnets",
+        "DescribeSecurityGroups",
+        "DescribeImages",
+        "DescribeLaunchTemplates",
+        "DescribeSpotPriceHistory",
+        "DescribeInstanceTypes",
+        "DescribeInstanceTypeOfferings",
+        "DescribeAvailabilityZones",
+        "DescribeLaunchTemplateVersions",
+        "DescribeCapacityReservations",
+    }
+)
 _DYNAMODB_ITEM_OPERATIONS = frozenset({"GetItem", "PutItem", "UpdateItem", "DeleteItem", "Query", "Scan", "DescribeTable"})
 _TRANSACT_ACTIONS = {"Put": "PutItem", "Update": "UpdateItem", "Delete": "DeleteItem", "ConditionCheck": "ConditionCheckItem", "Get": "GetItem"}
 _NO_PERMISSION = frozenset({("sts", "GetCallerIdentity")})
 
 
 def authorizations(
-    service: str, operation: str, params: Mapping[str, Any], *, region: str, account: str = ACCOUNT,
-    state: MotoState | None = None, encrypted_queues: Mapping[str, str] | None = None,
+    service: str,
+    operation: str,
+    params: Mapping[str, Any],
+    *,
+    region: str,
+    account: str = ACCOUNT,
+    state: MotoState | None = None,
+    encrypted_queues: Mapping[str, str] | None = None,
 ) -> list[Authorization]:
     """What IAM authorizes for one request; raises :class:`UnsupportedPolicy` for an
     operation the guard has no model of."""
@@ -472,8 +508,7 @@ def _create_fleet(b: _Builder, params: Mapping[str, Any], state: MotoState) -> N
     fleet_tags = _spec_tags(params.get("TagSpecifications"))
     b.add("ec2:CreateFleet", "fleet", b.arn("ec2", "fleet", "fleet-new"), _tag_context(fleet_tags.get("fleet", {})))
     if fleet_tags.get("fleet"):
-        b.add("ec2:CreateTags", "fleet", b.arn("ec2", "fleet", "fleet-new"),
-              {**_tag_context(fleet_tags["fleet"]), "ec2:CreateAction": "CreateFleet"})
+        b.add("ec2:CreateTags", "fleet", b.arn("ec2", "fleet", "fleet-new"), {**_tag_context(fleet_tags["fleet"]), "ec2:CreateAction": "CreateFleet"})
     spot = params.get("TargetCapacitySpecification", {}).get("DefaultTargetCapacityType") == "spot"
     for config in params.get("LaunchTemplateConfigs") or []:
         spec = config.get("LaunchTemplateSpecification") or {}
@@ -511,15 +546,20 @@ def _create_fleet(b: _Builder, params: Mapping[str, Any], state: MotoState) -> N
                     b.add(action, resource_type, b.arn("ec2", resource_type, f"{resource_type}-new"), _tag_context(tags))
         for resource_type, tags in launched.items():
             if tags and authorizes("ec2:CreateTags", resource_type):
-                b.add("ec2:CreateTags", resource_type, b.arn("ec2", resource_type, f"{resource_type}-new"),
-                      {**_tag_context(tags), "ec2:CreateAction": "CreateFleet"})
+                b.add(
+                    "ec2:CreateTags",
+                    resource_type,
+                    b.arn("ec2", resource_type, f"{resource_type}-new"),
+                    {**_tag_context(tags), "ec2:CreateAction": "CreateFleet"},
+                )
         _ebs_key_use(b, data)
-        profile = (data.get("IamInstanceProfile") or {})
+        profile = data.get("IamInstanceProfile") or {}
         name = profile.get("Name") or str(profile.get("Arn", "")).rsplit("/", 1)[-1]
         if name:
             # The stack names each instance profile like its role (infra/node_role.py).
-            b.add("iam:PassRole", "role", b.arn("iam", "role", name), {"iam:PassedToService": "ec2.amazonaws.com"},
-                  reason=f"CreateFleet: instance profile {name}")
+            b.add(
+                "iam:PassRole", "role", b.arn("iam", "role", name), {"iam:PassedToService": "ec2.amazonaws.com"}, reason=f"CreateFleet: instance profile {name}"
+            )
 
 
 def _ebs_key_use(b: _Builder, data: Mapping[str, Any]) -> None:
@@ -527,8 +567,7 @@ def _ebs_key_use(b: _Builder, data: Mapping[str, Any]) -> None:
     behalf (kms:ViaService ec2), creating a grant for the volume (kms:GrantIsForAWSResource).
     A volume without KmsKeyId uses the account's default EBS key, which the request does not
     name: the guard cannot model that case (docs/infra.md: ebsKmsKeyArn)."""
-    keys = sorted({str(m["Ebs"]["KmsKeyId"]) for m in data.get("BlockDeviceMappings") or []
-                   if (m.get("Ebs") or {}).get("KmsKeyId")})
+    keys = sorted({str(m["Ebs"]["KmsKeyId"]) for m in data.get("BlockDeviceMappings") or [] if (m.get("Ebs") or {}).get("KmsKeyId")})
     via = {"kms:ViaService": f"ec2.{b.region}.amazonaws.com"}
     for key in keys:
         arn = key if key.startswith("arn:") else b.arn("kms", "key", key)
@@ -586,8 +625,7 @@ class Guard:
             deployment = self._load(settings.cluster_name)
             binding = bind(deployment, function, settings)
             statements = [binding.resolve(s) for s in deployment.statements[function]]
-            needed = authorizations(service, operation, params, region=region, account=binding.account,
-                                    encrypted_queues=queue_keys(deployment, binding))
+            needed = authorizations(service, operation, params, region=region, account=binding.account, encrypted_queues=queue_keys(deployment, binding))
             decisions: list[tuple[Authorization, Decision]] = [(a, evaluate(statements, a)) for a in needed]
         except UnsupportedPolicy as error:
             self._record(Finding(function, request, f"undecidable: {error}"))
@@ -602,8 +640,9 @@ class Guard:
             if not decision.allowed:
                 how = "explicitly denied" if decision.explicitly_denied else "not allowed"
                 context = {k: v for k, v in authorization.context.items() if k != "aws:RequestedRegion"}
-                self._record(Finding(function, request, f"{authorization.action} on {authorization.resource} {how} "
-                                                        f"({authorization.reason}; context {context})"))
+                self._record(
+                    Finding(function, request, f"{authorization.action} on {authorization.resource} {how} ({authorization.reason}; context {context})")
+                )
 
     def _record(self, finding: Finding) -> None:
         with self._lock:
@@ -630,8 +669,7 @@ class Guard:
 
     def unexercised(self) -> dict[str, list[str]]:
         """Per function: granted actions no attributed request needed (Lambda-side ones apart)."""
-        return {function: sorted(actions - self.exercised.get(function, set()) - RUNTIME_USED_ACTIONS)
-                for function, actions in sorted(self.granted().items())}
+        return {function: sorted(actions - self.exercised.get(function, set()) - RUNTIME_USED_ACTIONS) for function, actions in sorted(self.granted().items())}
 
     def report(self) -> dict[str, Any]:
         granted = self.granted()

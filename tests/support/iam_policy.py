@@ -121,8 +121,7 @@ _BASE_OPERATORS = {
 }
 _NEGATED = {"StringNotEquals": "StringEquals", "StringNotLike": "StringLike", "ArnNotEquals": "ArnEquals", "ArnNotLike": "ArnLike"}
 SUPPORTED_OPERATORS = frozenset(
-    {*_BASE_OPERATORS, *_NEGATED}
-    | {f"{prefix}:{op}" for prefix in ("ForAllValues", "ForAnyValue") for op in ("StringEquals", "StringLike")}
+    {*_BASE_OPERATORS, *_NEGATED} | {f"{prefix}:{op}" for prefix in ("ForAllValues", "ForAnyValue") for op in ("StringEquals", "StringLike")}
 )
 
 
@@ -148,9 +147,7 @@ def _condition_holds(operator: str, key: str, expected_values: list[Any], author
         _check_no_variables(value)
     values = _lookup(authorization.context, key)
     if values is None and not _known_absent(authorization, key):
-        raise UnsupportedPolicy(
-            f"{authorization.action} on {authorization.resource}: the request model does not supply condition key {key!r}"
-        )
+        raise UnsupportedPolicy(f"{authorization.action} on {authorization.resource}: the request model does not supply condition key {key!r}")
     qualifier, _, base = operator.rpartition(":")
     if qualifier == "ForAllValues":
         test = _BASE_OPERATORS[base]

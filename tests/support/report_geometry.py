@@ -76,8 +76,16 @@ def classic_result(scenario: Scenario, *, idle_until: float | None = 720.0) -> S
     ]
     if idle_until is not None:
         samples.append(Sample(timedelta(seconds=end), {"m5.large": 1}, 0, 0.096, {"m5.large": 1, "c5.2xlarge": 4}, 0))
-    samples.append(Sample(timedelta(seconds=840), {"m5.large": 1} if idle_until is not None else {"m5.large": 1, "c5.2xlarge": 3}, 0,
-                          0.096 if idle_until is not None else 0.453, {"m5.large": 1, "c5.2xlarge": 4}, 0))
+    samples.append(
+        Sample(
+            timedelta(seconds=840),
+            {"m5.large": 1} if idle_until is not None else {"m5.large": 1, "c5.2xlarge": 3},
+            0,
+            0.096 if idle_until is not None else 0.453,
+            {"m5.large": 1, "c5.2xlarge": 4},
+            0,
+        )
+    )
     result = SimulationResult(scenario=scenario, start=START, simulated_seconds=840.0, wall_seconds=50.0)
     result.instances = instances
     result.interruptions = [Interruption("i-warned", node(5), at(300), at(420), 7, at(360), at(365), "joiner", at(360))]
@@ -156,7 +164,7 @@ def _label_box(text: ET.Element) -> Box:
 
 def read_chart(page: str) -> Chart:
     """The chart of a report (or a bare SVG)."""
-    svg = page[page.index("<svg"): page.index("</svg>") + len("</svg>")]
+    svg = page[page.index("<svg") : page.index("</svg>") + len("</svg>")]
     root = ET.fromstring(svg)
     labels = [Label(t.text or "", t.get("class", ""), _label_box(t), "rotate(" in t.get("transform", "")) for t in root.iter(f"{NS}text")]
     markers = []
@@ -164,8 +172,15 @@ def read_chart(page: str) -> Chart:
         if group.get("class") == "mark":
             circle = group.find(f"{NS}circle")
             assert circle is not None
-            markers.append((str(group.get("data-kind")), float(group.get("data-at", "nan")), float(circle.get("cx", 0)),
-                            float(circle.get("cy", 0)), float(circle.get("r", 0))))
+            markers.append(
+                (
+                    str(group.get("data-kind")),
+                    float(group.get("data-at", "nan")),
+                    float(circle.get("cx", 0)),
+                    float(circle.get("cy", 0)),
+                    float(circle.get("r", 0)),
+                )
+            )
     polylines: dict[str, list[Segment]] = {}
     for line in root.iter(f"{NS}polyline"):
         points = [tuple(float(v) for v in p.split(",")) for p in (line.get("points") or "").split()]
@@ -210,7 +225,7 @@ def layout_problems(chart: Chart) -> list[str]:
             if any(segment_crosses(s, box) for s in segments):
                 problems.append(f"{name} crosses the {line} line")
     for index, (name, box) in enumerate(boxes):
-        for other, other_box in boxes[index + 1:]:
+        for other, other_box in boxes[index + 1 :]:
             if overlaps(box, other_box):
                 problems.append(f"{name} overlaps {other}")
     numbers = [label for label in chart.labels if label.cls == "mark-number"]

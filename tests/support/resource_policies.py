@@ -50,8 +50,11 @@ def _service_principals(statement: Mapping[str, Any]) -> list[str]:
 
 
 def _allows(statement: Mapping[str, Any], principal: str, action: str) -> bool:
-    return (statement.get("Effect") == "Allow" and principal in _service_principals(statement)
-            and any(fnmatch.fnmatchcase(action.lower(), str(a).lower()) for a in _list(statement.get("Action", []))))
+    return (
+        statement.get("Effect") == "Allow"
+        and principal in _service_principals(statement)
+        and any(fnmatch.fnmatchcase(action.lower(), str(a).lower()) for a in _list(statement.get("Action", [])))
+    )
 
 
 def _condition_keys(statement: Mapping[str, Any]) -> set[str]:
@@ -79,12 +82,10 @@ class _Template:
                 yield logical, resource.get("Properties", {})
 
     def queue_policy_statements(self, queue: str) -> list[Mapping[str, Any]]:
-        return [s for _, p in self.of_type("AWS::SQS::QueuePolicy") if {"Ref": queue} in p.get("Queues", [])
-                for s in _list(p["PolicyDocument"]["Statement"])]
+        return [s for _, p in self.of_type("AWS::SQS::QueuePolicy") if {"Ref": queue} in p.get("Queues", []) for s in _list(p["PolicyDocument"]["Statement"])]
 
     def topic_policy_statements(self, topic: str) -> list[Mapping[str, Any]]:
-        return [s for _, p in self.of_type("AWS::SNS::TopicPolicy") if {"Ref": topic} in p.get("Topics", [])
-                for s in _list(p["PolicyDocument"]["Statement"])]
+        return [s for _, p in self.of_type("AWS::SNS::TopicPolicy") if {"Ref": topic} in p.get("Topics", []) for s in _list(p["PolicyDocument"]["Statement"])]
 
     def key_policy_statements(self, key_reference: Any) -> list[Mapping[str, Any]] | None:
         """The key policy of a key in the template; None for a key outside it (an ARN or alias)."""
@@ -155,9 +156,12 @@ def _rule_problems(t: _Template) -> list[str]:
                 out += _rule_to_queue(t, rule, queue, f"rule {rule} -> queue")
             function = queue if queue is not None and t.resources[queue]["Type"] == "AWS::Lambda::Function" else None
             if function is not None and not any(
-                    p.get("Principal") == "events.amazonaws.com" and p.get("Action") == "lambda:InvokeFunction"
-                    and _logical(p.get("FunctionName"), "Arn") == function and p.get("SourceArn") == {"Fn::GetAtt": [rule, "Arn"]}
-                    for p in permissions):
+                p.get("Principal") == "events.amazonaws.com"
+                and p.get("Action") == "lambda:InvokeFunction"
+                and _logical(p.get("FunctionName"), "Arn") == function
+                and p.get("SourceArn") == {"Fn::GetAtt": [rule, "Arn"]}
+                for p in permissions
+            ):
                 out.append(f"rule {rule} -> function {function}: no lambda permission for events.amazonaws.com from this rule")
             dead_letter = _logical((target.get("DeadLetterConfig") or {}).get("Arn"), "Arn")
             if dead_letter is not None:
@@ -167,8 +171,12 @@ def _rule_problems(t: _Template) -> list[str]:
 
 def _alarm_problems(t: _Template) -> list[str]:
     out: list[str] = []
-    topics = {ref for _, p in t.of_type("AWS::CloudWatch::Alarm")
-              for ref in (_logical(a) for a in [*p.get("AlarmActions", []), *p.get("OKActions", [])]) if ref is not None}
+    topics = {
+        ref
+        for _, p in t.of_type("AWS::CloudWatch::Alarm")
+        for ref in (_logical(a) for a in [*p.get("AlarmActions", []), *p.get("OKActions", [])])
+        if ref is not None
+    }
     for topic in sorted(topics):
         if t.resources[topic]["Type"] != "AWS::SNS::Topic":
             continue
@@ -180,8 +188,7 @@ def _alarm_problems(t: _Template) -> list[str]:
             if statements is None:
                 out.append(f"alarms -> topic {topic}: a key outside the stack cannot be checked")
             else:
-                out += [f"alarms -> topic {topic}: {m}"
-                        for m in _key_grants(statements, "cloudwatch.amazonaws.com", ("kms:Decrypt", "kms:GenerateDataKey"))]
+                out += [f"alarms -> topic {topic}: {m}" for m in _key_grants(statements, "cloudwatch.amazonaws.com", ("kms:Decrypt", "kms:GenerateDataKey"))]
     return out
 
 
@@ -218,8 +225,10 @@ def _event_source_problems(t: _Template) -> list[str]:
         visibility = int(t.resources[queue].get("Properties", {}).get("VisibilityTimeout", 30))
         window = int(properties.get("MaximumBatchingWindowInSeconds", 0))
         if visibility <= timeout + window:
-            out.append(f"event source {mapping}: queue {queue} visibility {visibility} s does not outlast "
-                       f"function {function}'s timeout ({timeout} s) and batching window ({window} s)")
+            out.append(
+                f"event source {mapping}: queue {queue} visibility {visibility} s does not outlast "
+                f"function {function}'s timeout ({timeout} s) and batching window ({window} s)"
+            )
     return out
 
 

@@ -16,8 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def scale_line(*args: str, timeout: float = 900) -> dict[str, Any]:
     """The single line ``bench.scale`` prints for ``args``; fails the test on an ``error``."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "layers" / "joiner" / "python"), str(ROOT)])}
-    answer = subprocess.run([sys.executable, "-m", "bench.scale", *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                            timeout=timeout, check=True)
+    answer = subprocess.run([sys.executable, "-m", "bench.scale", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=True)
     lines = [json.loads(line) for line in answer.stdout.splitlines() if line.startswith("{")]
     assert len(lines) == 1, answer.stdout + answer.stderr
     assert "error" not in lines[0], lines[0]

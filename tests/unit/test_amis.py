@@ -35,9 +35,13 @@ def catalog_types():  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize(
     ("name", "variant"),
     [
-        ("m5.large", STANDARD), ("c7g.large", STANDARD),
-        ("g5.xlarge", NVIDIA), ("p4d.24xlarge", NVIDIA), ("g5g.xlarge", NVIDIA),  # g5g: NVIDIA T4G on arm64
-        ("inf2.xlarge", NEURON), ("trn1.2xlarge", NEURON),
+        ("m5.large", STANDARD),
+        ("c7g.large", STANDARD),
+        ("g5.xlarge", NVIDIA),
+        ("p4d.24xlarge", NVIDIA),
+        ("g5g.xlarge", NVIDIA),  # g5g: NVIDIA T4G on arm64
+        ("inf2.xlarge", NEURON),
+        ("trn1.2xlarge", NEURON),
     ],
 )
 def test_variant_follows_the_instance_types_accelerators(catalog_types, name: str, variant: str) -> None:  # type: ignore[no-untyped-def]
@@ -74,8 +78,12 @@ def test_a_node_is_judged_by_its_labels_else_its_type(catalog_types) -> None:  #
         ("amd64", NVIDIA, "latest", "/aws/service/eks/optimized-ami/1.31/amazon-linux-2023/x86_64/nvidia/recommended/image_id"),
         ("arm64", NVIDIA, "latest", "/aws/service/eks/optimized-ami/1.31/amazon-linux-2023/arm64/nvidia/recommended/image_id"),
         ("amd64", NEURON, "latest", "/aws/service/eks/optimized-ami/1.31/amazon-linux-2023/x86_64/neuron/recommended/image_id"),
-        ("amd64", NEURON, "v20240807",
-         "/aws/service/eks/optimized-ami/1.31/amazon-linux-2023/x86_64/neuron/amazon-eks-node-al2023-x86_64-neuron-1.31-v20240807/image_id"),
+        (
+            "amd64",
+            NEURON,
+            "v20240807",
+            "/aws/service/eks/optimized-ami/1.31/amazon-linux-2023/x86_64/neuron/amazon-eks-node-al2023-x86_64-neuron-1.31-v20240807/image_id",
+        ),
     ],
 )
 def test_parameter_paths(arch: str, variant: str, release: str, path: str) -> None:
@@ -124,7 +132,8 @@ def ami_grant() -> str:
 
 
 @given(
-    minor=st.integers(min_value=23, max_value=40), published=st.sampled_from(PUBLISHED),
+    minor=st.integers(min_value=23, max_value=40),
+    published=st.sampled_from(PUBLISHED),
     release=st.one_of(st.just("latest"), st.dates(min_value=date(2023, 1, 1), max_value=date(2099, 12, 31)).map(lambda d: f"v{d:%Y%m%d}")),
 )
 def test_the_iam_grant_covers_every_parameter_read_and_nothing_else(ami_grant: str, minor: int, published: tuple[str, str], release: str) -> None:
@@ -135,6 +144,8 @@ def test_the_iam_grant_covers_every_parameter_read_and_nothing_else(ami_grant: s
     arch, variant = published
     path = al2023_parameter(f"1.{minor}", arch, variant, release)
     assert resource_matches(grant, f"arn:aws:ssm:us-east-1::parameter{path}")
-    for other in (f"/aws/service/eks/optimized-ami/1.{minor}/amazon-linux-2/recommended/image_id",
-                  f"/aws/service/bottlerocket/aws-k8s-1.{minor}/x86_64/latest/image_id"):
+    for other in (
+        f"/aws/service/eks/optimized-ami/1.{minor}/amazon-linux-2/recommended/image_id",
+        f"/aws/service/bottlerocket/aws-k8s-1.{minor}/x86_64/latest/image_id",
+    ):
         assert not resource_matches(grant, f"arn:aws:ssm:us-east-1::parameter{other}")

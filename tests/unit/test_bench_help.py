@@ -27,4 +27,3 @@ def test_help_prints_usage_and_exits_zero(name: str, capsys: pytest.CaptureFixtu
     assert exit_.value.code == 0
     out = capsys.readouterr().out
     assert f"python -m bench.{name}" in out
-

@@ -120,14 +120,33 @@ def test_a_continuation_older_than_the_history_expires(standin: StandIn) -> None
 
 def test_quick_run_prints_every_line_with_the_promised_keys() -> None:
     env = dict(os.environ, PYTHONPATH=f"{ROOT / 'layers/joiner/python'}{os.pathsep}{ROOT}")
-    run = subprocess.run([sys.executable, "-m", "bench.scale", "--quick", "--nodes", "30", "--minutes", "1", "--functions",
-                          "watcher,termination,nodeclaim_sync"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=True)
+    run = subprocess.run(
+        [sys.executable, "-m", "bench.scale", "--quick", "--nodes", "30", "--minutes", "1", "--functions", "watcher,termination,nodeclaim_sync"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
     lines = [json.loads(line) for line in run.stdout.splitlines()]
     functions = [line for line in lines if line["function"] != "steady"]
     assert [line["function"] for line in functions] == ["watcher", "termination", "nodeclaim_sync"]
     for line in functions:
-        assert {"bench", "function", "nodes", "pods", "pending", "peak_rss_mb", "wall_s", "memory_limit_mb", "timeout_s", "api_requests",
-                "api_read_mb", "baseline_rss_mb"} <= set(line), line
+        assert {
+            "bench",
+            "function",
+            "nodes",
+            "pods",
+            "pending",
+            "peak_rss_mb",
+            "wall_s",
+            "memory_limit_mb",
+            "timeout_s",
+            "api_requests",
+            "api_read_mb",
+            "baseline_rss_mb",
+        } <= set(line), line
         assert "error" not in line, line
         assert line["peak_rss_mb"] >= line["baseline_rss_mb"] > 0 and line["api_requests"] > 0
     assert functions[0]["memory_limit_mb"] == 128 and functions[0]["timeout_s"] == 62  # infra/deployment.py's watcher

@@ -98,7 +98,12 @@ def test_numbers_are_bounded(loader: type, text: str, fragment: str) -> None:
 
 def test_numbers_inside_the_bounds(loader: type) -> None:
     assert load_yaml(f"a: {MAX_INT}\nb: -{MAX_INT}\nc: 1.5e+10\nd: .inf\ne: 0x1f\n", SMALL, loader) == {
-        "a": MAX_INT, "b": -MAX_INT, "c": 1.5e10, "d": float("inf"), "e": 31}
+        "a": MAX_INT,
+        "b": -MAX_INT,
+        "c": 1.5e10,
+        "d": float("inf"),
+        "e": 31,
+    }
 
 
 def test_syntax_errors_keep_the_parser_words(loader: type) -> None:

@@ -54,8 +54,7 @@ def alloc(catalog: Catalog, name: str, kubelet: KubeletConfig = KubeletConfig())
 
 @pytest.mark.parametrize(
     ("name", "pods"),
-    [("m5.large", 29), ("c5.large", 29), ("c5.2xlarge", 58), ("m5.xlarge", 58), ("t3.small", 11),
-     ("t3.nano", 4), ("c5.4xlarge", 234), ("p5.48xlarge", 100)],
+    [("m5.large", 29), ("c5.large", 29), ("c5.2xlarge", 58), ("m5.xlarge", 58), ("t3.small", 11), ("t3.nano", 4), ("c5.4xlarge", 234), ("p5.48xlarge", 100)],
 )
 def test_eni_limited_max_pods_match_eks(bundled: Catalog, name: str, pods: int) -> None:
     info = bundled.info(name)
@@ -145,7 +144,13 @@ def test_kube_reserved_overrides_per_resource(bundled: Catalog) -> None:
 
 def test_system_reserved_adds(bundled: Catalog) -> None:
     kubelet = KubeletConfig(system_reserved=Resources.parse({"cpu": "100m", "memory": "200Mi"}))
-    assert alloc(bundled, "c5.large", kubelet) == {"cpu": "1830m", "ephemeral-storage": "17Gi", "memory": "2914Mi", "pods": "29", "vpc.amazonaws.com/pod-eni": "9"}
+    assert alloc(bundled, "c5.large", kubelet) == {
+        "cpu": "1830m",
+        "ephemeral-storage": "17Gi",
+        "memory": "2914Mi",
+        "pods": "29",
+        "vpc.amazonaws.com/pod-eni": "9",
+    }
 
 
 def test_eviction_hard_absolute_and_percentages(bundled: Catalog) -> None:
@@ -248,25 +253,42 @@ def test_bundled_file_is_small() -> None:
 def test_labels_of_c5_2xlarge(bundled: Catalog) -> None:
     labels = bundled.instance_type("c5.2xlarge").requirements.labels()
     assert labels == {
-        wk.ARCH: "amd64", wk.OS: "linux", wk.INSTANCE_TYPE: "c5.2xlarge", wk.REGION: "us-east-1",
-        wk.INSTANCE_FAMILY: "c5", wk.INSTANCE_CATEGORY: "c", wk.INSTANCE_GENERATION: "5",
-        wk.INSTANCE_SIZE: "2xlarge", wk.INSTANCE_CPU: "8", wk.INSTANCE_MEMORY: "16384",
-        wk.INSTANCE_HYPERVISOR: "nitro", wk.CAPACITY_TYPE: "on-demand",
+        wk.ARCH: "amd64",
+        wk.OS: "linux",
+        wk.INSTANCE_TYPE: "c5.2xlarge",
+        wk.REGION: "us-east-1",
+        wk.INSTANCE_FAMILY: "c5",
+        wk.INSTANCE_CATEGORY: "c",
+        wk.INSTANCE_GENERATION: "5",
+        wk.INSTANCE_SIZE: "2xlarge",
+        wk.INSTANCE_CPU: "8",
+        wk.INSTANCE_MEMORY: "16384",
+        wk.INSTANCE_HYPERVISOR: "nitro",
+        wk.CAPACITY_TYPE: "on-demand",
         # Karpenter's documented values for c5.2xlarge (website instance-types reference)
-        wk.INSTANCE_CPU_MANUFACTURER: "intel", wk.INSTANCE_CPU_CLOCK: "3400", wk.INSTANCE_EBS_BANDWIDTH: "4750",
-        wk.INSTANCE_NETWORK_BANDWIDTH: "2500", wk.INSTANCE_ENCRYPTION_IN_TRANSIT: "false",
-        wk.INSTANCE_CAPABILITY_FLEX: "false", wk.INSTANCE_NITRO_ENCLAVES: "true",
+        wk.INSTANCE_CPU_MANUFACTURER: "intel",
+        wk.INSTANCE_CPU_CLOCK: "3400",
+        wk.INSTANCE_EBS_BANDWIDTH: "4750",
+        wk.INSTANCE_NETWORK_BANDWIDTH: "2500",
+        wk.INSTANCE_ENCRYPTION_IN_TRANSIT: "false",
+        wk.INSTANCE_CAPABILITY_FLEX: "false",
+        wk.INSTANCE_NITRO_ENCLAVES: "true",
     }
 
 
 def test_every_karpenter_instance_label_is_known_and_set_where_karpenter_sets_it(bundled: Catalog) -> None:
     """Values as Karpenter's own test expects for g4dn.8xlarge, and Inferentia accelerator labels."""
     karpenter = {
-        "karpenter.k8s.aws/instance-encryption-in-transit-supported": "true", "karpenter.k8s.aws/instance-cpu-manufacturer": "intel",
-        "karpenter.k8s.aws/instance-ebs-bandwidth": "9500", "karpenter.k8s.aws/instance-network-bandwidth": "50000",
-        "karpenter.k8s.aws/instance-gpu-name": "t4", "karpenter.k8s.aws/instance-gpu-manufacturer": "nvidia",
-        "karpenter.k8s.aws/instance-gpu-count": "1", "karpenter.k8s.aws/instance-gpu-memory": "16384",
-        "karpenter.k8s.aws/instance-local-nvme": "900", "karpenter.k8s.aws/instance-memory": "131072",
+        "karpenter.k8s.aws/instance-encryption-in-transit-supported": "true",
+        "karpenter.k8s.aws/instance-cpu-manufacturer": "intel",
+        "karpenter.k8s.aws/instance-ebs-bandwidth": "9500",
+        "karpenter.k8s.aws/instance-network-bandwidth": "50000",
+        "karpenter.k8s.aws/instance-gpu-name": "t4",
+        "karpenter.k8s.aws/instance-gpu-manufacturer": "nvidia",
+        "karpenter.k8s.aws/instance-gpu-count": "1",
+        "karpenter.k8s.aws/instance-gpu-memory": "16384",
+        "karpenter.k8s.aws/instance-local-nvme": "900",
+        "karpenter.k8s.aws/instance-memory": "131072",
     }
     labels = bundled.instance_type("g4dn.8xlarge").requirements.labels()
     for key, value in karpenter.items():
@@ -350,7 +372,9 @@ def test_catalog_file_verbatim_overhead_and_labels() -> None:
 
 
 def test_catalog_file_from_path_json_and_defaults(tmp_path: Path) -> None:
-    document = {"instanceTypes": [{"name": "x.large", "capacity": {"cpu": "2", "memory": "4Gi"}, "offerings": [{"zone": "z", "capacityType": "spot", "price": 0.5}]}]}
+    document = {
+        "instanceTypes": [{"name": "x.large", "capacity": {"cpu": "2", "memory": "4Gi"}, "offerings": [{"zone": "z", "capacityType": "spot", "price": 0.5}]}]
+    }
     path = tmp_path / "catalog.json"
     path.write_text(json.dumps(document))
     for source in (path, str(path), json.dumps(document)):
@@ -381,18 +405,39 @@ def test_example_catalogs_load(example: Path, bundled: Catalog) -> None:
         ("instanceTypes: [{name: a, capacity: {cpu: 1, memory: lots}}]", r"instanceTypes\[0\] \(a\)\.capacity\.memory: invalid quantity 'lots'"),
         ("instanceTypes: [{name: a, capacity: {cpu: 1}}]", r"\(a\)\.capacity\.memory: required and must be positive"),
         ("instanceTypes: [{name: a, capacity: {cpu: 1, memory: 1Gi, pods: -3}}]", r"\(a\)\.capacity\.pods: must not be negative"),
-        ("instanceTypes: [{name: a, capacity: {cpu: 1, memory: 1Gi}, overhead: {memory: 2Gi}, offerings: [{zone: z, capacityType: spot, price: 1}]}]", r"\(a\)\.overhead\.memory: exceeds capacity"),
+        (
+            "instanceTypes: [{name: a, capacity: {cpu: 1, memory: 1Gi}, overhead: {memory: 2Gi}, offerings: [{zone: z, capacityType: spot, price: 1}]}]",
+            r"\(a\)\.overhead\.memory: exceeds capacity",
+        ),
         ("instanceTypes: [{name: a, capacity: {cpu: 1, memory: 1Gi}}]", r"\(a\)\.offerings: expected a non-empty list"),
-        ("instanceTypes: [{name: a, capacity: {cpu: 1, memory: 1Gi}, offerings: [{zone: z, capacityType: reserved, price: 1}]}]", r"\(a\)\.offerings\[0\]\.capacityType: expected one of on-demand, spot"),
-        ("instanceTypes: [{name: a, capacity: {cpu: 1, memory: 1Gi}, offerings: [{zone: z, capacityType: spot, price: -1}]}]", r"\(a\)\.offerings\[0\]\.price: expected a non-negative number"),
+        (
+            "instanceTypes: [{name: a, capacity: {cpu: 1, memory: 1Gi}, offerings: [{zone: z, capacityType: reserved, price: 1}]}]",
+            r"\(a\)\.offerings\[0\]\.capacityType: expected one of on-demand, spot",
+        ),
+        (
+            "instanceTypes: [{name: a, capacity: {cpu: 1, memory: 1Gi}, offerings: [{zone: z, capacityType: spot, price: -1}]}]",
+            r"\(a\)\.offerings\[0\]\.price: expected a non-negative number",
+        ),
         ("instanceTypes: [{name: a, capacity: {cpu: 1, memory: 1Gi}, offerings: [{zone: z, capacityType: spot, price: '0.1'}]}]", r"offerings\[0\]\.price"),
         ("instanceTypes: [{name: a, capacity: {cpu: 1, memory: 1Gi}, offerings: [{zone: z, capacityType: spot}]}]", r"offerings\[0\]\.price: required"),
         ("instanceTypes: [{name: a, capacity: {cpu: 1, memory: 1Gi}, offerings: [{capacityType: spot, price: 1}]}]", r"offerings\[0\]\.zone"),
-        ("instanceTypes: [{name: a, capacity: {cpu: 1, memory: 1Gi}, offerings: [{zone: z, capacityType: spot, price: 1, available: 'no'}]}]", r"offerings\[0\]\.available"),
-        ("instanceTypes: [{name: a, capacity: {cpu: 1, memory: 1Gi}, offerings: [{zone: z, capacityType: spot, price: 1}, {zone: z, capacityType: spot, price: 2}]}]", r"offerings\[1\]: duplicate offering"),
-        ("instanceTypes: [{name: a, capacity: {cpu: 1, memory: 1Gi}, labels: {x: {y: z}}, offerings: [{zone: z, capacityType: spot, price: 1}]}]", r"\(a\)\.labels\.x: expected a string"),
+        (
+            "instanceTypes: [{name: a, capacity: {cpu: 1, memory: 1Gi}, offerings: [{zone: z, capacityType: spot, price: 1, available: 'no'}]}]",
+            r"offerings\[0\]\.available",
+        ),
+        (
+            "instanceTypes: [{name: a, capacity: {cpu: 1, memory: 1Gi}, offerings: [{zone: z, capacityType: spot, price: 1}, {zone: z, capacityType: spot, price: 2}]}]",
+            r"offerings\[1\]: duplicate offering",
+        ),
+        (
+            "instanceTypes: [{name: a, capacity: {cpu: 1, memory: 1Gi}, labels: {x: {y: z}}, offerings: [{zone: z, capacityType: spot, price: 1}]}]",
+            r"\(a\)\.labels\.x: expected a string",
+        ),
         ("instanceTypes: [{name: a, capacity: {cpu: 1, memory: 1Gi}, offering: []}]", r"\(a\): unknown field 'offering'"),
-        ("instanceTypes:\n- {name: a, capacity: {cpu: 1, memory: 1Gi}, offerings: [{zone: z, capacityType: spot, price: 1}]}\n- {name: a, capacity: {cpu: 1, memory: 1Gi}, offerings: [{zone: z, capacityType: spot, price: 1}]}", r"instanceTypes\[1\] \(a\)\.name: instance type 'a' is defined twice"),
+        (
+            "instanceTypes:\n- {name: a, capacity: {cpu: 1, memory: 1Gi}, offerings: [{zone: z, capacityType: spot, price: 1}]}\n- {name: a, capacity: {cpu: 1, memory: 1Gi}, offerings: [{zone: z, capacityType: spot, price: 1}]}",
+            r"instanceTypes\[1\] \(a\)\.name: instance type 'a' is defined twice",
+        ),
         ("instanceTypes: [unclosed", "not valid YAML"),
         ('{"instanceTypes": [}', "not valid JSON"),
     ],
@@ -411,11 +456,13 @@ def test_unreadable_catalog_path(tmp_path: Path) -> None:
 
 
 def test_with_spot_prices_overlays_real_prices(bundled: Catalog) -> None:
-    spot = bundled.with_spot_prices({
-        ("c5.large", "us-east-1a"): 0.031,
-        ("c5.large", "us-east-1e"): 0.02,  # c5.large is not offered in us-east-1e
-        ("no.such", "us-east-1a"): 0.01,
-    })
+    spot = bundled.with_spot_prices(
+        {
+            ("c5.large", "us-east-1a"): 0.031,
+            ("c5.large", "us-east-1e"): 0.02,  # c5.large is not offered in us-east-1e
+            ("no.such", "us-east-1a"): 0.01,
+        }
+    )
     assert bundled.offerings("c5.large") and all(o.capacity_type == "on-demand" for o in bundled.offerings("c5.large"))
     c5 = spot.instance_type("c5.large")
     assert Offering("us-east-1a", "spot", 0.031) in c5.offerings
@@ -434,7 +481,9 @@ def test_with_spot_prices_respects_usage_classes_and_validates() -> None:
     catalog = Catalog([info])
     assert catalog.with_spot_prices({("od.only", "z1"): 0.01}).offerings("od.only") == (Offering("z1", "on-demand", 0.1),)
     with pytest.raises(CatalogError, match="spot price for c5.large in z1"):
-        Catalog([InstanceTypeInfo("c5.large", 2, 4096, ("amd64",), 3, 10, zones=("z1",), on_demand_price=0.085)]).with_spot_prices({("c5.large", "z1"): float("nan")})
+        Catalog([InstanceTypeInfo("c5.large", 2, 4096, ("amd64",), 3, 10, zones=("z1",), on_demand_price=0.085)]).with_spot_prices(
+            {("c5.large", "z1"): float("nan")}
+        )
 
 
 def test_catalog_constructor_rejects_duplicates_and_stray_offerings() -> None:

@@ -9,8 +9,9 @@ from joiner.domain import labels as wk
 from joiner.domain.catalog import load_bundled_catalog
 
 ROOT = Path(__file__).resolve().parents[2]
-LISTED = [line.strip() for line in (ROOT / "tests/data/karpenter-us-east-1-instance-types.txt").read_text().splitlines()
-          if line.strip() and not line.startswith("#")]
+LISTED = [
+    line.strip() for line in (ROOT / "tests/data/karpenter-us-east-1-instance-types.txt").read_text().splitlines() if line.strip() and not line.startswith("#")
+]
 
 
 def test_every_type_karpenter_prices_in_us_east_1_is_in_the_bundled_catalog() -> None:
@@ -35,5 +36,6 @@ def test_the_supplemented_types_carry_their_accelerators_and_prices() -> None:
     assert g4ad.capacity.get("pods") == 8000  # 2 ENIs x (4 - 1) + 2, as Karpenter's max pods
     u24 = by_name["u-24tb1.112xlarge"]
     assert u24.capacity.get("cpu") == 448000 and {o.capacity_type for o in u24.offerings} == {"on-demand"}
-    assert all(o.price > 0 for name in ("p3.2xlarge", "dl1.24xlarge", "i3.metal", "f1.2xlarge") for o in by_name[name].offerings
-               if o.capacity_type == "on-demand")
+    assert all(
+        o.price > 0 for name in ("p3.2xlarge", "dl1.24xlarge", "i3.metal", "f1.2xlarge") for o in by_name[name].offerings if o.capacity_type == "on-demand"
+    )

@@ -34,8 +34,12 @@ def _fleet(client: Any) -> dict[str, Any]:
     return {
         "Type": "instant",
         "TargetCapacitySpecification": {"TotalTargetCapacity": 1, "DefaultTargetCapacityType": "on-demand"},
-        "LaunchTemplateConfigs": [{"LaunchTemplateSpecification": {"LaunchTemplateId": template["LaunchTemplateId"], "Version": "1"},
-                                   "Overrides": [{"InstanceType": "c5.large", "AvailabilityZone": "us-east-1a"}]}],
+        "LaunchTemplateConfigs": [
+            {
+                "LaunchTemplateSpecification": {"LaunchTemplateId": template["LaunchTemplateId"], "Version": "1"},
+                "Overrides": [{"InstanceType": "c5.large", "AvailabilityZone": "us-east-1a"}],
+            }
+        ],
     }
 
 
@@ -101,8 +105,14 @@ def test_claim_writes_and_drain_steps_are_told_apart() -> None:
 def test_a_death_mid_drain_strikes_after_the_eviction_took_effect() -> None:
     with KubeEmulator() as emulator:
         for name in ("web-1", "web-2"):
-            emulator.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
-                            "spec": {"nodeName": "node-1", "containers": [{"name": "main", "image": "pause"}]}})
+            emulator.apply(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": name, "namespace": "default"},
+                    "spec": {"nodeName": "node-1", "containers": [{"name": "main", "image": "pause"}]},
+                }
+            )
         client = KubernetesClient(emulator.url, sleep=lambda seconds: None)
         gate = Gate("termination")
         gate.install_kubernetes(client._pool)

@@ -71,8 +71,9 @@ def test_the_installed_entry_points_are_looked_up(tmp_path: Path, monkeypatch: p
     assert line.startswith("joiner simulate: ") and "cannot read scenario" in line and "nope.yaml" in line
 
 
-def test_an_entry_point_that_cannot_be_loaded_is_named_in_the_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_entry_point_that_cannot_be_loaded_is_named_in_the_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     distribution(tmp_path, monkeypatch, {"testworld": "testworld_missing.cli:register"})
     assert main(["demo"]) == 2
     line = one_line(capsys)
@@ -87,8 +88,15 @@ def test_each_entry_point_value_registers_once() -> None:
 
 def test_python_m_testworld_runs_the_cli_with_the_world(tmp_path: Path) -> None:
     env = {"PYTHONPATH": f"{ROOT / 'layers' / 'joiner' / 'python'}:{ROOT}", "PATH": "/usr/bin:/bin"}
-    done = subprocess.run([sys.executable, "-m", "testworld", "simulate", str(tmp_path / "nope.yaml")], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "testworld", "simulate", str(tmp_path / "nope.yaml")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.startswith("joiner simulate: ") and "cannot read scenario" in done.stderr, done.stderr
     assert done.stderr.count("\n") == 1, done.stderr

@@ -18,13 +18,23 @@ ROOT_VOLUME_PER_HOUR = 20 * 0.08 / 730
 
 CATALOG = {
     "instanceTypes": [
-        {"name": "small.x", "capacity": {"cpu": "2", "memory": "4Gi", "pods": "10"}, "overhead": {"cpu": "0", "memory": "0"},
-         "labels": {"kubernetes.io/arch": "amd64"},
-         "offerings": [{"zone": "z1", "capacityType": "on-demand", "price": 0.10},
-                       {"zone": "z1", "capacityType": "spot", "price": 0.04, "available": False}]},
-        {"name": "big.x", "capacity": {"cpu": "8", "memory": "16Gi", "pods": "40"}, "overhead": {"cpu": "0", "memory": "0"},
-         "labels": {"kubernetes.io/arch": "amd64"},
-         "offerings": [{"zone": "z1", "capacityType": "on-demand", "price": 0.50}]},
+        {
+            "name": "small.x",
+            "capacity": {"cpu": "2", "memory": "4Gi", "pods": "10"},
+            "overhead": {"cpu": "0", "memory": "0"},
+            "labels": {"kubernetes.io/arch": "amd64"},
+            "offerings": [
+                {"zone": "z1", "capacityType": "on-demand", "price": 0.10},
+                {"zone": "z1", "capacityType": "spot", "price": 0.04, "available": False},
+            ],
+        },
+        {
+            "name": "big.x",
+            "capacity": {"cpu": "8", "memory": "16Gi", "pods": "40"},
+            "overhead": {"cpu": "0", "memory": "0"},
+            "labels": {"kubernetes.io/arch": "amd64"},
+            "offerings": [{"zone": "z1", "capacityType": "on-demand", "price": 0.50}],
+        },
     ]
 }
 
@@ -45,10 +55,18 @@ def pod(name: str, cpu: str, *, node: str | None = None, selector: dict | None =
 
 
 def snapshot(tmp_path: Path, *objects: dict) -> Path:
-    pool = {"apiVersion": "joiner.dev/v1", "kind": "NodePool", "metadata": {"name": "general"},
-            "spec": {"template": {"spec": {"nodeClassRef": {"group": "joiner.dev", "kind": "NodeClass", "name": "default"}}}}}
-    node_class = {"apiVersion": "joiner.dev/v1", "kind": "NodeClass", "metadata": {"name": "default"},
-                  "spec": {"subnetSelectorTerms": [{"tags": {"a": "b"}}], "securityGroupSelectorTerms": [{"tags": {"a": "b"}}], "role": "r"}}
+    pool = {
+        "apiVersion": "joiner.dev/v1",
+        "kind": "NodePool",
+        "metadata": {"name": "general"},
+        "spec": {"template": {"spec": {"nodeClassRef": {"group": "joiner.dev", "kind": "NodeClass", "name": "default"}}}},
+    }
+    node_class = {
+        "apiVersion": "joiner.dev/v1",
+        "kind": "NodeClass",
+        "metadata": {"name": "default"},
+        "spec": {"subnetSelectorTerms": [{"tags": {"a": "b"}}], "securityGroupSelectorTerms": [{"tags": {"a": "b"}}], "role": "r"},
+    }
     path = tmp_path / "snapshot.yaml"
     path.write_text(yaml.safe_dump_all([pool, node_class, *objects]))
     return path
@@ -76,11 +94,21 @@ def test_classic_example_plans_three_c5_2xlarge_as_one_json_object(capsys: pytes
 
 
 def test_catalog_file_existing_nodes_and_unschedulable_reasons(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    existing = {"apiVersion": "v1", "kind": "Node",
-                "metadata": {"name": "node-a", "labels": {"topology.kubernetes.io/zone": "z1", "kubernetes.io/arch": "amd64"}},
-                "status": {"allocatable": {"cpu": "2", "memory": "4Gi", "pods": "10"}}}
-    objects = [existing, pod("bound", "1", node="node-a"), pod("fits-existing", "500m"), pod("a", "1500m"), pod("b", "1500m"),
-               pod("huge", "64"), pod("arm", "100m", selector={"kubernetes.io/arch": "arm64"})]
+    existing = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "node-a", "labels": {"topology.kubernetes.io/zone": "z1", "kubernetes.io/arch": "amd64"}},
+        "status": {"allocatable": {"cpu": "2", "memory": "4Gi", "pods": "10"}},
+    }
+    objects = [
+        existing,
+        pod("bound", "1", node="node-a"),
+        pod("fits-existing", "500m"),
+        pod("a", "1500m"),
+        pod("b", "1500m"),
+        pod("huge", "64"),
+        pod("arm", "100m", selector={"kubernetes.io/arch": "arm64"}),
+    ]
     code, out, _ = run(capsys, "plan", str(snapshot(tmp_path, *objects)), "--catalog", str(catalog_file(tmp_path)), "-o", "json")
     assert code == 0
     plan = json.loads(out)
@@ -110,8 +138,7 @@ def test_table_output_names_each_claim_and_the_total(capsys: pytest.CaptureFixtu
 @pytest.mark.parametrize(
     ("document", "expected"),
     [
-        ("apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: d}\nspec:\n  containers: [{name: c, resources: {requests: {cpu: lots}}}]\n",
-         "cpu"),
+        ("apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: d}\nspec:\n  containers: [{name: c, resources: {requests: {cpu: lots}}}]\n", "cpu"),
         ("apiVersion: joiner.dev/v1\nkind: NodePool\nmetadata: {name: np}\nspec: {weight: 500}\n", "weight"),
         ("kind: [unclosed\n", "line 2"),
     ],
@@ -136,9 +163,11 @@ def test_missing_snapshot_and_bad_catalog_are_usage_errors(tmp_path: Path, capsy
 
 
 def test_a_requirement_naming_a_type_the_catalog_lacks_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    objects = [pod("gpu", "1", selector={"node.kubernetes.io/instance-type": "p9.8xlarge"}),
-               pod("either", "1", selector={"karpenter.k8s.aws/instance-family": "c5"}),
-               pod("m5", "1", selector={"node.kubernetes.io/instance-type": "m5.large", "kubernetes.io/arch": "arm64"})]
+    objects = [
+        pod("gpu", "1", selector={"node.kubernetes.io/instance-type": "p9.8xlarge"}),
+        pod("either", "1", selector={"karpenter.k8s.aws/instance-family": "c5"}),
+        pod("m5", "1", selector={"node.kubernetes.io/instance-type": "m5.large", "kubernetes.io/arch": "arm64"}),
+    ]
     code, out, _ = run(capsys, "plan", str(snapshot(tmp_path, *objects)), "-o", "json")
     assert code == 0
     reasons = {u["pod"]: u["reason"] for u in json.loads(out)["unschedulable"]}
@@ -170,8 +199,9 @@ def test_no_new_nodes_is_told_apart_from_pods_nothing_can_host(tmp_path: Path, c
     assert main(["plan", str(path)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "no new nodes: 20 pod(s) that no NodePool can host"
-    assert out[1] == ("unschedulable 20 pods (default/inflate-00, default/inflate-01, default/inflate-02, ...): "
-                      "nodepool \"default\": its NodeClass 'missing' does not exist")  # identical reasons grouped
+    assert out[1] == (
+        "unschedulable 20 pods (default/inflate-00, default/inflate-01, default/inflate-02, ...): nodepool \"default\": its NodeClass 'missing' does not exist"
+    )  # identical reasons grouped
     empty = tmp_path / "empty.yaml"
     empty.write_text(snapshot.split("---\napiVersion: v1\nkind: Pod")[0])  # the NodeClass and NodePool, no pods
     assert main(["plan", str(empty)]) == 0
@@ -194,8 +224,10 @@ def test_not_in_the_empty_hypervisor_excludes_bare_metal(tmp_path: Path, capsys:
     metal out) was refused as "must not be empty"; "" is a label value."""
     text = CLASSIC.read_text()
     ref = text.index("      requirements:\n")
-    hypervisor = ("      requirements:\n      - key: karpenter.k8s.aws/instance-hypervisor\n        operator: NotIn\n        values: ['']\n"
-                  "      - key: karpenter.k8s.aws/instance-family\n        operator: In\n        values: [c5]\n")
+    hypervisor = (
+        "      requirements:\n      - key: karpenter.k8s.aws/instance-hypervisor\n        operator: NotIn\n        values: ['']\n"
+        "      - key: karpenter.k8s.aws/instance-family\n        operator: In\n        values: [c5]\n"
+    )
     types = text.index("      - key: node.kubernetes.io/instance-type")
     end = text.index("      - key:", types + 10)
     path = tmp_path / "no-metal.yaml"

@@ -32,7 +32,8 @@ spec:
       - {key: node.kubernetes.io/instance-type, operator: In, values: [c5.large]}
 """
 
-PODS = "".join(f"""---
+PODS = "".join(
+    f"""---
 apiVersion: v1
 kind: Pod
 metadata: {{name: web-{i}, namespace: default}}
@@ -44,7 +45,9 @@ spec:
     securityContext: {{runAsNonRoot: true}}
     resources:
       requests: {{cpu: "1"}}
-""" for i in range(20))
+"""
+    for i in range(20)
+)
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -81,16 +84,30 @@ def test_node_clas_ref_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture
     assert 'NodePool default: spec.template.spec.nodeClasRef: unknown field "nodeClasRef" (did you mean "nodeClassRef"?)' in err
 
 
-@pytest.mark.parametrize(("kind_text", "bad", "path"), [
-    ("apiVersion: v1\nkind: Node\nmetadata: {name: n1}\nspec: {taint: []}\n", "taint", "Node n1: spec.taint"),
-    (("apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {name: ds, namespace: kube-system}\nspec:\n  selector: {matchLabels: {a: b}}\n"
-      "  template:\n    metadata: {labels: {a: b}}\n    spec:\n      containers: [{name: c, image: i, resource: {}}]\n"),
-     "resource", "DaemonSet kube-system/ds: spec.template.spec.containers[0].resource"),
-    ("apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: p, namespace: default}\nspec: {minAvailible: 1}\n",
-     "minAvailible", "PodDisruptionBudget default/p: spec.minAvailible"),
-    ("apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: default, label: {a: b}}\nspec: {containers: [{name: c, image: i}]}\n",
-     "label", "Pod default/p: metadata.label"),
-])
+@pytest.mark.parametrize(
+    ("kind_text", "bad", "path"),
+    [
+        ("apiVersion: v1\nkind: Node\nmetadata: {name: n1}\nspec: {taint: []}\n", "taint", "Node n1: spec.taint"),
+        (
+            (
+                "apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {name: ds, namespace: kube-system}\nspec:\n  selector: {matchLabels: {a: b}}\n"
+                "  template:\n    metadata: {labels: {a: b}}\n    spec:\n      containers: [{name: c, image: i, resource: {}}]\n"
+            ),
+            "resource",
+            "DaemonSet kube-system/ds: spec.template.spec.containers[0].resource",
+        ),
+        (
+            "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: p, namespace: default}\nspec: {minAvailible: 1}\n",
+            "minAvailible",
+            "PodDisruptionBudget default/p: spec.minAvailible",
+        ),
+        (
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: default, label: {a: b}}\nspec: {containers: [{name: c, image: i}]}\n",
+            "label",
+            "Pod default/p: metadata.label",
+        ),
+    ],
+)
 def test_built_in_kinds_are_checked_at_every_level(tmp_path: Path, capsys: pytest.CaptureFixture[str], kind_text: str, bad: str, path: str) -> None:
     code, _, err = run(capsys, "plan", str(write(tmp_path, POOL + "---\n" + kind_text)))
     assert code == 2
@@ -104,7 +121,10 @@ def test_kinds_joiner_does_not_model_are_not_checked(tmp_path: Path, capsys: pyt
 
 
 def test_a_kubectl_list_dump_is_checked_item_by_item(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    text = POOL + "---\napiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Pod\n  metadata: {name: a, namespace: default}\n  spec: {containers: [{name: c, image: i}], nodeSelecter: {}}\n"
+    text = (
+        POOL
+        + "---\napiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Pod\n  metadata: {name: a, namespace: default}\n  spec: {containers: [{name: c, image: i}], nodeSelecter: {}}\n"
+    )
     code, _, err = run(capsys, "plan", str(write(tmp_path, text)))
     assert code == 2
     assert 'Pod default/a: spec.nodeSelecter: unknown field "nodeSelecter" (did you mean "nodeSelector"?)' in err

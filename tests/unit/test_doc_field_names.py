@@ -17,8 +17,16 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FULL = re.compile(r"`((?:spec|status)(?:\.[A-Za-z][A-Za-z0-9]*)+)")
 SHORT = re.compile(r"`((?:disruption|interruption|template)(?:\.[A-Za-z][A-Za-z0-9]*)+)")
 JOINER_KINDS = [("joiner.dev/v1", "NodePool"), ("joiner.dev/v1", "NodeClass"), ("joiner.dev/v1alpha1", "NodeOverlay")]
-KUBE_KINDS = [("v1", "Pod"), ("v1", "Node"), ("apps/v1", "DaemonSet"), ("policy/v1", "PodDisruptionBudget"), ("v1", "PersistentVolumeClaim"),
-              ("v1", "PersistentVolume"), ("storage.k8s.io/v1", "StorageClass"), ("storage.k8s.io/v1", "CSINode")]
+KUBE_KINDS = [
+    ("v1", "Pod"),
+    ("v1", "Node"),
+    ("apps/v1", "DaemonSet"),
+    ("policy/v1", "PodDisruptionBudget"),
+    ("v1", "PersistentVolumeClaim"),
+    ("v1", "PersistentVolume"),
+    ("storage.k8s.io/v1", "StorageClass"),
+    ("storage.k8s.io/v1", "CSINode"),
+]
 
 
 def exists(tree: Any, path: list[str]) -> bool:

@@ -27,8 +27,17 @@ def example() -> Snapshot:
 
 
 def plan(snapshot: Snapshot, kind: str, name: str, **extra: Any) -> DeletionPlan:
-    return plan_deletion(kind, name, nodes=snapshot.nodes, claims=snapshot.node_claims, pods=snapshot.pods, pdbs=snapshot.pdbs,
-                         pools={p.name: p for p in snapshot.node_pools}, deleted_at=NOW, **extra)
+    return plan_deletion(
+        kind,
+        name,
+        nodes=snapshot.nodes,
+        claims=snapshot.node_claims,
+        pods=snapshot.pods,
+        pdbs=snapshot.pdbs,
+        pools={p.name: p for p in snapshot.node_pools},
+        deleted_at=NOW,
+        **extra,
+    )
 
 
 def fates(result: DeletionPlan) -> list[tuple[str, str, str | None, datetime | None]]:
@@ -43,9 +52,9 @@ def test_deleting_a_karpenter_nodeclaim_drains_its_node_in_karpenters_order() ->
     assert fates(result) == [
         ("default/web-1", "evicted", "non-critical", at(0)),
         ("default/web-2", "evicted", "non-critical", at(0)),
-        ("kube-system/logs-a", "evicted", "non-critical-daemonset", at(5)),   # once the non-critical pods are gone
+        ("kube-system/logs-a", "evicted", "non-critical-daemonset", at(5)),  # once the non-critical pods are gone
         ("kube-system/coredns-1", "evicted", "critical", at(10)),
-        ("kube-system/kube-proxy-a", "skipped", None, None),                 # tolerates the disrupted taint
+        ("kube-system/kube-proxy-a", "skipped", None, None),  # tolerates the disrupted taint
         ("kube-system/node-exporter-ip-10-0-1-20.ec2.internal", "skipped", None, None),  # static
     ]
     assert result.terminated_at == at(15)
@@ -75,17 +84,29 @@ def test_deleting_a_node_holds_budget_and_do_not_disrupt_pods_until_the_grace_pe
 
 
 def pod(name: str, node: str = "n1", **extra: Any) -> Pod:
-    fields: dict[str, Any] = {"namespace": "default", "name": name, "node_name": node, "phase": "Running", "labels": {"app": name},
-                              "owner_kind": "ReplicaSet", "owner_name": name}
+    fields: dict[str, Any] = {
+        "namespace": "default",
+        "name": name,
+        "node_name": node,
+        "phase": "Running",
+        "labels": {"app": name},
+        "owner_kind": "ReplicaSet",
+        "owner_name": name,
+    }
     fields.update(extra)
     return Pod(**fields)
 
 
-def world(pods: list[Pod], pdbs: tuple[PodDisruptionBudget, ...] = (), grace: timedelta | None = timedelta(minutes=10),
-          **claim: Any) -> dict[str, Any]:
+def world(pods: list[Pod], pdbs: tuple[PodDisruptionBudget, ...] = (), grace: timedelta | None = timedelta(minutes=10), **claim: Any) -> dict[str, Any]:
     node = Node("n1", labels={"joiner.dev/nodepool": "p"}, provider_id="aws:///us-east-1a/i-1", ready=True)
-    return {"nodes": (node,), "claims": (NodeClaim("c1", "joiner.dev/v1", "p", node_name="n1", **claim),), "pods": tuple(pods),
-            "pdbs": pdbs, "pools": {"p": NodePool("p", termination_grace_period=grace)}, "deleted_at": NOW}
+    return {
+        "nodes": (node,),
+        "claims": (NodeClaim("c1", "joiner.dev/v1", "p", node_name="n1", **claim),),
+        "pods": tuple(pods),
+        "pdbs": pdbs,
+        "pools": {"p": NodePool("p", termination_grace_period=grace)},
+        "deleted_at": NOW,
+    }
 
 
 def budget(app: str, **extra: Any) -> PodDisruptionBudget:
@@ -128,7 +149,9 @@ def test_without_a_grace_period_a_blocked_drain_waits_without_end() -> None:
     result = plan_deletion("NodeClaim", "c1", **world(pods, (budget("g", disruptions_allowed=0),), grace=None))
     assert result.deadline is None and result.terminated_at is None
     assert fates(result) == [("default/free", "evicted", "non-critical", at(0)), ("default/guarded", "remains", "non-critical", None)]
-    assert result.outcome.startswith("waits without end: default/guarded (PodDisruptionBudget default/g allows no disruption), and no terminationGracePeriod bounds the drain")
+    assert result.outcome.startswith(
+        "waits without end: default/guarded (PodDisruptionBudget default/g allows no disruption), and no terminationGracePeriod bounds the drain"
+    )
 
 
 def test_a_do_not_disrupt_duration_protects_for_that_long() -> None:
@@ -138,11 +161,19 @@ def test_a_do_not_disrupt_duration_protects_for_that_long() -> None:
 
 
 def test_daemonset_pods_that_do_not_tolerate_the_taint_go_after_the_others() -> None:
-    pods = [pod("ds", owner_kind="DaemonSet", priority_class_name="system-node-critical"), pod("app"),
-            pod("tolerant", owner_kind="DaemonSet", tolerations=(Toleration(operator="Exists"),)), pod("done", phase="Succeeded")]
+    pods = [
+        pod("ds", owner_kind="DaemonSet", priority_class_name="system-node-critical"),
+        pod("app"),
+        pod("tolerant", owner_kind="DaemonSet", tolerations=(Toleration(operator="Exists"),)),
+        pod("done", phase="Succeeded"),
+    ]
     result = plan_deletion("NodeClaim", "c1", **world(pods))
-    assert fates(result) == [("default/app", "evicted", "non-critical", at(0)), ("default/ds", "evicted", "critical-daemonset", at(5)),
-                             ("default/done", "skipped", None, None), ("default/tolerant", "skipped", None, None)]
+    assert fates(result) == [
+        ("default/app", "evicted", "non-critical", at(0)),
+        ("default/ds", "evicted", "critical-daemonset", at(5)),
+        ("default/done", "skipped", None, None),
+        ("default/tolerant", "skipped", None, None),
+    ]
 
 
 def test_a_claim_without_a_node_is_terminated_at_once() -> None:
@@ -154,7 +185,9 @@ def test_a_claim_without_a_node_is_terminated_at_once() -> None:
 
 
 def test_an_unknown_name_says_what_the_snapshot_holds() -> None:
-    with pytest.raises(DeletionTargetError, match=r"""no NodeClaim named 'general-c' \(did you mean "general-b"\?\); the snapshot holds: general-a, general-b"""):
+    with pytest.raises(
+        DeletionTargetError, match=r"""no NodeClaim named 'general-c' \(did you mean "general-b"\?\); the snapshot holds: general-a, general-b"""
+    ):
         plan(example(), "NodeClaim", "general-c")
     with pytest.raises(DeletionTargetError, match=r"no Node named 'n9'; the snapshot holds: ip-10-0-1-20.ec2.internal, ip-10-0-1-21.ec2.internal"):
         plan(example(), "Node", "n9")

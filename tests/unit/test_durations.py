@@ -92,15 +92,44 @@ def test_format_then_parse_round_trips(duration: timedelta) -> None:
 
 # Each expected value is what Go 1.26's time.ParseDuration returns (None: an error); checked
 # against Go on 20,000 random strings over these characters when go_duration_nanoseconds was written.
-@pytest.mark.parametrize(("text", "nanoseconds"), [
-    ("0", 0), ("-0", 0), ("+0", 0), ("0s", 0), ("1ns", 1), ("+30m", 30 * 60 * 10**9), ("-30m", -30 * 60 * 10**9),
-    ("5.h", 5 * 3600 * 10**9), (".5h", 1800 * 10**9), ("1µs", 1000), ("1μs", 1000), ("0.9ns", 0), ("1.0000000001s", 10**9),
-    ("3m3.3333333333333333333333333s", 183333333333), ("2562047h47m16.854775807s", 2**63 - 1),
-    ("-2562047h47m16.854775808s", -(2**63)), ("9223372036854775807ns", 2**63 - 1),
-    ("", None), ("+", None), (".", None), (".s", None), (" 30m", None), ("30m ", None), ("30 m", None), ("1d", None),
-    ("Never", None), ("true", None), ("1e3s", None), ("30", None), ("--1s", None), ("2562047h47m16.854775808s", None),
-    ("9223372036854775808ns", None), ("99999999999999999999h", None),
-])
+@pytest.mark.parametrize(
+    ("text", "nanoseconds"),
+    [
+        ("0", 0),
+        ("-0", 0),
+        ("+0", 0),
+        ("0s", 0),
+        ("1ns", 1),
+        ("+30m", 30 * 60 * 10**9),
+        ("-30m", -30 * 60 * 10**9),
+        ("5.h", 5 * 3600 * 10**9),
+        (".5h", 1800 * 10**9),
+        ("1µs", 1000),
+        ("1μs", 1000),
+        ("0.9ns", 0),
+        ("1.0000000001s", 10**9),
+        ("3m3.3333333333333333333333333s", 183333333333),
+        ("2562047h47m16.854775807s", 2**63 - 1),
+        ("-2562047h47m16.854775808s", -(2**63)),
+        ("9223372036854775807ns", 2**63 - 1),
+        ("", None),
+        ("+", None),
+        (".", None),
+        (".s", None),
+        (" 30m", None),
+        ("30m ", None),
+        ("30 m", None),
+        ("1d", None),
+        ("Never", None),
+        ("true", None),
+        ("1e3s", None),
+        ("30", None),
+        ("--1s", None),
+        ("2562047h47m16.854775808s", None),
+        ("9223372036854775808ns", None),
+        ("99999999999999999999h", None),
+    ],
+)
 def test_go_duration_nanoseconds_is_go_parse_duration(text: str, nanoseconds: int | None) -> None:
     if nanoseconds is None:
         with pytest.raises(DurationError):

@@ -33,15 +33,26 @@ from joiner.services.drain_step import assume_applied
 
 INT64 = st.integers(-MAX_INT, MAX_INT)  # what joiner.domain.bounded reads as 64-bit
 #: Every instant Joiner's clock or an accepted input can hold.
-ACCEPTED = st.datetimes(min_value=EARLIEST_TIME.replace(tzinfo=None), max_value=(LATEST_TIME - timedelta(microseconds=1)).replace(tzinfo=None),
-                        timezones=st.just(UTC))
+ACCEPTED = st.datetimes(
+    min_value=EARLIEST_TIME.replace(tzinfo=None), max_value=(LATEST_TIME - timedelta(microseconds=1)).replace(tzinfo=None), timezones=st.just(UTC)
+)
 #: Any time an object can spell, with any UTC offset: year 1 to year 9999.
-ANY_TIME = st.datetimes(min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30),
-                        timezones=st.builds(lambda minutes: timezone(timedelta(minutes=minutes)), st.integers(-23 * 60, 23 * 60)))
-EDGE_TIMES = st.sampled_from([
-    "0001-01-01T00:00:00Z", "9999-12-31T23:59:59Z", "9999-12-31T23:59:59-01:00", "2199-12-31T23:59:59Z", "1970-01-01T00:00:00Z",
-    "2200-01-01T00:00:00Z", "1969-12-31T23:59:59Z",
-])
+ANY_TIME = st.datetimes(
+    min_value=datetime(1, 1, 2),
+    max_value=datetime(9999, 12, 30),
+    timezones=st.builds(lambda minutes: timezone(timedelta(minutes=minutes)), st.integers(-23 * 60, 23 * 60)),
+)
+EDGE_TIMES = st.sampled_from(
+    [
+        "0001-01-01T00:00:00Z",
+        "9999-12-31T23:59:59Z",
+        "9999-12-31T23:59:59-01:00",
+        "2199-12-31T23:59:59Z",
+        "1970-01-01T00:00:00Z",
+        "2200-01-01T00:00:00Z",
+        "1969-12-31T23:59:59Z",
+    ]
+)
 #: Go durations as objects write them: ordinary, Go's maximum, past it (the CRD's pattern admits any count of hours).
 GO_DURATIONS = st.one_of(
     st.sampled_from(["0s", "30s", "720h", "Never", "2562047h", "2562047h47m16.854775807s", "2562048h", "99999999999999h", "9" * 60 + "h"]),
@@ -76,15 +87,19 @@ def test_durations_past_gos_maximum_clamp_where_objects_are_read(text: str) -> N
 
 
 def _raw_pod(grace: int, created: str, deleting: str | None, toleration: int, dnd: str) -> dict[str, Any]:
-    metadata: dict[str, Any] = {"name": "p", "namespace": "default", "uid": "u", "creationTimestamp": created,
-                                "annotations": {wk.DO_NOT_DISRUPT: dnd}}
+    metadata: dict[str, Any] = {"name": "p", "namespace": "default", "uid": "u", "creationTimestamp": created, "annotations": {wk.DO_NOT_DISRUPT: dnd}}
     if deleting is not None:
         metadata["deletionTimestamp"] = deleting
     return {
-        "apiVersion": "v1", "kind": "Pod", "metadata": metadata,
-        "spec": {"nodeName": "n1", "terminationGracePeriodSeconds": grace,
-                 "tolerations": [{"key": "k", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": toleration}],
-                 "containers": [{"name": "c", "image": "i"}]},
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": {
+            "nodeName": "n1",
+            "terminationGracePeriodSeconds": grace,
+            "tolerations": [{"key": "k", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": toleration}],
+            "containers": [{"name": "c", "image": "i"}],
+        },
         "status": {"phase": "Running"},
     }
 
@@ -101,7 +116,14 @@ def _raw_pod(grace: int, created: str, deleting: str | None, toleration: int, dn
     failures=st.integers(0, 10**6),
 )
 def test_no_drain_function_overflows_on_any_pod_an_api_server_accepts(
-    grace: int, created: str, deleting: str | None, toleration: int, dnd: str, now: datetime, deadline: datetime | None, failures: int,
+    grace: int,
+    created: str,
+    deleting: str | None,
+    toleration: int,
+    dnd: str,
+    now: datetime,
+    deadline: datetime | None,
+    failures: int,
 ) -> None:
     raw = _raw_pod(grace, created, deleting, toleration, dnd)
     try:
@@ -135,7 +157,9 @@ def test_no_drain_function_overflows_on_any_pod_an_api_server_accepts(
 
 def _node_pool(expire: str, consolidate: str, grace: str, budget: str) -> dict[str, Any]:
     return {
-        "apiVersion": "joiner.dev/v1", "kind": "NodePool", "metadata": {"name": "x"},
+        "apiVersion": "joiner.dev/v1",
+        "kind": "NodePool",
+        "metadata": {"name": "x"},
         "spec": {
             "template": {"spec": {"nodeClassRef": {"name": "d"}, "expireAfter": expire, "terminationGracePeriod": grace}},
             "disruption": {"consolidateAfter": consolidate, "budgets": [{"nodes": "0", "schedule": "@daily", "duration": budget}]},
@@ -145,15 +169,25 @@ def _node_pool(expire: str, consolidate: str, grace: str, budget: str) -> dict[s
 
 @settings(max_examples=150, deadline=None)
 @given(
-    expire=GO_DURATIONS, consolidate=GO_DURATIONS, grace=GO_DURATIONS.filter(lambda t: t != "Never"),
-    budget=GO_DURATIONS.filter(lambda t: t != "Never" and parse_duration(t, clamp=True) != timedelta(0)), now=ACCEPTED, created=ACCEPTED, event_time=ACCEPTED,
+    expire=GO_DURATIONS,
+    consolidate=GO_DURATIONS,
+    grace=GO_DURATIONS.filter(lambda t: t != "Never"),
+    budget=GO_DURATIONS.filter(lambda t: t != "Never" and parse_duration(t, clamp=True) != timedelta(0)),
+    now=ACCEPTED,
+    created=ACCEPTED,
+    event_time=ACCEPTED,
 )
 def test_no_disruption_or_interruption_rule_overflows_on_any_node_pool_the_crd_admits(
-    expire: str, consolidate: str, grace: str, budget: str, now: datetime, created: datetime, event_time: datetime,
+    expire: str,
+    consolidate: str,
+    grace: str,
+    budget: str,
+    now: datetime,
+    created: datetime,
+    event_time: datetime,
 ) -> None:
     pool = parse_node_pool(_node_pool(expire, consolidate, grace, budget))
-    durations = (pool.expire_after, pool.disruption.consolidate_after, pool.termination_grace_period,
-                 *(b.duration for b in pool.disruption.budgets))
+    durations = (pool.expire_after, pool.disruption.consolidate_after, pool.termination_grace_period, *(b.duration for b in pool.disruption.budgets))
     assert all(d is None or timedelta(0) <= d <= MAX_DURATION for d in durations)
     for b in pool.disruption.budgets:
         budget_active(b.schedule, b.duration, now)

@@ -25,10 +25,13 @@ PACKAGE = ROOT / "layers" / "joiner" / "python"
 CONSOLIDATION = ROOT / "examples" / "snapshots" / "disrupt-consolidation.yaml"
 
 #: Billion laughs: eight levels of ten aliases over ten strings, 10**9 strings once expanded.
-BILLION_LAUGHS = "\n".join(
-    ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
-    + [f"{name}: &{name} [{','.join([f'*{previous}'] * 10)}]" for previous, name in zip("abcdefgh", "bcdefghi", strict=True)]
-) + "\n"
+BILLION_LAUGHS = (
+    "\n".join(
+        ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+        + [f"{name}: &{name} [{','.join([f'*{previous}'] * 10)}]" for previous, name in zip("abcdefgh", "bcdefghi", strict=True)]
+    )
+    + "\n"
+)
 DEEP_YAML = "[" * 5000 + "]" * 5000 + "\n"
 DEEP_JSON = "[" * 5000 + "]" * 5000
 
@@ -56,8 +59,13 @@ def run_isolated(*argv: str) -> tuple[int, str, str]:
     env = {**os.environ, "PYTHONPATH": f"{PACKAGE}{os.pathsep}{ROOT}"}
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "joiner.cli.main", *argv], capture_output=True, text=True, timeout=60,
-            env=env, preexec_fn=_limit_memory, check=False,
+            [sys.executable, "-m", "joiner.cli.main", *argv],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+            preexec_fn=_limit_memory,
+            check=False,
         )
     except subprocess.TimeoutExpired:
         pytest.fail(f"joiner {' '.join(argv)} did not finish")
@@ -69,10 +77,10 @@ def bomb_snapshot(tmp_path: Path) -> Path:
     device mapping, and a node whose NodeClass hash makes drift hash the NodeClass."""
     text = CONSOLIDATION.read_text(encoding="utf-8")
     bomb = "\n".join("      " + line for line in BILLION_LAUGHS.splitlines())
-    text = text.replace("  role: JoinerNodeRole-demo\n",
-                        f"  role: JoinerNodeRole-demo\n  blockDeviceMappings:\n  - deviceName: /dev/xvda\n    x:\n{bomb}\n", 1)
-    text = text.replace("    name: ip-10-0-1-10.ec2.internal\n",
-                        '    name: ip-10-0-1-10.ec2.internal\n    annotations: {joiner.dev/nodeclass-hash: "0000"}\n', 1)
+    text = text.replace("  role: JoinerNodeRole-demo\n", f"  role: JoinerNodeRole-demo\n  blockDeviceMappings:\n  - deviceName: /dev/xvda\n    x:\n{bomb}\n", 1)
+    text = text.replace(
+        "    name: ip-10-0-1-10.ec2.internal\n", '    name: ip-10-0-1-10.ec2.internal\n    annotations: {joiner.dev/nodeclass-hash: "0000"}\n', 1
+    )
     path = tmp_path / "bomb-snapshot.yaml"
     path.write_text(text, encoding="utf-8")
     return path
@@ -96,8 +104,11 @@ def test_the_bomb_snapshot_without_the_bomb_is_refused_for_its_unknown_field(tmp
     """The same shape with the values written out is refused for the unknown key, as kubectl's
     strict field validation refuses it, naming the object and the field."""
     text = bomb_snapshot(tmp_path).read_text(encoding="utf-8")
-    lines = [line for line in text.splitlines() if not line.startswith(("      b:", "      c:", "      d:", "      e:", "      f:",
-                                                                         "      g:", "      h:", "      i:"))]
+    lines = [
+        line
+        for line in text.splitlines()
+        if not line.startswith(("      b:", "      c:", "      d:", "      e:", "      f:", "      g:", "      h:", "      i:"))
+    ]
     plain = tmp_path / "plain.yaml"
     plain.write_text("\n".join(lines) + "\n", encoding="utf-8")
     code, out, err = run(capsys, "disrupt", str(plain), "-o", "json", "--now", "2025-01-06T12:00:00Z")
@@ -171,8 +182,7 @@ def test_an_enormous_termination_grace_period(capsys: pytest.CaptureFixture[str]
 
 
 def test_snapshot_timestamps_in_year_9999(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    text = CONSOLIDATION.read_text(encoding="utf-8").replace('creationTimestamp: "2025-01-05T08:00:00Z"',
-                                                             'creationTimestamp: "9999-12-31T23:59:59-01:00"', 1)
+    text = CONSOLIDATION.read_text(encoding="utf-8").replace('creationTimestamp: "2025-01-05T08:00:00Z"', 'creationTimestamp: "9999-12-31T23:59:59-01:00"', 1)
     path = tmp_path / "snapshot.yaml"
     path.write_text(text, encoding="utf-8")
     code, out, err = run(capsys, "disrupt", str(path), "--now", "2025-01-06T12:00:00Z")

@@ -48,8 +48,7 @@ def test_actions_match_case_insensitively_with_wildcards_but_not_by_prefix() -> 
     assert allowed([allow("EC2:terminateinstances")], request())
     assert allowed([allow("ec2:Terminate*")], request())
     assert not allowed([allow("ec2:Terminate")], request())  # no implicit prefix match
-    assert not allowed([allow("ec2:Describe*")], request("ec2:DescribeInstanceAttribute").__class__(
-        "ec2:GetConsoleOutput", INSTANCE, {}, TAGS_ABSENT))
+    assert not allowed([allow("ec2:Describe*")], request("ec2:DescribeInstanceAttribute").__class__("ec2:GetConsoleOutput", INSTANCE, {}, TAGS_ABSENT))
 
 
 def test_resources_match_case_sensitively_and_wildcards_span_segments() -> None:
@@ -84,10 +83,13 @@ def test_string_equals_needs_the_key_and_an_exact_case_sensitive_value() -> None
 
 
 def test_values_of_a_key_or_together_keys_and_operators_and_together() -> None:
-    statement = allow("ec2:CreateTags", condition={
-        "StringEquals": {"aws:RequestTag/joiner.dev/cluster": "prod", "ec2:CreateAction": ["RunInstances", "CreateFleet"]},
-        "StringLike": {"aws:RequestTag/joiner.dev/nodepool": "*"},
-    })
+    statement = allow(
+        "ec2:CreateTags",
+        condition={
+            "StringEquals": {"aws:RequestTag/joiner.dev/cluster": "prod", "ec2:CreateAction": ["RunInstances", "CreateFleet"]},
+            "StringLike": {"aws:RequestTag/joiner.dev/nodepool": "*"},
+        },
+    )
     ok = {"aws:RequestTag/joiner.dev/cluster": "prod", "ec2:CreateAction": "CreateFleet", "aws:RequestTag/joiner.dev/nodepool": "a"}
     assert allowed([statement], request("ec2:CreateTags", **ok))
     assert not allowed([statement], request("ec2:CreateTags", **{**ok, "ec2:CreateAction": "CreateVolume"}))
@@ -146,7 +148,9 @@ class FakeState:
 
 
 TEMPLATE_DATA = {
-    "ImageId": "ami-1", "SecurityGroupIds": ["sg-1"], "IamInstanceProfile": {"Name": "JoinerNodeRole-prod"},
+    "ImageId": "ami-1",
+    "SecurityGroupIds": ["sg-1"],
+    "IamInstanceProfile": {"Name": "JoinerNodeRole-prod"},
     "TagSpecifications": [{"ResourceType": t, "Tags": [{"Key": "joiner.dev/cluster", "Value": "prod"}]} for t in ("instance", "volume")],
 }
 
@@ -154,8 +158,9 @@ TEMPLATE_DATA = {
 def fleet_params(capacity_type: str = "on-demand") -> dict[str, Any]:
     return {
         "Type": "instant",
-        "LaunchTemplateConfigs": [{"LaunchTemplateSpecification": {"LaunchTemplateId": "lt-1", "Version": "1"},
-                                   "Overrides": [{"InstanceType": "m5.large", "SubnetId": "subnet-1"}]}],
+        "LaunchTemplateConfigs": [
+            {"LaunchTemplateSpecification": {"LaunchTemplateId": "lt-1", "Version": "1"}, "Overrides": [{"InstanceType": "m5.large", "SubnetId": "subnet-1"}]}
+        ],
         "TargetCapacitySpecification": {"TotalTargetCapacity": 1, "DefaultTargetCapacityType": capacity_type},
         "TagSpecifications": [{"ResourceType": t, "Tags": [{"Key": "joiner.dev/cluster", "Value": "prod"}]} for t in ("instance", "fleet")],
     }
@@ -201,9 +206,15 @@ def test_unmodelled_operations_fail_loudly() -> None:
 
 
 def settings(cluster: str = "prod", **overrides: str) -> Any:
-    values = {"cluster_name": cluster, "region": REGION, "state_table": "prod-state", "idempotency_table": "prod-idem",
-              "work_queue_url": "https://sqs.eu-west-1.amazonaws.com/123456789012/prod-work", "interruption_queue_url": "",
-              "node_role": "JoinerNodeRole-prod"}
+    values = {
+        "cluster_name": cluster,
+        "region": REGION,
+        "state_table": "prod-state",
+        "idempotency_table": "prod-idem",
+        "work_queue_url": "https://sqs.eu-west-1.amazonaws.com/123456789012/prod-work",
+        "interruption_queue_url": "",
+        "node_role": "JoinerNodeRole-prod",
+    }
     return SimpleNamespace(**{**values, **overrides})
 
 
@@ -253,14 +264,12 @@ def test_the_guard_records_a_denied_launch(deployment: Any) -> None:
     assert not guard.exercised.get("gc")
 
 
-@pytest.mark.parametrize(("service", "allowed_"), [("ec2.amazonaws.com", True), ("ec2.amazonaws.com.cn", True),
-                                                   ("lambda.amazonaws.com", False)])
+@pytest.mark.parametrize(("service", "allowed_"), [("ec2.amazonaws.com", True), ("ec2.amazonaws.com.cn", True), ("lambda.amazonaws.com", False)])
 def test_the_node_role_may_be_passed_to_ec2_in_every_partition_only(deployment: Any, service: str, allowed_: bool) -> None:
     """The launch path passes the node role (named by the function's JOINER_NODE_ROLE) to EC2,
     whose service principal is ec2.amazonaws.com.cn in the China regions."""
     role = build_arn("iam", "role", REGION, "123456789012", "JoinerNodeRole-prod")
     pass_role = Authorization("iam:PassRole", role, {"iam:PassedToService": service}, TAGS_ABSENT)
     assert decide(deployment, "scanner", pass_role) is allowed_
-    other = Authorization("iam:PassRole", build_arn("iam", "role", REGION, "123456789012", "Admin"),
-                          {"iam:PassedToService": service}, TAGS_ABSENT)
+    other = Authorization("iam:PassRole", build_arn("iam", "role", REGION, "123456789012", "Admin"), {"iam:PassedToService": service}, TAGS_ABSENT)
     assert not decide(deployment, "scanner", other)

@@ -36,8 +36,15 @@ TEST_WORLD = "testworld"
 STDLIB = sys.stdlib_module_names
 #: Third-party packages the domain may import.
 DOMAIN_MAY_IMPORT = {"yaml"}
-CLOCK_READS = {("datetime", "now"), ("datetime", "utcnow"), ("datetime", "today"), ("date", "today"), ("time", "time"),
-               ("time", "monotonic"), ("time", "perf_counter")}
+CLOCK_READS = {
+    ("datetime", "now"),
+    ("datetime", "utcnow"),
+    ("datetime", "today"),
+    ("date", "today"),
+    ("time", "time"),
+    ("time", "monotonic"),
+    ("time", "perf_counter"),
+}
 
 
 def _modules(directory: Path = PACKAGE, root: Path = PACKAGE.parent) -> Iterator[tuple[str, ast.Module]]:
@@ -63,8 +70,9 @@ def _imports(tree: ast.Module, module: str) -> Iterator[tuple[str, list[str], in
 
 MODULES = dict(_modules())
 #: The deployed modules outside the package (functions/<name>/handler.py, infra/...).
-DEPLOYED = {name: tree for directory in DEPLOYED_DIRECTORIES for name, tree in _modules(directory, ROOT)
-            if not ROOT.joinpath(*name.split(".")).is_relative_to(PACKAGE)}
+DEPLOYED = {
+    name: tree for directory in DEPLOYED_DIRECTORIES for name, tree in _modules(directory, ROOT) if not ROOT.joinpath(*name.split(".")).is_relative_to(PACKAGE)
+}
 LOG_RECORD_ATTRIBUTES = set(vars(logging.LogRecord("n", logging.INFO, "p", 1, "m", None, None))) | {"message", "asctime"}
 
 
@@ -84,8 +92,7 @@ def _violations(rule: str) -> list[str]:
             top = imported.split(".")[0]
             where = f"{module}:{line} imports {imported}"
             if rule == "domain" and layer == "domain":
-                if not (top in STDLIB or top == "__future__" or top in DOMAIN_MAY_IMPORT or imported.startswith("joiner.domain")
-                        or imported == "joiner.ports"):
+                if not (top in STDLIB or top == "__future__" or top in DOMAIN_MAY_IMPORT or imported.startswith("joiner.domain") or imported == "joiner.ports"):
                     found.append(where)
             elif rule == "adapters" and layer == "adapters":
                 if imported.startswith(("joiner.services", "joiner.cli")) or _is_test_world(imported):
@@ -104,11 +111,21 @@ def _violations(rule: str) -> list[str]:
                 if isinstance(node, ast.Constant) and _is_test_world(node.value):
                     found.append(f"{module}:{node.lineno} names {node.value!r} (an import by name)")
         if rule == "private":
-            aliases = {alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, ast.Import | ast.ImportFrom)
-                       for alias in node.names if (getattr(node, "module", None) or alias.name).startswith("joiner")}
+            aliases = {
+                alias.asname or alias.name
+                for node in ast.walk(tree)
+                if isinstance(node, ast.Import | ast.ImportFrom)
+                for alias in node.names
+                if (getattr(node, "module", None) or alias.name).startswith("joiner")
+            }
             for node in ast.walk(tree):
-                if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
-                        and node.attr.startswith("_") and not node.attr.startswith("__")):
+                if (
+                    isinstance(node, ast.Attribute)
+                    and isinstance(node.value, ast.Name)
+                    and node.value.id in aliases
+                    and node.attr.startswith("_")
+                    and not node.attr.startswith("__")
+                ):
                     found.append(f"{module}:{node.lineno} reaches into {node.value.id}.{node.attr}")
         if rule == "one-clock" and module != "joiner.clock":
             for node in ast.walk(tree):
@@ -116,8 +133,7 @@ def _violations(rule: str) -> list[str]:
                     found.append(f"{module}:{node.lineno} defines clock class {node.name} (use joiner.clock)")
         if rule == "one-logger" and layer in ("services", "adapters"):
             for node in ast.walk(tree):
-                if (isinstance(node, ast.Attribute) and node.attr == "getLogger" and isinstance(node.value, ast.Name)
-                        and node.value.id == "logging"):
+                if isinstance(node, ast.Attribute) and node.attr == "getLogger" and isinstance(node.value, ast.Name) and node.value.id == "logging":
                     found.append(f"{module}:{node.lineno} uses logging.getLogger (use joiner.observability.logger)")
         if rule == "log-keys":
             for node in ast.walk(tree):
@@ -162,8 +178,10 @@ def test_the_contracts_catch_what_they_forbid(tmp_path: Path) -> None:
         assert _violations("private")
     finally:
         del MODULES["joiner.services.sample"]
-    for module, source in [("infra.sample", "from testworld.stack import LocalStack\n"),
-                           ("functions.scanner.sample", "import importlib\nimportlib.import_module('testworld.cli')\n")]:
+    for module, source in [
+        ("infra.sample", "from testworld.stack import LocalStack\n"),
+        ("functions.scanner.sample", "import importlib\nimportlib.import_module('testworld.cli')\n"),
+    ]:
         DEPLOYED[module] = ast.parse(source)
         try:
             assert _violations("test-world"), module

@@ -233,7 +233,10 @@ def by_kind_and_name(documents):
 def test_every_converted_document_validates_against_its_crd(conversion, validators):
     converted = [doc for doc in conversion.documents if doc.get("apiVersion") == "joiner.dev/v1"]
     assert sorted((doc["kind"], doc["metadata"]["name"]) for doc in converted) == [
-        ("NodeClass", "bottlerocket"), ("NodeClass", "default"), ("NodePool", "default"), ("NodePool", "gpu"),
+        ("NodeClass", "bottlerocket"),
+        ("NodeClass", "default"),
+        ("NodePool", "default"),
+        ("NodePool", "gpu"),
     ]
     for doc in converted:
         errors = sorted(validators[doc["kind"]].iter_errors(doc), key=lambda e: list(e.path))
@@ -267,7 +270,10 @@ def test_node_pool_requirement_keys_are_mapped_and_unsupported_ones_dropped(conv
     assert pool["spec"]["limits"] == {"cpu": 1000, "memory": "1000Gi"}
     assert pool["spec"]["weight"] == 50
     assert pool["spec"]["disruption"]["budgets"][1] == {
-        "nodes": "0", "schedule": "0 9 * * mon-fri", "duration": "8h", "reasons": ["Underutilized", "Drifted"],
+        "nodes": "0",
+        "schedule": "0 9 * * mon-fri",
+        "duration": "8h",
+        "reasons": ["Underutilized", "Drifted"],
     }
     assert pool["spec"]["template"]["metadata"] == {"labels": {"team": "web"}}
     assert pool["metadata"] == {"name": "default", "annotations": {"team.example.com/owner": "platform"}}
@@ -281,11 +287,19 @@ def test_node_class_keeps_what_joiner_supports(conversion):
     assert spec["subnetSelectorTerms"] == [{"tags": {"karpenter.sh/discovery": "my-cluster"}}, {"id": "subnet-0123456789abcdef0"}]
     assert spec["securityGroupSelectorTerms"] == [{"tags": {"karpenter.sh/discovery": "my-cluster"}}, {"name": "my-cluster-node"}]
     assert spec["kubelet"] == {
-        "maxPods": 110, "podsPerCore": 2, "systemReserved": {"cpu": "100m", "memory": "100Mi"},
-        "kubeReserved": {"cpu": "200m"}, "evictionHard": {"memory.available": "5%", "nodefs.available": "10%"},
+        "maxPods": 110,
+        "podsPerCore": 2,
+        "systemReserved": {"cpu": "100m", "memory": "100Mi"},
+        "kubeReserved": {"cpu": "200m"},
+        "evictionHard": {"memory.available": "5%", "nodefs.available": "10%"},
     }
     assert spec["blockDeviceMappings"][0]["ebs"] == {
-        "volumeSize": "100Gi", "volumeType": "gp3", "iops": 3000, "throughput": 125, "encrypted": True, "deleteOnTermination": True,
+        "volumeSize": "100Gi",
+        "volumeType": "gp3",
+        "iops": 3000,
+        "throughput": 125,
+        "encrypted": True,
+        "deleteOnTermination": True,
     }
     assert spec["tags"] == {"team": "web"}
     assert spec["userData"] == 'echo "hello"\n'
@@ -311,7 +325,9 @@ def test_node_classes_joiner_cannot_launch_are_refused(spec, problem):
     """A NodeClass passed through unchanged would leave the NodePools converted to use it
     pointing at a NodeClass that does not exist, or launching another AMI: refused (issue 13)."""
     document = {
-        "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "x"},
+        "apiVersion": "karpenter.k8s.aws/v1",
+        "kind": "EC2NodeClass",
+        "metadata": {"name": "x"},
         "spec": {"role": "r", "subnetSelectorTerms": [{"id": "subnet-1"}], "securityGroupSelectorTerms": [{"id": "sg-1"}], **spec},
     }
     with pytest.raises(ConversionError) as error:
@@ -331,7 +347,9 @@ def test_custom_family_with_an_alias_is_refused_for_what_it_means(alias, user_da
     if user_data is not None:
         spec["userData"] = user_data
     document = {
-        "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "x"},
+        "apiVersion": "karpenter.k8s.aws/v1",
+        "kind": "EC2NodeClass",
+        "metadata": {"name": "x"},
         "spec": {"role": "r", "subnetSelectorTerms": [{"id": "subnet-1"}], "securityGroupSelectorTerms": [{"id": "sg-1"}], **spec},
     }
     with pytest.raises(ConversionError) as error:
@@ -344,12 +362,20 @@ def test_custom_family_with_an_alias_is_refused_for_what_it_means(alias, user_da
 def test_bottlerocket_user_data_is_dropped_al2_user_data_kept():
     def convert(family: str) -> tuple[dict, list[str]]:
         document = {
-            "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "x"},
-            "spec": {"amiFamily": family, "role": "r", "userData": "[settings]\n", "subnetSelectorTerms": [{"id": "subnet-1"}],
-                     "securityGroupSelectorTerms": [{"id": "sg-1"}]},
+            "apiVersion": "karpenter.k8s.aws/v1",
+            "kind": "EC2NodeClass",
+            "metadata": {"name": "x"},
+            "spec": {
+                "amiFamily": family,
+                "role": "r",
+                "userData": "[settings]\n",
+                "subnetSelectorTerms": [{"id": "subnet-1"}],
+                "securityGroupSelectorTerms": [{"id": "sg-1"}],
+            },
         }
         conversion = convert_documents([document])
         return conversion.documents[0]["spec"], conversion.warnings
+
     spec, warnings = convert("Bottlerocket")
     assert spec["amiFamily"] == "AL2023" and "userData" not in spec
     assert any("spec.userData: dropped" in w for w in warnings)
@@ -428,12 +454,18 @@ def test_cli_prints_to_stdout_without_output(tmp_path, capsys):
         ("kind: NodePool\n  bad: [", "invalid YAML at line"),
         ("- just\n- a list\n", "document 1: expected a Kubernetes object"),
         ("apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: x}\n", "NodePool x: spec: is required"),
-        (("apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: x}\nspec:\n  template:\n    spec:\n"
-         "      nodeClassRef: {name: d}\n      requirements: {key: a}\n"),
-         "NodePool x: spec.template.spec.requirements: expected a list, got dict"),
+        (
+            (
+                "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: x}\nspec:\n  template:\n    spec:\n"
+                "      nodeClassRef: {name: d}\n      requirements: {key: a}\n"
+            ),
+            "NodePool x: spec.template.spec.requirements: expected a list, got dict",
+        ),
         ("apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {}\nspec: {}\n", "NodePool has no metadata.name"),
-        ("apiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {name: c}\nspec:\n  subnetSelectorTerms: []\n",
-         "EC2NodeClass c: spec.subnetSelectorTerms: is required"),
+        (
+            "apiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {name: c}\nspec:\n  subnetSelectorTerms: []\n",
+            "EC2NodeClass c: spec.subnetSelectorTerms: is required",
+        ),
     ],
 )
 def test_malformed_input_exits_2_with_one_line(tmp_path, capsys, text, message):
@@ -464,22 +496,28 @@ def _run_cli(argv: list[str]) -> int:
 def test_output_has_no_yaml_anchors_even_for_shared_values(tmp_path, capsys):
     # A passed-through document whose input used an anchor: the loaded objects are shared.
     source = tmp_path / "shared.yaml"
-    source.write_text(
-        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, labels: &l {team: a}, annotations: *l}\n"
-    )
+    source.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, labels: &l {team: a}, annotations: *l}\n")
     assert _run_cli(["import-karpenter", str(source)]) == 0
     out = capsys.readouterr().out
     assert "&" not in out and "*" not in out
     assert yaml.safe_load(out)["metadata"]["annotations"] == {"team": "a"}
 
 
-NODE_CLASS_V1 = {"apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "default"},
-                 "spec": {"role": "r", "subnetSelectorTerms": [{"id": "subnet-1"}], "securityGroupSelectorTerms": [{"id": "sg-1"}]}}
+NODE_CLASS_V1 = {
+    "apiVersion": "karpenter.k8s.aws/v1",
+    "kind": "EC2NodeClass",
+    "metadata": {"name": "default"},
+    "spec": {"role": "r", "subnetSelectorTerms": [{"id": "subnet-1"}], "securityGroupSelectorTerms": [{"id": "sg-1"}]},
+}
 
 
 def _node_pool(ref: dict, requirements: list[dict]) -> dict:
-    return {"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "p"},
-            "spec": {"template": {"spec": {"nodeClassRef": ref, "requirements": requirements}}}}
+    return {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodePool",
+        "metadata": {"name": "p"},
+        "spec": {"template": {"spec": {"nodeClassRef": ref, "requirements": requirements}}},
+    }
 
 
 def test_v1beta1_input_is_refused_not_passed_through():
@@ -489,14 +527,19 @@ def test_v1beta1_input_is_refused_not_passed_through():
 
 
 def test_an_eks_auto_mode_node_pool_is_refused_and_its_keys_converted_elsewhere():
-    auto = _node_pool({"group": "eks.amazonaws.com", "kind": "NodeClass", "name": "default"},
-                      [{"key": "eks.amazonaws.com/instance-category", "operator": "In", "values": ["c", "m", "r"]}])
+    auto = _node_pool(
+        {"group": "eks.amazonaws.com", "kind": "NodeClass", "name": "default"},
+        [{"key": "eks.amazonaws.com/instance-category", "operator": "In", "values": ["c", "m", "r"]}],
+    )
     with pytest.raises(ConversionError, match="EKS Auto Mode NodePool"):
         convert_documents([auto])
-    keyed = _node_pool({"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}, [
-        {"key": "eks.amazonaws.com/instance-category", "operator": "In", "values": ["c", "m", "r"]},
-        {"key": "eks.amazonaws.com/instance-generation", "operator": "Gt", "values": ["2"]},
-    ])
+    keyed = _node_pool(
+        {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+        [
+            {"key": "eks.amazonaws.com/instance-category", "operator": "In", "values": ["c", "m", "r"]},
+            {"key": "eks.amazonaws.com/instance-generation", "operator": "Gt", "values": ["2"]},
+        ],
+    )
     conversion = convert_documents([NODE_CLASS_V1, keyed])
     pool = next(d for d in conversion.documents if d["kind"] == "NodePool")
     assert [r["key"] for r in pool["spec"]["template"]["spec"]["requirements"]] == ["joiner.dev/instance-category", "joiner.dev/instance-generation"]
@@ -504,8 +547,9 @@ def test_an_eks_auto_mode_node_pool_is_refused_and_its_keys_converted_elsewhere(
 
 
 def test_a_windows_node_pool_is_refused():
-    windows = _node_pool({"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
-                         [{"key": "kubernetes.io/os", "operator": "In", "values": ["windows"]}])
+    windows = _node_pool(
+        {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}, [{"key": "kubernetes.io/os", "operator": "In", "values": ["windows"]}]
+    )
     with pytest.raises(ConversionError, match="asks for windows nodes; Joiner launches Linux"):
         convert_documents([NODE_CLASS_V1, windows])
 
@@ -523,14 +567,14 @@ def test_capacity_reservations_and_the_reserved_capacity_type_are_kept():
             document["spec"]["capacityReservationSelectorTerms"] = [{"tags": {"team": "ml"}, "ownerID": "111122223333"}, {"id": "cr-0123abcd"}]
         if document and document.get("kind") == "NodePool":
             document["spec"]["template"]["spec"]["requirements"] = [
-                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["reserved", "on-demand"]}]
+                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["reserved", "on-demand"]}
+            ]
     result = convert_documents([d for d in documents if d])
     node_class = next(d for d in result.documents if d.get("kind") == "NodeClass")
     assert node_class["spec"]["capacityReservationSelectorTerms"] == [{"tags": {"team": "ml"}, "ownerID": "111122223333"}, {"id": "cr-0123abcd"}]
     pool = next(d for d in result.documents if d.get("kind") == "NodePool")
     assert pool["spec"]["template"]["spec"]["requirements"] == [{"key": "joiner.dev/capacity-type", "operator": "In", "values": ["reserved", "on-demand"]}]
     assert not any("capacityReservation" in w or "reserved" in w for w in result.warnings), result.warnings
-
 
 
 def test_a_static_node_pool_keeps_its_replicas():
@@ -553,11 +597,18 @@ def test_a_static_node_pool_with_a_weight_is_refused_as_joiner_would_reject_it()
 # ---------------------------------------------------------------- NodeOverlay
 
 KARPENTER_OVERLAY = {
-    "apiVersion": "karpenter.sh/v1alpha1", "kind": "NodeOverlay", "metadata": {"name": "savings-plan"},
-    "spec": {"requirements": [{"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["m5", "c5"]},
-                              {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
-                              {"key": "karpenter.sh/nodepool", "operator": "In", "values": ["default"]}],
-             "priceAdjustment": "-20%", "weight": 10},
+    "apiVersion": "karpenter.sh/v1alpha1",
+    "kind": "NodeOverlay",
+    "metadata": {"name": "savings-plan"},
+    "spec": {
+        "requirements": [
+            {"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["m5", "c5"]},
+            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+            {"key": "karpenter.sh/nodepool", "operator": "In", "values": ["default"]},
+        ],
+        "priceAdjustment": "-20%",
+        "weight": 10,
+    },
 }
 
 
@@ -576,7 +627,9 @@ def test_node_overlay_is_converted_with_joiner_keys_and_validates_against_its_cr
 
 
 def test_node_overlay_selecting_on_a_label_joiner_does_not_set_is_refused_not_widened():
-    overlay = {**KARPENTER_OVERLAY, "spec": {"requirements": [{"key": "karpenter.k8s.aws/ec2nodeclass", "operator": "In",
-                                                               "values": ["default"]}], "price": "0.1"}}
+    overlay = {
+        **KARPENTER_OVERLAY,
+        "spec": {"requirements": [{"key": "karpenter.k8s.aws/ec2nodeclass", "operator": "In", "values": ["default"]}], "price": "0.1"},
+    }
     with pytest.raises(ConversionError, match="karpenter.k8s.aws/ec2nodeclass"):
         convert_documents([overlay])

@@ -19,8 +19,9 @@ def bundled() -> Catalog:
     return load_bundled_catalog()
 
 
-def pod(name: str, *, requests: dict[str, str] | None = None, selector: dict[str, str] | None = None,
-        affinity: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def pod(
+    name: str, *, requests: dict[str, str] | None = None, selector: dict[str, str] | None = None, affinity: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     resources = {"requests": requests if requests is not None else {"cpu": "100m", "memory": "128Mi"}}
     spec: dict[str, Any] = {"containers": [{"name": "c", "image": "x", "resources": resources}]}
     if selector:
@@ -79,8 +80,13 @@ def test_capability_flex_nitro_enclaves_and_tenancy_labels(bundled: Catalog) -> 
     assert m5.labels()[wk.INSTANCE_NITRO_ENCLAVES] == "true"  # EC2: NitroEnclavesSupport supported
     assert bundled.instance_type("t3.nano").requirements.labels()[wk.INSTANCE_NITRO_ENCLAVES] == "false"
     assert m5[wk.INSTANCE_TENANCY].values == {"default", "dedicated"}
-    for key in ("karpenter.k8s.aws/instance-capability-flex", "karpenter.k8s.aws/instance-nitro-enclaves-supported",
-                "karpenter.k8s.aws/nitro-sandbox", "karpenter.k8s.aws/instance-tenancy", "topology.k8s.aws/zone-id"):
+    for key in (
+        "karpenter.k8s.aws/instance-capability-flex",
+        "karpenter.k8s.aws/instance-nitro-enclaves-supported",
+        "karpenter.k8s.aws/nitro-sandbox",
+        "karpenter.k8s.aws/instance-tenancy",
+        "topology.k8s.aws/zone-id",
+    ):
         assert wk.normalize_label_key(key) in wk.WELL_KNOWN_LABELS, key
 
 

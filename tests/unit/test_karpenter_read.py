@@ -89,9 +89,12 @@ def test_a_refused_object_is_not_read_and_says_why() -> None:
 
 
 def test_a_pool_is_read_only_with_its_ec2nodeclass() -> None:
-    view = read_karpenter([], [joiner_object("NodeClass", "shadowed")],
-                          [karpenter_pool("a", "missing"), karpenter_pool("b", "custom"), karpenter_pool("c", "shadowed")],
-                          [ec2_node_class("custom", amiFamily="Custom"), ec2_node_class("shadowed")])
+    view = read_karpenter(
+        [],
+        [joiner_object("NodeClass", "shadowed")],
+        [karpenter_pool("a", "missing"), karpenter_pool("b", "custom"), karpenter_pool("c", "shadowed")],
+        [ec2_node_class("custom", amiFamily="Custom"), ec2_node_class("shadowed")],
+    )
     assert view.node_pools == ()
     reasons = {o.name: (o.reason, o.message) for o in view.outcomes if o.kind == "NodePool"}
     assert reasons["a"] == (ReadReason.NODE_CLASS_NOT_READ, "its EC2NodeClass missing does not exist")
@@ -111,9 +114,14 @@ names = st.sampled_from(["a", "b", "c", "default"])
 
 @given(joiner_pools=st.sets(names), joiner_classes=st.sets(names), pools=st.dictionaries(names, names), classes=st.sets(names))
 def test_names_stay_unique_joiners_objects_are_kept_and_each_karpenter_object_has_one_outcome(
-        joiner_pools: set[str], joiner_classes: set[str], pools: dict[str, str], classes: set[str]) -> None:
-    view = read_karpenter([joiner_object("NodePool", n) for n in sorted(joiner_pools)], [joiner_object("NodeClass", n) for n in sorted(joiner_classes)],
-                          [karpenter_pool(n, c) for n, c in pools.items()], [ec2_node_class(n) for n in sorted(classes)])
+    joiner_pools: set[str], joiner_classes: set[str], pools: dict[str, str], classes: set[str]
+) -> None:
+    view = read_karpenter(
+        [joiner_object("NodePool", n) for n in sorted(joiner_pools)],
+        [joiner_object("NodeClass", n) for n in sorted(joiner_classes)],
+        [karpenter_pool(n, c) for n, c in pools.items()],
+        [ec2_node_class(n) for n in sorted(classes)],
+    )
     pool_names = [p["metadata"]["name"] for p in view.node_pools]
     class_names = [c["metadata"]["name"] for c in view.node_classes]
     assert len(pool_names) == len(set(pool_names)) and len(class_names) == len(set(class_names))
@@ -121,8 +129,9 @@ def test_names_stay_unique_joiners_objects_are_kept_and_each_karpenter_object_ha
     assert all(joiner_object("NodeClass", n) in view.node_classes for n in joiner_classes)
     assert sorted((o.kind, o.name) for o in view.outcomes) == sorted([("NodePool", n) for n in pools] + [("EC2NodeClass", n) for n in classes])
     for o in view.outcomes:
-        assert o.read == (o.name in (pool_names if o.kind == "NodePool" else class_names) and o.name not in
-                          (joiner_pools if o.kind == "NodePool" else joiner_classes))
+        assert o.read == (
+            o.name in (pool_names if o.kind == "NodePool" else class_names) and o.name not in (joiner_pools if o.kind == "NodePool" else joiner_classes)
+        )
     # a read pool's class is one read from Karpenter, never a Joiner class of the same name
     for name in pool_names:
         if name not in joiner_pools:
@@ -135,8 +144,14 @@ def test_the_condition_is_set_kept_and_others_left_alone() -> None:
     conditions = conversion_conditions(read, pool, "2026-02-01T00:00:00Z")
     assert conditions is not None
     assert conditions[0] == pool["status"]["conditions"][0]  # Karpenter's Ready kept
-    assert conditions[1] == {"type": CONDITION_TYPE, "status": "True", "reason": "Converted", "message": read.message,
-                             "observedGeneration": 3, "lastTransitionTime": "2026-02-01T00:00:00Z"}
+    assert conditions[1] == {
+        "type": CONDITION_TYPE,
+        "status": "True",
+        "reason": "Converted",
+        "message": read.message,
+        "observedGeneration": 3,
+        "lastTransitionTime": "2026-02-01T00:00:00Z",
+    }
     written = {**pool, "status": {"conditions": conditions}}
     assert conversion_conditions(read, written, "2026-03-01T00:00:00Z") is None  # already says so: no write
     # a new message with the same status keeps the transition time; a new status takes now

@@ -134,9 +134,7 @@ def test_unpriced_offerings_cannot_be_launched() -> None:
 
 def test_max_types_keeps_the_cheapest_types() -> None:
     many = {f"t{i:03d}.large": 0.001 * (200 - i) for i in range(200)}
-    request = build_fleet_request(
-        claim(types=tuple(many)), "c", "spot", SUBNETS, TEMPLATE, prices(many), frozenset(), {}, max_types=60
-    )
+    request = build_fleet_request(claim(types=tuple(many)), "c", "spot", SUBNETS, TEMPLATE, prices(many), frozenset(), {}, max_types=60)
     kept = {o.instance_type for o in request.overrides}
     cheapest = sorted(many, key=lambda n: (many[n], n))[:60]
     assert kept == set(cheapest)
@@ -219,15 +217,17 @@ def test_node_labels_and_taints_for_the_launch_template() -> None:
     pool = NodePool(
         name="gpu",
         labels={"team": "ml"},
-        requirements=Requirements(
-            [Requirement.create("tier", "In", ["batch"]), Requirement.create(wk.INSTANCE_TYPE, "In", ["p3.2xlarge", "p3.8xlarge"])]
-        ),
+        requirements=Requirements([Requirement.create("tier", "In", ["batch"]), Requirement.create(wk.INSTANCE_TYPE, "In", ["p3.2xlarge", "p3.8xlarge"])]),
         taints=(Taint("nvidia.com/gpu", "true", "NoSchedule"),),
         startup_taints=(Taint("node.cilium.io/agent-not-ready", "true", "NoExecute"), Taint("nvidia.com/gpu", "true", "NoSchedule")),
     )
     assert node_labels(pool, "spot") == {
-        "joiner.dev/capacity-type": "spot", "joiner.dev/nodepool": "gpu", "karpenter.sh/capacity-type": "spot", "karpenter.sh/nodepool": "gpu",
-        "team": "ml", "tier": "batch",
+        "joiner.dev/capacity-type": "spot",
+        "joiner.dev/nodepool": "gpu",
+        "karpenter.sh/capacity-type": "spot",
+        "karpenter.sh/nodepool": "gpu",
+        "team": "ml",
+        "tier": "batch",
     }
     assert node_taints(pool) == (
         Taint("nvidia.com/gpu", "true", "NoSchedule"),

@@ -19,8 +19,7 @@ PORTS = {PACKAGE / "ports.py", PACKAGE / "adapters" / "ec2.py", PACKAGE / "adapt
 
 def _calls(path: Path) -> list[tuple[int, str, ast.Call]]:
     tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
-    return [(node.lineno, node.func.attr, node) for node in ast.walk(tree)
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)]
+    return [(node.lineno, node.func.attr, node) for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)]
 
 
 def _shipped() -> list[Path]:
@@ -33,8 +32,12 @@ def test_nothing_but_the_lifecycle_terminates_an_instance() -> None:
 
 
 def test_nothing_but_the_lifecycle_changes_a_claims_state() -> None:
-    found = [f"{path.relative_to(PACKAGE)}:{line}" for path in _shipped() for line, name, call in _calls(path)
-             if name == "update_claim" and any(k.arg in ("state", "expected_state") for k in call.keywords)]
+    found = [
+        f"{path.relative_to(PACKAGE)}:{line}"
+        for path in _shipped()
+        for line, name, call in _calls(path)
+        if name == "update_claim" and any(k.arg in ("state", "expected_state") for k in call.keywords)
+    ]
     assert found == []
 
 
@@ -80,8 +83,13 @@ def test_no_module_but_the_planning_round_assigns_its_attributes() -> None:
                 inner = target.value if isinstance(target, ast.Subscript) else target
                 if isinstance(inner, ast.Attribute) and _is_round(inner.value):
                     found.append(f"{path.name}:{target.lineno}")
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("add", "update", "discard", "pop", "clear", "setdefault")
-                    and isinstance(node.func.value, ast.Attribute) and _is_round(node.func.value.value)):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("add", "update", "discard", "pop", "clear", "setdefault")
+                and isinstance(node.func.value, ast.Attribute)
+                and _is_round(node.func.value.value)
+            ):
                 found.append(f"{path.name}:{node.lineno} mutates {node.func.value.attr}")
     assert found == []
 
@@ -94,7 +102,6 @@ def test_a_planning_round_has_every_attribute_from_its_constructor() -> None:
     fresh = set(vars(PlanningRound(world.runtime(), world.clock.now())))
     built = PlanningRound.for_cluster(world.runtime(), world.clock.now())
     assert set(vars(built)) == fresh  # no method creates an attribute
-
 
 
 def test_begin_termination_takes_a_request_and_few_parameters() -> None:

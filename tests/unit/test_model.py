@@ -185,8 +185,7 @@ def test_plan_to_dict() -> None:
 _CREATED = datetime(2024, 1, 1, tzinfo=UTC)
 
 
-@given(st.integers(min_value=1, max_value=2**63 - 1),
-       st.integers(min_value=0, max_value=(LATEST_TIME - _CREATED) // timedelta(microseconds=1)))
+@given(st.integers(min_value=1, max_value=2**63 - 1), st.integers(min_value=0, max_value=(LATEST_TIME - _CREATED) // timedelta(microseconds=1)))
 def test_a_duration_do_not_disrupt_protects_exactly_that_long(nanoseconds: int, age_microseconds: int) -> None:
     """Karpenter: active while the pod's age is below the duration (compared at the microsecond,
     Joiner's clock resolution), never after; always while the age is unknown."""

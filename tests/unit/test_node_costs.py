@@ -37,7 +37,9 @@ def test_volume_prices_follow_the_us_east_1_list() -> None:
     assert volume_cost_per_hour(gp3("100Gi", iops=3000, throughput=125)) == pytest.approx(100 * 0.08 / H)
     assert volume_cost_per_hour({"deviceName": "/dev/xvda", "ebs": {"volumeSize": "50Gi", "volumeType": "gp2"}}) == pytest.approx(50 * 0.10 / H)
     # io1 bills every provisioned IOPS; io2 in tiers (32,000 at 0.065, 32,000 at 0.0455, the rest at 0.032)
-    assert volume_cost_per_hour({"deviceName": "/dev/xvda", "ebs": {"volumeSize": "100Gi", "volumeType": "io1", "iops": 1000}}) == pytest.approx((12.5 + 65) / H)
+    assert volume_cost_per_hour({"deviceName": "/dev/xvda", "ebs": {"volumeSize": "100Gi", "volumeType": "io1", "iops": 1000}}) == pytest.approx(
+        (12.5 + 65) / H
+    )
     io2 = {"deviceName": "/dev/xvda", "ebs": {"volumeSize": "100Gi", "volumeType": "io2", "iops": 70000}}
     assert volume_cost_per_hour(io2) == pytest.approx((12.5 + 32000 * 0.065 + 32000 * 0.0455 + 6000 * 0.032) / H)
     # EC2 provisions whole GiB, rounded up, and gp3 when no type is given
@@ -68,7 +70,9 @@ def test_a_volume_costs_a_finite_non_negative_amount_that_grows_with_what_is_pro
         ebs["throughput"] = throughput
     cost = volume_cost_per_hour({"deviceName": "/dev/xvda", "ebs": ebs})
     assert math.isfinite(cost) and cost >= 0
-    bigger = volume_cost_per_hour({"deviceName": "/dev/xvda", "ebs": {**ebs, "volumeSize": f"{size + 1}Gi", "iops": (iops or 0) + 1 if (iops or 0) >= 0 else 0}})
+    bigger = volume_cost_per_hour(
+        {"deviceName": "/dev/xvda", "ebs": {**ebs, "volumeSize": f"{size + 1}Gi", "iops": (iops or 0) + 1 if (iops or 0) >= 0 else 0}}
+    )
     assert bigger >= cost
 
 
@@ -88,12 +92,18 @@ def test_the_catalog_prices_each_node_class_with_its_volumes() -> None:
 def plan_text(pods: int, node_class_spec: dict[str, Any] | None = None) -> str:
     spec = {"subnetSelectorTerms": [{"tags": {"a": "b"}}], "securityGroupSelectorTerms": [{"tags": {"a": "b"}}], "role": "r", **(node_class_spec or {})}
     documents: list[dict[str, Any]] = [
-        {"apiVersion": "joiner.dev/v1", "kind": "NodePool", "metadata": {"name": "default"},
-         "spec": {"template": {"spec": {"nodeClassRef": {"group": "joiner.dev", "kind": "NodeClass", "name": "default"}}}}},
+        {
+            "apiVersion": "joiner.dev/v1",
+            "kind": "NodePool",
+            "metadata": {"name": "default"},
+            "spec": {"template": {"spec": {"nodeClassRef": {"group": "joiner.dev", "kind": "NodeClass", "name": "default"}}}},
+        },
         {"apiVersion": "joiner.dev/v1", "kind": "NodeClass", "metadata": {"name": "default"}, "spec": spec},
     ]
-    documents += [{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"p{i}", "namespace": "default"},
-                   "spec": {"containers": [{"name": "c", "image": "x"}]}} for i in range(pods)]
+    documents += [
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"p{i}", "namespace": "default"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
+        for i in range(pods)
+    ]
     return yaml.safe_dump_all(documents)
 
 

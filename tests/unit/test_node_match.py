@@ -28,8 +28,9 @@ def node(labels: dict[str, str], name: str = "n1", taints: list[dict[str, str]] 
     return {"metadata": {"name": name, "labels": labels}, "spec": {"taints": taints or []}}
 
 
-def pod(*, selector: dict[str, str] | None = None, terms: list[dict[str, Any]] | None = None,
-        tolerations: list[dict[str, str]] | None = None) -> dict[str, Any]:
+def pod(
+    *, selector: dict[str, str] | None = None, terms: list[dict[str, Any]] | None = None, tolerations: list[dict[str, str]] | None = None
+) -> dict[str, Any]:
     spec: dict[str, Any] = {}
     if selector is not None:
         spec["nodeSelector"] = selector
@@ -40,28 +41,31 @@ def pod(*, selector: dict[str, str] | None = None, terms: list[dict[str, Any]] |
     return {"spec": spec}
 
 
-@pytest.mark.parametrize(("requirement", "expected"), [
-    (req("karpenter.sh/capacity-type", "In", "spot", "on-demand"), True),
-    (req("karpenter.sh/capacity-type", "In", "on-demand"), False),
-    (req("missing", "In", "spot"), False),
-    (req("karpenter.sh/capacity-type", "NotIn", "on-demand"), True),
-    (req("karpenter.sh/capacity-type", "NotIn", "spot"), False),
-    (req("missing", "NotIn", "spot"), True),  # NotIn holds when the label is absent
-    (req("empty", "Exists"), True),
-    (req("missing", "Exists"), False),
-    (req("missing", "DoesNotExist"), True),
-    (req("empty", "DoesNotExist"), False),
-    (req("cpu", "Gt", "7"), True),
-    (req("cpu", "Gt", "8"), False),
-    (req("cpu", "Gt", "10"), False),  # numeric, not lexical ("8" > "10" as strings)
-    (req("cpu", "Lt", "10"), True),
-    (req("cpu", "Lt", "8"), False),
-    (req("missing", "Lt", "10"), False),
-    (req("cpu", "Gt", "7", "6"), False),  # Gt/Lt need exactly one value
-    (req("cpu", "Gt", "seven"), False),
-    (req("karpenter.sh/capacity-type", "Gt", "1"), False),  # label not an integer
-    (req("karpenter.sh/capacity-type", "Equals", "spot"), False),  # unknown operator
-])
+@pytest.mark.parametrize(
+    ("requirement", "expected"),
+    [
+        (req("karpenter.sh/capacity-type", "In", "spot", "on-demand"), True),
+        (req("karpenter.sh/capacity-type", "In", "on-demand"), False),
+        (req("missing", "In", "spot"), False),
+        (req("karpenter.sh/capacity-type", "NotIn", "on-demand"), True),
+        (req("karpenter.sh/capacity-type", "NotIn", "spot"), False),
+        (req("missing", "NotIn", "spot"), True),  # NotIn holds when the label is absent
+        (req("empty", "Exists"), True),
+        (req("missing", "Exists"), False),
+        (req("missing", "DoesNotExist"), True),
+        (req("empty", "DoesNotExist"), False),
+        (req("cpu", "Gt", "7"), True),
+        (req("cpu", "Gt", "8"), False),
+        (req("cpu", "Gt", "10"), False),  # numeric, not lexical ("8" > "10" as strings)
+        (req("cpu", "Lt", "10"), True),
+        (req("cpu", "Lt", "8"), False),
+        (req("missing", "Lt", "10"), False),
+        (req("cpu", "Gt", "7", "6"), False),  # Gt/Lt need exactly one value
+        (req("cpu", "Gt", "seven"), False),
+        (req("karpenter.sh/capacity-type", "Gt", "1"), False),  # label not an integer
+        (req("karpenter.sh/capacity-type", "Equals", "spot"), False),  # unknown operator
+    ],
+)
 def test_each_operator(requirement: dict[str, Any], expected: bool) -> None:
     assert requirement_matches(requirement, LABELS) is expected
 
@@ -112,16 +116,19 @@ def test_match_fields_select_the_node_name() -> None:
     assert node_selector_matches({"nodeSelectorTerms": [both]}, node({"a": "x"}, name="n1"))
 
 
-@pytest.mark.parametrize(("toleration", "taint", "expected"), [
-    ({"key": "k", "operator": "Equal", "value": "v", "effect": "NoSchedule"}, {"key": "k", "value": "v", "effect": "NoSchedule"}, True),
-    ({"key": "k", "value": "v"}, {"key": "k", "value": "v", "effect": "NoExecute"}, True),  # Equal by default, any effect
-    ({"key": "k", "value": "v"}, {"key": "k", "value": "w", "effect": "NoSchedule"}, False),
-    ({"key": "k", "operator": "Exists"}, {"key": "k", "value": "anything", "effect": "NoSchedule"}, True),
-    ({"key": "k", "operator": "Exists", "effect": "NoSchedule"}, {"key": "k", "effect": "NoExecute"}, False),
-    ({"key": "other", "operator": "Exists"}, {"key": "k", "effect": "NoSchedule"}, False),
-    ({"operator": "Exists"}, {"key": "k", "value": "v", "effect": "NoExecute"}, True),  # empty key + Exists: every taint
-    ({"key": "k"}, {"key": "k", "effect": "NoSchedule"}, True),  # Equal, both values empty
-])
+@pytest.mark.parametrize(
+    ("toleration", "taint", "expected"),
+    [
+        ({"key": "k", "operator": "Equal", "value": "v", "effect": "NoSchedule"}, {"key": "k", "value": "v", "effect": "NoSchedule"}, True),
+        ({"key": "k", "value": "v"}, {"key": "k", "value": "v", "effect": "NoExecute"}, True),  # Equal by default, any effect
+        ({"key": "k", "value": "v"}, {"key": "k", "value": "w", "effect": "NoSchedule"}, False),
+        ({"key": "k", "operator": "Exists"}, {"key": "k", "value": "anything", "effect": "NoSchedule"}, True),
+        ({"key": "k", "operator": "Exists", "effect": "NoSchedule"}, {"key": "k", "effect": "NoExecute"}, False),
+        ({"key": "other", "operator": "Exists"}, {"key": "k", "effect": "NoSchedule"}, False),
+        ({"operator": "Exists"}, {"key": "k", "value": "v", "effect": "NoExecute"}, True),  # empty key + Exists: every taint
+        ({"key": "k"}, {"key": "k", "effect": "NoSchedule"}, True),  # Equal, both values empty
+    ],
+)
 def test_toleration_against_taint(toleration: dict[str, str], taint: dict[str, str], expected: bool) -> None:
     assert toleration_tolerates(toleration, taint) is expected
 

@@ -25,11 +25,17 @@ GPU_SLICE = "example.com/gpu-slice"
 def instance_type(name: str, family: str, price: float = 1.0) -> InstanceType:
     offerings = (Offering("z1", "on-demand", price), Offering("z1", "spot", price / 2), Offering("z2", "on-demand", price))
     return InstanceType(
-        name=name, capacity=Resources.of(cpu=4000, memory=8 << 30, pods=29000), overhead=Resources(),
-        requirements=Requirements([
-            Requirement.in_values("node.kubernetes.io/instance-type", name), Requirement.in_values("joiner.dev/instance-family", family),
-            Requirement.in_values("topology.kubernetes.io/zone", "z1", "z2"), Requirement.in_values("joiner.dev/capacity-type", "on-demand", "spot"),
-        ]),
+        name=name,
+        capacity=Resources.of(cpu=4000, memory=8 << 30, pods=29000),
+        overhead=Resources(),
+        requirements=Requirements(
+            [
+                Requirement.in_values("node.kubernetes.io/instance-type", name),
+                Requirement.in_values("joiner.dev/instance-family", family),
+                Requirement.in_values("topology.kubernetes.io/zone", "z1", "z2"),
+                Requirement.in_values("joiner.dev/capacity-type", "on-demand", "spot"),
+            ]
+        ),
         offerings=offerings,
     )
 
@@ -49,10 +55,20 @@ def prices(result: dict[str, tuple[InstanceType, ...]], pool: str, name: str) ->
 # ---------------------------------------------------------------- prices
 
 
-@pytest.mark.parametrize(("price", "change", "expected"), [
-    (1.0, "0.42", 0.42), (1.0, "+10%", 1.1), (1.0, "-15%", 0.85), (1.0, "-100%", 0.0), (1.0, "+0.5", 1.5), (1.0, "-0.05", 0.95),
-    (0.02, "-0.05", 0.0), (1.0, None, 1.0), (1.0, "", 1.0),
-])
+@pytest.mark.parametrize(
+    ("price", "change", "expected"),
+    [
+        (1.0, "0.42", 0.42),
+        (1.0, "+10%", 1.1),
+        (1.0, "-15%", 0.85),
+        (1.0, "-100%", 0.0),
+        (1.0, "+0.5", 1.5),
+        (1.0, "-0.05", 0.95),
+        (0.02, "-0.05", 0.0),
+        (1.0, None, 1.0),
+        (1.0, "", 1.0),
+    ],
+)
 def test_adjusted_price_is_karpenters(price: float, change: str | None, expected: float) -> None:
     assert adjusted_price(price, change) == pytest.approx(expected)
 
@@ -64,8 +80,9 @@ def test_adjusted_price_is_never_negative_nan_or_infinite(price: float, change: 
 
 
 def test_a_savings_plan_discount_changes_only_the_selected_offerings() -> None:
-    discount = overlay("savings", Requirement.in_values("joiner.dev/instance-family", "m5"),
-                       Requirement.in_values("joiner.dev/capacity-type", "on-demand"), price="-20%")
+    discount = overlay(
+        "savings", Requirement.in_values("joiner.dev/instance-family", "m5"), Requirement.in_values("joiner.dev/capacity-type", "on-demand"), price="-20%"
+    )
     result = apply_overlays(TYPES, [discount], POOLS)
     assert prices(dict(result.instance_types), "default", "m5.large") == pytest.approx([0.8, 0.5, 0.8])  # spot untouched
     assert prices(dict(result.instance_types), "default", "c5.large") == pytest.approx([0.8, 0.4, 0.8])
@@ -127,18 +144,33 @@ def test_no_overlays_is_the_identity() -> None:
     assert result.instance_types is TYPES and result.outcomes == {}
 
 
-@given(st.lists(st.tuples(st.sampled_from("abcdef"), st.integers(0, 10_000), st.sampled_from(["m5", "c5", "g5", None]),
-                          st.sampled_from(["0.5", "+10%", "-0.1", None])), max_size=6, unique_by=lambda t: t[0]))
+@given(
+    st.lists(
+        st.tuples(st.sampled_from("abcdef"), st.integers(0, 10_000), st.sampled_from(["m5", "c5", "g5", None]), st.sampled_from(["0.5", "+10%", "-0.1", None])),
+        max_size=6,
+        unique_by=lambda t: t[0],
+    )
+)
 def test_every_price_is_set_by_the_first_applicable_unconflicted_overlay(specs: list[tuple[str, int, str | None, str | None]]) -> None:
-    overlays = [overlay(name, *([Requirement.in_values("joiner.dev/instance-family", family)] if family else []), price=price, weight=weight)
-                for name, weight, family, price in specs]
+    overlays = [
+        overlay(name, *([Requirement.in_values("joiner.dev/instance-family", family)] if family else []), price=price, weight=weight)
+        for name, weight, family, price in specs
+    ]
     result = apply_overlays(TYPES, overlays, POOLS)
     ordered = sorted(overlays, key=NodeOverlay.order_key)
     for pool, types in TYPES.items():
         for original, changed in zip(types, result.instance_types[pool], strict=True):
             family = original.requirements["joiner.dev/instance-family"].single_value()
-            winner = next((o for o in ordered if o.price_change is not None and not result.outcomes[o.name].conflict
-                           and (not o.requirements or o.requirements["joiner.dev/instance-family"].has(str(family)))), None)
+            winner = next(
+                (
+                    o
+                    for o in ordered
+                    if o.price_change is not None
+                    and not result.outcomes[o.name].conflict
+                    and (not o.requirements or o.requirements["joiner.dev/instance-family"].has(str(family)))
+                ),
+                None,
+            )
             expected = [adjusted_price(o.price, winner.price_change if winner else None) for o in original.offerings]
             assert [o.price for o in changed.offerings] == pytest.approx(expected)
     for o in overlays:  # an overlay is applied everywhere it matches, or (conflict) nowhere
@@ -153,24 +185,33 @@ def overlay_json(api_version: str = "joiner.dev/v1alpha1", **spec: object) -> di
 
 
 def test_parser_reads_both_api_groups_and_karpenter_keys() -> None:
-    parsed = parse_node_overlay(overlay_json("karpenter.sh/v1alpha1", requirements=[
-        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}], priceAdjustment="-5%", weight=3))
+    parsed = parse_node_overlay(
+        overlay_json(
+            "karpenter.sh/v1alpha1",
+            requirements=[{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}],
+            priceAdjustment="-5%",
+            weight=3,
+        )
+    )
     assert parsed.requirements["joiner.dev/capacity-type"].has("on-demand") and parsed.price_change == "-5%" and parsed.weight == 3
     snapshot = parse_objects([overlay_json(capacity={GPU_SLICE: "4"})])
     assert snapshot.node_overlays[0].capacity[GPU_SLICE] == 4000
 
 
-@pytest.mark.parametrize(("spec", "field"), [
-    ({"price": "1", "priceAdjustment": "+1"}, "spec: cannot set both"),
-    ({"price": "-1"}, "spec.price"),
-    ({"priceAdjustment": "-101%"}, "spec.priceAdjustment"),
-    ({"priceAdjustment": "10%"}, "spec.priceAdjustment"),
-    ({"capacity": {"memory": "1Gi"}}, "spec.capacity.memory"),
-    ({"weight": 0}, "spec.weight"),
-    ({"weight": 10_001}, "spec.weight"),
-    ({"requirements": [{"key": "joiner.dev/instance-cpu", "operator": "Gt", "values": ["-1"]}]}, "spec.requirements[0].values"),
-    ({"requirements": None}, "spec.requirements: required"),
-])
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ({"price": "1", "priceAdjustment": "+1"}, "spec: cannot set both"),
+        ({"price": "-1"}, "spec.price"),
+        ({"priceAdjustment": "-101%"}, "spec.priceAdjustment"),
+        ({"priceAdjustment": "10%"}, "spec.priceAdjustment"),
+        ({"capacity": {"memory": "1Gi"}}, "spec.capacity.memory"),
+        ({"weight": 0}, "spec.weight"),
+        ({"weight": 10_001}, "spec.weight"),
+        ({"requirements": [{"key": "joiner.dev/instance-cpu", "operator": "Gt", "values": ["-1"]}]}, "spec.requirements[0].values"),
+        ({"requirements": None}, "spec.requirements: required"),
+    ],
+)
 def test_parser_refuses_what_the_crd_refuses(spec: dict, field: str) -> None:
     with pytest.raises(SnapshotError, match=field.replace("[", r"\[").replace("]", r"\]")):
         parse_node_overlay(overlay_json(**spec))
@@ -182,27 +223,58 @@ def test_parser_refuses_what_the_crd_refuses(spec: dict, field: str) -> None:
 def test_joiner_plan_applies_overlays(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Two pods of 1.5 CPU: small.x (0.10) each normally; an overlay pricing small.x at 0.40
     makes one big.x (0.50) cheaper; a pod asking for the overlay's extended resource fits only where it is added."""
-    catalog = {"instanceTypes": [
-        {"name": "small.x", "capacity": {"cpu": "2", "memory": "4Gi", "pods": "10"}, "overhead": {"cpu": "0", "memory": "0"},
-         "labels": {"kubernetes.io/arch": "amd64"}, "offerings": [{"zone": "z1", "capacityType": "on-demand", "price": 0.10}]},
-        {"name": "big.x", "capacity": {"cpu": "8", "memory": "16Gi", "pods": "40"}, "overhead": {"cpu": "0", "memory": "0"},
-         "labels": {"kubernetes.io/arch": "amd64"}, "offerings": [{"zone": "z1", "capacityType": "on-demand", "price": 0.50}]},
-    ]}
-    pool = {"apiVersion": "joiner.dev/v1", "kind": "NodePool", "metadata": {"name": "general"},
-            "spec": {"template": {"spec": {"nodeClassRef": {"group": "joiner.dev", "kind": "NodeClass", "name": "default"}}}}}
-    node_class = {"apiVersion": "joiner.dev/v1", "kind": "NodeClass", "metadata": {"name": "default"},
-                  "spec": {"subnetSelectorTerms": [{"tags": {"a": "b"}}], "securityGroupSelectorTerms": [{"tags": {"a": "b"}}], "role": "r"}}
+    catalog = {
+        "instanceTypes": [
+            {
+                "name": "small.x",
+                "capacity": {"cpu": "2", "memory": "4Gi", "pods": "10"},
+                "overhead": {"cpu": "0", "memory": "0"},
+                "labels": {"kubernetes.io/arch": "amd64"},
+                "offerings": [{"zone": "z1", "capacityType": "on-demand", "price": 0.10}],
+            },
+            {
+                "name": "big.x",
+                "capacity": {"cpu": "8", "memory": "16Gi", "pods": "40"},
+                "overhead": {"cpu": "0", "memory": "0"},
+                "labels": {"kubernetes.io/arch": "amd64"},
+                "offerings": [{"zone": "z1", "capacityType": "on-demand", "price": 0.50}],
+            },
+        ]
+    }
+    pool = {
+        "apiVersion": "joiner.dev/v1",
+        "kind": "NodePool",
+        "metadata": {"name": "general"},
+        "spec": {"template": {"spec": {"nodeClassRef": {"group": "joiner.dev", "kind": "NodeClass", "name": "default"}}}},
+    }
+    node_class = {
+        "apiVersion": "joiner.dev/v1",
+        "kind": "NodeClass",
+        "metadata": {"name": "default"},
+        "spec": {"subnetSelectorTerms": [{"tags": {"a": "b"}}], "securityGroupSelectorTerms": [{"tags": {"a": "b"}}], "role": "r"},
+    }
 
     def pod(name: str, extra: dict | None = None) -> dict:
         requests = {"cpu": "1500m", "memory": "256Mi", **(extra or {})}
-        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "team"},
-                "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": requests, "limits": extra or {}}}]}}
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "team"},
+            "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": requests, "limits": extra or {}}}]},
+        }
 
-    dearer = {"apiVersion": "karpenter.sh/v1alpha1", "kind": "NodeOverlay", "metadata": {"name": "licence"},
-              "spec": {"requirements": [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["small.x"]}], "price": "0.40"}}
-    slices = {"apiVersion": "joiner.dev/v1alpha1", "kind": "NodeOverlay", "metadata": {"name": "slices"},
-              "spec": {"requirements": [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["big.x"]}],
-                       "capacity": {GPU_SLICE: "4"}}}
+    dearer = {
+        "apiVersion": "karpenter.sh/v1alpha1",
+        "kind": "NodeOverlay",
+        "metadata": {"name": "licence"},
+        "spec": {"requirements": [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["small.x"]}], "price": "0.40"},
+    }
+    slices = {
+        "apiVersion": "joiner.dev/v1alpha1",
+        "kind": "NodeOverlay",
+        "metadata": {"name": "slices"},
+        "spec": {"requirements": [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["big.x"]}], "capacity": {GPU_SLICE: "4"}},
+    }
     (tmp_path / "catalog.json").write_text(json.dumps(catalog))
 
     def plan(*objects: dict) -> dict:
@@ -213,7 +285,9 @@ def test_joiner_plan_applies_overlays(tmp_path: Path, capsys: pytest.CaptureFixt
     plain = plan(pod("a"), pod("b"))
     assert sorted(c["instanceTypes"][0] for c in plain["nodeClaims"]) == ["small.x", "small.x"]
     overlaid = plan(pod("a"), pod("b"), dearer)
-    assert [c["instanceTypes"][0] for c in overlaid["nodeClaims"]] == ["big.x"] and overlaid["costPerHour"] == pytest.approx(0.5 + 20 * 0.08 / 730)  # and its 20 GiB gp3 root volume
+    assert [c["instanceTypes"][0] for c in overlaid["nodeClaims"]] == ["big.x"] and overlaid["costPerHour"] == pytest.approx(
+        0.5 + 20 * 0.08 / 730
+    )  # and its 20 GiB gp3 root volume
     assert plan(pod("gpu", {GPU_SLICE: "1"}))["unschedulable"][0]["pod"] == "team/gpu"
     placed = plan(pod("gpu", {GPU_SLICE: "1"}), slices)
     assert placed["unschedulable"] == [] and placed["nodeClaims"][0]["instanceTypes"] == ["big.x"]

@@ -39,12 +39,21 @@ def ephemeral(node_class: NodeClass, name: str) -> int:
 
 def snapshot_text(node_class_spec: dict[str, Any], ephemeral_request: str, *, pool_requirements: list[dict[str, Any]] | None = None) -> str:
     spec = {"subnetSelectorTerms": [{"tags": {"a": "b"}}], "securityGroupSelectorTerms": [{"tags": {"a": "b"}}], "role": "r", **node_class_spec}
-    pool = {"apiVersion": "joiner.dev/v1", "kind": "NodePool", "metadata": {"name": "general"},
-            "spec": {"template": {"spec": {"nodeClassRef": {"group": "joiner.dev", "kind": "NodeClass", "name": "default"},
-                                           "requirements": pool_requirements or []}}}}
+    pool = {
+        "apiVersion": "joiner.dev/v1",
+        "kind": "NodePool",
+        "metadata": {"name": "general"},
+        "spec": {
+            "template": {"spec": {"nodeClassRef": {"group": "joiner.dev", "kind": "NodeClass", "name": "default"}, "requirements": pool_requirements or []}}
+        },
+    }
     node_class = {"apiVersion": "joiner.dev/v1", "kind": "NodeClass", "metadata": {"name": "default"}, "spec": spec}
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "team"},
-           "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "1", "ephemeral-storage": ephemeral_request}}}]}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "team"},
+        "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "1", "ephemeral-storage": ephemeral_request}}}]},
+    }
     return yaml.safe_dump_all([pool, node_class, pod])
 
 
@@ -66,18 +75,30 @@ def test_root_volume_rules_match_karpenters() -> None:
         return NodeClass("nc", ami_family=family, block_device_mappings=tuple(mappings))
 
     # Karpenter's instancetype suite: a mapping marked rootVolume wins over /dev/xvda.
-    marked = node_class({"deviceName": "/dev/xvda", "ebs": {"volumeSize": "20G"}}, {"deviceName": "/dev/sda1", "rootVolume": True, "ebs": {"volumeSize": "10G"}})
+    marked = node_class(
+        {"deviceName": "/dev/xvda", "ebs": {"volumeSize": "20G"}}, {"deviceName": "/dev/sda1", "rootVolume": True, "ebs": {"volumeSize": "10G"}}
+    )
     assert root_volume_size(marked) == 10 * 10**9
     assert ephemeral(marked, "m6i.large") == 10 * 10**9
     assert root_volume_size(node_class({"deviceName": "/dev/xvda", "ebs": {"volumeSize": "15G"}})) == 15 * 10**9
     # A data volume on another device is not the root file system.
     assert root_volume_size(node_class({"deviceName": "/dev/xvdb", "ebs": {"volumeSize": "500Gi"}})) == DEFAULT_ROOT_VOLUME_BYTES
     # A root mapping without a size (from a snapshot) falls back to /dev/xvda, then the default.
-    assert root_volume_size(node_class({"deviceName": "/dev/sda1", "rootVolume": True, "ebs": {"snapshotID": "snap-1"}},
-                                       {"deviceName": "/dev/xvda", "ebs": {"volumeSize": "30Gi"}})) == 30 * GI
+    assert (
+        root_volume_size(
+            node_class(
+                {"deviceName": "/dev/sda1", "rootVolume": True, "ebs": {"snapshotID": "snap-1"}}, {"deviceName": "/dev/xvda", "ebs": {"volumeSize": "30Gi"}}
+            )
+        )
+        == 30 * GI
+    )
     # amiFamily Custom: the last mapping (Karpenter cannot know the AMI's root device).
-    assert root_volume_size(node_class({"deviceName": "/dev/xvda", "ebs": {"volumeSize": "30Gi"}},
-                                       {"deviceName": "/dev/sdb", "ebs": {"volumeSize": "40Gi"}}, family="Custom")) == 40 * GI
+    assert (
+        root_volume_size(
+            node_class({"deviceName": "/dev/xvda", "ebs": {"volumeSize": "30Gi"}}, {"deviceName": "/dev/sdb", "ebs": {"volumeSize": "40Gi"}}, family="Custom")
+        )
+        == 40 * GI
+    )
     assert root_volume_size(NodeClass("nc")) == DEFAULT_ROOT_VOLUME_BYTES
 
 
@@ -150,12 +171,18 @@ def test_a_raid0_pool_takes_a_large_ephemeral_request_to_an_nvme_type() -> None:
 
 def test_declared_catalog_entries_use_their_local_nvme_label() -> None:
     offerings = {name: [Offering("z1", "on-demand", 0.1)] for name in ("nvme.x", "plain.x", "stated.x")}
-    catalog = Catalog(declared=[
-        DeclaredInstanceType("nvme.x", Resources.parse({"cpu": "2", "memory": "8Gi"}), labels=(("karpenter.k8s.aws/instance-local-nvme", "237"),)),
-        DeclaredInstanceType("plain.x", Resources.parse({"cpu": "2", "memory": "8Gi"})),
-        DeclaredInstanceType("stated.x", Resources.parse({"cpu": "2", "memory": "8Gi", "ephemeral-storage": "50Gi"}),
-                             labels=(("karpenter.k8s.aws/instance-local-nvme", "237"),)),
-    ], offerings=offerings)
+    catalog = Catalog(
+        declared=[
+            DeclaredInstanceType("nvme.x", Resources.parse({"cpu": "2", "memory": "8Gi"}), labels=(("karpenter.k8s.aws/instance-local-nvme", "237"),)),
+            DeclaredInstanceType("plain.x", Resources.parse({"cpu": "2", "memory": "8Gi"})),
+            DeclaredInstanceType(
+                "stated.x",
+                Resources.parse({"cpu": "2", "memory": "8Gi", "ephemeral-storage": "50Gi"}),
+                labels=(("karpenter.k8s.aws/instance-local-nvme", "237"),),
+            ),
+        ],
+        offerings=offerings,
+    )
     types = {t.name: t for t in catalog.instance_types(KubeletConfig(), instance_store_policy="RAID0")}
     assert types["nvme.x"].capacity[EPHEMERAL_STORAGE] == 237 * 10**9 * 1000
     assert types["plain.x"].capacity[EPHEMERAL_STORAGE] == DEFAULT_ROOT_VOLUME_BYTES * 1000

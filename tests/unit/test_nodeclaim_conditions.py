@@ -24,7 +24,8 @@ T0 = datetime(2025, 1, 6, 9, 0, tzinfo=UTC)
 STATUSES = ("True", "False", "Unknown")
 #: from year 1 to 9999, second precision (what the RFC 3339 timestamps carry)
 MOMENTS = st.datetimes(min_value=datetime(1, 1, 1), max_value=datetime(9999, 12, 31, 23, 59, 59), timezones=st.just(UTC)).map(
-    lambda moment: moment.replace(microsecond=0))
+    lambda moment: moment.replace(microsecond=0)
+)
 
 
 def stamp(moment: datetime) -> str:
@@ -37,7 +38,10 @@ def by_type(conditions: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 @given(first=st.sampled_from(STATUSES), second=st.sampled_from(STATUSES), earlier=MOMENTS, later=MOMENTS)
 def test_a_condition_keeps_its_transition_time_while_its_status_holds_and_moves_when_it_changes(
-    first: str, second: str, earlier: datetime, later: datetime,
+    first: str,
+    second: str,
+    earlier: datetime,
+    later: datetime,
 ) -> None:
     current = with_conditions([], [MirrorCondition("Drifted", first, "Reason", "", earlier)])
     assert current[0]["lastTransitionTime"] == stamp(earlier)
@@ -56,9 +60,18 @@ def test_an_undated_change_takes_now_and_an_undated_unchanged_condition_keeps_it
 
 
 def claim(**fields: Any) -> ClaimRecord:
-    base: dict[str, Any] = {"claim_id": "default-c1", "node_pool": "default", "state": "launched", "created_at": T0,
-                            "instance_id": "i-0123456789abcdef0", "instance_type": "m5.large", "zone": "us-east-1a",
-                            "capacity_type": "spot", "price": 0.05, "launched_at": T0 + timedelta(seconds=3)}
+    base: dict[str, Any] = {
+        "claim_id": "default-c1",
+        "node_pool": "default",
+        "state": "launched",
+        "created_at": T0,
+        "instance_id": "i-0123456789abcdef0",
+        "instance_type": "m5.large",
+        "zone": "us-east-1a",
+        "capacity_type": "spot",
+        "price": 0.05,
+        "launched_at": T0 + timedelta(seconds=3),
+    }
     base.update(fields)
     return ClaimRecord(**base)
 
@@ -90,14 +103,17 @@ def test_a_finding_of_another_pass_is_kept_and_only_time_differences_write_nothi
     later = node_claim_object(claim(), None, first["status"]["conditions"], now=T0 + timedelta(hours=3))
     assert by_type(later["status"]["conditions"])["Drifted"]["message"] == "AMI changed"
     assert not status_differs(first, later)
-    undated = {"status": dict(first["status"], conditions=[{k: v for k, v in c.items() if k != "lastTransitionTime"}
-                                                            for c in first["status"]["conditions"]])}
+    undated = {"status": dict(first["status"], conditions=[{k: v for k, v in c.items() if k != "lastTransitionTime"} for c in first["status"]["conditions"]])}
     assert status_differs(undated, first)  # a mirror written before conditions had times gets them
 
 
 def test_disruption_reasons_read_as_karpenters() -> None:
-    assert [disruption_reason(f"disruption/{m}") for m in ("drift", "consolidation", "emptiness", "expiration")] == \
-        ["Drifted", "Underutilized", "Empty", "Expired"]
+    assert [disruption_reason(f"disruption/{m}") for m in ("drift", "consolidation", "emptiness", "expiration")] == [
+        "Drifted",
+        "Underutilized",
+        "Empty",
+        "Expired",
+    ]
     assert disruption_reason("spot-interruption") == "SpotInterruption"
     assert disruption_reason("capacity-block-expiration") == "CapacityBlockExpiration"
     assert disruption_reason("") == disruption_reason("--/--") == "Terminating"

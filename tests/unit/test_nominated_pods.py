@@ -17,10 +17,18 @@ def pods(draw: st.DrawFn) -> list[Pod]:
     count = draw(st.integers(min_value=0, max_value=40))
     out = []
     for index in range(count):
-        out.append(Pod(
-            namespace="default", name=f"p{index}", uid=f"u{index}", requests=Resources({"cpu": draw(st.integers(1, 2**40))}),
-            node_name=draw(st.sampled_from([None, None, *NODES])), nominated_node=draw(st.sampled_from([None, "gone", *NODES])),
-            deleting=draw(st.booleans()), phase=draw(st.sampled_from(["Pending", "Running", "Succeeded", "Failed"]))))
+        out.append(
+            Pod(
+                namespace="default",
+                name=f"p{index}",
+                uid=f"u{index}",
+                requests=Resources({"cpu": draw(st.integers(1, 2**40))}),
+                node_name=draw(st.sampled_from([None, None, *NODES])),
+                nominated_node=draw(st.sampled_from([None, "gone", *NODES])),
+                deleting=draw(st.booleans()),
+                phase=draw(st.sampled_from(["Pending", "Running", "Succeeded", "Failed"])),
+            )
+        )
     return out
 
 
@@ -28,8 +36,11 @@ def pods(draw: st.DrawFn) -> list[Pod]:
 @given(pods(), st.sets(st.sampled_from(NODES)), st.sets(st.sampled_from([f"default/p{i}" for i in range(40)])))
 def test_exactly_the_unbound_live_unplanned_nominations_count_as_bound_there(all_pods: list[Pod], live: set[str], planned: set[str]) -> None:
     found = nominated_pods(all_pods, live, planned)
-    expected = {p.key: p.nominated_node for p in all_pods
-                if p.node_name is None and p.nominated_node in live and p.key not in planned and not p.deleting and not p.is_terminal}
+    expected = {
+        p.key: p.nominated_node
+        for p in all_pods
+        if p.node_name is None and p.nominated_node in live and p.key not in planned and not p.deleting and not p.is_terminal
+    }
     assert {p.key: p.node_name for p in found} == expected
     by_key = {p.key: p for p in all_pods}
     assert all(p.requests == by_key[p.key].requests and p.nominated_node == p.node_name for p in found)

@@ -124,9 +124,7 @@ class TestResources:
         assert Resources({"cpu": -5}).fits_in({})  # negative (freed) amounts never exceed
 
     def test_parse_names_the_field_on_a_bad_value(self) -> None:
-        assert Resources.parse({"cpu": "500m", "memory": "1Gi", "nvidia.com/gpu": 1}) == Resources(
-            {"cpu": 500, "memory": GI * 1000, "nvidia.com/gpu": 1000}
-        )
+        assert Resources.parse({"cpu": "500m", "memory": "1Gi", "nvidia.com/gpu": 1}) == Resources({"cpu": 500, "memory": GI * 1000, "nvidia.com/gpu": 1000})
         assert Resources.parse(None) is EMPTY
         with pytest.raises(QuantityError, match=r"^spec\.limits\.memory: invalid quantity '1Gb'"):
             Resources.parse({"memory": "1Gb"}, where="spec.limits")

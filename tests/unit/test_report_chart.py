@@ -40,13 +40,25 @@ def test_the_replacement_is_billed_from_the_warning_to_its_termination(page: str
 def test_every_event_of_note_is_marked_and_listed_by_number(page: str) -> None:
     chart = read_chart(page)
     assert [(kind, at) for kind, at, *_ in chart.markers] == [
-        ("scale", 30), ("launch", 60), ("warning", 300), ("launch", 300), ("drain", 360), ("termination", 365), ("scale", 600),
+        ("scale", 30),
+        ("launch", 60),
+        ("warning", 300),
+        ("launch", 300),
+        ("drain", 360),
+        ("termination", 365),
+        ("scale", 600),
         ("termination", 720),
     ]
     listed = re.findall(r'<span class="badge"[^>]*>(\d+)</span> <b>(\d\d:\d\d)</b> (\w+): ([^<]*)</li>', page)
     assert [(n, when, kind) for n, when, kind, _ in listed] == [
-        ("1", "00:30", "scale"), ("2", "01:00", "launch"), ("3", "05:00", "warning"), ("4", "05:00", "launch"), ("5", "06:00", "drain"),
-        ("6", "06:05", "termination"), ("7", "10:00", "scale"), ("8", "12:00", "termination"),
+        ("1", "00:30", "scale"),
+        ("2", "01:00", "launch"),
+        ("3", "05:00", "warning"),
+        ("4", "05:00", "launch"),
+        ("5", "06:00", "drain"),
+        ("6", "06:05", "termination"),
+        ("7", "10:00", "scale"),
+        ("8", "12:00", "termination"),
     ]
     texts = {n: text for n, _, _, text in listed}
     assert texts["1"] == "addons to 1, inflate to 20" and texts["7"] == "inflate to 0"
@@ -124,20 +136,44 @@ _TIMES = st.floats(min_value=-10, max_value=30_000, allow_nan=False)
 @st.composite
 def _chart_data(draw: st.DrawFn) -> ChartData:
     total = draw(st.floats(min_value=1, max_value=21_600))
-    marks = sorted(draw(st.lists(st.builds(Mark, _TIMES.map(lambda t: min(max(t, 0.0), total)), st.sampled_from(MarkKind),
-                                           st.text(min_size=1, max_size=20)), max_size=150)), key=lambda m: m.at)
+    marks = sorted(
+        draw(
+            st.lists(st.builds(Mark, _TIMES.map(lambda t: min(max(t, 0.0), total)), st.sampled_from(MarkKind), st.text(min_size=1, max_size=20)), max_size=150)
+        ),
+        key=lambda m: m.at,
+    )
     lanes = []
     for index in range(draw(st.integers(0, 50))):
         a, b = sorted(draw(st.tuples(st.floats(0, total), st.floats(0, total))))
-        lanes.append(Lane(f"i-{index}", f"n{index}", draw(st.sampled_from(["c5.large", "u-24tb1.112xlarge", "x" * 40])),
-                          draw(st.sampled_from(["spot", "on-demand"])), "pool", draw(st.floats(0, 1e6)), a, b, draw(st.booleans()),
-                          draw(st.one_of(st.none(), st.floats(a, b))), draw(st.one_of(st.none(), st.floats(a, b)))))
+        lanes.append(
+            Lane(
+                f"i-{index}",
+                f"n{index}",
+                draw(st.sampled_from(["c5.large", "u-24tb1.112xlarge", "x" * 40])),
+                draw(st.sampled_from(["spot", "on-demand"])),
+                "pool",
+                draw(st.floats(0, 1e6)),
+                a,
+                b,
+                draw(st.booleans()),
+                draw(st.one_of(st.none(), st.floats(a, b))),
+                draw(st.one_of(st.none(), st.floats(a, b))),
+            )
+        )
     idle = []
     for _ in range(draw(st.integers(0, 8))):
         a, b = sorted(draw(st.tuples(st.floats(0, total), st.floats(0, total))))
-        idle.append(IdleSpan(a, b, tuple(f"n{i}" for i in range(draw(st.integers(1, 300)))), "pool",
-                             draw(st.sampled_from(["0s", "30s", "Never", "2562047h47m16.854775807s"])), draw(st.booleans()),
-                             draw(st.one_of(st.none(), st.floats(1, 86_400)))))
+        idle.append(
+            IdleSpan(
+                a,
+                b,
+                tuple(f"n{i}" for i in range(draw(st.integers(1, 300)))),
+                "pool",
+                draw(st.sampled_from(["0s", "30s", "Never", "2562047h47m16.854775807s"])),
+                draw(st.booleans()),
+                draw(st.one_of(st.none(), st.floats(1, 86_400))),
+            )
+        )
     samples = sorted(draw(st.lists(st.tuples(st.floats(0, total), st.integers(0, 2**31), st.floats(0, 1e7)), min_size=1, max_size=40)))
     return ChartData(total, tuple(samples), tuple(marks), tuple(lanes), tuple(idle))
 

@@ -40,7 +40,15 @@ def container(name: str = "app", requests: dict[str, Any] | None = None, limits:
     return {"name": name, "image": "busybox", "resources": resources, **extra}
 
 
-def pod_object(name: str = "web-1", namespace: str | None = "default", *, labels: dict[str, str] | None = None, status: dict[str, Any] | None = None, metadata: dict[str, Any] | None = None, **spec: Any) -> dict[str, Any]:
+def pod_object(
+    name: str = "web-1",
+    namespace: str | None = "default",
+    *,
+    labels: dict[str, str] | None = None,
+    status: dict[str, Any] | None = None,
+    metadata: dict[str, Any] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
     spec.setdefault("containers", [container(requests={"cpu": "100m"})])
     meta: dict[str, Any] = {"name": name, **(metadata or {})}
     if namespace is not None:
@@ -151,7 +159,10 @@ class TestPodConstraints:
                 "requiredDuringSchedulingIgnoredDuringExecution": {
                     "nodeSelectorTerms": [
                         {"matchExpressions": [{"key": "karpenter.k8s.aws/instance-category", "operator": "In", "values": ["c", "m"]}]},
-                        {"matchExpressions": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["arm64"]}], "matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-a"]}]},
+                        {
+                            "matchExpressions": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["arm64"]}],
+                            "matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-a"]}],
+                        },
                     ]
                 },
                 "preferredDuringSchedulingIgnoredDuringExecution": [
@@ -176,7 +187,15 @@ class TestPodConstraints:
         assert "can never schedule" in str(error)
 
     def test_tolerations(self) -> None:
-        pod = parse_pod(pod_object(tolerations=[{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}, {"key": "a", "value": "b", "tolerationSeconds": 30}, {"operator": "Exists"}]))
+        pod = parse_pod(
+            pod_object(
+                tolerations=[
+                    {"key": "gpu", "operator": "Exists", "effect": "NoSchedule"},
+                    {"key": "a", "value": "b", "tolerationSeconds": 30},
+                    {"operator": "Exists"},
+                ]
+            )
+        )
         assert pod.tolerations == (Toleration("gpu", "Exists", "", "NoSchedule"), Toleration("a", "Equal", "b", "", 30), Toleration("", "Exists"))
 
     def test_pod_affinity_and_anti_affinity_with_match_label_keys(self) -> None:
@@ -196,7 +215,11 @@ class TestPodConstraints:
             },
             "podAffinity": {
                 "requiredDuringSchedulingIgnoredDuringExecution": [
-                    {"topologyKey": "topology.kubernetes.io/zone", "labelSelector": {"matchExpressions": [{"key": "app", "operator": "In", "values": ["db"]}]}, "namespaceSelector": {}}
+                    {
+                        "topologyKey": "topology.kubernetes.io/zone",
+                        "labelSelector": {"matchExpressions": [{"key": "app", "operator": "In", "values": ["db"]}]},
+                        "namespaceSelector": {},
+                    }
                 ]
             },
         }
@@ -221,7 +244,16 @@ class TestPodConstraints:
 
     def test_topology_spread(self) -> None:
         constraints = [
-            {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule", "minDomains": 3, "labelSelector": {"matchLabels": {"app": "web"}}, "matchLabelKeys": ["pod-template-hash"], "nodeAffinityPolicy": "Ignore", "nodeTaintsPolicy": "Honor"},
+            {
+                "maxSkew": 1,
+                "topologyKey": "topology.kubernetes.io/zone",
+                "whenUnsatisfiable": "DoNotSchedule",
+                "minDomains": 3,
+                "labelSelector": {"matchLabels": {"app": "web"}},
+                "matchLabelKeys": ["pod-template-hash"],
+                "nodeAffinityPolicy": "Ignore",
+                "nodeTaintsPolicy": "Honor",
+            },
             {"maxSkew": 2, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway"},
         ]
         pod = parse_pod(pod_object(labels={"app": "web", "pod-template-hash": "abc"}, topologySpreadConstraints=constraints))
@@ -262,7 +294,10 @@ class TestPodConstraints:
                 "annotations": {"karpenter.sh/do-not-disrupt": "true"},
                 "ownerReferences": [{"kind": "Workflow", "name": "w"}, {"kind": "ReplicaSet", "name": "web-abc", "controller": True}],
             },
-            status={"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "lastTransitionTime": "2024-05-01T12:01:00Z"}]},
+            status={
+                "phase": "Pending",
+                "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "lastTransitionTime": "2024-05-01T12:01:00Z"}],
+            },
             priority=1000,
             priorityClassName="high",
             terminationGracePeriodSeconds=120,
@@ -324,12 +359,28 @@ class TestPodErrors:
             ({"terminationGracePeriodSeconds": -1}, "spec.terminationGracePeriodSeconds", "at least 0"),
             ({"initContainers": [container("i", restartPolicy="OnFailure")]}, "spec.initContainers[0].restartPolicy", "not one of Always"),
             (
-                {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "a", "operator": "Like", "values": ["x"]}]}]}}}},
+                {
+                    "affinity": {
+                        "nodeAffinity": {
+                            "requiredDuringSchedulingIgnoredDuringExecution": {
+                                "nodeSelectorTerms": [{"matchExpressions": [{"key": "a", "operator": "Like", "values": ["x"]}]}]
+                            }
+                        }
+                    }
+                },
                 "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0]",
                 "unknown operator 'Like'",
             ),
             (
-                {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchFields": [{"key": "spec.providerID", "operator": "In", "values": ["x"]}]}]}}}},
+                {
+                    "affinity": {
+                        "nodeAffinity": {
+                            "requiredDuringSchedulingIgnoredDuringExecution": {
+                                "nodeSelectorTerms": [{"matchFields": [{"key": "spec.providerID", "operator": "In", "values": ["x"]}]}]
+                            }
+                        }
+                    }
+                },
                 "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchFields[0].key",
                 "only metadata.name",
             ),
@@ -362,7 +413,9 @@ class TestPodErrors:
         assert error.field == "metadata.creationTimestamp" and "RFC 3339" in error.problem
         error = error_of(parse_pod, pod_object(status={"phase": "Sleeping"}))
         assert error.field == "status.phase"
-        error = error_of(parse_pod, pod_object(status={"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "lastTransitionTime": 5}]}))
+        error = error_of(
+            parse_pod, pod_object(status={"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "lastTransitionTime": 5}]})
+        )
         assert error.field == "status.conditions[0].lastTransitionTime"
 
     def test_missing_name_and_shape(self) -> None:
@@ -389,7 +442,11 @@ def test_node() -> None:
                 "creationTimestamp": "2024-05-01T00:00:00Z",
                 "deletionTimestamp": "2024-05-02T00:00:00Z",
             },
-            "spec": {"providerID": "aws:///us-east-1a/i-0abc", "unschedulable": True, "taints": [{"key": "k", "value": "v", "effect": "NoExecute", "timeAdded": "2024-05-01T00:00:00Z"}]},
+            "spec": {
+                "providerID": "aws:///us-east-1a/i-0abc",
+                "unschedulable": True,
+                "taints": [{"key": "k", "value": "v", "effect": "NoExecute", "timeAdded": "2024-05-01T00:00:00Z"}],
+            },
             "status": {
                 "allocatable": {"cpu": "1930m", "memory": "3Gi", "pods": "29", "hugepages-2Mi": "0"},
                 "capacity": {"cpu": "2", "memory": "4Gi", "pods": "29"},
@@ -425,7 +482,10 @@ def test_daemonset_template_becomes_a_daemonset_pod() -> None:
                     "spec": {
                         "hostNetwork": True,
                         "containers": [container(requests={"cpu": "100m", "memory": "128Mi"})],
-                        "tolerations": [{"key": "dedicated", "operator": "Exists"}, {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"}],
+                        "tolerations": [
+                            {"key": "dedicated", "operator": "Exists"},
+                            {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"},
+                        ],
                         "nodeSelector": {"kubernetes.io/os": "linux"},
                     },
                 },
@@ -443,13 +503,22 @@ def test_daemonset_template_becomes_a_daemonset_pod() -> None:
     assert set(DAEMONSET_DEFAULT_TOLERATIONS) <= set(pod.tolerations)
     assert len(pod.tolerations) == len(set(pod.tolerations)) == 1 + len(DAEMONSET_DEFAULT_TOLERATIONS) + 1
     assert Toleration("node.kubernetes.io/network-unavailable", "Exists", "", "NoSchedule") in pod.tolerations
-    error = error_of(parse_daemonset, {"kind": "DaemonSet", "metadata": {"name": "ds", "namespace": "x"}, "spec": {"template": {"spec": {"containers": [container(requests={"cpu": "x"})]}}}})
+    error = error_of(
+        parse_daemonset,
+        {"kind": "DaemonSet", "metadata": {"name": "ds", "namespace": "x"}, "spec": {"template": {"spec": {"containers": [container(requests={"cpu": "x"})]}}}},
+    )
     assert str(error).startswith("DaemonSet x/ds: spec.template.spec.containers[0].resources.requests.cpu: invalid quantity 'x'")
 
 
 class TestPdb:
     def obj(self, spec: dict[str, Any], status: dict[str, Any] | None = None) -> dict[str, Any]:
-        return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "web", "namespace": "shop"}, "spec": spec, "status": status or {}}
+        return {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "web", "namespace": "shop"},
+            "spec": spec,
+            "status": status or {},
+        }
 
     def test_fields(self) -> None:
         pdb = parse_pdb(self.obj({"minAvailable": "50%", "selector": {"matchLabels": {"app": "web"}}}, {"disruptionsAllowed": 1}))
@@ -540,7 +609,13 @@ class TestNodePool:
         assert pool.rebalance == "replace" and len(pool.requirements) == 0
 
     def test_never(self) -> None:
-        pool = parse_node_pool({"kind": "NodePool", "metadata": {"name": "p"}, "spec": {"template": {"spec": {"expireAfter": "Never"}}, "disruption": {"consolidateAfter": "Never"}}})
+        pool = parse_node_pool(
+            {
+                "kind": "NodePool",
+                "metadata": {"name": "p"},
+                "spec": {"template": {"spec": {"expireAfter": "Never"}}, "disruption": {"consolidateAfter": "Never"}},
+            }
+        )
         assert pool.expire_after is None and pool.disruption.consolidate_after is None
 
     def test_karpenter_node_pool_translates(self) -> None:
@@ -585,7 +660,11 @@ class TestNodePool:
             ({"weight": "high"}, "spec.weight", "expected an integer"),
             ({"disruption": {"budgets": [{"nodes": "110%"}]}}, "spec.disruption.budgets[0].nodes", "percentage from '0%' to '100%'"),
             ({"disruption": {"budgets": [{"nodes": "ten"}]}}, "spec.disruption.budgets[0].nodes", "'ten'"),
-            ({"disruption": {"budgets": [{"nodes": "1", "reasons": ["Bored"]}]}}, "spec.disruption.budgets[0].reasons[0]", "'Bored' is not one of Drifted, Empty, Expired, Underutilized"),
+            (
+                {"disruption": {"budgets": [{"nodes": "1", "reasons": ["Bored"]}]}},
+                "spec.disruption.budgets[0].reasons[0]",
+                "'Bored' is not one of Drifted, Empty, Expired, Underutilized",
+            ),
             ({"disruption": {"budgets": [{"nodes": "1", "schedule": "@daily"}]}}, "spec.disruption.budgets[0].duration", "required with a schedule"),
             ({"disruption": {"budgets": [{"nodes": "1", "duration": "1h"}]}}, "spec.disruption.budgets[0].schedule", "required when duration"),
             ({"disruption": {"budgets": [{"nodes": "1", "schedule": "9 * *", "duration": "1h"}]}}, "spec.disruption.budgets[0].schedule", "5-field cron"),
@@ -599,14 +678,37 @@ class TestNodePool:
             ({"limits": {"memory": "-1Gi"}}, "spec.limits.memory", "must not be negative"),
             ({"template": {"spec": {"expireAfter": "forever"}}}, "spec.template.spec.expireAfter", "invalid duration 'forever'"),
             ({"template": {"spec": {"terminationGracePeriod": "Never"}}}, "spec.template.spec.terminationGracePeriod", "Never is not allowed"),
-            ({"template": {"spec": {"requirements": [{"key": "a", "operator": "Like", "values": ["x"]}]}}}, "spec.template.spec.requirements[0]", "unknown operator 'Like'"),
-            ({"template": {"spec": {"requirements": [{"key": "a", "operator": "In", "values": ["x"], "minValues": 2}]}}}, "spec.template.spec.requirements[0].minValues", "more than the 1 values"),
-            ({"template": {"spec": {"requirements": [{"key": "a", "operator": "Gt", "values": [3]}]}}}, "spec.template.spec.requirements[0].values[0]", "(quote it)"),
-            ({"template": {"spec": {"requirements": [{"key": "karpenter.sh/nodepool", "operator": "In", "values": ["x"]}]}}}, "spec.template.spec.requirements[0].key", "set by Joiner"),
-            ({"template": {"spec": {"requirements": [{"key": "joiner.dev/instance-cpu", "operator": "Lt", "values": ["-4"]}]}}},
-             "spec.template.spec.requirements[0].values", "single non-negative integer"),
+            (
+                {"template": {"spec": {"requirements": [{"key": "a", "operator": "Like", "values": ["x"]}]}}},
+                "spec.template.spec.requirements[0]",
+                "unknown operator 'Like'",
+            ),
+            (
+                {"template": {"spec": {"requirements": [{"key": "a", "operator": "In", "values": ["x"], "minValues": 2}]}}},
+                "spec.template.spec.requirements[0].minValues",
+                "more than the 1 values",
+            ),
+            (
+                {"template": {"spec": {"requirements": [{"key": "a", "operator": "Gt", "values": [3]}]}}},
+                "spec.template.spec.requirements[0].values[0]",
+                "(quote it)",
+            ),
+            (
+                {"template": {"spec": {"requirements": [{"key": "karpenter.sh/nodepool", "operator": "In", "values": ["x"]}]}}},
+                "spec.template.spec.requirements[0].key",
+                "set by Joiner",
+            ),
+            (
+                {"template": {"spec": {"requirements": [{"key": "joiner.dev/instance-cpu", "operator": "Lt", "values": ["-4"]}]}}},
+                "spec.template.spec.requirements[0].values",
+                "single non-negative integer",
+            ),
             ({"template": {"metadata": {"labels": {"joiner.dev/nodepool": "x"}}}}, "spec.template.metadata.labels.joiner.dev/nodepool", "set by Joiner"),
-            ({"template": {"spec": {"nodeClassRef": {"group": "example.com", "kind": "Other", "name": "x"}}}}, "spec.template.spec.nodeClassRef", "must reference"),
+            (
+                {"template": {"spec": {"nodeClassRef": {"group": "example.com", "kind": "Other", "name": "x"}}}},
+                "spec.template.spec.nodeClassRef",
+                "must reference",
+            ),
             ({"template": {"spec": {"nodeClassRef": {"kind": "NodeClass"}}}}, "spec.template.spec.nodeClassRef.name", "required"),
             ({"template": {"spec": {"taints": [{"key": "k", "effect": "Never"}]}}}, "spec.template.spec.taints[0].effect", "'Never' is not one of"),
         ],
@@ -651,14 +753,26 @@ class TestNodeClass:
         assert (kubelet.max_pods, kubelet.pods_per_core) == (110, None)
         assert kubelet.system_reserved == Resources({"cpu": 100}) and kubelet.kube_reserved == Resources({"memory": GI})
         assert kubelet.eviction_hard == {"memory.available": "100Mi", "nodefs.available": "10%"}
-        assert node_class.block_device_mappings == ({"deviceName": "/dev/xvda", "ebs": {"volumeSize": "20Gi", "volumeType": "gp3", "encrypted": True, "deleteOnTermination": True}},)
+        assert node_class.block_device_mappings == (
+            {"deviceName": "/dev/xvda", "ebs": {"volumeSize": "20Gi", "volumeType": "gp3", "encrypted": True, "deleteOnTermination": True}},
+        )
         assert node_class.tags == {"team": "a"} and node_class.user_data == "echo hi"
-        assert node_class.metadata_options == {"httpEndpoint": "enabled", "httpProtocolIPv6": "disabled", "httpPutResponseHopLimit": 2, "httpTokens": "required"}
+        assert node_class.metadata_options == {
+            "httpEndpoint": "enabled",
+            "httpProtocolIPv6": "disabled",
+            "httpPutResponseHopLimit": 2,
+            "httpTokens": "required",
+        }
 
     def test_defaults(self) -> None:
         node_class = parse_node_class({"apiVersion": "joiner.dev/v1", "kind": "NodeClass", "metadata": {"name": "d"}})
         assert node_class.ami_family == "AL2023" and node_class.ami_selector_terms == (SelectorTerm(alias="al2023@latest"),)
-        assert node_class.metadata_options == {"httpEndpoint": "enabled", "httpProtocolIPv6": "disabled", "httpPutResponseHopLimit": 1, "httpTokens": "required"}
+        assert node_class.metadata_options == {
+            "httpEndpoint": "enabled",
+            "httpProtocolIPv6": "disabled",
+            "httpPutResponseHopLimit": 1,
+            "httpTokens": "required",
+        }
         assert node_class.kubelet.kube_reserved is None and node_class.kubelet.max_pods is None
         assert node_class.role is None and node_class.user_data is None
         # A Karpenter EC2NodeClass (planning only) keeps Karpenter's families; a NodeClass admits AL2023 only.
@@ -670,7 +784,9 @@ class TestNodeClass:
         assert pinned.ami_family == "AL2023" and pinned.ami_selector_terms == (SelectorTerm(alias="al2023@v20240807"),)
 
     def test_explicit_zero_kube_reserved_is_kept(self) -> None:
-        kubelet = parse_node_class({"kind": "NodeClass", "metadata": {"name": "d"}, "spec": {"kubelet": {"kubeReserved": {"cpu": "0", "memory": "1Gi"}}}}).kubelet
+        kubelet = parse_node_class(
+            {"kind": "NodeClass", "metadata": {"name": "d"}, "spec": {"kubelet": {"kubeReserved": {"cpu": "0", "memory": "1Gi"}}}}
+        ).kubelet
         assert kubelet.kube_reserved is not None
         assert dict(kubelet.kube_reserved.items()) == {"cpu": 0, "memory": GI}  # cpu 0 replaces the formula, it is not "unset"
 
@@ -700,7 +816,13 @@ class TestNodeClass:
         assert node_class.ami_selector_terms == (SelectorTerm(alias="bottlerocket@v1.20.0"),)
         assert node_class.subnet_selector_terms == (SelectorTerm(tags=(("karpenter.sh/discovery", "demo"),)),)
         assert node_class.instance_profile == "KarpenterNodeInstanceProfile" and node_class.kubelet.max_pods == 58
-        ami_by_name = parse_node_class({"kind": "EC2NodeClass", "metadata": {"name": "c"}, "spec": {"amiFamily": "AL2023", "amiSelectorTerms": [{"name": "my-ami-*", "owner": "self"}, {"id": "ami-123"}]}})
+        ami_by_name = parse_node_class(
+            {
+                "kind": "EC2NodeClass",
+                "metadata": {"name": "c"},
+                "spec": {"amiFamily": "AL2023", "amiSelectorTerms": [{"name": "my-ami-*", "owner": "self"}, {"id": "ami-123"}]},
+            }
+        )
         assert ami_by_name.ami_selector_terms == (SelectorTerm(name="my-ami-*", owner="self"), SelectorTerm(id="ami-123"))
 
     @pytest.mark.parametrize(
@@ -745,8 +867,16 @@ class TestNodeClass:
             ({"kubelet": {"evictionHard": {"memory.available": "120%"}}}, "spec.kubelet.evictionHard.memory.available", "invalid percentage"),
             ({"kubelet": {"evictionHard": {"memory.available": "lots"}}}, "spec.kubelet.evictionHard.memory.available", "invalid quantity"),
             ({"blockDeviceMappings": [{"ebs": {}}]}, "spec.blockDeviceMappings[0].deviceName", "required"),
-            ({"blockDeviceMappings": [{"deviceName": "/dev/xvda", "ebs": {"volumeSize": "big"}}]}, "spec.blockDeviceMappings[0].ebs.volumeSize", "invalid quantity"),
-            ({"blockDeviceMappings": [{"deviceName": "/dev/xvda", "ebs": {"encrypted": "yes"}}]}, "spec.blockDeviceMappings[0].ebs.encrypted", "expected true or false"),
+            (
+                {"blockDeviceMappings": [{"deviceName": "/dev/xvda", "ebs": {"volumeSize": "big"}}]},
+                "spec.blockDeviceMappings[0].ebs.volumeSize",
+                "invalid quantity",
+            ),
+            (
+                {"blockDeviceMappings": [{"deviceName": "/dev/xvda", "ebs": {"encrypted": "yes"}}]},
+                "spec.blockDeviceMappings[0].ebs.encrypted",
+                "expected true or false",
+            ),
             ({"metadataOptions": {"httpTokens": "maybe"}}, "spec.metadataOptions.httpTokens", "'maybe' is not one of required, optional"),
             ({"metadataOptions": {"httpPutResponseHopLimit": 65}}, "spec.metadataOptions.httpPutResponseHopLimit", "at most 64"),
             ({"metadataOptions": {"httpEndPoint": "enabled"}}, "spec.metadataOptions.httpEndPoint", "unknown option"),
@@ -778,8 +908,12 @@ class TestParseObjects:
             {"apiVersion": "v1", "kind": "NodeList", "items": [{"metadata": {"name": "n1"}}]},  # raw API list: items carry no kind
             {"apiVersion": "joiner.dev/v1", "kind": "NodePool", "metadata": {"name": "default"}},
             {"apiVersion": "joiner.dev/v1", "kind": "NodeClass", "metadata": {"name": "default"}},
-            {"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "metadata": {"name": "x", "labels": {"karpenter.sh/nodepool": "default"}},
-             "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}, "requirements": []}},
+            {
+                "apiVersion": "karpenter.sh/v1",
+                "kind": "NodeClaim",
+                "metadata": {"name": "x", "labels": {"karpenter.sh/nodepool": "default"}},
+                "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}, "requirements": []},
+            },
             {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "svc"}},
             pod_object("done", status={"phase": "Succeeded"}, nodeName="n1"),
         ]
@@ -810,12 +944,21 @@ class TestParseObjects:
             ([pod_object("a"), {"apiVersion": "v1", "metadata": {"name": "x"}}], "object 2 (x): kind: required"),
             ([{"apiVersion": "v1", "kind": "List", "items": [pod_object("a"), 5]}], "object 1 items[1]: expected a Kubernetes object"),
             ([{"apiVersion": "v1", "kind": "List", "items": {"a": 1}}], "List (object 1): items: expected a list"),
-            ([{"apiVersion": "policy/v1beta1", "kind": "PodDisruptionBudget", "metadata": {"name": "p", "namespace": "n"}}], "PodDisruptionBudget n/p: apiVersion: 'policy/v1beta1' is not supported (expected policy/v1)"),
-            ([{"apiVersion": "karpenter.sh/v1beta1", "kind": "NodePool", "metadata": {"name": "p"}}], "NodePool p: apiVersion: 'karpenter.sh/v1beta1' is not supported (expected joiner.dev/v1 or karpenter.sh/v1)"),
+            (
+                [{"apiVersion": "policy/v1beta1", "kind": "PodDisruptionBudget", "metadata": {"name": "p", "namespace": "n"}}],
+                "PodDisruptionBudget n/p: apiVersion: 'policy/v1beta1' is not supported (expected policy/v1)",
+            ),
+            (
+                [{"apiVersion": "karpenter.sh/v1beta1", "kind": "NodePool", "metadata": {"name": "p"}}],
+                "NodePool p: apiVersion: 'karpenter.sh/v1beta1' is not supported (expected joiner.dev/v1 or karpenter.sh/v1)",
+            ),
             ([{"kind": "Pod", "metadata": {"name": "p"}, "spec": {}}], "Pod default/p: apiVersion: None is not supported (expected v1)"),
             ([pod_object("a"), pod_object("a")], "Pod default/a: metadata.name: appears twice (also at Pod default/a)"),
             (
-                [{"apiVersion": "joiner.dev/v1", "kind": "NodeClass", "metadata": {"name": "d"}}, {"apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "d"}}],
+                [
+                    {"apiVersion": "joiner.dev/v1", "kind": "NodeClass", "metadata": {"name": "d"}},
+                    {"apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "d"}},
+                ],
                 "EC2NodeClass d: metadata.name: appears twice (also at NodeClass d)",
             ),
             ([{"apiVersion": "v1", "kind": "Pod", "metadata": "web"}], "Pod (object 1): metadata: expected a mapping, got string 'web'"),
@@ -882,7 +1025,9 @@ class TestLoadYaml:
     def test_document_errors_name_the_document(self) -> None:
         error = error_of(load_snapshot_yaml, "apiVersion: v1\nkind: Node\nmetadata: {name: n}\n---\n- just\n- a list\n")
         assert str(error).startswith("document 2: expected a Kubernetes object")
-        error = error_of(load_snapshot_yaml, "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: a, resources: {requests: {cpu: abc}}}]}\n")
+        error = error_of(
+            load_snapshot_yaml, "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: a, resources: {requests: {cpu: abc}}}]}\n"
+        )
         assert str(error).startswith("Pod default/p: spec.containers[0].resources.requests.cpu: invalid quantity 'abc'")
 
     def test_yaml_booleans_in_string_fields_are_refused(self) -> None:

@@ -24,14 +24,83 @@ from joiner.domain.snapshot import SnapshotError, effective_requests, load_snaps
 needs_libyaml = pytest.mark.skipif(not sy.fast_path_available(), reason="PyYAML without libyaml")
 
 TRICKY = [
-    "0x1F", "0x_1F", "1_000", "1__0", "0b101", "0b_", "012", "09", "0o17", "+1", "-1", "+0", "-0", "0", "190:20:30",
-    ".inf", "-.inf", "+.INF", ".Inf", ".nan", ".NaN", "-.5", "+.5", "1.", "1.5e+3", "1.5e3", "1e3", "6.8523015e+5",
-    "685.230_15e+03", "1_2.3", "1e999", "1.0e+999", "-1.0e+999", "9223372036854775807", "9223372036854775808",
-    "-9223372036854775808", "123456789012345678901234567890123456789012345",
-    "yes", "Yes", "YES", "No", "no", "on", "Off", "y", "n", "true", "True", "TRUE", "false", "tRUE",
-    "~", "null", "Null", "NULL", "nUll", "", "2001-12-14", "2001-12-14t21:59:43.10-05:00", "2001-12-14 21:59:43.10 -5",
-    "<<", "=", "a", "p1", "500m", "1Gi", "Pending", "default", "kind", "List", "x y", "café", "-", "--", "...x",
+    "0x1F",
+    "0x_1F",
+    "1_000",
+    "1__0",
+    "0b101",
+    "0b_",
+    "012",
+    "09",
+    "0o17",
+    "+1",
+    "-1",
+    "+0",
+    "-0",
+    "0",
+    "190:20:30",
+    ".inf",
+    "-.inf",
+    "+.INF",
+    ".Inf",
+    ".nan",
+    ".NaN",
+    "-.5",
+    "+.5",
+    "1.",
+    "1.5e+3",
+    "1.5e3",
+    "1e3",
+    "6.8523015e+5",
+    "685.230_15e+03",
+    "1_2.3",
+    "1e999",
+    "1.0e+999",
+    "-1.0e+999",
+    "9223372036854775807",
+    "9223372036854775808",
+    "-9223372036854775808",
+    "123456789012345678901234567890123456789012345",
+    "yes",
+    "Yes",
+    "YES",
+    "No",
+    "no",
+    "on",
+    "Off",
+    "y",
+    "n",
+    "true",
+    "True",
+    "TRUE",
+    "false",
+    "tRUE",
+    "~",
+    "null",
+    "Null",
+    "NULL",
+    "nUll",
+    "",
+    "2001-12-14",
+    "2001-12-14t21:59:43.10-05:00",
+    "2001-12-14 21:59:43.10 -5",
+    "<<",
+    "=",
+    "a",
+    "p1",
+    "500m",
+    "1Gi",
+    "Pending",
+    "default",
+    "kind",
+    "List",
+    "x y",
+    "café",
+    "-",
+    "--",
+    "...x",
 ]
+
 
 def typed(value: Any) -> Any:
     """A value with every type spelled out, so ``1 == 1.0 == True`` cannot pass for equal;
@@ -157,11 +226,14 @@ def test_generated_streams_load_as_the_reference_loads_them(text: str) -> None:
 
 @needs_libyaml
 @settings(max_examples=300, deadline=None)
-@given(data=st.recursive(
-    st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=True), st.text(max_size=8)),
-    lambda children: st.one_of(st.lists(children, max_size=4), st.dictionaries(st.text(max_size=5), children, max_size=4)),
-    max_leaves=20,
-), flow=st.booleans())
+@given(
+    data=st.recursive(
+        st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=True), st.text(max_size=8)),
+        lambda children: st.one_of(st.lists(children, max_size=4), st.dictionaries(st.text(max_size=5), children, max_size=4)),
+        max_leaves=20,
+    ),
+    flow=st.booleans(),
+)
 def test_dumped_data_loads_as_the_reference_loads_it(data: Any, flow: bool) -> None:
     """Whatever PyYAML writes (quoting strings that would resolve otherwise, ``!!python``-free
     safe output) reads back alike: big integers and infinities included."""
@@ -186,10 +258,27 @@ def test_yaml_1_1_resolution_spot_checks() -> None:
         "a: 0x1F\nb: 1_000\nc: .inf\nd: yes\ne: No\nf: ~\ng: 2001-12-14\nh: 1e3\ni: 0o17\nj: 012\nk: +1\nl: -.5\n"
         "m: '12'\nn: |\n  two\n  lines\no: plain\n  folded\np:\nq: 190:20:30\n"
     )
-    assert typed(documents[0]) == typed({
-        "a": 31, "b": 1000, "c": math.inf, "d": True, "e": False, "f": None, "g": "2001-12-14", "h": "1e3", "i": "0o17",
-        "j": 10, "k": 1, "l": "-.5", "m": "12", "n": "two\nlines\n", "o": "plain folded", "p": None, "q": 685230,
-    })
+    assert typed(documents[0]) == typed(
+        {
+            "a": 31,
+            "b": 1000,
+            "c": math.inf,
+            "d": True,
+            "e": False,
+            "f": None,
+            "g": "2001-12-14",
+            "h": "1e3",
+            "i": "0o17",
+            "j": 10,
+            "k": 1,
+            "l": "-.5",
+            "m": "12",
+            "n": "two\nlines\n",
+            "o": "plain folded",
+            "p": None,
+            "q": 685230,
+        }
+    )
 
 
 @needs_libyaml
@@ -206,17 +295,43 @@ def test_empty_documents(text: str) -> None:
 @needs_libyaml
 def test_a_list_document_keeps_its_items_in_order() -> None:
     text = "kind: List\napiVersion: v1\nitems:\n- {kind: Pod, metadata: {name: a}}\n- kind: Pod\n  metadata:\n    name: b\n"
-    assert fast_only(text) == [{"kind": "List", "apiVersion": "v1", "items": [{"kind": "Pod", "metadata": {"name": "a"}}, {"kind": "Pod", "metadata": {"name": "b"}}]}]
+    assert fast_only(text) == [
+        {"kind": "List", "apiVersion": "v1", "items": [{"kind": "Pod", "metadata": {"name": "a"}}, {"kind": "Pod", "metadata": {"name": "b"}}]}
+    ]
     assert_same(text)
 
 
 @needs_libyaml
-@pytest.mark.parametrize("text", [
-    "\ufeffa: 1\n", "a: 1\r\nb: [x,\r\n y]\r\n", "a:\tb\n", 'a: "\\ud800"\n', 'a: "\\x85\\u00e9\\U0001F600"\n', "a: b\x85c\n",
-    "a: !!binary aGVsbG8=\n", "- ? a\n", "{a: 1, b}\n", "[a: 1, b]\n", "a: 'multi\n  line'\n", "a: >-\n  x\n\n  y\n", "a: |2\n   x\n",
-    "---\n--- |\n  lit\n", "a: 0b1_0\n", "a: -0x_ff\n", "a: 1:30\n", "a: -1:30.5\n", "a: .5e+3\n", "a: 1.e-2\n", "\x00", "a: \x07\n",
-    "x" * 70_000, "a: -" + "9" * 39 + "\n", "a: 1 # comment\n# more\nb: x#not-a-comment\n",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "\ufeffa: 1\n",
+        "a: 1\r\nb: [x,\r\n y]\r\n",
+        "a:\tb\n",
+        'a: "\\ud800"\n',
+        'a: "\\x85\\u00e9\\U0001F600"\n',
+        "a: b\x85c\n",
+        "a: !!binary aGVsbG8=\n",
+        "- ? a\n",
+        "{a: 1, b}\n",
+        "[a: 1, b]\n",
+        "a: 'multi\n  line'\n",
+        "a: >-\n  x\n\n  y\n",
+        "a: |2\n   x\n",
+        "---\n--- |\n  lit\n",
+        "a: 0b1_0\n",
+        "a: -0x_ff\n",
+        "a: 1:30\n",
+        "a: -1:30.5\n",
+        "a: .5e+3\n",
+        "a: 1.e-2\n",
+        "\x00",
+        "a: \x07\n",
+        "x" * 70_000,
+        "a: -" + "9" * 39 + "\n",
+        "a: 1 # comment\n# more\nb: x#not-a-comment\n",
+    ],
+)
 def test_odd_texts_load_as_the_reference_loads_them(text: str) -> None:
     assert_same(text)
 
@@ -245,16 +360,19 @@ def error_of(text: str, limits: InputLimits = DEFAULT_LIMITS) -> InputError:
 
 
 @needs_libyaml
-@pytest.mark.parametrize(("text", "line", "column", "problem"), [
-    ("a: 1\nb: 2\na: 3\n", 3, 1, "duplicate key 'a'"),
-    ("a:\n  1: x\n  1.0: y\n", 3, 3, "duplicate key 1.0"),
-    ("a: 1\ntrue: 2\n1: 3\n", 3, 1, "duplicate key 1"),
-    ("n: 9223372036854775808\n", 1, 4, "integer 9223372036854775808 is out of range (at most 9223372036854775807, a 64-bit integer)"),
-    ("n: 1.0e+999\n", 1, 4, "number 1.0e+999 is out of range"),
-    ("n: " + "1" * 41 + "\n", 1, 4, "number 111111111111... has 41 characters, more than the 40 allowed"),
-    ("a: b: c\n", 1, 5, "mapping values are not allowed in this context"),
-    ("a: [1, 2\n", 2, 1, "did not find expected ',' or ']'"),
-])
+@pytest.mark.parametrize(
+    ("text", "line", "column", "problem"),
+    [
+        ("a: 1\nb: 2\na: 3\n", 3, 1, "duplicate key 'a'"),
+        ("a:\n  1: x\n  1.0: y\n", 3, 3, "duplicate key 1.0"),
+        ("a: 1\ntrue: 2\n1: 3\n", 3, 1, "duplicate key 1"),
+        ("n: 9223372036854775808\n", 1, 4, "integer 9223372036854775808 is out of range (at most 9223372036854775807, a 64-bit integer)"),
+        ("n: 1.0e+999\n", 1, 4, "number 1.0e+999 is out of range"),
+        ("n: " + "1" * 41 + "\n", 1, 4, "number 111111111111... has 41 characters, more than the 40 allowed"),
+        ("a: b: c\n", 1, 5, "mapping values are not allowed in this context"),
+        ("a: [1, 2\n", 2, 1, "did not find expected ',' or ']'"),
+    ],
+)
 def test_errors_are_the_reference_errors_with_their_place(text: str, line: int, column: int, problem: str) -> None:
     error = error_of(text)
     assert (error.line, error.column, error.problem) == (line, column, problem)
@@ -306,24 +424,27 @@ def test_not_text_is_an_input_error() -> None:
 
 
 @needs_libyaml
-@pytest.mark.parametrize("text", [
-    "a: &x 1\nb: *x\n",
-    "base: &b {cpu: 1, mem: 2}\nmerged:\n  <<: *b\n  cpu: 3\n",
-    "a: &x [1, 2]\n",
-    "a: !!str 12\n",
-    "a: !!int '12'\n",
-    "a: !!set {x}\n",
-    "a: !custom 1\n",
-    "? [a, b]\n: 1\n",
-    "? {a: 1}\n: 1\n",
-    "%YAML 1.1\n---\na: 1\n",
-    "%TAG !e! tag:example.com,2000:\n---\na: 1\n",
-    "a: =\n",
-    "<<: {a: 1}\n",
-    "a: 1\na: 2\n",
-    "a: *nowhere\n",
-    "a: &x [*x]\n",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a: &x 1\nb: *x\n",
+        "base: &b {cpu: 1, mem: 2}\nmerged:\n  <<: *b\n  cpu: 3\n",
+        "a: &x [1, 2]\n",
+        "a: !!str 12\n",
+        "a: !!int '12'\n",
+        "a: !!set {x}\n",
+        "a: !custom 1\n",
+        "? [a, b]\n: 1\n",
+        "? {a: 1}\n: 1\n",
+        "%YAML 1.1\n---\na: 1\n",
+        "%TAG !e! tag:example.com,2000:\n---\na: 1\n",
+        "a: =\n",
+        "<<: {a: 1}\n",
+        "a: 1\na: 2\n",
+        "a: *nowhere\n",
+        "a: &x [*x]\n",
+    ],
+)
 def test_what_the_fast_path_does_not_reproduce_goes_to_the_reference(text: str, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(sy._Fallback):
         fast_only(text)
@@ -366,7 +487,10 @@ def test_without_libyaml_the_pure_python_reference_reads(monkeypatch: pytest.Mon
 
 
 def _reference_effective_requests(
-    containers: list[Resources], init_containers: list[tuple[Resources, bool]], overhead: Resources, pod_level: Resources | None,
+    containers: list[Resources],
+    init_containers: list[tuple[Resources, bool]],
+    overhead: Resources,
+    pod_level: Resources | None,
 ) -> Resources:
     """The Resources-arithmetic version effective_requests replaced."""
     total = EMPTY
@@ -404,7 +528,10 @@ _vectors = st.builds(
     pod_level=st.none() | _vectors,
 )
 def test_effective_requests_matches_resources_arithmetic(
-    containers: list[Resources], init_containers: list[tuple[Resources, bool]], overhead: Resources, pod_level: Resources | None,
+    containers: list[Resources],
+    init_containers: list[tuple[Resources, bool]],
+    overhead: Resources,
+    pod_level: Resources | None,
 ) -> None:
     got = effective_requests(containers, init_containers, overhead, pod_level)
     want = _reference_effective_requests(containers, init_containers, overhead, pod_level)

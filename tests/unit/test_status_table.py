@@ -6,8 +6,16 @@ from joiner.cli.status import render_table
 
 
 def test_capacity_and_reserved_show_the_same_resources() -> None:
-    pool = {"name": "default", "nodeClass": "default", "ready": "True", "nodes": 1, "inFlight": 1, "limits": {"cpu": "100"},
-            "capacity": {"cpu": "4", "memory": "8Gi", "pods": "58", "ephemeral-storage": "20Gi"}, "reserved": {"cpu": "8", "nodes": "1"}}
+    pool = {
+        "name": "default",
+        "nodeClass": "default",
+        "ready": "True",
+        "nodes": 1,
+        "inFlight": 1,
+        "limits": {"cpu": "100"},
+        "capacity": {"cpu": "4", "memory": "8Gi", "pods": "58", "ephemeral-storage": "20Gi"},
+        "reserved": {"cpu": "8", "nodes": "1"},
+    }
     status = {"nodePools": [pool], "claimsInFlight": [], "terminations": [], "pendingPods": [], "unavailableOfferings": [], "recentDecisions": []}
     header, row = render_table(status).splitlines()[1:3]
     cells = row.split()

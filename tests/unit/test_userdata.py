@@ -191,8 +191,7 @@ def test_labels_the_kubelet_refuses_are_left_for_registration() -> None:
     }
     flags = _flags(node_config(CLUSTER, labels=labels))
     assert flags["node-labels"] == (
-        "joiner.dev/nodepool=default,node.kubernetes.io/custom=ok,node.kubernetes.io/instance-type=m5.large,"
-        "topology.kubernetes.io/zone=us-east-1a"
+        "joiner.dev/nodepool=default,node.kubernetes.io/custom=ok,node.kubernetes.io/instance-type=m5.large,topology.kubernetes.io/zone=us-east-1a"
     )
     assert not kubelet_may_set_label("node-role.kubernetes.io/worker")
     assert kubelet_may_set_label("kubelet.kubernetes.io/anything")

@@ -25,8 +25,9 @@ def claim_pod(name: str, *claims: str, node_name: str | None = None, ephemeral: 
     return pod_json(name, node_name=node_name, extra_spec={"volumes": volumes}, **extra)
 
 
-def pvc(name: str, *, storage_class: str | None = "gp3", volume: str | None = None, bind_completed: bool = True,
-        phase: str | None = None, deleting: bool = False) -> dict[str, Any]:
+def pvc(
+    name: str, *, storage_class: str | None = "gp3", volume: str | None = None, bind_completed: bool = True, phase: str | None = None, deleting: bool = False
+) -> dict[str, Any]:
     """A claim; one naming a volume carries the PV controller's bind-completed annotation (as
     every bound claim does) unless ``bind_completed`` is False."""
     spec: dict[str, Any] = {"accessModes": ["ReadWriteOnce"]}
@@ -46,15 +47,19 @@ def pvc(name: str, *, storage_class: str | None = "gp3", volume: str | None = No
 
 
 def pv(name: str, zone: str, *, key: str = wk.ZONE) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name}, "spec": {
-        "csi": {"driver": EBS, "volumeHandle": f"vol-{name}"},
-        "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [{"key": key, "operator": "In", "values": [zone]}]}]}},
-    }}
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": name},
+        "spec": {
+            "csi": {"driver": EBS, "volumeHandle": f"vol-{name}"},
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [{"key": key, "operator": "In", "values": [zone]}]}]}},
+        },
+    }
 
 
 def storage_class(name: str = "gp3", *, mode: str = "WaitForFirstConsumer", zones: tuple[str, ...] = (), default: bool = False) -> dict[str, Any]:
-    obj: dict[str, Any] = {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": name}, "provisioner": EBS,
-                           "volumeBindingMode": mode}
+    obj: dict[str, Any] = {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": name}, "provisioner": EBS, "volumeBindingMode": mode}
     if default:
         obj["metadata"]["annotations"] = {"storageclass.kubernetes.io/is-default-class": "true"}
     if zones:
@@ -90,18 +95,32 @@ def test_a_generic_ephemeral_volume_follows_its_template_class() -> None:
     assert not result.unschedulable and zones_of(result) == {"default/cache-0": ("us-east-1a",)}
 
 
-@pytest.mark.parametrize(("objects", "reason"), [
-    ((), "persistentvolumeclaim default/data-db-0 not found"),
-    ((pvc("data-db-0", storage_class="gp2"), storage_class("gp2", mode="Immediate")), "unbound with Immediate binding"),
-    ((pvc("data-db-0", storage_class="missing"),), "storageclass missing does not exist"),
-    ((pvc("data-db-0", volume="pv-gone"), storage_class()), "persistentvolume pv-gone of claim default/data-db-0 not found"),
-    ((pvc("data-db-0", volume="pv-a", bind_completed=False), pv("pv-a", "us-east-1a"), storage_class()),
-     "names persistentvolume pv-a but is not bound yet"),
-    ((pvc("data-db-0", volume="pv-a", phase="Lost"), storage_class()), "persistentvolumeclaim default/data-db-0 is lost"),
-    ((pvc("data-db-0", volume="pv-a", deleting=True), pv("pv-a", "us-east-1a"), storage_class()), "persistentvolumeclaim default/data-db-0 is being deleted"),
-    ((pvc("data-db-0", volume="pv-a"), {**pv("pv-a", "us-east-1a"), "metadata": {"name": "pv-a", "deletionTimestamp": "2026-01-01T00:00:00Z"}}, storage_class()),
-     "persistentvolume pv-a of claim default/data-db-0 is being deleted"),
-])
+@pytest.mark.parametrize(
+    ("objects", "reason"),
+    [
+        ((), "persistentvolumeclaim default/data-db-0 not found"),
+        ((pvc("data-db-0", storage_class="gp2"), storage_class("gp2", mode="Immediate")), "unbound with Immediate binding"),
+        ((pvc("data-db-0", storage_class="missing"),), "storageclass missing does not exist"),
+        ((pvc("data-db-0", volume="pv-gone"), storage_class()), "persistentvolume pv-gone of claim default/data-db-0 not found"),
+        (
+            (pvc("data-db-0", volume="pv-a", bind_completed=False), pv("pv-a", "us-east-1a"), storage_class()),
+            "names persistentvolume pv-a but is not bound yet",
+        ),
+        ((pvc("data-db-0", volume="pv-a", phase="Lost"), storage_class()), "persistentvolumeclaim default/data-db-0 is lost"),
+        (
+            (pvc("data-db-0", volume="pv-a", deleting=True), pv("pv-a", "us-east-1a"), storage_class()),
+            "persistentvolumeclaim default/data-db-0 is being deleted",
+        ),
+        (
+            (
+                pvc("data-db-0", volume="pv-a"),
+                {**pv("pv-a", "us-east-1a"), "metadata": {"name": "pv-a", "deletionTimestamp": "2026-01-01T00:00:00Z"}},
+                storage_class(),
+            ),
+            "persistentvolume pv-a of claim default/data-db-0 is being deleted",
+        ),
+    ],
+)
 def test_pods_whose_volumes_cannot_be_placed_yet_are_reported_not_placed(objects: tuple[dict[str, Any], ...], reason: str) -> None:
     result = plan(claim_pod("db-0", "data-db-0"), *objects)
     assert result.node_claims == ()
@@ -122,8 +141,12 @@ def test_the_default_storage_class_serves_claims_without_a_class() -> None:
 
 
 def csi_node(name: str, count: int) -> dict[str, Any]:
-    return {"apiVersion": "storage.k8s.io/v1", "kind": "CSINode", "metadata": {"name": name},
-            "spec": {"drivers": [{"name": EBS, "nodeID": "i-1", "allocatable": {"count": count}}]}}
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "CSINode",
+        "metadata": {"name": name},
+        "spec": {"drivers": [{"name": EBS, "nodeID": "i-1", "allocatable": {"count": count}}]},
+    }
 
 
 def test_an_existing_node_takes_no_more_volumes_than_its_csi_driver_allows() -> None:
@@ -133,9 +156,14 @@ def test_an_existing_node_takes_no_more_volumes_than_its_csi_driver_allows() -> 
         node_json("n1", instance_id="i-0000000000000001a", cpu="8", memory="32Gi"),
         csi_node("n1", 2),
         claim_pod("old", "data-old", node_name="n1", cpu="100m"),
-        pvc("data-old", volume="pv-old"), pv("pv-old", "us-east-1a"),
-        claim_pod("new-0", "data-0", cpu="100m"), pvc("data-0", volume="pv-0"), pv("pv-0", "us-east-1a"),
-        claim_pod("new-1", "data-1", cpu="100m"), pvc("data-1", volume="pv-1"), pv("pv-1", "us-east-1a"),
+        pvc("data-old", volume="pv-old"),
+        pv("pv-old", "us-east-1a"),
+        claim_pod("new-0", "data-0", cpu="100m"),
+        pvc("data-0", volume="pv-0"),
+        pv("pv-0", "us-east-1a"),
+        claim_pod("new-1", "data-1", cpu="100m"),
+        pvc("data-1", volume="pv-1"),
+        pv("pv-1", "us-east-1a"),
         storage_class(),
     ]
     result = plan(*common)
@@ -179,15 +207,22 @@ def test_a_volume_zone_does_not_narrow_the_domains_a_zone_spread_counts() -> Non
     volume's zone is a separate filter (Karpenter keeps it out of the pod's affinity for this
     reason). Zone a holds 2 matching pods, b 1, c none: a pod whose volume is in zone a would
     make the skew 3, so it is unschedulable, not given a node in a."""
-    spread = {"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": wk.ZONE, "whenUnsatisfiable": "DoNotSchedule",
-                                             "labelSelector": {"matchLabels": {"app": "db"}}}]}
+    spread = {
+        "topologySpreadConstraints": [
+            {"maxSkew": 1, "topologyKey": wk.ZONE, "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "db"}}}
+        ]
+    }
     running = [
-        node_json("na", instance_id="i-0000000000000000a", zone="us-east-1a"), node_json("nb", instance_id="i-0000000000000000b", zone="us-east-1b"),
+        node_json("na", instance_id="i-0000000000000000a", zone="us-east-1a"),
+        node_json("nb", instance_id="i-0000000000000000b", zone="us-east-1b"),
         node_json("nc", instance_id="i-0000000000000000c", zone="us-east-1c"),
-        pod_json("r-0", node_name="na", labels={"app": "db"}, cpu="10m"), pod_json("r-1", node_name="na", labels={"app": "db"}, cpu="10m"),
+        pod_json("r-0", node_name="na", labels={"app": "db"}, cpu="10m"),
+        pod_json("r-1", node_name="na", labels={"app": "db"}, cpu="10m"),
         pod_json("r-2", node_name="nb", labels={"app": "db"}, cpu="10m"),
     ]
-    pending = pod_json("db-0", labels={"app": "db"}, cpu="1500m", extra_spec={"volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": "data"}}], **spread})
+    pending = pod_json(
+        "db-0", labels={"app": "db"}, cpu="1500m", extra_spec={"volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": "data"}}], **spread}
+    )
     result = plan(*running, pending, pvc("data", volume="pv-a"), pv("pv-a", "us-east-1a"), storage_class())
     assert [u.pod for u in result.unschedulable] == ["default/db-0"] and not result.node_claims
     free = plan(*running, pending, pvc("data", volume="pv-c"), pv("pv-c", "us-east-1c"), storage_class())
@@ -200,7 +235,8 @@ def test_a_local_volume_hostname_term_does_not_follow_the_pod() -> None:
     local = pv("pv-local", "us-east-1c")
     local["spec"]["local"] = {"path": "/mnt/disk"}
     local["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"].append(
-        {"key": wk.HOSTNAME, "operator": "In", "values": ["ip-10-0-9-9"]})
+        {"key": wk.HOSTNAME, "operator": "In", "values": ["ip-10-0-9-9"]}
+    )
     result = plan(claim_pod("db-0", "data-db-0"), pvc("data-db-0", volume="pv-local"), local, storage_class())
     assert not result.unschedulable and zones_of(result) == {"default/db-0": ("us-east-1c",)}
 
@@ -238,7 +274,9 @@ def zonal_clusters(draw: st.DrawFn) -> tuple[list[dict[str, Any]], dict[str, str
 
 @given(zonal_clusters())
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-def test_property_placed_pods_are_in_their_volumes_zone_and_within_attach_limits(case: tuple[list[dict[str, Any]], dict[str, str | None], dict[str, int]]) -> None:
+def test_property_placed_pods_are_in_their_volumes_zone_and_within_attach_limits(
+    case: tuple[list[dict[str, Any]], dict[str, str | None], dict[str, int]],
+) -> None:
     objects, zone_of, limits = case
     result = plan(*objects)
     reported = {u.pod for u in result.unschedulable}
@@ -263,7 +301,11 @@ def test_a_new_node_takes_no_more_ebs_volumes_than_the_driver_attaches_to_its_ty
     the root volume. 30 tiny pods with one EBS volume each need two new nodes, not one."""
     objects: list[dict[str, Any]] = [storage_class()]
     for index in range(30):
-        objects += [claim_pod(f"db-{index}", f"data-{index}", cpu="10m", memory="16Mi"), pvc(f"data-{index}", volume=f"pv-{index}"), pv(f"pv-{index}", "us-east-1a")]
+        objects += [
+            claim_pod(f"db-{index}", f"data-{index}", cpu="10m", memory="16Mi"),
+            pvc(f"data-{index}", volume=f"pv-{index}"),
+            pv(f"pv-{index}", "us-east-1a"),
+        ]
     result = plan(*objects)
     assert not result.unschedulable
     assert sorted(len(claim.pods) for claim in result.node_claims) == [4, 26]
@@ -296,10 +338,15 @@ def gp2(name: str = "gp2", *, default: bool = True, mode: str = "WaitForFirstCon
 
 
 def in_tree_pv(name: str, zone: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name}, "spec": {
-        "awsElasticBlockStore": {"volumeID": f"vol-{name}", "fsType": "ext4"},
-        "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [{"key": wk.ZONE, "operator": "In", "values": [zone]}]}]}},
-    }}
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": name},
+        "spec": {
+            "awsElasticBlockStore": {"volumeID": f"vol-{name}", "fsType": "ext4"},
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [{"key": wk.ZONE, "operator": "In", "values": [zone]}]}]}},
+        },
+    }
 
 
 @pytest.mark.parametrize("bound", [False, True])
@@ -319,13 +366,21 @@ def test_in_tree_ebs_claims_count_against_the_ebs_csi_limit(bound: bool) -> None
     assert sorted(len(claim.pods) for claim in result.node_claims) == [4, 26]
 
 
-@pytest.mark.parametrize(("provisioner", "driver"), [
-    ("kubernetes.io/aws-ebs", "ebs.csi.aws.com"), ("kubernetes.io/gce-pd", "pd.csi.storage.gke.io"),
-    ("kubernetes.io/azure-disk", "disk.csi.azure.com"), ("kubernetes.io/azure-file", "file.csi.azure.com"),
-    ("kubernetes.io/cinder", "cinder.csi.openstack.org"), ("kubernetes.io/vsphere-volume", "csi.vsphere.vmware.com"),
-    ("kubernetes.io/portworx-volume", "pxd.portworx.com"), ("kubernetes.io/rbd", "rbd.csi.ceph.com"),
-    ("ebs.csi.aws.com", "ebs.csi.aws.com"), ("example.com/other", "example.com/other"),
-])
+@pytest.mark.parametrize(
+    ("provisioner", "driver"),
+    [
+        ("kubernetes.io/aws-ebs", "ebs.csi.aws.com"),
+        ("kubernetes.io/gce-pd", "pd.csi.storage.gke.io"),
+        ("kubernetes.io/azure-disk", "disk.csi.azure.com"),
+        ("kubernetes.io/azure-file", "file.csi.azure.com"),
+        ("kubernetes.io/cinder", "cinder.csi.openstack.org"),
+        ("kubernetes.io/vsphere-volume", "csi.vsphere.vmware.com"),
+        ("kubernetes.io/portworx-volume", "pxd.portworx.com"),
+        ("kubernetes.io/rbd", "rbd.csi.ceph.com"),
+        ("ebs.csi.aws.com", "ebs.csi.aws.com"),
+        ("example.com/other", "example.com/other"),
+    ],
+)
 def test_in_tree_provisioners_and_sources_translate_as_csi_migration_does(provisioner: str, driver: str) -> None:
     from joiner.domain.volumes import IN_TREE_SOURCES, csi_driver, parse_persistent_volume, parse_storage_class
 
@@ -344,14 +399,16 @@ def test_the_beta_storage_class_annotation_wins_over_the_spec() -> None:
     were the default WaitForFirstConsumer class."""
     claim = pvc("data-db-0", storage_class=None)
     claim["metadata"]["annotations"] = {"volume.beta.kubernetes.io/storage-class": "io2-now"}
-    result = plan(claim_pod("db-0", "data-db-0"), claim, storage_class("standard", zones=("us-east-1b",), default=True),
-                  storage_class("io2-now", mode="Immediate"))
+    result = plan(
+        claim_pod("db-0", "data-db-0"), claim, storage_class("standard", zones=("us-east-1b",), default=True), storage_class("io2-now", mode="Immediate")
+    )
     (waiting,) = result.unschedulable
     assert waiting.pod == "default/db-0" and "Immediate binding (storageclass io2-now)" in waiting.reason
     both = pvc("data-db-1", storage_class="io2-now")
     both["metadata"]["annotations"] = {"volume.beta.kubernetes.io/storage-class": "standard"}
-    result = plan(claim_pod("db-1", "data-db-1"), both, storage_class("standard", zones=("us-east-1b",), default=True),
-                  storage_class("io2-now", mode="Immediate"))
+    result = plan(
+        claim_pod("db-1", "data-db-1"), both, storage_class("standard", zones=("us-east-1b",), default=True), storage_class("io2-now", mode="Immediate")
+    )
     assert zones_of(result) == {"default/db-1": ("us-east-1b",)}
 
 
@@ -370,11 +427,18 @@ def test_a_running_pods_volumes_all_count_whatever_state_its_first_claim_is_in(s
     else:
         first = pvc("data-x", volume="pv-x")  # the pod's first claim, data-a, does not exist
     objects = [
-        node_json("n1", instance_id="i-0000000000000001a", cpu="8", memory="32Gi"), csi_node("n1", 3),
-        claim_pod("old", "data-a", "data-b", "data-c", node_name="n1", cpu="100m"), first,
-        pvc("data-b", volume="pv-b"), pvc("data-c", volume="pv-c"),
-        pv("pv-a", "us-east-1a"), pv("pv-b", "us-east-1a"), pv("pv-c", "us-east-1a"),
-        claim_pod("new", "data-new", cpu="100m"), pvc("data-new", volume="pv-new"), pv("pv-new", "us-east-1a"),
+        node_json("n1", instance_id="i-0000000000000001a", cpu="8", memory="32Gi"),
+        csi_node("n1", 3),
+        claim_pod("old", "data-a", "data-b", "data-c", node_name="n1", cpu="100m"),
+        first,
+        pvc("data-b", volume="pv-b"),
+        pvc("data-c", volume="pv-c"),
+        pv("pv-a", "us-east-1a"),
+        pv("pv-b", "us-east-1a"),
+        pv("pv-c", "us-east-1a"),
+        claim_pod("new", "data-new", cpu="100m"),
+        pvc("data-new", volume="pv-new"),
+        pv("pv-new", "us-east-1a"),
         storage_class(),
     ]
     result = plan(*objects)

@@ -20,10 +20,12 @@ from tests.support.fakes import FakeClock, fake_world
 T0 = datetime(2025, 1, 6, 9, tzinfo=UTC)
 
 
-@given(st.lists(st.floats(min_value=0, max_value=30, allow_nan=False), min_size=1, max_size=40),
-       st.floats(min_value=0.1, max_value=5), st.floats(min_value=0, max_value=20))
-def test_a_batch_is_due_idle_after_the_latest_pod_but_never_later_than_max_after_the_first(
-        offsets: list[float], idle: float, extra: float) -> None:
+@given(
+    st.lists(st.floats(min_value=0, max_value=30, allow_nan=False), min_size=1, max_size=40),
+    st.floats(min_value=0.1, max_value=5),
+    st.floats(min_value=0, max_value=20),
+)
+def test_a_batch_is_due_idle_after_the_latest_pod_but_never_later_than_max_after_the_first(offsets: list[float], idle: float, extra: float) -> None:
     window = BatchWindow(idle, idle + extra)
     batch = PendingBatch()
     times = [T0 + timedelta(seconds=offset) for offset in sorted(offsets)]
@@ -45,9 +47,11 @@ def test_a_window_out_of_bounds_is_one_clear_error(idle: float, maximum: float) 
 
 
 def pending(uid: str, version: int) -> JsonDict:
-    return {"metadata": {"uid": uid, "name": uid, "namespace": "default", "resourceVersion": str(version)},
-            "spec": {}, "status": {"phase": "Pending", "conditions": [
-                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}}
+    return {
+        "metadata": {"uid": uid, "name": uid, "namespace": "default", "resourceVersion": str(version)},
+        "spec": {},
+        "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]},
+    }
 
 
 class ScriptedWatch:
@@ -129,18 +133,39 @@ def test_bound_deleted_and_daemonset_pods_never_wake_the_planner() -> None:
     daemon["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "x", "uid": "u"}]
     scheduled = pending("ok", 7)
     scheduled["status"]["conditions"] = [{"type": "PodScheduled", "status": "True"}]
-    port = ScriptedWatch(world.clock, [([WatchEvent("ADDED", daemon), WatchEvent("ADDED", scheduled),
-                                         WatchEvent("DELETED", pending("gone", 8)),
-                                         WatchEvent("BOOKMARK", {"metadata": {"resourceVersion": "9"}})], None)])
+    port = ScriptedWatch(
+        world.clock,
+        [
+            (
+                [
+                    WatchEvent("ADDED", daemon),
+                    WatchEvent("ADDED", scheduled),
+                    WatchEvent("DELETED", pending("gone", 8)),
+                    WatchEvent("BOOKMARK", {"metadata": {"resourceVersion": "9"}}),
+                ],
+                None,
+            )
+        ],
+    )
     planner = Planner()
     summary = run_watcher(runtime, port, planner)
     assert planner.wakes == [] and summary.resource_version == "9"
 
 
-@pytest.mark.parametrize("saved", [
-    None, {}, {"resourceVersion": 12}, {"resourceVersion": "x" * 500}, {"resourceVersion": "1 OR 1"},
-    {"pending": "uid-a"}, {"pending": [1, None, "", "u" * 300]}, {"planInputs": ["nodepools"]}, ["not", "a", "dict"],
-])
+@pytest.mark.parametrize(
+    "saved",
+    [
+        None,
+        {},
+        {"resourceVersion": 12},
+        {"resourceVersion": "x" * 500},
+        {"resourceVersion": "1 OR 1"},
+        {"pending": "uid-a"},
+        {"pending": [1, None, "", "u" * 300]},
+        {"planInputs": ["nodepools"]},
+        ["not", "a", "dict"],
+    ],
+)
 def test_a_malformed_saved_position_is_listed_again(saved: Any) -> None:
     from joiner.services.watcher import read_position
 
@@ -151,8 +176,7 @@ def test_a_malformed_saved_position_is_listed_again(saved: Any) -> None:
 def test_a_saved_position_is_read_back() -> None:
     from joiner.services.watcher import read_position
 
-    versions, pending = read_position({"resourceVersion": "812", "planInputs": {"nodepools": "90", "nodeclasses": "91", "nodes": "93"},
-                                       "pending": ["a", "b"]})
+    versions, pending = read_position({"resourceVersion": "812", "planInputs": {"nodepools": "90", "nodeclasses": "91", "nodes": "93"}, "pending": ["a", "b"]})
     assert versions == {"pods": "812", "nodepools": "90", "nodeclasses": "91", "nodes": "93"} and pending == ["a", "b"]
     # a position saved before the nodes stream existed: that stream starts at the current version
     versions, _ = read_position({"resourceVersion": "812", "planInputs": {"nodepools": "90", "nodeclasses": "91"}})

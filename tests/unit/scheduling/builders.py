@@ -167,8 +167,16 @@ def node(
     return Node(name=name, labels=all_labels, taints=tuple(taints), allocatable=allocatable, capacity=allocatable, ready=ready)
 
 
-def daemonset(name: str, cpu: object = "100m", memory: object = "128Mi", *, tolerations: Iterable[Toleration] = (), node_selector: Mapping[str, str] | None = None,
-              host_ports: Iterable[int] = ()) -> DaemonSet:
-    template = pod(name, cpu, memory, tolerations=tolerations, node_selector=node_selector, owner=("DaemonSet", name), namespace="kube-system",
-                   host_ports=host_ports)
+def daemonset(
+    name: str,
+    cpu: object = "100m",
+    memory: object = "128Mi",
+    *,
+    tolerations: Iterable[Toleration] = (),
+    node_selector: Mapping[str, str] | None = None,
+    host_ports: Iterable[int] = (),
+) -> DaemonSet:
+    template = pod(
+        name, cpu, memory, tolerations=tolerations, node_selector=node_selector, owner=("DaemonSet", name), namespace="kube-system", host_ports=host_ports
+    )
     return DaemonSet("kube-system", name, template)

@@ -30,7 +30,11 @@ def daemon_overhead(problem: SchedulingProblem, pool_name: str, type_name: str) 
         if any(not any(t.tolerates(taint) for t in ds.pod.tolerations) for taint in pool.taints):
             continue
         options = pod_requirement_options(ds.pod)
-        if not any(pool.template_requirements().compatible(o) is None and not it.requirements.conflicts(Requirements(r for k, r in o.items() if k not in (wk.ZONE, wk.CAPACITY_TYPE))) for o in options):
+        if not any(
+            pool.template_requirements().compatible(o) is None
+            and not it.requirements.conflicts(Requirements(r for k, r in o.items() if k not in (wk.ZONE, wk.CAPACITY_TYPE)))
+            for o in options
+        ):
             continue
         total = total + ds.pod.requests
     return total
@@ -64,10 +68,14 @@ def check_plan(problem: SchedulingProblem, plan: Plan) -> None:
             type_reqs = Requirements(r for k, r in it.requirements.items() if k not in (wk.ZONE, wk.CAPACITY_TYPE))
             assert not claim.requirements.conflicts(type_reqs), (name, claim.requirements)
             offers = [
-                o.price for o in it.offerings
-                if o.available and (name, o.zone, o.capacity_type) not in {(u.instance_type, u.zone, u.capacity_type) for u in unavailable}
-                and o.zone in claim.zones and o.capacity_type in claim.capacity_types
-                and claim.requirements.get_or_exists(wk.ZONE).has(o.zone) and claim.requirements.get_or_exists(wk.CAPACITY_TYPE).has(o.capacity_type)
+                o.price
+                for o in it.offerings
+                if o.available
+                and (name, o.zone, o.capacity_type) not in {(u.instance_type, u.zone, u.capacity_type) for u in unavailable}
+                and o.zone in claim.zones
+                and o.capacity_type in claim.capacity_types
+                and claim.requirements.get_or_exists(wk.ZONE).has(o.zone)
+                and claim.requirements.get_or_exists(wk.CAPACITY_TYPE).has(o.capacity_type)
             ]
             assert offers, f"{name} has an available offering the claim allows"
             prices.append(min(offers))

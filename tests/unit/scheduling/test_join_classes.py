@@ -96,6 +96,8 @@ def test_joining_keeps_tiny_pods_on_their_architecture_and_moves_large_ones_besi
     apart, _ = run_engine(Context(problem), optimize=True, join=False)
     check_plan(problem, joined)
     assert joined.cost_per_hour < apart.cost_per_hour - 0.05
-    beside = [c for c in joined.node_claims if any(k.endswith(tuple(f"large-{i:03d}" for i in range(100))) for k in c.pods) and any("tiny" in k for k in c.pods)]
+    beside = [
+        c for c in joined.node_claims if any(k.endswith(tuple(f"large-{i:03d}" for i in range(100))) for k in c.pods) and any("tiny" in k for k in c.pods)
+    ]
     assert beside, "some large pods share nodes with tiny ones"
     assert all(all(name.startswith("a.") for name in c.instance_types) for c in joined.node_claims if any("tiny" in k for k in c.pods))

@@ -19,8 +19,7 @@ TYPES = (
 
 def problem(count: int) -> SchedulingProblem:
     pools = (node_pool(),)
-    return SchedulingProblem(pending=tuple(pod(f"p{i}", "1", "1Gi") for i in range(count)), node_pools=pools,
-                             instance_types={"default": TYPES})
+    return SchedulingProblem(pending=tuple(pod(f"p{i}", "1", "1Gi") for i in range(count)), node_pools=pools, instance_types={"default": TYPES})
 
 
 def test_the_lp_splits_pods_across_lopsided_types_and_the_whole_pod_bound_does_not() -> None:

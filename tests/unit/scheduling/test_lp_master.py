@@ -62,7 +62,13 @@ def test_incremental_solves_reach_the_optimum_of_every_column_added_so_far(deman
         master.add_column(1.0, {row: 1.0})
         costs.append(1.0)
         columns.append({row: 1.0})
-    batches = data.draw(st.lists(st.lists(st.tuples(st.integers(1, 4), st.dictionaries(st.integers(0, rows - 1), st.integers(1, 3), min_size=1)), min_size=1, max_size=5), min_size=1, max_size=4))
+    batches = data.draw(
+        st.lists(
+            st.lists(st.tuples(st.integers(1, 4), st.dictionaries(st.integers(0, rows - 1), st.integers(1, 3), min_size=1)), min_size=1, max_size=5),
+            min_size=1,
+            max_size=4,
+        )
+    )
     for batch in batches:
         for price, column in batch:
             master.add_column(float(price) / 2, {r: float(v) for r, v in column.items()})

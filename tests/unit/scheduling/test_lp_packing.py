@@ -29,6 +29,8 @@ def test_maximize_packing_is_feasible_and_optimal(case: tuple[list[float], list[
     for d, c in enumerate(capacity):
         assert sum(size[d] * n for size, n in zip(sizes, solution)) <= c * (1 + 1e-9) + 1e-9
     assert all(0 <= n <= u for n, u in zip(solution, upper))
-    reference = linprog([-v for v in values], A_ub=[[size[d] for size in sizes] for d in range(len(capacity))], b_ub=capacity, bounds=list(zip([0] * len(upper), upper)))
+    reference = linprog(
+        [-v for v in values], A_ub=[[size[d] for size in sizes] for d in range(len(capacity))], b_ub=capacity, bounds=list(zip([0] * len(upper), upper))
+    )
     best = -reference.fun
     assert sum(v * n for v, n in zip(values, solution)) >= best - 1e-7 * max(1.0, best)

@@ -77,8 +77,14 @@ def test_a_pattern_from_an_earlier_lp_round_never_overfills_nor_leaves_a_negativ
     gib = 1 << 30
     sizes = [(3000, gib // 2, 1), (3000, gib // 8, 1), (1500, gib // 2, 1), (1500, gib // 8, 1), (100, gib // 2, 1), (100, gib // 8, 1)]
     counts = [1, 3, 1, 2, 1, 16]
-    types = [PackType((2000, 4 * gib, 110), 0.035), PackType((2000, 8 * gib, 110), 0.096), PackType((2000, 16 * gib, 29), 0.126),
-             PackType((8000, 16 * gib, 110), 0.14), PackType((4000, 16 * gib, 110), 0.192), PackType((16000, 64 * gib, 110), 0.768)]
+    types = [
+        PackType((2000, 4 * gib, 110), 0.035),
+        PackType((2000, 8 * gib, 110), 0.096),
+        PackType((2000, 16 * gib, 29), 0.126),
+        PackType((8000, 16 * gib, 110), 0.14),
+        PackType((4000, 16 * gib, 110), 0.192),
+        PackType((16000, 64 * gib, 110), 0.768),
+    ]
     bins, remaining = pack(sizes, counts, types)
     assert remaining == [0] * len(sizes)
     assert all(n > 0 for b in bins for n in b.counts.values()), [b.counts for b in bins]
@@ -104,8 +110,14 @@ def _check_bins(bins, sizes, counts, types) -> None:  # type: ignore[no-untyped-
 def test_every_packing_places_each_item_exactly_once_within_capacity(shapes, data) -> None:  # type: ignore[no-untyped-def]
     sizes = [(cpu, memory, 1) for cpu, memory in shapes]
     counts = [data.draw(st.integers(1, 30)) for _ in sizes]
-    menu = [((2000, 4, 110), 0.035), ((2000, 8, 110), 0.096), ((2000, 16, 29), 0.126), ((8000, 16, 110), 0.14),
-            ((4000, 16, 110), 0.192), ((16000, 64, 110), 0.768)]
+    menu = [
+        ((2000, 4, 110), 0.035),
+        ((2000, 8, 110), 0.096),
+        ((2000, 16, 29), 0.126),
+        ((8000, 16, 110), 0.14),
+        ((4000, 16, 110), 0.192),
+        ((16000, 64, 110), 0.768),
+    ]
     types = [PackType(capacity, price) for capacity, price in data.draw(st.lists(st.sampled_from(menu), min_size=1, max_size=6, unique=True))]
     bins, remaining = pack(sizes, counts, types)
     assert all(r >= 0 for r in remaining)

@@ -62,8 +62,12 @@ def problems(draw: st.DrawFn) -> SchedulingProblem:
     limit_cpu = draw(st.sampled_from((None, "8", "24", "64")))
     pools = [
         node_pool("general", limits=res(cpu=limit_cpu) if limit_cpu else None),
-        node_pool("batch", taints=[Taint("dedicated", "batch", "NoSchedule")], weight=draw(st.sampled_from((0, 10))),
-                  requirements=[req(wk.CAPACITY_TYPE, "In", "spot", "on-demand")]),
+        node_pool(
+            "batch",
+            taints=[Taint("dedicated", "batch", "NoSchedule")],
+            weight=draw(st.sampled_from((0, 10))),
+            requirements=[req(wk.CAPACITY_TYPE, "In", "spot", "on-demand")],
+        ),
     ]
     nodes: tuple = ()
     bound: tuple = ()
@@ -72,7 +76,11 @@ def problems(draw: st.DrawFn) -> SchedulingProblem:
         bound = tuple(pod(f"r{i}", "1", "1Gi", node_name="existing-1", labels={"app": "plain-0"}) for i in range(draw(st.integers(0, 3))))
     daemonsets = (daemonset("logs", "200m", "256Mi"),) if draw(st.booleans()) else ()
     return SchedulingProblem(
-        pending=tuple(pods), nodes=nodes, bound_pods=bound, daemonsets=daemonsets, node_pools=tuple(pools),
+        pending=tuple(pods),
+        nodes=nodes,
+        bound_pods=bound,
+        daemonsets=daemonsets,
+        node_pools=tuple(pools),
         instance_types={p.name: TYPES for p in pools},
     )
 
@@ -145,8 +153,11 @@ def test_plan_does_not_depend_on_input_order(problem: SchedulingProblem, random)
     pools = list(problem.node_pools)
     random.shuffle(pools)
     shuffled = SchedulingProblem(
-        pending=tuple(pending), nodes=problem.nodes, bound_pods=tuple(reversed(problem.bound_pods)),
-        daemonsets=problem.daemonsets, node_pools=tuple(pools),
+        pending=tuple(pending),
+        nodes=problem.nodes,
+        bound_pods=tuple(reversed(problem.bound_pods)),
+        daemonsets=problem.daemonsets,
+        node_pools=tuple(pools),
         instance_types={name: tuple(reversed(types)) for name, types in problem.instance_types.items()},
     )
     assert solve(shuffled) == solve(problem)
@@ -175,9 +186,11 @@ def test_an_emptied_claim_that_takes_pods_again_counts_against_the_limit() -> No
         node_pool("batch", taints=[Taint("dedicated", "batch", "NoSchedule")], requirements=[req(wk.CAPACITY_TYPE, "In", "spot", "on-demand")]),
     ]
     problem = SchedulingProblem(
-        pending=tuple(pods), nodes=(node("existing-1", cpu=4, memory_gib=16, zone=ZONES[0], pool="general"),),
+        pending=tuple(pods),
+        nodes=(node("existing-1", cpu=4, memory_gib=16, zone=ZONES[0], pool="general"),),
         bound_pods=(pod("r0", "1", "1Gi", node_name="existing-1", labels={"app": "plain-0"}),),
-        node_pools=tuple(pools), instance_types={p.name: TYPES for p in pools},
+        node_pools=tuple(pools),
+        instance_types={p.name: TYPES for p in pools},
     )
     plan = solve(problem)
     check_plan(problem, plan)
@@ -202,7 +215,7 @@ def test_claims_under_slack_limits_fit_and_reserve_as_when_every_type_is_scored(
         entries = engine.build_entries()
         engine.place_in_flight_pods(entries)
         engine.run_queue(entries)
-        claims = [(tuple(sorted(p.key for p in t.pods)), t.reservation) for t in engine.targets[engine.n_fixed:]]
+        claims = [(tuple(sorted(p.key for p in t.pods)), t.reservation) for t in engine.targets[engine.n_fixed :]]
         return {index: list(values) for index, values in engine.reserved.items()}, claims
 
     fast, fast_claims = solve(problem), first_fit()

@@ -98,7 +98,9 @@ def test_daemonset_overhead_counts_only_daemonsets_that_would_run_there():
     everywhere = daemonset("logger", "500m", "512Mi", tolerations=(Toleration(operator="Exists"),))
     untolerating = daemonset("picky", "1", "1Gi")
     tainted = node_pool("tainted", taints=(Taint("dedicated", "x"),))
-    pr = problem([pod("a", "1500m", "1Gi", tolerations=(Toleration("dedicated", "Equal", "x"),))], pools=(tainted,), daemonsets=(arm_only, everywhere, untolerating))
+    pr = problem(
+        [pod("a", "1500m", "1Gi", tolerations=(Toleration("dedicated", "Equal", "x"),))], pools=(tainted,), daemonsets=(arm_only, everywhere, untolerating)
+    )
     plan = solved(pr)
     (claim,) = plan.node_claims
     # 1.5 CPU + 0.5 CPU logger = 2 CPU fits m5.large exactly; neither the arm64 nor the
@@ -127,9 +129,15 @@ def test_pods_go_to_existing_nodes_before_new_claims():
 
 def test_in_flight_claims_take_pods_and_count_against_limits():
     flight = InFlightClaim(
-        "claim-1", "default", "m5.xlarge", "us-east-1a", "on-demand",
-        allocatable=res(cpu="4", memory="16Gi", pods="110"), capacity=res(cpu="4", memory="16Gi", pods="110"),
-        requirements=Requirements.from_labels({wk.NODEPOOL: "default"}), pods=("default/b",),
+        "claim-1",
+        "default",
+        "m5.xlarge",
+        "us-east-1a",
+        "on-demand",
+        allocatable=res(cpu="4", memory="16Gi", pods="110"),
+        capacity=res(cpu="4", memory="16Gi", pods="110"),
+        requirements=Requirements.from_labels({wk.NODEPOOL: "default"}),
+        pods=("default/b",),
     )
     limited = node_pool(limits=res(cpu="10"))
     pods = [pod("a", "3", "1Gi"), pod("b", "1", "1Gi"), pod("c", "3", "1Gi"), pod("d", "3", "1Gi")]
@@ -442,8 +450,12 @@ def test_a_karpenter_alias_as_topology_key_names_the_same_domains(key: str) -> N
     assert sorted(c.capacity_types for c in plan.node_claims if any(p.startswith("default/a") for p in c.pods)) == [("on-demand",), ("spot",)]
 
     karpenter_node = node("k1", pool="general", labels={"karpenter.sh/capacity-type": "spot"})
-    karpenter_node = type(karpenter_node)(**{**{f: getattr(karpenter_node, f) for f in karpenter_node.__dataclass_fields__},
-                                             "labels": {k: v for k, v in karpenter_node.labels.items() if k != wk.CAPACITY_TYPE}})
+    karpenter_node = type(karpenter_node)(
+        **{
+            **{f: getattr(karpenter_node, f) for f in karpenter_node.__dataclass_fields__},
+            "labels": {k: v for k, v in karpenter_node.labels.items() if k != wk.CAPACITY_TYPE},
+        }
+    )
     bound = (pod("b0", "500m", "512Mi", labels={"app": "a"}, node_name="k1"),)
     problem = SchedulingProblem(pending=anti_pods[:1], nodes=(karpenter_node,), bound_pods=bound, node_pools=(pool,), instance_types={"general": types})
     (claim,) = solve(problem).node_claims
@@ -456,8 +468,7 @@ def test_daemonset_overhead_counts_every_resource_the_daemonsets_request() -> No
     types = (instance_type("c5.large", 2, 4, 0.085), instance_type("m5.large", 2, 8, 0.096))
     pool = node_pool("general")
     cpu_only = pod("c", "500m", "0")
-    problem = SchedulingProblem(pending=(cpu_only,), daemonsets=(daemonset("agent", "100m", "6Gi"),), node_pools=(pool,),
-                                instance_types={"general": types})
+    problem = SchedulingProblem(pending=(cpu_only,), daemonsets=(daemonset("agent", "100m", "6Gi"),), node_pools=(pool,), instance_types={"general": types})
     (claim,) = solve(problem).node_claims
     assert claim.instance_types == ("m5.large",)
 
@@ -466,8 +477,9 @@ def test_a_daemonset_runs_on_a_pool_whose_prefer_no_schedule_taint_it_does_not_t
     """Issue 12 item 4: PreferNoSchedule keeps no DaemonSet pod off a node, so its overhead counts."""
     types = (instance_type("c5.large", 2, 4, 0.085), instance_type("c5.xlarge", 4, 8, 0.17))
     pool = node_pool("soft", taints=[Taint("spot", "true", "PreferNoSchedule")])
-    problem = SchedulingProblem(pending=(pod("p", "1500m", "1Gi"),), daemonsets=(daemonset("agent", "1", "256Mi"),), node_pools=(pool,),
-                                instance_types={"soft": types})
+    problem = SchedulingProblem(
+        pending=(pod("p", "1500m", "1Gi"),), daemonsets=(daemonset("agent", "1", "256Mi"),), node_pools=(pool,), instance_types={"soft": types}
+    )
     (claim,) = solve(problem).node_claims
     assert claim.instance_types[0] == "c5.xlarge"  # 1.5 + 1 CPU do not fit a c5.large's 2
 
@@ -478,8 +490,12 @@ def test_daemonset_host_ports_are_taken_on_every_new_node() -> None:
     types = (instance_type("c5.large", 2, 4, 0.085),)
     pool = node_pool("general")
     ds = daemonset("node-exporter", "100m", "128Mi", host_ports=(9100,))
-    problem = SchedulingProblem(pending=(pod("clash", "100m", "128Mi", host_ports=(9100,)), pod("free", "100m", "128Mi", host_ports=(8080,))),
-                                daemonsets=(ds,), node_pools=(pool,), instance_types={"general": types})
+    problem = SchedulingProblem(
+        pending=(pod("clash", "100m", "128Mi", host_ports=(9100,)), pod("free", "100m", "128Mi", host_ports=(8080,))),
+        daemonsets=(ds,),
+        node_pools=(pool,),
+        instance_types={"general": types},
+    )
     plan = solve(problem)
     assert [c.pods for c in plan.node_claims] == [("default/free",)]
     (stuck,) = plan.unschedulable
@@ -493,8 +509,14 @@ def test_daemonset_overhead_comes_from_its_running_pods_when_there_are_any() -> 
     ds = daemonset("agent", "100m", "512Mi")
     existing = node("n0", cpu=2, memory_gib=4, pool="general")
     running = pod("agent-x", "100m", "3Gi", node_name="n0", owner=("DaemonSet", "agent"), namespace="kube-system")
-    problem = SchedulingProblem(pending=(pod("p", "500m", "1536Mi"),), nodes=(existing,), bound_pods=(running,), daemonsets=(ds,),
-                                node_pools=(node_pool("general"),), instance_types={"general": types})
+    problem = SchedulingProblem(
+        pending=(pod("p", "500m", "1536Mi"),),
+        nodes=(existing,),
+        bound_pods=(running,),
+        daemonsets=(ds,),
+        node_pools=(node_pool("general"),),
+        instance_types={"general": types},
+    )
     (claim,) = solve(problem).node_claims
     assert claim.instance_types == ("m5.large",)  # 3 GiB + 1 GiB do not fit a c5.large's allocatable
 
@@ -581,10 +603,17 @@ def _daemonset_world(ds_pods: list[dict[str, object]]) -> object:
     CPUs on foo=bar nodes; its pods ``ds_pods``; one pending 1-CPU pod for foo=bar."""
     from tests.support.fakes import daemonset_json, node_class_json, node_pool_json, pod_json
 
-    pool = node_pool_json("default", labels={"foo": "bar"}, requirements=[{"key": wk.INSTANCE_TYPE, "operator": "In", "values": ["c5.large", "c5.xlarge", "c5.2xlarge"]}])
+    pool = node_pool_json(
+        "default", labels={"foo": "bar"}, requirements=[{"key": wk.INSTANCE_TYPE, "operator": "In", "values": ["c5.large", "c5.xlarge", "c5.2xlarge"]}]
+    )
     ds = daemonset_json("agent", cpu="3", memory="512Mi")
-    ds["spec"]["template"]["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [{"matchExpressions": [{"key": "foo", "operator": "In", "values": ["bar"]}]}]}}}
+    ds["spec"]["template"]["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": "foo", "operator": "In", "values": ["bar"]}]}]
+            }
+        }
+    }
     pending = pod_json("web", cpu="1", memory="1Gi", node_selector={"foo": "bar"})
     from joiner.domain.snapshot import parse_objects
 
@@ -596,9 +625,23 @@ def _daemonset_pod(name: str, cpu: str, *, created: object, node_name: str | Non
     ``metadata.name`` matchFields term that replaces the template's node affinity."""
     from tests.support.fakes import pod_json
 
-    obj = pod_json(name, namespace="kube-system", cpu=cpu, memory="512Mi", node_name=node_name, created=created,  # type: ignore[arg-type]
-                   extra_spec={"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                       "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-x"]}]}]}}}})
+    obj = pod_json(
+        name,
+        namespace="kube-system",
+        cpu=cpu,
+        memory="512Mi",
+        node_name=node_name,
+        created=created,  # type: ignore[arg-type]
+        extra_spec={
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-x"]}]}]
+                    }
+                }
+            }
+        },
+    )
     obj["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent", "uid": "uid-agent", "controller": True}]  # type: ignore[index]
     return obj
 
@@ -644,9 +687,11 @@ def test_a_daemonset_host_port_is_taken_only_on_the_types_the_daemonset_runs_on(
     types = (instance_type("c5.large", 2, 4, 0.085), instance_type("m6g.large", 2, 8, 0.077, arch="arm64"))
     ds = daemonset("exporter", "100m", "128Mi", node_selector={wk.ARCH: "arm64"}, host_ports=(9100,))
     problem = SchedulingProblem(
-        pending=(pod("clash", "100m", "128Mi", host_ports=(9100,)),
-                 pod("arm-clash", "100m", "128Mi", host_ports=(9100,), node_selector={wk.ARCH: "arm64"})),
-        daemonsets=(ds,), node_pools=(node_pool("general"),), instance_types={"general": types})
+        pending=(pod("clash", "100m", "128Mi", host_ports=(9100,)), pod("arm-clash", "100m", "128Mi", host_ports=(9100,), node_selector={wk.ARCH: "arm64"})),
+        daemonsets=(ds,),
+        node_pools=(node_pool("general"),),
+        instance_types={"general": types},
+    )
     plan = solve(problem)
     placed = {key: claim.instance_types for claim in plan.node_claims for key in claim.pods}
     assert placed["default/clash"] == ("c5.large",), plan
@@ -658,19 +703,26 @@ _ARCH_TYPES = (instance_type("c5.large", 2, 4, 0.085), instance_type("m5.large",
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from([None, "amd64", "arm64"]), st.sampled_from([9100, 9101])), max_size=4),
-       st.sampled_from([9100, 9101, 8080]), st.sampled_from([None, "amd64", "arm64"]))
+@given(
+    st.lists(st.tuples(st.sampled_from([None, "amd64", "arm64"]), st.sampled_from([9100, 9101])), max_size=4),
+    st.sampled_from([9100, 9101, 8080]),
+    st.sampled_from([None, "amd64", "arm64"]),
+)
 def test_a_pod_gets_exactly_the_types_where_no_daemonset_holds_its_port(daemons: list[tuple[str | None, int]], port: int, wants: str | None) -> None:
     """Whatever DaemonSets hold which ports on which architectures: the pod's claim offers only
     types its requirements allow where no DaemonSet holding its port runs, all of them, and
     the pod is unschedulable exactly when there is none."""
     arch_of = {t.name: t.requirements.get(wk.ARCH).single_value() for t in _ARCH_TYPES}  # type: ignore[union-attr]
-    dss = tuple(daemonset(f"ds{i}", "100m", "128Mi", node_selector={wk.ARCH: arch} if arch else None, host_ports=(p,))
-                for i, (arch, p) in enumerate(daemons))
-    problem = SchedulingProblem(pending=(pod("p", "100m", "128Mi", host_ports=(port,), node_selector={wk.ARCH: wants} if wants else None),),
-                                daemonsets=dss, node_pools=(node_pool("general"),), instance_types={"general": _ARCH_TYPES})
-    expected = {name for name, arch in arch_of.items()
-                if (wants is None or arch == wants) and not any(p == port and (a is None or a == arch) for a, p in daemons)}
+    dss = tuple(daemonset(f"ds{i}", "100m", "128Mi", node_selector={wk.ARCH: arch} if arch else None, host_ports=(p,)) for i, (arch, p) in enumerate(daemons))
+    problem = SchedulingProblem(
+        pending=(pod("p", "100m", "128Mi", host_ports=(port,), node_selector={wk.ARCH: wants} if wants else None),),
+        daemonsets=dss,
+        node_pools=(node_pool("general"),),
+        instance_types={"general": _ARCH_TYPES},
+    )
+    expected = {
+        name for name, arch in arch_of.items() if (wants is None or arch == wants) and not any(p == port and (a is None or a == arch) for a, p in daemons)
+    }
     plan = solve(problem)
     if not expected:
         assert [u.pod for u in plan.unschedulable] == ["default/p"]

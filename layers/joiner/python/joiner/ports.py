@@ -108,6 +108,7 @@ class KubernetesPort(PodWatchPort, Protocol):
     def list_pending_pods(self) -> list[JsonDict]:
         """Unbound pods with PodScheduled=False/Unschedulable, not DaemonSet-owned."""
         ...
+
     def list_pods_on_node(self, node_name: str) -> list[JsonDict]: ...
     def list_nodes(self) -> list[JsonDict]: ...
     def list_pages(self, resource: str) -> Iterator[tuple[list[JsonDict], str]]:
@@ -117,6 +118,7 @@ class KubernetesPort(PodWatchPort, Protocol):
         (``managedFields``, container statuses, a Node's images). Raises :class:`KubernetesError`
         when the listing must restart (an expired continuation): the caller lists again."""
         ...
+
     def changes_since(self, resource: str, resource_version: str) -> Iterator[WatchEvent]:
         """The changes to ``resource`` (as :meth:`list_pages`) after ``resource_version`` that
         the server has ready now, in order, then the iterator ends (it does not wait for new
@@ -124,12 +126,14 @@ class KubernetesPort(PodWatchPort, Protocol):
         version; objects may lack the same arrays as :meth:`list_pages`'. Raises
         :class:`WatchExpired` when the version is older than the server keeps."""
         ...
+
     def iter_nodes(self, *, label_selector: str | None = None) -> Iterator[JsonDict]:
         """The Nodes, read a page at a time: memory holds one page, so a caller that keeps only
         what it parses never holds the raw list; ``label_selector`` narrows them. Objects may lack
         the arrays no part of Joiner reads, as in :meth:`list_pages`. Raises
         :class:`KubernetesError` when the listing must restart (an expired continuation)."""
         ...
+
     def get_node(self, name: str) -> JsonDict | None: ...
     def list_daemonsets(self) -> list[JsonDict]: ...
     def list_pdbs(self) -> list[JsonDict]: ...
@@ -137,55 +141,70 @@ class KubernetesPort(PodWatchPort, Protocol):
         """Joiner's NodePools; with ``JOINER_KARPENTER_CRDS`` also Karpenter's, converted to
         ``joiner.dev/v1`` (:func:`joiner.domain.karpenter.read_karpenter`)."""
         ...
+
     def list_node_classes(self) -> list[JsonDict]:
         """Joiner's NodeClasses; with ``JOINER_KARPENTER_CRDS`` also Karpenter's EC2NodeClasses, converted."""
         ...
+
     def list_runtime_classes(self) -> list[JsonDict]: ...
     def patch_node(self, name: str, patch: JsonDict) -> JsonDict:
         """Strategic-merge-free JSON merge patch of a Node (labels, annotations, spec.taints, spec.unschedulable)."""
         ...
+
     def set_node_finalizer(self, name: str, finalizer: str, present: bool) -> bool:
         """Add or remove one finalizer of a Node, keeping the others; False when it is gone."""
         ...
+
     def delete_node(self, name: str, uid: str | None = None) -> bool:
         """Delete a Node; one already gone is fine (True). With ``uid``, only that very Node
         (DeleteOptions ``preconditions.uid``): a Node re-created under the same name has
         another uid, the API answers 409 and nothing is deleted (False)."""
         ...
+
     def evict_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> EvictionOutcome: ...
     def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None: ...
     def nominate_pod(self, namespace: str, name: str, uid: str, node_name: str) -> bool:
         """Set an unbound pod's ``status.nominatedNodeName`` (merge patch of its status, only
         that very pod: ``uid`` is a precondition); False when it is gone or was re-created."""
         ...
+
     def create_event(self, involved: JsonDict, reason: str, message: str, event_type: str = "Normal") -> None:
         """Record a core/v1 Event; ``involved`` is an object (its kind, name, namespace, uid are used)."""
         ...
+
     def patch_node_pool_status(self, name: str, status: JsonDict) -> None: ...
     def patch_node_class_status(self, name: str, status: JsonDict) -> None:
         """Merge patch on a NodeClass's status subresource; a NodeClass deleted meanwhile is skipped."""
         ...
+
     def list_volume_objects(self) -> list[JsonDict]:
         """PersistentVolumeClaims, PersistentVolumes, StorageClasses and CSINodes (each with its kind)."""
         ...
+
     def list_node_claims(self) -> list[JsonDict]:
         """NodeClaim mirrors (``joiner.dev/v1``); none when their CRD is not installed."""
         ...
+
     def get_node_claim(self, name: str) -> JsonDict | None:
         """One NodeClaim mirror; None when there is none (or no NodeClaim CRD)."""
         ...
+
     def create_node_claim(self, obj: JsonDict) -> JsonDict | None:
         """Create a NodeClaim mirror: the object created (its uid), None if one of that name exists."""
         ...
+
     def list_node_overlays(self) -> list[JsonDict]:
         """NodeOverlays (``joiner.dev/v1alpha1``); none when their CRD is not installed."""
         ...
+
     def patch_node_overlay_status(self, name: str, status: JsonDict) -> None:
         """Merge patch on a NodeOverlay's status subresource; one deleted meanwhile is skipped."""
         ...
+
     def patch_node_claim(self, name: str, patch: JsonDict, *, status: bool = False) -> bool:
         """Merge patch of a NodeClaim mirror or (``status``) its status; False if it is gone."""
         ...
+
     def delete_node_claim(self, name: str, uid: str | None = None) -> bool:
         """Delete a NodeClaim mirror (only that very object with ``uid``); False on a uid mismatch."""
         ...
@@ -380,14 +399,17 @@ class Ec2Port(Protocol):
     def resolve_capacity_reservations(self, terms: Sequence[SelectorTerm]) -> list[CapacityReservation]:
         """Active reservations matching any term (``id``, or ``tags`` and ``owner``), sorted by id."""
         ...
+
     def resolve_security_groups(self, terms: Sequence[SelectorTerm]) -> list[str]: ...
     def instance_profile(self, node_class: NodeClass) -> str:
         """The instance profile launches of this NodeClass pass; raises the adapter's config
         error (an :class:`Ec2Error`) when Joiner may not pass it (``iam:PassRole`` scope)."""
         ...
+
     def resolve_ami(self, node_class: NodeClass, kubernetes_version: str, arch: str, variant: str = "standard") -> str:
         """The AMI a launch of this architecture and AL2023 variant uses (see joiner.domain.amis)."""
         ...
+
     def ensure_launch_template(
         self,
         node_class: NodeClass,
@@ -408,29 +430,36 @@ class Ec2Port(Protocol):
         ``dedicated`` launches Dedicated Instances (``Placement.Tenancy``). A template targeting a
         ``capacity-block`` reservation uses the capacity-block market."""
         ...
+
     def create_fleet(self, request: FleetRequest) -> FleetResult: ...
     def terminate_instances(self, instance_ids: Sequence[str]) -> None: ...
     def describe_instances(self, instance_ids: Sequence[str]) -> list[InstanceRecord]: ...
     def list_cluster_instances(self, cluster_name: str) -> list[InstanceRecord]:
         """Non-terminated instances tagged for this cluster by Joiner."""
         ...
+
     def reservation_instances(self, cluster_name: str, reservation_id: str) -> list[InstanceRecord]:
         """Non-terminated instances tagged for this cluster running in capacity reservation
         ``reservation_id`` (DescribeInstances filter ``capacity-reservation-id``)."""
         ...
+
     def describe_cluster(self, cluster_name: str) -> ClusterInfo: ...
     def list_launch_templates(self, cluster_name: str) -> list[LaunchTemplateInfo]:
         """Launch templates Joiner created for this cluster (tagged ``joiner.dev/cluster``), by name."""
         ...
+
     def delete_launch_template(self, template_id: str) -> None:
         """Delete one launch template; one already gone is not an error."""
         ...
+
     def spot_prices(self) -> dict[tuple[str, str], float]:
         """Current Linux spot price per ``(instance type, zone)`` (EC2 spot price history)."""
         ...
+
     def describe_instance_types(self) -> list[JsonDict]:
         """Every ``DescribeInstanceTypes`` record of the region, raw."""
         ...
+
     def instance_type_zones(self) -> dict[str, list[str]]:
         """Availability zones each instance type is offered in (``DescribeInstanceTypeOfferings``)."""
         ...
@@ -533,11 +562,13 @@ class StatePort(Protocol):
     def put_claim(self, claim: ClaimRecord) -> bool:
         """Create the claim; False when one with this id already exists (idempotent retry)."""
         ...
+
     def update_claim(self, claim_id: str, *, expected_state: str | tuple[str, ...] | None = None, **fields: Any) -> ClaimRecord:
         """Set fields and return the updated claim. Raises :class:`ClaimNotFound` for an
         unknown id and, when ``expected_state`` is given and the claim's current state is not
         (one of) it, :class:`ClaimStateConflict` (nothing written) carrying the current record."""
         ...
+
     def get_claim(self, claim_id: str) -> ClaimRecord | None: ...
     def claim_by_instance(self, instance_id: str) -> ClaimRecord | None: ...
     def claims_by_node_pool(self, node_pool: str) -> list[ClaimRecord]: ...
@@ -564,15 +595,18 @@ class StatePort(Protocol):
         No stored item grows with the number of reservations: the total and each claim's
         reservation are separate items, changed together atomically."""
         ...
+
     def release_capacity(self, node_pool: str, claim_id: str) -> None:
         """Return a claim's reservation (no-op if already released; never subtracted twice,
         however many callers release it at once): only once its capacity is gone."""
         ...
+
     def shrink_reservation(self, node_pool: str, claim_id: str, amount: Resources) -> None:
         """Lower a claim's reservation to ``amount`` (at most what it holds, per resource) in one
         atomic step, e.g. from the largest candidate to the instance type launched. A no-op
         when the claim holds no reservation."""
         ...
+
     def reserved_capacity(self, node_pool: str) -> Resources: ...
     def reservations(self, node_pool: str) -> dict[str, Resources]:
         """Claim id -> its reservation, for every claim the pool's reserved total holds
@@ -583,6 +617,7 @@ class StatePort(Protocol):
     def acquire_lease(self, name: str, owner: str, now: datetime, ttl_seconds: int) -> bool:
         """Take or renew a lease with a conditional write; False when another owner holds an unexpired one."""
         ...
+
     def release_lease(self, name: str, owner: str) -> None: ...
 
     def mark_unavailable(self, key: OfferingKey, until: datetime, reason: str) -> None: ...
@@ -592,6 +627,7 @@ class StatePort(Protocol):
         """Generic durable record (termination state, disruption commands...). False when
         ``if_absent`` and it exists."""
         ...
+
     def get_item(self, kind: str, item_id: str) -> JsonDict | None: ...
     def delete_item(self, kind: str, item_id: str) -> None: ...
     def list_items(self, kind: str) -> list[JsonDict]: ...

@@ -26,8 +26,16 @@ from joiner.ports import Clock
 from joiner.settings import Settings, get_settings
 
 __all__ = [
-    "RETRY_MAX_ATTEMPTS", "CONNECT_TIMEOUT_SECONDS", "READ_TIMEOUT_SECONDS", "client_config", "AwsClients",
-    "get_clients", "ec2_adapter", "pricing_adapter", "state_adapter", "work_queue",
+    "RETRY_MAX_ATTEMPTS",
+    "CONNECT_TIMEOUT_SECONDS",
+    "READ_TIMEOUT_SECONDS",
+    "client_config",
+    "AwsClients",
+    "get_clients",
+    "ec2_adapter",
+    "pricing_adapter",
+    "state_adapter",
+    "work_queue",
 ]
 
 RETRY_MAX_ATTEMPTS = 5
@@ -78,9 +86,7 @@ class AwsClients:
         with self._lock:
             client = self._clients.get(key)
             if client is None:
-                client = self._get_session().client(
-                    service, region_name=region or self.region, endpoint_url=self.endpoint_url, config=self.config
-                )
+                client = self._get_session().client(service, region_name=region or self.region, endpoint_url=self.endpoint_url, config=self.config)
                 self._clients[key] = client
             return client
 
@@ -90,9 +96,7 @@ class AwsClients:
             table = self._tables.get(name)
             if table is None:
                 if self._resource is None:
-                    self._resource = self._get_session().resource(
-                        "dynamodb", region_name=self.region, endpoint_url=self.endpoint_url, config=self.config
-                    )
+                    self._resource = self._get_session().resource("dynamodb", region_name=self.region, endpoint_url=self.endpoint_url, config=self.config)
                 table = self._resource.Table(name)
                 self._tables[name] = table
             return table
@@ -143,7 +147,11 @@ def ec2_adapter(settings: Settings | None = None, clients: AwsClients | None = N
     settings = settings or get_settings()
     clients = clients or get_clients()
     return Ec2Adapter(
-        clients.ec2, clients.ssm, clients.eks, settings.cluster_name, clock or SystemClock(),
+        clients.ec2,
+        clients.ssm,
+        clients.eks,
+        settings.cluster_name,
+        clock or SystemClock(),
         default_instance_profile=settings.node_role or None,
     )
 

@@ -44,8 +44,13 @@ from joiner.ports import (
 )
 
 __all__ = [
-    "Ec2Adapter", "NodeClassConfigError", "LaunchTemplateInfo", "LIVE_INSTANCE_STATES", "NODECLASS_TAG",
-    "template_name", "ami_parameter_path",
+    "Ec2Adapter",
+    "NodeClassConfigError",
+    "LaunchTemplateInfo",
+    "LIVE_INSTANCE_STATES",
+    "NODECLASS_TAG",
+    "template_name",
+    "ami_parameter_path",
 ]
 
 T = TypeVar("T")
@@ -365,13 +370,12 @@ class Ec2Adapter:
         set from ``JOINER_NODE_ROLE``) accepts only the stack's node role or its same-named
         profile: the functions' ``iam:PassRole`` covers that role alone, so any other would
         fail every launch with AccessDenied."""
+
         def name(value: str) -> str:
             # arn:aws:iam::123456789012:role/path/Name -> Name; the stack names the profile like the role.
             return value.rsplit("/", 1)[-1] if value.startswith("arn:") else value
 
-        field, chosen = (
-            ("spec.instanceProfile", node_class.instance_profile) if node_class.instance_profile else ("spec.role", node_class.role)
-        )
+        field, chosen = ("spec.instanceProfile", node_class.instance_profile) if node_class.instance_profile else ("spec.role", node_class.role)
         default = name(self._default_instance_profile) if self._default_instance_profile else None
         if chosen and default and name(chosen) != default:
             raise NodeClassConfigError(
@@ -469,8 +473,9 @@ class Ec2Adapter:
             cluster_dns=cluster.cluster_dns,
         )
         try:
-            user_data = build_user_data(bootstrap, node_class.kubelet, labels, taints, node_class.user_data, where=where,
-                                        instance_store_policy=node_class.instance_store_policy)
+            user_data = build_user_data(
+                bootstrap, node_class.kubelet, labels, taints, node_class.user_data, where=where, instance_store_policy=node_class.instance_store_policy
+            )
             resource_tags = cluster_tags(cluster.name, node_class.tags, where=f"{where} spec.tags")
         except (UserDataError, ValueError) as error:
             raise NodeClassConfigError(f"{where}: {error}") from error
@@ -484,9 +489,7 @@ class Ec2Adapter:
             "SecurityGroupIds": sorted(set(security_groups)),
             # Every resource the launch creates, so the launch policy's aws:RequestTag condition
             # holds for each (the fleet tags itself, its instances and volumes again).
-            "TagSpecifications": [
-                {"ResourceType": resource, "Tags": _tag_list(resource_tags)} for resource in TEMPLATE_TAGGED_RESOURCES
-            ],
+            "TagSpecifications": [{"ResourceType": resource, "Tags": _tag_list(resource_tags)} for resource in TEMPLATE_TAGGED_RESOURCES],
             "UserData": encode_user_data(user_data),
         }
         return data, resource_tags
@@ -570,7 +573,10 @@ class Ec2Adapter:
         tagged ``joiner.dev/cluster=<cluster>`` and named ``joiner-...``, by name (for gc)."""
         cluster = cluster_name or self.cluster_name
         raw = self._paginate(
-            self._ec2, "ec2", "describe_launch_templates", "LaunchTemplates",
+            self._ec2,
+            "ec2",
+            "describe_launch_templates",
+            "LaunchTemplates",
             Filters=[{"Name": f"tag:{CLUSTER_TAG}", "Values": [cluster]}],
             PaginationConfig={"PageSize": 200},  # EC2's maximum: fewer calls (and moto does not paginate)
         )
@@ -603,7 +609,10 @@ class Ec2Adapter:
 
     def _claim_instances(self, claim_id: str) -> list[LaunchedInstance]:
         reservations = self._paginate(
-            self._ec2, "ec2", "describe_instances", "Reservations",
+            self._ec2,
+            "ec2",
+            "describe_instances",
+            "Reservations",
             Filters=[
                 {"Name": f"tag:{wk.NODECLAIM}", "Values": [claim_id]},
                 {"Name": f"tag:{CLUSTER_TAG}", "Values": [self.cluster_name]},
@@ -670,13 +679,9 @@ class Ec2Adapter:
                 "TotalTargetCapacity": request.target_capacity,
                 # A reserved launch is on-demand into the reservation its overrides' templates
                 # target, or the capacity-block market for a Capacity Block.
-                "DefaultTargetCapacityType": (
-                    (CAPACITY_BLOCK if capacity_block else wk.CAPACITY_TYPE_ON_DEMAND) if reserved else request.capacity_type
-                ),
+                "DefaultTargetCapacityType": ((CAPACITY_BLOCK if capacity_block else wk.CAPACITY_TYPE_ON_DEMAND) if reserved else request.capacity_type),
             },
-            "TagSpecifications": [
-                {"ResourceType": resource, "Tags": _tag_list(tags)} for resource in ("instance", "volume", "fleet")
-            ],
+            "TagSpecifications": [{"ResourceType": resource, "Tags": _tag_list(tags)} for resource in ("instance", "volume", "fleet")],
         }
         if request.capacity_type == wk.CAPACITY_TYPE_SPOT:
             params["SpotOptions"] = {"AllocationStrategy": "price-capacity-optimized"}
@@ -724,7 +729,9 @@ class Ec2Adapter:
         if missing is not None and not instances:
             self._forget_templates(request)
             raise LaunchTemplateNotFound(
-                f"ec2 CreateFleet failed: {missing.code}: {missing.message}", missing.code, request.launch_template,
+                f"ec2 CreateFleet failed: {missing.code}: {missing.message}",
+                missing.code,
+                request.launch_template,
             )
         return FleetResult(instances=tuple(instances), errors=tuple(errors))
 
@@ -810,8 +817,13 @@ class Ec2Adapter:
         pages of 1,000 for a whole region). Prices EC2 reports as zero or unparseable are
         skipped: an offering priced at nothing would win every plan."""
         entries = self._paginate(
-            self._ec2, "ec2", "describe_spot_price_history", "SpotPriceHistory",
-            ProductDescriptions=list(SPOT_PRODUCT_DESCRIPTIONS), StartTime=self._clock.now(), PaginationConfig={"PageSize": 1000},
+            self._ec2,
+            "ec2",
+            "describe_spot_price_history",
+            "SpotPriceHistory",
+            ProductDescriptions=list(SPOT_PRODUCT_DESCRIPTIONS),
+            StartTime=self._clock.now(),
+            PaginationConfig={"PageSize": 1000},
         )
         newest: dict[tuple[str, str], tuple[datetime, float]] = {}
         for entry in entries:
@@ -835,8 +847,12 @@ class Ec2Adapter:
     def instance_type_zones(self) -> dict[str, list[str]]:
         """Zones per instance type, from the availability-zone offerings (sorted)."""
         offerings = self._paginate(
-            self._ec2, "ec2", "describe_instance_type_offerings", "InstanceTypeOfferings",
-            LocationType="availability-zone", PaginationConfig={"PageSize": 1000},
+            self._ec2,
+            "ec2",
+            "describe_instance_type_offerings",
+            "InstanceTypeOfferings",
+            LocationType="availability-zone",
+            PaginationConfig={"PageSize": 1000},
         )
         zones: dict[str, set[str]] = {}
         for offering in offerings:

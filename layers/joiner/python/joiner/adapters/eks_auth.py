@@ -78,9 +78,15 @@ class EksTokenProvider:
     Thread-safe; ``sts_client`` is created lazily by ``sts_client_factory`` when not given.
     """
 
-    def __init__(self, cluster_name: str, sts_client: Any = None, *, clock: Clock | None = None,
-                 refresh_after: timedelta = REFRESH_AFTER,
-                 sts_client_factory: Callable[[], Any] | None = None) -> None:
+    def __init__(
+        self,
+        cluster_name: str,
+        sts_client: Any = None,
+        *,
+        clock: Clock | None = None,
+        refresh_after: timedelta = REFRESH_AFTER,
+        sts_client_factory: Callable[[], Any] | None = None,
+    ) -> None:
         if not cluster_name:
             raise ValueError("EksTokenProvider: cluster_name is required")
         if sts_client is None and sts_client_factory is None:

@@ -104,10 +104,7 @@ def is_pending_pod(pod: Mapping[str, Any]) -> bool:
         return False
     if _owned_by(pod, "apps/v1", "DaemonSet") or _owned_by(pod, "v1", "Node"):
         return False
-    return any(
-        c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
-        for c in status.get("conditions") or []
-    )
+    return any(c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable" for c in status.get("conditions") or [])
 
 
 class KubernetesClient:
@@ -156,8 +153,14 @@ class KubernetesClient:
         self._host = host.rstrip("/")
         # Our retry loop owns retries; urllib3's own would multiply the attempts.
         self._pool = urllib3.PoolManager(
-            num_pools=4, maxsize=pool_size, retries=False, cert_reqs="CERT_NONE" if insecure else "CERT_REQUIRED",
-            ca_certs=ca_file or None, ca_cert_data=ca_data or None, cert_file=cert_file or None, key_file=key_file or None,
+            num_pools=4,
+            maxsize=pool_size,
+            retries=False,
+            cert_reqs="CERT_NONE" if insecure else "CERT_REQUIRED",
+            ca_certs=ca_file or None,
+            ca_cert_data=ca_data or None,
+            cert_file=cert_file or None,
+            key_file=key_file or None,
         )
         self._urllib3_timeout = urllib3.Timeout(connect=timeout[0], read=timeout[1])
         if token is not None:
@@ -179,15 +182,22 @@ class KubernetesClient:
     # ------------------------------------------------ construction
 
     @classmethod
-    def from_settings(cls, settings: Settings, eks_client: Any = None, sts_client: Any = None, *,
-                      clock: Clock | None = None, **options: Any) -> KubernetesClient:
+    def from_settings(
+        cls, settings: Settings, eks_client: Any = None, sts_client: Any = None, *, clock: Clock | None = None, **options: Any
+    ) -> KubernetesClient:
         """Local runs: ``JOINER_KUBERNETES_HOST`` (+ ``_TOKEN``, ``_CA_FILE``, ``_INSECURE``).
         In AWS: endpoint and CA from ``eks:DescribeCluster``, bearer tokens signed with STS
         (refreshed every 10 minutes). boto3 clients are created here when not given."""
         if settings.kubernetes_host:
-            return cls(settings.kubernetes_host, token=settings.kubernetes_token or None,
-                       ca_file=settings.kubernetes_ca_file or None, insecure=settings.kubernetes_insecure,
-                       clock=clock, karpenter=settings.karpenter_crds, **options)
+            return cls(
+                settings.kubernetes_host,
+                token=settings.kubernetes_token or None,
+                ca_file=settings.kubernetes_ca_file or None,
+                insecure=settings.kubernetes_insecure,
+                clock=clock,
+                karpenter=settings.karpenter_crds,
+                **options,
+            )
         from joiner.adapters.eks_auth import EksTokenProvider
 
         if eks_client is None or sts_client is None:
@@ -203,8 +213,15 @@ class KubernetesClient:
         except KeyError as missing:
             raise KubernetesError(f"eks:DescribeCluster {settings.cluster_name}: the answer has no {missing}") from None
         provider = EksTokenProvider(settings.cluster_name, sts_client, clock=clock)
-        return cls(endpoint_url, authorization=provider.authorization, invalidate=provider.invalidate,
-                   ca_data=ca_data, clock=clock, karpenter=settings.karpenter_crds, **options)
+        return cls(
+            endpoint_url,
+            authorization=provider.authorization,
+            invalidate=provider.invalidate,
+            ca_data=ca_data,
+            clock=clock,
+            karpenter=settings.karpenter_crds,
+            **options,
+        )
 
     @classmethod
     def from_kubeconfig(cls, path: str, context: str | None = None, **options: Any) -> KubernetesClient:
@@ -215,25 +232,41 @@ class KubernetesClient:
 
         configuration = Configuration()
         load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=path, context=context, client_configuration=configuration, persist_config=False)
+            config_file=path, context=context, client_configuration=configuration, persist_config=False
+        )
 
         def authorization() -> str | None:  # refreshes expiring exec/OIDC credentials through the loader's hook
             settings: dict[str, Any] = dict(configuration.auth_settings())
             value = (settings.get("BearerToken") or {}).get("value")
             return str(value) if value else None
 
-        return cls(configuration.host, authorization=authorization, ca_file=configuration.ssl_ca_cert,
-                   insecure=not configuration.verify_ssl, cert_file=configuration.cert_file,
-                   key_file=configuration.key_file, **options)
+        return cls(
+            configuration.host,
+            authorization=authorization,
+            ca_file=configuration.ssl_ca_cert,
+            insecure=not configuration.verify_ssl,
+            cert_file=configuration.cert_file,
+            key_file=configuration.key_file,
+            **options,
+        )
 
     def close(self) -> None:
         self._pool.clear()
 
     # ------------------------------------------------ HTTP with retries
 
-    def _request(self, method: str, path: str, *, query: Mapping[str, Any] | None = None, body: Any = None,
-                 content_type: str = "application/json", accept: Iterable[int] = (),
-                 retry_too_many: bool = True, trim: bool = False) -> tuple[int, Any]:
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        accept: Iterable[int] = (),
+        retry_too_many: bool = True,
+        trim: bool = False,
+    ) -> tuple[int, Any]:
         """One API call with bounded retries. Returns (status, parsed JSON or None) for 2xx and
         for statuses in ``accept``; raises :class:`KubernetesError` otherwise. ``trim`` decodes
         without the arrays no part of Joiner reads (:mod:`joiner.adapters.trimming`)."""
@@ -253,8 +286,7 @@ class KubernetesClient:
             if authorization:
                 headers["Authorization"] = authorization
             try:
-                response = self._pool.request(method, url, body=encoded, headers=headers, timeout=self._urllib3_timeout,
-                                              retries=False, redirect=False)
+                response = self._pool.request(method, url, body=encoded, headers=headers, timeout=self._urllib3_timeout, retries=False, redirect=False)
                 status = response.status
                 raw = response.data
                 retry_after = response.headers.get("Retry-After")
@@ -312,8 +344,17 @@ class KubernetesClient:
                 raise KubernetesError(f"Kubernetes GET {path}: continuation expired while streaming the list", status=410)
             yield from page
 
-    def _pages(self, path: str, kind: str, api_version: str, query: Mapping[str, str | None], *, trim: bool = False,
-               prefetch: bool = False, page_size: int | None = None) -> Iterator[tuple[list[JsonDict] | None, str]]:
+    def _pages(
+        self,
+        path: str,
+        kind: str,
+        api_version: str,
+        query: Mapping[str, str | None],
+        *,
+        trim: bool = False,
+        prefetch: bool = False,
+        page_size: int | None = None,
+    ) -> Iterator[tuple[list[JsonDict] | None, str]]:
         """The list a page of ``page_size`` at a time, each with the list's ``resourceVersion``
         (the first page's: later pages belong to the same snapshot). A continuation that
         expired (410) yields ``None`` and restarts the listing once from the beginning.
@@ -373,8 +414,9 @@ class KubernetesClient:
         less than their full objects."""
         pods: list[JsonDict] = []
         version = ""
-        for page, page_version in self._pages("/api/v1/pods", "Pod", "v1", {"fieldSelector": "spec.nodeName="}, trim=True,
-                                                  page_size=min(self._page_size, UNBOUND_PAGE_SIZE)):
+        for page, page_version in self._pages(
+            "/api/v1/pods", "Pod", "v1", {"fieldSelector": "spec.nodeName="}, trim=True, page_size=min(self._page_size, UNBOUND_PAGE_SIZE)
+        ):
             if page is None:
                 pods = []
                 continue
@@ -408,13 +450,11 @@ class KubernetesClient:
             raise ValueError(f"watch_plan_inputs: timeout_seconds must be 1-3600, got {timeout_seconds}")
         return self._watch(path, kind, api_version, resource_version, timeout_seconds, **selector)
 
-    def _watch(self, path: str, kind: str, api_version: str, resource_version: str, timeout_seconds: int,
-               **query: str) -> Iterator[WatchEvent]:
+    def _watch(self, path: str, kind: str, api_version: str, resource_version: str, timeout_seconds: int, **query: str) -> Iterator[WatchEvent]:
         import urllib3
         from urllib3.exceptions import HTTPError
 
-        params = dict(query, watch="true", resourceVersion=resource_version, timeoutSeconds=str(timeout_seconds),
-                      allowWatchBookmarks="true")
+        params = dict(query, watch="true", resourceVersion=resource_version, timeoutSeconds=str(timeout_seconds), allowWatchBookmarks="true")
         url = f"{self._host}{path}?{urlencode(params)}"
         timeout = urllib3.Timeout(connect=self._urllib3_timeout.connect_timeout, read=timeout_seconds + 30)
         refreshed_token = False
@@ -426,8 +466,7 @@ class KubernetesClient:
             if authorization:
                 headers["Authorization"] = authorization
             try:
-                response = self._pool.request("GET", url, headers=headers, timeout=timeout, retries=False,
-                                              redirect=False, preload_content=False)
+                response = self._pool.request("GET", url, headers=headers, timeout=timeout, retries=False, redirect=False, preload_content=False)
             except (HTTPError, OSError) as error:
                 if attempt >= self._max_attempts:
                     raise KubernetesError(f"Kubernetes watch {path} failed after {attempt} attempts: {error}") from error
@@ -447,8 +486,7 @@ class KubernetesClient:
             if response.status in RETRYABLE_STATUSES and attempt < self._max_attempts:
                 self._backoff(attempt, _seconds(response.headers.get("Retry-After")))
                 continue
-            raise KubernetesError(f"Kubernetes watch {path} failed: HTTP {response.status}: {_excerpt(raw)}",
-                                  status=response.status)
+            raise KubernetesError(f"Kubernetes watch {path} failed: HTTP {response.status}: {_excerpt(raw)}", status=response.status)
         return self._watch_lines(path, kind, api_version, response)
 
     @staticmethod
@@ -497,8 +535,9 @@ class KubernetesClient:
         # loaded server, not an idle stream, so it gets the longer wait.
         timeout = urllib3.Timeout(connect=self._urllib3_timeout.connect_timeout, read=max(idle_seconds, CATCH_UP_HEADERS_SECONDS))
         try:
-            response = self._pool.request("GET", f"{self._host}{path}?{urlencode(params)}", headers=headers, timeout=timeout,
-                                          retries=False, redirect=False, preload_content=False)
+            response = self._pool.request(
+                "GET", f"{self._host}{path}?{urlencode(params)}", headers=headers, timeout=timeout, retries=False, redirect=False, preload_content=False
+            )
         except ReadTimeoutError:
             return  # no headers even then: nothing is ready now; the next read catches up
         except (urllib3.exceptions.HTTPError, OSError) as error:
@@ -640,8 +679,10 @@ class KubernetesClient:
             return False
         meta = original.get("metadata") or {}
         path = KARPENTER_NODE_POOLS_PATH if outcome.kind == "NodePool" else KARPENTER_NODE_CLASSES_PATH
-        logger.info("karpenter object read" if outcome.read else "karpenter object not read",
-                    extra={"kind": outcome.kind, "object": outcome.name, "reason": str(outcome.reason), "detail": outcome.message})
+        logger.info(
+            "karpenter object read" if outcome.read else "karpenter object not read",
+            extra={"kind": outcome.kind, "object": outcome.name, "reason": str(outcome.reason), "detail": outcome.message},
+        )
         if not outcome.read:
             try:
                 self.create_event(original, str(outcome.reason), outcome.message, "Warning")
@@ -678,8 +719,7 @@ class KubernetesClient:
 
     def patch_node_overlay_status(self, name: str, status: JsonDict) -> None:
         """Merge patch on a NodeOverlay's status subresource; one deleted meanwhile is skipped."""
-        code, _ = self._request("PATCH", f"{NODE_OVERLAYS_PATH}/{_segment(name)}/status", body={"status": status},
-                                content_type=MERGE_PATCH, accept={404})
+        code, _ = self._request("PATCH", f"{NODE_OVERLAYS_PATH}/{_segment(name)}/status", body={"status": status}, content_type=MERGE_PATCH, accept={404})
         if code == 404:
             logger.info("NodeOverlay is gone; status not written", extra={"nodeoverlay": name})
 
@@ -723,8 +763,7 @@ class KubernetesClient:
         """Add or remove one finalizer of a Node (a strategic merge patch: other finalizers are
         kept whatever was added meanwhile); False when the Node is gone."""
         metadata = {"finalizers": [finalizer]} if present else {"$deleteFromPrimitiveList/finalizers": [finalizer]}
-        code, _ = self._request("PATCH", f"/api/v1/nodes/{_segment(name)}", body={"metadata": metadata},
-                                content_type=STRATEGIC_PATCH, accept={404})
+        code, _ = self._request("PATCH", f"/api/v1/nodes/{_segment(name)}", body={"metadata": metadata}, content_type=STRATEGIC_PATCH, accept={404})
         return code != 404
 
     def delete_node(self, name: str, uid: str | None = None) -> bool:
@@ -738,7 +777,10 @@ class KubernetesClient:
         if uid:
             body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
         status, answer = self._request(
-            "DELETE", f"/api/v1/nodes/{_segment(name)}", body=body, accept={404, 409} if uid else {404},
+            "DELETE",
+            f"/api/v1/nodes/{_segment(name)}",
+            body=body,
+            accept={404, 409} if uid else {404},
         )
         if status == 409:
             logger.info("node not deleted: its uid changed", extra={"node": name, "uid": uid, "answer": _status_message(answer)})
@@ -750,8 +792,11 @@ class KubernetesClient:
         if grace_seconds is not None:
             eviction["deleteOptions"] = {"gracePeriodSeconds": grace_seconds}
         status, answer = self._request(
-            "POST", f"/api/v1/namespaces/{_segment(namespace)}/pods/{_segment(name)}/eviction",
-            body=eviction, accept={404, 429}, retry_too_many=False,
+            "POST",
+            f"/api/v1/namespaces/{_segment(namespace)}/pods/{_segment(name)}/eviction",
+            body=eviction,
+            accept={404, 429},
+            retry_too_many=False,
         )
         if status == 429:
             return EvictionOutcome("blocked", _status_message(answer))
@@ -773,8 +818,9 @@ class KubernetesClient:
         if not uid or not node_name:
             raise ValueError("nominate_pod: uid and node_name are required")
         path = f"/api/v1/namespaces/{_segment(namespace)}/pods/{_segment(name)}/status"
-        code, answer = self._request("PATCH", path, body={"metadata": {"uid": uid}, "status": {"nominatedNodeName": node_name}},
-                                     content_type=MERGE_PATCH, accept={404, 409, 422})
+        code, answer = self._request(
+            "PATCH", path, body={"metadata": {"uid": uid}, "status": {"nominatedNodeName": node_name}}, content_type=MERGE_PATCH, accept={404, 409, 422}
+        )
         if code == 422 and "metadata.uid" not in json.dumps(answer):
             raise KubernetesError(f"Kubernetes PATCH {path} failed: HTTP 422: {str(answer.get('message', ''))[:300]}", status=422)
         return code not in (404, 409, 422)
@@ -793,12 +839,21 @@ class KubernetesClient:
         identity = json.dumps([involved.get("kind"), meta.get("namespace") or "", name, meta.get("uid") or "", reason, event_type, message])
         event_name = f"{name[:200].rstrip('.-')}.{hashlib.sha256(identity.encode()).hexdigest()[:16]}"
         now = self._clock.now().astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        reference = {key: value for key, value in {
-            "apiVersion": involved.get("apiVersion"), "kind": involved.get("kind"), "name": name,
-            "namespace": meta.get("namespace"), "uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion"),
-        }.items() if value}
+        reference = {
+            key: value
+            for key, value in {
+                "apiVersion": involved.get("apiVersion"),
+                "kind": involved.get("kind"),
+                "name": name,
+                "namespace": meta.get("namespace"),
+                "uid": meta.get("uid"),
+                "resourceVersion": meta.get("resourceVersion"),
+            }.items()
+            if value
+        }
         event = {
-            "apiVersion": "v1", "kind": "Event",
+            "apiVersion": "v1",
+            "kind": "Event",
             "metadata": {"name": event_name, "namespace": namespace},
             "involvedObject": reference,
             "reason": reason,
@@ -814,23 +869,19 @@ class KubernetesClient:
         events_path = f"/api/v1/namespaces/{_segment(namespace)}/events"
         status, _ = self._request("POST", events_path, body=event, accept={409})
         if status == 409:
-            self._request("PATCH", f"{events_path}/{_segment(event_name)}", body={"lastTimestamp": now},
-                          content_type=MERGE_PATCH, accept={404})
+            self._request("PATCH", f"{events_path}/{_segment(event_name)}", body={"lastTimestamp": now}, content_type=MERGE_PATCH, accept={404})
 
     def patch_node_pool_status(self, name: str, status: JsonDict) -> None:
         """Merge patch on the status subresource; a NodePool deleted meanwhile is skipped."""
-        code, _ = self._request("PATCH", f"{NODE_POOLS_PATH}/{_segment(name)}/status", body={"status": status},
-                                content_type=MERGE_PATCH, accept={404})
+        code, _ = self._request("PATCH", f"{NODE_POOLS_PATH}/{_segment(name)}/status", body={"status": status}, content_type=MERGE_PATCH, accept={404})
         if code == 404 and self.karpenter:  # no Joiner NodePool of that name: Karpenter's, read converted
             code = self._patch_karpenter_status(KARPENTER_NODE_POOLS_PATH, name, status)
         if code == 404:
             logger.info("NodePool is gone; status not written", extra={"nodepool": name})
 
-
     def patch_node_class_status(self, name: str, status: JsonDict) -> None:
         """Merge patch on the NodeClass status subresource; a NodeClass deleted meanwhile is skipped."""
-        code, _ = self._request("PATCH", f"{NODE_CLASSES_PATH}/{_segment(name)}/status", body={"status": status},
-                                content_type=MERGE_PATCH, accept={404})
+        code, _ = self._request("PATCH", f"{NODE_CLASSES_PATH}/{_segment(name)}/status", body={"status": status}, content_type=MERGE_PATCH, accept={404})
         if code == 404 and self.karpenter:  # no Joiner NodeClass of that name: Karpenter's EC2NodeClass, read converted
             code = self._patch_karpenter_status(KARPENTER_NODE_CLASSES_PATH, name, status)
         if code == 404:
@@ -847,12 +898,14 @@ class KubernetesClient:
         if not found:
             return 404
         current_status = found[0].get("status")
-        ours = [c for c in (current_status.get("conditions") or [] if isinstance(current_status, dict) else [])
-                if isinstance(c, dict) and c.get("type") == CONDITION_TYPE]
+        ours = [
+            c
+            for c in (current_status.get("conditions") or [] if isinstance(current_status, dict) else [])
+            if isinstance(c, dict) and c.get("type") == CONDITION_TYPE
+        ]
         if "conditions" in status:
             status = {**status, "conditions": [*(c for c in status["conditions"] if c.get("type") != CONDITION_TYPE), *ours]}
-        code, _ = self._request("PATCH", f"{path}/{_segment(name)}/status", body={"status": status},
-                                content_type=MERGE_PATCH, accept={404})
+        code, _ = self._request("PATCH", f"{path}/{_segment(name)}/status", body={"status": status}, content_type=MERGE_PATCH, accept={404})
         return code
 
 

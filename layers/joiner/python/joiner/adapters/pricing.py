@@ -18,8 +18,11 @@ from joiner.ports import Ec2Error
 __all__ = ["PRICE_FILTERS", "PricingAdapter"]
 
 PRICE_FILTERS = (
-    ("operatingSystem", "Linux"), ("tenancy", "Shared"), ("preInstalledSw", "NA"),
-    ("capacitystatus", "Used"), ("marketoption", "OnDemand"),
+    ("operatingSystem", "Linux"),
+    ("tenancy", "Shared"),
+    ("preInstalledSw", "NA"),
+    ("capacitystatus", "Used"),
+    ("marketoption", "OnDemand"),
 )
 #: Pages read at most (a region has about 1,000 matching products, 100 per page).
 MAX_PAGES = 50
@@ -39,7 +42,9 @@ class PricingAdapter:
         prices: dict[str, float] = {}
         try:
             pages = self._pricing.get_paginator("get_products").paginate(
-                ServiceCode="AmazonEC2", Filters=filters, FormatVersion="aws_v1",
+                ServiceCode="AmazonEC2",
+                Filters=filters,
+                FormatVersion="aws_v1",
                 PaginationConfig={"PageSize": 100, "MaxItems": 100 * MAX_PAGES},
             )
             for page in pages:

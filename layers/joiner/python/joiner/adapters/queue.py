@@ -18,7 +18,14 @@ from botocore.exceptions import BotoCoreError, ClientError
 from joiner.ports import JsonDict
 
 __all__ = [
-    "DEDUP_ATTRIBUTE", "MAX_DELAY_SECONDS", "QueueError", "SqsQueue", "clamp_delay", "redeliver_sooner", "redelivery_delay", "shorten_visibility",
+    "DEDUP_ATTRIBUTE",
+    "MAX_DELAY_SECONDS",
+    "QueueError",
+    "SqsQueue",
+    "clamp_delay",
+    "redeliver_sooner",
+    "redelivery_delay",
+    "shorten_visibility",
 ]
 
 MAX_DELAY_SECONDS = 900
@@ -115,8 +122,7 @@ def shorten_visibility(sqs: Any, queue_url: str, receipt_handles: Sequence[str],
     pairs = [(handle, delay) for handle, delay in zip(receipt_handles, each, strict=True) if handle]
     changed = 0
     for start in range(0, len(pairs), 10):
-        entries = [{"Id": str(index), "ReceiptHandle": handle, "VisibilityTimeout": delay}
-                   for index, (handle, delay) in enumerate(pairs[start:start + 10])]
+        entries = [{"Id": str(index), "ReceiptHandle": handle, "VisibilityTimeout": delay} for index, (handle, delay) in enumerate(pairs[start : start + 10])]
         try:
             answer = sqs.change_message_visibility_batch(QueueUrl=queue_url, Entries=entries)
         except (ClientError, BotoCoreError):

@@ -31,8 +31,7 @@ class LambdaScannerWaker:
 
     def wake(self, reason: str, pending_pods: int) -> None:
         try:
-            answer = self._client.invoke(FunctionName=self._function, InvocationType="Event",
-                                         Payload=json.dumps(SCANNER_PAYLOAD).encode())
+            answer = self._client.invoke(FunctionName=self._function, InvocationType="Event", Payload=json.dumps(SCANNER_PAYLOAD).encode())
         except (ClientError, BotoCoreError) as error:
             raise ScannerWakeError(f"waking the scanner {self._function} ({reason}, {pending_pods} pods) failed: {error}") from error
         status = int(answer.get("StatusCode") or 0)

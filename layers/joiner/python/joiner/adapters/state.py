@@ -28,8 +28,14 @@ from joiner.domain.resources import Resources
 from joiner.ports import ClaimNotFound, ClaimRecord, ClaimState, ClaimStateConflict, Clock, JsonDict, StateError
 
 __all__ = [
-    "StateAdapter", "StateError", "ClaimNotFound", "ClaimStateConflict", "CLOSED_CLAIM_RETENTION", "RESERVED_KINDS",
-    "BY_OPEN_CLAIM", "OPEN_INDEX_SETTLE",
+    "StateAdapter",
+    "StateError",
+    "ClaimNotFound",
+    "ClaimStateConflict",
+    "CLOSED_CLAIM_RETENTION",
+    "RESERVED_KINDS",
+    "BY_OPEN_CLAIM",
+    "OPEN_INDEX_SETTLE",
 ]
 
 T = TypeVar("T")
@@ -136,10 +142,7 @@ class _Cancelled(Exception):
     def __init__(self, reasons: Sequence[Mapping[str, Any]]) -> None:
         super().__init__(", ".join(str(reason.get("Code", "None")) for reason in reasons))
         self.codes = [str(reason.get("Code") or "None") for reason in reasons]
-        self.items = [
-            {name: _DESERIALIZER.deserialize(value) for name, value in reason["Item"].items()} if reason.get("Item") else None
-            for reason in reasons
-        ]
+        self.items = [{name: _DESERIALIZER.deserialize(value) for name, value in reason["Item"].items()} if reason.get("Item") else None for reason in reasons]
 
     def failed(self, index: int) -> bool:
         return index < len(self.codes) and self.codes[index] == "ConditionalCheckFailed"
@@ -385,10 +388,16 @@ class StateAdapter:
         item = self._claim_item(claim)
         self._wrote(claim.claim_id)
         now = self._clock.now()
-        self._call("PutItem", self._table.put_item, Item={
-            "pk": _RECENT_CLAIMS, "sk": f"{_sortable(now)}#{claim.claim_id}", "claimId": claim.claim_id,
-            "expiresAt": _epoch_ceil(now + _RECENT_WRITES + timedelta(hours=1)),
-        })
+        self._call(
+            "PutItem",
+            self._table.put_item,
+            Item={
+                "pk": _RECENT_CLAIMS,
+                "sk": f"{_sortable(now)}#{claim.claim_id}",
+                "claimId": claim.claim_id,
+                "expiresAt": _epoch_ceil(now + _RECENT_WRITES + timedelta(hours=1)),
+            },
+        )
         try:
             self._call("PutItem", self._table.put_item, Item=item, ConditionExpression=Attr("pk").not_exists())
         except ClientError as error:
@@ -547,7 +556,9 @@ class StateAdapter:
     def _backfill_open(self, claim_id: str) -> None:
         try:
             self._call(
-                "UpdateItem", self._table.update_item, Key=self._claim_key(claim_id),
+                "UpdateItem",
+                self._table.update_item,
+                Key=self._claim_key(claim_id),
                 UpdateExpression="SET #open = :open",
                 ConditionExpression="attribute_exists(pk) AND #state <> :closed",
                 ExpressionAttributeNames={"#open": _OPEN_ATTRIBUTE, "#state": "state"},
@@ -566,8 +577,7 @@ class StateAdapter:
         marker = self._get(key["pk"], key["sk"])
         if marker is None:
             try:
-                self._call("PutItem", self._table.put_item, Item={**key, "since": now.astimezone(UTC).isoformat()},
-                           ConditionExpression=Attr("pk").not_exists())
+                self._call("PutItem", self._table.put_item, Item={**key, "since": now.astimezone(UTC).isoformat()}, ConditionExpression=Attr("pk").not_exists())
             except ClientError as error:
                 if not self._is_conditional_failure(error):
                     raise
@@ -596,7 +606,7 @@ class StateAdapter:
         found: dict[str, dict[str, Any] | None] = dict.fromkeys(ids)
         client = self._table.meta.client
         for start in range(0, len(ids), _GET_CHUNK):
-            chunk = ids[start:start + _GET_CHUNK]
+            chunk = ids[start : start + _GET_CHUNK]
             gets = [{"Get": {"TableName": self._table.name, "Key": self._claim_key(claim_id)}} for claim_id in chunk]
             for attempt in range(3):
                 try:
@@ -696,18 +706,22 @@ class StateAdapter:
                 values[f":max{index}"] = headroom[resource]
                 conditions.append(f"(attribute_not_exists(#reserved.#r{index}) OR #reserved.#r{index} <= :max{index})")
         actions: list[dict[str, Any]] = [
-            {"Put": {
-                "Item": {**self._reservation_key(node_pool, claim_id), "claimId": claim_id, "amount": _resources_to_item(amount)},
-                "ConditionExpression": "attribute_not_exists(pk)",
-            }},
-            {"Update": {
-                "Key": self._pool_key(node_pool),
-                "UpdateExpression": "SET " + ", ".join(sets),
-                "ConditionExpression": " AND ".join(conditions),
-                "ExpressionAttributeNames": names,
-                "ExpressionAttributeValues": values,
-                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-            }},
+            {
+                "Put": {
+                    "Item": {**self._reservation_key(node_pool, claim_id), "claimId": claim_id, "amount": _resources_to_item(amount)},
+                    "ConditionExpression": "attribute_not_exists(pk)",
+                }
+            },
+            {
+                "Update": {
+                    "Key": self._pool_key(node_pool),
+                    "UpdateExpression": "SET " + ", ".join(sets),
+                    "ConditionExpression": " AND ".join(conditions),
+                    "ExpressionAttributeNames": names,
+                    "ExpressionAttributeValues": values,
+                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                }
+            },
         ]
         initialised = False
         for attempt in range(_TRANSACT_ATTEMPTS):
@@ -724,8 +738,7 @@ class StateAdapter:
                         initialised = True
                         continue
                     if old is None:
-                        raise StateError(f"reserve_capacity({node_pool}, {claim_id}): pool item could not be initialised",
-                                         code="PoolInitFailed") from None
+                        raise StateError(f"reserve_capacity({node_pool}, {claim_id}): pool item could not be initialised", code="PoolInitFailed") from None
                     return claim_id in (old.get("claims") or {})
                 self._backoff(attempt)
         raise StateError(f"reserve_capacity({node_pool}, {claim_id}): cancelled by concurrent transactions", code="ConcurrentChange")
@@ -745,15 +758,27 @@ class StateAdapter:
                 continue
             names, values, sets, conditions = _subtract_checked(held, held, "#amount")
             names["#amount"] = "amount"
-            actions: list[dict[str, Any]] = [{"Delete": {
-                "Key": self._reservation_key(node_pool, claim_id), "ConditionExpression": " AND ".join(["attribute_exists(pk)", *conditions]),
-                "ExpressionAttributeNames": names, "ExpressionAttributeValues": values,
-            }}]
+            actions: list[dict[str, Any]] = [
+                {
+                    "Delete": {
+                        "Key": self._reservation_key(node_pool, claim_id),
+                        "ConditionExpression": " AND ".join(["attribute_exists(pk)", *conditions]),
+                        "ExpressionAttributeNames": names,
+                        "ExpressionAttributeValues": values,
+                    }
+                }
+            ]
             if sets:
-                actions.append({"Update": {
-                    "Key": self._pool_key(node_pool), "UpdateExpression": "SET " + ", ".join(sets),
-                    "ExpressionAttributeNames": names, "ExpressionAttributeValues": values,
-                }})
+                actions.append(
+                    {
+                        "Update": {
+                            "Key": self._pool_key(node_pool),
+                            "UpdateExpression": "SET " + ", ".join(sets),
+                            "ExpressionAttributeNames": names,
+                            "ExpressionAttributeValues": values,
+                        }
+                    }
+                )
             try:
                 self._transact("release", actions)
                 return
@@ -775,13 +800,15 @@ class StateAdapter:
         expression = "REMOVE #claims.#cid"
         if sets:
             expression = "SET " + ", ".join(sets) + " " + expression
-        request = _used_only({
-            "Key": self._pool_key(node_pool),
-            "UpdateExpression": expression,
-            "ConditionExpression": " AND ".join(["attribute_exists(#claims.#cid)", *conditions]),
-            "ExpressionAttributeNames": names,
-            "ExpressionAttributeValues": values,
-        })
+        request = _used_only(
+            {
+                "Key": self._pool_key(node_pool),
+                "UpdateExpression": expression,
+                "ConditionExpression": " AND ".join(["attribute_exists(#claims.#cid)", *conditions]),
+                "ExpressionAttributeNames": names,
+                "ExpressionAttributeValues": values,
+            }
+        )
         try:
             self._call("UpdateItem", self._table.update_item, **request)
             return True
@@ -810,19 +837,28 @@ class StateAdapter:
                 raise StateError(f"shrink_reservation({node_pool}, {claim_id}): {dict(amount)} exceeds the {held} held")
             differences = {name: held[name] - int(amount.get(name, 0)) for name in held}
             names, values, subtract, conditions = _subtract_checked(
-                held, {name: difference for name, difference in differences.items() if difference}, "#claims.#cid" if legacy else "#amount",
+                held,
+                {name: difference for name, difference in differences.items() if difference},
+                "#claims.#cid" if legacy else "#amount",
             )
             values[":amount"] = _resources_to_item(amount)
             if legacy:
                 # The older version's entry in the pool item: one conditional UpdateItem.
                 names.update({"#claims": "claims", "#cid": claim_id})
                 try:
-                    self._call("UpdateItem", self._table.update_item, **_used_only({
-                        "Key": self._pool_key(node_pool),
-                        "UpdateExpression": "SET " + ", ".join(["#claims.#cid = :amount", *subtract]),
-                        "ConditionExpression": " AND ".join(["attribute_exists(#claims.#cid)", *conditions]),
-                        "ExpressionAttributeNames": names, "ExpressionAttributeValues": values,
-                    }))
+                    self._call(
+                        "UpdateItem",
+                        self._table.update_item,
+                        **_used_only(
+                            {
+                                "Key": self._pool_key(node_pool),
+                                "UpdateExpression": "SET " + ", ".join(["#claims.#cid = :amount", *subtract]),
+                                "ConditionExpression": " AND ".join(["attribute_exists(#claims.#cid)", *conditions]),
+                                "ExpressionAttributeNames": names,
+                                "ExpressionAttributeValues": values,
+                            }
+                        ),
+                    )
                     return
                 except ClientError as error:
                     if not self._is_conditional_failure(error):
@@ -832,15 +868,23 @@ class StateAdapter:
                 return  # nothing to lower
             names["#amount"] = "amount"
             actions: list[dict[str, Any]] = [
-                {"Update": {
-                    "Key": self._reservation_key(node_pool, claim_id), "UpdateExpression": "SET #amount = :amount",
-                    "ConditionExpression": " AND ".join(["attribute_exists(pk)", *conditions]),
-                    "ExpressionAttributeNames": names, "ExpressionAttributeValues": values,
-                }},
-                {"Update": {
-                    "Key": self._pool_key(node_pool), "UpdateExpression": "SET " + ", ".join(subtract),
-                    "ExpressionAttributeNames": names, "ExpressionAttributeValues": values,
-                }},
+                {
+                    "Update": {
+                        "Key": self._reservation_key(node_pool, claim_id),
+                        "UpdateExpression": "SET #amount = :amount",
+                        "ConditionExpression": " AND ".join(["attribute_exists(pk)", *conditions]),
+                        "ExpressionAttributeNames": names,
+                        "ExpressionAttributeValues": values,
+                    }
+                },
+                {
+                    "Update": {
+                        "Key": self._pool_key(node_pool),
+                        "UpdateExpression": "SET " + ", ".join(subtract),
+                        "ExpressionAttributeNames": names,
+                        "ExpressionAttributeValues": values,
+                    }
+                },
             ]
             try:
                 self._transact("shrink", actions)
@@ -868,9 +912,8 @@ class StateAdapter:
                 for claim_id, amount in dict(item.get("claims") or {}).items():
                     held.setdefault(str(claim_id), _resources_from_item(amount))
             elif sk.startswith(_RESERVATION):
-                held[sk[len(_RESERVATION):]] = _resources_from_item(item.get("amount"))
+                held[sk[len(_RESERVATION) :]] = _resources_from_item(item.get("amount"))
         return dict(sorted(held.items()))
-
 
     # ------------------------------------------------------------ leases
 
@@ -922,8 +965,7 @@ class StateAdapter:
         are kept for display)."""
         until = _aware(until, "mark_unavailable until")
         expires = _epoch_ceil(until)
-        pk = (f"{UNAVAILABLE}#reservation#{key.reservation_id}" if key.reservation_id
-              else f"{UNAVAILABLE}#{key.instance_type}#{key.zone}#{key.capacity_type}")
+        pk = f"{UNAVAILABLE}#reservation#{key.reservation_id}" if key.reservation_id else f"{UNAVAILABLE}#{key.instance_type}#{key.zone}#{key.capacity_type}"
         item = {
             "pk": pk,
             "sk": UNAVAILABLE,
@@ -1021,4 +1063,3 @@ class StateAdapter:
         now = self._clock.now()
         live = sorted((str(item.get("itemId", "")), item["data"]) for item in items if not self._expired(item, now))
         return [json.loads(data) for _, data in live]
-

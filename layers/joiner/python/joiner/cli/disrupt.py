@@ -45,8 +45,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser("disrupt", help="print the disruption commands (consolidation, drift, expiration, emptiness) for a cluster snapshot")
     add_snapshot_arguments(parser)
     parser.add_argument("--now", help="the pass's time (ISO 8601, e.g. 2025-01-06T09:00:00Z); default: the current time")
-    parser.add_argument("--delete", action="append", default=[], metavar="KIND/NAME",
-                        help="also show what deleting nodeclaim/NAME or node/NAME at --now would do: its drain plan (repeatable)")
+    parser.add_argument(
+        "--delete",
+        action="append",
+        default=[],
+        metavar="KIND/NAME",
+        help="also show what deleting nodeclaim/NAME or node/NAME at --now would do: its drain plan (repeatable)",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -76,6 +81,7 @@ def offline_node_classes(snapshot: Snapshot) -> dict[str, ResolvedNodeClass]:
 
     result: dict[str, ResolvedNodeClass] = {}
     for node_class in snapshot.node_classes:
+
         def ids(terms: Sequence[SelectorTerm]) -> frozenset[str] | None:
             if not terms or any(t.id is None for t in terms):
                 return None
@@ -115,9 +121,15 @@ def run(args: argparse.Namespace) -> int:
         types = instance_types_by_pool(snapshot.node_pools, snapshot.node_classes, catalog, snapshot.node_overlays)
     except CatalogError as error:
         raise UsageError(f"catalog {args.catalog or '(bundled)'}: {error}") from None
-    decision = decide(DisruptionInput(
-        snapshot=snapshot, instance_types=types, now=now, facts=offline_facts(snapshot), node_classes=offline_node_classes(snapshot),
-    ))
+    decision = decide(
+        DisruptionInput(
+            snapshot=snapshot,
+            instance_types=types,
+            now=now,
+            facts=offline_facts(snapshot),
+            node_classes=offline_node_classes(snapshot),
+        )
+    )
     data = decision.to_dict()
     if deletions:
         data["deletions"] = [plan.to_dict() for plan in deletions]
@@ -144,8 +156,7 @@ def deletion_plans(snapshot: Snapshot, targets: Sequence[tuple[str, str]], now: 
     pools = {pool.name: pool for pool in snapshot.node_pools}
 
     def plan(kind: str, name: str, at: datetime) -> DeletionPlan:
-        return plan_deletion(kind, name, nodes=snapshot.nodes, claims=snapshot.node_claims, pods=snapshot.pods, pdbs=snapshot.pdbs,
-                             pools=pools, deleted_at=at)
+        return plan_deletion(kind, name, nodes=snapshot.nodes, claims=snapshot.node_claims, pods=snapshot.pods, pdbs=snapshot.pdbs, pools=pools, deleted_at=at)
 
     plans: list[DeletionPlan] = []
     for kind, name in targets:
@@ -193,12 +204,15 @@ def render_deletions(plans: Sequence[DeletionPlan], *, wide: bool = False) -> st
         grace = plan.to_dict()["terminationGracePeriod"]
         deadline = f"terminationGracePeriod {grace}: deadline {_when(plan.deadline, plan.deleted_at)}" if grace else "no terminationGracePeriod"
         what = f"{plan.kind.lower()}/{plan.name}"
-        lines.append(f"DELETE {what} at {plan.deleted_at.isoformat().replace('+00:00', 'Z')}: node {plan.node or '-'}, "
-                     f"NodePool {plan.node_pool or '-'}, {deadline}")
+        lines.append(
+            f"DELETE {what} at {plan.deleted_at.isoformat().replace('+00:00', 'Z')}: node {plan.node or '-'}, NodePool {plan.node_pool or '-'}, {deadline}"
+        )
         if plan.replacement_for:
             latest = f", by {_when(plan.drain_start_by, plan.deleted_at)} at the latest" if plan.drain_start_by else ""
-            lines.append(f"  a replacement is launched first for {len(plan.replacement_for)} pod{'s' if len(plan.replacement_for) != 1 else ''}; "
-                         f"evictions start once it is Ready{latest} (shown from the deletion on)")
+            lines.append(
+                f"  a replacement is launched first for {len(plan.replacement_for)} pod{'s' if len(plan.replacement_for) != 1 else ''}; "
+                f"evictions start once it is Ready{latest} (shown from the deletion on)"
+            )
         if plan.drain is not None and plan.drain.pods:
             rows = []
             for fate in plan.drain.pods:

@@ -57,17 +57,23 @@ def run(args: argparse.Namespace) -> int:
         where = f" at {error.where}" if error.where else ""
         raise UsageError(f"{args.file}: invalid YAML{where}: {error.problem}") from None
     if not documents:
-        raise UsageError(f"{args.file}: no Kubernetes objects (an empty file?); give Karpenter NodePools and EC2NodeClasses, "
-                         "e.g. kubectl get nodepools.karpenter.sh,ec2nodeclasses -o yaml")
+        raise UsageError(
+            f"{args.file}: no Kubernetes objects (an empty file?); give Karpenter NodePools and EC2NodeClasses, "
+            "e.g. kubectl get nodepools.karpenter.sh,ec2nodeclasses -o yaml"
+        )
     try:
         conversion = convert_documents(documents)
     except ConversionError as error:
         raise UsageError(f"{args.file}: {error}") from None
     if not conversion.converted:
-        print(f"joiner import-karpenter: warning: {args.file} holds no {KARPENTER_NODEPOOL_API} NodePool or "
-              f"{KARPENTER_NODECLASS_API} EC2NodeClass: every document is passed through unchanged", file=sys.stderr)
+        print(
+            f"joiner import-karpenter: warning: {args.file} holds no {KARPENTER_NODEPOOL_API} NodePool or "
+            f"{KARPENTER_NODECLASS_API} EC2NodeClass: every document is passed through unchanged",
+            file=sys.stderr,
+        )
     for warning in conversion.warnings:
         print(f"joiner import-karpenter: warning: {warning}", file=sys.stderr)
+
     class NoAliasDumper(yaml.SafeDumper):
         """Plain manifests: repeated values are written out, never as YAML anchors."""
 
@@ -108,5 +114,3 @@ def _write_whole(target: Path, text: str, *, overwrite: bool) -> None:
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
-
-

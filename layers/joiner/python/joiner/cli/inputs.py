@@ -21,9 +21,11 @@ def add_snapshot_arguments(parser: argparse.ArgumentParser) -> None:
     """``SNAPSHOT``, ``--catalog FILE``, ``--region`` and ``-o table|wide|json|yaml``."""
     parser.add_argument("snapshot", help="YAML with Pods, Nodes, DaemonSets, PDBs, RuntimeClasses, NodePools, NodeClasses and NodeClaims ('-' for stdin)")
     parser.add_argument("--catalog", help="instance catalog file (YAML/JSON); default: the bundled us-east-1 catalog (on-demand prices)")
-    parser.add_argument("--region", default="us-east-1",
-                        help="bundled catalog to plan with when no --catalog is given (bundled: us-east-1; "
-                             "for another region export one with a catalog file)")
+    parser.add_argument(
+        "--region",
+        default="us-east-1",
+        help="bundled catalog to plan with when no --catalog is given (bundled: us-east-1; for another region export one with a catalog file)",
+    )
     from joiner.cli.output import add_output_argument
 
     add_output_argument(parser)
@@ -58,14 +60,19 @@ def load_snapshot_and_catalog(args: argparse.Namespace) -> tuple[Snapshot, Catal
     except SnapshotError as error:
         raise UsageError(f"{source}: {error}" if error.object_ref != source else str(error)) from None
     if not snapshot.kinds_read:
-        raise UsageError(f"{source}: no Kubernetes objects (an empty file?); give Pods, Nodes, NodePools and NodeClasses, "
-                         "e.g. kubectl get pods,nodes,daemonsets,pdb,nodepools,nodeclasses -A -o yaml")
+        raise UsageError(
+            f"{source}: no Kubernetes objects (an empty file?); give Pods, Nodes, NodePools and NodeClasses, "
+            "e.g. kubectl get pods,nodes,daemonsets,pdb,nodepools,nodeclasses -A -o yaml"
+        )
     # Karpenter's NodeClaims are read as they are (a deletion's drain plan); its configuration
     # kinds are the ones import-karpenter converts.
     karpenter = sorted(k for k in snapshot.kinds_read if k.startswith(KARPENTER_GROUPS) and not k.endswith("/NodeClaim"))
     if karpenter:
-        print(f"joiner {args.command}: hint: {source} holds Karpenter objects ({', '.join(karpenter)}); they are read as "
-              f"Joiner's here, and `joiner import-karpenter {args.snapshot}` converts them to manifests to apply", file=sys.stderr)
+        print(
+            f"joiner {args.command}: hint: {source} holds Karpenter objects ({', '.join(karpenter)}); they are read as "
+            f"Joiner's here, and `joiner import-karpenter {args.snapshot}` converts them to manifests to apply",
+            file=sys.stderr,
+        )
     region = getattr(args, "region", "us-east-1")
     if args.catalog and region != "us-east-1":
         raise UsageError("--region selects a bundled catalog: give --catalog or --region, not both")

@@ -88,8 +88,7 @@ def build_parser(extensions: Sequence[Register] | None = None) -> argparse.Argum
 def _build_parser(extensions: Sequence[Register] | None) -> tuple[argparse.ArgumentParser, dict[str, str]]:
     parser = argparse.ArgumentParser(prog="joiner", description="Serverless node autoscaler for Amazon EKS")
     parser.add_argument("--version", action="version", version=f"joiner {version()}")
-    parser.add_argument("--log-level", choices=LOG_LEVELS,
-                        help="the level of Joiner's own logs for every command (default: $POWERTOOLS_LOG_LEVEL, else info)")
+    parser.add_argument("--log-level", choices=LOG_LEVELS, help="the level of Joiner's own logs for every command (default: $POWERTOOLS_LOG_LEVEL, else info)")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module_name in sorted(set(COMMANDS.values())):
         module = importlib.import_module(f"joiner.cli.{module_name}")

@@ -19,8 +19,13 @@ OUTPUT_FORMATS = ("table", "wide", "json", "yaml")
 
 
 def add_output_argument(parser: argparse.ArgumentParser, default: str = "table") -> None:
-    parser.add_argument("-o", "--output", choices=OUTPUT_FORMATS, default=default,
-                        help="table (default), wide (more columns), json (one object; indented on a terminal) or yaml")
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=OUTPUT_FORMATS,
+        default=default,
+        help="table (default), wide (more columns), json (one object; indented on a terminal) or yaml",
+    )
 
 
 def emit(output: str, data: dict[str, Any], table: Callable[[bool], str]) -> None:

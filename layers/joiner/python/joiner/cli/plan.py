@@ -37,8 +37,17 @@ def render_table(plan, *, wide: bool = False) -> str:  # type: ignore[no-untyped
         for claim in plan.node_claims:
             shown = claim.instance_types[1:] if wide else claim.instance_types[1:4]
             alternatives = ", ".join(shown) + (" ..." if not wide and len(claim.instance_types) > 4 else "")
-            rows.append((claim.node_pool, claim.instance_types[0], f"{claim.price:.4f}", str(len(claim.pods)),
-                         ",".join(claim.zones), ",".join(claim.capacity_types), alternatives or "-"))
+            rows.append(
+                (
+                    claim.node_pool,
+                    claim.instance_types[0],
+                    f"{claim.price:.4f}",
+                    str(len(claim.pods)),
+                    ",".join(claim.zones),
+                    ",".join(claim.capacity_types),
+                    alternatives or "-",
+                )
+            )
         lines += columns(("NODEPOOL", "INSTANCE TYPE", "PRICE/H", "PODS", "ZONES", "CAPACITY", "ALTERNATIVES"), rows, frozenset({2, 3}))
     elif plan.unschedulable:
         lines.append(f"no new nodes: {len(plan.unschedulable)} pod(s) that no NodePool can host")

@@ -115,25 +115,74 @@ def render_table(status: dict[str, Any], *, wide: bool = False) -> str:
     """The sections of ``joiner status`` as kubectl-like tables (``wide``: messages in full)."""
     out: list[str] = []
     pools = status["nodePools"]
-    out += ["NODEPOOLS"] + (_rows(("NAME", "NODECLASS", "READY", "NODES", "CAPACITY", "RESERVED", "LIMITS", "IN FLIGHT"), [
-        (p["name"], str(p["nodeClass"] or "-"), str(p["ready"] or "-"), str(p["nodes"]),
-         _quantities(p["capacity"], _shared(p["capacity"], p["reserved"])), _quantities(p["reserved"], _shared(p["capacity"], p["reserved"])),
-         _quantities(p["limits"]), str(p["inFlight"])) for p in pools]) if pools else ["  none"])
+    out += ["NODEPOOLS"] + (
+        _rows(
+            ("NAME", "NODECLASS", "READY", "NODES", "CAPACITY", "RESERVED", "LIMITS", "IN FLIGHT"),
+            [
+                (
+                    p["name"],
+                    str(p["nodeClass"] or "-"),
+                    str(p["ready"] or "-"),
+                    str(p["nodes"]),
+                    _quantities(p["capacity"], _shared(p["capacity"], p["reserved"])),
+                    _quantities(p["reserved"], _shared(p["capacity"], p["reserved"])),
+                    _quantities(p["limits"]),
+                    str(p["inFlight"]),
+                )
+                for p in pools
+            ],
+        )
+        if pools
+        else ["  none"]
+    )
     claims = status["claimsInFlight"]
-    out += ["", "CLAIMS IN FLIGHT"] + (_rows(("CLAIM", "NODEPOOL", "STATE", "TYPE", "CAPACITY", "ZONE", "NODE", "PODS", "AGE"), [
-        (c["claim"], c["nodePool"], c["state"], str(c["instanceType"] or "-"), str(c["capacityType"] or "-"), str(c["zone"] or "-"),
-         str(c["node"] or "-"), str(c["pods"]), c["age"]) for c in claims]) if claims else ["  none"])
+    out += ["", "CLAIMS IN FLIGHT"] + (
+        _rows(
+            ("CLAIM", "NODEPOOL", "STATE", "TYPE", "CAPACITY", "ZONE", "NODE", "PODS", "AGE"),
+            [
+                (
+                    c["claim"],
+                    c["nodePool"],
+                    c["state"],
+                    str(c["instanceType"] or "-"),
+                    str(c["capacityType"] or "-"),
+                    str(c["zone"] or "-"),
+                    str(c["node"] or "-"),
+                    str(c["pods"]),
+                    c["age"],
+                )
+                for c in claims
+            ],
+        )
+        if claims
+        else ["  none"]
+    )
     terminations = status["terminations"]
-    out += ["", "TERMINATIONS"] + (_rows(("NODE", "REASON", "PHASE", "DEADLINE", "AGE"), [
-        (str(t["node"]), str(t["reason"]), str(t["phase"]), str(t["deadline"] or "-"), str(t["age"] or "-")) for t in terminations])
-        if terminations else ["  none"])
+    out += ["", "TERMINATIONS"] + (
+        _rows(
+            ("NODE", "REASON", "PHASE", "DEADLINE", "AGE"),
+            [(str(t["node"]), str(t["reason"]), str(t["phase"]), str(t["deadline"] or "-"), str(t["age"] or "-")) for t in terminations],
+        )
+        if terminations
+        else ["  none"]
+    )
     pending = status["pendingPods"]
-    out += ["", "PENDING PODS"] + (_rows(("POD", "AGE", "REASON"), [(p["pod"], str(p["age"] or "-"), p["reason"] or "-") for p in pending])
-                                  if pending else ["  none"])
+    out += ["", "PENDING PODS"] + (
+        _rows(("POD", "AGE", "REASON"), [(p["pod"], str(p["age"] or "-"), p["reason"] or "-") for p in pending]) if pending else ["  none"]
+    )
     unavailable = status["unavailableOfferings"]
     if unavailable:
-        out += ["", "UNAVAILABLE OFFERINGS"] + _rows(("TYPE", "ZONE", "CAPACITY"), [(u["instanceType"], u["zone"], u["capacityType"] + (f" ({u['reservationId']})" if u.get("reservationId") else "")) for u in unavailable])
+        out += ["", "UNAVAILABLE OFFERINGS"] + _rows(
+            ("TYPE", "ZONE", "CAPACITY"),
+            [(u["instanceType"], u["zone"], u["capacityType"] + (f" ({u['reservationId']})" if u.get("reservationId") else "")) for u in unavailable],
+        )
     decisions = status["recentDecisions"]
-    out += ["", "RECENT DECISIONS"] + (_rows(("TIME", "OBJECT", "REASON", "MESSAGE"), [
-        (d["time"], d["object"], str(d["reason"]), str(d["message"] or "") if wide else str(d["message"] or "")[:120]) for d in decisions]) if decisions else ["  none"])
+    out += ["", "RECENT DECISIONS"] + (
+        _rows(
+            ("TIME", "OBJECT", "REASON", "MESSAGE"),
+            [(d["time"], d["object"], str(d["reason"]), str(d["message"] or "") if wide else str(d["message"] or "")[:120]) for d in decisions],
+        )
+        if decisions
+        else ["  none"]
+    )
     return "\n".join(out) + "\n"

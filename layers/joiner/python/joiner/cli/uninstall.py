@@ -31,14 +31,16 @@ __all__ = ["register", "run"]
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
-        "uninstall", help="remove Joiner's finalizers from Nodes and NodeClaims (run before deleting the stack)",
+        "uninstall",
+        help="remove Joiner's finalizers from Nodes and NodeClaims (run before deleting the stack)",
         description="Remove the joiner.dev/termination finalizer from every Node and NodeClaim, so no deletion waits on a Joiner that is gone; "
-                    "a Joiner still running adds none back while the joiner.dev/uninstalling marker this writes is there.",
+        "a Joiner still running adds none back while the joiner.dev/uninstalling marker this writes is there.",
     )
     parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
     parser.add_argument("--context", help="kubeconfig context (default: the current one)")
-    parser.add_argument("--undo", action="store_true",
-                        help="remove the joiner.dev/uninstalling marker instead: a Joiner still deployed adds its finalizers again")
+    parser.add_argument(
+        "--undo", action="store_true", help="remove the joiner.dev/uninstalling marker instead: a Joiner still deployed adds its finalizers again"
+    )
     parser.set_defaults(handler=run)
 
 

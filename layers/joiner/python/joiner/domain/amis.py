@@ -20,8 +20,22 @@ from joiner.domain import labels as wk
 from joiner.domain.model import InstanceType, Node
 
 __all__ = [
-    "AMI_FAMILY", "ALIAS_PATTERN", "STANDARD", "NVIDIA", "NEURON", "VARIANTS", "EC2_ARCH",
-    "PUBLISHED", "AmiError", "parse_alias", "variant_requirements", "variant_of_labels", "variant_of", "node_variant", "ami_key", "al2023_parameter",
+    "AMI_FAMILY",
+    "ALIAS_PATTERN",
+    "STANDARD",
+    "NVIDIA",
+    "NEURON",
+    "VARIANTS",
+    "EC2_ARCH",
+    "PUBLISHED",
+    "AmiError",
+    "parse_alias",
+    "variant_requirements",
+    "variant_of_labels",
+    "variant_of",
+    "node_variant",
+    "ami_key",
+    "al2023_parameter",
 ]
 
 #: The one supported ``spec.amiFamily``.

@@ -277,8 +277,8 @@ def check_yaml_events(loader: Any, limits: InputLimits) -> None:
             aliased += nodes
             if aliased > max(limits.alias_node_floor, distinct):
                 raise _marked(
-                    f"aliases expand to more than {max(limits.alias_node_floor, distinct):,} nodes "
-                    "(write the repeated values out, or use fewer aliases)", event.start_mark,
+                    f"aliases expand to more than {max(limits.alias_node_floor, distinct):,} nodes (write the repeated values out, or use fewer aliases)",
+                    event.start_mark,
                 )
             add(nodes, height)
         elif kind is document_end:
@@ -365,4 +365,3 @@ def load_yaml(text: str, limits: InputLimits = DEFAULT_LIMITS, loader: type[Any]
     if len(documents) > 1:
         raise InputError(f"expected one YAML document, found {len(documents)}")
     return documents[0] if documents else None
-

@@ -53,12 +53,31 @@ from joiner.domain.resources import (
 )
 
 __all__ = [
-    "CatalogError", "InstanceTypeInfo", "DeclaredInstanceType", "Catalog",
-    "load_bundled_catalog", "load_catalog_file", "parse_catalog", "catalog_from_bundled_document",
-    "eni_limited_pods", "max_pods", "kube_reserved_cpu_milli", "kube_reserved_memory_mib",
-    "vm_memory_capacity_mib", "eviction_signal_bytes", "eks_capacity", "eks_overhead",
-    "NEURON_CORE", "VM_MEMORY_OVERHEAD_PERCENT", "DEFAULT_ROOT_VOLUME_BYTES", "DEFAULT_MAX_PODS",
-    "BUNDLED_REGIONS", "pod_eni_limits", "INSTANCE_STORE_RAID0", "INSTANCE_STORE_POLICIES", "root_volume_size",
+    "CatalogError",
+    "InstanceTypeInfo",
+    "DeclaredInstanceType",
+    "Catalog",
+    "load_bundled_catalog",
+    "load_catalog_file",
+    "parse_catalog",
+    "catalog_from_bundled_document",
+    "eni_limited_pods",
+    "max_pods",
+    "kube_reserved_cpu_milli",
+    "kube_reserved_memory_mib",
+    "vm_memory_capacity_mib",
+    "eviction_signal_bytes",
+    "eks_capacity",
+    "eks_overhead",
+    "NEURON_CORE",
+    "VM_MEMORY_OVERHEAD_PERCENT",
+    "DEFAULT_ROOT_VOLUME_BYTES",
+    "DEFAULT_MAX_PODS",
+    "BUNDLED_REGIONS",
+    "pod_eni_limits",
+    "INSTANCE_STORE_RAID0",
+    "INSTANCE_STORE_POLICIES",
+    "root_volume_size",
     "ephemeral_storage_bytes",
 ]
 
@@ -88,12 +107,27 @@ _INSTANCE_TYPE_SCHEME = re.compile(r"^([a-z]+)(-[0-9]+tb)?([0-9]+).*\.")
 #: Attribute labels a node gets only when its type has the attribute: absent ones are
 #: ``DoesNotExist`` requirements so a pod asking for, say, a GPU name never matches c5.large.
 _ATTRIBUTE_KEYS = (
-    wk.INSTANCE_FAMILY, wk.INSTANCE_CATEGORY, wk.INSTANCE_GENERATION, wk.INSTANCE_SIZE,
-    wk.INSTANCE_CPU, wk.INSTANCE_MEMORY, wk.INSTANCE_GPU_COUNT, wk.INSTANCE_GPU_NAME,
-    wk.INSTANCE_HYPERVISOR, wk.INSTANCE_CPU_MANUFACTURER, wk.INSTANCE_CPU_CLOCK, wk.INSTANCE_EBS_BANDWIDTH,
-    wk.INSTANCE_NETWORK_BANDWIDTH, wk.INSTANCE_LOCAL_NVME, wk.INSTANCE_ENCRYPTION_IN_TRANSIT,
-    wk.INSTANCE_GPU_MANUFACTURER, wk.INSTANCE_GPU_MEMORY, wk.INSTANCE_ACCELERATOR_NAME,
-    wk.INSTANCE_ACCELERATOR_MANUFACTURER, wk.INSTANCE_ACCELERATOR_COUNT, wk.INSTANCE_CAPABILITY_FLEX,
+    wk.INSTANCE_FAMILY,
+    wk.INSTANCE_CATEGORY,
+    wk.INSTANCE_GENERATION,
+    wk.INSTANCE_SIZE,
+    wk.INSTANCE_CPU,
+    wk.INSTANCE_MEMORY,
+    wk.INSTANCE_GPU_COUNT,
+    wk.INSTANCE_GPU_NAME,
+    wk.INSTANCE_HYPERVISOR,
+    wk.INSTANCE_CPU_MANUFACTURER,
+    wk.INSTANCE_CPU_CLOCK,
+    wk.INSTANCE_EBS_BANDWIDTH,
+    wk.INSTANCE_NETWORK_BANDWIDTH,
+    wk.INSTANCE_LOCAL_NVME,
+    wk.INSTANCE_ENCRYPTION_IN_TRANSIT,
+    wk.INSTANCE_GPU_MANUFACTURER,
+    wk.INSTANCE_GPU_MEMORY,
+    wk.INSTANCE_ACCELERATOR_NAME,
+    wk.INSTANCE_ACCELERATOR_MANUFACTURER,
+    wk.INSTANCE_ACCELERATOR_COUNT,
+    wk.INSTANCE_CAPABILITY_FLEX,
     wk.INSTANCE_NITRO_ENCLAVES,
 )
 _TENANCIES = frozenset(wk.TENANCIES)
@@ -285,8 +319,12 @@ def ephemeral_storage_bytes(local_nvme_gb: int, instance_store_policy: str | Non
     return root_bytes
 
 
-def eks_capacity(info: InstanceTypeInfo, kubelet: KubeletConfig = KubeletConfig(), root_volume_bytes: int = DEFAULT_ROOT_VOLUME_BYTES,
-                 instance_store_policy: str | None = None) -> Resources:
+def eks_capacity(
+    info: InstanceTypeInfo,
+    kubelet: KubeletConfig = KubeletConfig(),
+    root_volume_bytes: int = DEFAULT_ROOT_VOLUME_BYTES,
+    instance_store_policy: str | None = None,
+) -> Resources:
     """Node capacity for an EKS AL2023 node of this type (milli-units)."""
     pods = max_pods(info.vcpus, eni_limited_pods(info.max_enis, info.ipv4_per_eni), kubelet)
     capacity = {
@@ -334,11 +372,13 @@ def eks_overhead(cpu_milli: int, memory_bytes: int, storage_bytes: int, reserved
     eviction = kubelet.eviction_hard or {}
     memory_threshold = (
         eviction_signal_bytes(memory_bytes, eviction[MEMORY_AVAILABLE], where=f"kubelet.evictionHard.{MEMORY_AVAILABLE}")
-        if MEMORY_AVAILABLE in eviction else DEFAULT_EVICTION_MEMORY_BYTES
+        if MEMORY_AVAILABLE in eviction
+        else DEFAULT_EVICTION_MEMORY_BYTES
     )
     storage_threshold = (
         eviction_signal_bytes(storage_bytes, eviction[NODEFS_AVAILABLE], where=f"kubelet.evictionHard.{NODEFS_AVAILABLE}")
-        if NODEFS_AVAILABLE in eviction else math.ceil(float(storage_bytes) / 100 * DEFAULT_EVICTION_NODEFS_PERCENT)
+        if NODEFS_AVAILABLE in eviction
+        else math.ceil(float(storage_bytes) / 100 * DEFAULT_EVICTION_NODEFS_PERCENT)
     )
     overhead[MEMORY] = overhead.get(MEMORY, 0) + memory_threshold * 1000
     overhead[EPHEMERAL_STORAGE] = overhead.get(EPHEMERAL_STORAGE, 0) + storage_threshold * 1000
@@ -379,8 +419,10 @@ def _info_labels(info: InstanceTypeInfo) -> dict[str, str]:
     out.update(_name_labels(info.name))
     optional = {
         wk.INSTANCE_CPU_MANUFACTURER: info.cpu_manufacturer.lower(),
-        wk.INSTANCE_CPU_CLOCK: info.cpu_clock_mhz, wk.INSTANCE_EBS_BANDWIDTH: info.ebs_bandwidth_mbps,
-        wk.INSTANCE_NETWORK_BANDWIDTH: info.network_bandwidth_mbps, wk.INSTANCE_LOCAL_NVME: info.local_nvme_gib,
+        wk.INSTANCE_CPU_CLOCK: info.cpu_clock_mhz,
+        wk.INSTANCE_EBS_BANDWIDTH: info.ebs_bandwidth_mbps,
+        wk.INSTANCE_NETWORK_BANDWIDTH: info.network_bandwidth_mbps,
+        wk.INSTANCE_LOCAL_NVME: info.local_nvme_gib,
     }
     out.update((key, str(value)) for key, value in optional.items() if value)
     if info.gpu_count and info.gpu_kinds <= 1:
@@ -414,8 +456,7 @@ def _single(key: str, value: str) -> Requirement:
     return Requirement(key, False, frozenset((value,)))
 
 
-def _requirements(labels: Mapping[str, str], offerings: tuple[Offering, ...], region: str | None,
-                  zone_ids: Mapping[str, str] | None = None) -> Requirements:
+def _requirements(labels: Mapping[str, str], offerings: tuple[Offering, ...], region: str | None, zone_ids: Mapping[str, str] | None = None) -> Requirements:
     items = [_single(key, value) for key, value in labels.items()]
     items.extend(Requirement(key, False, frozenset()) for key in _ATTRIBUTE_KEYS if key not in labels)
     if wk.INSTANCE_TENANCY not in labels:
@@ -539,8 +580,14 @@ class Catalog:
             self._requirements = built
         return self._requirements
 
-    def instance_types(self, kubelet: KubeletConfig = KubeletConfig(), *, root_volume_bytes: int = DEFAULT_ROOT_VOLUME_BYTES,
-                       instance_store_policy: str | None = None, node_cost_per_hour: float = 0.0) -> tuple[InstanceType, ...]:
+    def instance_types(
+        self,
+        kubelet: KubeletConfig = KubeletConfig(),
+        *,
+        root_volume_bytes: int = DEFAULT_ROOT_VOLUME_BYTES,
+        instance_store_policy: str | None = None,
+        node_cost_per_hour: float = 0.0,
+    ) -> tuple[InstanceType, ...]:
         """Every type as a node with these kubelet settings, root volume size and instance-store
         policy would be, sorted by name; ``node_cost_per_hour`` (what each node costs besides
         its instance: :mod:`joiner.domain.costs`) is added to every offering's price.
@@ -563,8 +610,15 @@ class Catalog:
                 self._by_name.pop(evicted, None)
             return built
 
-    def instance_type(self, name: str, kubelet: KubeletConfig = KubeletConfig(), *, root_volume_bytes: int = DEFAULT_ROOT_VOLUME_BYTES,
-                      instance_store_policy: str | None = None, node_cost_per_hour: float = 0.0) -> InstanceType | None:
+    def instance_type(
+        self,
+        name: str,
+        kubelet: KubeletConfig = KubeletConfig(),
+        *,
+        root_volume_bytes: int = DEFAULT_ROOT_VOLUME_BYTES,
+        instance_store_policy: str | None = None,
+        node_cost_per_hour: float = 0.0,
+    ) -> InstanceType | None:
         """One type from the memoised :meth:`instance_types` (None if unknown or unusable)."""
         self.instance_types(kubelet, root_volume_bytes=root_volume_bytes, instance_store_policy=instance_store_policy, node_cost_per_hour=node_cost_per_hour)
         with self._lock:
@@ -577,16 +631,26 @@ class Catalog:
         """:meth:`instance_types` as the NodeClass makes them: its kubelet settings, root volume
         (:func:`root_volume_size`) and ``instanceStorePolicy``, offerings priced with its volumes
         (:func:`joiner.domain.costs.block_device_cost_per_hour`)."""
-        return self.instance_types(node_class.kubelet, root_volume_bytes=root_volume_size(node_class),
-                                   instance_store_policy=node_class.instance_store_policy, node_cost_per_hour=block_device_cost_per_hour(node_class))
+        return self.instance_types(
+            node_class.kubelet,
+            root_volume_bytes=root_volume_size(node_class),
+            instance_store_policy=node_class.instance_store_policy,
+            node_cost_per_hour=block_device_cost_per_hour(node_class),
+        )
 
     def type_for_node_class(self, name: str, node_class: NodeClass) -> InstanceType | None:
         """One type of :meth:`for_node_class` (None if unknown or unusable)."""
-        return self.instance_type(name, node_class.kubelet, root_volume_bytes=root_volume_size(node_class),
-                                  instance_store_policy=node_class.instance_store_policy, node_cost_per_hour=block_device_cost_per_hour(node_class))
+        return self.instance_type(
+            name,
+            node_class.kubelet,
+            root_volume_bytes=root_volume_size(node_class),
+            instance_store_policy=node_class.instance_store_policy,
+            node_cost_per_hour=block_device_cost_per_hour(node_class),
+        )
 
-    def _build(self, kubelet: KubeletConfig, root_volume_bytes: int, instance_store_policy: str | None = None,
-               node_cost_per_hour: float = 0.0) -> tuple[InstanceType, ...]:
+    def _build(
+        self, kubelet: KubeletConfig, root_volume_bytes: int, instance_store_policy: str | None = None, node_cost_per_hour: float = 0.0
+    ) -> tuple[InstanceType, ...]:
         node_cost = _check_price(node_cost_per_hour, "node cost per hour")
         if root_volume_bytes <= 0:
             raise CatalogError(f"root volume size must be positive, got {root_volume_bytes}")
@@ -598,8 +662,11 @@ class Catalog:
             if isinstance(entry, InstanceTypeInfo):
                 capacity = eks_capacity(entry, kubelet, root_volume_bytes, instance_store_policy)
                 overhead = eks_overhead(
-                    capacity[CPU], _bytes(capacity[MEMORY]), _bytes(capacity[EPHEMERAL_STORAGE]),
-                    eni_limited_pods(entry.max_enis, entry.ipv4_per_eni), kubelet,
+                    capacity[CPU],
+                    _bytes(capacity[MEMORY]),
+                    _bytes(capacity[EPHEMERAL_STORAGE]),
+                    eni_limited_pods(entry.max_enis, entry.ipv4_per_eni),
+                    kubelet,
                 )
             elif entry.overhead is not None:
                 capacity, overhead = entry.capacity, entry.overhead
@@ -674,17 +741,36 @@ def _declared_capacity_and_overhead(capacity: Resources, kubelet: KubeletConfig,
 # ---------------------------------------------------------------------------------------
 
 INFO_FIELDS = {
-    "name": "name", "vcpus": "vcpus", "memoryMiB": "memory_mib", "architectures": "architectures",
-    "maxENIs": "max_enis", "ipv4PerENI": "ipv4_per_eni", "hypervisor": "hypervisor",
-    "bareMetal": "bare_metal", "cpuManufacturer": "cpu_manufacturer", "gpuCount": "gpu_count",
-    "gpuName": "gpu_name", "gpuManufacturer": "gpu_manufacturer", "gpuMemoryMiB": "gpu_memory_mib",
-    "gpuKinds": "gpu_kinds", "neuronCount": "neuron_count", "neuronCores": "neuron_cores",
-    "neuronName": "neuron_name", "efaCount": "efa_count", "usageClasses": "usage_classes",
-    "zones": "zones", "onDemandPrice": "on_demand_price", "cpuClockMHz": "cpu_clock_mhz",
-    "ebsBandwidthMbps": "ebs_bandwidth_mbps", "networkBandwidthMbps": "network_bandwidth_mbps",
-    "localNvmeGiB": "local_nvme_gib", "encryptionInTransit": "encryption_in_transit",
-    "acceleratorName": "accelerator_name", "acceleratorManufacturer": "accelerator_manufacturer",
-    "acceleratorCount": "accelerator_count", "nitroEnclaves": "nitro_enclaves",
+    "name": "name",
+    "vcpus": "vcpus",
+    "memoryMiB": "memory_mib",
+    "architectures": "architectures",
+    "maxENIs": "max_enis",
+    "ipv4PerENI": "ipv4_per_eni",
+    "hypervisor": "hypervisor",
+    "bareMetal": "bare_metal",
+    "cpuManufacturer": "cpu_manufacturer",
+    "gpuCount": "gpu_count",
+    "gpuName": "gpu_name",
+    "gpuManufacturer": "gpu_manufacturer",
+    "gpuMemoryMiB": "gpu_memory_mib",
+    "gpuKinds": "gpu_kinds",
+    "neuronCount": "neuron_count",
+    "neuronCores": "neuron_cores",
+    "neuronName": "neuron_name",
+    "efaCount": "efa_count",
+    "usageClasses": "usage_classes",
+    "zones": "zones",
+    "onDemandPrice": "on_demand_price",
+    "cpuClockMHz": "cpu_clock_mhz",
+    "ebsBandwidthMbps": "ebs_bandwidth_mbps",
+    "networkBandwidthMbps": "network_bandwidth_mbps",
+    "localNvmeGiB": "local_nvme_gib",
+    "encryptionInTransit": "encryption_in_transit",
+    "acceleratorName": "accelerator_name",
+    "acceleratorManufacturer": "accelerator_manufacturer",
+    "acceleratorCount": "accelerator_count",
+    "nitroEnclaves": "nitro_enclaves",
 }
 _TUPLE_FIELDS = frozenset({"architectures", "usage_classes", "zones"})
 

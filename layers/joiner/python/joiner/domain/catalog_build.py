@@ -68,8 +68,12 @@ def network_bandwidth_megabits() -> Mapping[str, int]:
 
 #: Region-name prefixes of the partitions other than ``aws`` (longest first).
 _PARTITION_PREFIXES: tuple[tuple[str, str], ...] = (
-    ("us-isob-", "aws-iso-b"), ("us-isof-", "aws-iso-f"), ("eu-isoe-", "aws-iso-e"), ("us-iso-", "aws-iso"),
-    ("us-gov-", "aws-us-gov"), ("cn-", "aws-cn"),
+    ("us-isob-", "aws-iso-b"),
+    ("us-isof-", "aws-iso-f"),
+    ("eu-isoe-", "aws-iso-e"),
+    ("us-iso-", "aws-iso"),
+    ("us-gov-", "aws-us-gov"),
+    ("cn-", "aws-cn"),
 )
 
 
@@ -104,8 +108,9 @@ def _kebab(text: str) -> str:
     return "-".join(text.lower().split())
 
 
-def info_from_description(record: Mapping[str, Any], zones: Iterable[str], price: float | None,
-                          bandwidth: Mapping[str, int] | None = None) -> InstanceTypeInfo | None:
+def info_from_description(
+    record: Mapping[str, Any], zones: Iterable[str], price: float | None, bandwidth: Mapping[str, int] | None = None
+) -> InstanceTypeInfo | None:
     """One ``DescribeInstanceTypes`` record as an :class:`InstanceTypeInfo`, or None when it
     has no Kubernetes architecture (amd64/arm64) or no zone offering."""
     processor = record.get("ProcessorInfo") or {}
@@ -185,8 +190,7 @@ def info_from_description(record: Mapping[str, Any], zones: Iterable[str], price
     return InstanceTypeInfo(**fields)
 
 
-def infos_from_descriptions(records: Iterable[Mapping[str, Any]], zones: Mapping[str, Iterable[str]],
-                            prices: Mapping[str, float]) -> list[InstanceTypeInfo]:
+def infos_from_descriptions(records: Iterable[Mapping[str, Any]], zones: Mapping[str, Iterable[str]], prices: Mapping[str, float]) -> list[InstanceTypeInfo]:
     """Every described type offered in a zone and runnable by Kubernetes, sorted by name
     (``prices`` may leave types out: they get no on-demand offering)."""
     infos = []
@@ -200,9 +204,14 @@ def infos_from_descriptions(records: Iterable[Mapping[str, Any]], zones: Mapping
     return infos
 
 
-def build_catalog(region: str, records: Iterable[Mapping[str, Any]], zones: Mapping[str, Iterable[str]],
-                  prices: Mapping[str, float] | None, fallback_prices: Mapping[str, float],
-                  zone_ids: Mapping[str, str] | None = None) -> Catalog:
+def build_catalog(
+    region: str,
+    records: Iterable[Mapping[str, Any]],
+    zones: Mapping[str, Iterable[str]],
+    prices: Mapping[str, float] | None,
+    fallback_prices: Mapping[str, float],
+    zone_ids: Mapping[str, str] | None = None,
+) -> Catalog:
     """The region's catalog. ``prices`` None (the Pricing API could not be read) or empty
     means ``fallback_prices`` (the bundled us-east-1 table), and the catalog says so in
     ``price_source``. Raises :class:`CatalogError` when EC2 described no usable type."""
@@ -246,7 +255,9 @@ def encode_catalog(catalog: Catalog) -> str:
     """The catalog's raw facts, gzipped JSON in base64 (about 40 KB for a region's ~900
     types, far below DynamoDB's 400 KB item limit). Spot offerings are not included."""
     document: dict[str, Any] = {
-        "format": _FORMAT, "region": catalog.region, "priceSource": catalog.price_source,
+        "format": _FORMAT,
+        "region": catalog.region,
+        "priceSource": catalog.price_source,
         "instanceTypes": [_info_document(info) for info in catalog.infos],
     }
     if catalog.zone_ids:
@@ -263,10 +274,10 @@ def decode_catalog(text: str) -> Catalog:
         zone_ids = document.get("zoneIds") or {}
         if not isinstance(zone_ids, dict):
             raise CatalogError(f"shared catalog: zoneIds is not a mapping: {zone_ids!r}")
-        return Catalog(catalog.infos, region=catalog.region, price_source=str(document.get("priceSource", "")),
-                       zone_ids={str(k): str(v) for k, v in zone_ids.items()})
+        return Catalog(
+            catalog.infos, region=catalog.region, price_source=str(document.get("priceSource", "")), zone_ids={str(k): str(v) for k, v in zone_ids.items()}
+        )
     except CatalogError:
         raise
     except (ValueError, TypeError, KeyError, OSError, EOFError) as error:
         raise CatalogError(f"shared catalog unreadable: {type(error).__name__}: {error}") from None
-

@@ -22,8 +22,13 @@ from joiner.domain.model import NodeClass
 from joiner.domain.quantity import QuantityError, parse_quantity
 
 __all__ = [
-    "HOURS_PER_MONTH", "PUBLIC_IPV4_PER_HOUR", "VolumePrice", "EBS_PRICES", "DEFAULT_ROOT_VOLUME",
-    "volume_cost_per_hour", "block_device_cost_per_hour",
+    "HOURS_PER_MONTH",
+    "PUBLIC_IPV4_PER_HOUR",
+    "VolumePrice",
+    "EBS_PRICES",
+    "DEFAULT_ROOT_VOLUME",
+    "volume_cost_per_hour",
+    "block_device_cost_per_hour",
 ]
 
 #: AWS bills GB-months and provisioned IOPS-months over 730 hours.

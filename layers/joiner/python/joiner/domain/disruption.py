@@ -73,14 +73,49 @@ from joiner.domain.snapshot import Snapshot
 from joiner.domain.volumes import VolumeTopology, apply_volumes
 
 __all__ = [
-    "EMPTINESS", "EXPIRATION", "DRIFT", "CONSOLIDATION", "METHODS", "REASONS",
-    "NOMINATION_WINDOW", "VALIDATION_DELAY", "EVICTION_COST_PER_HOUR", "MAX_MULTI_CANDIDATES",
-    "MAX_SIMULATIONS", "MAX_BATCH", "NODEPOOL_HASH_ANNOTATION", "AMI_ANNOTATION", "SUBNET_ANNOTATION",
-    "SECURITY_GROUPS_ANNOTATION", "LaunchInputs", "NodeFacts", "ResolvedNodeClass", "DisruptionInput", "Replacement",
-    "Command", "Blocked", "Decision", "decide", "validate", "nodepool_hash", "cron_matches", "static_replica",
-    "budget_active", "allowed_disruptions", "eviction_cost", "disruption_cost", "worst_case_price",
-    "launch_inputs_from_annotations", "REPAIR", "SCALE_DOWN", "RepairPolicy", "REPAIR_POLICIES",
-    "MAX_UNHEALTHY_PERCENT", "Unhealthy", "unhealthy", "repair_allowed",
+    "EMPTINESS",
+    "EXPIRATION",
+    "DRIFT",
+    "CONSOLIDATION",
+    "METHODS",
+    "REASONS",
+    "NOMINATION_WINDOW",
+    "VALIDATION_DELAY",
+    "EVICTION_COST_PER_HOUR",
+    "MAX_MULTI_CANDIDATES",
+    "MAX_SIMULATIONS",
+    "MAX_BATCH",
+    "NODEPOOL_HASH_ANNOTATION",
+    "AMI_ANNOTATION",
+    "SUBNET_ANNOTATION",
+    "SECURITY_GROUPS_ANNOTATION",
+    "LaunchInputs",
+    "NodeFacts",
+    "ResolvedNodeClass",
+    "DisruptionInput",
+    "Replacement",
+    "Command",
+    "Blocked",
+    "Decision",
+    "decide",
+    "validate",
+    "nodepool_hash",
+    "cron_matches",
+    "static_replica",
+    "budget_active",
+    "allowed_disruptions",
+    "eviction_cost",
+    "disruption_cost",
+    "worst_case_price",
+    "launch_inputs_from_annotations",
+    "REPAIR",
+    "SCALE_DOWN",
+    "RepairPolicy",
+    "REPAIR_POLICIES",
+    "MAX_UNHEALTHY_PERCENT",
+    "Unhealthy",
+    "unhealthy",
+    "repair_allowed",
 ]
 
 EMPTINESS, EXPIRATION, DRIFT, CONSOLIDATION = "emptiness", "expiration", "drift", "consolidation"
@@ -88,8 +123,7 @@ EMPTINESS, EXPIRATION, DRIFT, CONSOLIDATION = "emptiness", "expiration", "drift"
 REPAIR, SCALE_DOWN = "repair", "overprovisioned"
 METHODS = (REPAIR, SCALE_DOWN, EMPTINESS, EXPIRATION, DRIFT, CONSOLIDATION)
 #: Budget reason per method (consolidation is ``Underutilized``; repair and scale-down ignore budgets).
-REASONS = {EMPTINESS: "Empty", EXPIRATION: "Expired", DRIFT: "Drifted", CONSOLIDATION: "Underutilized",
-           REPAIR: "Unhealthy", SCALE_DOWN: "Overprovisioned"}
+REASONS = {EMPTINESS: "Empty", EXPIRATION: "Expired", DRIFT: "Drifted", CONSOLIDATION: "Underutilized", REPAIR: "Unhealthy", SCALE_DOWN: "Overprovisioned"}
 _UNBUDGETED = (REPAIR, SCALE_DOWN)
 
 
@@ -166,6 +200,7 @@ def repair_allowed(unhealthy_nodes: int, total: int) -> bool:
     """Karpenter's safety rule: a NodePool repairs only while at most
     :data:`MAX_UNHEALTHY_PERCENT` of its nodes (rounded up) are unhealthy."""
     return unhealthy_nodes <= -(-total * MAX_UNHEALTHY_PERCENT // 100)  # integers: exact at any size
+
 
 #: A node the provisioner nominated for pending pods this recently is not a candidate.
 NOMINATION_WINDOW = timedelta(seconds=20)
@@ -289,15 +324,23 @@ class Replacement:
 
     def to_state(self) -> dict[str, Any]:
         return {
-            "nodePool": self.node_pool, "instanceTypes": list(self.instance_types), "zones": list(self.zones),
-            "capacityTypes": list(self.capacity_types), "price": self.price, "pods": list(self.pods),
+            "nodePool": self.node_pool,
+            "instanceTypes": list(self.instance_types),
+            "zones": list(self.zones),
+            "capacityTypes": list(self.capacity_types),
+            "price": self.price,
+            "pods": list(self.pods),
         }
 
     @classmethod
     def from_state(cls, data: Mapping[str, Any]) -> Replacement:
         return cls(
-            str(data["nodePool"]), tuple(data["instanceTypes"]), tuple(data.get("zones", ())),
-            tuple(data.get("capacityTypes", ())), float(data["price"]), tuple(data.get("pods", ())),
+            str(data["nodePool"]),
+            tuple(data["instanceTypes"]),
+            tuple(data.get("zones", ())),
+            tuple(data.get("capacityTypes", ())),
+            float(data["price"]),
+            tuple(data.get("pods", ())),
         )
 
 
@@ -323,15 +366,21 @@ class Command:
     def to_state(self) -> dict[str, Any]:
         """Lossless form for durable storage (see :meth:`from_state`)."""
         return {
-            "method": self.method, "nodes": list(self.nodes), "replacements": [r.to_state() for r in self.replacements],
-            "savingsPerHour": self.savings_per_hour, "reason": self.reason,
+            "method": self.method,
+            "nodes": list(self.nodes),
+            "replacements": [r.to_state() for r in self.replacements],
+            "savingsPerHour": self.savings_per_hour,
+            "reason": self.reason,
         }
 
     @classmethod
     def from_state(cls, data: Mapping[str, Any]) -> Command:
         return cls(
-            str(data["method"]), tuple(data["nodes"]), tuple(Replacement.from_state(r) for r in data.get("replacements", ())),
-            float(data.get("savingsPerHour", 0.0)), str(data.get("reason", "")),
+            str(data["method"]),
+            tuple(data["nodes"]),
+            tuple(Replacement.from_state(r) for r in data.get("replacements", ())),
+            float(data.get("savingsPerHour", 0.0)),
+            str(data.get("reason", "")),
         )
 
 
@@ -375,8 +424,13 @@ class Decision:
 # ---------------------------------------------------------------------- cron and budgets
 
 _MACROS = {
-    "@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *", "@monthly": "0 0 1 * *", "@weekly": "0 0 * * 0",
-    "@daily": "0 0 * * *", "@midnight": "0 0 * * *", "@hourly": "0 * * * *",
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
 }
 _NAMES = {
     3: {name.lower(): i for i, name in enumerate(calendar.month_abbr) if name},
@@ -514,13 +568,15 @@ def disruption_cost(pods: Iterable[Pod], age: timedelta | None, expire_after: ti
     return total * max(0.0, min(1.0, remaining))
 
 
-def worst_case_price(instance_type: InstanceType, zones: Iterable[str], capacity_types: Iterable[str], unavailable: frozenset[OfferingKey] = frozenset()) -> float | None:
+def worst_case_price(
+    instance_type: InstanceType, zones: Iterable[str], capacity_types: Iterable[str], unavailable: frozenset[OfferingKey] = frozenset()
+) -> float | None:
     """The dearest available offering of ``instance_type`` in ``zones`` x ``capacity_types``."""
     zone_set, ct_set = set(zones), set(capacity_types)
     prices = [
-        o.price for o in instance_type.offerings
-        if o.available and o.zone in zone_set and o.capacity_type in ct_set
-        and OfferingKey(instance_type.name, o.zone, o.capacity_type) not in unavailable
+        o.price
+        for o in instance_type.offerings
+        if o.available and o.zone in zone_set and o.capacity_type in ct_set and OfferingKey(instance_type.name, o.zone, o.capacity_type) not in unavailable
     ]
     return max(prices) if prices else None
 
@@ -611,10 +667,7 @@ class _Pass:
 
     def _nominations(self) -> set[str]:
         """Nodes the plan for the pending pods places pods on now, plus recent nominations."""
-        nominated = {
-            name for name, facts in self.inp.facts.items()
-            if facts.nominated_at is not None and self.now - facts.nominated_at < NOMINATION_WINDOW
-        }
+        nominated = {name for name, facts in self.inp.facts.items() if facts.nominated_at is not None and self.now - facts.nominated_at < NOMINATION_WINDOW}
         pending = self.inp.snapshot.pending_pods
         if pending:
             plan = self._solve(pending, frozenset())
@@ -692,11 +745,16 @@ class _Pass:
         live = [p for p in self.pods_by_node.get(node.name, []) if not p.is_terminal]
         # A terminating pod is on its way out, except a StatefulSet's: its controller recreates
         # it under the same name once it is gone, so it still needs a home (Karpenter's rule).
-        movable = tuple(sorted(
-            (replace(p, node_name=None, phase="Pending", deleting=False) for p in live
-             if not (p.is_daemonset_pod or p.is_mirror or (p.deleting and p.owner_kind != "StatefulSet"))),
-            key=lambda p: p.key,
-        ))
+        movable = tuple(
+            sorted(
+                (
+                    replace(p, node_name=None, phase="Pending", deleting=False)
+                    for p in live
+                    if not (p.is_daemonset_pod or p.is_mirror or (p.deleting and p.owner_kind != "StatefulSet"))
+                ),
+                key=lambda p: p.key,
+            )
+        )
         protected = None
         if node.annotations.get(wk.DO_NOT_DISRUPT) == "true" or node.annotations.get(wk.KARPENTER_DO_NOT_DISRUPT) == "true":
             protected = "node has the do-not-disrupt annotation"
@@ -726,8 +784,15 @@ class _Pass:
         since = self._last_pod_event(node)
         age = self.now - node.created if node.created is not None else None
         return _Candidate(
-            node=node, pool=pool, pods=movable, price=self._node_price(node, pool, facts), cost=disruption_cost(movable, age, pool.expire_after),
-            created=created if node.created is None else node.created, since=since, protected=protected, pdb_blocked=pdb_blocked,
+            node=node,
+            pool=pool,
+            pods=movable,
+            price=self._node_price(node, pool, facts),
+            cost=disruption_cost(movable, age, pool.expire_after),
+            created=created if node.created is None else node.created,
+            since=since,
+            protected=protected,
+            pdb_blocked=pdb_blocked,
         )
 
     def _node_price(self, node: Node, pool: NodePool, facts: NodeFacts) -> float | None:
@@ -781,8 +846,12 @@ class _Pass:
         # Pods are never simulated onto a node that cannot take them now: NotReady, or one of
         # Joiner's still initializing (Karpenter's rule; they could fail to come up).
         nodes = tuple(
-            n for n in snap.nodes
-            if n.name not in exclude and not n.deleting and n.ready and (wk.NODEPOOL not in n.labels or n.labels.get(wk.INITIALIZED) == "true")
+            n
+            for n in snap.nodes
+            if n.name not in exclude
+            and not n.deleting
+            and n.ready
+            and (wk.NODEPOOL not in n.labels or n.labels.get(wk.INITIALIZED) == "true")
             and not (consolidation and self._settling(n))
         )
         bound = tuple(p for p in self.bound_pods if p.node_name not in exclude)
@@ -795,8 +864,9 @@ class _Pass:
             topology = apply_volumes(tuple(pending) + promised, bound, nodes, snap.volume_claims, snap.persistent_volumes, snap.storage_classes, snap.csi_nodes)
         else:  # never move a pod whose volume's zone is unknown
             moving = tuple(pending) + promised
-            topology = VolumeTopology(tuple(p for p in moving if not p.volume_claims),
-                                      {p.key: "its volumes could not be read" for p in moving if p.volume_claims}, {})
+            topology = VolumeTopology(
+                tuple(p for p in moving if not p.volume_claims), {p.key: "its volumes could not be read" for p in moving if p.volume_claims}, {}
+            )
         problem = SchedulingProblem(
             pending=topology.pods,
             blocked=topology.blocked,
@@ -844,7 +914,7 @@ class _Pass:
         ``minValues`` need (Karpenter's rule), worst-case price recomputed."""
         types = self.types.get(replacement.node_pool, {})
         needed = _min_values_prefix(claim, replacement.instance_types) or len(replacement.instance_types)
-        kept = replacement.instance_types[:max(count, needed)]
+        kept = replacement.instance_types[: max(count, needed)]
         prices = [worst_case_price(types[name], replacement.zones, replacement.capacity_types, self.inp.unavailable) for name in kept]
         return replace(replacement, instance_types=kept, price=max(p for p in prices if p is not None))
 
@@ -905,12 +975,14 @@ class _Pass:
             # and only the cheapest of them are offered, so the next pass has no reason to
             # "consolidate" the replacement again (no churn ladder).
             if len(replacement.instance_types) < MIN_SPOT_TO_SPOT_TYPES:
-                return None, (f"spot-to-spot replacement needs {MIN_SPOT_TO_SPOT_TYPES} cheaper instance types, "
-                              f"{len(replacement.instance_types)} available")
+                return None, (f"spot-to-spot replacement needs {MIN_SPOT_TO_SPOT_TYPES} cheaper instance types, {len(replacement.instance_types)} available")
             replacement = self._truncated(replacement, MIN_SPOT_TO_SPOT_TYPES, claim)
         savings = current - replacement.price
         return Command(
-            CONSOLIDATION, tuple(c.name for c in group), (replacement,), savings,
+            CONSOLIDATION,
+            tuple(c.name for c in group),
+            (replacement,),
+            savings,
             f"underutilized: {names} replaced by one {replacement.instance_types[0]}"
             + (f" (or one of {len(replacement.instance_types) - 1} other types)" if len(replacement.instance_types) > 1 else "")
             + f" costing at most ${replacement.price:.4f}/h",
@@ -931,7 +1003,9 @@ class _Pass:
                 left[pool.name] = self.allowed(pool, method)
             if left[pool.name] <= 0:
                 if report:
-                    self.blocked.setdefault(candidate.name, f"the disruption budget of nodepool {pool.name} allows no more {REASONS[method]} nodes to be disrupted now")
+                    self.blocked.setdefault(
+                        candidate.name, f"the disruption budget of nodepool {pool.name} allows no more {REASONS[method]} nodes to be disrupted now"
+                    )
                 continue
             left[pool.name] -= 1
             result.append(candidate)
@@ -1080,8 +1154,10 @@ class _Pass:
                 continue
             unhealthy_nodes, total = self.pool_unhealthy.get(pool.name, 0), self.pool_nodes.get(pool.name, 0)
             if not repair_allowed(unhealthy_nodes, total):
-                reason = (f"unhealthy ({finding.condition}={finding.status} past its repair time), but {unhealthy_nodes} of the {total} nodes of nodepool "
-                          f"{pool.name} are unhealthy: no repair while more than {MAX_UNHEALTHY_PERCENT}% are")
+                reason = (
+                    f"unhealthy ({finding.condition}={finding.status} past its repair time), but {unhealthy_nodes} of the {total} nodes of nodepool "
+                    f"{pool.name} are unhealthy: no repair while more than {MAX_UNHEALTHY_PERCENT}% are"
+                )
                 self.repair_blocked[node.name] = reason
                 self.blocked[node.name] = reason
                 continue
@@ -1124,19 +1200,28 @@ class _Pass:
                 return (settled, bool(pods), disruption_cost(pods, None, None), node.name)
 
             chosen = sorted(self.live[name], key=order)[:extra]
-            commands.append(Command(
-                SCALE_DOWN, tuple(n.name for n in chosen), (), 0.0,
-                f"nodepool {name} has {len(self.live[name]) + self.in_flight_only(name)} nodes for {pool.replicas} replicas",
-            ))
+            commands.append(
+                Command(
+                    SCALE_DOWN,
+                    tuple(n.name for n in chosen),
+                    (),
+                    0.0,
+                    f"nodepool {name} has {len(self.live[name]) + self.in_flight_only(name)} nodes for {pool.replicas} replicas",
+                )
+            )
         return commands
 
     # ------------------------------------------------------------ methods
 
     def emptiness(self) -> list[Command]:
         eligible = [
-            c for c in self.candidates
-            if not c.pool.static and c.protected is None and c.pdb_blocked is None
-            and c.pool.disruption.consolidation_policy in ("WhenEmpty", "WhenEmptyOrUnderutilized") and self.is_empty(c)
+            c
+            for c in self.candidates
+            if not c.pool.static
+            and c.protected is None
+            and c.pdb_blocked is None
+            and c.pool.disruption.consolidation_policy in ("WhenEmpty", "WhenEmptyOrUnderutilized")
+            and self.is_empty(c)
         ]
         chosen = self.within_budget(eligible, EMPTINESS)
         if not chosen:
@@ -1145,8 +1230,7 @@ class _Pass:
         return [Command(EMPTINESS, tuple(c.name for c in chosen), (), savings, "empty: no pods but DaemonSet or terminal ones")]
 
     def replace_batch(self, method: str, eligible: list[_Candidate], why: Mapping[str, str], require_all: bool) -> list[Command]:
-        static = self.static_batch(method, self.within_budget([c for c in eligible if c.pool.static], method)[:MAX_BATCH], why,
-                                   need_replacement=require_all)
+        static = self.static_batch(method, self.within_budget([c for c in eligible if c.pool.static], method)[:MAX_BATCH], why, need_replacement=require_all)
         return static + self.pod_batch(method, [c for c in eligible if not c.pool.static], why, require_all)
 
     def pod_batch(self, method: str, eligible: list[_Candidate], why: Mapping[str, str], require_all: bool) -> list[Command]:
@@ -1199,10 +1283,15 @@ class _Pass:
 
     def consolidation_candidates(self) -> list[_Candidate]:
         eligible = [
-            c for c in self.candidates
-            if not c.pool.static and c.pods and c.protected is None and c.pdb_blocked is None
+            c
+            for c in self.candidates
+            if not c.pool.static
+            and c.pods
+            and c.protected is None
+            and c.pdb_blocked is None
             and c.pool.disruption.consolidation_policy == "WhenEmptyOrUnderutilized"
-            and self.consolidatable(c) and c.price is not None
+            and self.consolidatable(c)
+            and c.price is not None
         ]
         return self.within_budget(eligible, CONSOLIDATION, report=False)
 
@@ -1254,7 +1343,8 @@ class _Pass:
                     if instance_type.requirements.conflicts(requirements):
                         continue
                     prices = [
-                        o.price for o in instance_type.offerings
+                        o.price
+                        for o in instance_type.offerings
                         if o.available and (zones is None or zones.has(o.zone)) and (capacity_types is None or capacity_types.has(o.capacity_type))
                     ]
                     if prices:
@@ -1318,11 +1408,16 @@ class _Pass:
         blocked = tuple(sorted(blocked, key=lambda b: (b.node, b.reason)))
         empty = tuple(sorted(c.name for c in self.candidates if not c.pods))
         declined = tuple(Blocked(node, why) for node, why in sorted(self.declined.items()) if node not in chosen and why)
-        standing = tuple(sorted(
-            (c.name, self.drift_reason(c),
-             not c.pool.static and c.pool.disruption.consolidation_policy == "WhenEmptyOrUnderutilized" and self.consolidatable(c))
-            for c in self.candidates
-        ))
+        standing = tuple(
+            sorted(
+                (
+                    c.name,
+                    self.drift_reason(c),
+                    not c.pool.static and c.pool.disruption.consolidation_policy == "WhenEmptyOrUnderutilized" and self.consolidatable(c),
+                )
+                for c in self.candidates
+            )
+        )
         repair_blocked = tuple(Blocked(node, why) for node, why in sorted(self.repair_blocked.items()))
         return Decision(tuple(commands), blocked, tuple(sorted(self.nominated)), empty, self.simulations, declined, standing, repair_blocked)
 
@@ -1412,14 +1507,8 @@ def validate(command: Command, inp: DisruptionInput) -> tuple[Command | None, st
 def _only(plan: Plan, keys: set[str]) -> Plan:
     """``plan`` restricted to the pods in ``keys``: claims and placements holding none of
     them are dropped, the others list only theirs."""
-    claims = tuple(
-        replace(claim, pods=tuple(k for k in claim.pods if k in keys))
-        for claim in plan.node_claims if any(k in keys for k in claim.pods)
-    )
-    existing = tuple(
-        replace(node, pods=tuple(k for k in node.pods if k in keys))
-        for node in plan.existing_nodes if any(k in keys for k in node.pods)
-    )
+    claims = tuple(replace(claim, pods=tuple(k for k in claim.pods if k in keys)) for claim in plan.node_claims if any(k in keys for k in claim.pods))
+    existing = tuple(replace(node, pods=tuple(k for k in node.pods if k in keys)) for node in plan.existing_nodes if any(k in keys for k in node.pods))
     return Plan(claims, existing, tuple(u for u in plan.unschedulable if u.pod in keys))
 
 
@@ -1458,8 +1547,11 @@ def static_replica(pool: NodePool, instance_types: Iterable[InstanceType], unava
         if instance_type.requirements.conflicts(requirements):
             continue
         offers = [
-            o for o in instance_type.offerings
-            if o.available and (zones is None or zones.has(o.zone)) and (capacity_types is None or capacity_types.has(o.capacity_type))
+            o
+            for o in instance_type.offerings
+            if o.available
+            and (zones is None or zones.has(o.zone))
+            and (capacity_types is None or capacity_types.has(o.capacity_type))
             and OfferingKey(instance_type.name, o.zone, o.capacity_type) not in unavailable
         ]
         if offers:
@@ -1469,7 +1561,9 @@ def static_replica(pool: NodePool, instance_types: Iterable[InstanceType], unava
     options.sort(key=lambda o: (o[0], o[1]))
     offers = [o for _, _, found in options for o in found]
     return Replacement(
-        node_pool=pool.name, instance_types=tuple(name for _, name, _ in options),
-        zones=tuple(sorted({o.zone for o in offers})), capacity_types=tuple(sorted({o.capacity_type for o in offers})),
+        node_pool=pool.name,
+        instance_types=tuple(name for _, name, _ in options),
+        zones=tuple(sorted({o.zone for o in offers})),
+        capacity_types=tuple(sorted({o.capacity_type for o in offers})),
         price=options[0][0],
     )

@@ -81,9 +81,15 @@ class PodFate:
 
     def to_dict(self, start: datetime) -> dict[str, Any]:
         return {
-            "pod": self.pod, "outcome": self.outcome, "group": self.group,
-            "at": _iso(self.at), "after": _after(self.at, start), "graceSeconds": self.grace_seconds,
-            "reason": self.reason, "blockedBy": list(self.blocked_by), "blockedSince": _iso(self.blocked_since),
+            "pod": self.pod,
+            "outcome": self.outcome,
+            "group": self.group,
+            "at": _iso(self.at),
+            "after": _after(self.at, start),
+            "graceSeconds": self.grace_seconds,
+            "reason": self.reason,
+            "blockedBy": list(self.blocked_by),
+            "blockedSince": _iso(self.blocked_since),
         }
 
 
@@ -123,12 +129,19 @@ class DeletionPlan:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "kind": self.kind, "name": self.name, "deletedAt": _iso(self.deleted_at),
-            "nodeClaim": self.node_claim, "node": self.node, "nodePool": self.node_pool,
-            "terminationGracePeriod": _duration(self.termination_grace_period), "deadline": _iso(self.deadline),
-            "replacementFor": list(self.replacement_for), "drainStartBy": _iso(self.drain_start_by),
+            "kind": self.kind,
+            "name": self.name,
+            "deletedAt": _iso(self.deleted_at),
+            "nodeClaim": self.node_claim,
+            "node": self.node,
+            "nodePool": self.node_pool,
+            "terminationGracePeriod": _duration(self.termination_grace_period),
+            "deadline": _iso(self.deadline),
+            "replacementFor": list(self.replacement_for),
+            "drainStartBy": _iso(self.drain_start_by),
             "pods": [fate.to_dict(self.deleted_at) for fate in (self.drain.pods if self.drain else ())],
-            "instanceTerminatedAt": _iso(self.terminated_at), "after": _after(self.terminated_at, self.deleted_at),
+            "instanceTerminatedAt": _iso(self.terminated_at),
+            "after": _after(self.terminated_at, self.deleted_at),
             "outcome": self.outcome,
         }
 
@@ -224,8 +237,11 @@ def _protection_ends(pod: Pod) -> datetime | None:
     """When a do-not-disrupt annotation with a duration stops protecting the pod (None: never, or not one)."""
     if pod.created is None:
         return None
-    ends = [pod.created + grace for key in (wk.DO_NOT_DISRUPT, wk.KARPENTER_DO_NOT_DISRUPT)
-            if key in pod.annotations and isinstance(grace := do_not_disrupt_grace(pod.annotations[key]), timedelta)]
+    ends = [
+        pod.created + grace
+        for key in (wk.DO_NOT_DISRUPT, wk.KARPENTER_DO_NOT_DISRUPT)
+        if key in pod.annotations and isinstance(grace := do_not_disrupt_grace(pod.annotations[key]), timedelta)
+    ]
     return max(ends) if ends else None
 
 
@@ -280,9 +296,15 @@ def plan_node_drain(
             pod = present[deletion.key]
             held = tuple(blocked.get(pod.key, ()))
             fates[pod.key] = PodFate(
-                pod.key, "deleted", GROUPS[drain_group(pod)], now, deletion.grace_seconds,
+                pod.key,
+                "deleted",
+                GROUPS[drain_group(pod)],
+                now,
+                deletion.grace_seconds,
                 "deadline rule: deleted so its grace period ends by the deadline" + (f" ({why[pod.key]})" if pod.key in why else ""),
-                held, blocked_since.get(pod.key))
+                held,
+                blocked_since.get(pod.key),
+            )
             progress[pod.key] = record_deletion(progress.get(pod.key), deletion.grace_seconds, now)
             present[pod.key] = replace(pod, deleting=True)
             ends[pod.key] = leaves[pod.key] = now + timedelta(seconds=deletion.grace_seconds)
@@ -290,8 +312,15 @@ def plan_node_drain(
         for pod in step.evict:
             refused = budgets.evict(pod)
             if refused is None:
-                fates[pod.key] = PodFate(pod.key, "evicted", GROUPS[drain_group(pod)], now, reason="evicted through the Eviction API",
-                                         blocked_by=tuple(blocked.get(pod.key, ())), blocked_since=blocked_since.get(pod.key))
+                fates[pod.key] = PodFate(
+                    pod.key,
+                    "evicted",
+                    GROUPS[drain_group(pod)],
+                    now,
+                    reason="evicted through the Eviction API",
+                    blocked_by=tuple(blocked.get(pod.key, ())),
+                    blocked_since=blocked_since.get(pod.key),
+                )
                 progress[pod.key] = record_eviction(progress.get(pod.key), "evicted", now)
                 del present[pod.key]
                 moved = True
@@ -313,8 +342,7 @@ def plan_node_drain(
             candidates = [t for k, t in leaves.items() if k in present and t > now]
             if deadline is not None:
                 candidates.append(deadline)
-                candidates += [opens for p in present.values()
-                               if (opens := deadline - timedelta(seconds=p.termination_grace_seconds) - DELETE_SLACK) > now]
+                candidates += [opens for p in present.values() if (opens := deadline - timedelta(seconds=p.termination_grace_seconds) - DELETE_SLACK) > now]
             candidates += [ends_at for p in present.values() if (ends_at := _protection_ends(p)) is not None and ends_at > now]
             if not candidates:
                 holders = sorted(f"{k} ({why.get(k, 'waiting')})" for k in present if k not in fates)
@@ -329,10 +357,14 @@ def plan_node_drain(
     for key in present:
         if key not in fates:
             pod = present[key]
-            fates[key] = PodFate(key, "remains", GROUPS[drain_group(pod)],
-                                 reason=("still there at the deadline: it goes with the instance" if finished_at is not None
-                                         else f"held: {why.get(key, 'waiting')}"),
-                                 blocked_by=tuple(blocked.get(key, ())), blocked_since=blocked_since.get(key))
+            fates[key] = PodFate(
+                key,
+                "remains",
+                GROUPS[drain_group(pod)],
+                reason=("still there at the deadline: it goes with the instance" if finished_at is not None else f"held: {why.get(key, 'waiting')}"),
+                blocked_by=tuple(blocked.get(key, ())),
+                blocked_since=blocked_since.get(key),
+            )
     order = {"evicted": 0, "deleted": 0, "remains": 1, "skipped": 2}
     ordered = sorted(fates.values(), key=lambda f: (order[f.outcome], f.at or start, GROUPS.index(f.group) if f.group else 0, f.pod))
     return DrainPlan(node, start, deadline, tuple(ordered), finished_at, reason)
@@ -358,15 +390,17 @@ def find_target(kind: str, name: str, nodes: Sequence[Node], claims: Sequence[No
         if claim is None:
             raise DeletionTargetError(f"no NodeClaim named {name!r}{_suggest(name, [c.name for c in claims])}")
         node = by_name.get(claim.node_name or "") or next(
-            (n for n in nodes if (claim.provider_id and n.provider_id == claim.provider_id) or n.labels.get(wk.NODECLAIM) == claim.name), None)
+            (n for n in nodes if (claim.provider_id and n.provider_id == claim.provider_id) or n.labels.get(wk.NODECLAIM) == claim.name), None
+        )
         return claim, node
     if kind != "Node":
         raise DeletionTargetError(f"cannot delete a {kind} (a NodeClaim or a Node)")
     found = by_name.get(name)
     if found is None:
         raise DeletionTargetError(f"no Node named {name!r}{_suggest(name, list(by_name))}")
-    claim = next((c for c in claims if c.node_name == name or (c.provider_id and c.provider_id == found.provider_id)
-                  or c.name == found.labels.get(wk.NODECLAIM)), None)
+    claim = next(
+        (c for c in claims if c.node_name == name or (c.provider_id and c.provider_id == found.provider_id) or c.name == found.labels.get(wk.NODECLAIM)), None
+    )
     return claim, found
 
 
@@ -390,11 +424,11 @@ def plan_deletion(
     pool = pools.get(pool_name or "")
     grace = pool.termination_grace_period if pool is not None else None
     deadline = deleted_at + grace if grace is not None else None
-    base = DeletionPlan(kind, name, deleted_at, claim.name if claim else None, node.name if node else None, pool_name, grace, deadline,
-                        (), None, None, None, "")
+    base = DeletionPlan(
+        kind, name, deleted_at, claim.name if claim else None, node.name if node else None, pool_name, grace, deadline, (), None, None, None, ""
+    )
     if node is None:
-        return replace(base, terminated_at=deleted_at,
-                       outcome="the claim has no Node (not registered): nothing to drain, its instance is terminated at once")
+        return replace(base, terminated_at=deleted_at, outcome="the claim has no Node (not registered): nothing to drain, its instance is terminated at once")
     if pool_name is None:
         return replace(base, outcome=f"Node {node.name} belongs to no NodePool: Joiner does not drain it (its finalizer, if any, is released)")
     on_node = [p for p in pods if p.node_name == node.name]
@@ -406,10 +440,10 @@ def plan_deletion(
     elif drain.reason == "empty":
         forced = sum(1 for fate in drain.pods if fate.outcome == "deleted")
         outcome = "drained: the node is empty and its instance terminated" + (
-            f" ({forced} pod{'s' if forced != 1 else ''} deleted by the deadline rule)" if forced else "")
+            f" ({forced} pod{'s' if forced != 1 else ''} deleted by the deadline rule)" if forced else ""
+        )
     else:
         outcome = "the terminationGracePeriod deadline passed: the instance is terminated with what is left"
     if pool is None:
         outcome += f" (NodePool {pool_name} is not in the snapshot: no terminationGracePeriod known)"
-    return replace(base, replacement_for=tuple(p.key for p in moving), drain_start_by=start_by, drain=drain,
-                   terminated_at=drain.finished_at, outcome=outcome)
+    return replace(base, replacement_for=tuple(p.key for p in moving), drain_start_by=start_by, drain=drain, terminated_at=drain.finished_at, outcome=outcome)

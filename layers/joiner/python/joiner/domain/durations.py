@@ -26,8 +26,15 @@ from datetime import timedelta
 from fractions import Fraction
 
 __all__ = [
-    "DurationError", "parse_duration", "format_duration", "go_duration_nanoseconds", "clamp_seconds", "NEVER", "MAX_DURATION",
-    "MAX_DURATION_CHARS", "MAX_SECONDS",
+    "DurationError",
+    "parse_duration",
+    "format_duration",
+    "go_duration_nanoseconds",
+    "clamp_seconds",
+    "NEVER",
+    "MAX_DURATION",
+    "MAX_DURATION_CHARS",
+    "MAX_SECONDS",
 ]
 
 NEVER = "Never"
@@ -109,7 +116,14 @@ def clamp_seconds(value: int) -> int:
 
 
 _GO_UNIT_NANOSECONDS: dict[str, int] = {
-    "ns": 1, "us": 1000, "µs": 1000, "μs": 1000, "ms": 10**6, "s": 10**9, "m": 60 * 10**9, "h": 3600 * 10**9,
+    "ns": 1,
+    "us": 1000,
+    "µs": 1000,
+    "μs": 1000,
+    "ms": 10**6,
+    "s": 10**9,
+    "m": 60 * 10**9,
+    "h": 3600 * 10**9,
 }
 _GO_LIMIT = 1 << 63
 
@@ -182,7 +196,7 @@ def _go_number(shown: str, text: str, position: int) -> tuple[int, int, float, i
             fraction = fraction * 10 + digit
             scale *= 10
     if not (digits_before or digits_after):
-        raise DurationError(f"invalid duration {shown!r}: expected a number at {text[start:start + 8]!r}")
+        raise DurationError(f"invalid duration {shown!r}: expected a number at {text[start : start + 8]!r}")
     return integer, fraction, scale, position
 
 

@@ -23,8 +23,18 @@ from joiner.domain.requirements import Requirement, RequirementError, Requiremen
 from joiner.domain.resources import EMPTY, Resources
 
 __all__ = [
-    "SnapshotError", "Fields", "describe", "magnitude", "selector_of", "metadata_of", "object_ref", "name_of", "checked_object",
-    "TAINT_EFFECTS", "SELECTOR_OPERATORS", "RESTRICTED_POOL_LABELS",
+    "SnapshotError",
+    "Fields",
+    "describe",
+    "magnitude",
+    "selector_of",
+    "metadata_of",
+    "object_ref",
+    "name_of",
+    "checked_object",
+    "TAINT_EFFECTS",
+    "SELECTOR_OPERATORS",
+    "RESTRICTED_POOL_LABELS",
 ]
 
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
@@ -170,8 +180,12 @@ class Fields:
 
     def string_list(self, value: object, path: str, *, allow_empty: bool = False) -> list[str]:
         """Strings; ``allow_empty`` for label values, where "" is a value (``NotIn [""]``)."""
-        return [self.string(item, f"{path}[{i}]", required=not allow_empty, default="") if allow_empty and item is not None
-                else self.string(item, f"{path}[{i}]", required=True) for i, item in enumerate(self.sequence(value, path))]
+        return [
+            self.string(item, f"{path}[{i}]", required=not allow_empty, default="")
+            if allow_empty and item is not None
+            else self.string(item, f"{path}[{i}]", required=True)
+            for i, item in enumerate(self.sequence(value, path))
+        ]
 
     def resources(self, value: object, path: str, *, keep_zeros: bool = False, crd: bool = False) -> Resources:
         """Non-negative quantities in milli-units (``Resources.parse`` rules, with our paths).

@@ -41,10 +41,30 @@ from joiner.domain.launch import CLUSTER_TAG
 from joiner.ports import ClaimRecord, ClaimState, InstanceRecord, LaunchTemplateInfo
 
 __all__ = [
-    "INSTANCE_GRACE", "NODE_GRACE", "RESERVED_ABANDON_AFTER", "TEMPLATE_IDLE", "TEMPLATE_IDLE_ORPHANED",
-    "MAX_PER_KIND", "LAUNCH_TEMPLATE_TAG", "GONE_STATES", "KIND_INSTANCE", "KIND_CLAIM", "KIND_NODE",
-    "KIND_LAUNCH_TEMPLATE", "KINDS", "GcPolicy", "GcNode", "GcTemplate", "GcInputs", "GcAction", "GcKept", "GcPlan",
-    "parse_gc_node", "instance_of_provider_id", "plan_gc", "terminating_names",
+    "INSTANCE_GRACE",
+    "NODE_GRACE",
+    "RESERVED_ABANDON_AFTER",
+    "TEMPLATE_IDLE",
+    "TEMPLATE_IDLE_ORPHANED",
+    "MAX_PER_KIND",
+    "LAUNCH_TEMPLATE_TAG",
+    "GONE_STATES",
+    "KIND_INSTANCE",
+    "KIND_CLAIM",
+    "KIND_NODE",
+    "KIND_LAUNCH_TEMPLATE",
+    "KINDS",
+    "GcPolicy",
+    "GcNode",
+    "GcTemplate",
+    "GcInputs",
+    "GcAction",
+    "GcKept",
+    "GcPlan",
+    "parse_gc_node",
+    "instance_of_provider_id",
+    "plan_gc",
+    "terminating_names",
 ]
 
 #: An instance's claim write may still be in flight this long after launch (and a brand-new
@@ -294,10 +314,7 @@ class _Planner:
 
     def under_termination(self, *, node: str | None = None, instance: str | None = None, claim: str | None = None) -> bool:
         i = self.inputs
-        return bool(
-            (node and node in i.terminating_nodes) or (instance and instance in i.terminating_instances)
-            or (claim and claim in i.terminating_claims)
-        )
+        return bool((node and node in i.terminating_nodes) or (instance and instance in i.terminating_instances) or (claim and claim in i.terminating_claims))
 
     def node_guard(self, node: GcNode) -> str | None:
         """Why this Node must not be deleted now (None: it may be)."""
@@ -346,8 +363,17 @@ class _Planner:
             for node in nodes:
                 if not node.deleting and node.name not in self.deleting_nodes:
                     self.deleting_nodes.add(node.name)
-                    self.actions.append(GcAction(KIND_NODE, node.name, f"{why} (claim {claim.claim_id})", instance_id=claim.instance_id,
-                                                 uid=node.uid, claim_id=claim.claim_id, node_pool=claim.node_pool))
+                    self.actions.append(
+                        GcAction(
+                            KIND_NODE,
+                            node.name,
+                            f"{why} (claim {claim.claim_id})",
+                            instance_id=claim.instance_id,
+                            uid=node.uid,
+                            claim_id=claim.claim_id,
+                            node_pool=claim.node_pool,
+                        )
+                    )
             if claim.node_name and not any(n.name == claim.node_name for n in nodes):
                 other = next((n for n in self.inputs.nodes if n.name == claim.node_name), None)
                 if other is not None:
@@ -362,10 +388,7 @@ class _Planner:
         age = self.now - claim.created_at
         if age < self.policy.reserved_abandon_after:
             return  # the provisioning path owns it
-        tagged = sorted(
-            r.instance_id for r in self.inputs.instances
-            if r.tags.get(wk.NODECLAIM) == claim.claim_id and r.state not in GONE_STATES
-        )
+        tagged = sorted(r.instance_id for r in self.inputs.instances if r.tags.get(wk.NODECLAIM) == claim.claim_id and r.state not in GONE_STATES)
         if tagged:
             self.keep(KIND_CLAIM, claim.claim_id, f"reserved, but instance {tagged[0]} is tagged for it (provisioning adopts it)")
             return

@@ -26,9 +26,18 @@ _T = TypeVar("_T")
 
 #: Pod fields whose values are hashable and usually shared (the mappings are handled apart).
 _SHARED_FIELDS = (
-    "requests", "node_selector", "required_node_affinity", "preferred_node_affinity", "tolerations",
-    "pod_affinity", "pod_anti_affinity", "topology_spread", "host_ports", "volume_claims",
-    "volume_attachments", "volume_requirements",
+    "requests",
+    "node_selector",
+    "required_node_affinity",
+    "preferred_node_affinity",
+    "tolerations",
+    "pod_affinity",
+    "pod_anti_affinity",
+    "topology_spread",
+    "host_ports",
+    "volume_claims",
+    "volume_attachments",
+    "volume_requirements",
 )
 #: Strings repeated across pods.
 _SHARED_STRINGS = ("namespace", "priority_class_name", "node_name", "owner_kind", "owner_name", "phase")

@@ -23,12 +23,30 @@ if TYPE_CHECKING:  # ClaimRecord is a plain dataclass; imported for typing only 
     from joiner.ports import ClaimRecord
 
 __all__ = [
-    "SPOT_INTERRUPTION", "REBALANCE_RECOMMENDATION", "STATE_CHANGE", "CAPACITY_RESERVATION_INTERRUPTION",
-    "CAPACITY_BLOCK_EXPIRATION", "RESERVATION_KINDS",
-    "SCHEDULED_CHANGE", "NOOP", "KINDS", "DRAINING_STATES", "SPOT_NOTICE", "CAPACITY_RESERVATION_NOTICE",
-    "CAPACITY_BLOCK_NOTICE", "CAPACITY_BLOCK_RECLAIM_LEAD", "SCHEDULED_CHANGE_MIN_NOTICE",
-    "InterruptionEvent", "Action", "ACTION_NONE", "ACTION_UNMANAGED", "ACTION_CORDON_REPLACE_DRAIN",
-    "ACTION_REPLACE_THEN_DRAIN", "ACTION_DELETE_NODE", "decide_action", "instance_id_from_entity",
+    "SPOT_INTERRUPTION",
+    "REBALANCE_RECOMMENDATION",
+    "STATE_CHANGE",
+    "CAPACITY_RESERVATION_INTERRUPTION",
+    "CAPACITY_BLOCK_EXPIRATION",
+    "RESERVATION_KINDS",
+    "SCHEDULED_CHANGE",
+    "NOOP",
+    "KINDS",
+    "DRAINING_STATES",
+    "SPOT_NOTICE",
+    "CAPACITY_RESERVATION_NOTICE",
+    "CAPACITY_BLOCK_NOTICE",
+    "CAPACITY_BLOCK_RECLAIM_LEAD",
+    "SCHEDULED_CHANGE_MIN_NOTICE",
+    "InterruptionEvent",
+    "Action",
+    "ACTION_NONE",
+    "ACTION_UNMANAGED",
+    "ACTION_CORDON_REPLACE_DRAIN",
+    "ACTION_REPLACE_THEN_DRAIN",
+    "ACTION_DELETE_NODE",
+    "decide_action",
+    "instance_id_from_entity",
 ]
 
 SPOT_INTERRUPTION = "spot-interruption"
@@ -232,7 +250,10 @@ def decide_action(event: InterruptionEvent, claim: ClaimRecord | None, node_pool
     if event.kind == REBALANCE_RECOMMENDATION:
         policy = node_pool.rebalance if node_pool is not None else "replace"
         if policy == "ignore":
-            return Action(ACTION_NONE, f"NodePool {node_pool.name!r} ignores rebalance recommendations (interruption.rebalance: ignore)" if node_pool else "rebalance ignored")
+            return Action(
+                ACTION_NONE,
+                f"NodePool {node_pool.name!r} ignores rebalance recommendations (interruption.rebalance: ignore)" if node_pool else "rebalance ignored",
+            )
         return Action(
             ACTION_REPLACE_THEN_DRAIN,
             "rebalance recommendation: replace first, then drain gracefully",

@@ -21,9 +21,24 @@ from typing import Any, NoReturn
 from joiner.domain import labels as wk
 from joiner.domain.known_fields import strict_problem
 
-__all__ = ["KARPENTER_NODEPOOL_API", "KARPENTER_NODECLASS_API", "KARPENTER_OVERLAY_API", "JOINER_API", "JOINER_OVERLAY_API",
-           "Conversion", "ConversionError", "convert_documents", "convert_object", "CONDITION_TYPE", "READ_FROM_ANNOTATION",
-           "KarpenterView", "ReadOutcome", "ReadReason", "read_karpenter", "conversion_conditions"]
+__all__ = [
+    "KARPENTER_NODEPOOL_API",
+    "KARPENTER_NODECLASS_API",
+    "KARPENTER_OVERLAY_API",
+    "JOINER_API",
+    "JOINER_OVERLAY_API",
+    "Conversion",
+    "ConversionError",
+    "convert_documents",
+    "convert_object",
+    "CONDITION_TYPE",
+    "READ_FROM_ANNOTATION",
+    "KarpenterView",
+    "ReadOutcome",
+    "ReadReason",
+    "read_karpenter",
+    "conversion_conditions",
+]
 
 KARPENTER_NODEPOOL_API = "karpenter.sh/v1"
 KARPENTER_NODECLASS_API = "karpenter.k8s.aws/v1"
@@ -79,8 +94,7 @@ def convert_documents(documents: Iterable[Any]) -> Conversion:
             raise ConversionError(f"document {index}: expected a Kubernetes object (a mapping), got {type(document).__name__}")
         if document.get("kind") == "List" and isinstance(document.get("items"), list):
             converted_list = dict(document)
-            converted_list["items"] = [convert(item, f"document {index} item {position}")
-                                       for position, item in enumerate(document["items"], start=1)]
+            converted_list["items"] = [convert(item, f"document {index} item {position}") for position, item in enumerate(document["items"], start=1)]
             conversion.documents.append(converted_list)
         else:
             conversion.documents.append(convert(document, f"document {index}"))
@@ -113,8 +127,10 @@ def _convert_one(document: Any, where: str, warnings: list[str]) -> Any:
     elif isinstance(api_version, str) and api_version.split("/")[0] in ("karpenter.sh", "karpenter.k8s.aws") and kind in ("NodePool", "EC2NodeClass"):
         # Passed through, it would be an object Joiner never reads next to converted ones
         # pointing at it: a migration that launches nothing. Refused instead.
-        raise ConversionError(f"{where}{kind} {api_version} is not converted (only {KARPENTER_NODEPOOL_API} NodePool and "
-                              f"{KARPENTER_NODECLASS_API} EC2NodeClass are): migrate to Karpenter v1 first, then import")
+        raise ConversionError(
+            f"{where}{kind} {api_version} is not converted (only {KARPENTER_NODEPOOL_API} NodePool and "
+            f"{KARPENTER_NODECLASS_API} EC2NodeClass are): migrate to Karpenter v1 first, then import"
+        )
     if converter is None:
         return document
     metadata = document.get("metadata")
@@ -189,8 +205,11 @@ def _metadata(context: _Context) -> dict[str, Any]:
     labels = context.mapping(metadata.get("labels"), "metadata.labels")
     if labels:
         result["labels"] = labels
-    annotations = {key: value for key, value in context.mapping(metadata.get("annotations"), "metadata.annotations").items()
-                   if not key.startswith(_DROPPED_ANNOTATION_PREFIXES)}
+    annotations = {
+        key: value
+        for key, value in context.mapping(metadata.get("annotations"), "metadata.annotations").items()
+        if not key.startswith(_DROPPED_ANNOTATION_PREFIXES)
+    }
     if annotations:
         result["annotations"] = annotations
     return result
@@ -204,13 +223,13 @@ _EKS_AUTO_PREFIX = "eks.amazonaws.com/"
 
 def _requirement_key(key: str) -> str:
     if key.startswith(_EKS_AUTO_PREFIX + "instance-"):
-        key = _AWS_INSTANCE_PREFIX + key[len(_EKS_AUTO_PREFIX + "instance-"):]  # EKS Auto Mode's names for the same labels
+        key = _AWS_INSTANCE_PREFIX + key[len(_EKS_AUTO_PREFIX + "instance-") :]  # EKS Auto Mode's names for the same labels
     elif key == _EKS_AUTO_PREFIX + "compute-type":
         return key
     if key in wk.KARPENTER_ALIASES:
         return wk.KARPENTER_ALIASES[key]
     if key.startswith(_AWS_INSTANCE_PREFIX):
-        return "joiner.dev/instance-" + key[len(_AWS_INSTANCE_PREFIX):]
+        return "joiner.dev/instance-" + key[len(_AWS_INSTANCE_PREFIX) :]
     return key
 
 
@@ -227,13 +246,16 @@ def _requirements(context: _Context, value: Any, path: str) -> list[dict[str, An
             context.fail(f"{item_path}.operator", "is required")
         joiner_key = _requirement_key(key)
         if joiner_key == wk.OS and requirement.get("operator") == "In" and "linux" not in [str(v) for v in requirement.get("values") or []]:
-            raise _Unconvertible(f"{item_path} asks for {', '.join(str(v) for v in requirement.get('values') or [])} nodes; "
-                                 "Joiner launches Linux (AL2023) only")
+            raise _Unconvertible(
+                f"{item_path} asks for {', '.join(str(v) for v in requirement.get('values') or [])} nodes; Joiner launches Linux (AL2023) only"
+            )
         if key.startswith(_EKS_AUTO_PREFIX) and joiner_key.startswith("joiner.dev/"):
             context.warn(f"{item_path}.key", f"{key} (EKS Auto Mode) read as {joiner_key}")
         if key.startswith((*_KARPENTER_PREFIXES, _EKS_AUTO_PREFIX)) and joiner_key not in wk.WELL_KNOWN_LABELS:
-            context.warn(f"{item_path}", f"requirement on {key} dropped: Joiner does not label nodes with it, "
-                                         "so the pool may now allow instance types this requirement excluded")
+            context.warn(
+                f"{item_path}",
+                f"requirement on {key} dropped: Joiner does not label nodes with it, so the pool may now allow instance types this requirement excluded",
+            )
             continue
         if joiner_key in _PER_NODE_LABELS:
             context.warn(f"{item_path}", f"requirement on {key} dropped: Joiner sets {joiner_key} on each node")
@@ -288,8 +310,10 @@ def _node_pool(context: _Context) -> dict[str, Any]:
     if not isinstance(ref_name, str) or not ref_name:
         context.fail("spec.template.spec.nodeClassRef.name", "is required")
     if ref.get("group") == "eks.amazonaws.com":
-        raise _Unconvertible("an EKS Auto Mode NodePool (nodeClassRef eks.amazonaws.com/NodeClass): its NodeClass has no "
-                             "Joiner equivalent; write a karpenter.k8s.aws/v1 EC2NodeClass for it and point the NodePool at that")
+        raise _Unconvertible(
+            "an EKS Auto Mode NodePool (nodeClassRef eks.amazonaws.com/NodeClass): its NodeClass has no "
+            "Joiner equivalent; write a karpenter.k8s.aws/v1 EC2NodeClass for it and point the NodePool at that"
+        )
     if (ref.get("group"), ref.get("kind")) not in (("karpenter.k8s.aws", "EC2NodeClass"), (None, None)):
         raise _Unconvertible(f"spec.template.spec.nodeClassRef names {ref.get('group')}/{ref.get('kind')}, not a karpenter.k8s.aws EC2NodeClass")
     out_spec: dict[str, Any] = {"nodeClassRef": {"group": "joiner.dev", "kind": "NodeClass", "name": ref_name}}
@@ -303,8 +327,9 @@ def _node_pool(context: _Context) -> dict[str, Any]:
     for duration_field in ("expireAfter", "terminationGracePeriod"):
         if template_spec.get(duration_field) is not None:
             out_spec[duration_field] = template_spec[duration_field]
-    context.drop_unknown(template_spec, ("nodeClassRef", "requirements", "taints", "startupTaints", "expireAfter",
-                                         "terminationGracePeriod"), "spec.template.spec")
+    context.drop_unknown(
+        template_spec, ("nodeClassRef", "requirements", "taints", "startupTaints", "expireAfter", "terminationGracePeriod"), "spec.template.spec"
+    )
     context.drop_unknown(template, ("metadata", "spec"), "spec.template")
 
     template_out: dict[str, Any] = {}
@@ -315,8 +340,7 @@ def _node_pool(context: _Context) -> dict[str, Any]:
 
     if spec.get("disruption") is not None:
         disruption = context.mapping(spec["disruption"], "spec.disruption")
-        out_disruption = {key: copy.deepcopy(disruption[key]) for key in ("consolidationPolicy", "consolidateAfter", "budgets")
-                          if key in disruption}
+        out_disruption = {key: copy.deepcopy(disruption[key]) for key in ("consolidationPolicy", "consolidateAfter", "budgets") if key in disruption}
         context.drop_unknown(disruption, ("consolidationPolicy", "consolidateAfter", "budgets"), "spec.disruption")
         if out_disruption:
             out["disruption"] = out_disruption
@@ -349,8 +373,14 @@ def _selector_terms(context: _Context, value: Any, path: str, fields: tuple[str,
 
 def _restricted_tag(key: str) -> bool:
     return key.startswith("kubernetes.io/cluster/") or key in (
-        "joiner.dev/cluster", wk.NODEPOOL, wk.NODECLAIM, wk.MANAGED_BY_TAG, "eks:eks-cluster-name",
-        "karpenter.sh/nodepool", "karpenter.sh/nodeclaim", "karpenter.k8s.aws/ec2nodeclass",
+        "joiner.dev/cluster",
+        wk.NODEPOOL,
+        wk.NODECLAIM,
+        wk.MANAGED_BY_TAG,
+        "eks:eks-cluster-name",
+        "karpenter.sh/nodepool",
+        "karpenter.sh/nodeclaim",
+        "karpenter.k8s.aws/ec2nodeclass",
     )
 
 
@@ -360,8 +390,10 @@ def _node_class(context: _Context) -> dict[str, Any]:
 
     for index, term in enumerate(context.sequence(spec.get("amiSelectorTerms"), "spec.amiSelectorTerms")):
         if isinstance(term, Mapping) and "ssmParameter" in term:
-            raise _Unconvertible(f"spec.amiSelectorTerms[{index}].ssmParameter {term['ssmParameter']!r}: Joiner cannot resolve AMIs from an "
-                                 "SSM parameter; select the AMI by id, name or tags, or use al2023@latest")
+            raise _Unconvertible(
+                f"spec.amiSelectorTerms[{index}].ssmParameter {term['ssmParameter']!r}: Joiner cannot resolve AMIs from an "
+                "SSM parameter; select the AMI by id, name or tags, or use al2023@latest"
+            )
     ami_terms = _selector_terms(context, spec.get("amiSelectorTerms"), "spec.amiSelectorTerms", ("alias", "id", "name", "owner", "tags"))
     family = spec.get("amiFamily")
     aliases = [term["alias"] for term in ami_terms if "alias" in term]
@@ -375,7 +407,8 @@ def _node_class(context: _Context) -> dict[str, Any]:
             f"spec.amiFamily 'Custom' {selected}: Karpenter then uses {bootstrap} as the node's whole bootstrap and adds none "
             "of its own; Joiner always bootstraps AL2023 nodes with its own nodeadm settings and merges userData into them, "
             "so this cannot be converted faithfully. Drop amiFamily: Custom and keep in userData only what adds to the "
-            "bootstrap (a nodeadm NodeConfig part or a script), or keep this EC2NodeClass on Karpenter")
+            "bootstrap (a nodeadm NodeConfig part or a script), or keep this EC2NodeClass on Karpenter"
+        )
     if aliases:
         alias_family = str(aliases[0]).partition("@")[0]
         if alias_family not in _AMI_ALIAS_FAMILIES:
@@ -410,8 +443,11 @@ def _node_class(context: _Context) -> dict[str, Any]:
         if spec.get(identity) is not None:
             out[identity] = spec[identity]
     if "role" in out:
-        context.warn("spec.role", f"{out['role']}: Joiner may only pass the node role of its stack to EC2 and needs an instance "
-                                  "profile of the same name; deploy Joiner with -c nodeRoleArn=<this role's ARN> or use its role")
+        context.warn(
+            "spec.role",
+            f"{out['role']}: Joiner may only pass the node role of its stack to EC2 and needs an instance "
+            "profile of the same name; deploy Joiner with -c nodeRoleArn=<this role's ARN> or use its role",
+        )
     if spec.get("kubelet") is not None:
         kubelet = context.mapping(spec["kubelet"], "spec.kubelet")
         context.drop_unknown(kubelet, _KUBELET_FIELDS, "spec.kubelet")
@@ -450,9 +486,21 @@ def _node_class(context: _Context) -> dict[str, Any]:
         out["instanceStorePolicy"] = "RAID0"
     context.drop_unknown(
         spec,
-        ("amiFamily", "amiSelectorTerms", "subnetSelectorTerms", "securityGroupSelectorTerms", "role", "instanceProfile",
-         "kubelet", "blockDeviceMappings", "tags", "metadataOptions", "userData", "capacityReservationSelectorTerms",
-         "instanceStorePolicy"),
+        (
+            "amiFamily",
+            "amiSelectorTerms",
+            "subnetSelectorTerms",
+            "securityGroupSelectorTerms",
+            "role",
+            "instanceProfile",
+            "kubelet",
+            "blockDeviceMappings",
+            "tags",
+            "metadataOptions",
+            "userData",
+            "capacityReservationSelectorTerms",
+            "instanceStorePolicy",
+        ),
         "spec",
     )
     return {"apiVersion": JOINER_API, "kind": "NodeClass", "metadata": _metadata(context), "spec": out}
@@ -475,8 +523,7 @@ def _node_overlay(context: _Context) -> dict[str, Any]:
             context.fail(f"{path}.key", "is required")
         joiner_key = _requirement_key(key)
         if key.startswith((*_KARPENTER_PREFIXES, _EKS_AUTO_PREFIX)) and joiner_key not in wk.WELL_KNOWN_LABELS:
-            raise _Unconvertible(f"{path} selects on {key}, a label Joiner does not set: without it the overlay would "
-                                 "select instance types it did not")
+            raise _Unconvertible(f"{path} selects on {key}, a label Joiner does not set: without it the overlay would select instance types it did not")
         converted: dict[str, Any] = {"key": joiner_key}
         converted.update((k, copy.deepcopy(requirement[k])) for k in ("operator", "values") if k in requirement)
         context.drop_unknown(requirement, ("key", "operator", "values"), path)
@@ -561,12 +608,16 @@ def _converted_message(kind: str, name: str, warnings: list[str]) -> tuple[ReadR
     if not warnings:
         return ReadReason.CONVERTED, f"read by Joiner as {target} {name}"
     label = f"{kind} {name}: "
-    drops = "; ".join(w[len(label):] if w.startswith(label) else w for w in warnings)
+    drops = "; ".join(w[len(label) :] if w.startswith(label) else w for w in warnings)
     return ReadReason.CONVERTED_WITH_DROPS, f"read by Joiner as {target} {name}, with these differences: {drops}"
 
 
-def read_karpenter(joiner_pools: Iterable[Mapping[str, Any]], joiner_classes: Iterable[Mapping[str, Any]],
-                   karpenter_pools: Iterable[Mapping[str, Any]], karpenter_classes: Iterable[Mapping[str, Any]]) -> KarpenterView:
+def read_karpenter(
+    joiner_pools: Iterable[Mapping[str, Any]],
+    joiner_classes: Iterable[Mapping[str, Any]],
+    karpenter_pools: Iterable[Mapping[str, Any]],
+    karpenter_classes: Iterable[Mapping[str, Any]],
+) -> KarpenterView:
     """Karpenter's ``karpenter.sh/v1`` NodePools and ``karpenter.k8s.aws/v1`` EC2NodeClasses as
     Joiner reads them, converted as ``joiner import-karpenter`` converts them:
 
@@ -626,8 +677,7 @@ def conversion_conditions(outcome: ReadOutcome, current: Mapping[str, Any] | Non
     status = current.get("status") if current is not None else None
     conditions = [c for c in (status.get("conditions") or [] if isinstance(status, Mapping) else []) if isinstance(c, Mapping)]
     previous = next((c for c in conditions if c.get("type") == CONDITION_TYPE), None)
-    wanted: dict[str, Any] = {"type": CONDITION_TYPE, "status": "True" if outcome.read else "False",
-                              "reason": str(outcome.reason), "message": outcome.message}
+    wanted: dict[str, Any] = {"type": CONDITION_TYPE, "status": "True" if outcome.read else "False", "reason": str(outcome.reason), "message": outcome.message}
     metadata = current.get("metadata") if current is not None else None
     generation = metadata.get("generation") if isinstance(metadata, Mapping) else None
     if isinstance(generation, int):

@@ -37,19 +37,32 @@ __all__ = ["Tree", "crd_schema", "kind_tree", "unknown_fields", "describe_unknow
 
 Tree = Any  # dict[str, Tree] | int
 
-_CRD_FILES = {("joiner.dev/v1", "NodePool"): "nodepools.joiner.dev.yaml", ("joiner.dev/v1", "NodeClass"): "nodeclasses.joiner.dev.yaml",
-              ("joiner.dev/v1alpha1", "NodeOverlay"): "nodeoverlays.joiner.dev.yaml", ("joiner.dev/v1", "NodeClaim"): "nodeclaims.joiner.dev.yaml"}
+_CRD_FILES = {
+    ("joiner.dev/v1", "NodePool"): "nodepools.joiner.dev.yaml",
+    ("joiner.dev/v1", "NodeClass"): "nodeclasses.joiner.dev.yaml",
+    ("joiner.dev/v1alpha1", "NodeOverlay"): "nodeoverlays.joiner.dev.yaml",
+    ("joiner.dev/v1", "NodeClaim"): "nodeclaims.joiner.dev.yaml",
+}
 
 #: Karpenter's taints are core/v1 Taints.
 _CORE_TAINT: Tree = {"key": 0, "value": 0, "effect": 0, "timeAdded": 0}
 #: Karpenter fields Joiner does not read, by path; ``0`` where Karpenter's schema differs
 #: from Joiner's and is not checked.
 _KARPENTER_EXTRAS: dict[tuple[str, str], dict[tuple[str, ...], Tree]] = {
-    ("karpenter.sh/v1", "NodePool"): {("spec", "replicas"): 0, ("status",): 0,
-                                      ("spec", "template", "spec", "taints"): _CORE_TAINT, ("spec", "template", "spec", "startupTaints"): _CORE_TAINT},
+    ("karpenter.sh/v1", "NodePool"): {
+        ("spec", "replicas"): 0,
+        ("status",): 0,
+        ("spec", "template", "spec", "taints"): _CORE_TAINT,
+        ("spec", "template", "spec", "startupTaints"): _CORE_TAINT,
+    },
     ("karpenter.k8s.aws/v1", "EC2NodeClass"): {
-        ("spec", "associatePublicIPAddress"): 0, ("spec", "detailedMonitoring"): 0, ("spec", "instanceStorePolicy"): 0,
-        ("spec", "context"): 0, ("spec", "kubelet"): 0, ("spec", "blockDeviceMappings"): 0, ("spec", "amiSelectorTerms"): 0,
+        ("spec", "associatePublicIPAddress"): 0,
+        ("spec", "detailedMonitoring"): 0,
+        ("spec", "instanceStorePolicy"): 0,
+        ("spec", "context"): 0,
+        ("spec", "kubelet"): 0,
+        ("spec", "blockDeviceMappings"): 0,
+        ("spec", "amiSelectorTerms"): 0,
         ("status",): 0,
     },
 }
@@ -57,19 +70,29 @@ _KARPENTER_EXTRAS: dict[tuple[str, str], dict[tuple[str, ...], Tree]] = {
 #: ``karpenter.sh_nodeclaims.yaml``); Joiner has no schema of that shape to start from.
 _KARPENTER_REQUIREMENT: Tree = {"key": 0, "operator": 0, "values": 0, "minValues": 0}
 _KARPENTER_NODECLAIM: Tree = {
-    "apiVersion": 0, "kind": 0,
+    "apiVersion": 0,
+    "kind": 0,
     "spec": {
-        "expireAfter": 0, "nodeClassRef": {"group": 0, "kind": 0, "name": 0}, "requirements": _KARPENTER_REQUIREMENT,
-        "resources": {"requests": 0}, "startupTaints": _CORE_TAINT, "taints": _CORE_TAINT, "terminationGracePeriod": 0,
+        "expireAfter": 0,
+        "nodeClassRef": {"group": 0, "kind": 0, "name": 0},
+        "requirements": _KARPENTER_REQUIREMENT,
+        "resources": {"requests": 0},
+        "startupTaints": _CORE_TAINT,
+        "taints": _CORE_TAINT,
+        "terminationGracePeriod": 0,
     },
     "status": {
-        "allocatable": 0, "capacity": 0, "imageID": 0, "lastPodEventTime": 0, "nodeName": 0, "providerID": 0,
+        "allocatable": 0,
+        "capacity": 0,
+        "imageID": 0,
+        "lastPodEventTime": 0,
+        "nodeName": 0,
+        "providerID": 0,
         "conditions": {"type": 0, "status": 0, "reason": 0, "message": 0, "lastTransitionTime": 0, "observedGeneration": 0},
     },
 }
 _KARPENTER_OWN = {("karpenter.sh/v1", "NodeClaim"): _KARPENTER_NODECLAIM}
-_KARPENTER_BASE = {("karpenter.sh/v1", "NodePool"): ("joiner.dev/v1", "NodePool"),
-                   ("karpenter.k8s.aws/v1", "EC2NodeClass"): ("joiner.dev/v1", "NodeClass")}
+_KARPENTER_BASE = {("karpenter.sh/v1", "NodePool"): ("joiner.dev/v1", "NodePool"), ("karpenter.k8s.aws/v1", "EC2NodeClass"): ("joiner.dev/v1", "NodeClass")}
 
 
 @functools.cache

@@ -25,10 +25,26 @@ from joiner.domain.resources import AMD_GPU, HABANA_GAUDI, NEURON, NEURON_CORE, 
 from joiner.ports import FleetOverride, FleetRequest, LaunchTemplateRef, Subnet
 
 __all__ = [
-    "LaunchError", "NoOfferingsError", "MAX_INSTANCE_TYPES", "MAX_OVERRIDES", "CAPACITY_TYPE_PREFERENCE",
-    "client_token", "choose_capacity_type", "zonal_subnets", "build_fleet_request", "launch_tags",
-    "node_labels", "node_taints", "cluster_tags", "CLUSTER_TAG", "CLIENT_TOKEN_TAG", "CLIENT_TOKEN_PATTERN",
-    "EXOTIC_RESOURCES", "is_exotic", "exotic_names", "tenancy_of",
+    "LaunchError",
+    "NoOfferingsError",
+    "MAX_INSTANCE_TYPES",
+    "MAX_OVERRIDES",
+    "CAPACITY_TYPE_PREFERENCE",
+    "client_token",
+    "choose_capacity_type",
+    "zonal_subnets",
+    "build_fleet_request",
+    "launch_tags",
+    "node_labels",
+    "node_taints",
+    "cluster_tags",
+    "CLUSTER_TAG",
+    "CLIENT_TOKEN_TAG",
+    "CLIENT_TOKEN_PATTERN",
+    "EXOTIC_RESOURCES",
+    "is_exotic",
+    "exotic_names",
+    "tenancy_of",
 ]
 
 MAX_INSTANCE_TYPES = 60
@@ -154,10 +170,7 @@ def choose_capacity_type(
     for capacity_type in candidates:
         if _eligible(claim, capacity_type, sorted(zones), instance_type_prices, unavailable):
             return capacity_type
-    raise NoOfferingsError(
-        f"node claim for NodePool {claim.node_pool}: no available offering in capacity types {candidates} "
-        f"and zones {sorted(zones)}"
-    )
+    raise NoOfferingsError(f"node claim for NodePool {claim.node_pool}: no available offering in capacity types {candidates} and zones {sorted(zones)}")
 
 
 def _check_min_values(claim: NodeClaimPlan, instance_types: Sequence[str]) -> None:
@@ -213,9 +226,7 @@ def build_fleet_request(
     zones = _allowed_zones(claim, subnets)
     by_zone = zonal_subnets(subnets, zones)
     if not by_zone:
-        raise NoOfferingsError(
-            f"node claim {claim_id} (NodePool {claim.node_pool}): no subnet in the allowed zones {sorted(zones)}"
-        )
+        raise NoOfferingsError(f"node claim {claim_id} (NodePool {claim.node_pool}): no subnet in the allowed zones {sorted(zones)}")
     offerings = _eligible(claim, capacity_type, by_zone, instance_type_prices, unavailable)
     if zone_templates is not None:
         offerings = [o for o in offerings if (o[1], o[2]) in zone_templates]
@@ -237,9 +248,12 @@ def build_fleet_request(
     ordered = sorted((o for o in offerings if o[1] in kept_set), key=lambda o: (o[0], o[1], o[2]))[:MAX_OVERRIDES]
     overrides = tuple(
         FleetOverride(
-            instance_type=instance_type, subnet_id=by_zone[zone].id, zone=zone,
-            launch_template=(zone_templates[(instance_type, zone)] if zone_templates is not None
-                             else _other_template(templates, instance_type, launch_template)),
+            instance_type=instance_type,
+            subnet_id=by_zone[zone].id,
+            zone=zone,
+            launch_template=(
+                zone_templates[(instance_type, zone)] if zone_templates is not None else _other_template(templates, instance_type, launch_template)
+            ),
         )
         for _price, instance_type, zone in ordered
     )
@@ -256,7 +270,9 @@ def build_fleet_request(
 
 
 def _other_template(
-    templates: Mapping[str, LaunchTemplateRef] | None, instance_type: str, default: LaunchTemplateRef,
+    templates: Mapping[str, LaunchTemplateRef] | None,
+    instance_type: str,
+    default: LaunchTemplateRef,
 ) -> LaunchTemplateRef | None:
     template = (templates or {}).get(instance_type)
     return template if template is not None and template != default else None
@@ -318,4 +334,3 @@ def node_taints(node_pool: NodePool) -> tuple[Taint, ...]:
             seen.add((taint.key, taint.effect))
             out.append(taint)
     return tuple(out)
-

@@ -20,12 +20,43 @@ from joiner.domain.resources import EMPTY, Resources
 
 __all__ = [
     "instance_id_of",
-    "POD_DELETION_COST", "DEFAULT_SCHEDULER", "Taint", "Toleration", "LabelSelector", "PodAffinityTerm", "TopologySpreadConstraint",
-    "PreferredNodeTerm", "HostPort", "Pod", "Node", "NodeClaim", "NodeCondition", "DaemonSet", "PodDisruptionBudget",
-    "PersistentVolumeClaim", "PersistentVolume", "StorageClass", "CSINode",
-    "Budget", "Disruption", "NodePool", "SelectorTerm", "KubeletConfig", "NodeClass",
-    "Offering", "InstanceType", "NodeClaimPlan", "ExistingNodePlan", "UnschedulablePod", "Plan",
-    "InFlightClaim", "OfferingKey", "CRITICAL_PRIORITY_CLASSES", "do_not_disrupt_grace", "INSTANCE_STORE_RAID0", "INSTANCE_STORE_POLICIES",
+    "POD_DELETION_COST",
+    "DEFAULT_SCHEDULER",
+    "Taint",
+    "Toleration",
+    "LabelSelector",
+    "PodAffinityTerm",
+    "TopologySpreadConstraint",
+    "PreferredNodeTerm",
+    "HostPort",
+    "Pod",
+    "Node",
+    "NodeClaim",
+    "NodeCondition",
+    "DaemonSet",
+    "PodDisruptionBudget",
+    "PersistentVolumeClaim",
+    "PersistentVolume",
+    "StorageClass",
+    "CSINode",
+    "Budget",
+    "Disruption",
+    "NodePool",
+    "SelectorTerm",
+    "KubeletConfig",
+    "NodeClass",
+    "Offering",
+    "InstanceType",
+    "NodeClaimPlan",
+    "ExistingNodePlan",
+    "UnschedulablePod",
+    "Plan",
+    "InFlightClaim",
+    "OfferingKey",
+    "CRITICAL_PRIORITY_CLASSES",
+    "do_not_disrupt_grace",
+    "INSTANCE_STORE_RAID0",
+    "INSTANCE_STORE_POLICIES",
 ]
 
 TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
@@ -298,13 +329,7 @@ class Pod:
     @property
     def is_pending(self) -> bool:
         """Needs a node: unbound, not terminal, not DaemonSet-owned, not being deleted, not gated."""
-        return (
-            self.node_name is None
-            and not self.is_terminal
-            and not self.is_daemonset_pod
-            and not self.deleting
-            and not self.scheduling_gated
-        )
+        return self.node_name is None and not self.is_terminal and not self.is_daemonset_pod and not self.deleting and not self.scheduling_gated
 
 
 @dataclass(frozen=True, slots=True)
@@ -686,15 +711,23 @@ class InFlightClaim:
     pods: tuple[str, ...] = ()
 
     @classmethod
-    def launched_as(cls, name: str, pool: NodePool, instance_type: InstanceType, zone: str, capacity_type: str,
-                    pods: tuple[str, ...]) -> InFlightClaim:
+    def launched_as(cls, name: str, pool: NodePool, instance_type: InstanceType, zone: str, capacity_type: str, pods: tuple[str, ...]) -> InFlightClaim:
         """The claim ``name`` launched as ``instance_type`` in ``zone``: what its Node will offer,
         labelled as the pool's template, the zone, the capacity type and the claim."""
         requirements = instance_type.requirements.intersect(pool.template_requirements()).intersect(
             Requirements.from_labels({wk.ZONE: zone, wk.CAPACITY_TYPE: capacity_type, wk.NODECLAIM: name})
         )
-        return cls(name=name, node_pool=pool.name, instance_type=instance_type.name, zone=zone, capacity_type=capacity_type,
-                   allocatable=instance_type.allocatable, capacity=instance_type.capacity, requirements=requirements, pods=pods)
+        return cls(
+            name=name,
+            node_pool=pool.name,
+            instance_type=instance_type.name,
+            zone=zone,
+            capacity_type=capacity_type,
+            allocatable=instance_type.allocatable,
+            capacity=instance_type.capacity,
+            requirements=requirements,
+            pods=pods,
+        )
 
 
 @dataclass(frozen=True, slots=True)

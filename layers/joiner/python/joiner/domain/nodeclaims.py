@@ -146,24 +146,31 @@ def _claim_conditions(claim: ClaimRecord, now: datetime) -> list[MirrorCondition
     initialized = claim.initialized_at is not None or claim.state == ClaimState.INITIALIZED
     node = f"node {claim.node_name}" if claim.node_name else ""
     conditions = [
-        MirrorCondition("Launched", "True", "Launched", _launched_message(claim), claim.launched_at or now) if launched
+        MirrorCondition("Launched", "True", "Launched", _launched_message(claim), claim.launched_at or now)
+        if launched
         else MirrorCondition("Launched", "Unknown", "Launching", "limit reserved; CreateFleet in flight"),
-        MirrorCondition("Registered", "True", "Registered", node, claim.registered_at or now) if registered
+        MirrorCondition("Registered", "True", "Registered", node, claim.registered_at or now)
+        if registered
         else MirrorCondition("Registered", "Unknown", "AwaitingRegistration"),
-        MirrorCondition("Initialized", "True", "Initialized", f"{node} is Ready" if node else "", claim.initialized_at or now) if initialized
+        MirrorCondition("Initialized", "True", "Initialized", f"{node} is Ready" if node else "", claim.initialized_at or now)
+        if initialized
         else MirrorCondition("Initialized", "Unknown", "AwaitingInitialization"),
     ]
     ready = launched and registered and initialized
-    conditions.append(MirrorCondition("Ready", "True", "Ready", "", claim.initialized_at or now) if ready
-                      else MirrorCondition("Ready", "Unknown", "NotReady"))
-    conditions.append(disrupting_condition(claim.reason, since=now) if claim.state == ClaimState.TERMINATING
-                      else MirrorCondition("Disrupting", "False", "NotDisrupting"))
+    conditions.append(MirrorCondition("Ready", "True", "Ready", "", claim.initialized_at or now) if ready else MirrorCondition("Ready", "Unknown", "NotReady"))
+    conditions.append(
+        disrupting_condition(claim.reason, since=now) if claim.state == ClaimState.TERMINATING else MirrorCondition("Disrupting", "False", "NotDisrupting")
+    )
     return conditions
 
 
 def node_claim_object(
-    claim: ClaimRecord, node_pool: Mapping[str, Any] | None, kept_conditions: Iterable[Mapping[str, Any]] = (),
-    *, now: datetime | None = None, updates: Sequence[MirrorCondition] = (),
+    claim: ClaimRecord,
+    node_pool: Mapping[str, Any] | None,
+    kept_conditions: Iterable[Mapping[str, Any]] = (),
+    *,
+    now: datetime | None = None,
+    updates: Sequence[MirrorCondition] = (),
 ) -> dict[str, Any]:
     """The NodeClaim mirror of ``claim`` : spec (NodePool,
     NodeClass, pods) and status (state, instance, type, zone, capacity type, price, node,
@@ -183,16 +190,27 @@ def node_claim_object(
     spec: dict[str, Any] = {"nodePool": claim.node_pool, "pods": sorted(claim.pods)[:MAX_MIRRORED_PODS]}
     pool_meta = (node_pool or {}).get("metadata") or {}
     if pool_meta.get("uid"):
-        metadata["ownerReferences"] = [{
-            "apiVersion": API_VERSION, "kind": "NodePool", "name": claim.node_pool, "uid": pool_meta["uid"],
-            "blockOwnerDeletion": False, "controller": False,
-        }]
+        metadata["ownerReferences"] = [
+            {
+                "apiVersion": API_VERSION,
+                "kind": "NodePool",
+                "name": claim.node_pool,
+                "uid": pool_meta["uid"],
+                "blockOwnerDeletion": False,
+                "controller": False,
+            }
+        ]
     node_class = (((((node_pool or {}).get("spec") or {}).get("template") or {}).get("spec") or {}).get("nodeClassRef") or {}).get("name")
     if isinstance(node_class, str) and node_class:
         spec["nodeClass"] = node_class
     status: dict[str, Any] = {"state": claim.state}
-    for key, value in (("instanceID", claim.instance_id), ("instanceType", claim.instance_type), ("zone", claim.zone),
-                       ("capacityType", claim.capacity_type), ("nodeName", claim.node_name)):
+    for key, value in (
+        ("instanceID", claim.instance_id),
+        ("instanceType", claim.instance_type),
+        ("zone", claim.zone),
+        ("capacityType", claim.capacity_type),
+        ("nodeName", claim.node_name),
+    ):
         if value:
             status[key] = value
     if claim.instance_id and claim.zone:
@@ -211,8 +229,9 @@ def node_claim_object(
             # a claim never goes back: a terminating claim the record no longer dates stays registered
             condition = MirrorCondition(condition.type, "True", str(current.get("reason") or condition.type), str(current.get("message") or ""))
         elif condition.type == "Disrupting" and condition.status == "True" and current is not None and current.get("status") == "True":
-            condition = dataclasses.replace(condition, reason=str(current.get("reason") or condition.reason),
-                                            message=str(current.get("message") or condition.message))
+            condition = dataclasses.replace(
+                condition, reason=str(current.get("reason") or condition.reason), message=str(current.get("message") or condition.message)
+            )
         computed.append(condition)
     status["conditions"] = with_conditions(with_conditions(kept, computed, moment), updates, moment)
     return {"apiVersion": API_VERSION, "kind": "NodeClaim", "metadata": metadata, "spec": spec, "status": status}
@@ -238,8 +257,7 @@ def involved_object(mirror: Mapping[str, Any]) -> dict[str, Any]:
     """What an Event on ``mirror`` names as its involved object (``kubectl describe`` finds
     the Events of an object by kind, name and uid)."""
     meta = mirror.get("metadata") or {}
-    return {"apiVersion": API_VERSION, "kind": "NodeClaim",
-            "metadata": {key: meta[key] for key in ("name", "uid", "resourceVersion") if meta.get(key)}}
+    return {"apiVersion": API_VERSION, "kind": "NodeClaim", "metadata": {key: meta[key] for key in ("name", "uid", "resourceVersion") if meta.get(key)}}
 
 
 def _true(conditions: Iterable[Any]) -> dict[str, Mapping[str, Any]]:
@@ -269,8 +287,11 @@ def terminated_event(claim: ClaimRecord) -> MirrorEvent:
 
 
 def _comparable(conditions: Any) -> list[tuple[str, str, str, str, bool]]:
-    return sorted((str(c.get("type")), str(c.get("status")), str(c.get("reason")), str(c.get("message", "")), bool(c.get("lastTransitionTime")))
-                  for c in conditions or () if isinstance(c, Mapping))
+    return sorted(
+        (str(c.get("type")), str(c.get("status")), str(c.get("reason")), str(c.get("message", "")), bool(c.get("lastTransitionTime")))
+        for c in conditions or ()
+        if isinstance(c, Mapping)
+    )
 
 
 def status_differs(current: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
@@ -296,7 +317,13 @@ class DeletionStep(enum.Enum):
 
 
 def deletion_step(
-    finalizers: Sequence[str], deletion: datetime | None, *, managed: bool, enabled: bool, terminating: bool, now: datetime,
+    finalizers: Sequence[str],
+    deletion: datetime | None,
+    *,
+    managed: bool,
+    enabled: bool,
+    terminating: bool,
+    now: datetime,
 ) -> DeletionStep:
     """What to do with a Node or NodeClaim mirror and Joiner's finalizer.
 

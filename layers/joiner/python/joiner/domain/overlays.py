@@ -172,8 +172,10 @@ def apply_overlays(
                         if entry.price_weights.get(index) == overlay.weight:
                             other = owner[(pool_name, instance_type.name, "price", index)]
                             offering = instance_type.offerings[index]
-                            conflict = (f"conflicts with NodeOverlay {other} (same weight {overlay.weight}) on the price of "
-                                        f"{instance_type.name} {offering.capacity_type} in {offering.zone} (NodePool {pool_name})")
+                            conflict = (
+                                f"conflicts with NodeOverlay {other} (same weight {overlay.weight}) on the price of "
+                                f"{instance_type.name} {offering.capacity_type} in {offering.zone} (NodePool {pool_name})"
+                            )
                             break
                 for resource in sorted(overlay.capacity):
                     if conflict:
@@ -181,8 +183,10 @@ def apply_overlays(
                     held = entry.capacity.get(resource)
                     if held is not None and held[1] == overlay.weight:
                         other = owner[(pool_name, instance_type.name, "capacity", resource)]
-                        conflict = (f"conflicts with NodeOverlay {other} (same weight {overlay.weight}) on the capacity "
-                                    f"{resource} of {instance_type.name} (NodePool {pool_name})")
+                        conflict = (
+                            f"conflicts with NodeOverlay {other} (same weight {overlay.weight}) on the capacity "
+                            f"{resource} of {instance_type.name} (NodePool {pool_name})"
+                        )
         if conflict:
             outcomes[overlay.name] = OverlayOutcome(conflict=conflict)
             continue

@@ -66,7 +66,10 @@ def with_zone_ids(pods: Iterable[Pod], pools: Iterable[NodePool], zone_ids: Mapp
 
 
 def instance_types_by_pool(
-    node_pools: Iterable[NodePool], node_classes: Iterable[NodeClass], catalog: Catalog, overlays: Iterable[NodeOverlay] = (),
+    node_pools: Iterable[NodePool],
+    node_classes: Iterable[NodeClass],
+    catalog: Catalog,
+    overlays: Iterable[NodeOverlay] = (),
 ) -> dict[str, tuple[InstanceType, ...]]:
     """Instance types per NodePool, built as its NodeClass makes them (kubelet settings, root
     volume, instance-store policy: :meth:`~joiner.domain.catalog.Catalog.for_node_class`), with
@@ -92,7 +95,8 @@ def nominated_pods(pods: Iterable[Pod], nodes: Collection[str], planned: Collect
     if bound there: kube-scheduler keeps their requests free on that node from pods of equal
     or lower priority, so the plan must not count that room as free either."""
     return tuple(
-        dataclasses.replace(pod, node_name=pod.nominated_node) for pod in pods
+        dataclasses.replace(pod, node_name=pod.nominated_node)
+        for pod in pods
         if pod.node_name is None and pod.nominated_node in nodes and pod.key not in planned and not pod.deleting and not pod.is_terminal
     )
 
@@ -113,9 +117,15 @@ def build_problem(
     """
     nodes = tuple(sorted((n for n in snapshot.nodes if n.name not in exclude_nodes and not n.deleting), key=lambda n: n.name))
     pods = tuple(sorted(snapshot.pending_pods if pending is None else pending, key=lambda p: p.key))
-    bound = tuple(sorted((*(p for p in snapshot.bound_pods if p.node_name not in exclude_nodes),
-                          *nominated_pods(snapshot.pods, {n.name for n in nodes if n.accepts_pods}, {p.key for p in pods})),
-                         key=lambda p: p.key))
+    bound = tuple(
+        sorted(
+            (
+                *(p for p in snapshot.bound_pods if p.node_name not in exclude_nodes),
+                *nominated_pods(snapshot.pods, {n.name for n in nodes if n.accepts_pods}, {p.key for p in pods}),
+            ),
+            key=lambda p: p.key,
+        )
+    )
     if snapshot.volumes_known:
         topology = apply_volumes(pods, bound, nodes, snapshot.volume_claims, snapshot.persistent_volumes, snapshot.storage_classes, snapshot.csi_nodes)
     else:  # the volume objects could not be read: plan as without volume topology rather than not at all

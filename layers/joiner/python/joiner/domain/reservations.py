@@ -72,7 +72,10 @@ def _on_demand_price(instance_type: InstanceType, zone: str) -> float | None:
 
 
 def with_reserved_offerings(
-    types: Iterable[InstanceType], reservations: Sequence[CapacityReservation], zones: Iterable[str], left: Mapping[str, int] | None = None,
+    types: Iterable[InstanceType],
+    reservations: Sequence[CapacityReservation],
+    zones: Iterable[str],
+    left: Mapping[str, int] | None = None,
     node_costs: Mapping[str, float] | None = None,
 ) -> tuple[InstanceType, ...]:
     """``types`` with a ``reserved`` offering for every reservation with room (``left``: what
@@ -104,11 +107,13 @@ def with_reserved_offerings(
             continue
         offerings = (*instance_type.offerings, *added)
         available = [o for o in offerings if o.available]
-        requirements = Requirements([
-            *(instance_type.requirements[key] for key in instance_type.requirements if key not in (wk.CAPACITY_TYPE, wk.ZONE)),
-            Requirement(wk.ZONE, False, frozenset(o.zone for o in available)),
-            Requirement(wk.CAPACITY_TYPE, False, frozenset(o.capacity_type for o in available)),
-        ])
+        requirements = Requirements(
+            [
+                *(instance_type.requirements[key] for key in instance_type.requirements if key not in (wk.CAPACITY_TYPE, wk.ZONE)),
+                Requirement(wk.ZONE, False, frozenset(o.zone for o in available)),
+                Requirement(wk.CAPACITY_TYPE, False, frozenset(o.capacity_type for o in available)),
+            ]
+        )
         out.append(replace(instance_type, offerings=offerings, requirements=requirements))
     return tuple(out)
 

@@ -320,7 +320,9 @@ def _topology_spread(fields: Fields, value: object, path: str, pod_labels: Mappi
         max_skew = fields.integer(item.get("maxSkew"), f"{item_path}.maxSkew", minimum=1)
         if max_skew is None:
             fields.fail(f"{item_path}.maxSkew", "required")
-        when = fields.string(item.get("whenUnsatisfiable"), f"{item_path}.whenUnsatisfiable", default="DoNotSchedule", allowed=("DoNotSchedule", "ScheduleAnyway"))
+        when = fields.string(
+            item.get("whenUnsatisfiable"), f"{item_path}.whenUnsatisfiable", default="DoNotSchedule", allowed=("DoNotSchedule", "ScheduleAnyway")
+        )
         min_domains = fields.integer(item.get("minDomains"), f"{item_path}.minDomains", minimum=1)
         if min_domains is not None and when != "DoNotSchedule":
             fields.fail(f"{item_path}.minDomains", "only allowed with whenUnsatisfiable: DoNotSchedule")
@@ -338,7 +340,9 @@ def _topology_spread(fields: Fields, value: object, path: str, pod_labels: Mappi
                 label_selector=selector,
                 min_domains=min_domains,
                 match_label_keys=tuple(match_keys),
-                node_affinity_policy=fields.string(item.get("nodeAffinityPolicy"), f"{item_path}.nodeAffinityPolicy", default="Honor", allowed=("Honor", "Ignore")),
+                node_affinity_policy=fields.string(
+                    item.get("nodeAffinityPolicy"), f"{item_path}.nodeAffinityPolicy", default="Honor", allowed=("Honor", "Ignore")
+                ),
                 node_taints_policy=fields.string(item.get("nodeTaintsPolicy"), f"{item_path}.nodeTaintsPolicy", default="Ignore", allowed=("Honor", "Ignore")),
             )
         )
@@ -380,8 +384,14 @@ class PodSpecMemo:
         self._entries: dict[tuple[str, str | None, str | None], tuple[dict[str, Any], Mapping[str, str], dict[str, Any]]] = {}
         self._runtime_classes: Mapping[str, Resources] | None = None
 
-    def _derived(self, key: tuple[str, str | None, str | None], spec: Mapping[str, Any], labels: Mapping[str, str],
-                 runtime_classes: Mapping[str, Resources] | None, compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    def _derived(
+        self,
+        key: tuple[str, str | None, str | None],
+        spec: Mapping[str, Any],
+        labels: Mapping[str, str],
+        runtime_classes: Mapping[str, Resources] | None,
+        compute: Callable[[], dict[str, Any]],
+    ) -> dict[str, Any]:
         if runtime_classes != self._runtime_classes:
             self._entries.clear()
             self._runtime_classes = runtime_classes
@@ -454,8 +464,14 @@ def _pod(
     )
 
 
-def _spec_derived(fields: Fields, spec: Mapping[str, Any], spec_path: str, pod_labels: Mapping[str, str],
-                  runtime_classes: Mapping[str, Resources] | None, owner_kind: str | None) -> dict[str, Any]:
+def _spec_derived(
+    fields: Fields,
+    spec: Mapping[str, Any],
+    spec_path: str,
+    pod_labels: Mapping[str, str],
+    runtime_classes: Mapping[str, Resources] | None,
+    owner_kind: str | None,
+) -> dict[str, Any]:
     """The :class:`Pod` fields that follow from its spec but for ``nodeName`` and ``volumes``,
     its labels and its owner's kind (see :class:`PodSpecMemo`)."""
     host_network = fields.boolean(spec.get("hostNetwork"), f"{spec_path}.hostNetwork")
@@ -512,8 +528,9 @@ def _spec_derived(fields: Fields, spec: Mapping[str, Any], spec_path: str, pod_l
         "host_ports": tuple(sorted(set(ports))),
         "priority": fields.integer(spec.get("priority"), f"{spec_path}.priority", default=0),
         "priority_class_name": fields.string(spec.get("priorityClassName"), f"{spec_path}.priorityClassName", default=""),
-        "termination_grace_seconds": fields.seconds(spec.get("terminationGracePeriodSeconds"), f"{spec_path}.terminationGracePeriodSeconds",
-                                                    default=30, minimum=0),
+        "termination_grace_seconds": fields.seconds(
+            spec.get("terminationGracePeriodSeconds"), f"{spec_path}.terminationGracePeriodSeconds", default=30, minimum=0
+        ),
         "scheduling_gated": bool(fields.sequence(spec.get("schedulingGates"), f"{spec_path}.schedulingGates")),
         "scheduler_name": fields.string(spec.get("schedulerName"), f"{spec_path}.schedulerName") or DEFAULT_SCHEDULER,
     }
@@ -547,8 +564,7 @@ def _pod_ready(status: Mapping[str, Any]) -> bool:
     return any(isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
-def parse_pod(obj: Mapping[str, Any], runtime_classes: Mapping[str, Resources] | None = None, *, origin: str = "",
-              memo: PodSpecMemo | None = None) -> Pod:
+def parse_pod(obj: Mapping[str, Any], runtime_classes: Mapping[str, Resources] | None = None, *, origin: str = "", memo: PodSpecMemo | None = None) -> Pod:
     """A v1 Pod. ``runtime_classes`` (name -> ``overhead.podFixed``) supplies overhead for
     pods naming a RuntimeClass but lacking ``spec.overhead`` (the admission controller
     normally copies it in; hand-written snapshots often do not). ``memo`` parses each
@@ -762,8 +778,9 @@ def parse_pdb(obj: Mapping[str, Any], *, origin: str = "") -> PodDisruptionBudge
         disruptions_allowed=fields.integer(status.get("disruptionsAllowed"), "status.disruptionsAllowed", minimum=0),
         min_available=min_available,
         max_unavailable=max_unavailable,
-        unhealthy_pod_eviction_policy=fields.string(spec.get("unhealthyPodEvictionPolicy"), "spec.unhealthyPodEvictionPolicy",
-                                                    default="IfHealthyBudget", allowed=("IfHealthyBudget", "AlwaysAllow")),
+        unhealthy_pod_eviction_policy=fields.string(
+            spec.get("unhealthyPodEvictionPolicy"), "spec.unhealthyPodEvictionPolicy", default="IfHealthyBudget", allowed=("IfHealthyBudget", "AlwaysAllow")
+        ),
     )
 
 
@@ -795,7 +812,10 @@ def _budget(fields: Fields, item: Mapping[str, Any], path: str) -> Budget:
             fields.fail(f"{path}.duration", "a positive duration is required with a schedule")
     elif item.get("duration") is not None:
         fields.fail(f"{path}.schedule", "required when duration is set")
-    reasons = [fields.string(r, f"{path}.reasons[{i}]", required=True, allowed=_BUDGET_REASONS) for i, r in enumerate(fields.sequence(item.get("reasons"), f"{path}.reasons"))]
+    reasons = [
+        fields.string(r, f"{path}.reasons[{i}]", required=True, allowed=_BUDGET_REASONS)
+        for i, r in enumerate(fields.sequence(item.get("reasons"), f"{path}.reasons"))
+    ]
     return Budget(nodes=nodes, schedule=schedule, duration=duration, reasons=tuple(sorted(set(reasons))))
 
 
@@ -808,7 +828,9 @@ def _disruption(fields: Fields, value: object, path: str) -> Disruption:
         budgets = tuple(_budget(fields, item, item_path) for item_path, item in fields.items(budgets_value, f"{path}.budgets"))
     min_savings = fields.mapping(disruption.get("minSavings"), f"{path}.minSavings")
     return Disruption(
-        consolidation_policy=fields.string(disruption.get("consolidationPolicy"), f"{path}.consolidationPolicy", default="WhenEmptyOrUnderutilized", allowed=_CONSOLIDATION_POLICIES),
+        consolidation_policy=fields.string(
+            disruption.get("consolidationPolicy"), f"{path}.consolidationPolicy", default="WhenEmptyOrUnderutilized", allowed=_CONSOLIDATION_POLICIES
+        ),
         consolidate_after=fields.duration(disruption.get("consolidateAfter"), f"{path}.consolidateAfter", default=timedelta(0)),
         budgets=budgets,
         min_savings_per_hour=fields.number(min_savings.get("perHour"), f"{path}.minSavings.perHour", default=0.0, minimum=0.0),
@@ -867,7 +889,9 @@ def parse_node_pool(obj: Mapping[str, Any], *, origin: str = "") -> NodePool:
         limits=limits,
         weight=fields.integer(spec.get("weight"), "spec.weight", default=0, minimum=1, maximum=100),
         expire_after=fields.duration(template_spec.get("expireAfter"), "spec.template.spec.expireAfter", default=timedelta(hours=720)),
-        termination_grace_period=fields.duration(template_spec.get("terminationGracePeriod"), "spec.template.spec.terminationGracePeriod", default=None, allow_never=False),
+        termination_grace_period=fields.duration(
+            template_spec.get("terminationGracePeriod"), "spec.template.spec.terminationGracePeriod", default=None, allow_never=False
+        ),
         disruption=_disruption(fields, spec.get("disruption"), "spec.disruption"),
         rebalance=fields.string(interruption.get("rebalance"), "spec.interruption.rebalance", default="replace", allowed=_REBALANCE),
         deleting=metadata.get("deletionTimestamp") is not None,
@@ -924,7 +948,10 @@ def _ami(fields: Fields, spec: Mapping[str, Any], *, launchable: bool) -> tuple[
     if launchable:
         family = fields.string(spec.get("amiFamily"), "spec.amiFamily")
         if family is not None and family != AMI_FAMILY:
-            fields.fail("spec.amiFamily", f"{family!r} is not supported: Joiner launches {AMI_FAMILY} only (AL2 is end-of-life; Bottlerocket and Custom are not supported)")
+            fields.fail(
+                "spec.amiFamily",
+                f"{family!r} is not supported: Joiner launches {AMI_FAMILY} only (AL2 is end-of-life; Bottlerocket and Custom are not supported)",
+            )
     else:
         family = fields.string(spec.get("amiFamily"), "spec.amiFamily", allowed=_AMI_FAMILY_NAMES)
     terms = _selector_terms(fields, spec.get("amiSelectorTerms"), "spec.amiSelectorTerms", ("alias", "id", "name", "owner", "tags"), "ami")
@@ -937,7 +964,10 @@ def _ami(fields: Fields, spec: Mapping[str, Any], *, launchable: bool) -> tuple[
         if launchable and not ALIAS_PATTERN.match(alias):
             fields.fail(path, f"expected al2023@latest or al2023@vYYYYMMDD (the EKS-optimised AL2023 AMIs Joiner launches), got {alias!r}")
         if not _AMI_ALIAS.match(alias):
-            fields.fail(path, f"expected <family>@<version> with family one of {', '.join(sorted(_AMI_FAMILIES))} and version latest or v<digits> (e.g. al2023@latest), got {alias!r}")
+            fields.fail(
+                path,
+                f"expected <family>@<version> with family one of {', '.join(sorted(_AMI_FAMILIES))} and version latest or v<digits> (e.g. al2023@latest), got {alias!r}",
+            )
         implied = _AMI_FAMILIES[alias.partition("@")[0]]
         if family is not None and family != implied:
             fields.fail("spec.amiFamily", f"{family} contradicts alias {alias!r} (which implies {implied})")
@@ -1020,7 +1050,9 @@ def _metadata_options(fields: Fields, value: object, path: str) -> Mapping[str, 
     options = dict(DEFAULT_METADATA_OPTIONS)
     options["httpEndpoint"] = fields.string(given.get("httpEndpoint"), f"{path}.httpEndpoint", default="enabled", allowed=("enabled", "disabled"))
     options["httpProtocolIPv6"] = fields.string(given.get("httpProtocolIPv6"), f"{path}.httpProtocolIPv6", default="disabled", allowed=("enabled", "disabled"))
-    options["httpPutResponseHopLimit"] = fields.integer(given.get("httpPutResponseHopLimit"), f"{path}.httpPutResponseHopLimit", default=1, minimum=1, maximum=64)
+    options["httpPutResponseHopLimit"] = fields.integer(
+        given.get("httpPutResponseHopLimit"), f"{path}.httpPutResponseHopLimit", default=1, minimum=1, maximum=64
+    )
     options["httpTokens"] = fields.string(given.get("httpTokens"), f"{path}.httpTokens", default="required", allowed=("required", "optional"))
     return options
 
@@ -1063,7 +1095,9 @@ def parse_node_class(obj: Mapping[str, Any], *, origin: str = "") -> NodeClass:
     return NodeClass(
         name=name,
         subnet_selector_terms=_selector_terms(fields, spec.get("subnetSelectorTerms"), "spec.subnetSelectorTerms", ("id", "tags"), "subnet"),
-        security_group_selector_terms=_selector_terms(fields, spec.get("securityGroupSelectorTerms"), "spec.securityGroupSelectorTerms", ("id", "name", "tags"), "sg"),
+        security_group_selector_terms=_selector_terms(
+            fields, spec.get("securityGroupSelectorTerms"), "spec.securityGroupSelectorTerms", ("id", "name", "tags"), "sg"
+        ),
         ami_family=family,
         ami_selector_terms=ami_terms,
         role=role,
@@ -1376,5 +1410,4 @@ def load_snapshot_yaml(text: str, *, strict: bool = False, source: str = "snapsh
             documents = load_snapshot_documents(text, DEFAULT_LIMITS)
         except InputError as error:
             raise SnapshotError(source, error.where, error.problem) from None
-        return _collect(((document, f"document {index + 1}") for index, document in enumerate(documents) if document is not None),
-                        strict=strict)
+        return _collect(((document, f"document {index + 1}") for index, document in enumerate(documents) if document is not None), strict=strict)

@@ -69,8 +69,7 @@ def snapshot_loader() -> type[Any]:
 
     loader = type("SnapshotLoader", (base,), {"construct_mapping": construct_mapping, "__doc__": snapshot_loader.__doc__})
     loader.yaml_implicit_resolvers = {
-        first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-        for first, resolvers in base.yaml_implicit_resolvers.items()
+        first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"] for first, resolvers in base.yaml_implicit_resolvers.items()
     }
     _LOADERS[base] = loader
     return loader

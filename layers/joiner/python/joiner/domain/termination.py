@@ -106,11 +106,7 @@ def is_drainable(pod: Pod, taint: Taint = DISRUPTED_TAINT) -> bool:
 def reschedulable_pods(pods: Iterable[Pod]) -> tuple[Pod, ...]:
     """Pods that need a new home when their node goes: not DaemonSet, mirror, terminal or
     already deleting. Returned as pending pods (unbound), sorted by key."""
-    result = [
-        replace(pod, node_name=None, phase="Pending")
-        for pod in pods
-        if not (pod.is_daemonset_pod or pod.is_mirror or pod.is_terminal or pod.deleting)
-    ]
+    result = [replace(pod, node_name=None, phase="Pending") for pod in pods if not (pod.is_daemonset_pod or pod.is_mirror or pod.is_terminal or pod.deleting)]
     return tuple(sorted(result, key=lambda p: p.key))
 
 
@@ -186,7 +182,12 @@ class PodProgress:
             out["failed"] = self.failed
         if self.error:
             out["error"] = self.error
-        for name, value in (("nextAttemptAt", self.next_attempt_at), ("evictedAt", self.evicted_at), ("deletedAt", self.deleted_at), ("deleteBy", self.delete_by)):
+        for name, value in (
+            ("nextAttemptAt", self.next_attempt_at),
+            ("evictedAt", self.evicted_at),
+            ("deletedAt", self.deleted_at),
+            ("deleteBy", self.delete_by),
+        ):
             if value is not None:
                 out[name] = _iso(value)
         return out

@@ -35,10 +35,24 @@ from joiner.domain.model import INSTANCE_STORE_POLICIES, KubeletConfig, Taint
 from joiner.domain.resources import Resources
 
 __all__ = [
-    "UserDataError", "ClusterBootstrap", "UserDataPart", "NODECONFIG_CONTENT_TYPE", "SHELL_CONTENT_TYPE",
-    "CLOUD_CONFIG_CONTENT_TYPE", "MAX_USER_DATA_BYTES", "BOUNDARY", "validate_label", "validate_taint",
-    "kubelet_may_set_label", "node_config", "render_node_config", "build_user_data", "parse_user_data",
-    "format_exact_quantity", "encode_user_data", "decode_user_data",
+    "UserDataError",
+    "ClusterBootstrap",
+    "UserDataPart",
+    "NODECONFIG_CONTENT_TYPE",
+    "SHELL_CONTENT_TYPE",
+    "CLOUD_CONFIG_CONTENT_TYPE",
+    "MAX_USER_DATA_BYTES",
+    "BOUNDARY",
+    "validate_label",
+    "validate_taint",
+    "kubelet_may_set_label",
+    "node_config",
+    "render_node_config",
+    "build_user_data",
+    "parse_user_data",
+    "format_exact_quantity",
+    "encode_user_data",
+    "decode_user_data",
 ]
 
 NODECONFIG_CONTENT_TYPE = "application/node.eks.aws"
@@ -107,8 +121,7 @@ def _validate_key(key: str, where: str) -> None:
             raise UserDataError(f"{where}: key {key!r} has an invalid prefix (must be a DNS subdomain)")
     if len(name) > 63 or not _NAME.match(name):
         raise UserDataError(
-            f"{where}: key {key!r} is invalid (name part: at most 63 characters, alphanumerics, '-', '_', '.', "
-            "starting and ending with an alphanumeric)"
+            f"{where}: key {key!r} is invalid (name part: at most 63 characters, alphanumerics, '-', '_', '.', starting and ending with an alphanumeric)"
         )
 
 
@@ -117,8 +130,7 @@ def _validate_value(value: str, where: str) -> None:
         raise UserDataError(f"{where}: value must be a string, got {type(value).__name__}")
     if value and (len(value) > 63 or not _NAME.match(value)):
         raise UserDataError(
-            f"{where}: value {value!r} is invalid (at most 63 characters, alphanumerics, '-', '_', '.', "
-            "starting and ending with an alphanumeric)"
+            f"{where}: value {value!r} is invalid (at most 63 characters, alphanumerics, '-', '_', '.', starting and ending with an alphanumeric)"
         )
 
 
@@ -376,7 +388,9 @@ def build_user_data(
     Raises :class:`UserDataError` on invalid labels/taints/cluster data, unrecognised extra user
     data, or a result over EC2's 16 KiB limit.
     """
-    parts = [UserDataPart(NODECONFIG_CONTENT_TYPE, render_node_config(node_config(cluster, kubelet, labels, taints, instance_store_policy=instance_store_policy)))]
+    parts = [
+        UserDataPart(NODECONFIG_CONTENT_TYPE, render_node_config(node_config(cluster, kubelet, labels, taints, instance_store_policy=instance_store_policy)))
+    ]
     if extra_user_data:
         parts += _custom_parts(extra_user_data, f"{where} spec.userData")
     rendered = _serialize(parts)
@@ -396,4 +410,3 @@ def decode_user_data(encoded: str) -> str:
         return base64.b64decode(encoded, validate=True).decode("ascii")
     except (binascii.Error, UnicodeDecodeError) as error:
         raise UserDataError(f"user data is not base64 ASCII: {error}") from None
-

@@ -57,27 +57,31 @@ EBS_CSI_DRIVER = "ebs.csi.aws.com"
 #: In-tree volume plugins and the CSI drivers CSI migration hands them to (k8s.io/csi-translation-lib):
 #: kube-scheduler counts their volumes against the CSI driver's attach limit. EKS's default
 #: ``gp2`` class names ``kubernetes.io/aws-ebs``.
-IN_TREE_PROVISIONERS: Mapping[str, str] = MappingProxyType({
-    "kubernetes.io/aws-ebs": EBS_CSI_DRIVER,
-    "kubernetes.io/gce-pd": "pd.csi.storage.gke.io",
-    "kubernetes.io/azure-disk": "disk.csi.azure.com",
-    "kubernetes.io/azure-file": "file.csi.azure.com",
-    "kubernetes.io/cinder": "cinder.csi.openstack.org",
-    "kubernetes.io/vsphere-volume": "csi.vsphere.vmware.com",
-    "kubernetes.io/portworx-volume": "pxd.portworx.com",
-    "kubernetes.io/rbd": "rbd.csi.ceph.com",
-})
+IN_TREE_PROVISIONERS: Mapping[str, str] = MappingProxyType(
+    {
+        "kubernetes.io/aws-ebs": EBS_CSI_DRIVER,
+        "kubernetes.io/gce-pd": "pd.csi.storage.gke.io",
+        "kubernetes.io/azure-disk": "disk.csi.azure.com",
+        "kubernetes.io/azure-file": "file.csi.azure.com",
+        "kubernetes.io/cinder": "cinder.csi.openstack.org",
+        "kubernetes.io/vsphere-volume": "csi.vsphere.vmware.com",
+        "kubernetes.io/portworx-volume": "pxd.portworx.com",
+        "kubernetes.io/rbd": "rbd.csi.ceph.com",
+    }
+)
 #: A PersistentVolume's in-tree source field -> the CSI driver its volume counts against.
-IN_TREE_SOURCES: Mapping[str, str] = MappingProxyType({
-    "awsElasticBlockStore": EBS_CSI_DRIVER,
-    "gcePersistentDisk": "pd.csi.storage.gke.io",
-    "azureDisk": "disk.csi.azure.com",
-    "azureFile": "file.csi.azure.com",
-    "cinder": "cinder.csi.openstack.org",
-    "vsphereVolume": "csi.vsphere.vmware.com",
-    "portworxVolume": "pxd.portworx.com",
-    "rbd": "rbd.csi.ceph.com",
-})
+IN_TREE_SOURCES: Mapping[str, str] = MappingProxyType(
+    {
+        "awsElasticBlockStore": EBS_CSI_DRIVER,
+        "gcePersistentDisk": "pd.csi.storage.gke.io",
+        "azureDisk": "disk.csi.azure.com",
+        "azureFile": "file.csi.azure.com",
+        "cinder": "cinder.csi.openstack.org",
+        "vsphereVolume": "csi.vsphere.vmware.com",
+        "portworxVolume": "pxd.portworx.com",
+        "rbd": "rbd.csi.ceph.com",
+    }
+)
 #: The claim's class before ``spec.storageClassName`` existed; it still wins over the field
 #: (Kubernetes' GetPersistentVolumeClaimClass).
 BETA_STORAGE_CLASS = "volume.beta.kubernetes.io/storage-class"
@@ -127,8 +131,11 @@ def _terms(fields: Fields, value: object, path: str, *, expressions_key: str) ->
         requirements = []
         for expr_path, expr in fields.items(term.get(expressions_key), f"{term_path}.{expressions_key}"):
             key = fields.string(expr.get("key"), f"{expr_path}.key", required=True)
-            operator = "In" if expressions_key == "matchLabelExpressions" else fields.string(
-                expr.get("operator"), f"{expr_path}.operator", required=True, allowed=("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"))
+            operator = (
+                "In"
+                if expressions_key == "matchLabelExpressions"
+                else fields.string(expr.get("operator"), f"{expr_path}.operator", required=True, allowed=("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"))
+            )
             values = fields.string_list(expr.get("values"), f"{expr_path}.values", allow_empty=True)
             try:
                 requirements.append(Requirement.create(_KEY_ALIASES.get(key, key), operator, values))
@@ -167,10 +174,13 @@ def parse_persistent_volume(obj: Mapping[str, Any], *, origin: str = "") -> Pers
     terms = _terms(fields, required.get("nodeSelectorTerms"), "spec.nodeAffinity.required.nodeSelectorTerms", expressions_key="matchExpressions")
     csi = fields.mapping(spec.get("csi"), "spec.csi")
     driver = fields.string(csi.get("driver"), "spec.csi.driver", default="") or next(
-        (name for source, name in IN_TREE_SOURCES.items() if spec.get(source) is not None), None)
+        (name for source, name in IN_TREE_SOURCES.items() if spec.get(source) is not None), None
+    )
     metadata = checked.get("metadata") or {}
     return PersistentVolume(
-        name=name, node_affinity=terms, driver=driver,
+        name=name,
+        node_affinity=terms,
+        driver=driver,
         node_local=spec.get("local") is not None or spec.get("hostPath") is not None,
         deleting=fields.timestamp(metadata.get("deletionTimestamp"), "metadata.deletionTimestamp") is not None,
     )
@@ -183,8 +193,9 @@ def parse_storage_class(obj: Mapping[str, Any], *, origin: str = "") -> StorageC
     return StorageClass(
         name=name,
         provisioner=fields.string(checked.get("provisioner"), "provisioner", default=""),
-        volume_binding_mode=fields.string(checked.get("volumeBindingMode"), "volumeBindingMode", default="Immediate",
-                                          allowed=("Immediate", "WaitForFirstConsumer")),
+        volume_binding_mode=fields.string(
+            checked.get("volumeBindingMode"), "volumeBindingMode", default="Immediate", allowed=("Immediate", "WaitForFirstConsumer")
+        ),
         allowed_topologies=_terms(fields, checked.get("allowedTopologies"), "allowedTopologies", expressions_key="matchLabelExpressions"),
         default=default,
     )
@@ -230,8 +241,13 @@ class VolumeTopology:
     free_attachments: Mapping[str, Mapping[str, int]]
 
 
-def _resolve(pod: Pod, claims: Mapping[str, PersistentVolumeClaim], volumes: Mapping[str, PersistentVolume],
-             classes: Mapping[str, StorageClass], default_class: StorageClass | None) -> tuple[Requirements | None, Counter[str], str | None]:
+def _resolve(
+    pod: Pod,
+    claims: Mapping[str, PersistentVolumeClaim],
+    volumes: Mapping[str, PersistentVolume],
+    classes: Mapping[str, StorageClass],
+    default_class: StorageClass | None,
+) -> tuple[Requirements | None, Counter[str], str | None]:
     """(requirements the volumes add, volumes per driver, why the pod must wait)."""
     added: Requirements | None = None
     drivers: Counter[str] = Counter()
@@ -263,8 +279,14 @@ def _resolve(pod: Pod, claims: Mapping[str, PersistentVolumeClaim], volumes: Map
                 what = f"storageclass {class_name}" if class_name else "a default storageclass"
                 return None, drivers, f"persistentvolumeclaim {pod.namespace}/{claim_name} is unbound and {what} does not exist"
             if storage_class.volume_binding_mode != "WaitForFirstConsumer":
-                return None, drivers, (f"persistentvolumeclaim {pod.namespace}/{claim_name} is unbound with Immediate binding "
-                                       f"(storageclass {storage_class.name}): waiting for its volume")
+                return (
+                    None,
+                    drivers,
+                    (
+                        f"persistentvolumeclaim {pod.namespace}/{claim_name} is unbound with Immediate binding "
+                        f"(storageclass {storage_class.name}): waiting for its volume"
+                    ),
+                )
             terms = storage_class.allowed_topologies
             if storage_class.provisioner:
                 drivers[csi_driver(storage_class.provisioner)] += 1
@@ -273,8 +295,13 @@ def _resolve(pod: Pod, claims: Mapping[str, PersistentVolumeClaim], volumes: Map
     return added, drivers, None
 
 
-def _attached(pod: Pod, claims: Mapping[str, PersistentVolumeClaim], volumes: Mapping[str, PersistentVolume],
-              classes: Mapping[str, StorageClass], default_class: StorageClass | None) -> Counter[str]:
+def _attached(
+    pod: Pod,
+    claims: Mapping[str, PersistentVolumeClaim],
+    volumes: Mapping[str, PersistentVolume],
+    classes: Mapping[str, StorageClass],
+    default_class: StorageClass | None,
+) -> Counter[str]:
     """Volumes per CSI driver a pod already on a node holds, as kube-scheduler's CSI limits
     count them: every claim that exists, whatever its state (terminating, lost, not yet
     bind-completed: its volume may still be attached), by its volume's driver, or by its

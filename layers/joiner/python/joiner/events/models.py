@@ -12,11 +12,26 @@ from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
 from pydantic import ConfigDict
 
 __all__ = [
-    "EventHeader", "InstanceDetail", "SpotInterruptionDetail", "StateChangeDetail",
-    "CapacityReservationInterruptionDetail", "CapacityBlockExpirationDetail", "AffectedEntity", "HealthDetail",
-    "SpotInterruptionEvent", "RebalanceRecommendationEvent", "StateChangeEvent",
-    "CapacityReservationInterruptionEvent", "CapacityBlockExpirationEvent", "HealthEvent",
-    "SPOT_INTERRUPTION_TYPE", "REBALANCE_TYPE", "STATE_CHANGE_TYPE", "CAPACITY_RESERVATION_TYPE", "CAPACITY_BLOCK_TYPES", "HEALTH_TYPE",
+    "EventHeader",
+    "InstanceDetail",
+    "SpotInterruptionDetail",
+    "StateChangeDetail",
+    "CapacityReservationInterruptionDetail",
+    "CapacityBlockExpirationDetail",
+    "AffectedEntity",
+    "HealthDetail",
+    "SpotInterruptionEvent",
+    "RebalanceRecommendationEvent",
+    "StateChangeEvent",
+    "CapacityReservationInterruptionEvent",
+    "CapacityBlockExpirationEvent",
+    "HealthEvent",
+    "SPOT_INTERRUPTION_TYPE",
+    "REBALANCE_TYPE",
+    "STATE_CHANGE_TYPE",
+    "CAPACITY_RESERVATION_TYPE",
+    "CAPACITY_BLOCK_TYPES",
+    "HEALTH_TYPE",
 ]
 
 SPOT_INTERRUPTION_TYPE = ("aws.ec2", "EC2 Spot Instance Interruption Warning")

@@ -262,7 +262,8 @@ def normalize(event: Mapping[str, Any], *, now: datetime | None = None) -> Inter
             when = "older" if age > MAX_EVENT_AGE else "later"
             limit = MAX_EVENT_AGE if age > MAX_EVENT_AGE else MAX_EVENT_LEAD
             raise UnparseableEvent(
-                f"{header.detail_type} {header.id}: time {normalized.start_time.isoformat()} is {when} than {limit.days} day(s) from now ({now.isoformat()})")
+                f"{header.detail_type} {header.id}: time {normalized.start_time.isoformat()} is {when} than {limit.days} day(s) from now ({now.isoformat()})"
+            )
     return normalized
 
 
@@ -285,5 +286,3 @@ def parse_body(body: object) -> Any:
 def normalize_body(body: str | bytes, *, now: datetime | None = None) -> InterruptionEvent:
     """Parse an SQS message body (the raw EventBridge event JSON) and normalise it."""
     return normalize(parse_body(body), now=now)
-
-

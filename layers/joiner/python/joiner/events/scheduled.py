@@ -32,7 +32,10 @@ class ScheduledEventError(ValueError):
 
 
 def manual_run_fields(
-    event: Any, function: str, accepted: Collection[str] = (), error: type[ScheduledEventError] = ScheduledEventError,
+    event: Any,
+    function: str,
+    accepted: Collection[str] = (),
+    error: type[ScheduledEventError] = ScheduledEventError,
 ) -> dict[str, Any]:
     """The fields of a manual run: ``{}`` for the scheduled event or an empty payload,
     else ``event`` when it names only ``accepted`` fields (their values are the caller's to
@@ -57,8 +60,7 @@ def manual_run_fields(
 
 def envelope_problems(event: dict[str, Any]) -> list[str]:
     """What makes ``event`` not an EventBridge event, one ``"<field>: <problem>"`` each (empty: none)."""
-    problems = [f"{name}: {'field required' if name not in event else 'must be a string'}"
-                for name in _STRING_FIELDS if not isinstance(event.get(name), str)]
+    problems = [f"{name}: {'field required' if name not in event else 'must be a string'}" for name in _STRING_FIELDS if not isinstance(event.get(name), str)]
     moment = event.get("time")
     if not isinstance(moment, str):
         problems.append(f"time: {'field required' if 'time' not in event else 'must be a string'}")

@@ -76,14 +76,15 @@ def build_region_catalog(ec2: Ec2Port, pricing: PricingPort | None, region: str,
         try:
             prices = pricing.on_demand_prices(region) or None
         except Exception as error:  # noqa: BLE001 - any Pricing failure falls back to the bundled table
-            warn("on-demand prices unavailable; using the bundled us-east-1 prices as an approximation",
-                 {"region": region, "error": f"{type(error).__name__}: {error}"})
+            warn(
+                "on-demand prices unavailable; using the bundled us-east-1 prices as an approximation",
+                {"region": region, "error": f"{type(error).__name__}: {error}"},
+            )
     zone_ids: dict[str, str] = {}
     try:
         zone_ids = ec2.zone_ids()
     except Exception as error:  # noqa: BLE001 - zone ids only label nodes and map zone-id requirements
-        warn("zone ids unavailable; topology.k8s.aws/zone-id requirements cannot be met",
-             {"region": region, "error": f"{type(error).__name__}: {error}"})
+        warn("zone ids unavailable; topology.k8s.aws/zone-id requirements cannot be met", {"region": region, "error": f"{type(error).__name__}: {error}"})
     catalog = build_catalog(region, records, zones, prices, bundled_price_table(), zone_ids)
     if catalog.price_source != PRICE_SOURCE_PRICING_API:
         count("OnDemandPricesApproximate")
@@ -107,15 +108,21 @@ def _shared(state: Callable[[], StatePort], region: str, now: datetime, warn: Wa
 
 def _share(state: Callable[[], StatePort], catalog: Catalog, now: datetime, warn: Warn) -> None:
     try:
-        state().put_item(CATALOG_KIND, str(catalog.region), {"builtAt": now.isoformat(), "catalog": encode_catalog(catalog)},
-                       expires_at=now + CATALOG_TTL * 4)
+        state().put_item(CATALOG_KIND, str(catalog.region), {"builtAt": now.isoformat(), "catalog": encode_catalog(catalog)}, expires_at=now + CATALOG_TTL * 4)
     except Exception as error:  # noqa: BLE001 - sharing is an optimisation
         warn("could not share the instance catalog", {"error": f"{type(error).__name__}: {error}"})
 
 
 def load_region_catalog(
-    region: str, now: datetime, *, previous: Catalog | None, state: Callable[[], StatePort], ec2: Callable[[], Ec2Port],
-    pricing: Callable[[], PricingPort | None], count: Count, warn: Warn,
+    region: str,
+    now: datetime,
+    *,
+    previous: Catalog | None,
+    state: Callable[[], StatePort],
+    ec2: Callable[[], Ec2Port],
+    pricing: Callable[[], PricingPort | None],
+    count: Count,
+    warn: Warn,
 ) -> BuiltCatalog:
     """The shared catalog when fresh, else one built from EC2 (and shared). When EC2 cannot
     be read: the ``previous`` catalog, else the bundled one where bundled (both retried

@@ -200,8 +200,10 @@ class Runtime:
         from joiner.observability import logger
 
         if self.pricing_port is None and pricing_endpoint_region(self.settings.region) is None:
-            logger.warning("no Price List Query API in this partition; on-demand prices come from the bundled us-east-1 table",
-                           extra={"region": self.settings.region, "partition": partition_of(self.settings.region)})
+            logger.warning(
+                "no Price List Query API in this partition; on-demand prices come from the bundled us-east-1 table",
+                extra={"region": self.settings.region, "partition": partition_of(self.settings.region)},
+            )
             return None
         return self.pricing
 
@@ -210,8 +212,13 @@ class Runtime:
         from joiner.services.catalog import load_region_catalog
 
         built = load_region_catalog(
-            self.settings.region, now, previous=self._base_catalog, state=lambda: self.state, ec2=lambda: self.ec2,
-            pricing=self._pricing_if_served, count=lambda name: self.count(name),
+            self.settings.region,
+            now,
+            previous=self._base_catalog,
+            state=lambda: self.state,
+            ec2=lambda: self.ec2,
+            pricing=self._pricing_if_served,
+            count=lambda name: self.count(name),
             warn=lambda message, extra: logger.warning(message, extra=extra),
         )
         if built.catalog is not self._base_catalog:
@@ -230,8 +237,10 @@ class Runtime:
         except Exception as error:  # noqa: BLE001 - any failure falls back to what is known
             from joiner.observability import logger
 
-            logger.warning("spot prices unavailable; planning with the last known prices",
-                           extra={"error": f"{type(error).__name__}: {error}", "have_spot_prices": self._priced_catalog is not None})
+            logger.warning(
+                "spot prices unavailable; planning with the last known prices",
+                extra={"error": f"{type(error).__name__}: {error}", "have_spot_prices": self._priced_catalog is not None},
+            )
             self.count("SpotPricesUnavailable")
             self._prices_refresh_at = now + SPOT_PRICE_RETRY
             return self._priced_catalog or base
@@ -250,10 +259,7 @@ class Runtime:
             if not timedelta(0) <= now - read_at < SPOT_PRICE_TTL:
                 return None
             zones = [str(zone) for zone in item["zones"]]
-            return {
-                (str(name), zones[index]): float(price)
-                for name, row in item["prices"].items() for index, price in enumerate(row) if price is not None
-            }
+            return {(str(name), zones[index]): float(price) for name, row in item["prices"].items() for index, price in enumerate(row) if price is not None}
         except Exception as error:  # noqa: BLE001 - a broken cache item only costs an EC2 read
             from joiner.observability import logger
 
@@ -269,8 +275,9 @@ class Runtime:
         for (name, zone), price in sorted(prices.items()):
             rows.setdefault(name, [None] * len(zones))[column[zone]] = price
         try:
-            self.state.put_item(SPOT_PRICES_KIND, SPOT_PRICES_ID, {"readAt": now.isoformat(), "zones": zones, "prices": rows},
-                                expires_at=now + SPOT_PRICE_TTL * 12)
+            self.state.put_item(
+                SPOT_PRICES_KIND, SPOT_PRICES_ID, {"readAt": now.isoformat(), "zones": zones, "prices": rows}, expires_at=now + SPOT_PRICE_TTL * 12
+            )
         except Exception as error:  # noqa: BLE001 - sharing is an optimisation
             from joiner.observability import logger
 

@@ -42,8 +42,17 @@ if TYPE_CHECKING:
     from joiner.ports import KubernetesPort
     from joiner.services.context import Runtime
 
-__all__ = ["DeletionResult", "handle_deletions", "remove_finalizers", "remove_uninstall_marker", "uninstall_marked",
-           "UninstallResult", "DELETED_REASON", "UNINSTALLING_ANNOTATION", "CONFLICT_ATTEMPTS"]
+__all__ = [
+    "DeletionResult",
+    "handle_deletions",
+    "remove_finalizers",
+    "remove_uninstall_marker",
+    "uninstall_marked",
+    "UninstallResult",
+    "DELETED_REASON",
+    "UNINSTALLING_ANNOTATION",
+    "CONFLICT_ATTEMPTS",
+]
 
 #: The termination reason of a node deleted by a user (Karpenter's NodeClaim deletion).
 DELETED_REASON = "Deleted"
@@ -102,8 +111,7 @@ def handle_deletions(runtime: Runtime, now: datetime, *, just_read: bool = False
         claim = _claim_of(node, by_node, by_id, by_instance)
         if claim is not None:
             registered.setdefault(claim.claim_id, name)
-        step = deletion_step(node.finalizers, node.deletion_time, managed=claim is not None,
-                             enabled=enabled, terminating=name in terminating, now=now)
+        step = deletion_step(node.finalizers, node.deletion_time, managed=claim is not None, enabled=enabled, terminating=name in terminating, now=now)
         try:
             if step is DeletionStep.TERMINATE:
                 raw = runtime.kube.get_node(name)
@@ -121,8 +129,14 @@ def handle_deletions(runtime: Runtime, now: datetime, *, just_read: bool = False
         name = str(meta.get("name"))
         claim = by_id.get(str((meta.get("labels") or {}).get(wk.NODECLAIM)))
         node_name = (claim.node_name or registered.get(claim.claim_id)) if claim is not None else None
-        step = deletion_step(meta.get("finalizers") or [], _time(meta.get("deletionTimestamp")), managed=claim is not None,
-                             enabled=enabled, terminating=bool(node_name and node_name in terminating), now=now)
+        step = deletion_step(
+            meta.get("finalizers") or [],
+            _time(meta.get("deletionTimestamp")),
+            managed=claim is not None,
+            enabled=enabled,
+            terminating=bool(node_name and node_name in terminating),
+            now=now,
+        )
         try:
             if step is DeletionStep.ADD_FINALIZER or step is DeletionStep.RELEASE:
                 _set_mirror_finalizer(runtime.kube, mirror, present=step is DeletionStep.ADD_FINALIZER)
@@ -144,12 +158,10 @@ def handle_deletions(runtime: Runtime, now: datetime, *, just_read: bool = False
     return result
 
 
-def _claim_of(node: Node, by_node: Mapping[str, ClaimRecord], by_id: Mapping[str, ClaimRecord],
-              by_instance: Mapping[str, ClaimRecord]) -> ClaimRecord | None:
+def _claim_of(node: Node, by_node: Mapping[str, ClaimRecord], by_id: Mapping[str, ClaimRecord], by_instance: Mapping[str, ClaimRecord]) -> ClaimRecord | None:
     """The open claim a Node is of: the one that recorded its name, else the one its
     ``joiner.dev/nodeclaim`` label names, else the one of its instance (its providerID)."""
-    return (by_node.get(node.name) or by_id.get(str(node.labels.get(wk.NODECLAIM)))
-            or (by_instance.get(node.instance_id) if node.instance_id else None))
+    return by_node.get(node.name) or by_id.get(str(node.labels.get(wk.NODECLAIM))) or (by_instance.get(node.instance_id) if node.instance_id else None)
 
 
 def _parse_node(obj: JsonDict) -> Node | None:
@@ -161,8 +173,9 @@ def _parse_node(obj: JsonDict) -> Node | None:
         return None
 
 
-def _node_step(runtime: Runtime, step: DeletionStep, name: str, node: JsonDict | None, claim: ClaimRecord | None, now: datetime,
-               result: DeletionResult) -> None:
+def _node_step(
+    runtime: Runtime, step: DeletionStep, name: str, node: JsonDict | None, claim: ClaimRecord | None, now: datetime, result: DeletionResult
+) -> None:
     if step is DeletionStep.ADD_FINALIZER:
         runtime.kube.set_node_finalizer(name, TERMINATION_FINALIZER, True)
         result.finalizers_added.append(f"node/{name}")
@@ -190,8 +203,9 @@ def _grace_deadline(runtime: Runtime, claim: ClaimRecord, deleted_at: datetime |
     return None
 
 
-def _terminate(runtime: Runtime, name: str, node: JsonDict, claim: ClaimRecord, now: datetime, result: DeletionResult, *,
-               deleted_at: datetime | None = None) -> None:
+def _terminate(
+    runtime: Runtime, name: str, node: JsonDict, claim: ClaimRecord, now: datetime, result: DeletionResult, *, deleted_at: datetime | None = None
+) -> None:
     """Begin the node's termination with a replacement for its pods, as an interruption does.
     The NodePool's ``terminationGracePeriod`` counts from the earlier of the Node's deletion
     and ``deleted_at`` (the NodeClaim's, when the claim was deleted): Karpenter counts from
@@ -202,8 +216,14 @@ def _terminate(runtime: Runtime, name: str, node: JsonDict, claim: ClaimRecord, 
     deleted = [t for t in (_time(_meta(node).get("deletionTimestamp")), deleted_at) if t is not None]
     deadline = _grace_deadline(runtime, claim, min(deleted) if deleted else None)
     request = TerminationRequest(
-        name, DELETED_REASON, deadline, instance_id=claim.instance_id, claim_id=claim.claim_id, node_pool=claim.node_pool,
-        wait_for_replacement=True, urgent=False,
+        name,
+        DELETED_REASON,
+        deadline,
+        instance_id=claim.instance_id,
+        claim_id=claim.claim_id,
+        node_pool=claim.node_pool,
+        wait_for_replacement=True,
+        urgent=False,
     )
     begin_termination(runtime, request, now, seen=AlreadyRead(node=node, claim=claim), replacements=ClusterView(runtime))
     result.terminations.append(name)
@@ -218,8 +238,7 @@ def _terminate_unregistered(runtime: Runtime, claim: ClaimRecord, now: datetime)
         raise Ec2Error(f"instance {claim.instance_id} is not tagged as this cluster's: not terminated", code="NotOwned")
 
 
-def _set_mirror_finalizer(kube: KubernetesPort, mirror: JsonDict, *, present: bool,
-                          annotations: Mapping[str, str | None] | None = None) -> bool:
+def _set_mirror_finalizer(kube: KubernetesPort, mirror: JsonDict, *, present: bool, annotations: Mapping[str, str | None] | None = None) -> bool:
     """Add or remove Joiner's finalizer on a NodeClaim mirror, other finalizers kept (and write
     ``annotations``, None removing one); conditional on the mirror's resourceVersion (custom
     resources take no strategic merge patch): a mirror written meanwhile answers 409. False
@@ -272,8 +291,9 @@ class UninstallResult:
 
 def uninstall_marked(nodes: Iterable[Node], mirrors: Iterable[JsonDict]) -> int:
     """How many of these Nodes and NodeClaim mirrors carry :data:`UNINSTALLING_ANNOTATION`."""
-    return (sum(1 for node in nodes if UNINSTALLING_ANNOTATION in node.annotations)
-            + sum(1 for mirror in mirrors if UNINSTALLING_ANNOTATION in (_meta(mirror).get("annotations") or {})))
+    return sum(1 for node in nodes if UNINSTALLING_ANNOTATION in node.annotations) + sum(
+        1 for mirror in mirrors if UNINSTALLING_ANNOTATION in (_meta(mirror).get("annotations") or {})
+    )
 
 
 def _joiners_node(meta: JsonDict) -> bool:

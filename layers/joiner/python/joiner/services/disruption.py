@@ -69,8 +69,17 @@ if TYPE_CHECKING:
     from joiner.services.replacement import ClusterView
 
 __all__ = [
-    "COMMAND_KIND", "PENDING_ID", "EMPTY_KIND", "NOMINATION_KIND", "LEASE_NAME", "LEASE_TTL_SECONDS",
-    "DRIFT_UNKNOWN_METRIC", "DisruptionSummary", "read_input", "run_disruption", "execute_command",
+    "COMMAND_KIND",
+    "PENDING_ID",
+    "EMPTY_KIND",
+    "NOMINATION_KIND",
+    "LEASE_NAME",
+    "LEASE_TTL_SECONDS",
+    "DRIFT_UNKNOWN_METRIC",
+    "DisruptionSummary",
+    "read_input",
+    "run_disruption",
+    "execute_command",
 ]
 
 COMMAND_KIND = "DISRUPTION"
@@ -207,9 +216,14 @@ def _drift_nodes(snapshot: Any, pools: Mapping[str, Any], terminating: set[str])
     """Nodes that may be drift candidates: Joiner's (their NodePool exists), Ready,
     initialized, not going, with an EC2 instance id."""
     return [
-        node for node in snapshot.nodes
-        if node.labels.get(wk.NODEPOOL) in pools and node.ready and node.labels.get(wk.INITIALIZED) == "true"
-        and not node.deleting and node.name not in terminating and node.instance_id
+        node
+        for node in snapshot.nodes
+        if node.labels.get(wk.NODEPOOL) in pools
+        and node.ready
+        and node.labels.get(wk.INITIALIZED) == "true"
+        and not node.deleting
+        and node.name not in terminating
+        and node.instance_id
     ]
 
 
@@ -221,13 +235,19 @@ def _describe_instances(runtime: Runtime, nodes: Sequence[Node]) -> dict[str, In
     try:
         return {r.instance_id: r for r in runtime.ec2.describe_instances(ids)}
     except Exception as error:  # noqa: BLE001 - unknown instances: no node is owned, no launch input drifts
-        logger.warning("describing the nodes' instances failed; no node is disrupted and no launch input drifts this pass",
-                       extra={"error": f"{type(error).__name__}: {error}", "nodes": len(ids)})
+        logger.warning(
+            "describing the nodes' instances failed; no node is disrupted and no launch input drifts this pass",
+            extra={"error": f"{type(error).__name__}: {error}", "nodes": len(ids)},
+        )
         return None
 
 
 def _not_owned(
-    runtime: Runtime, node: Node, instances: Mapping[str, InstanceRecord] | None, claimed: Mapping[str, str], claim_ids: Mapping[str, str],
+    runtime: Runtime,
+    node: Node,
+    instances: Mapping[str, InstanceRecord] | None,
+    claimed: Mapping[str, str],
+    claim_ids: Mapping[str, str],
 ) -> str | None:
     """Why ``node`` is not provably Joiner's (see :mod:`joiner.domain.ownership`), or None.
     ``claimed``: instance ids the open claims record; ``claim_ids``: open claim id -> the
@@ -270,8 +290,10 @@ def _launch_inputs(runtime: Runtime, nodes: Sequence[Node], instances: Mapping[s
         )
     if missing:
         runtime.count(DRIFT_UNKNOWN_METRIC, len(missing), input="instance")
-        logger.warning("drift: instances not found; their nodes are not checked for AMI, subnet or security-group drift",
-                       extra={"nodes": missing[:20], "count": len(missing)})
+        logger.warning(
+            "drift: instances not found; their nodes are not checked for AMI, subnet or security-group drift",
+            extra={"nodes": missing[:20], "count": len(missing)},
+        )
     return result
 
 
@@ -285,7 +307,11 @@ def _node_arch(node: Node, types: Mapping[str, InstanceType]) -> str | None:
 
 
 def _current_amis(
-    runtime: Runtime, work: Any, nodes: Sequence[Node], types: Mapping[str, tuple[InstanceType, ...]], now: datetime,
+    runtime: Runtime,
+    work: Any,
+    nodes: Sequence[Node],
+    types: Mapping[str, tuple[InstanceType, ...]],
+    now: datetime,
 ) -> dict[str, dict[str, str]]:
     """Per NodeClass, per architecture and AL2023 variant its nodes run (keyed by
     :func:`~joiner.domain.amis.ami_key`): the AMI a launch would use now
@@ -317,8 +343,10 @@ def _current_amis(
                     ami = runtime.ec2.resolve_ami(node_class, version, arch, variant)
                 except Exception as error:  # noqa: BLE001 - unknown AMI never causes drift
                     runtime.count(DRIFT_UNKNOWN_METRIC, input="ami")
-                    logger.warning("drift: resolving the NodeClass's AMI failed; AMI drift skipped for it",
-                                   extra={"nodeClass": name, "arch": arch, "error": f"{type(error).__name__}: {error}"})
+                    logger.warning(
+                        "drift: resolving the NodeClass's AMI failed; AMI drift skipped for it",
+                        extra={"nodeClass": name, "arch": arch, "error": f"{type(error).__name__}: {error}"},
+                    )
                     continue
                 if not ami:
                     continue
@@ -383,15 +411,25 @@ def execute_command(runtime: Runtime, command: Command, inp: DisruptionInput, no
         if forced and node is not None:
             _record_repair(runtime, node, pool.name if pool is not None else "", now)
         try:
-            begin_termination(runtime, TerminationRequest(
-                name, f"disruption/{command.method}", deadline,
-                instance_id=node.instance_id if node is not None else None,
-                claim_id=node.labels.get(wk.NODECLAIM) if node is not None else None,
-                node_pool=pool.name if pool is not None else None,
-                replacement_claims=claims,
-                wait_for_replacement=bool(claims),
-            ), now)
-            mirror_claim(runtime, node.labels.get(wk.NODECLAIM) if node is not None else None, condition=disrupting_condition(f"disruption/{command.method}", command.reason))
+            begin_termination(
+                runtime,
+                TerminationRequest(
+                    name,
+                    f"disruption/{command.method}",
+                    deadline,
+                    instance_id=node.instance_id if node is not None else None,
+                    claim_id=node.labels.get(wk.NODECLAIM) if node is not None else None,
+                    node_pool=pool.name if pool is not None else None,
+                    replacement_claims=claims,
+                    wait_for_replacement=bool(claims),
+                ),
+                now,
+            )
+            mirror_claim(
+                runtime,
+                node.labels.get(wk.NODECLAIM) if node is not None else None,
+                condition=disrupting_condition(f"disruption/{command.method}", command.reason),
+            )
         except TerminationBusy as error:
             errors.append(f"{name}: {error}")
     runtime.count("DisruptionCommandsExecuted", method=command.method)
@@ -409,8 +447,16 @@ def _record_repair(runtime: Runtime, node: Node, pool: str, now: datetime) -> No
     condition = f"{finding.condition}={finding.status}"
     runtime.count("NodesRepaired", condition=condition, nodePool=pool)
     runtime.count("NodeRepairUnhealthySeconds", max(0.0, (now - finding.since).total_seconds()), "Seconds", condition=condition)
-    logger.warning("repairing an unhealthy node", extra={"node": node.name, "nodePool": pool, "condition": condition,
-                                                          "since": finding.since.isoformat(), "repairAfterSeconds": finding.after.total_seconds()})
+    logger.warning(
+        "repairing an unhealthy node",
+        extra={
+            "node": node.name,
+            "nodePool": pool,
+            "condition": condition,
+            "since": finding.since.isoformat(),
+            "repairAfterSeconds": finding.after.total_seconds(),
+        },
+    )
     involved = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node.name}}
     try:
         runtime.kube.create_event(involved, "NodeRepair", f"replacing the node: {finding.describe(now)}", "Warning")
@@ -479,8 +525,11 @@ def _explain(runtime: Runtime, decision: Decision, now: datetime) -> None:
         previous = runtime.state.get_item(DECISION_EVENT_KIND, key)
         if previous and previous.get("message") == message and (_time(previous.get("at")) or now) > now - DECISION_EVENT_REPEAT:
             continue
-        involved = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}} if kind == "Node" else \
-            {"apiVersion": "joiner.dev/v1", "kind": "NodePool", "metadata": {"name": name}}
+        involved = (
+            {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
+            if kind == "Node"
+            else {"apiVersion": "joiner.dev/v1", "kind": "NodePool", "metadata": {"name": name}}
+        )
         try:
             runtime.kube.create_event(involved, reason, message, "Warning" if reason == "NodeRepairBlocked" else "Normal")
         except KubernetesError as error:
@@ -547,7 +596,9 @@ def _pass(runtime: Runtime, now: datetime, dry_run: bool) -> DisruptionSummary:
         _remember(runtime, inp, decision, now)
         _explain(runtime, decision, now)
         if decision.commands:
-            state.put_item(COMMAND_KIND, PENDING_ID, {"computedAt": now.isoformat(), "status": "pending", "commands": [c.to_state() for c in decision.commands]})
+            state.put_item(
+                COMMAND_KIND, PENDING_ID, {"computedAt": now.isoformat(), "status": "pending", "commands": [c.to_state() for c in decision.commands]}
+            )
         _mirror(runtime, inp, decision, now, seconds=PASS_SECONDS - (time.monotonic() - started))  # last: its catch-up may take a while
     seconds = time.monotonic() - started
     if decision.commands or decision.blocked or decision.simulations:  # a decision about something
@@ -555,7 +606,14 @@ def _pass(runtime: Runtime, now: datetime, dry_run: bool) -> DisruptionSummary:
     for command in decision.commands:
         runtime.count("DisruptionCommandsComputed", method=command.method)
     return DisruptionSummary(
-        "computed", tuple(executed), tuple(dropped), decision.commands, len(decision.blocked), decision.simulations, seconds, tuple(errors),
+        "computed",
+        tuple(executed),
+        tuple(dropped),
+        decision.commands,
+        len(decision.blocked),
+        decision.simulations,
+        seconds,
+        tuple(errors),
     )
 
 
@@ -574,8 +632,7 @@ def _mirror(runtime: Runtime, inp: DisruptionInput, decision: Decision, now: dat
             continue
         findings[claim_id] = [
             MirrorCondition("Drifted", "True", "Drifted", drift, now) if drift else MirrorCondition("Drifted", "False", "NotDrifted", "", now),
-            MirrorCondition("Consolidatable", "True" if consolidatable else "False",
-                            "Consolidatable" if consolidatable else "NotConsolidatable", "", now),
+            MirrorCondition("Consolidatable", "True" if consolidatable else "False", "Consolidatable" if consolidatable else "NotConsolidatable", "", now),
         ]
     try:
         sync_node_claims(runtime, findings=findings, seconds=min(CATCH_UP_SYNC_SECONDS, max(MIN_MIRROR_SECONDS, seconds)))

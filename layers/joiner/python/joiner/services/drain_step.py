@@ -84,8 +84,14 @@ LAUNCH_STALE_AFTER = timedelta(minutes=3)
 
 
 def step(
-    runtime: Runtime, state: TerminationState, now: datetime, lease: TerminationLease, *,
-    node: JsonDict | None = None, pods_raw: Sequence[JsonDict] | None = None, stored: bool = False,
+    runtime: Runtime,
+    state: TerminationState,
+    now: datetime,
+    lease: TerminationLease,
+    *,
+    node: JsonDict | None = None,
+    pods_raw: Sequence[JsonDict] | None = None,
+    stored: bool = False,
 ) -> TerminationResult:
     """One drain step under ``lease``: decide, act, save, schedule or finish.
 
@@ -125,8 +131,13 @@ def retry_soon(runtime: Runtime, state: TerminationState, now: datetime, error: 
 
 
 def run_step(
-    runtime: Runtime, state: TerminationState, now: datetime, lease: TerminationLease, *,
-    node: JsonDict | None = None, pods_raw: Sequence[JsonDict] | None = None,
+    runtime: Runtime,
+    state: TerminationState,
+    now: datetime,
+    lease: TerminationLease,
+    *,
+    node: JsonDict | None = None,
+    pods_raw: Sequence[JsonDict] | None = None,
 ) -> TerminationResult:
     """The step itself; ``node`` and ``pods_raw``: the Node and its pods when the caller has
     just read them."""
@@ -199,7 +210,9 @@ def run_step(
     if planned.finished:
         why = "node is empty" if planned.empty else "drain deadline reached"
         node_uid = str((node.get("metadata") or {}).get("uid") or "") or None
-        return finish(runtime, state, now, node_exists=True, node_uid=node_uid, why=why, evicted=evicted_t, blocked=blocked_t, deleted=deleted_t, failed=failed_t)
+        return finish(
+            runtime, state, now, node_exists=True, node_uid=node_uid, why=why, evicted=evicted_t, blocked=blocked_t, deleted=deleted_t, failed=failed_t
+        )
     if cordon_failure is not None:
         return replace(retry_soon(runtime, state, now, cordon_failure), evicted=evicted_t, blocked=blocked_t, deleted=deleted_t, failed=failed_t)
 
@@ -210,13 +223,25 @@ def run_step(
     state = replace(requested, generation=state.generation + 1, step_failures=0)
     delay = schedule_then_save(runtime, state, now, next_at)
     return TerminationResult(
-        state.node, "draining", state.generation, evicted=evicted_t, blocked=blocked_t, deleted=deleted_t,
-        waiting=planned.waiting, next_step_in=delay, phase=state.phase, failed=failed_t,
+        state.node,
+        "draining",
+        state.generation,
+        evicted=evicted_t,
+        blocked=blocked_t,
+        deleted=deleted_t,
+        waiting=planned.waiting,
+        next_step_in=delay,
+        phase=state.phase,
+        failed=failed_t,
     )
 
 
 def _execute(
-    runtime: Runtime, evict: Sequence[Pod], delete: Sequence[PodDeletion], progress: Mapping[str, PodProgress], now: datetime,
+    runtime: Runtime,
+    evict: Sequence[Pod],
+    delete: Sequence[PodDeletion],
+    progress: Mapping[str, PodProgress],
+    now: datetime,
     keep_lease: Callable[[], None],
 ) -> tuple[dict[str, PodProgress], dict[str, list[str]]]:
     """Evict and delete, one pod at a time: a pod whose call fails (after the client's
@@ -264,7 +289,11 @@ def _error_text(error: KubernetesError) -> str:
 
 
 def assume_applied(
-    pods: Sequence[Pod], deletion_deadlines: Mapping[str, datetime], done: Mapping[str, list[str]], delete: Sequence[PodDeletion], now: datetime,
+    pods: Sequence[Pod],
+    deletion_deadlines: Mapping[str, datetime],
+    done: Mapping[str, list[str]],
+    delete: Sequence[PodDeletion],
+    now: datetime,
 ) -> tuple[list[Pod], dict[str, datetime]]:
     """The pods as the actions just taken leave them: evicted ones terminating with their
     own grace, deleted ones terminating with the grace given (gone when 0), gone ones gone."""
@@ -381,8 +410,17 @@ def record_node_event(runtime: Runtime, node: JsonDict, reason: str, message: st
 
 
 def finish(
-    runtime: Runtime, state: TerminationState, now: datetime, *, node_exists: bool, why: str, node_uid: str | None = None,
-    evicted: tuple[str, ...] = (), blocked: tuple[str, ...] = (), deleted: tuple[str, ...] = (), failed: tuple[str, ...] = (),
+    runtime: Runtime,
+    state: TerminationState,
+    now: datetime,
+    *,
+    node_exists: bool,
+    why: str,
+    node_uid: str | None = None,
+    evicted: tuple[str, ...] = (),
+    blocked: tuple[str, ...] = (),
+    deleted: tuple[str, ...] = (),
+    failed: tuple[str, ...] = (),
 ) -> TerminationResult:
     """Terminate the instance, then delete the Node (so the kubelet, already shutting
     down, cannot register it again), close the claim, release its reservation, forget the

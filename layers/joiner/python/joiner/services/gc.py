@@ -233,8 +233,9 @@ def _close_claim(runtime: Runtime, action: GcAction, now: datetime) -> _Outcome:
         return False, f"claim now records instance {current.instance_id}"
     # Conditional on the state just read (``reserved`` for an abandoned reservation): a
     # provisioning round recording its launch at this instant wins, and GC backs off.
-    outcome = close_claim(runtime, current, f"garbage collected: {action.reason}", now, path="gc", expected=ClaimState(current.state),
-                          node_pool=action.node_pool or "")
+    outcome = close_claim(
+        runtime, current, f"garbage collected: {action.reason}", now, path="gc", expected=ClaimState(current.state), node_pool=action.node_pool or ""
+    )
     if outcome.closed_now:
         return True, ""
     if not outcome.owned:
@@ -296,8 +297,9 @@ def execute_plan(runtime: Runtime, plan: GcPlan, now: datetime) -> GcResult:
 
     for template_id, since in plan.mark_unused.items():
         try:
-            runtime.state.put_item(TEMPLATE_MARK_KIND, template_id, {"id": template_id, "unusedSince": since.isoformat()},
-                                   expires_at=now + MARK_TTL, if_absent=True)
+            runtime.state.put_item(
+                TEMPLATE_MARK_KIND, template_id, {"id": template_id, "unusedSince": since.isoformat()}, expires_at=now + MARK_TTL, if_absent=True
+            )
         except Exception as error:  # noqa: BLE001 - bookkeeping only: retried next run
             errors.append(f"mark {template_id}: {error}")
             logger.warning("recording an unused launch template failed", extra={"template": template_id, "error": str(error)})

@@ -75,7 +75,11 @@ if TYPE_CHECKING:
     from joiner.services.context import Runtime
 
 __all__ = [
-    "UNAVAILABLE_FOR", "NodeOutcome", "InterruptionOutcome", "ClusterView", "handle_interruption",
+    "UNAVAILABLE_FOR",
+    "NodeOutcome",
+    "InterruptionOutcome",
+    "ClusterView",
+    "handle_interruption",
 ]
 
 #: How long an interrupted spot offering is avoided (Karpenter's ICE cache TTL).
@@ -154,7 +158,9 @@ def _handle_instance(runtime: Runtime, view: ClusterView, event: InterruptionEve
         if not_owned is not None:
             action = dataclasses.replace(action, kind=di.ACTION_UNMANAGED, reason=not_owned)
     node_name = node["metadata"]["name"] if node else (claim.node_name if claim else None)
-    base = NodeOutcome(instance_id, action.kind, action.reason, node=node_name, node_pool=pool_name, claim_id=claim.claim_id if claim else labels.get(wk.NODECLAIM))
+    base = NodeOutcome(
+        instance_id, action.kind, action.reason, node=node_name, node_pool=pool_name, claim_id=claim.claim_id if claim else labels.get(wk.NODECLAIM)
+    )
 
     if not_owned is not None:
         refuse(runtime, "interruption", not_owned, instance=instance_id, kind=event.kind, event_id=event.event_id)
@@ -168,7 +174,17 @@ def _handle_instance(runtime: Runtime, view: ClusterView, event: InterruptionEve
         return base
 
     runtime.count("InterruptionActions", action=action.kind, kind=event.kind)
-    logger.info("acting on interruption", extra={"instance": instance_id, "node": node_name, "kind": event.kind, "action": action.kind, "deadline": action.deadline.isoformat() if action.deadline else None, "event_id": event.event_id})
+    logger.info(
+        "acting on interruption",
+        extra={
+            "instance": instance_id,
+            "node": node_name,
+            "kind": event.kind,
+            "action": action.kind,
+            "deadline": action.deadline.isoformat() if action.deadline else None,
+            "event_id": event.event_id,
+        },
+    )
     if action.mark_unavailable:
         _mark_unavailable(runtime, claim, labels, now, event, view)
 
@@ -180,13 +196,24 @@ def _handle_instance(runtime: Runtime, view: ClusterView, event: InterruptionEve
     node_name = node["metadata"]["name"]
     view.disrupted.add(node_name)
     request = TerminationRequest(
-        node_name, event.kind, action.deadline, instance_id=instance_id, claim_id=base.claim_id, node_pool=pool_name,
-        wait_for_replacement=action.wait_for_replacement, event_id=event.event_id, urgent=action.urgent,
+        node_name,
+        event.kind,
+        action.deadline,
+        instance_id=instance_id,
+        claim_id=base.claim_id,
+        node_pool=pool_name,
+        wait_for_replacement=action.wait_for_replacement,
+        event_id=event.event_id,
+        urgent=action.urgent,
     )
     try:
         node = cordon_node(runtime, node) or node
         result: TerminationResult = begin_termination(
-            runtime, request, now, seen=AlreadyRead(node=node, claim=claim), replacements=view if action.replace else None,
+            runtime,
+            request,
+            now,
+            seen=AlreadyRead(node=node, claim=claim),
+            replacements=view if action.replace else None,
         )
     except (KubernetesError, Ec2Error) as error:
         if action.deadline is None or not action.urgent:
@@ -200,8 +227,15 @@ def _handle_instance(runtime: Runtime, view: ClusterView, event: InterruptionEve
             extra={"node": node_name, "instance": instance_id, "error": f"{type(error).__name__}: {error}", "event_id": event.event_id},
         )
         result = request_termination(
-            runtime, node_name, event.kind, action.deadline, now,
-            instance_id=instance_id, claim_id=base.claim_id, node_pool=pool_name, event_id=event.event_id,
+            runtime,
+            node_name,
+            event.kind,
+            action.deadline,
+            now,
+            instance_id=instance_id,
+            claim_id=base.claim_id,
+            node_pool=pool_name,
+            event_id=event.event_id,
         )
     return dataclasses.replace(base, replacement_claims=result.launched, termination=result.status, evicted=result.evicted)
 
@@ -212,15 +246,26 @@ def _reservation_instances(runtime: Runtime, view: ClusterView, event: Interrupt
     replacement plan of the invocation."""
     records = runtime.ec2.reservation_instances(runtime.settings.cluster_name, event.capacity_reservation_id)
     instance_ids = tuple(sorted({r.instance_id for r in records}))
-    logger.info("capacity reservation warning: instances found", extra={
-        "reservation": event.capacity_reservation_id, "instances": list(instance_ids), "kind": event.kind, "event_id": event.event_id,
-    })
+    logger.info(
+        "capacity reservation warning: instances found",
+        extra={
+            "reservation": event.capacity_reservation_id,
+            "instances": list(instance_ids),
+            "kind": event.kind,
+            "event_id": event.event_id,
+        },
+    )
     view.expect_disruption(instance_ids)
     return instance_ids
 
 
 def _mark_unavailable(
-    runtime: Runtime, claim: ClaimRecord | None, labels: dict[str, str], now: datetime, event: InterruptionEvent, view: ClusterView,
+    runtime: Runtime,
+    claim: ClaimRecord | None,
+    labels: dict[str, str],
+    now: datetime,
+    event: InterruptionEvent,
+    view: ClusterView,
 ) -> None:
     instance_type = (claim.instance_type if claim else None) or labels.get(wk.INSTANCE_TYPE) or ""
     zone = (claim.zone if claim else None) or labels.get(wk.ZONE) or ""
@@ -237,7 +282,13 @@ def _mark_unavailable(
 
 
 def _mark_reservation(
-    runtime: Runtime, view: ClusterView, event: InterruptionEvent, now: datetime, instance_type: str, zone: str, labelled: str = "",
+    runtime: Runtime,
+    view: ClusterView,
+    event: InterruptionEvent,
+    now: datetime,
+    instance_type: str,
+    zone: str,
+    labelled: str = "",
 ) -> None:
     """Mark the reservation being reclaimed unavailable (Karpenter's interruption controller
     does the same), so no replacement targets it: a Capacity Block until it ends, an
@@ -257,7 +308,9 @@ def _mark_reservation(
     runtime.count("OfferingsMarkedUnavailable", reason=event.kind)
 
 
-def _close_without_node(runtime: Runtime, claim: ClaimRecord | None, instance_id: str, event: InterruptionEvent, now: datetime, base: NodeOutcome) -> NodeOutcome:
+def _close_without_node(
+    runtime: Runtime, claim: ClaimRecord | None, instance_id: str, event: InterruptionEvent, now: datetime, base: NodeOutcome
+) -> NodeOutcome:
     """The instance never became a Node (or it is already gone): terminate it, close the
     claim and release its reservation; the pods it was for are still pending."""
     from joiner.services.lifecycle import close_claim, terminate_instance

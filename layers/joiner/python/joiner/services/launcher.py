@@ -66,8 +66,20 @@ from joiner.services.nodeclaims import mirror_claim
 from joiner.services.planning_round import LIMIT_REACHED, NODES, ClassEnv, PlanningRound
 
 __all__ = [
-    "UNAVAILABLE_FOR", "MAX_LAUNCH_ATTEMPTS", "CONCURRENCY", "LaunchedClaim", "LaunchFailure", "LaunchJob", "LaunchOutcome",
-    "Launcher", "claim_id_for", "launch_all", "give_up", "in_flight_from", "run_parallel", "offering_prices",
+    "UNAVAILABLE_FOR",
+    "MAX_LAUNCH_ATTEMPTS",
+    "CONCURRENCY",
+    "LaunchedClaim",
+    "LaunchFailure",
+    "LaunchJob",
+    "LaunchOutcome",
+    "Launcher",
+    "claim_id_for",
+    "launch_all",
+    "give_up",
+    "in_flight_from",
+    "run_parallel",
+    "offering_prices",
 ]
 
 #: How long an offering that returned a capacity error is left out (Karpenter: 3 minutes).
@@ -275,8 +287,11 @@ class Launcher:
         """The limit refused this claim (a concurrent round reserved first): worded like the
         planner's own limit reason, so users see one message whichever caught it."""
         remaining = self.work.remaining(pool) or EMPTY
-        smallest = min((self.work.type_index[pool.name][n] for n in claim_plan.instance_types if n in self.work.type_index.get(pool.name, {})),
-                       key=lambda t: (t.capacity.get("cpu", 0), t.name), default=None)
+        smallest = min(
+            (self.work.type_index[pool.name][n] for n in claim_plan.instance_types if n in self.work.type_index.get(pool.name, {})),
+            key=lambda t: (t.capacity.get("cpu", 0), t.name),
+            default=None,
+        )
         wanted = (smallest.capacity if smallest is not None else EMPTY) + {NODES: 1000}
         blocked = sorted(name for name in remaining if wanted.get(name, 0) > remaining[name]) or sorted(pool.limits or ())
         reason = f'nodepool "{pool.name}": {LIMIT_REACHED} ({", ".join(blocked)})'
@@ -321,9 +336,17 @@ class Launcher:
                 else:
                     plan, template, templates = self._launch_templates(job, capacity_type)
                 request = build_fleet_request(
-                    plan, job.claim_id, capacity_type, job.env.subnets, template, prices, unavailable,
+                    plan,
+                    job.claim_id,
+                    capacity_type,
+                    job.env.subnets,
+                    template,
+                    prices,
+                    unavailable,
                     launch_tags(runtime.settings.cluster_name, job.pool.name, job.claim_id, job.env.node_class.tags),
-                    attempt=attempt, templates=templates, zone_templates=zone_templates,
+                    attempt=attempt,
+                    templates=templates,
+                    zone_templates=zone_templates,
                     exotic=exotic_names(job.types),
                 )
                 if reservation_type != request.reservation_type:
@@ -349,7 +372,9 @@ class Launcher:
                 template_refreshed = True
                 for stale in request.launch_templates:
                     self._forget_launch_template(stale.id)
-                logger.warning("launch template is gone; re-creating it", extra={"claim": job.claim_id, "template": request.launch_template.name, "code": error.code})
+                logger.warning(
+                    "launch template is gone; re-creating it", extra={"claim": job.claim_id, "template": request.launch_template.name, "code": error.code}
+                )
                 self.attempts[job.claim_id] = attempt
                 tries -= 1
                 continue
@@ -418,8 +443,9 @@ class Launcher:
         """Drop every cached resolution naming this template (every NodePool and capacity
         type that shares it); the adapter forgot its own cache entry already."""
         self.runtime.resolved.discard(
-            lambda key, value: isinstance(key, tuple) and bool(key) and key[0] == "launch-template"
-            and isinstance(value, LaunchTemplateRef) and value.id == template_id
+            lambda key, value: (
+                isinstance(key, tuple) and bool(key) and key[0] == "launch-template" and isinstance(value, LaunchTemplateRef) and value.id == template_id
+            )
         )
 
     def _launch_templates(self, job: LaunchJob, capacity_type: str) -> tuple[NodeClaimPlan, LaunchTemplateRef, dict[str, LaunchTemplateRef]]:
@@ -452,8 +478,18 @@ class Launcher:
         reservation_id = reservation.id if reservation is not None else None
         reservation_type = reservation.reservation_type if reservation is not None else "default"
         tenancy = tenancy_of(job.plan.requirements)
-        key = ("launch-template", repr(job.env.node_class), repr(job.pool), job.arch, capacity_type, job.env.security_groups, variant, reservation_id,
-               reservation_type, tenancy)
+        key = (
+            "launch-template",
+            repr(job.env.node_class),
+            repr(job.pool),
+            job.arch,
+            capacity_type,
+            job.env.security_groups,
+            variant,
+            reservation_id,
+            reservation_type,
+            tenancy,
+        )
         cached: LaunchTemplateRef | None = self.runtime.resolved.get(key, self.now)
         if cached is not None:
             return cached
@@ -465,8 +501,16 @@ class Launcher:
         if reservation_id:
             labels.update(wk.with_alias_labels({wk.CAPACITY_RESERVATION_ID: reservation_id}))
         template = ec2.ensure_launch_template(
-            job.env.node_class, job.arch, cluster, job.env.security_groups, ami,
-            labels=labels, taints=node_taints(job.pool), capacity_reservation_id=reservation_id, reservation_type=reservation_type, tenancy=tenancy,
+            job.env.node_class,
+            job.arch,
+            cluster,
+            job.env.security_groups,
+            ami,
+            labels=labels,
+            taints=node_taints(job.pool),
+            capacity_reservation_id=reservation_id,
+            reservation_type=reservation_type,
+            tenancy=tenancy,
         )
         self.runtime.resolved.put(key, template, self.now)
         return template
@@ -549,7 +593,8 @@ class Launcher:
         pool_obj = self.work.pools_raw.get(launched.node_pool)
         if pool_obj is not None:
             self.work.emit_event(
-                pool_obj, "Launched",
+                pool_obj,
+                "Launched",
                 f"Launched nodeclaim {launched.claim_id}: {launched.instance_type} {launched.capacity_type} in {launched.zone} "
                 f"({launched.instance_id}, ${launched.price:.4f}/h) for {len(launched.pods)} pod(s)",
             )
@@ -557,7 +602,8 @@ class Launcher:
             obj = self.work.pod_refs.get(key)
             if obj is not None:
                 self.work.pod_event(
-                    obj, "Nominated",
+                    obj,
+                    "Nominated",
                     f"Pod should schedule on nodeclaim {launched.claim_id} ({launched.instance_type} {launched.capacity_type} in {launched.zone}, {launched.instance_id})",
                 )
         mirror_claim(self.runtime, self.work.open_by_id[launched.claim_id])
@@ -573,9 +619,15 @@ class Launcher:
         if current.instance_id == launched.instance_id and current.state != ClaimState.CLOSED:
             logger.info("launch already recorded", extra={"claim": launched.claim_id, "instance": launched.instance_id, "state": str(current.state)})
             return True
-        logger.warning("claim changed while its launch was recorded: terminating the instance", extra={
-            "claim": launched.claim_id, "state": str(current.state), "reason": current.reason or "no reason", "instance": launched.instance_id,
-        })
+        logger.warning(
+            "claim changed while its launch was recorded: terminating the instance",
+            extra={
+                "claim": launched.claim_id,
+                "state": str(current.state),
+                "reason": current.reason or "no reason",
+                "instance": launched.instance_id,
+            },
+        )
         try:
             terminate_instance(self.runtime, launched.instance_id, path="launch", claim=launched.claim_id)
         except Ec2Error as error:  # gc terminates it later: tagged for a closed claim, unclaimed
@@ -583,7 +635,10 @@ class Launcher:
         if current.state == ClaimState.CLOSED:
             close_claim(self.runtime, current, current.reason or "closed", self.now, path="launch", terminate=False)  # releases, idempotent
             failure = LaunchFailure(
-                launched.claim_id, launched.node_pool, launched.pods, "ClaimClosed",
+                launched.claim_id,
+                launched.node_pool,
+                launched.pods,
+                "ClaimClosed",
                 f"claim closed while its launch was recorded ({current.reason or 'closed'}); instance {launched.instance_id} terminated",
             )
             self.failures.append(failure)
@@ -631,7 +686,6 @@ class Launcher:
             self.work.report_unschedulable(pod, reason_text)
 
 
-
 def launch_all(launcher: Launcher, plan: Plan, pods_by_key: Mapping[str, Pod], in_flight: list[InFlightClaim]) -> float:
     """Launch the plan's claims in waves. Pods of claims that failed on capacity are
     re-planned at once (with the launcher's round) without the failed offerings; each wave
@@ -659,7 +713,10 @@ def launch_all(launcher: Launcher, plan: Plan, pods_by_key: Mapping[str, Pod], i
                 try:
                     recorded = launcher.record_launch(outcome)
                 except Exception as error:  # noqa: BLE001 - the instance exists; the adapter's tag guard and gc find it
-                    logger.error("launched but recording failed", extra={"claim": outcome.launched.claim_id, "instance": outcome.launched.instance_id, "error": str(error)})
+                    logger.error(
+                        "launched but recording failed",
+                        extra={"claim": outcome.launched.claim_id, "instance": outcome.launched.instance_id, "error": str(error)},
+                    )
                     launcher.launched.append(outcome.launched)
                     recorded = True
                 if recorded:
@@ -735,7 +792,6 @@ def run_parallel(function: Callable[[LaunchJob], LaunchOutcome], jobs: Sequence[
     return [r for r in results if r is not None]
 
 
-
 def _arch(instance_type: InstanceType) -> str:
     requirement = instance_type.requirements.get(wk.ARCH)
     value = requirement.any_value() if requirement is not None else None
@@ -755,14 +811,8 @@ def _reservation(types: Sequence[InstanceType]) -> Resources:
     return amount + {NODES: 1000}
 
 
-
 def offering_prices(types: Iterable[InstanceType]) -> dict[OfferingKey, float]:
-    return {
-        OfferingKey(t.name, o.zone, o.capacity_type): o.price
-        for t in types
-        for o in t.offerings
-        if o.available
-    }
+    return {OfferingKey(t.name, o.zone, o.capacity_type): o.price for t in types for o in t.offerings if o.available}
 
 
 def _failed_offerings(error: FleetError, request: FleetRequest, zone_of_subnet: Mapping[str, str]) -> list[OfferingKey]:

@@ -43,8 +43,7 @@ class ClosedClaim:
     owned: bool = True
 
 
-def advance(runtime: Runtime, claim_id: str, target: ClaimState, *, expected: ClaimState | tuple[ClaimState, ...] | None = None,
-            **fields: Any) -> ClaimRecord:
+def advance(runtime: Runtime, claim_id: str, target: ClaimState, *, expected: ClaimState | tuple[ClaimState, ...] | None = None, **fields: Any) -> ClaimRecord:
     """Move a claim to ``target`` (not ``closed``: see :func:`close_claim`) in one conditional
     write from the states the table allows (narrowed to ``expected`` when given), setting
     ``fields`` too. Raises :class:`~joiner.ports.ClaimStateConflict` when the claim is in
@@ -83,9 +82,18 @@ def terminate_instance(runtime: Runtime, instance_id: str, *, path: str, **conte
     return True
 
 
-def close_claim(runtime: Runtime, claim: ClaimRecord | str, reason: str, now: datetime, *, path: str,
-                expected: ClaimState | tuple[ClaimState, ...] | None = None, node_pool: str = "", terminate: bool = True,
-                mirror: bool = True) -> ClosedClaim:
+def close_claim(
+    runtime: Runtime,
+    claim: ClaimRecord | str,
+    reason: str,
+    now: datetime,
+    *,
+    path: str,
+    expected: ClaimState | tuple[ClaimState, ...] | None = None,
+    node_pool: str = "",
+    terminate: bool = True,
+    mirror: bool = True,
+) -> ClosedClaim:
     """Close a claim: its instance terminated (when ``terminate`` and it records one), the
     record ``closed`` with ``reason``, its reservation released, its mirror updated.
 

@@ -142,9 +142,13 @@ def _write(runtime: Runtime, name: str, current: JsonDict | None, desired: JsonD
     changed = ""
     if _spec_or_meta_differs(current, desired):
         paced()
-        kube.patch_node_claim(name, {"metadata": {k: desired["metadata"][k] for k in ("labels", "annotations", "ownerReferences")
-                                                  if k in desired["metadata"]},
-                                     "spec": desired["spec"]})
+        kube.patch_node_claim(
+            name,
+            {
+                "metadata": {k: desired["metadata"][k] for k in ("labels", "annotations", "ownerReferences") if k in desired["metadata"]},
+                "spec": desired["spec"],
+            },
+        )
         changed = "updated"
     if status_differs(current, desired):
         paced()
@@ -163,8 +167,7 @@ def _delete_mirror(runtime: Runtime, name: str, mirror: JsonDict) -> None:
     runtime.kube.delete_node_claim(name, uid=meta.get("uid"))
 
 
-def mirror_claim(runtime: Runtime, claim: ClaimRecord | str | None, *, condition: MirrorCondition | None = None,
-                 event: MirrorEvent | None = None) -> bool:
+def mirror_claim(runtime: Runtime, claim: ClaimRecord | str | None, *, condition: MirrorCondition | None = None, event: MirrorEvent | None = None) -> bool:
     """Write ``claim``'s mirror now (a claim id is read first; None does nothing): created or
     brought up to date, with ``condition`` applied over what the claim implies; a closed
     claim's mirror gets its ``Terminated`` Event and is deleted. Every condition that turned
@@ -294,7 +297,9 @@ def sync_node_claims(
             logger.warning("nodeclaim mirrors: cannot delete one", extra={"nodeclaim": name, "error": str(error)})
             runtime.count("NodeClaimMirrorErrors", operation="delete")
     if created or updated or deleted or deferred:
-        logger.info("nodeclaim mirrors synced", extra={"mirrors_created": created, "mirrors_updated": updated, "mirrors_deleted": deleted, "deferred": deferred})
+        logger.info(
+            "nodeclaim mirrors synced", extra={"mirrors_created": created, "mirrors_updated": updated, "mirrors_deleted": deleted, "deferred": deferred}
+        )
     return MirrorSync(created, updated, deleted, errors, deferred=deferred)
 
 
@@ -303,5 +308,5 @@ def _spec_or_meta_differs(current: JsonDict, desired: JsonDict) -> bool:
         return True
     meta, want = current.get("metadata") or {}, desired["metadata"]
     return any((meta.get(key) or None) != (want.get(key) or None) for key in ("labels", "ownerReferences")) or any(
-        (meta.get("annotations") or {}).get(key) != value for key, value in (want.get("annotations") or {}).items())
-
+        (meta.get("annotations") or {}).get(key) != value for key, value in (want.get("annotations") or {}).items()
+    )

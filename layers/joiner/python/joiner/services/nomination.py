@@ -79,8 +79,7 @@ def nominate_for_registering_nodes(
             continue
         for key in sorted(claim.pods):
             pod = by_key.get(key)
-            if (pod is None or not pod.is_pending or not pod.by_default_scheduler or pod.nominated_node is not None
-                    or not pod.uid or key in nominated):
+            if pod is None or not pod.is_pending or not pod.by_default_scheduler or pod.nominated_node is not None or not pod.uid or key in nominated:
                 continue
             if attempts >= limit:
                 return _result(runtime, nominated, [], not_held)
@@ -101,7 +100,8 @@ def _not_held(claims: Iterable[ClaimRecord], pods: Iterable[Pod]) -> frozenset[s
             for key in claim.pods:
                 claim_nodes.setdefault(key, set()).add(claim.node_name)
     return frozenset(
-        pod.key for pod in pods
+        pod.key
+        for pod in pods
         if not pod.by_default_scheduler and pod.is_pending and pod.nominated_node is not None and pod.nominated_node in claim_nodes.get(pod.key, ())
     )
 

@@ -39,8 +39,17 @@ if TYPE_CHECKING:
     from joiner.services.context import Runtime
 
 __all__ = [
-    "UNRESERVED_KIND", "NODES", "LIMIT_REACHED", "MAX_POD_EVENTS_PER_ROUND", "EVENT_CONCURRENCY", "ClassEnv", "PlanningRound",
-    "published_unreserved", "unreserved_usage", "public_ip_zones", "zonal",
+    "UNRESERVED_KIND",
+    "NODES",
+    "LIMIT_REACHED",
+    "MAX_POD_EVENTS_PER_ROUND",
+    "EVENT_CONCURRENCY",
+    "ClassEnv",
+    "PlanningRound",
+    "published_unreserved",
+    "unreserved_usage",
+    "public_ip_zones",
+    "zonal",
 ]
 
 #: State items holding each limited NodePool's usage by Nodes no reservation covers.
@@ -71,7 +80,6 @@ class ClassEnv:
     @property
     def zones(self) -> frozenset[str]:
         return frozenset(s.zone for s in self.subnets)
-
 
 
 class PlanningRound:
@@ -226,7 +234,8 @@ class PlanningRound:
         them kube-scheduler marked unschedulable."""
         runtime_classes = self._read_runtime_classes()
         found = self.runtime.cluster_state.read(
-            self.kube, runtime_classes,
+            self.kube,
+            runtime_classes,
             lambda obj, memo: self._parse(lambda o: snap.parse_pod(o, runtime_classes, memo=memo), obj, event_pod=True),
             lambda obj: self._parse(snap.parse_node, obj),
         )
@@ -245,8 +254,11 @@ class PlanningRound:
         try:
             objects = self.kube.list_volume_objects()
         except KubernetesError as error:
-            logger.warning("volume objects could not be read (RBAC for persistentvolumeclaims, persistentvolumes, "
-                           "storageclasses, csinodes applied?): planning without volume topology", extra={"error": str(error)})
+            logger.warning(
+                "volume objects could not be read (RBAC for persistentvolumeclaims, persistentvolumes, "
+                "storageclasses, csinodes applied?): planning without volume topology",
+                extra={"error": str(error)},
+            )
             self.runtime.count("VolumeTopologyUnavailable")
             return {"volumes_known": False}
         for obj in objects:
@@ -580,8 +592,11 @@ class PlanningRound:
         if not nominated and not not_held:
             return
         self.pods = tuple(
-            dataclasses.replace(p, nominated_node=nominated[p.key]) if p.key in nominated
-            else dataclasses.replace(p, nominated_node=None) if p.key in not_held else p
+            dataclasses.replace(p, nominated_node=nominated[p.key])
+            if p.key in nominated
+            else dataclasses.replace(p, nominated_node=None)
+            if p.key in not_held
+            else p
             for p in self.pods
         )
         self.snapshot = dataclasses.replace(self.snapshot, pods=self.pods)
@@ -593,7 +608,6 @@ class PlanningRound:
         usage = {name: self.limit_usage(name) for name in sorted(self.pools)}
         self.plans += 1
         return solve(dataclasses.replace(problem, instance_types=self.types_by_pool, pool_usage=usage))
-
 
     # ------------------------------------------------------------ events
 
@@ -616,7 +630,9 @@ class PlanningRound:
         try:
             self.kube.create_event(obj, reason, message, event_type)
         except KubernetesError as error:
-            logger.warning("writing an event failed", extra={"reason": reason, "object": f'{meta.get("namespace", "")}/{meta.get("name")}', "error": str(error)})
+            logger.warning(
+                "writing an event failed", extra={"reason": reason, "object": f"{meta.get('namespace', '')}/{meta.get('name')}", "error": str(error)}
+            )
             return False
         return True
 
@@ -625,7 +641,9 @@ class PlanningRound:
         ordered = sorted(self.pod_events, key=lambda event: event[3] != "Warning")
         events = ordered[:MAX_POD_EVENTS_PER_ROUND]
         if len(self.pod_events) > len(events):
-            logger.warning("pod events not written this round (over the limit)", extra={"skipped": len(self.pod_events) - len(events), "limit": MAX_POD_EVENTS_PER_ROUND})
+            logger.warning(
+                "pod events not written this round (over the limit)", extra={"skipped": len(self.pod_events) - len(events), "limit": MAX_POD_EVENTS_PER_ROUND}
+            )
         self.pod_events = []
         if len(events) <= 4:
             for event in events:
@@ -643,7 +661,6 @@ def published_unreserved(state: StatePort) -> dict[str, Resources]:
         if isinstance(amounts, dict):
             found[str(item.get("pool"))] = Resources({str(k): int(v) for k, v in amounts.items()})
     return found
-
 
 
 def unreserved_usage(
@@ -684,7 +701,6 @@ def _total(amounts: Iterable[Resources]) -> Resources:
     return total
 
 
-
 def public_ip_zones(subnets: Iterable[Subnet]) -> frozenset[str]:
     """Zones whose launch subnet (:func:`~joiner.domain.launch.zonal_subnets`: the one a fleet
     request uses there) gives instances a public IPv4 address."""
@@ -701,8 +717,7 @@ def zonal(runtime: Runtime, types: tuple[InstanceType, ...], zones: frozenset[st
     result = []
     for instance_type in types:
         offerings = tuple(
-            (dataclasses.replace(o, price=o.price + PUBLIC_IPV4_PER_HOUR) if o.zone in public else o)
-            for o in instance_type.offerings if o.zone in zones
+            (dataclasses.replace(o, price=o.price + PUBLIC_IPV4_PER_HOUR) if o.zone in public else o) for o in instance_type.offerings if o.zone in zones
         )
         if offerings == instance_type.offerings:
             result.append(instance_type)

@@ -101,9 +101,7 @@ def patch_overlay_status(work: PlanningRound) -> None:
             "nodePools": list(outcome.node_pools[:MAX_LISTED_TYPES]),
             "conditions": conditions,
         }
-        if all(current.get(k) == v for k, v in status.items() if k != "conditions") and all(
-            previous.get(c["type"]) == c for c in conditions
-        ):
+        if all(current.get(k) == v for k, v in status.items() if k != "conditions") and all(previous.get(c["type"]) == c for c in conditions):
             continue
         try:
             work.kube.patch_node_overlay_status(name, status)
@@ -174,8 +172,14 @@ def patch_class_status(work: PlanningRound) -> None:
             subnets = [{"id": s.id, "zone": s.zone} for s in sorted(env.subnets, key=lambda s: (s.zone, s.id))][:STATUS_MAX_ITEMS]
             groups = [{"id": group} for group in sorted(env.security_groups)][:STATUS_MAX_ITEMS]
             reservations = [
-                {"id": r.id, "instanceType": r.instance_type, "availabilityZone": r.zone, "ownerID": r.owner_id,
-                 "instanceMatchCriteria": r.match_criteria, "reservationType": r.reservation_type}
+                {
+                    "id": r.id,
+                    "instanceType": r.instance_type,
+                    "availabilityZone": r.zone,
+                    "ownerID": r.owner_id,
+                    "instanceMatchCriteria": r.match_criteria,
+                    "reservationType": r.reservation_type,
+                }
                 for r in env.reservations
             ][:STATUS_MAX_ITEMS]
             problem, reason = env.error, env.reason or "ResolutionFailed"
@@ -195,7 +199,8 @@ def patch_class_status(work: PlanningRound) -> None:
         previous = next((c for c in current.get("conditions") or [] if isinstance(c, dict) and c.get("type") == "Ready"), None)
         unchanged = previous is not None and all(previous.get(k) == v for k, v in ready.items())
         ready["lastTransitionTime"] = (
-            previous.get("lastTransitionTime") if previous is not None and previous.get("status") == ready["status"] and previous.get("lastTransitionTime")
+            previous.get("lastTransitionTime")
+            if previous is not None and previous.get("status") == ready["status"] and previous.get("lastTransitionTime")
             else work.now.strftime("%Y-%m-%dT%H:%M:%SZ")
         )
         others = [c for c in current.get("conditions") or [] if isinstance(c, dict) and c.get("type") != "Ready"]

@@ -47,7 +47,13 @@ if TYPE_CHECKING:
     from joiner.services.context import Runtime
 
 __all__ = [
-    "LEASE_NAME", "LEASE_TTL_SECONDS", "ORPHAN_AFTER", "RoundResult", "ScanSummary", "provision", "run_scanner",
+    "LEASE_NAME",
+    "LEASE_TTL_SECONDS",
+    "ORPHAN_AFTER",
+    "RoundResult",
+    "ScanSummary",
+    "provision",
+    "run_scanner",
 ]
 
 LEASE_NAME = "provisioning"
@@ -259,8 +265,15 @@ def _settle_orphans(launcher: Launcher, claims: list[ClaimRecord]) -> tuple[list
                 pool_types = work.type_index.get(claim.node_pool, {})
                 price = offering_prices(pool_types.values()).get(OfferingKey(record.instance_type, record.zone, record.capacity_type), 0.0)
                 claims[index] = advance(
-                    work.runtime, claim.claim_id, ClaimState.LAUNCHED, expected=ClaimState.RESERVED, instance_id=record.instance_id,
-                    instance_type=record.instance_type, zone=record.zone, capacity_type=record.capacity_type, price=price,
+                    work.runtime,
+                    claim.claim_id,
+                    ClaimState.LAUNCHED,
+                    expected=ClaimState.RESERVED,
+                    instance_id=record.instance_id,
+                    instance_type=record.instance_type,
+                    zone=record.zone,
+                    capacity_type=record.capacity_type,
+                    price=price,
                     launched_at=record.launch_time or work.now,
                 )
                 adopted.append(claim.claim_id)
@@ -274,7 +287,6 @@ def _settle_orphans(launcher: Launcher, claims: list[ClaimRecord]) -> tuple[list
         except Exception as error:  # noqa: BLE001
             logger.warning("settling an orphaned claim failed", extra={"claim": claim.claim_id, "error": str(error)})
     return closed, adopted
-
 
 
 # ---------------------------------------------------------------- scanner loop
@@ -376,9 +388,10 @@ def run_scanner(
             if new:
                 last_new = now
                 batch_started = batch_started or now
-            due_batch = batch_started is not None and last_new is not None and (
-                (now - last_new).total_seconds() >= settings.batch_idle_seconds
-                or (now - batch_started).total_seconds() >= settings.batch_max_seconds
+            due_batch = (
+                batch_started is not None
+                and last_new is not None
+                and ((now - last_new).total_seconds() >= settings.batch_idle_seconds or (now - batch_started).total_seconds() >= settings.batch_max_seconds)
             )
             due_retry = retry_at is not None and now >= retry_at and bool(uids)
             if not (due_batch or due_retry):

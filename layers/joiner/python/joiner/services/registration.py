@@ -65,16 +65,18 @@ class RegistrationResult:
     node_pools: Mapping[str, str] = field(default_factory=dict)
 
 
-def claim_labels(claim: ClaimRecord, *, initialized: bool, instance_type: InstanceType | None = None,
-                 zone_ids: Mapping[str, str] | None = None) -> dict[str, str]:
+def claim_labels(
+    claim: ClaimRecord, *, initialized: bool, instance_type: InstanceType | None = None, zone_ids: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """The labels a Node launched for ``claim`` must carry: the claim's own, the attributes of
     its instance type (``instance_type``, from the catalog) and its zone, each Joiner key also
     under every alias the planner accepts (:func:`joiner.domain.labels.with_alias_labels`), so
     kube-scheduler binds the pods that select ``karpenter.k8s.aws/instance-family`` and the like."""
     labels: dict[str, str] = {}
     if instance_type is not None:
-        labels.update((key, value) for key, value in instance_type.requirements.labels().items()
-                      if key not in (wk.ZONE, wk.ZONE_ID, wk.CAPACITY_TYPE, wk.HOSTNAME))
+        labels.update(
+            (key, value) for key, value in instance_type.requirements.labels().items() if key not in (wk.ZONE, wk.ZONE_ID, wk.CAPACITY_TYPE, wk.HOSTNAME)
+        )
     if claim.zone:
         labels[wk.ZONE] = claim.zone
         zone_id = (zone_ids or {}).get(claim.zone)
@@ -183,12 +185,16 @@ def reconcile_registration(
             continue
 
         if claim.state in (ClaimState.REGISTERED, ClaimState.INITIALIZED):
-            desired = claim_labels(claim, initialized=claim.state == ClaimState.INITIALIZED, instance_type=_instance_type(runtime, claim, errors),
-                                   zone_ids=_zone_ids(runtime))
+            desired = claim_labels(
+                claim, initialized=claim.state == ClaimState.INITIALIZED, instance_type=_instance_type(runtime, claim, errors), zone_ids=_zone_ids(runtime)
+            )
             missing = {k: v for k, v in desired.items() if k not in node.labels or (k in _MARKERS and node.labels[k] != v)}
             patch: dict[str, dict[str, str]] = {"labels": missing} if missing else {}
-            stamps = {key: value for key, value in ((NODEPOOL_HASH_KEY, claim.pool_hash), (NODECLASS_HASH_KEY, claim.class_hash))
-                      if value and node.annotations.get(key) != value}
+            stamps = {
+                key: value
+                for key, value in ((NODEPOOL_HASH_KEY, claim.pool_hash), (NODECLASS_HASH_KEY, claim.class_hash))
+                if value and node.annotations.get(key) != value
+            }
             if stamps:
                 patch["annotations"] = stamps
             if patch:

@@ -212,7 +212,8 @@ class ClusterView:
             self.runtime.count("ReplacementFailed", kind=kind)
             logger.warning(
                 "replacement launch failed; the drain goes ahead and the scanner provisions for the pods",
-                extra={"node": node_name, "error": f"{type(error).__name__}: {error}", "event_id": event_id}, exc_info=True,
+                extra={"node": node_name, "error": f"{type(error).__name__}: {error}", "event_id": event_id},
+                exc_info=True,
             )
             return ()
         logger.info("replacement planned", extra={"node": node_name, "claims": list(claims), "pods": [p.key for p in pending], "event_id": event_id})

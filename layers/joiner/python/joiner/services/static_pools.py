@@ -36,8 +36,14 @@ def _static_plan(work: PlanningRound, pool: NodePool) -> NodeClaimPlan | None:
     if replica is None:
         return None
     return NodeClaimPlan(
-        node_pool=pool.name, instance_types=replica.instance_types, zones=replica.zones, capacity_types=replica.capacity_types,
-        pods=(), price=replica.price, requirements=pool.template_requirements(), requests=EMPTY,
+        node_pool=pool.name,
+        instance_types=replica.instance_types,
+        zones=replica.zones,
+        capacity_types=replica.capacity_types,
+        pods=(),
+        price=replica.price,
+        requirements=pool.template_requirements(),
+        requests=EMPTY,
     )
 
 
@@ -46,14 +52,15 @@ def live_replicas(work: PlanningRound, pool: NodePool) -> int:
     registered, initialized), plus any of its Nodes not being deleted that no open claim
     records (so the scanner and the disruption pass count alike)."""
     open_claims = {
-        c.claim_id for c in work.open_by_id.values()
+        c.claim_id
+        for c in work.open_by_id.values()
         if c.node_pool == pool.name and c.state not in (ClaimState.CLOSED, ClaimState.TERMINATING) and c.claim_id not in work.retiring_claims
     }
     recorded = {c.claim_id for c in work.open_by_id.values()}
     unclaimed = sum(
-        1 for node in work.nodes
-        if node.labels.get(wk.NODEPOOL) == pool.name and not node.deleting and node.labels.get(wk.NODECLAIM) not in recorded
-        and not node.disrupted
+        1
+        for node in work.nodes
+        if node.labels.get(wk.NODEPOOL) == pool.name and not node.deleting and node.labels.get(wk.NODECLAIM) not in recorded and not node.disrupted
     )
     return len(open_claims) + unclaimed
 
@@ -89,8 +96,12 @@ def launch_static_replicas(launcher: Launcher, pool: NodePool, count: int) -> li
         for outcome in retrying.values():  # nothing left to try: closed, the next round starts a new generation
             give_up(launcher, outcome, report_pods=False)
         if plan is None:
-            work.emit_event(pool_obj, "StaticReplicasNotLaunched",
-                            f"{len(identities)} replica(s) missing: no instance type of the NodePool has an available offering", "Warning")
+            work.emit_event(
+                pool_obj,
+                "StaticReplicasNotLaunched",
+                f"{len(identities)} replica(s) missing: no instance type of the NodePool has an available offering",
+                "Warning",
+            )
             break
         launcher.keep_lease()
         outcomes = run_parallel(launcher.launch, [job for _, job in jobs], launcher.keep_lease)
@@ -103,7 +114,10 @@ def launch_static_replicas(launcher: Launcher, pool: NodePool, count: int) -> li
                 try:
                     launcher.record_launch(outcome)
                 except Exception as error:  # noqa: BLE001 - the instance exists; the adapter's tag guard and gc find it
-                    logger.error("static replica launched but recording failed", extra={"claim": outcome.launched.claim_id, "instance": outcome.launched.instance_id, "error": str(error)})
+                    logger.error(
+                        "static replica launched but recording failed",
+                        extra={"claim": outcome.launched.claim_id, "instance": outcome.launched.instance_id, "error": str(error)},
+                    )
                     launcher.launched.append(outcome.launched)
                 launched.append(outcome.launched.claim_id)
             elif outcome.capacity_failure and wave < MAX_LAUNCH_ATTEMPTS - 1:
@@ -111,7 +125,9 @@ def launch_static_replicas(launcher: Launcher, pool: NodePool, count: int) -> li
             else:
                 give_up(launcher, outcome, report_pods=False)
                 if outcome.failure is not None:
-                    work.emit_event(pool_obj, "StaticReplicasNotLaunched", f"replica {outcome.job.claim_id}: {outcome.failure.reason}: {outcome.failure.message}", "Warning")
+                    work.emit_event(
+                        pool_obj, "StaticReplicasNotLaunched", f"replica {outcome.job.claim_id}: {outcome.failure.reason}: {outcome.failure.message}", "Warning"
+                    )
         identities = list(retrying)
         if not identities:
             break

@@ -106,31 +106,45 @@ def collect_status(state: StatusState, kube: StatusKube, now: datetime) -> Clust
         spec = pool.get("spec") or {}
         node_class = ((spec.get("template") or {}).get("spec") or {}).get("nodeClassRef") or {}
         reserved = sum(state.reservations(name).values(), Resources()) if name else Resources()
-        pool_rows.append({
-            "name": name,
-            "nodeClass": node_class.get("name"),
-            "nodes": nodes_by_pool.get(name, 0),
-            "capacity": capacity_by_pool.get(name, Resources()).as_quantities(),
-            "reserved": reserved.as_quantities(),
-            "limits": dict(sorted((str(k), str(v)) for k, v in (spec.get("limits") or {}).items())),
-            "inFlight": sum(1 for c in claims if c.node_pool == name),
-            "ready": _condition(pool, "Ready"),
-        })
+        pool_rows.append(
+            {
+                "name": name,
+                "nodeClass": node_class.get("name"),
+                "nodes": nodes_by_pool.get(name, 0),
+                "capacity": capacity_by_pool.get(name, Resources()).as_quantities(),
+                "reserved": reserved.as_quantities(),
+                "limits": dict(sorted((str(k), str(v)) for k, v in (spec.get("limits") or {}).items())),
+                "inFlight": sum(1 for c in claims if c.node_pool == name),
+                "ready": _condition(pool, "Ready"),
+            }
+        )
     claim_rows = [
         {
-            "claim": c.claim_id, "nodePool": c.node_pool, "state": c.state, "instanceType": c.instance_type, "zone": c.zone,
-            "capacityType": c.capacity_type, "instanceId": c.instance_id, "node": c.node_name, "pods": len(c.pods),
+            "claim": c.claim_id,
+            "nodePool": c.node_pool,
+            "state": c.state,
+            "instanceType": c.instance_type,
+            "zone": c.zone,
+            "capacityType": c.capacity_type,
+            "instanceId": c.instance_id,
+            "node": c.node_name,
+            "pods": len(c.pods),
             "age": format_age((now - c.created_at).total_seconds()),
         }
         for c in sorted(claims, key=lambda c: (c.created_at, c.claim_id))
     ]
     terminations = []
     for item in sorted(state.list_items("TERMINATION"), key=lambda i: str(i.get("node", ""))):
-        terminations.append({
-            "node": item.get("node"), "reason": item.get("reason"), "phase": item.get("phase"),
-            "deadline": item.get("deadline"), "replacementClaims": list(item.get("replacementClaims") or ()),
-            "age": _age_of(item.get("startedAt"), now),
-        })
+        terminations.append(
+            {
+                "node": item.get("node"),
+                "reason": item.get("reason"),
+                "phase": item.get("phase"),
+                "deadline": item.get("deadline"),
+                "replacementClaims": list(item.get("replacementClaims") or ()),
+                "age": _age_of(item.get("startedAt"), now),
+            }
+        )
     unavailable = [
         {"instanceType": o.instance_type, "zone": o.zone, "capacityType": o.capacity_type, **({"reservationId": o.reservation_id} if o.reservation_id else {})}
         for o in sorted(state.unavailable_offerings(now))
@@ -148,8 +162,11 @@ def collect_status(state: StatusState, kube: StatusKube, now: datetime) -> Clust
         pending.append({"pod": key, "age": _age_of(meta.get("creationTimestamp"), now), "reason": latest_reason.get(key, "")})
     decisions = [
         {
-            "time": _event_time(e), "object": f"{(e.get('involvedObject') or {}).get('kind')}/{(e.get('involvedObject') or {}).get('name')}",
-            "reason": e.get("reason"), "message": e.get("message"), "count": e.get("count") or 1,
+            "time": _event_time(e),
+            "object": f"{(e.get('involvedObject') or {}).get('kind')}/{(e.get('involvedObject') or {}).get('name')}",
+            "reason": e.get("reason"),
+            "message": e.get("message"),
+            "count": e.get("count") or 1,
         }
         for e in sorted(events, key=_event_time, reverse=True)[:RECENT_DECISIONS]
     ]
@@ -180,7 +197,9 @@ def _from_joiner(event: Mapping[str, Any]) -> bool:
 
 
 def _event_time(event: Mapping[str, Any]) -> str:
-    return str(event.get("lastTimestamp") or event.get("eventTime") or event.get("firstTimestamp") or (event.get("metadata") or {}).get("creationTimestamp") or "")
+    return str(
+        event.get("lastTimestamp") or event.get("eventTime") or event.get("firstTimestamp") or (event.get("metadata") or {}).get("creationTimestamp") or ""
+    )
 
 
 def _age_of(stamp: Any, now: datetime) -> str | None:

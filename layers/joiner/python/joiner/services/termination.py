@@ -159,7 +159,12 @@ def _instance_from_node(node: JsonDict | None) -> str | None:
 
 
 def begin_termination(
-    runtime: Runtime, request: TerminationRequest, now: datetime, *, seen: AlreadyRead | None = None, replacements: ClusterView | None = None,
+    runtime: Runtime,
+    request: TerminationRequest,
+    now: datetime,
+    *,
+    seen: AlreadyRead | None = None,
+    replacements: ClusterView | None = None,
 ) -> TerminationResult:
     """Start (or tighten) the termination of ``request.node_name`` and run its first drain step.
 
@@ -193,8 +198,15 @@ def begin_termination(
         if request.deadline is None or not request.leaves_request_when_busy:
             raise
         return leave_request(
-            runtime, node_name, reason, request.deadline, now,
-            instance_id=request.instance_id, claim_id=request.claim_id, node_pool=request.node_pool, event_id=request.event_id,
+            runtime,
+            node_name,
+            reason,
+            request.deadline,
+            now,
+            instance_id=request.instance_id,
+            claim_id=request.claim_id,
+            node_pool=request.node_pool,
+            event_id=request.event_id,
         )
     with lease:
         current = load_state(runtime, node_name)
@@ -207,10 +219,7 @@ def begin_termination(
             labels = (node.get("metadata") or {}).get("labels") or {}
             node_pool = node_pool or labels.get(wk.NODEPOOL)
             claim_id = claim_id or labels.get(wk.NODECLAIM)
-        launch = (
-            replacements is not None and node is not None
-            and not (current is not None and (current.replacement_claims or launching(current, now)))
-        )
+        launch = replacements is not None and node is not None and not (current is not None and (current.replacement_claims or launching(current, now)))
         waits = bool(request.wait_for_replacement and (request.replacement_claims or launch))
         if current is None:
             state = TerminationState(
@@ -269,8 +278,16 @@ def begin_termination(
 
 
 def request_termination(
-    runtime: Runtime, node_name: str, reason: str, deadline: datetime, now: datetime, *,
-    instance_id: str | None = None, claim_id: str | None = None, node_pool: str | None = None, event_id: str | None = None,
+    runtime: Runtime,
+    node_name: str,
+    reason: str,
+    deadline: datetime,
+    now: datetime,
+    *,
+    instance_id: str | None = None,
+    claim_id: str | None = None,
+    node_pool: str | None = None,
+    event_id: str | None = None,
 ) -> TerminationResult:
     """Leave ``deadline`` for the node's termination as a durable request and schedule its
     step a second from now, without touching the node or taking its lease: for an urgent
@@ -293,7 +310,12 @@ def _state_from_request(runtime: Runtime, node_name: str, now: datetime) -> Term
 
 
 def _record_launch(
-    runtime: Runtime, node_name: str, claims: Sequence[str], now: datetime, *, step_now: bool,
+    runtime: Runtime,
+    node_name: str,
+    claims: Sequence[str],
+    now: datetime,
+    *,
+    step_now: bool,
     read_before: tuple[int, JsonDict | None, Sequence[JsonDict] | None] = (-1, None, None),
 ) -> TerminationResult:
     """Under the node's lease again: record the replacement ``claims`` launched outside it,

@@ -262,8 +262,16 @@ def schedule_step(runtime: Runtime, state: TerminationState, now: datetime, at: 
 
 
 def leave_request(
-    runtime: Runtime, node_name: str, reason: str, deadline: datetime, now: datetime, *,
-    instance_id: str | None, claim_id: str | None, node_pool: str | None, event_id: str | None,
+    runtime: Runtime,
+    node_name: str,
+    reason: str,
+    deadline: datetime,
+    now: datetime,
+    *,
+    instance_id: str | None,
+    claim_id: str | None,
+    node_pool: str | None,
+    event_id: str | None,
 ) -> TerminationResult:
     """An urgent event (a deadline, no replacement to wait for) found the node's lease held
     by a slower step: it never waits. It leaves its deadline in ``TERMINATION_REQUEST#<node>``
@@ -277,16 +285,21 @@ def leave_request(
     events = [str(e) for e in existing.get("events") or []]
     if event_id and event_id not in events:
         events.append(event_id)
-    runtime.state.put_item(REQUEST_KIND, node_name, {
-        "node": node_name,
-        "reason": reason,
-        "deadline": (min(deadline, prior) if prior is not None else deadline).isoformat(),
-        "instanceId": existing.get("instanceId") or instance_id,
-        "claimId": existing.get("claimId") or claim_id,
-        "nodePool": existing.get("nodePool") or node_pool,
-        "events": events,
-        "requestedAt": now.isoformat(),
-    }, expires_at=now + timedelta(days=1))
+    runtime.state.put_item(
+        REQUEST_KIND,
+        node_name,
+        {
+            "node": node_name,
+            "reason": reason,
+            "deadline": (min(deadline, prior) if prior is not None else deadline).isoformat(),
+            "instanceId": existing.get("instanceId") or instance_id,
+            "claimId": existing.get("claimId") or claim_id,
+            "nodePool": existing.get("nodePool") or node_pool,
+            "events": events,
+            "requestedAt": now.isoformat(),
+        },
+        expires_at=now + timedelta(days=1),
+    )
     runtime.queue.send({"kind": CONTINUATION_KIND, "node": node_name}, delay_seconds=1)
     runtime.count("TerminationRequestsQueued")
     logger.info("termination request left for the next step", extra={"node": node_name, "deadline": deadline.isoformat(), "event_id": event_id})

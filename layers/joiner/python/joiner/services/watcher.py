@@ -40,7 +40,19 @@ from joiner.observability import logger
 from joiner.ports import JsonDict, KubernetesError, PodWatchPort, ScannerWakePort, WatchEvent, WatchExpired
 from joiner.services.context import Runtime
 
-__all__ = ["NODES", "PLAN_INPUTS", "PODS", "WAKE_RETRY_SECONDS", "read_position", "read_unwoken", "WATCH_POSITION_ID", "WATCH_POSITION_KIND", "PendingPods", "WatchSummary", "run_watcher"]
+__all__ = [
+    "NODES",
+    "PLAN_INPUTS",
+    "PODS",
+    "WAKE_RETRY_SECONDS",
+    "read_position",
+    "read_unwoken",
+    "WATCH_POSITION_ID",
+    "WATCH_POSITION_KIND",
+    "PendingPods",
+    "WatchSummary",
+    "run_watcher",
+]
 
 WATCH_POSITION_KIND = "watch"
 WATCH_POSITION_ID = "pods"
@@ -118,8 +130,14 @@ class WatchSummary:
     resource_version: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {"wakeUps": self.wake_ups, "wokenPods": self.woken_pods, "events": self.events,
-                "relists": self.relists, "streamErrors": self.stream_errors, "resourceVersion": self.resource_version}
+        return {
+            "wakeUps": self.wake_ups,
+            "wokenPods": self.woken_pods,
+            "events": self.events,
+            "relists": self.relists,
+            "streamErrors": self.stream_errors,
+            "resourceVersion": self.resource_version,
+        }
 
 
 _VERSION = re.compile(r"[0-9A-Za-z._-]{1,128}")
@@ -136,8 +154,10 @@ def read_position(saved: JsonDict | None) -> tuple[dict[str, str], list[str]]:
     """The saved stream versions and reported pods; anything malformed is dropped with a
     warning (its stream is listed again, which loses nothing)."""
     saved = saved if isinstance(saved, dict) else {}
-    raw = {PODS: saved.get("resourceVersion"), **{stream: (saved.get("planInputs") or {}).get(stream)
-                                                    for stream in PLAN_INPUTS if isinstance(saved.get("planInputs"), dict)}}
+    raw = {
+        PODS: saved.get("resourceVersion"),
+        **{stream: (saved.get("planInputs") or {}).get(stream) for stream in PLAN_INPUTS if isinstance(saved.get("planInputs"), dict)},
+    }
     versions = dict.fromkeys((PODS, *PLAN_INPUTS), "")
     for stream, value in raw.items():
         if isinstance(value, str) and _VERSION.fullmatch(value):
@@ -164,8 +184,7 @@ _Item = WatchEvent | _Ended | Exception
 
 def _read(pods: PodWatchPort, stream: str, version: str, timeout_seconds: int, out: queue.Queue[tuple[str, _Item]]) -> None:
     try:
-        events = (pods.watch_unbound_pods(version, timeout_seconds) if stream == PODS
-                  else pods.watch_plan_inputs(stream, version, timeout_seconds))
+        events = pods.watch_unbound_pods(version, timeout_seconds) if stream == PODS else pods.watch_plan_inputs(stream, version, timeout_seconds)
         for event in events:
             out.put((stream, event))
         out.put((stream, _Ended()))
@@ -206,8 +225,10 @@ def run_watcher(
         except Exception as error:  # noqa: BLE001 - any failure: not accepted; the batch stays and is tried again
             retry_at = clock.now() + timedelta(seconds=WAKE_RETRY_SECONDS)
             runtime.count("PlannerWakeFailures", 1)
-            logger.warning("the scanner did not accept the wake-up; the batch stays open",
-                           extra={"reason": reason, "pendingPods": size, "error": f"{type(error).__name__}: {error}"})
+            logger.warning(
+                "the scanner did not accept the wake-up; the batch stays open",
+                extra={"reason": reason, "pendingPods": size, "error": f"{type(error).__name__}: {error}"},
+            )
             return False
         retry_at = None
         tracker.take()
@@ -240,8 +261,7 @@ def run_watcher(
     def refuse(stream: str, error: KubernetesError) -> None:
         refused.add(stream)
         runtime.count("WatchForbidden", 1)
-        logger.warning("watch refused by RBAC: apply manifests/rbac.yaml; watching without it",
-                       extra={"stream": stream, "error": str(error)})
+        logger.warning("watch refused by RBAC: apply manifests/rbac.yaml; watching without it", extra={"stream": stream, "error": str(error)})
 
     def plan_input_version(stream: str) -> str:
         try:
@@ -258,8 +278,11 @@ def run_watcher(
 
     def save() -> None:
         position: JsonDict = {
-            "resourceVersion": versions[PODS], "planInputs": {stream: versions[stream] for stream in PLAN_INPUTS},
-            "pending": tracker.remembered(), "savedAt": clock.now().isoformat()}
+            "resourceVersion": versions[PODS],
+            "planInputs": {stream: versions[stream] for stream in PLAN_INPUTS},
+            "pending": tracker.remembered(),
+            "savedAt": clock.now().isoformat(),
+        }
         if tracker.batch.pods:  # a wake-up not accepted: the next watcher makes it
             position["unwoken"] = sorted(tracker.batch.pods)[-REMEMBERED_PODS:]
         runtime.state.put_item(WATCH_POSITION_KIND, WATCH_POSITION_ID, position)
@@ -278,8 +301,9 @@ def run_watcher(
                 for stream in sorted({PODS, *PLAN_INPUTS} - open_streams - refused):
                     open_streams.add(stream)
                     opened_at[stream] = now
-                    threading.Thread(target=_read, args=(pods, stream, versions[stream], max(1, int(left)), inbox),
-                                     daemon=True, name=f"joiner-watch-{stream}").start()
+                    threading.Thread(
+                        target=_read, args=(pods, stream, versions[stream], max(1, int(left)), inbox), daemon=True, name=f"joiner-watch-{stream}"
+                    ).start()
             until_due = tracker.seconds_until_due(now)
             if until_due is not None and retry_at is not None:
                 until_due = max(until_due, (retry_at - now).total_seconds())

@@ -65,8 +65,25 @@ class Target:
     """A place pods can go: an existing node, an in-flight claim or a planned claim."""
 
     __slots__ = (
-        "idx", "fixed", "name", "hostname", "host_set", "labels", "label_sets", "taints", "pool", "shape", "used",
-        "remaining", "pods", "ports", "static_cache", "reservation", "new_pods", "price_cache", "volume_free",
+        "idx",
+        "fixed",
+        "name",
+        "hostname",
+        "host_set",
+        "labels",
+        "label_sets",
+        "taints",
+        "pool",
+        "shape",
+        "used",
+        "remaining",
+        "pods",
+        "ports",
+        "static_cache",
+        "reservation",
+        "new_pods",
+        "price_cache",
+        "volume_free",
     )
 
     def __init__(self, name: str, hostname: str, fixed: bool) -> None:
@@ -165,7 +182,9 @@ class Engine:
                 self.specs[signature] = spec
             self.pod_specs.append((pod, spec))
 
-    def _daemon_overhead_for_node(self, daemonsets: Iterable[DaemonSet], labels: dict[str, str], taints: tuple[Taint, ...], present: set[tuple[str, str]]) -> Resources:
+    def _daemon_overhead_for_node(
+        self, daemonsets: Iterable[DaemonSet], labels: dict[str, str], taints: tuple[Taint, ...], present: set[tuple[str, str]]
+    ) -> Resources:
         total = EMPTY
         for daemon in daemonsets:
             if (daemon.namespace, daemon.name) in present:
@@ -317,8 +336,16 @@ class Engine:
         group = self.own_groups.get(key)
         if group is None:
             group = TopologyGroup(
-                len(self.own_groups) + len(self.inverse_groups), SPREAD, spread.topology_key, frozenset((spec.namespace,)), selector,
-                spread.max_skew, spread.min_domains, node_filter, tolerations, spread.node_affinity_policy != "Ignore",
+                len(self.own_groups) + len(self.inverse_groups),
+                SPREAD,
+                spread.topology_key,
+                frozenset((spec.namespace,)),
+                selector,
+                spread.max_skew,
+                spread.min_domains,
+                node_filter,
+                tolerations,
+                spread.node_affinity_policy != "Ignore",
             )
             self.own_groups[key] = group
         return group
@@ -365,9 +392,7 @@ class Engine:
             inverse = [g for g in self.inverse_groups.values() if self.selects(g, spec)]
             self._inverse_select_cache[spec.index] = inverse
         variant.groups = own + inverse
-        variant.monotonic_groups = [
-            (g, g.self_skip if g.kind == SPREAD and self.selects(g, spec) else g.skip) for g in variant.groups if g.monotonic
-        ]
+        variant.monotonic_groups = [(g, g.self_skip if g.kind == SPREAD and self.selects(g, spec) else g.skip) for g in variant.groups if g.monotonic]
         variant.bulk_groups = [g for g in own if g.kind in (SPREAD, ANTI) and self.selects(g, spec)]
         selected = self._selected_cache.get(spec.index)
         if selected is None:
@@ -382,7 +407,10 @@ class Engine:
         them anywhere."""
         variant = spec.variant(_ROOT)
         return (
-            not spec.has_pod_constraints and not variant.selected_by and not variant.groups and len(spec.required_terms) <= 1
+            not spec.has_pod_constraints
+            and not variant.selected_by
+            and not variant.groups
+            and len(spec.required_terms) <= 1
             and not spec.volumes  # attach limits are per node: the cost packer does not track them
         )
 
@@ -923,7 +951,7 @@ class Engine:
     def place_in_flight_pods(self, entries: list[Entry]) -> None:
         """Pods an in-flight claim was launched for go back to it first."""
         wanted: dict[str, Target] = {}
-        for claim, target in zip(self.ctx.problem.in_flight, self.targets[self.n_fixed - len(self.ctx.problem.in_flight):self.n_fixed]):
+        for claim, target in zip(self.ctx.problem.in_flight, self.targets[self.n_fixed - len(self.ctx.problem.in_flight) : self.n_fixed]):
             for key in claim.pods:
                 wanted.setdefault(key, target)
         if not wanted:
@@ -973,7 +1001,7 @@ class Engine:
     # ------------------------------------------------------------------ results
 
     def claims(self) -> list[Target]:
-        return [t for t in self.targets[self.n_fixed:] if t.pods]
+        return [t for t in self.targets[self.n_fixed :] if t.pods]
 
     def claim_price(self, target: Target) -> float:
         """The price of the cheapest instance type that fits the claim's pods."""
@@ -1012,7 +1040,7 @@ def _format_resources(resources: Resources) -> str:
 
 
 def _not_in_catalog(requirements: Requirements, problem: SchedulingProblem) -> str:
-    """"instance type p3.8xlarge is not in the us-east-1 catalog" when every type a requirement
+    """ "instance type p3.8xlarge is not in the us-east-1 catalog" when every type a requirement
     names is missing from the catalog ("" otherwise, or when the catalog's names are unknown)."""
     if not problem.catalog_names or wk.INSTANCE_TYPE not in requirements:
         return ""

@@ -30,7 +30,9 @@ class CoveringSolution:
     duals: tuple[float, ...]  # per row, in the caller's units (0 for rows with no demand)
 
 
-def solve_covering_lp(costs: Sequence[float], columns: Sequence[Sequence[float]], demand: Sequence[float], max_iterations: int = 2000) -> CoveringSolution | None:
+def solve_covering_lp(
+    costs: Sequence[float], columns: Sequence[Sequence[float]], demand: Sequence[float], max_iterations: int = 2000
+) -> CoveringSolution | None:
     """Solve the covering LP; None when infeasible (a demanded row no column covers).
 
     ``columns[j][r]`` is column ``j``'s amount of row ``r``. Rows are scaled by their
@@ -160,7 +162,9 @@ def _pivot(binv: list[list[float]], xb: list[float], u: list[float], row: int) -
                 xb[i] = 0.0
 
 
-def maximize_packing(values: Sequence[float], sizes: Sequence[Sequence[float]], capacity: Sequence[float], upper: Sequence[float], max_iterations: int = 500) -> list[float]:
+def maximize_packing(
+    values: Sequence[float], sizes: Sequence[Sequence[float]], capacity: Sequence[float], upper: Sequence[float], max_iterations: int = 500
+) -> list[float]:
     """Fractional multi-dimensional knapsack: ``max sum v_i n_i  s.t.  sum_i s_id n_i <= c_d,
     0 <= n_i <= u_i`` with non-negative data, by a bounded-variable tableau simplex: the
     upper bounds stay implicit (a variable sits at either bound or is basic), so the

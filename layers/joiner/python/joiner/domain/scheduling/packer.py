@@ -130,7 +130,9 @@ def _count_in(room: Sequence[int], needed: Sequence[tuple[int, int]], most: int)
 
 
 class _Packer:
-    def __init__(self, sizes: Sequence[tuple[int, ...]], counts: Sequence[int], types: Sequence[PackType], budget: Sequence[int] | None, blend: bool = False) -> None:
+    def __init__(
+        self, sizes: Sequence[tuple[int, ...]], counts: Sequence[int], types: Sequence[PackType], budget: Sequence[int] | None, blend: bool = False
+    ) -> None:
         self.blend = blend
         self.sizes = [tuple(s) for s in sizes]
         self.remaining = list(counts)
@@ -482,7 +484,7 @@ class _Packer:
         best: tuple[float, float, int] | None = None
         best_fill: dict[int, int] = {}
         narrow: tuple[tuple[float, float, int] | None, dict[int, int]] | None = None
-        for position, (negative_upper, negative_price, t) in enumerate(ranked[:self.candidates]):
+        for position, (negative_upper, negative_price, t) in enumerate(ranked[: self.candidates]):
             if position == self.fork_at:
                 narrow = (best, best_fill)
             if best is not None and -negative_upper < -best[0] - 1e-12:
@@ -570,7 +572,10 @@ class _Packer:
                 if home >= 0 and self.budget is not None and not _fits(self.budget, self.types[home].limit):
                     home = -1
                 if home < 0:
-                    home = next((u for u in self.by_price if _fits(self.types[u].capacity, size) and (self.budget is None or _fits(self.budget, self.types[u].limit))), -1)
+                    home = next(
+                        (u for u in self.by_price if _fits(self.types[u].capacity, size) and (self.budget is None or _fits(self.budget, self.types[u].limit))),
+                        -1,
+                    )
                 if home < 0:
                     break
                 n = _max_count(self.types[home].capacity, [0] * self.ndims, size, self.remaining[i])
@@ -760,7 +765,7 @@ class _Packer:
             changed = False
             order = sorted(range(len(self.bins)), key=lambda k: (self.types[self.bins[k].type_index].price, k))[:_MERGE_WINDOW]
             for x, a in enumerate(order):
-                for b in order[x + 1:]:
+                for b in order[x + 1 :]:
                     first, second = self.bins[a], self.bins[b]
                     used = [u + v for u, v in zip(first.used, second.used)]
                     both = self.types[first.type_index].price + self.types[second.type_index].price - 1e-12
@@ -844,7 +849,9 @@ class _Packer:
         self._shrink()
 
 
-def pack(sizes: Sequence[tuple[int, ...]], counts: Sequence[int], types: Sequence[PackType], budget: Sequence[int] | None = None) -> tuple[list[Bin], list[int]]:
+def pack(
+    sizes: Sequence[tuple[int, ...]], counts: Sequence[int], types: Sequence[PackType], budget: Sequence[int] | None = None
+) -> tuple[list[Bin], list[int]]:
     """Pack ``counts[i]`` items of ``sizes[i]`` into bins of ``types``; returns the bins
     (type index, item counts, used vector) and the counts that could not be placed
     (nothing fits, or the ``budget`` against each type's ``limit`` ran out)."""
@@ -913,7 +920,11 @@ def _repack_neighbourhoods(packer: _Packer) -> None:
             for i, n in b.counts.items():
                 everything[i] += n
         columns = packer.lp_columns or packer.usable  # the budget only limits the sub-packings
-        solution = solve_covering_lp([packer.types[t].price for t in columns], [packer.types[t].capacity for t in columns], packer._demand(everything)) if columns else None
+        solution = (
+            solve_covering_lp([packer.types[t].price for t in columns], [packer.types[t].capacity for t in columns], packer._demand(everything))
+            if columns
+            else None
+        )
         if solution is None:
             break
         duals = solution.duals

@@ -165,9 +165,7 @@ class Pool:
             if any(v < 0 for v in effective):
                 continue
             offerings = tuple(
-                (o.zone, o.capacity_type, o.price)
-                for o in it.offerings
-                if o.available and OfferingKey(it.name, o.zone, o.capacity_type) not in unavailable
+                (o.zone, o.capacity_type, o.price) for o in it.offerings if o.available and OfferingKey(it.name, o.zone, o.capacity_type) not in unavailable
             )
             if not offerings:
                 continue
@@ -288,11 +286,7 @@ class Shape:
         """``pt``'s offerings this shape's zone and capacity-type requirements allow."""
         zone_req = self.requirements.get(wk.ZONE)
         ct_req = self.requirements.get(wk.CAPACITY_TYPE)
-        return [
-            (zone, ct, price)
-            for zone, ct, price in pt.offerings
-            if (zone_req is None or zone_req.has(zone)) and (ct_req is None or ct_req.has(ct))
-        ]
+        return [(zone, ct, price) for zone, ct, price in pt.offerings if (zone_req is None or zone_req.has(zone)) and (ct_req is None or ct_req.has(ct))]
 
     def domains(self, key: str) -> frozenset[str]:
         """Values a node launched from this shape could carry for ``key`` (not hostname)."""

@@ -81,7 +81,7 @@ def run_engine(ctx: Context, optimize: bool, join: bool = True) -> tuple[Plan, b
 
 def _place_free(engine: Engine, entries: list[Entry], join: bool = True) -> list[Entry]:
     """Free pods: ride along on planned claims at no extra price, then cost-pack."""
-    claims = [t for t in engine.targets[engine.n_fixed:] if t.pods]
+    claims = [t for t in engine.targets[engine.n_fixed :] if t.pods]
     for entry in entries:
         for target in claims:
             if not entry.pods:
@@ -222,7 +222,7 @@ def _absorb(engine: Engine, packed: list[Target], variant_of: dict) -> None:  # 
     use) already pay for; classes are packed separately, so this merges across them."""
     victims = sorted((t for t in packed if t.pods), key=lambda t: (engine.claim_price(t), t.idx))[:_ABSORB_VICTIMS]
     for victim in victims:
-        others = [t for t in engine.targets[engine.n_fixed:] if t.pods and t is not victim]
+        others = [t for t in engine.targets[engine.n_fixed :] if t.pods and t is not victim]
         if not others:
             return
         saved = [(t, t.shape, list(t.used), len(t.pods), t.new_pods, t.reservation) for t in others]
@@ -497,11 +497,7 @@ def build_plan(engine: Engine) -> Plan:
         if not types:
             continue
         node_claims.append(_claim_plan(target, types))
-    existing = [
-        ExistingNodePlan(t.name, tuple(sorted(p.key for p in t.pods)))
-        for t in engine.targets[: engine.n_fixed]
-        if t.new_pods
-    ]
+    existing = [ExistingNodePlan(t.name, tuple(sorted(p.key for p in t.pods))) for t in engine.targets[: engine.n_fixed] if t.new_pods]
     existing.sort(key=lambda e: e.name)
     unschedulable: list[UnschedulablePod] = []
     for entry in engine.unschedulable:

@@ -68,8 +68,24 @@ class TopologyGroup:
     """Counts of selected pods per domain of ``key``."""
 
     __slots__ = (
-        "gid", "kind", "key", "namespaces", "selector", "max_skew", "min_domains", "node_filter", "filter_tolerations",
-        "honor_affinity", "counts", "positive", "hostname", "skip", "self_skip", "select_cache", "filter_cache", "eligible_cache",
+        "gid",
+        "kind",
+        "key",
+        "namespaces",
+        "selector",
+        "max_skew",
+        "min_domains",
+        "node_filter",
+        "filter_tolerations",
+        "honor_affinity",
+        "counts",
+        "positive",
+        "hostname",
+        "skip",
+        "self_skip",
+        "select_cache",
+        "filter_cache",
+        "eligible_cache",
     )
 
     def __init__(
@@ -133,8 +149,24 @@ class TopologyGroup:
         return f"{KIND_NAMES[self.kind]}, key {self.key}"
 
 
-def group_key_for_spread(spread: TopologySpreadConstraint, namespace: str, selector: LabelSelector | None, node_filter: tuple[Requirements, ...] | None, tolerations: tuple[Toleration, ...] | None) -> tuple[object, ...]:
-    return (SPREAD, spread.topology_key, frozenset((namespace,)), selector, spread.max_skew, spread.min_domains, node_filter, tolerations, spread.node_affinity_policy != "Ignore")
+def group_key_for_spread(
+    spread: TopologySpreadConstraint,
+    namespace: str,
+    selector: LabelSelector | None,
+    node_filter: tuple[Requirements, ...] | None,
+    tolerations: tuple[Toleration, ...] | None,
+) -> tuple[object, ...]:
+    return (
+        SPREAD,
+        spread.topology_key,
+        frozenset((namespace,)),
+        selector,
+        spread.max_skew,
+        spread.min_domains,
+        node_filter,
+        tolerations,
+        spread.node_affinity_policy != "Ignore",
+    )
 
 
 def hard_taints(taints: Iterable[Taint]) -> tuple[Taint, ...]:

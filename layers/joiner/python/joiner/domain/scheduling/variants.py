@@ -77,9 +77,27 @@ class PodSpec:
     """The scheduling-relevant part of a group of identical pods."""
 
     __slots__ = (
-        "index", "signature", "namespace", "labels", "requests", "cpu", "memory", "node_selector", "required_terms",
-        "preferred_node", "tolerations", "affinity_required", "affinity_preferred", "anti_required", "anti_preferred",
-        "spreads_hard", "spreads_soft", "host_ports", "volumes", "volume_requirements", "variants",
+        "index",
+        "signature",
+        "namespace",
+        "labels",
+        "requests",
+        "cpu",
+        "memory",
+        "node_selector",
+        "required_terms",
+        "preferred_node",
+        "tolerations",
+        "affinity_required",
+        "affinity_preferred",
+        "anti_required",
+        "anti_preferred",
+        "spreads_hard",
+        "spreads_soft",
+        "host_ports",
+        "volumes",
+        "volume_requirements",
+        "variants",
     )
 
     def __init__(self, index: int, pod: Pod) -> None:
@@ -109,8 +127,13 @@ class PodSpec:
     def has_pod_constraints(self) -> bool:
         """Constraints that need topology tracking or per-node bookkeeping."""
         return bool(
-            self.affinity_required or self.affinity_preferred or self.anti_required or self.anti_preferred
-            or self.spreads_hard or self.spreads_soft or self.host_ports
+            self.affinity_required
+            or self.affinity_preferred
+            or self.anti_required
+            or self.anti_preferred
+            or self.spreads_hard
+            or self.spreads_soft
+            or self.host_ports
         )
 
     def all_affinity_terms(self) -> tuple[PodAffinityTerm, ...]:
@@ -156,8 +179,22 @@ class Variant:
     topology terms the scheduler enforces for it right now."""
 
     __slots__ = (
-        "spec", "state", "strict_requirements", "requirements", "tolerations", "affinity_terms", "anti_terms",
-        "spreads", "static_key", "sid", "size", "groups", "monotonic_groups", "selected_by", "inverse_owned", "bulk_groups",
+        "spec",
+        "state",
+        "strict_requirements",
+        "requirements",
+        "tolerations",
+        "affinity_terms",
+        "anti_terms",
+        "spreads",
+        "static_key",
+        "sid",
+        "size",
+        "groups",
+        "monotonic_groups",
+        "selected_by",
+        "inverse_owned",
+        "bulk_groups",
     )
 
     def __init__(self, spec: PodSpec, state: RelaxState) -> None:
@@ -177,9 +214,9 @@ class Variant:
         if state.tolerate_prefer_no_schedule:
             tolerations = (*tolerations, PREFER_NO_SCHEDULE_TOLERATION)
         self.tolerations = tolerations
-        self.affinity_terms = (*spec.affinity_required, *spec.affinity_preferred[state.affinity_dropped:])
-        self.anti_terms = (*spec.anti_required, *spec.anti_preferred[state.anti_affinity_dropped:])
-        self.spreads = (*spec.spreads_hard, *spec.spreads_soft[state.spreads_dropped:])
+        self.affinity_terms = (*spec.affinity_required, *spec.affinity_preferred[state.affinity_dropped :])
+        self.anti_terms = (*spec.anti_required, *spec.anti_preferred[state.anti_affinity_dropped :])
+        self.spreads = (*spec.spreads_hard, *spec.spreads_soft[state.spreads_dropped :])
         self.static_key = (tolerations, requirements, spec.host_ports)
         self.sid = -1
         self.size: tuple[int, ...] = ()
