@@ -26,6 +26,8 @@ KUBE_KINDS = [
     ("v1", "PersistentVolume"),
     ("storage.k8s.io/v1", "StorageClass"),
     ("storage.k8s.io/v1", "CSINode"),
+    ("joiner.dev/v1", "NodeClaim"),
+    ("karpenter.sh/v1", "NodeClaim"),
 ]
 
 
