@@ -284,8 +284,7 @@ class FakeKubernetes:
     def list_pods(self, *, field_selector: str | None = None, label_selector: str | None = None) -> list[JsonDict]:
         self._enter("list_pods")
         return [
-            pod for pod in self._list("pods")
-            if _field_matches(pod, field_selector) and _selector_matches(pod["metadata"].get("labels") or {}, label_selector)
+            pod for pod in self._list("pods") if _field_matches(pod, field_selector) and _selector_matches(pod["metadata"].get("labels") or {}, label_selector)
         ]
 
     def list_unbound_pods(self) -> tuple[list[JsonDict], str]:
@@ -622,7 +621,9 @@ class FakeEc2:
         self._enter("instance_profile")
         profile = node_class.instance_profile or node_class.role or self.node_role
         if self.node_role and profile != self.node_role:
-            raise Ec2Error(f"NodeClass {node_class.name}: {profile!r} is not allowed: Joiner may pass only its node role {self.node_role}", code="InvalidNodeClass")
+            raise Ec2Error(
+                f"NodeClass {node_class.name}: {profile!r} is not allowed: Joiner may pass only its node role {self.node_role}", code="InvalidNodeClass"
+            )
         return profile or "JoinerNodeRole"
 
     def resolve_ami(self, node_class: NodeClass, kubernetes_version: str, arch: str, variant: str = "standard") -> str:
@@ -650,17 +651,32 @@ class FakeEc2:
         reservation_type: str = "default",
     ) -> LaunchTemplateRef:
         self._enter("ensure_launch_template")
-        inputs = (node_class.name, arch, tuple(security_groups), ami_id, tuple(sorted((labels or {}).items())), tuple(taints), capacity_reservation_id,
-                  reservation_type, tenancy)
+        inputs = (
+            node_class.name,
+            arch,
+            tuple(security_groups),
+            ami_id,
+            tuple(sorted((labels or {}).items())),
+            tuple(taints),
+            capacity_reservation_id,
+            reservation_type,
+            tenancy,
+        )
         digest = hashlib.sha256(repr(inputs).encode()).hexdigest()[:17]
         ref = LaunchTemplateRef(id=f"lt-{digest}", name=f"joiner/{cluster.name}/{node_class.name}/{arch}")
         with self._lock:
             self.launch_templates[(node_class.name, arch)] = ref
             if ref.id not in self.template_records:
                 self.template_records[ref.id] = (cluster.name, LaunchTemplateInfo(ref, node_class.name, self.clock.now()))
-            self.template_inputs[ref.id] = {"labels": dict(labels or {}), "taints": tuple(taints), "ami": ami_id, "security_groups": tuple(security_groups),
-                                            "capacity_reservation_id": capacity_reservation_id, "reservation_type": reservation_type,
-                                            "tenancy": tenancy}
+            self.template_inputs[ref.id] = {
+                "labels": dict(labels or {}),
+                "taints": tuple(taints),
+                "ami": ami_id,
+                "security_groups": tuple(security_groups),
+                "capacity_reservation_id": capacity_reservation_id,
+                "reservation_type": reservation_type,
+                "tenancy": tenancy,
+            }
         return ref
 
     def create_fleet(self, request: FleetRequest) -> FleetResult:
@@ -671,7 +687,8 @@ class FakeEc2:
             if template_id in self.deleted_templates and template_id not in self.template_records:
                 raise LaunchTemplateNotFound(
                     f"ec2 CreateFleet failed: InvalidLaunchTemplateId.NotFound: {template_id}",
-                    "InvalidLaunchTemplateId.NotFound", request.launch_template,
+                    "InvalidLaunchTemplateId.NotFound",
+                    request.launch_template,
                 )
             seen = self._tokens.get(request.client_token)
             if seen is not None:
@@ -726,10 +743,16 @@ class FakeEc2:
                     self.instances[instance_id] = dataclasses.replace(record, state="shutting-down")
                 self.terminated.append(instance_id)
 
-    def add_instance(self, instance_id: str, instance_type: str = "c5.xlarge", zone: str = "us-east-1a", *, tags: Mapping[str, str] | None = None) -> InstanceRecord:
+    def add_instance(
+        self, instance_id: str, instance_type: str = "c5.xlarge", zone: str = "us-east-1a", *, tags: Mapping[str, str] | None = None
+    ) -> InstanceRecord:
         """A running instance Joiner launched (tagged ``joiner.dev/cluster``) unless ``tags`` says otherwise."""
         record = InstanceRecord(
-            instance_id, instance_type, zone, "running", self.clock.now(),
+            instance_id,
+            instance_type,
+            zone,
+            "running",
+            self.clock.now(),
             dict(tags) if tags is not None else {"joiner.dev/cluster": self.cluster_name},
         )
         with self._lock:
@@ -745,7 +768,8 @@ class FakeEc2:
         self._enter("list_cluster_instances")
         with self._lock:
             return [
-                record for _, record in sorted(self.instances.items())
+                record
+                for _, record in sorted(self.instances.items())
                 if record.tags.get("joiner.dev/cluster") == cluster_name and record.state not in ("shutting-down", "terminated")
             ]
 
@@ -1138,10 +1162,17 @@ def node_pool_json(
 ) -> JsonDict:
     template_spec: JsonDict = {
         "nodeClassRef": {"group": "joiner.dev", "kind": "NodeClass", "name": node_class},
-        "requirements": [dict(r) for r in (requirements if requirements is not None else [
-            {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c5.large", "c5.xlarge", "c5.2xlarge"]},
-            {"key": "joiner.dev/capacity-type", "operator": "In", "values": ["on-demand"]},
-        ])],
+        "requirements": [
+            dict(r)
+            for r in (
+                requirements
+                if requirements is not None
+                else [
+                    {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c5.large", "c5.xlarge", "c5.2xlarge"]},
+                    {"key": "joiner.dev/capacity-type", "operator": "In", "values": ["on-demand"]},
+                ]
+            )
+        ],
     }
     if taints:
         template_spec["taints"] = [dict(t) for t in taints]
@@ -1243,8 +1274,15 @@ class FakeWorld:
         from joiner.services.context import Runtime
 
         values: dict[str, Any] = {
-            "kube_port": self.kube, "ec2_port": self.ec2, "state_port": self.state, "queue_port": self.queue,
-            "pricing_port": self.pricing, "catalog_value": self.catalog, "clock": self.clock, "sleep": self.clock.sleep, "metric": self.metrics,
+            "kube_port": self.kube,
+            "ec2_port": self.ec2,
+            "state_port": self.state,
+            "queue_port": self.queue,
+            "pricing_port": self.pricing,
+            "catalog_value": self.catalog,
+            "clock": self.clock,
+            "sleep": self.clock.sleep,
+            "metric": self.metrics,
             "invocation_id": invocation_id,
         }
         values.update(overrides)
@@ -1355,3 +1393,96 @@ class DrainingKubernetes(FakeKubernetes):
     def pods_on(self, node_name: str) -> list[str]:
         with self._lock:
             return sorted(key for key, pod in self._objects["pods"].items() if (pod.get("spec") or {}).get("nodeName") == node_name)
+
+
+# ---- appended by the NodeClaim lifecycle machine (tests/services/test_lifecycle_machine.py)
+
+
+#: How far back the DynamoDB adapter re-reads claims by id instead of trusting its
+#: eventually consistent index (``joiner.adapters.state._RECENT_WRITES``).
+RECENT_WRITES = timedelta(minutes=2)
+
+
+class LaggingOpenClaims:
+    """``open_claims`` of :class:`joiner.adapters.state.StateAdapter` over one :class:`FakeState`,
+    with the adapter's eventually consistent open-claims index lagging by ``lag``.
+
+    What the real adapter reads (``StateAdapter.open_claims``): the sparse GSI ``byOpenClaim``
+    (eventually consistent: a claim another container created moments ago may be missing
+    from it), plus the claims *its own container* wrote (created or updated) within
+    :data:`RECENT_WRITES`, re-read by id (strongly consistent), plus, since the
+    ``RECENT#CLAIM`` partition (commit 3abbe84), the claims *any* container created within
+    :data:`RECENT_WRITES`, listed with a strongly consistent Query and read by id. Only the
+    index lags, so only that part is modelled as lagging: a claim created by another writer
+    less than ``lag`` ago is missing from the index, and the other two parts find it again
+    wherever they cover it. ``recent_partition=False`` models the adapter before the partition.
+
+    Not modelled: the index's stale copies of claims updated or closed elsewhere (records are
+    returned as they are now); ``get_claim`` and every other read stay strongly consistent,
+    as the adapter's are. Each container (Lambda execution environment) uses its own
+    :meth:`writer`; a container that dies is a new writer (its memory of its writes is gone)."""
+
+    def __init__(self, state: FakeState, clock: FakeClock, lag: timedelta, *, recent_partition: bool = True) -> None:
+        self.state = state
+        self.clock = clock
+        self.lag = lag
+        self.recent_partition = recent_partition
+        self._lock = threading.Lock()
+        self._created: dict[str, tuple[str, datetime]] = {}  # claim id -> (writer, when)
+        self._written: dict[tuple[str, str], datetime] = {}  # (writer, claim id) -> last write
+        #: (writer, claim id) of every claim an ``open_claims`` answer left out
+        self.hidden: list[tuple[str, str]] = []
+
+    def writer(self, name: str) -> LaggingStateWriter:
+        return LaggingStateWriter(self, name)
+
+    def note_write(self, writer: str, claim_id: str) -> None:
+        with self._lock:
+            self._written[(writer, claim_id)] = self.clock.now()
+
+    def note_created(self, writer: str, claim_id: str) -> None:
+        with self._lock:
+            self._created.setdefault(claim_id, (writer, self.clock.now()))
+
+    def visible(self, writer: str, claim_id: str) -> bool:
+        """Whether ``writer``'s ``open_claims`` finds the claim (it is open)."""
+        now = self.clock.now()
+        with self._lock:
+            created = self._created.get(claim_id)
+            if created is None or created[0] == writer or now - created[1] >= self.lag:
+                return True  # in the index
+            own = self._written.get((writer, claim_id))
+            if own is not None and now - own < RECENT_WRITES:
+                return True  # this container's recent write, re-read by id
+            return self.recent_partition and now - created[1] < RECENT_WRITES
+
+
+class LaggingStateWriter:
+    """One container's :class:`FakeState` (see :class:`LaggingOpenClaims`): every call goes to
+    the shared state; claim writes are remembered and ``open_claims`` hides what the lagging
+    index would."""
+
+    def __init__(self, index: LaggingOpenClaims, name: str) -> None:
+        self._index = index
+        self.name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self._index.state, attr)
+
+    def put_claim(self, claim: ClaimRecord) -> bool:
+        self._index.note_write(self.name, claim.claim_id)  # the adapter remembers it before writing
+        created = self._index.state.put_claim(claim)
+        if created:
+            self._index.note_created(self.name, claim.claim_id)
+        return created
+
+    def update_claim(self, claim_id: str, *, expected_state: str | tuple[str, ...] | None = None, **fields: Any) -> ClaimRecord:
+        self._index.note_write(self.name, claim_id)
+        return self._index.state.update_claim(claim_id, expected_state=expected_state, **fields)
+
+    def open_claims(self) -> list[ClaimRecord]:
+        found = self._index.state.open_claims()
+        shown = [c for c in found if self._index.visible(self.name, c.claim_id)]
+        if len(shown) != len(found):
+            self._index.hidden.extend((self.name, c.claim_id) for c in found if c not in shown)
+        return shown

@@ -133,10 +133,14 @@ def reconcile_registration(
     stop the pass (one broken Node must not block registration of the others).
     """
     by_instance: dict[str, Node] = {}
+    #: instances whose Node is being deleted: registered, held for their drain (never timed out)
+    draining: set[str] = set()
     for candidate in sorted(nodes, key=lambda n: n.name):
         instance_id = candidate.instance_id
         if instance_id is not None and not candidate.deleting:
             by_instance.setdefault(instance_id, candidate)
+        elif instance_id is not None:
+            draining.add(instance_id)
 
     kube = runtime.kube
     remaining: list[ClaimRecord] = []
@@ -152,7 +156,7 @@ def reconcile_registration(
             continue
         node = by_instance.get(claim.instance_id) if claim.instance_id else None
         if node is None:
-            if claim.state == ClaimState.LAUNCHED and _registration_overdue(claim, now):
+            if claim.state == ClaimState.LAUNCHED and claim.instance_id not in draining and _registration_overdue(claim, now):
                 if _time_out(runtime, claim, now, errors):
                     timed_out.append(claim.claim_id)
                     continue
