@@ -567,9 +567,6 @@ class LifecycleMachine(RuleBasedStateMachine):
                 name = node["metadata"]["name"]
                 pods = self._bound(name)
                 if pods and not self._drain_deadline_passed(name):
-                    if self.tolerate_known and self.actor == "interruption" and self._unrecorded_node(instance_id, node):
-                        self.known.add(KNOWN_UNRECORDED_NODE_INTERRUPTED)
-                        continue
                     self.violations.append(f"instance {instance_id} terminated under {pods} on Node {name}, not drained")
 
     def _timed_out_under_deletion(self, instance_id: str, node: ports.JsonDict) -> bool:
@@ -1094,13 +1091,6 @@ def test_no_mirror_created_after_joiner_uninstall_gets_the_finalizer() -> None:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason=KNOWN_UNRECORDED_NODE_INTERRUPTED + ": ClusterView.node_of "
-    "(services/replacement.py) looks a claim's Node up by recorded name or joiner.dev/nodeclaim label, and by "
-    "providerID only for a claim without an instance id, so the interruption closes it 'without a Node'",
-)
 @pytest.mark.parametrize("kind", ["spot", "scheduled-change"])
 def test_an_interruption_drains_a_node_no_scanner_round_has_recorded_yet(kind: str) -> None:
     replay(

@@ -87,10 +87,12 @@ class ClusterView:
         if node is None and claim_id:
             selector = f"{wk.NODECLAIM}={claim_id}"
             node = next((n for n in self.runtime.kube.iter_nodes(label_selector=selector) if _instance_of(n) == instance_id), None)
-        if node is None and claim_id and (claim is None or not claim.instance_id):
-            # A launch whose invocation died before recording the instance: its Node was never
-            # registered, so it carries no claim label yet. Rare (minutes after such a crash), and
-            # only for an instance tagged as Joiner's: the Nodes are streamed, one kept.
+        if node is None and claim_id and (claim is None or not claim.instance_id or not claim.node_name):
+            # A Node no scanner round has recorded yet carries no claim label: a launch whose
+            # invocation died before recording the instance, or a kubelet that registered since
+            # the last round (a minute at most). Its pods run there: it is found by providerID so
+            # that it is drained. Rare, and only for an instance tagged as Joiner's: the Nodes are
+            # streamed, one kept.
             node = next((n for n in self.runtime.kube.iter_nodes() if _instance_of(n) == instance_id), None)
         with self._lock:
             self._nodes[instance_id] = node
