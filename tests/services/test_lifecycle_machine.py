@@ -35,9 +35,9 @@ pods, the pod GC removes pods of Nodes or instances that are gone, ReplicaSets r
 and evicted pods, kube-scheduler binds pending pods (nominated Node first) to Ready,
 schedulable Nodes with room, and the termination function receives what is due. With
 ``scheduled``, a tick of a minute or more also runs the scheduled functions once (a scanner
-round, the disruption pass, gc after five minutes or more), without faults. kube-scheduler
-clears a nomination to a Node that is gone right after every invocation (its deletion requeues
-the pod at once).
+round and the disruption pass, in either order, then gc after five minutes or more), without
+faults. kube-scheduler clears a nomination to a Node that is gone right after every invocation
+(its deletion requeues the pod at once).
 
 **Faults**, at the ports only (Joiner's code is never replaced). Every port of a runtime is
 wrapped (:class:`Port`): the invocation dies just before its *n*-th write, whatever port it
@@ -72,9 +72,10 @@ A termination lease's wall-clock wait returns at once (:class:`VirtualWallClock`
    Joiner's finalizer again, nor, while the uninstall's marker is on some object, one created
    since.
 
-Defects of the current code the machine finds are pinned by the strict-xfail replays at the
-end of the module; the machine itself tolerates exactly those (:attr:`LifecycleMachine.tolerate_known`)
-and keeps looking for others.
+The defects the machine found are replayed at the end of the module: strict xfails while
+unfixed (the machine tolerates exactly those, :attr:`LifecycleMachine.tolerate_known`, and
+keeps looking for others), regression tests once fixed. Its runs are swarm tests: each
+example leaves a random subset of the optional rules out (:data:`SWARM`).
 """
 
 from __future__ import annotations
@@ -149,7 +150,6 @@ MEMORY = {name: memory for name, _cpu, memory, _pods, _price, _arch in SMALL_CAT
 BOOT = timedelta(seconds=30)
 #: EC2 reclaims a spot instance this long after its interruption warning.
 SPOT_NOTICE = timedelta(minutes=2)
-KNOWN_TIMEOUT_UNDER_DELETION = "a registration timeout terminates a launched claim's instance whose Node is being deleted (held for its drain), under its pods"
 #: Rules an example may leave out (swarm testing); the scanner, pods arriving and time never are.
 SWARM = (
     "pod_leaves",
@@ -168,7 +168,6 @@ MAX_DELIVERIES = 5
 GONE = ("shutting-down", "terminated", "stopping", "stopped")
 #: Defects of the current code the machine finds, pinned by the xfail tests below.
 KNOWN_NEW_MIRROR_FINALIZER = "a mirror created after joiner uninstall gets the finalizer"
-KNOWN_UNRECORDED_NODE_INTERRUPTED = "an interruption terminates a Node no scanner round has recorded yet, without a drain"
 KNOWN_DELETED_NODE_KEEPS_CLAIM = (
     "a claim whose Node went without a drain (deleted before Joiner's finalizer was on it, or the finalizer "
     "released after STUCK_DELETION_AFTER) stays open with its instance running"
@@ -185,10 +184,6 @@ def _note(text: str) -> None:
 
 def _stamp(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _time(value: object) -> datetime | None:
-    return datetime.fromisoformat(value.replace("Z", "+00:00")) if isinstance(value, str) and value else None
 
 
 # ---------------------------------------------------------------- faults at the ports
@@ -293,6 +288,7 @@ class Faults:
             self.calls = 0
             self.writes = 0
             self.crashed = False
+            self.crash = ""  # where it died
             self.injected: list[str] = []
 
     def hit(self, port: str, method: str) -> None:
@@ -304,7 +300,8 @@ class Faults:
                 self.writes += 1
                 if self.writes == self.plan.crash_at:
                     self.crashed = True
-                    raise Crash(f"died before write {self.writes} (call {self.calls}): {port}.{method}")
+                    self.crash = f"before write {self.writes} (call {self.calls}): {port}.{method}"
+                    raise Crash(self.crash)
             kind = dict(self.plan.errors).get(self.calls)
             error = _fault(port, method, kind) if kind else None
             if error is not None:
@@ -372,6 +369,11 @@ class WorkQueue:
             raise ValueError(f"delay_seconds must be within 0..900, got {delay_seconds}")
         with self._lock:
             self.messages.append((self.clock.now() + timedelta(seconds=delay_seconds), next(self._order), copy.deepcopy(body)))
+
+    def redeliver(self, body: ports.JsonDict, at: datetime) -> None:
+        """A received message whose invocation failed or died: visible again at ``at``."""
+        with self._lock:
+            self.messages.append((at, next(self._order), body))
 
     def take_due(self) -> ports.JsonDict | None:
         with self._lock:
@@ -506,8 +508,8 @@ class LifecycleMachine(RuleBasedStateMachine):
         result, outcome = None, "ok"
         try:
             result = action(runtime)
-        except Crash as crash:
-            outcome = f"died ({crash})"
+        except Crash:
+            outcome = f"died {self.faults.crash}"
             container.generation += 1
             container.runtime = None
         except (StateError, Ec2Error, KubernetesError, *allowed) as error:  # type: ignore[misc]  # (a tuple of exception classes)
@@ -568,16 +570,6 @@ class LifecycleMachine(RuleBasedStateMachine):
                 pods = self._bound(name)
                 if pods and not self._drain_deadline_passed(name):
                     self.violations.append(f"instance {instance_id} terminated under {pods} on Node {name}, not drained")
-
-    def _timed_out_under_deletion(self, instance_id: str, node: ports.JsonDict) -> bool:
-        """A registration timeout of a launched claim whose only Node is being deleted."""
-        claim = self.state.claim_by_instance(instance_id)
-        return claim is not None and claim.state == ClaimState.LAUNCHED and bool(node["metadata"].get("deletionTimestamp"))
-
-    def _unrecorded_node(self, instance_id: str, node: ports.JsonDict) -> bool:
-        """The Node registered, but no scanner round has recorded it on its claim yet (nor labelled it)."""
-        claim = self.state.claim_by_instance(instance_id)
-        return claim is not None and not claim.node_name and wk.NODECLAIM not in (node["metadata"].get("labels") or {})
 
     # ------------------------------------------------------------ the world
 
@@ -683,9 +675,6 @@ class LifecycleMachine(RuleBasedStateMachine):
         node["status"]["conditions"] = [*conditions, {"type": "Ready", "status": status, "lastTransitionTime": _stamp(self.clock.now())}]
         self.kube.replace("nodes", node)
 
-    def live_instances(self) -> list[ports.InstanceRecord]:
-        return [r for _, r in sorted(self.ec2.instances.items()) if r.state not in GONE]
-
     def _reclaim(self, instance_id: str) -> None:
         record = self.ec2.instances[instance_id]
         if record.state in GONE:
@@ -720,14 +709,14 @@ class LifecycleMachine(RuleBasedStateMachine):
         self._set_ready(nodes[pick % len(nodes)], "True" if ready else "False")
         self.kube_scheduler()
 
-    @rule(seconds=st.sampled_from([1, 5, 15, 60, 200, 310, 920, 1900]), kubelets=st.booleans(), scheduled=st.booleans())
-    def tick(self, seconds: int, kubelets: bool, scheduled: bool) -> None:
+    @rule(seconds=st.sampled_from([1, 5, 15, 60, 200, 310, 920, 1900]), kubelets=st.booleans(), scheduled=st.sampled_from(["", "scan-first", "pass-first"]))
+    def tick(self, seconds: int, kubelets: bool, scheduled: str) -> None:
         """Time passes; kubelets (``kubelets``: those of booted instances register their Nodes),
         the pod GC, EC2, ReplicaSets and kube-scheduler do their part, and the termination
         function receives the continuations now due. With ``scheduled``, a tick of a minute or
-        more also runs the scheduled functions once, in order: a scanner round (the scanner's
-        minute), the disruption pass (every minute) and, after five minutes or more, gc. What
-        the tick runs has no faults: the actor rules inject them."""
+        more also runs the scheduled functions once: a scanner round (the scanner's minute) and
+        the disruption pass (every minute), in the order it says, then, after five minutes or
+        more, gc. What the tick runs has no faults: the actor rules inject them."""
         self.clock.advance(seconds)
         now = self.clock.now()
         for instance_id, when in sorted(self.reclaim_at.items()):
@@ -757,9 +746,12 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.kube_scheduler()
         self.drain_queue()
         if scheduled and seconds >= 60:
-            self.scanner("scanner-a", NO_FAULTS)
+            if scheduled == "scan-first":
+                self.scanner("scanner-a", NO_FAULTS)
             if "disruption" not in self.quiet:
                 self.disruption(NO_FAULTS)
+            if scheduled == "pass-first":
+                self.scanner("scanner-a", NO_FAULTS)
             if seconds >= 300 and "gc" not in self.quiet:
                 self.gc(NO_FAULTS)
             self.kube_scheduler()
@@ -864,7 +856,7 @@ class LifecycleMachine(RuleBasedStateMachine):
 
         _, clean = self.invoke("termination", plan, receive)
         if not clean:  # the message comes back after its visibility timeout
-            self.queue.messages.append((self.clock.now() + timedelta(seconds=RECEIVED_VISIBILITY_SECONDS), -1, body))
+            self.queue.redeliver(body, self.clock.now() + timedelta(seconds=RECEIVED_VISIBILITY_SECONDS))
 
     @precondition(lambda self: "uninstall" not in self.quiet and not self.uninstalled and bool(self.kube.list_nodes() or self.kube.list_node_claims()))
     @rule(plan=FAULT_PLANS)
@@ -1053,11 +1045,12 @@ def quiet_logs() -> Iterator[None]:
 test_lifecycle = LifecycleMachine.TestCase
 
 
-# ---------------------------------------------------------------- defects of the current code it found
+# ---------------------------------------------------------------- the defects it found, replayed
 
-# Each replays the machine's shrunk example with nothing tolerated. They fail today (strict
-# xfail): once a fix lands, the test passes, the xfail turns into a failure, and the fix's
-# author removes the mark and the machine's matching ``tolerate_known`` exception.
+# Each replays a shrunk example the machine found, with nothing tolerated. Those of defects not
+# fixed yet are strict xfails: once the fix lands the replay passes, the xfail turns into a
+# failure, and the fix removes the mark and the machine's matching ``tolerate_known``
+# exception. The others stay as regression tests of their fixes.
 
 
 class StrictMachine(LifecycleMachine):
@@ -1096,7 +1089,7 @@ def test_an_interruption_drains_a_node_no_scanner_round_has_recorded_yet(kind: s
     replay(
         lambda m: m.scanner("scanner-a", NO_FAULTS),  # launched: the claim records the instance
         lambda m: m.kubelet_registers(0, True),  # its kubelet registers the Node (no claim label yet)
-        lambda m: m.tick(1, False, False),  # kube-scheduler binds the pod to it
+        lambda m: m.tick(1, False, ""),  # kube-scheduler binds the pod to it
         lambda m: m.interruption(kind, 0, NO_FAULTS),  # before any scanner round recorded the Node
     )
 
@@ -1114,7 +1107,7 @@ def test_a_claim_whose_node_was_deleted_at_once_does_not_stay_open() -> None:
         lambda m: m.kubelet_registers(0, True),
         lambda m: m.scanner("scanner-a", NO_FAULTS),  # registered and initialized
         lambda m: m.kubectl_delete("node", 0),  # before any delete-to-drain pass put the finalizer on it
-        lambda m: m.tick(1900, False, False),
+        lambda m: m.tick(1900, False, ""),
         lambda m: m.gc(NO_FAULTS),
     )
 
@@ -1122,10 +1115,10 @@ def test_a_claim_whose_node_was_deleted_at_once_does_not_stay_open() -> None:
 def test_a_registration_timeout_never_terminates_a_node_held_for_its_drain() -> None:
     replay(
         lambda m: m.scanner("scanner-a", NO_FAULTS),  # launched at 09:00
-        lambda m: m.tick(820, False, False),
+        lambda m: m.tick(820, False, ""),
         lambda m: m.kubelet_registers(0, True),  # a slow boot: the Node registers at 09:13:40, the pod binds
         lambda m: m.delete_to_drain(NO_FAULTS),  # Joiner's finalizer on it (its claim found by providerID)
         lambda m: m.kubectl_delete("node", 0),  # held by the finalizer
-        lambda m: m.tick(120, False, False),
+        lambda m: m.tick(120, False, ""),
         lambda m: m.scanner("scanner-a", NO_FAULTS),  # 15 minutes after the launch, before the next delete-to-drain pass
     )
