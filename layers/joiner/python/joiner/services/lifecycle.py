@@ -51,13 +51,18 @@ def advance(runtime: Runtime, claim_id: str, target: ClaimState, *, expected: Cl
     if target is ClaimState.CLOSED:
         raise TransitionError("claims are closed through close_claim")
     allowed = sources(target)
-    if expected is not None:
-        wanted = (expected,) if isinstance(expected, ClaimState) else expected
-        bad = [state for state in wanted if state not in allowed]
-        if bad:
-            raise TransitionError(f"no transition from {', '.join(bad)} to {target}")
-        allowed = tuple(wanted)
-    return runtime.state.update_claim(claim_id, expected_state=tuple(allowed), state=target, **fields)
+    wanted = _as_states(expected, allowed)
+    bad = [state for state in wanted if state not in allowed]
+    if bad:
+        raise TransitionError(f"no transition from {', '.join(bad)} to {target}")
+    return runtime.state.update_claim(claim_id, expected_state=wanted, state=target, **fields)
+
+
+def _as_states(expected: ClaimState | tuple[ClaimState, ...] | None, default: tuple[ClaimState, ...]) -> tuple[ClaimState, ...]:
+    """``expected`` as a tuple of states; ``default`` when None."""
+    if expected is None:
+        return default
+    return (expected,) if isinstance(expected, ClaimState) else tuple(expected)
 
 
 def terminate_instance(runtime: Runtime, instance_id: str, *, path: str, **context: object) -> bool:
@@ -112,13 +117,11 @@ def close_claim(
     if record.state == ClaimState.CLOSED:
         runtime.state.release_capacity(pool, claim_id)  # idempotent: finishes a close that died before it
         return ClosedClaim(record, False)
-    if expected is not None:
-        wanted = (expected,) if isinstance(expected, ClaimState) else expected
-        if record.state not in wanted:
-            return ClosedClaim(record, False)
+    states = _as_states(expected, sources(ClaimState.CLOSED))
+    if record.state not in states:
+        return ClosedClaim(record, False)
     if terminate and record.instance_id and not terminate_instance(runtime, record.instance_id, path=path, claim=claim_id):
         return ClosedClaim(record, False, owned=False)
-    states = tuple(expected) if isinstance(expected, tuple) else (expected,) if expected is not None else sources(ClaimState.CLOSED)
     try:
         closed = runtime.state.update_claim(claim_id, expected_state=states, state=ClaimState.CLOSED, closed_at=now, reason=reason)
     except ClaimStateConflict as conflict:
