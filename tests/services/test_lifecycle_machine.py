@@ -167,7 +167,6 @@ SWARM = (
 MAX_DELIVERIES = 5
 GONE = ("shutting-down", "terminated", "stopping", "stopped")
 #: Defects of the current code the machine finds, pinned by the xfail tests below.
-KNOWN_NEW_MIRROR_FINALIZER = "a mirror created after joiner uninstall gets the finalizer"
 KNOWN_DELETED_NODE_KEEPS_CLAIM = (
     "a claim whose Node went without a drain (deleted before Joiner's finalizer was on it, or the finalizer "
     "released after STUCK_DELETION_AFTER) stays open with its instance running"
@@ -989,9 +988,6 @@ class LifecycleMachine(RuleBasedStateMachine):
             if meta["uid"] not in self.uninstalled_objects:
                 if not marked:
                     continue
-                if self.tolerate_known and kind == "nodeclaim" and UNINSTALLING not in (meta.get("annotations") or {}):
-                    self.known.add(KNOWN_NEW_MIRROR_FINALIZER)
-                    continue
             held.append(f"{kind}/{meta['name']}")
         assert not held, f"after joiner uninstall, Joiner's finalizer is back on {held}"
 
@@ -1068,12 +1064,6 @@ def replay(*steps: Callable[[LifecycleMachine], object]) -> StrictMachine:
     return machine
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason=KNOWN_NEW_MIRROR_FINALIZER + ": services/nodeclaims.py creates every "
-    "mirror with the finalizer whatever the uninstall marker says (docs/disruption.md: a Joiner still running adds none)",
-)
 def test_no_mirror_created_after_joiner_uninstall_gets_the_finalizer() -> None:
     replay(
         lambda m: m.scanner("scanner-a", NO_FAULTS),  # a claim and its mirror
@@ -1082,6 +1072,22 @@ def test_no_mirror_created_after_joiner_uninstall_gets_the_finalizer() -> None:
         lambda m: m.pod_arrives(1000),
         lambda m: m.scanner("scanner-a", NO_FAULTS),  # a second claim: its mirror is created with the finalizer
     )
+
+
+def test_a_warm_scanner_whose_mirrors_predate_the_uninstall_creates_none_with_the_finalizer() -> None:
+    machine = StrictMachine()
+    machine.cluster(two_pools=False, pods=[250], quiet=frozenset({"pod_leaves"}))
+    steps: list[Callable[[LifecycleMachine], object]] = [
+        *(lambda m: m.pod_arrives(250) for _ in range(3)),
+        lambda m: m.scanner("scanner-a", NO_FAULTS),  # one claim; its container lists the mirrors
+        lambda m: m.pod_arrives(1000),  # room for it on no claim in flight
+        lambda m: m.uninstall(NO_FAULTS),  # every mirror marked, no Joiner Node yet
+        lambda m: m.scanner("scanner-a", NO_FAULTS),  # the launch's mirror, created as the cluster is now
+    ]
+    for step in steps:
+        step(machine)
+        machine.check_invariants_now()
+    machine.teardown()
 
 
 @pytest.mark.parametrize("kind", ["spot", "scheduled-change"])

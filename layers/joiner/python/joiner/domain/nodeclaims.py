@@ -22,6 +22,7 @@ from enum import StrEnum
 from typing import Any
 
 from joiner.domain import labels as wk
+from joiner.domain.model import Node
 from joiner.ports import ClaimRecord, ClaimState
 
 __all__ = [
@@ -30,6 +31,8 @@ __all__ = [
     "MAX_MIRRORED_PODS",
     "TERMINATION_FINALIZER",
     "STUCK_DELETION_AFTER",
+    "UNINSTALLING_ANNOTATION",
+    "uninstall_marked",
     "DeletionStep",
     "deletion_step",
     "EventType",
@@ -307,6 +310,24 @@ TERMINATION_FINALIZER = "joiner.dev/termination"
 #: A deletion Joiner's finalizer has held this long with no termination under way is let go:
 #: the finalizer is removed so a deletion never waits forever on a Joiner that cannot act.
 STUCK_DELETION_AFTER = timedelta(minutes=15)
+#: Written by ``joiner uninstall`` on Joiner's Nodes and NodeClaim mirrors (its value: when)
+#: before it removes their finalizers. While any Node or mirror carries it, a running Joiner
+#: adds its finalizer to nothing (not even to a mirror it creates) and releases it where it
+#: finds it (as with ``JOINER_DELETE_TO_DRAIN=false``); ``joiner uninstall --undo`` removes it.
+UNINSTALLING_ANNOTATION = "joiner.dev/uninstalling"
+
+
+def uninstall_marked(nodes: Iterable[Node], mirrors: Iterable[Mapping[str, Any]]) -> int:
+    """How many of these Nodes and NodeClaim mirrors carry :data:`UNINSTALLING_ANNOTATION`."""
+
+    def annotations(mirror: Mapping[str, Any]) -> Mapping[str, Any]:
+        meta = mirror.get("metadata")
+        found = meta.get("annotations") if isinstance(meta, Mapping) else None
+        return found if isinstance(found, Mapping) else {}
+
+    return sum(1 for node in nodes if UNINSTALLING_ANNOTATION in node.annotations) + sum(
+        1 for mirror in mirrors if UNINSTALLING_ANNOTATION in annotations(mirror)
+    )
 
 
 class DeletionStep(enum.Enum):

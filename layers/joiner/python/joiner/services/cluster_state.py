@@ -24,11 +24,20 @@ from typing import Generic, TypeVar
 from joiner.domain.interning import PodInterner
 from joiner.domain.model import Node, Pod
 from joiner.domain.resources import Resources
-from joiner.domain.snapshot import PodSpecMemo
+from joiner.domain.snapshot import PodSpecMemo, SnapshotError, parse_node
 from joiner.observability import logger
 from joiner.ports import JsonDict, KubernetesError, KubernetesPort, WatchEvent, WatchExpired
 
-__all__ = ["RESYNC_AFTER_SECONDS", "PodEntry", "ClusterCache", "ClusterRead", "collector_paused", "object_reference", "marked_unschedulable"]
+__all__ = [
+    "RESYNC_AFTER_SECONDS",
+    "PodEntry",
+    "ClusterCache",
+    "ClusterRead",
+    "collector_paused",
+    "object_reference",
+    "marked_unschedulable",
+    "parse_cached_node",
+]
 
 #: A full list at least this often (seconds of the container's monotonic clock).
 RESYNC_AFTER_SECONDS = 60 * 60.0
@@ -125,6 +134,15 @@ def _same_pod(kept: PodEntry, obj: JsonDict) -> bool:
     """A pod kept at the object's ``resourceVersion`` (and uid) is reused as it is."""
     meta = obj.get("metadata") or {}
     return bool(kept.resource_version) and kept.resource_version == meta.get("resourceVersion") and kept.pod.uid == (meta.get("uid") or "")
+
+
+def parse_cached_node(obj: JsonDict) -> Node | None:
+    """The Node the cluster state keeps, as every pass parses it (None when it is invalid: the
+    planning passes report those); the parser to give :meth:`ClusterCache.nodes`."""
+    try:
+        return parse_node(obj)
+    except SnapshotError:
+        return None
 
 
 @dataclass

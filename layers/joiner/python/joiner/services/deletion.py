@@ -26,17 +26,17 @@ pass adds no finalizer and releases those it finds.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from joiner.domain import labels as wk
 from joiner.domain.model import Node
-from joiner.domain.nodeclaims import TERMINATION_FINALIZER, DeletionStep, deletion_step
-from joiner.domain.snapshot import SnapshotError, parse_node
+from joiner.domain.nodeclaims import TERMINATION_FINALIZER, UNINSTALLING_ANNOTATION, DeletionStep, deletion_step, uninstall_marked
 from joiner.observability import logger
 from joiner.ports import ClaimRecord, ClaimState, Ec2Error, JsonDict, KubernetesError
+from joiner.services.cluster_state import parse_cached_node
 
 if TYPE_CHECKING:
     from joiner.ports import KubernetesPort
@@ -88,7 +88,7 @@ def handle_deletions(runtime: Runtime, now: datetime, *, just_read: bool = False
     from joiner.services.termination import TERMINATION_KIND
 
     result = DeletionResult()
-    node_list = runtime.cluster_state.nodes(runtime.kube, _parse_node, refresh=not just_read)
+    node_list = runtime.cluster_state.nodes(runtime.kube, parse_cached_node, refresh=not just_read)
     mirrors = runtime.cluster_state.node_claims(runtime.kube, refresh=not just_read)
     marked = uninstall_marked(node_list, mirrors.values())
     if marked:
@@ -162,15 +162,6 @@ def _claim_of(node: Node, by_node: Mapping[str, ClaimRecord], by_id: Mapping[str
     """The open claim a Node is of: the one that recorded its name, else the one its
     ``joiner.dev/nodeclaim`` label names, else the one of its instance (its providerID)."""
     return by_node.get(node.name) or by_id.get(str(node.labels.get(wk.NODECLAIM))) or (by_instance.get(node.instance_id) if node.instance_id else None)
-
-
-def _parse_node(obj: JsonDict) -> Node | None:
-    """The Node the cluster state keeps (as every pass parses it); None when it is invalid
-    (the planning passes report those)."""
-    try:
-        return parse_node(obj)
-    except SnapshotError:
-        return None
 
 
 def _node_step(
@@ -262,12 +253,6 @@ def _set_mirror_finalizer(kube: KubernetesPort, mirror: JsonDict, *, present: bo
 
 # ---------------------------------------------------------------- joiner uninstall
 
-#: Written by ``joiner uninstall`` on Joiner's Nodes and NodeClaim mirrors (its value: when)
-#: before it removes their finalizers. While any Node or mirror carries it, a running Joiner
-#: adds its finalizer to nothing and releases it where it finds it (as with
-#: ``JOINER_DELETE_TO_DRAIN=false``); ``joiner uninstall --undo`` removes it.
-UNINSTALLING_ANNOTATION = "joiner.dev/uninstalling"
-
 #: Writes of one object ``joiner uninstall`` tries, re-reading it after each 409 (a write
 #: landed between its read and the conditional patch).
 CONFLICT_ATTEMPTS = 5
@@ -287,13 +272,6 @@ class UninstallResult:
     @property
     def failed_objects(self) -> tuple[str, ...]:
         return tuple(item.split(": ", 1)[0] for item in self.failed)
-
-
-def uninstall_marked(nodes: Iterable[Node], mirrors: Iterable[JsonDict]) -> int:
-    """How many of these Nodes and NodeClaim mirrors carry :data:`UNINSTALLING_ANNOTATION`."""
-    return sum(1 for node in nodes if UNINSTALLING_ANNOTATION in node.annotations) + sum(
-        1 for mirror in mirrors if UNINSTALLING_ANNOTATION in (_meta(mirror).get("annotations") or {})
-    )
 
 
 def _joiners_node(meta: JsonDict) -> bool:

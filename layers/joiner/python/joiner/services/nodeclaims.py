@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -44,9 +44,11 @@ from joiner.domain.nodeclaims import (
     status_differs,
     terminated_event,
     transition_events,
+    uninstall_marked,
 )
 from joiner.observability import logger
 from joiner.ports import ClaimRecord, ClaimState, JsonDict, KubernetesError, StateError
+from joiner.services.cluster_state import parse_cached_node
 
 if TYPE_CHECKING:
     from joiner.services.context import Runtime
@@ -119,9 +121,40 @@ def _conditions(mirror: Mapping[str, Any] | None) -> list[Any]:
     return list(found) if isinstance(found, list) else []
 
 
-def _write(runtime: Runtime, name: str, current: JsonDict | None, desired: JsonDict, pace: _Pacer | None = None) -> tuple[JsonDict | None, str]:
+def _finalize_new_mirrors(runtime: Runtime, mirrors: Iterable[JsonDict]) -> bool:
+    """Whether a mirror created now gets Joiner's finalizer (so ``kubectl delete`` drains
+    through it, :mod:`joiner.services.deletion`): not with delete-to-drain off, nor while
+    ``joiner uninstall`` has marked the cluster (any Node this container read, or any of
+    ``mirrors``, freshly listed, carries :data:`~joiner.domain.nodeclaims.UNINSTALLING_ANNOTATION`)."""
+    if not runtime.settings.delete_to_drain:
+        return False
+    nodes = runtime.cluster_state.nodes(runtime.kube, parse_cached_node, refresh=False)
+    return not uninstall_marked(nodes, mirrors)
+
+
+def _finalize_new_mirror(runtime: Runtime) -> bool:
+    """:func:`_finalize_new_mirrors` for one mirror created outside a sync: the mirrors this
+    container knows may predate an uninstall, but ``joiner uninstall`` marks every mirror, so
+    one of them read now tells (one GET; the mirrors are caught up only when it is gone)."""
+    if not runtime.settings.delete_to_drain:
+        return False
+    kube = runtime.kube
+    known = runtime.cluster_state.node_claims(kube, refresh=False)
+    if uninstall_marked((), known.values()):
+        return False
+    for name in sorted(known)[:1]:
+        probe = kube.get_node_claim(name)
+        if probe is not None:
+            return _finalize_new_mirrors(runtime, (probe,))
+    return _finalize_new_mirrors(runtime, runtime.cluster_state.node_claims(kube).values())
+
+
+def _write(
+    runtime: Runtime, name: str, current: JsonDict | None, desired: JsonDict, pace: _Pacer | None = None, *, finalize: Callable[[], bool]
+) -> tuple[JsonDict | None, str]:
     """Create ``desired`` or bring ``current`` to it: (the mirror as written, or None when
-    someone else created it meanwhile; ``created``, ``updated`` or ``""``)."""
+    someone else created it meanwhile; ``created``, ``updated`` or ``""``). ``finalize``:
+    asked only when creating, whether the new mirror gets Joiner's finalizer."""
     kube = runtime.kube
 
     def paced() -> None:
@@ -131,7 +164,7 @@ def _write(runtime: Runtime, name: str, current: JsonDict | None, desired: JsonD
     if current is None:
         paced()
         created_object = {k: v for k, v in desired.items() if k != "status"}
-        if runtime.settings.delete_to_drain:  # kubectl delete drains through it (joiner.services.deletion)
+        if finalize():
             created_object["metadata"] = dict(created_object["metadata"], finalizers=[TERMINATION_FINALIZER])
         created = kube.create_node_claim(created_object)
         if created is None:
@@ -200,7 +233,7 @@ def _mirror_claim(runtime: Runtime, claim: ClaimRecord | None, condition: Mirror
     updates = (condition,) if condition is not None else ()
     desired = node_claim_object(claim, _node_pools(runtime).get(claim.node_pool), _conditions(current), now=now, updates=updates)
     try:
-        mirror, _ = _write(runtime, name, current, desired)
+        mirror, _ = _write(runtime, name, current, desired, finalize=lambda: _finalize_new_mirror(runtime))
     except KubernetesError as error:
         if current is None and error.status == 404:
             return False  # no NodeClaim CRD in this cluster: no mirrors
@@ -210,7 +243,7 @@ def _mirror_claim(runtime: Runtime, claim: ClaimRecord | None, condition: Mirror
         if current is None:
             return False
         desired = node_claim_object(claim, _node_pools(runtime).get(claim.node_pool), _conditions(current), now=now, updates=updates)
-        mirror, _ = _write(runtime, name, current, desired)
+        mirror, _ = _write(runtime, name, current, desired, finalize=lambda: False)
         assert mirror is not None
     before = _conditions(current) if current is not None else None
     _record(runtime, mirror, [*transition_events(before, desired["status"]["conditions"]), *extra])
@@ -263,6 +296,13 @@ def sync_node_claims(
     ordered = sorted(open_claims, key=lambda c: (c.created_at, c.claim_id))
     start = random.randrange(len(ordered)) if ordered else 0
     wanted = {mirror_name(claim.claim_id) for claim in ordered}
+    finalize_once: list[bool] = []
+
+    def finalize() -> bool:
+        if not finalize_once:
+            finalize_once.append(_finalize_new_mirrors(runtime, existing.values()))
+        return finalize_once[0]
+
     for claim in ordered[start:] + ordered[:start]:
         name = mirror_name(claim.claim_id)
         current = existing.get(name)
@@ -274,7 +314,7 @@ def sync_node_claims(
             deferred += 1
             continue
         try:
-            _, change = _write(runtime, name, current, desired, pace)
+            _, change = _write(runtime, name, current, desired, pace, finalize=finalize)
             created += change == "created"
             updated += change == "updated"
         except KubernetesError as error:
