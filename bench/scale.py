@@ -33,7 +33,12 @@ One JSON line per function and size: ``{"bench": "scale", "function", "nodes", "
 handler), "wall_s" (the handler call), "cpu_s" (the measured process's CPU time in that call: the
 wall on an idle machine is about this plus the API server's time), "memory_limit_mb", "timeout_s" (infra/deployment.py),
 "api_requests", "api_read_mb" (response bytes the stand-in sent), "full_pod_lists", ...}``; a
-function that fails (exception, MemoryError, killed, timed out) has an ``"error"``.
+function that fails (exception, MemoryError, killed, timed out) has an ``"error"``. Beside the
+machine's wall time, ``lambda_wall_s`` is the call as Lambda would run it: its CPU seconds scaled
+to the vCPU share Lambda gives the function's memory (``lambda_vcpu``: 1 vCPU per
+:data:`LAMBDA_MB_PER_VCPU` MB, a single-threaded handler using at most one) plus the time it
+waited (wall minus CPU), and ``targets`` says whether the call stays within half its memory and
+a third of its timeout.
 
 Then per size and mode one ``steady`` line: ten simulated minutes (``--minutes``) in one
 process (warm runtimes, as Lambda keeps them), each minute some churn through the stand-in
@@ -71,6 +76,35 @@ MODES = ("responsive", "economy")
 MARKER = "@@bench.scale@@"
 TOKEN = "bench-token"
 MB = 1024 * 1024
+#: Lambda allocates CPU in proportion to memory: one full vCPU at 1,769 MB.
+LAMBDA_MB_PER_VCPU = 1769
+#: The share of a function's memory and timeout a measured call may use (the scale targets).
+MEMORY_TARGET_SHARE = 0.5
+TIMEOUT_TARGET_SHARE = 1 / 3
+
+
+def lambda_vcpu(memory_mb: int) -> float:
+    """The vCPU share a single-threaded handler gets at ``memory_mb`` (at most 1)."""
+    return min(1.0, memory_mb / LAMBDA_MB_PER_VCPU)
+
+
+def lambda_wall_s(cpu_s: float, wall_s: float, memory_mb: int) -> float:
+    """``wall_s`` as Lambda would take it at ``memory_mb``: the CPU seconds stretched to its vCPU
+    share, the waiting (wall minus CPU) as it was."""
+    return round(max(0.0, wall_s - cpu_s) + cpu_s / lambda_vcpu(memory_mb), 3)
+
+
+def targets(peak_rss_mb: float | None, lambda_wall: float | None, memory_mb: int, timeout_s: int) -> dict[str, Any]:
+    """Whether a call stays within half its memory and a third of its timeout (None: not measured)."""
+    memory_ok = None if peak_rss_mb is None else peak_rss_mb <= memory_mb * MEMORY_TARGET_SHARE
+    time_ok = None if lambda_wall is None else lambda_wall <= timeout_s * TIMEOUT_TARGET_SHARE
+    return {
+        "memory_mb_max": round(memory_mb * MEMORY_TARGET_SHARE, 1),
+        "lambda_wall_s_max": round(timeout_s * TIMEOUT_TARGET_SHARE, 1),
+        "memory": memory_ok,
+        "time": time_ok,
+        "met": bool(memory_ok and time_ok),
+    }
 
 
 # ---------------------------------------------------------------- the deployed configuration
@@ -461,18 +495,19 @@ def run_steady(mode: str, nodes: int, seed: int, url: str, window: float, minute
     def invoke(name: str, event: Any) -> None:
         invocations[name] = invocations.get(name, 0) + 1
         before = _admin(url, "/_stats") if counting else None
-        began = time.perf_counter()
+        began, cpu_began = time.perf_counter(), time.process_time()
         try:
             handlers[name].handler(event, LambdaContext(name, *all_limits[name]))
         except Exception as error:
             errors.append(f"{name}: {type(error).__name__}: {str(error)[:200]}")
         if before is not None:
-            took = time.perf_counter() - began
+            took, cpu = time.perf_counter() - began, time.process_time() - cpu_began
             after = _admin(url, "/_stats")
-            entry = by_function.setdefault(name, [0, 0.0, 0.0])
+            entry = by_function.setdefault(name, [0, 0.0, 0.0, 0.0])
             entry[0] += after["requests"] - before["requests"]
             entry[1] += (after["bytes_sent"] - before["bytes_sent"]) / MB
             entry[2] = max(entry[2], took)
+            entry[3] = max(entry[3], lambda_wall_s(cpu, took, all_limits[name][0]))
 
     _settle_disruption(url)
     _admin(url, "/_reset", {})
@@ -506,8 +541,15 @@ def run_steady(mode: str, nodes: int, seed: int, url: str, window: float, minute
         "cold_read_mb": round(cold.get("bytes_sent", 0) / MB, 2),
         "cold_full_pod_lists": cold.get("full_pod_lists", 0),
         "by_function": {
-            name: {"requests": int(requests), "read_mb": round(read, 2), "longest_wall_s": round(longest, 2)}
-            for name, (requests, read, longest) in sorted(by_function.items())
+            name: {
+                "requests": int(requests),
+                "read_mb": round(read, 2),
+                "longest_wall_s": round(longest, 2),
+                "longest_lambda_wall_s": round(stretched, 2),
+                "memory_limit_mb": all_limits[name][0],
+                "timeout_s": all_limits[name][1],
+            }
+            for name, (requests, read, longest, stretched) in sorted(by_function.items())
         },
     }
 
@@ -633,6 +675,11 @@ def main(argv: list[str] | None = None) -> int:
                     **_read_counters(server.stats()),
                     "baseline_rss_mb": answer.get("baseline_rss_mb"),
                 }
+                cpu, wall = answer.get("cpu_s"), answer.get("wall_s")
+                stretched = lambda_wall_s(cpu, wall, memory) if isinstance(cpu, (int, float)) and isinstance(wall, (int, float)) else None
+                line.update(
+                    lambda_vcpu=round(lambda_vcpu(memory), 3), lambda_wall_s=stretched, targets=targets(line["peak_rss_mb"], stretched, memory, timeout)
+                )
                 for key in ("wake_ups", "result", "error"):
                     if key in answer:
                         line[key] = answer[key]

@@ -43,7 +43,7 @@ def test_a_deletion_is_never_held_by_a_finalizer_joiner_cannot_act_on(finalizers
         if not managed or not enabled:
             assert step is DeletionStep.RELEASE
         elif not terminating:
-            assert step is (DeletionStep.RELEASE if now - deletion >= STUCK_DELETION_AFTER else DeletionStep.TERMINATE)
+            assert step is (DeletionStep.TERMINATE_OR_RELEASE if now - deletion >= STUCK_DELETION_AFTER else DeletionStep.TERMINATE)
         else:
             assert step is DeletionStep.NONE  # the termination under way removes it
     if deletion is None:
@@ -155,10 +155,21 @@ def test_a_deletion_joiner_cannot_act_on_is_released(world: World) -> None:
     assert world.kube.get("nodes", None, "foreign")["metadata"]["finalizers"] == ["other/x"]  # others kept
 
 
-def test_a_deletion_held_too_long_with_nothing_under_way_is_released(world: World) -> None:
+def test_a_deletion_held_too_long_with_nothing_under_way_is_still_drained_when_joiner_can_act(world: World) -> None:
     handle_deletions(world.runtime, world.clock.now())
     world.kubectl_delete_node()
     world.clock.advance(int(STUCK_DELETION_AFTER.total_seconds()) + 1)  # e.g. Joiner's functions could not reach the cluster
+    result = handle_deletions(world.runtime, world.clock.now())
+    assert result.finalizers_released == [] and result.terminations == ["n1"]  # drained as asked, not dropped
+    assert world.ec2.instances[INSTANCE].state in ("shutting-down", "terminated") or world.state.list_items(TERMINATION_KIND)
+    assert world.metrics.total("DeletionFinalizersReleased") == 0
+
+
+def test_a_deletion_held_too_long_whose_termination_cannot_begin_is_released(world: World) -> None:
+    handle_deletions(world.runtime, world.clock.now())
+    world.kubectl_delete_node()
+    world.clock.advance(int(STUCK_DELETION_AFTER.total_seconds()) + 1)
+    world.kube.fail("patch_node")  # its cordon: the termination cannot begin
     result = handle_deletions(world.runtime, world.clock.now())
     assert result.finalizers_released == ["node/n1"] and world.kube.get("nodes", None, "n1") is None
     assert world.metrics.total("DeletionFinalizersReleased") == 1

@@ -113,6 +113,7 @@ from joiner.services.disruption import run_disruption
 from joiner.services.gc import collect_garbage
 from joiner.services.interruption import handle_interruption
 from joiner.services.provisioning import run_scanner
+from joiner.services.registration import NODE_LOST_AFTER
 from joiner.services.termination import RECEIVED_VISIBILITY_SECONDS, TERMINATION_KIND, InvalidWorkMessage, TerminationBusy, handle_continuation
 from joiner.settings import Settings
 from tests.events.fixtures import load_event
@@ -167,10 +168,6 @@ SWARM = (
 MAX_DELIVERIES = 5
 GONE = ("shutting-down", "terminated", "stopping", "stopped")
 #: Defects of the current code the machine finds, pinned by the xfail tests below.
-KNOWN_DELETED_NODE_KEEPS_CLAIM = (
-    "a claim whose Node went without a drain (deleted before Joiner's finalizer was on it, or the finalizer "
-    "released after STUCK_DELETION_AFTER) stays open with its instance running"
-)
 
 
 def _note(text: str) -> None:
@@ -445,12 +442,15 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.inbox: list[tuple[ports.JsonDict, int]] = []  # interruption events to (re)deliver, deliveries so far
         self.reclaim_at: dict[str, datetime] = {}
         self.node_names: dict[str, str] = {}  # instance id -> its Node's name (kubelets register under it)
-        self.lost_nodes: set[str] = set()  # open claims whose Node went while no termination was under way
         self.violations: list[str] = []
         self.dirty = False  # a crash or fault since the last clean scanner round
         self.check_leaks = False
+        self.check_lost = False
         self.uninstalled = False
         self.uninstalled_objects: set[str] = set()  # uids of the Nodes and mirrors the last clean uninstall saw
+        #: uids of the Nodes and mirrors a clean pass that syncs mirrors or handles deletions
+        #: (scanner, gc, disruption, delete-to-drain) has seen since the uninstall
+        self.passed_objects: set[str] = set()
         self.actor = ""
         self.known: set[str] = set()  # the known defects met (tolerated)
 
@@ -768,6 +768,8 @@ class LifecycleMachine(RuleBasedStateMachine):
         summary, clean = self.invoke(container, plan, lambda runtime: run_scanner(runtime, "economy"))
         if clean and summary is not None and summary.rounds:
             self.dirty = False
+            self.check_lost = True
+            self.passed()
 
     def _event(self, fixture: str, instance_id: str) -> ports.JsonDict:
         return load_event(fixture, instance_id=instance_id, event_id=f"event-{next(self.numbers)}", time=self.clock.now())
@@ -825,18 +827,27 @@ class LifecycleMachine(RuleBasedStateMachine):
                 if not self.faults.injected:
                     raise  # the handler logs it (the next pass or gc tries again): the rule reports it
 
-        self.invoke("disruption", plan, handler, allowed=(TerminationBusy,))
+        if self.invoke("disruption", plan, handler, allowed=(TerminationBusy,))[1]:
+            self.passed()
 
     @precondition(lambda self: "delete_to_drain" not in self.quiet and bool(self.kube.list_nodes() or self.kube.list_node_claims()))
     @rule(plan=FAULT_PLANS)
     def delete_to_drain(self, plan: FaultPlan) -> None:
-        self.invoke("delete-to-drain", plan, lambda runtime: deletion.handle_deletions(runtime, self.clock.now()), allowed=(TerminationBusy,))
+        if self.invoke("delete-to-drain", plan, lambda runtime: deletion.handle_deletions(runtime, self.clock.now()), allowed=(TerminationBusy,))[1]:
+            self.passed()
 
     @precondition(lambda self: "gc" not in self.quiet and bool(self.ec2.instances or self.state.open_claims()))
     @rule(plan=FAULT_PLANS)
     def gc(self, plan: FaultPlan) -> None:
         result, clean = self.invoke("gc", plan, lambda runtime: collect_garbage(runtime, self.clock.now()))
         self.check_leaks = clean and result is not None and result.ran and not result.errors
+        if self.check_leaks:
+            self.passed()
+
+    def passed(self) -> None:
+        """A pass that releases Joiner's finalizers while the cluster is marked ended cleanly."""
+        if self.uninstalled:
+            self.passed_objects = {o["metadata"]["uid"] for o in (*self.kube.list_nodes(), *self.kube.list_node_claims())}
 
     @precondition(lambda self: "termination_worker" not in self.quiet and any(m[0] <= self.clock.now() for m in self.queue.messages))
     @rule(plan=FAULT_PLANS)
@@ -869,6 +880,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         if clean and not getattr(result, "failed", ()) and not getattr(result, "unmarked", ()):
             self.uninstalled = True
             self.uninstalled_objects = {o["metadata"]["uid"] for o in (*self.kube.list_nodes(), *self.kube.list_node_claims())}
+            self.passed_objects = set()
 
     @precondition(lambda self: self.uninstalled)
     @rule()
@@ -881,21 +893,13 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------ invariants
 
-    def track_lost_nodes(self) -> None:
-        """Open claims whose Node is gone while no termination is under way for it (deleted
-        without Joiner's finalizer, or the finalizer released after ``STUCK_DELETION_AFTER``)."""
-        nodes = {n["metadata"]["name"] for n in self.kube.list_nodes()}
-        draining = {TerminationState.from_dict(item).claim_id for item in self.state.list_items(TERMINATION_KIND)}
-        for claim in self.open_claims():
-            if claim.node_name and claim.node_name not in nodes and claim.claim_id not in draining and claim.state != ClaimState.TERMINATING:
-                self.lost_nodes.add(claim.claim_id)
-
     def check_invariants_now(self) -> None:
         """Every invariant, as Hypothesis runs them after a step (for the replays below)."""
         for check in (
             self.no_pod_is_promised_twice,
             self.reservations_belong_to_open_claims,
             self.no_instance_leaks_past_gc,
+            self.no_claim_outlives_its_node,
             self.pods_leave_nodes_only_by_eviction,
             self.uninstall_leaves_no_finalizer,
         ):
@@ -908,14 +912,10 @@ class LifecycleMachine(RuleBasedStateMachine):
     def no_pod_is_promised_twice(self) -> None:
         unbound = {_key(p) for p in self.live_pods() if not (p.get("spec") or {}).get("nodeName")}
         staying = {n["metadata"]["name"] for n in self.kube.list_nodes() if not n["metadata"].get("deletionTimestamp")}
-        self.track_lost_nodes()
         promised: dict[str, str] = {}
         for claim in self.open_claims():
             if claim.state not in IN_FLIGHT_STATES or (claim.node_name and claim.node_name not in staying):
                 continue  # (a registered claim whose Node is being deleted, or gone, brings its pods nothing)
-            if self.tolerate_known and claim.claim_id in self.lost_nodes:
-                self.known.add(KNOWN_DELETED_NODE_KEEPS_CLAIM)  # its Node registered again after it was left open
-                continue
             for pod in set(claim.pods) & unbound:
                 assert pod not in promised, f"pod {pod} is promised to {promised[pod]} and {claim.claim_id} ({claim.state})"
                 promised[pod] = claim.claim_id
@@ -943,16 +943,6 @@ class LifecycleMachine(RuleBasedStateMachine):
         recorded = {c.instance_id for c in claims if c.instance_id}
         launching = {c.claim_id for c in claims if not c.instance_id}
         draining = {TerminationState.from_dict(item).instance_id for item in self.state.list_items(TERMINATION_KIND)}
-        nodes = {n["metadata"]["name"] for n in self.kube.list_nodes()}
-        for claim in claims:
-            if claim.node_name and claim.node_name not in nodes and self._running(claim.instance_id or "") and claim.instance_id not in draining:
-                if self.tolerate_known:
-                    self.known.add(KNOWN_DELETED_NODE_KEEPS_CLAIM)
-                    continue
-                raise AssertionError(
-                    f"claim {claim.claim_id} ({claim.state}) stays open with instance {claim.instance_id} running after its Node "
-                    f"{claim.node_name} was deleted, after a clean gc run"
-                )
         for record in self.ec2.running_instances():
             if record.tags.get("joiner.dev/cluster") != CLUSTER or record.state in GONE:
                 continue
@@ -966,6 +956,25 @@ class LifecycleMachine(RuleBasedStateMachine):
             )
 
     @invariant()
+    def no_claim_outlives_its_node(self) -> None:
+        """After a clean scanner round, a registered claim whose Node is gone with no
+        termination under way is noted, and closed once it has been gone ``NODE_LOST_AFTER``."""
+        if not self.check_lost:
+            return
+        self.check_lost = False
+        now = self.clock.now()
+        nodes = {_instance_of(n) for n in self.kube.list_nodes()}
+        draining = {TerminationState.from_dict(item).claim_id for item in self.state.list_items(TERMINATION_KIND)}
+        for claim in self.open_claims():
+            if claim.state not in (ClaimState.REGISTERED, ClaimState.INITIALIZED) or claim.instance_id in nodes or claim.claim_id in draining:
+                continue
+            assert claim.node_lost_at is not None, f"claim {claim.claim_id} ({claim.state}) lost its Node unnoticed after a clean scanner round"
+            assert now - claim.node_lost_at < NODE_LOST_AFTER, (
+                f"claim {claim.claim_id} ({claim.state}) stays open with instance {claim.instance_id} {now - claim.node_lost_at} after its Node "
+                f"{claim.node_name} was found gone, after a clean scanner round"
+            )
+
+    @invariant()
     def pods_leave_nodes_only_by_eviction(self) -> None:
         assert not self.violations, "; ".join(self.violations)
 
@@ -975,7 +984,10 @@ class LifecycleMachine(RuleBasedStateMachine):
         uninstall saw has Joiner's finalizer again, and, while the uninstall's marker is on
         some Node or mirror (what tells a Joiner still running that it was uninstalled,
         docs/disruption.md), neither has one created since. With no object left carrying the
-        marker, a Joiner still running cannot know, and new objects get it as before."""
+        marker, a Joiner still running cannot know, and new objects get it as before. A
+        container that never listed the mirrors may create one with the finalizer (it does not
+        read what grows with the cluster to find out, docs/disruption.md): the next clean pass
+        that syncs mirrors or handles deletions releases it."""
         if not self.uninstalled:
             return
         objects = [("node", n) for n in self.kube.list_nodes()] + [("nodeclaim", m) for m in self.kube.list_node_claims()]
@@ -986,7 +998,7 @@ class LifecycleMachine(RuleBasedStateMachine):
             if TERMINATION_FINALIZER not in (meta.get("finalizers") or []):
                 continue
             if meta["uid"] not in self.uninstalled_objects:
-                if not marked:
+                if not marked or meta["uid"] not in self.passed_objects:
                     continue
             held.append(f"{kind}/{meta['name']}")
         assert not held, f"after joiner uninstall, Joiner's finalizer is back on {held}"
@@ -1100,22 +1112,56 @@ def test_an_interruption_drains_a_node_no_scanner_round_has_recorded_yet(kind: s
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason=KNOWN_DELETED_NODE_KEEPS_CLAIM + ": no path closes a registered or "
-    "initialized claim whose instance runs and whose Node is gone (registration skips it, gc's claim rule acts only on "
-    "instances that are gone), so the instance runs and holds the NodePool's limit for good",
-)
+def test_a_deletion_found_past_its_stuck_time_is_drained_not_dropped_with_its_replacement_launched() -> None:
+    machine = StrictMachine()
+    machine.cluster(two_pools=False, pods=[250], quiet=frozenset())
+    steps: list[Callable[[LifecycleMachine], object]] = [
+        *(lambda m: m.pod_arrives(250) for _ in range(4)),
+        lambda m: m.scanner("scanner-a", NO_FAULTS),
+        lambda m: m.pod_arrives(250),
+        lambda m: m.kubelet_registers(0, False),  # its Node, not Ready yet
+        lambda m: m.delete_to_drain(NO_FAULTS),  # the finalizer on it
+        lambda m: m.kubectl_delete("nodeclaim", 0),
+        lambda m: m.delete_to_drain(FaultPlan(3)),  # its replacement launched, then the pass dies
+        lambda m: m.tick(1900, False, "scan-first"),  # no pass for 31 minutes: the old claim must not stay beside it
+    ]
+    for step in steps:
+        step(machine)
+        machine.check_invariants_now()
+    machine.teardown()
+
+
 def test_a_claim_whose_node_was_deleted_at_once_does_not_stay_open() -> None:
-    replay(
+    machine = replay(
         lambda m: m.scanner("scanner-a", NO_FAULTS),
         lambda m: m.kubelet_registers(0, True),
         lambda m: m.scanner("scanner-a", NO_FAULTS),  # registered and initialized
         lambda m: m.kubectl_delete("node", 0),  # before any delete-to-drain pass put the finalizer on it
-        lambda m: m.tick(1900, False, ""),
+        lambda m: m.scanner("scanner-a", NO_FAULTS),  # the Node is noted gone
+        lambda m: m.tick(int(NODE_LOST_AFTER.total_seconds()), False, ""),
+        lambda m: m.scanner("scanner-a", NO_FAULTS),  # still gone: the claim is closed, the instance terminated
         lambda m: m.gc(NO_FAULTS),
     )
+    closed = [c for c in (c for pool in machine.pools for c in machine.state.claims_by_node_pool(pool)) if c.reason == "node deleted"]
+    assert len(closed) == 1 and closed[0].state == ClaimState.CLOSED
+    assert machine.ec2.instances[closed[0].instance_id or ""].state in GONE
+
+
+def test_a_claim_whose_node_comes_back_in_time_stays() -> None:
+    machine = replay(
+        lambda m: m.scanner("scanner-a", NO_FAULTS),
+        lambda m: m.kubelet_registers(0, True),
+        lambda m: m.scanner("scanner-a", NO_FAULTS),
+        lambda m: m.kubectl_delete("node", 0),
+        lambda m: m.scanner("scanner-a", NO_FAULTS),  # noted gone
+        lambda m: m.tick(60, False, ""),
+        lambda m: m.kubelet_registers(0, True),  # the kubelet restarts and registers it again
+        lambda m: m.scanner("scanner-a", NO_FAULTS),
+        lambda m: m.tick(int(NODE_LOST_AFTER.total_seconds()), False, ""),
+        lambda m: m.scanner("scanner-a", NO_FAULTS),
+    )
+    (claim,) = machine.state.open_claims()
+    assert claim.state == ClaimState.INITIALIZED and claim.node_lost_at is None
 
 
 def test_a_registration_timeout_never_terminates_a_node_held_for_its_drain() -> None:

@@ -146,7 +146,12 @@ def test_quick_run_prints_every_line_with_the_promised_keys() -> None:
             "api_requests",
             "api_read_mb",
             "baseline_rss_mb",
+            "lambda_vcpu",
+            "lambda_wall_s",
+            "targets",
         } <= set(line), line
+        assert line["lambda_wall_s"] >= line["wall_s"] and line["lambda_vcpu"] == round(min(1.0, line["memory_limit_mb"] / 1769), 3)
+        assert line["targets"]["lambda_wall_s_max"] == round(line["timeout_s"] / 3, 1)
         assert "error" not in line, line
         assert line["peak_rss_mb"] >= line["baseline_rss_mb"] > 0 and line["api_requests"] > 0
     assert functions[0]["memory_limit_mb"] == 128 and functions[0]["timeout_s"] == 62  # infra/deployment.py's watcher
@@ -155,3 +160,16 @@ def test_quick_run_prints_every_line_with_the_promised_keys() -> None:
     for line in steady:
         assert {"api_read_mb_per_minute", "full_pod_lists", "minutes", "nodes"} <= set(line) and line["minutes"] == 1
         assert line["api_read_mb_per_minute"] > 0
+        for name, figures in line["by_function"].items():
+            assert figures["longest_lambda_wall_s"] >= figures["longest_wall_s"], name
+
+
+def test_lambda_wall_time_stretches_only_the_cpu_seconds_to_the_vcpu_share() -> None:
+    from bench.scale import lambda_vcpu, lambda_wall_s, targets
+
+    assert lambda_vcpu(1769) == 1.0 and lambda_vcpu(10240) == 1.0  # one thread uses one vCPU at most
+    assert lambda_wall_s(10.0, 12.0, 1769) == 12.0
+    assert lambda_wall_s(10.0, 12.0, 1024) == round(2.0 + 10.0 * 1769 / 1024, 3)  # 19.275: 0.58 of a vCPU
+    assert lambda_wall_s(5.0, 4.0, 512) == round(5.0 * 1769 / 512, 3)  # CPU beyond the wall (threads) waits nothing
+    assert targets(600.0, 40.0, 1024, 120) == {"memory_mb_max": 512.0, "lambda_wall_s_max": 40.0, "memory": False, "time": True, "met": False}
+    assert targets(None, None, 1024, 120)["met"] is False

@@ -520,6 +520,9 @@ class ClaimRecord:
     registered_at: datetime | None = None
     initialized_at: datetime | None = None
     closed_at: datetime | None = None
+    #: When a round first found this registered claim's Node gone with no termination under
+    #: way (deleted past Joiner's finalizer); cleared when the Node is back.
+    node_lost_at: datetime | None = None
     reason: str = ""
     #: :func:`joiner.domain.model.nodepool_hash` of the NodePool when the claim was made
     #: (stamped on its Node at registration; a different hash later means template drift).

@@ -91,12 +91,13 @@ _CLAIM_ATTRIBUTES = {
     "registered_at": "registeredAt",
     "initialized_at": "initializedAt",
     "closed_at": "closedAt",
+    "node_lost_at": "nodeLostAt",
     "reason": "reason",
     "pool_hash": "poolHash",
     "class_hash": "classHash",
 }
 _REQUIRED_CLAIM_FIELDS = ("node_pool", "state", "created_at")
-_DATETIME_FIELDS = frozenset({"created_at", "launched_at", "registered_at", "initialized_at", "closed_at"})
+_DATETIME_FIELDS = frozenset({"created_at", "launched_at", "registered_at", "initialized_at", "closed_at", "node_lost_at"})
 assert set(_CLAIM_ATTRIBUTES) == {f.name for f in dataclass_fields(ClaimRecord)}
 
 
@@ -377,6 +378,7 @@ class StateAdapter:
             registered_at=when("registeredAt"),
             initialized_at=when("initializedAt"),
             closed_at=when("closedAt"),
+            node_lost_at=when("nodeLostAt"),
             reason=str(item.get("reason", "")),
             pool_hash=str(item.get("poolHash", "")),
             class_hash=str(item.get("classHash", "")),

@@ -307,8 +307,9 @@ def status_differs(current: Mapping[str, Any], desired: Mapping[str, Any]) -> bo
 #: The finalizer Joiner puts on its Nodes and NodeClaim mirrors (Karpenter's ``karpenter.sh/termination``):
 #: ``kubectl delete`` then waits while Joiner replaces, drains and terminates, and Joiner removes it.
 TERMINATION_FINALIZER = "joiner.dev/termination"
-#: A deletion Joiner's finalizer has held this long with no termination under way is let go:
-#: the finalizer is removed so a deletion never waits forever on a Joiner that cannot act.
+#: A deletion Joiner's finalizer has held this long with no termination under way gets one
+#: last try: its termination begins, or, if that fails, the finalizer is removed, so a
+#: deletion never waits forever on a Joiner that cannot act.
 STUCK_DELETION_AFTER = timedelta(minutes=15)
 #: Written by ``joiner uninstall`` on Joiner's Nodes and NodeClaim mirrors (its value: when)
 #: before it removes their finalizers. While any Node or mirror carries it, a running Joiner
@@ -334,6 +335,8 @@ class DeletionStep(enum.Enum):
     NONE = "none"
     ADD_FINALIZER = "add-finalizer"
     TERMINATE = "terminate"
+    #: terminate; if the termination cannot begin, release the finalizer
+    TERMINATE_OR_RELEASE = "terminate-or-release"
     RELEASE = "release"
 
 
@@ -351,7 +354,8 @@ def deletion_step(
     ``managed``: the object is one of Joiner's open claims (its instance can be drained and
     terminated); ``terminating``: a termination of its node is under way. A deletion of an
     object Joiner does not manage, or one with delete-to-drain turned off, releases the
-    finalizer at once; one held for :data:`STUCK_DELETION_AFTER` with nothing under way too."""
+    finalizer at once; one held for :data:`STUCK_DELETION_AFTER` with nothing under way (the
+    passes did not run, or failed) is terminated if it can be, else released."""
     held = TERMINATION_FINALIZER in finalizers
     if deletion is None:
         if not held and managed and enabled:
@@ -366,5 +370,5 @@ def deletion_step(
     if terminating:
         return DeletionStep.NONE
     if now - deletion >= STUCK_DELETION_AFTER:
-        return DeletionStep.RELEASE
+        return DeletionStep.TERMINATE_OR_RELEASE
     return DeletionStep.TERMINATE

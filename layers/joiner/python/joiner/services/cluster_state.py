@@ -192,6 +192,12 @@ class ClusterCache:
                 self._refresh(self._nodes, kube, parse_node, _never_reused)
             return tuple(self._nodes.items[name] for name in sorted(self._nodes.items))
 
+    def known(self) -> tuple[tuple[Node, ...], dict[str, JsonDict]]:
+        """The Nodes and NodeClaim mirrors as this container last read them, without reading
+        (empty where it never did). The mirrors are shared with the cache: do not modify them."""
+        with self._lock:
+            return tuple(self._nodes.items[name] for name in sorted(self._nodes.items)), dict(self._node_claims.items)
+
     def node_claims(self, kube: KubernetesPort, *, refresh: bool = True) -> dict[str, JsonDict]:
         """Joiner's NodeClaim mirrors by name, brought up to date the same way (listed once,
         then the changes since; ``refresh=False`` as for :meth:`nodes`); empty when the

@@ -18,7 +18,7 @@ whose instance has no Node at all is terminated at once.
 A finalizer never outlives Joiner's ability to act on it
 (:func:`~joiner.domain.nodeclaims.deletion_step`): on objects Joiner does not manage, with
 ``JOINER_DELETE_TO_DRAIN=false``, or held :data:`~joiner.domain.nodeclaims.STUCK_DELETION_AFTER`
-with no termination under way, it is removed; ``joiner uninstall`` (and ``make destroy``)
+with no termination under way and its termination still unable to begin, it is removed; ``joiner uninstall`` (and ``make destroy``)
 removes every one of them before the stack goes (:func:`remove_finalizers`), after marking
 Joiner's objects with :data:`UNINSTALLING_ANNOTATION`: while a Node or mirror carries it, this
 pass adds no finalizer and releases those it finds.
@@ -113,12 +113,18 @@ def handle_deletions(runtime: Runtime, now: datetime, *, just_read: bool = False
             registered.setdefault(claim.claim_id, name)
         step = deletion_step(node.finalizers, node.deletion_time, managed=claim is not None, enabled=enabled, terminating=name in terminating, now=now)
         try:
-            if step is DeletionStep.TERMINATE:
+            if step is DeletionStep.TERMINATE or step is DeletionStep.TERMINATE_OR_RELEASE:
                 raw = runtime.kube.get_node(name)
                 if raw is None or _time(_meta(raw).get("deletionTimestamp")) is None:
                     continue  # gone, or the kept state is behind: the next pass sees it
                 nodes[name] = raw
-                _node_step(runtime, step, name, raw, claim, now, result)
+                try:
+                    _node_step(runtime, DeletionStep.TERMINATE, name, raw, claim, now, result)
+                except (KubernetesError, Ec2Error) as error:
+                    if step is DeletionStep.TERMINATE:
+                        raise
+                    result.errors.append(f"node {name}: held since {node.deletion_time}, its termination cannot begin: {error}")
+                    _node_step(runtime, DeletionStep.RELEASE, name, None, claim, now, result)
             else:
                 _node_step(runtime, step, name, None, claim, now, result)
         except (KubernetesError, Ec2Error) as error:
@@ -141,14 +147,15 @@ def handle_deletions(runtime: Runtime, now: datetime, *, just_read: bool = False
             if step is DeletionStep.ADD_FINALIZER or step is DeletionStep.RELEASE:
                 _set_mirror_finalizer(runtime.kube, mirror, present=step is DeletionStep.ADD_FINALIZER)
                 (result.finalizers_added if step is DeletionStep.ADD_FINALIZER else result.finalizers_released).append(f"nodeclaim/{name}")
-            elif step is DeletionStep.TERMINATE and claim is not None:
-                claim_node = nodes.get(node_name or "") or (runtime.kube.get_node(node_name) if node_name else None)
-                if claim_node is not None:
-                    _terminate(runtime, node_name or "", claim_node, claim, now, result, deleted_at=_time(meta.get("deletionTimestamp")))
-                else:  # launched, no Node yet: nothing to drain
-                    _terminate_unregistered(runtime, claim, now)
+            elif (step is DeletionStep.TERMINATE or step is DeletionStep.TERMINATE_OR_RELEASE) and claim is not None:
+                try:
+                    _terminate_claim(runtime, mirror, claim, node_name, nodes, now, result)
+                except (KubernetesError, Ec2Error) as error:
+                    if step is DeletionStep.TERMINATE:
+                        raise
+                    result.errors.append(f"nodeclaim {name}: held since {meta.get('deletionTimestamp')}, its termination cannot begin: {error}")
                     _set_mirror_finalizer(runtime.kube, mirror, present=False)
-                    result.terminations.append(claim.claim_id)
+                    result.finalizers_released.append(f"nodeclaim/{name}")
         except (KubernetesError, Ec2Error) as error:
             result.errors.append(f"nodeclaim {name}: {error}")
     for message in result.errors:
@@ -162,6 +169,21 @@ def _claim_of(node: Node, by_node: Mapping[str, ClaimRecord], by_id: Mapping[str
     """The open claim a Node is of: the one that recorded its name, else the one its
     ``joiner.dev/nodeclaim`` label names, else the one of its instance (its providerID)."""
     return by_node.get(node.name) or by_id.get(str(node.labels.get(wk.NODECLAIM))) or (by_instance.get(node.instance_id) if node.instance_id else None)
+
+
+def _terminate_claim(
+    runtime: Runtime, mirror: JsonDict, claim: ClaimRecord, node_name: str | None, nodes: Mapping[str, JsonDict], now: datetime, result: DeletionResult
+) -> None:
+    """A deleted mirror's claim: its Node drained and terminated, or, with no Node yet, the
+    instance terminated and the claim closed at once (nothing to drain)."""
+    meta = _meta(mirror)
+    claim_node = nodes.get(node_name or "") or (runtime.kube.get_node(node_name) if node_name else None)
+    if claim_node is not None:
+        _terminate(runtime, node_name or "", claim_node, claim, now, result, deleted_at=_time(meta.get("deletionTimestamp")))
+    else:
+        _terminate_unregistered(runtime, claim, now)
+        _set_mirror_finalizer(runtime.kube, mirror, present=False)
+        result.terminations.append(claim.claim_id)
 
 
 def _node_step(

@@ -24,7 +24,7 @@ from joiner.ports import ClaimRecord, ClaimState, ClaimStateConflict, Ec2Error
 if TYPE_CHECKING:
     from joiner.services.context import Runtime
 
-__all__ = ["ClosedClaim", "advance", "close_claim", "terminate_instance", "INSTANCE_GONE_CODES"]
+__all__ = ["ClosedClaim", "advance", "close_claim", "note_node_lost", "terminate_instance", "INSTANCE_GONE_CODES"]
 
 #: Instance states in which nothing is left to terminate.
 GONE_STATES = frozenset({"shutting-down", "terminated"})
@@ -56,6 +56,13 @@ def advance(runtime: Runtime, claim_id: str, target: ClaimState, *, expected: Cl
     if bad:
         raise TransitionError(f"no transition from {', '.join(bad)} to {target}")
     return runtime.state.update_claim(claim_id, expected_state=wanted, state=target, **fields)
+
+
+def note_node_lost(runtime: Runtime, claim: ClaimRecord, lost_at: datetime | None) -> ClaimRecord:
+    """Record when a registered claim's Node was first found gone (``None``: it is back), in
+    one write conditional on the claim still being registered or initialized. Raises
+    :class:`~joiner.ports.ClaimStateConflict` when it moved on (nothing written)."""
+    return runtime.state.update_claim(claim.claim_id, expected_state=(ClaimState.REGISTERED, ClaimState.INITIALIZED), node_lost_at=lost_at)
 
 
 def _as_states(expected: ClaimState | tuple[ClaimState, ...] | None, default: tuple[ClaimState, ...]) -> tuple[ClaimState, ...]:

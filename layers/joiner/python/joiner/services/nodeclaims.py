@@ -48,7 +48,6 @@ from joiner.domain.nodeclaims import (
 )
 from joiner.observability import logger
 from joiner.ports import ClaimRecord, ClaimState, JsonDict, KubernetesError, StateError
-from joiner.services.cluster_state import parse_cached_node
 
 if TYPE_CHECKING:
     from joiner.services.context import Runtime
@@ -125,28 +124,26 @@ def _finalize_new_mirrors(runtime: Runtime, mirrors: Iterable[JsonDict]) -> bool
     """Whether a mirror created now gets Joiner's finalizer (so ``kubectl delete`` drains
     through it, :mod:`joiner.services.deletion`): not with delete-to-drain off, nor while
     ``joiner uninstall`` has marked the cluster (any Node this container read, or any of
-    ``mirrors``, freshly listed, carries :data:`~joiner.domain.nodeclaims.UNINSTALLING_ANNOTATION`)."""
+    ``mirrors``, carries :data:`~joiner.domain.nodeclaims.UNINSTALLING_ANNOTATION`)."""
     if not runtime.settings.delete_to_drain:
         return False
-    nodes = runtime.cluster_state.nodes(runtime.kube, parse_cached_node, refresh=False)
+    nodes, _ = runtime.cluster_state.known()
     return not uninstall_marked(nodes, mirrors)
 
 
 def _finalize_new_mirror(runtime: Runtime) -> bool:
-    """:func:`_finalize_new_mirrors` for one mirror created outside a sync: the mirrors this
-    container knows may predate an uninstall, but ``joiner uninstall`` marks every mirror, so
-    one of them read now tells (one GET; the mirrors are caught up only when it is gone)."""
+    """:func:`_finalize_new_mirrors` for one mirror created outside a sync, from what this
+    container read, without reading what grows with the cluster: its mirrors may predate an
+    uninstall, but ``joiner uninstall`` marks every mirror, so one of them read again tells (one
+    GET). A container that never listed them decides from its Nodes alone; a finalizer it adds
+    after an uninstall is released by the next delete-to-drain pass, which sees the marker."""
     if not runtime.settings.delete_to_drain:
         return False
-    kube = runtime.kube
-    known = runtime.cluster_state.node_claims(kube, refresh=False)
+    _, known = runtime.cluster_state.known()
     if uninstall_marked((), known.values()):
         return False
-    for name in sorted(known)[:1]:
-        probe = kube.get_node_claim(name)
-        if probe is not None:
-            return _finalize_new_mirrors(runtime, (probe,))
-    return _finalize_new_mirrors(runtime, runtime.cluster_state.node_claims(kube).values())
+    probe = next((found for found in (runtime.kube.get_node_claim(name) for name in sorted(known)[:1]) if found is not None), None)
+    return _finalize_new_mirrors(runtime, (probe,) if probe is not None else ())
 
 
 def _write(
@@ -190,14 +187,24 @@ def _write(
     return current, changed
 
 
-def _delete_mirror(runtime: Runtime, name: str, mirror: JsonDict) -> None:
-    """Delete the mirror of a closed claim, releasing Joiner's finalizer first (nothing is left
-    to drain, and the deletion must not wait on it)."""
-    meta = mirror.get("metadata") or {}
+def _meta_of(mirror: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = mirror.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def _release_finalizer(runtime: Runtime, name: str, mirror: JsonDict) -> None:
+    """Remove Joiner's finalizer from a mirror (others kept), conditional on its resourceVersion."""
+    meta = _meta_of(mirror)
     finalizers = [f for f in meta.get("finalizers") or [] if f != TERMINATION_FINALIZER]
     if len(finalizers) != len(meta.get("finalizers") or []):
         runtime.kube.patch_node_claim(name, {"metadata": {"finalizers": finalizers or None, "resourceVersion": meta.get("resourceVersion")}})
-    runtime.kube.delete_node_claim(name, uid=meta.get("uid"))
+
+
+def _delete_mirror(runtime: Runtime, name: str, mirror: JsonDict) -> None:
+    """Delete the mirror of a closed claim, releasing Joiner's finalizer first (nothing is left
+    to drain, and the deletion must not wait on it)."""
+    _release_finalizer(runtime, name, mirror)
+    runtime.kube.delete_node_claim(name, uid=_meta_of(mirror).get("uid"))
 
 
 def mirror_claim(runtime: Runtime, claim: ClaimRecord | str | None, *, condition: MirrorCondition | None = None, event: MirrorEvent | None = None) -> bool:
@@ -322,6 +329,15 @@ def sync_node_claims(
             logger.warning("nodeclaim mirrors: cannot write one", extra={"nodeclaim": name, "error": str(error)})
             runtime.count("NodeClaimMirrorErrors", operation="write")
 
+    if runtime.settings.delete_to_drain and not finalize():  # joiner uninstall marked the cluster
+        for name, mirror in sorted(existing.items()):
+            if TERMINATION_FINALIZER in (_meta_of(mirror).get("finalizers") or []) and name in wanted:
+                try:
+                    _release_finalizer(runtime, name, mirror)
+                    updated += 1
+                except KubernetesError as error:
+                    errors += 1
+                    logger.warning("nodeclaim mirrors: cannot release a finalizer", extra={"nodeclaim": name, "error": str(error)})
     for name, mirror in sorted(existing.items()):
         if name in wanted:
             continue

@@ -20,6 +20,11 @@ has just read:
 * A launched claim with no Node :data:`REGISTRATION_TIMEOUT` after launch is given up:
   the instance is terminated, the claim closed (``registration timeout``) and its
   reservation released. Its pods are still pending, so the same round re-plans them.
+* A registered or initialized claim whose Node is gone with no termination under way (the
+  Node deleted past Joiner's finalizer: before it was on it, or after it was let go) is noted
+  (``node_lost_at``); still without a Node :data:`NODE_LOST_AFTER` later (a restarted kubelet
+  registers it again within that), the instance is terminated and the claim closed
+  (``node deleted``): nothing on it can run any more, and it holds its NodePool's limit.
 
 Every step is idempotent: a retried round finds the claim already registered, the
 labels already set, the instance already terminating.
@@ -34,17 +39,21 @@ from typing import TYPE_CHECKING
 
 from joiner.domain import labels as wk
 from joiner.domain.model import NODECLASS_HASH_KEY, NODEPOOL_HASH_KEY, InstanceType, Node, NodePool
+from joiner.observability import logger
 from joiner.ports import ClaimRecord, ClaimState, ClaimStateConflict, Ec2Error, KubernetesError
-from joiner.services.lifecycle import advance, close_claim
+from joiner.services.lifecycle import advance, close_claim, note_node_lost
 from joiner.services.nodeclaims import mirror_claim
 
 if TYPE_CHECKING:
     from joiner.services.context import Runtime
 
-__all__ = ["REGISTRATION_TIMEOUT", "RegistrationResult", "reconcile_registration", "claim_labels", "is_initialized"]
+__all__ = ["NODE_LOST_AFTER", "REGISTRATION_TIMEOUT", "RegistrationResult", "reconcile_registration", "claim_labels", "is_initialized"]
 
 #: How long a launched instance may take to register its Node (Karpenter's default too).
 REGISTRATION_TIMEOUT = timedelta(minutes=15)
+#: How long a registered claim's Node may be gone (no termination under way) before the claim
+#: is closed and its instance terminated.
+NODE_LOST_AFTER = timedelta(minutes=5)
 
 #: Labels registration always enforces; the others are only set when absent (the
 #: bootstrap or the user may already have set them).
@@ -59,6 +68,8 @@ class RegistrationResult:
     registered: tuple[str, ...] = ()
     initialized: tuple[str, ...] = ()
     timed_out: tuple[str, ...] = ()
+    #: claims closed because their Node was gone :data:`NODE_LOST_AFTER`
+    nodes_lost: tuple[str, ...] = ()
     labeled_nodes: tuple[str, ...] = ()
     errors: tuple[str, ...] = ()
     #: node name -> NodePool, for Nodes matched to a claim (labels may not be set yet)
@@ -147,6 +158,7 @@ def reconcile_registration(
     registered: list[str] = []
     initialized: list[str] = []
     timed_out: list[str] = []
+    lost: list[str] = []
     labeled: list[str] = []
     errors: list[str] = []
     node_pools_by_node: dict[str, str] = {}
@@ -160,8 +172,21 @@ def reconcile_registration(
                 if _time_out(runtime, claim, now, errors):
                     timed_out.append(claim.claim_id)
                     continue
+            elif claim.state in (ClaimState.REGISTERED, ClaimState.INITIALIZED) and claim.instance_id and claim.instance_id not in draining:
+                still_open = _node_lost(runtime, claim, now, errors)
+                if still_open is None:
+                    lost.append(claim.claim_id)
+                    continue
+                claim = still_open
             remaining.append(claim)
             continue
+        if claim.node_lost_at is not None:
+            try:
+                claim = note_node_lost(runtime, claim, None)
+            except ClaimStateConflict as conflict:
+                claim = conflict.current
+            except Exception as error:  # noqa: BLE001 - retried next round
+                errors.append(f"claim {claim.claim_id}: clearing its lost Node: {error}")
 
         node_pools_by_node[node.name] = claim.node_pool
         was = claim.state
@@ -214,6 +239,7 @@ def reconcile_registration(
         registered=tuple(registered),
         initialized=tuple(initialized),
         timed_out=tuple(timed_out),
+        nodes_lost=tuple(lost),
         labeled_nodes=tuple(labeled),
         errors=tuple(errors),
         node_pools=node_pools_by_node,
@@ -223,6 +249,29 @@ def reconcile_registration(
 def _registration_overdue(claim: ClaimRecord, now: datetime) -> bool:
     started = claim.launched_at or claim.created_at
     return now - started >= REGISTRATION_TIMEOUT
+
+
+def _node_lost(runtime: Runtime, claim: ClaimRecord, now: datetime, errors: list[str]) -> ClaimRecord | None:
+    """A registered claim without its Node: noted the first time, closed (its instance
+    terminated) :data:`NODE_LOST_AFTER` later. The claim as it is now; None when closed."""
+    try:
+        if claim.node_lost_at is None:
+            logger.info("claim's Node is gone", extra={"claim": claim.claim_id, "node": claim.node_name, "instance": claim.instance_id})
+            return note_node_lost(runtime, claim, now)
+        if now - claim.node_lost_at < NODE_LOST_AFTER:
+            return claim
+        outcome = close_claim(runtime, claim, "node deleted", now, path="registration", expected=(ClaimState.REGISTERED, ClaimState.INITIALIZED))
+    except ClaimStateConflict as conflict:
+        return conflict.current
+    except Exception as error:  # noqa: BLE001 - retried next round
+        errors.append(f"claim {claim.claim_id}: its Node is gone: {error}")
+        return claim
+    if not outcome.closed_now:
+        if not outcome.owned:
+            errors.append(f"claim {claim.claim_id}: instance {claim.instance_id} is not tagged as this cluster's: not terminated")
+        return outcome.claim if outcome.claim is not None and outcome.claim.state != ClaimState.CLOSED else None
+    runtime.count("NodesLost", 1)
+    return None
 
 
 def _time_out(runtime: Runtime, claim: ClaimRecord, now: datetime, errors: list[str]) -> bool:
