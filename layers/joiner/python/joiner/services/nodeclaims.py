@@ -332,12 +332,14 @@ def sync_node_claims(
     if runtime.settings.delete_to_drain and not finalize():  # joiner uninstall marked the cluster
         for name, mirror in sorted(existing.items()):
             if TERMINATION_FINALIZER in (_meta_of(mirror).get("finalizers") or []) and name in wanted:
+                pace.wait()
                 try:
                     _release_finalizer(runtime, name, mirror)
                     updated += 1
                 except KubernetesError as error:
                     errors += 1
                     logger.warning("nodeclaim mirrors: cannot release a finalizer", extra={"nodeclaim": name, "error": str(error)})
+                    runtime.count("NodeClaimMirrorErrors", operation="release")
     for name, mirror in sorted(existing.items()):
         if name in wanted:
             continue
