@@ -194,9 +194,10 @@ class ClusterCache:
 
     def known(self) -> tuple[tuple[Node, ...], dict[str, JsonDict]]:
         """The Nodes and NodeClaim mirrors as this container last read them, without reading
-        (empty where it never did). The mirrors are shared with the cache: do not modify them."""
+        (empty where it never did; in no particular order). The mirrors are shared with the
+        cache: do not modify them."""
         with self._lock:
-            return tuple(self._nodes.items[name] for name in sorted(self._nodes.items)), dict(self._node_claims.items)
+            return tuple(self._nodes.items.values()), dict(self._node_claims.items)
 
     def node_claims(self, kube: KubernetesPort, *, refresh: bool = True) -> dict[str, JsonDict]:
         """Joiner's NodeClaim mirrors by name, brought up to date the same way (listed once,

@@ -68,6 +68,9 @@ MAX_SYNC_SECONDS = 5.0
 #: ... and that of the disruption pass (every minute) and the garbage collector, which nothing
 #: waits for (a quarter of their 120 s timeout): they catch a cluster's mirrors up.
 CATCH_UP_SYNC_SECONDS = 30.0
+#: What a sync logs when a write to a mirror of no open claim (delete) or, while uninstalling,
+#: to an open claim's (release its finalizer) fails.
+_CANNOT = {"delete": "nodeclaim mirrors: cannot delete one", "release": "nodeclaim mirrors: cannot release a finalizer"}
 #: The NodePools mirrors name as their owners, cached briefly (runtime.resolved, a minute).
 _POOLS_KEY = ("nodeclaim-mirrors", "node-pools")
 
@@ -136,14 +139,16 @@ def _finalize_new_mirror(runtime: Runtime) -> bool:
     container read, without reading what grows with the cluster: its mirrors may predate an
     uninstall, but ``joiner uninstall`` marks every mirror, so one of them read again tells (one
     GET). A container that never listed them decides from its Nodes alone; a finalizer it adds
-    after an uninstall is released by the next delete-to-drain pass, which sees the marker."""
+    after an uninstall is released by the scanner's sync or the next delete-to-drain pass, which
+    see the marker."""
     if not runtime.settings.delete_to_drain:
         return False
-    _, known = runtime.cluster_state.known()
-    if uninstall_marked((), known.values()):
+    nodes, known = runtime.cluster_state.known()
+    if uninstall_marked(nodes, known.values()):
         return False
-    probe = next((found for found in (runtime.kube.get_node_claim(name) for name in sorted(known)[:1]) if found is not None), None)
-    return _finalize_new_mirrors(runtime, (probe,) if probe is not None else ())
+    name = min(known, default=None)
+    probe = runtime.kube.get_node_claim(name) if name is not None else None
+    return probe is None or not uninstall_marked((), (probe,))
 
 
 def _write(
@@ -303,12 +308,7 @@ def sync_node_claims(
     ordered = sorted(open_claims, key=lambda c: (c.created_at, c.claim_id))
     start = random.randrange(len(ordered)) if ordered else 0
     wanted = {mirror_name(claim.claim_id) for claim in ordered}
-    finalize_once: list[bool] = []
-
-    def finalize() -> bool:
-        if not finalize_once:
-            finalize_once.append(_finalize_new_mirrors(runtime, existing.values()))
-        return finalize_once[0]
+    finalize_new = _finalize_new_mirrors(runtime, existing.values())
 
     for claim in ordered[start:] + ordered[:start]:
         name = mirror_name(claim.claim_id)
@@ -321,7 +321,7 @@ def sync_node_claims(
             deferred += 1
             continue
         try:
-            _, change = _write(runtime, name, current, desired, pace, finalize=finalize)
+            _, change = _write(runtime, name, current, desired, pace, finalize=lambda: finalize_new)
             created += change == "created"
             updated += change == "updated"
         except KubernetesError as error:
@@ -329,31 +329,29 @@ def sync_node_claims(
             logger.warning("nodeclaim mirrors: cannot write one", extra={"nodeclaim": name, "error": str(error)})
             runtime.count("NodeClaimMirrorErrors", operation="write")
 
-    if runtime.settings.delete_to_drain and not finalize():  # joiner uninstall marked the cluster
-        for name, mirror in sorted(existing.items()):
-            if TERMINATION_FINALIZER in (_meta_of(mirror).get("finalizers") or []) and name in wanted:
-                pace.wait()
-                try:
-                    _release_finalizer(runtime, name, mirror)
-                    updated += 1
-                except KubernetesError as error:
-                    errors += 1
-                    logger.warning("nodeclaim mirrors: cannot release a finalizer", extra={"nodeclaim": name, "error": str(error)})
-                    runtime.count("NodeClaimMirrorErrors", operation="release")
+    uninstalling = runtime.settings.delete_to_drain and not finalize_new  # joiner uninstall marked the cluster
     for name, mirror in sorted(existing.items()):
-        if name in wanted:
-            continue
-        if exhausted():
+        if name in wanted:  # an open claim's: its finalizer goes while uninstalling
+            if not uninstalling or TERMINATION_FINALIZER not in (_meta_of(mirror).get("finalizers") or []):
+                continue
+            operation = "release"
+        elif exhausted():
             deferred += 1
             continue
+        else:
+            operation = "delete"
         pace.wait()
         try:
-            _delete_mirror(runtime, name, mirror)
-            deleted += 1
+            if operation == "release":
+                _release_finalizer(runtime, name, mirror)
+                updated += 1
+            else:
+                _delete_mirror(runtime, name, mirror)
+                deleted += 1
         except KubernetesError as error:
             errors += 1
-            logger.warning("nodeclaim mirrors: cannot delete one", extra={"nodeclaim": name, "error": str(error)})
-            runtime.count("NodeClaimMirrorErrors", operation="delete")
+            logger.warning(_CANNOT[operation], extra={"nodeclaim": name, "error": str(error)})
+            runtime.count("NodeClaimMirrorErrors", operation=operation)
     if created or updated or deleted or deferred:
         logger.info(
             "nodeclaim mirrors synced", extra={"mirrors_created": created, "mirrors_updated": updated, "mirrors_deleted": deleted, "deferred": deferred}
