@@ -211,7 +211,7 @@ def _load_handler(name: str) -> Any:
 class Cluster:
     """The AWS side of the measured process: fakes holding an instance and a claim per node."""
 
-    def __init__(self, nodes: int, seed: int, url: str, window: float) -> None:
+    def __init__(self, nodes: int, seed: int, url: str, window: float, state_dir: str = "") -> None:
         from bench.scale_world import CLUSTER, CREATED, NODE_TYPE, NOW, POOL, WorldSpec
         from joiner.domain import labels as wk
         from joiner.domain.launch import CLUSTER_TAG
@@ -250,7 +250,10 @@ class Cluster:
             scanner_mode="economy",
             scan_window_seconds=window,
             scanner_function="joiner-scanner",
+            state_dir=state_dir,
         )
+        #: (name, value) of every metric the functions emitted
+        self.metrics: list[tuple[str, float]] = []
         from joiner.domain.catalog import load_bundled_catalog
 
         self.catalog = load_bundled_catalog()
@@ -282,7 +285,7 @@ class Cluster:
             catalog_value=self.catalog,
             clock=self.clock,
             sleep=time.sleep,
-            metric=lambda *a, **k: None,
+            metric=lambda name, value=1, *a, **k: self.metrics.append((name, value)),
             _aws=self.aws,
         )
 
@@ -376,10 +379,34 @@ def _summary(result: Any) -> Any:
     return result if len(text) <= 400 else text[:400] + "..."
 
 
-def run_function(function: str, nodes: int, seed: int, url: str, window: float, limits: tuple[int, int]) -> dict[str, Any]:
+def run_image(nodes: int, seed: int, url: str, window: float, state_dir: str) -> dict[str, Any]:
+    """In a process of its own: read the cluster as a warm scanner keeps it, then write its
+    complete image into ``state_dir`` (what the cold functions restore), measuring the write."""
+    from joiner.services.planning_round import PlanningRound
+
+    _quiet()
+    cluster = Cluster(nodes, seed, url, window, state_dir)
+    runtime = cluster.runtime()
+    PlanningRound.for_cluster(runtime, cluster.clock.now())
+    runtime.cluster_state.node_claims(runtime.kube)
+    baseline = _rss_mb("VmRSS")
+    started, cpu_started = time.perf_counter(), time.process_time()
+    written = runtime.save_cluster_image()
+    assert written is not None and written.kind == "base", written
+    return {
+        "wall_s": round(time.perf_counter() - started, 3),
+        "cpu_s": round(time.process_time() - cpu_started, 3),
+        "image_mb": round(written.bytes / MB, 2),
+        "objects": written.objects,
+        "peak_rss_mb": _rss_mb(),
+        "baseline_rss_mb": baseline,
+    }
+
+
+def run_function(function: str, nodes: int, seed: int, url: str, window: float, limits: tuple[int, int], state_dir: str = "") -> dict[str, Any]:
     """In the measured process: set up, invoke ``function``'s handler once, measure."""
     _quiet()
-    cluster = Cluster(nodes, seed, url, window)
+    cluster = Cluster(nodes, seed, url, window, state_dir)
     spec, clock = cluster.spec, cluster.clock
     runtime = cluster.runtime()
     target = spec.nodes // 2
@@ -465,6 +492,11 @@ def run_function(function: str, nodes: int, seed: int, url: str, window: float, 
     )
     if function == "watcher":
         outcome["wake_ups"] = len(cluster.aws.wakes)
+    # the image's fetch and header, then each restored resource's decoding
+    loads = [value for name, value in cluster.metrics if name == "ClusterImageLoadSeconds"]
+    restored = runtime.cluster_state.restored()
+    outcome["state_load_s"] = round(sum(loads) + sum(seconds for _, seconds in restored), 3) if restored else None
+    outcome["image_restored"] = [resource for resource, _ in restored]
     return outcome
 
 
@@ -561,8 +593,10 @@ def child_main(raw: str) -> int:
             answer = run_steady(
                 job["mode"], job["nodes"], job["seed"], job["url"], job["window"], job["minutes"], {k: tuple(v) for k, v in job["limits"].items()}
             )  # type: ignore[misc]
+        elif job["function"] == "image":
+            answer = run_image(job["nodes"], job["seed"], job["url"], job["window"], job["state_dir"])
         else:
-            answer = run_function(job["function"], job["nodes"], job["seed"], job["url"], job["window"], tuple(job["limits"]))  # type: ignore[arg-type]
+            answer = run_function(job["function"], job["nodes"], job["seed"], job["url"], job["window"], tuple(job["limits"]), job.get("state_dir", ""))  # type: ignore[arg-type]
     except MemoryError:
         answer = {"error": "MemoryError", "peak_rss_mb": _rss_mb()}
     except Exception as error:
@@ -631,6 +665,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--child-timeout", type=float, default=1800.0, help="seconds before a measured process is killed")
     parser.add_argument("--quick", action="store_true", help="defaults of 100 nodes, 2 simulated minutes, 2 s windows")
+    parser.add_argument("--no-image", action="store_true", help="cold functions list the cluster instead of restoring its image")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -647,19 +682,46 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown function or mode: {', '.join(unknown)}")
     limits = function_limits()
+    import tempfile
+
     from bench.kube_standin import StandIn
     from bench.scale_world import WorldSpec
 
     for nodes in sizes:
         spec = WorldSpec(nodes, args.seed)
-        with StandIn(nodes, seed=args.seed, token=TOKEN) as server:
+        with StandIn(nodes, seed=args.seed, token=TOKEN) as server, tempfile.TemporaryDirectory(prefix="bench-scale-image-") as state_dir:
+            image_reported = False
             for function in functions:
                 memory, timeout = limits[CONFIG_OF.get(function, function)]
                 server.mutate({"op": "reset_world"})
                 if function == "nodeclaim_sync":
                     server.mutate({"op": "drop_nodeclaims"})
+                image: dict[str, Any] = {}
+                if not args.no_image:
+                    # The image a warm scanner wrote of this world (the functions below start cold).
+                    image = _spawn(
+                        {"function": "image", "nodes": nodes, "seed": args.seed, "url": server.url, "window": args.window, "state_dir": state_dir},
+                        args.child_timeout,
+                    )
+                    if not image_reported:
+                        image_reported = True
+                        scanner_memory = limits["scanner"][0]
+                        print(
+                            json.dumps(
+                                {"bench": "scale", "function": "image_write", "nodes": nodes, "pods": spec.pods, "memory_limit_mb": scanner_memory, **image}
+                            ),
+                            flush=True,
+                        )
                 server.reset()
-                job = {"function": function, "nodes": nodes, "seed": args.seed, "url": server.url, "window": args.window, "limits": [memory, timeout]}
+                job = {
+                    "function": function,
+                    "nodes": nodes,
+                    "seed": args.seed,
+                    "url": server.url,
+                    "window": args.window,
+                    "limits": [memory, timeout],
+                    "state_dir": "" if args.no_image else state_dir,
+                }
                 answer = _spawn(job, args.child_timeout)
                 line: dict[str, Any] = {
                     "bench": "scale",
@@ -674,7 +736,12 @@ def main(argv: list[str] | None = None) -> int:
                     "timeout_s": timeout,
                     **_read_counters(server.stats()),
                     "baseline_rss_mb": answer.get("baseline_rss_mb"),
+                    "image_restored": answer.get("image_restored", False),
+                    "state_load_s": answer.get("state_load_s"),
                 }
+                # What the cold container read: the API server's bytes plus the image.
+                image_mb = float(image.get("image_mb") or 0.0) if answer.get("image_restored") else 0.0
+                line["cold_read_mb"] = round(float(line["api_read_mb"]) + image_mb, 2)
                 cpu, wall = answer.get("cpu_s"), answer.get("wall_s")
                 stretched = lambda_wall_s(cpu, wall, memory) if isinstance(cpu, (int, float)) and isinstance(wall, (int, float)) else None
                 line.update(

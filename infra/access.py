@@ -16,6 +16,7 @@ Joiner's launch templates serve both capacity types.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from aws_cdk import Stack
 from aws_cdk import aws_dynamodb as dynamodb
@@ -23,6 +24,9 @@ from aws_cdk import aws_eks as eks
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
+
+if TYPE_CHECKING:
+    from infra.cluster_image import ClusterImageBucket
 
 __all__ = [
     "CAPABILITIES",
@@ -67,17 +71,19 @@ KUBERNETES_GROUP_BY_FUNCTION: Mapping[str, str] = {"watcher": "joiner:watcher"}
 #: What each function may do beyond reading instances and its cluster and using the state
 #: table. ``idempotency``: the powertools idempotency table (interruption events);
 #: ``continue``: send drain continuations to the work queue (whoever begins or continues a
-#: termination). Consumers get their queue through the event source mapping.
+#: termination); ``image-read``/``image-write``: the cluster state's image (every function
+#: that reads the cluster restores it when cold; the scanner writes it). Consumers get their queue through the event source mapping.
 CAPABILITIES: Mapping[str, frozenset[str]] = {
-    # launches nodes; terminates an instance whose node never registered
-    "scanner": frozenset({"launch", "terminate"}),
+    # launches nodes; terminates an instance whose node never registered; writes the cluster
+    # state's image after its round
+    "scanner": frozenset({"launch", "terminate", "image-read", "image-write"}),
     # replacement on rebalance, terminate after drain
-    "interruption": frozenset({"launch", "terminate", "idempotency", "continue"}),
+    "interruption": frozenset({"launch", "terminate", "idempotency", "continue", "image-read"}),
     "termination": frozenset({"terminate", "continue"}),
     # consolidation replaces, empty nodes are deleted
-    "disruption": frozenset({"launch", "terminate", "continue"}),
+    "disruption": frozenset({"launch", "terminate", "continue", "image-read"}),
     # leaked instances and stale launch templates
-    "gc": frozenset({"terminate", "clean-up"}),
+    "gc": frozenset({"terminate", "clean-up", "image-read"}),
     # responsive mode: watches pods, wakes the scanner (granted by infra/functions.py), keeps its
     # watch position in the state table; reads no instances
     "watcher": frozenset({"no-instance-reads"}),
@@ -169,6 +175,7 @@ class FunctionAccess(Construct):
         idempotency_table: dynamodb.ITable,
         work_queue: sqs.IQueue,
         create_access_entries: bool,
+        cluster_image: ClusterImageBucket | None = None,
         ebs_kms_key_arn: str | None = None,
         in_vpc: bool = False,
     ) -> None:
@@ -354,6 +361,10 @@ class FunctionAccess(Construct):
             grant_table(state_table, role, STATE_TABLE_ACTIONS_BY_FUNCTION.get(name, STATE_TABLE_ACTIONS))
             if "idempotency" in CAPABILITIES[name]:
                 grant_table(idempotency_table, role, IDEMPOTENCY_TABLE_ACTIONS)
+            if cluster_image is not None and "image-read" in CAPABILITIES[name]:
+                cluster_image.grant_read(role)
+            if cluster_image is not None and "image-write" in CAPABILITIES[name]:
+                cluster_image.grant_write(role)
             if "continue" in CAPABILITIES[name]:
                 work_queue.grant(role, "sqs:SendMessage")
                 if work_queue.encryption_master_key is not None:

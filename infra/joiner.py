@@ -7,6 +7,7 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from infra.access import FunctionAccess
+from infra.cluster_image import ClusterImageBucket
 from infra.config import RETENTION_DAY_NAMES, JoinerConfig
 from infra.encryption import JoinerKey
 from infra.functions import ARCHITECTURE, BATCHING_WINDOW_SECONDS, RUNTIME, SPECS_BY_NAME, JoinerFunctions, specs_for_mode
@@ -41,6 +42,7 @@ class Joiner(Construct):
         self.encryption = JoinerKey(self, "Encryption", cluster_name=cluster)
         key = self.encryption.key
         self.tables = StateTables(self, "State", key=key)
+        self.cluster_image = ClusterImageBucket(self, "ClusterImage", key=key)
         self.work = WorkQueue(
             self,
             "WorkQueue",
@@ -85,6 +87,7 @@ class Joiner(Construct):
             state_table=self.tables.state_table,
             idempotency_table=self.tables.idempotency_table,
             work_queue=self.work.queue,
+            cluster_image=self.cluster_image,
             create_access_entries=config.create_access_entry,
             in_vpc=config.in_vpc,
             ebs_kms_key_arn=config.ebs_kms_key_arn,
@@ -93,6 +96,7 @@ class Joiner(Construct):
             "JOINER_CLUSTER_NAME": cluster,
             "JOINER_STATE_TABLE": self.tables.state_table.table_name,
             "JOINER_IDEMPOTENCY_TABLE": self.tables.idempotency_table.table_name,
+            "JOINER_STATE_BUCKET": self.cluster_image.bucket.bucket_name,
             "JOINER_INTERRUPTION_QUEUE_URL": self.ingestion.queue.queue_url,
             "JOINER_WORK_QUEUE_URL": self.work.queue.queue_url,
             # Responsive mode's waiting is the watcher's: the scanner itself always runs one round.
@@ -140,6 +144,7 @@ class Joiner(Construct):
 
         outputs = {
             "StateTableName": (self.tables.state_table.table_name, "DynamoDB state table"),
+            "StateBucketName": (self.cluster_image.bucket.bucket_name, "S3 bucket of the cluster state's image"),
             "InterruptionQueueUrl": (self.ingestion.queue.queue_url, "SQS queue fed by the interruption rules"),
             "WorkQueueUrl": (self.work.queue.queue_url, "SQS work queue (drain continuations)"),
             "NodeRoleName": (self.node_role.role_name, "Role for NodeClass spec.role"),

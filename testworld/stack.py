@@ -68,6 +68,25 @@ def create_idempotency_table(dynamodb: Any, name: str) -> str:
     return name
 
 
+def state_bucket_name(cluster: str) -> str:
+    """A valid S3 bucket name for ``cluster``'s image bucket (lower case, at most 63)."""
+    cleaned = "".join(c if c.isalnum() or c == "-" else "-" for c in cluster.lower()).strip("-") or "cluster"
+    return f"{cleaned[:48]}-state-image"
+
+
+def create_state_bucket(s3: Any, name: str, region: str) -> str:
+    """The cluster state's image bucket, as the stack makes it (private)."""
+    if region == "us-east-1":
+        s3.create_bucket(Bucket=name)
+    else:
+        s3.create_bucket(Bucket=name, CreateBucketConfiguration={"LocationConstraint": region})
+    s3.put_public_access_block(
+        Bucket=name,
+        PublicAccessBlockConfiguration={"BlockPublicAcls": True, "IgnorePublicAcls": True, "BlockPublicPolicy": True, "RestrictPublicBuckets": True},
+    )
+    return name
+
+
 def create_dead_lettered_queue(sqs: Any, name: str, visibility: int, max_receive_count: int = MAX_RECEIVE_COUNT) -> LocalQueue:
     """A queue redriving to ``<name>-dlq`` after ``max_receive_count`` receives."""
     dlq_url = sqs.create_queue(QueueName=f"{name}-dlq")["QueueUrl"]
@@ -106,6 +125,7 @@ class LocalStack:
         self.dynamodb = self.client("dynamodb")
         self.state_table = f"{cluster}-state"
         self.idempotency_table = f"{cluster}-idempotency"
+        self.state_bucket = state_bucket_name(cluster)
         self.rule = f"{cluster}-interruptions"
         self.network: Network | None = None
         self.amis: dict[str, str] = {}
@@ -127,6 +147,7 @@ class LocalStack:
         create_eks_cluster(self.client("eks"), self.cluster, list(self.network.subnets.values()))
         create_state_table(self.dynamodb, self.state_table)
         create_idempotency_table(self.dynamodb, self.idempotency_table)
+        create_state_bucket(self.client("s3"), self.state_bucket, self.region)
         self.interruption = create_dead_lettered_queue(self.sqs, f"{self.cluster}-interruption", INTERRUPTION_VISIBILITY_SECONDS)
         self.work = create_dead_lettered_queue(self.sqs, f"{self.cluster}-work", WORK_VISIBILITY_SECONDS, WORK_MAX_RECEIVE_COUNT)
         route_interruptions(self.events, self.rule, self.interruption.arn)
@@ -140,6 +161,7 @@ class LocalStack:
             region=self.region,
             state_table=self.state_table,
             idempotency_table=self.idempotency_table,
+            state_bucket=self.state_bucket,
             interruption_queue_url=self.interruption.url,
             work_queue_url=self.work.url,
             scanner_mode=scanner_mode,

@@ -80,6 +80,7 @@ ENVIRONMENT_SETTINGS = {
     "JOINER_WORK_QUEUE_URL": "work_queue_url",
     "JOINER_INTERRUPTION_QUEUE_URL": "interruption_queue_url",
     "JOINER_PLANNER_FUNCTION": "scanner_function",
+    "JOINER_STATE_BUCKET": "state_bucket",
     "JOINER_NODE_ROLE": "node_role",
 }
 #: Granted actions AWS services (not the handler's code) use with the function's role: log
@@ -298,6 +299,8 @@ def bind(deployment: Deployment, function: str, settings: Any) -> Binding:
             bound[logical] = {"Ref": value, "Arn": build_arn("dynamodb", "table", region, account, value)}
         elif resources[logical]["Type"] == "AWS::SQS::Queue":
             bound[logical] = {"Ref": value, "Arn": build_arn("sqs", "queue", region, account, _queue_name(value))}
+        elif resources[logical]["Type"] == "AWS::S3::Bucket":
+            bound[logical] = {"Ref": value, "Arn": build_arn("s3", "bucket", region, account, value)}
         elif resources[logical]["Type"] == "AWS::Lambda::Function":
             bound[logical] = {"Ref": value, "Arn": build_arn("lambda", "function", region, account, value)}
         elif resources[logical]["Type"] == "AWS::IAM::Role":
@@ -309,6 +312,20 @@ def bind(deployment: Deployment, function: str, settings: Any) -> Binding:
         elif resource["Type"] == "AWS::IAM::Role" and isinstance(resource["Properties"].get("RoleName"), str):
             bound[logical] = {"Arn": build_arn("iam", "role", region, account, resource["Properties"]["RoleName"])}
     return Binding(region, account, bound)
+
+
+def bucket_keys(deployment: Deployment, binding: Binding) -> dict[str, str]:
+    """Bucket name -> the ARN of the KMS key that encrypts its objects (in the deployment)."""
+    out = {}
+    for logical, resource in deployment.template["Resources"].items():
+        if resource["Type"] != "AWS::S3::Bucket":
+            continue
+        rules = resource["Properties"].get("BucketEncryption", {}).get("ServerSideEncryptionConfiguration", [])
+        key = next((r["ServerSideEncryptionByDefault"].get("KMSMasterKeyID") for r in rules if "ServerSideEncryptionByDefault" in r), None)
+        name = binding.resources.get(logical, {}).get("Ref")
+        if key is not None and name is not None:
+            out[name] = str(binding.resolve(key))
+    return out
 
 
 def queue_keys(deployment: Deployment, binding: Binding) -> dict[str, str]:
@@ -434,6 +451,7 @@ def authorizations(
     account: str = ACCOUNT,
     state: MotoState | None = None,
     encrypted_queues: Mapping[str, str] | None = None,
+    encrypted_buckets: Mapping[str, str] | None = None,
 ) -> list[Authorization]:
     """What IAM authorizes for one request; raises :class:`UnsupportedPolicy` for an
     operation the guard has no model of."""
@@ -469,6 +487,17 @@ def authorizations(
     elif service == "lambda" and operation == "Invoke":
         # The watcher wakes the scanner by name (an unqualified function: no version or alias).
         b.add("lambda:InvokeFunction", "function", b.arn("lambda", "function", str(params["FunctionName"])))
+    elif service == "s3" and operation in ("GetObject", "PutObject"):
+        bucket = str(params["Bucket"])
+        b.add(f"s3:{operation}", "object", b.arn("s3", "object", bucket, str(params["Key"])))
+        if operation == "GetObject":
+            # S3 answers a missing key with 404 (the adapter's None) instead of 403 only to a
+            # caller allowed to list the bucket.
+            b.add("s3:ListBucket", "bucket", b.arn("s3", "bucket", bucket), reason="GetObject of a possibly missing key")
+        key = (encrypted_buckets or {}).get(bucket)
+        if key is not None:
+            # SSE-KMS: S3 decrypts (GetObject) or asks for a data key (PutObject) as the caller.
+            b.add("kms:Decrypt" if operation == "GetObject" else "kms:GenerateDataKey", "key", key, reason=f"{operation} in a KMS-encrypted bucket")
     elif service == "eks" and operation == "DescribeCluster":
         b.add("eks:DescribeCluster", "cluster", b.arn("eks", "cluster", str(params["name"])))
     else:
@@ -625,7 +654,15 @@ class Guard:
             deployment = self._load(settings.cluster_name)
             binding = bind(deployment, function, settings)
             statements = [binding.resolve(s) for s in deployment.statements[function]]
-            needed = authorizations(service, operation, params, region=region, account=binding.account, encrypted_queues=queue_keys(deployment, binding))
+            needed = authorizations(
+                service,
+                operation,
+                params,
+                region=region,
+                account=binding.account,
+                encrypted_queues=queue_keys(deployment, binding),
+                encrypted_buckets=bucket_keys(deployment, binding),
+            )
             decisions: list[tuple[Authorization, Decision]] = [(a, evaluate(statements, a)) for a in needed]
         except UnsupportedPolicy as error:
             self._record(Finding(function, request, f"undecidable: {error}"))

@@ -121,7 +121,7 @@ def test_a_continuation_older_than_the_history_expires(standin: StandIn) -> None
 def test_quick_run_prints_every_line_with_the_promised_keys() -> None:
     env = dict(os.environ, PYTHONPATH=f"{ROOT / 'layers/joiner/python'}{os.pathsep}{ROOT}")
     run = subprocess.run(
-        [sys.executable, "-m", "bench.scale", "--quick", "--nodes", "30", "--minutes", "1", "--functions", "watcher,termination,nodeclaim_sync"],
+        [sys.executable, "-m", "bench.scale", "--quick", "--nodes", "30", "--minutes", "1", "--functions", "watcher,termination,nodeclaim_sync,scanner"],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -130,8 +130,14 @@ def test_quick_run_prints_every_line_with_the_promised_keys() -> None:
         check=True,
     )
     lines = [json.loads(line) for line in run.stdout.splitlines()]
-    functions = [line for line in lines if line["function"] != "steady"]
-    assert [line["function"] for line in functions] == ["watcher", "termination", "nodeclaim_sync"]
+    (image,) = [line for line in lines if line["function"] == "image_write"]
+    assert image["image_mb"] > 0 and image["objects"] > 30 * 30  # every pod and Node
+    functions = [line for line in lines if line["function"] not in ("steady", "image_write")]
+    assert [line["function"] for line in functions] == ["watcher", "termination", "nodeclaim_sync", "scanner"]
+    scanner = functions[-1]
+    # a cold scanner restores the image a warm one wrote and lists no pods
+    assert scanner["image_restored"] and scanner["state_load_s"] is not None and scanner["full_pod_lists"] == 0
+    assert scanner["cold_read_mb"] >= scanner["api_read_mb"]
     for line in functions:
         assert {
             "bench",

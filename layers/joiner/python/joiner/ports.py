@@ -640,3 +640,21 @@ class QueuePort(Protocol):
     def send(self, body: JsonDict, delay_seconds: int = 0, dedup_id: str | None = None) -> None:
         """Send a message (delay 0-900 s) to the work queue for continuations."""
         ...
+
+
+class BlobError(RuntimeError):
+    """A blob could not be read or written (the store is unreachable, refused or throttled)."""
+
+
+class BlobPort(Protocol):
+    """A small private object store (an S3 bucket deployed; a directory locally): whole
+    objects by key, each write replacing the object at once (a reader sees the old object or
+    the new one, never a mix)."""
+
+    def get(self, key: str) -> bytes | None:
+        """The object's bytes; None when there is none. Raises :class:`BlobError`."""
+        ...
+
+    def put(self, key: str, data: bytes) -> None:
+        """Store ``data`` as the object (replacing it). Raises :class:`BlobError`."""
+        ...

@@ -37,6 +37,10 @@ class Settings:
     delete_to_drain: bool = True
     #: also read Karpenter's karpenter.sh/v1 NodePools and karpenter.k8s.aws/v1 EC2NodeClasses, converted
     karpenter_crds: bool = False
+    #: the bucket holding the cluster state's image (cold containers restore it instead of listing)
+    state_bucket: str = ""
+    #: local runs: a directory instead of the bucket
+    state_dir: str = ""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -83,6 +87,8 @@ class Settings:
             scanner_function=env.get("JOINER_PLANNER_FUNCTION", ""),
             delete_to_drain=env.get("JOINER_DELETE_TO_DRAIN", "true").strip().lower() not in ("0", "false", "no"),
             karpenter_crds=env.get("JOINER_KARPENTER_CRDS", "").strip().lower() in ("1", "true", "yes"),
+            state_bucket=env.get("JOINER_STATE_BUCKET", "").strip(),
+            state_dir=env.get("JOINER_STATE_DIR", "").strip(),
         )
 
 

@@ -9,6 +9,11 @@ costs what changed in that minute, not the cluster. It lists again from scratch 
 server no longer has that version (410), when RuntimeClasses change (pods' overhead), when a
 change cannot be read, and at least every :data:`RESYNC_AFTER` (a full list proves the model
 right). Memory holds the compact model plus one page.
+
+A cold container need not list either: :meth:`ClusterCache.export` gives the model as it
+stands (or only what changed since the last complete export), and a cache given an
+``image_loader`` restores the latest such image on its first read and catches up from its
+versions (:mod:`joiner.services.cluster_image` persists them).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from joiner.domain.interning import PodInterner
 from joiner.domain.model import Node, Pod
@@ -30,6 +35,8 @@ from joiner.ports import JsonDict, KubernetesError, KubernetesPort, WatchEvent, 
 
 __all__ = [
     "RESYNC_AFTER_SECONDS",
+    "CacheImage",
+    "StoreImage",
     "PodEntry",
     "ClusterCache",
     "ClusterRead",
@@ -41,6 +48,9 @@ __all__ = [
 
 #: A full list at least this often (seconds of the container's monotonic clock).
 RESYNC_AFTER_SECONDS = 60 * 60.0
+#: An image loaded at a container's first read restores the stores first read within this
+#: many seconds (later ones are listed: the image's versions would be past the watch history).
+IMAGE_USABLE_FOR = 120.0
 
 #: The pods' interner is rebuilt from the live pods once it holds more than twice their
 #: number plus this many values: a value of a pod that is gone (a Job's ``controller-uid``
@@ -79,6 +89,69 @@ class ClusterRead:
 T = TypeVar("T")
 
 
+@dataclass(frozen=True)
+class StoreImage:
+    """One resource's model as exported: every object (``complete``) or only those changed
+    since the last complete export (a removed one maps to None), current at ``version``.
+    ``load`` gives the objects (an image read back decodes them only when called, and raises
+    ``ValueError`` when they cannot be)."""
+
+    resource: str
+    version: str
+    #: the cache clock's reading when the resource was last listed in full
+    listed_at: float
+    complete: bool
+    load: Callable[[], Mapping[str, object]]
+
+    @classmethod
+    def of(cls, resource: str, version: str, listed_at: float, complete: bool, items: Mapping[str, object]) -> StoreImage:
+        return cls(resource, version, listed_at, complete, lambda: items)
+
+
+def _merged(base: StoreImage, delta: StoreImage) -> Callable[[], Mapping[str, object]]:
+    def load() -> Mapping[str, object]:
+        items = dict(base.load())
+        for key, item in delta.load().items():
+            if item is None:
+                items.pop(key, None)
+            else:
+                items[key] = item
+        return items
+
+    return load
+
+
+@dataclass(frozen=True)
+class CacheImage:
+    """What :meth:`ClusterCache.export` gives and :meth:`ClusterCache.restore` takes: the
+    stores that were ever read, the RuntimeClasses the pods were parsed with, and ``sequence``
+    (the cache's change counter at export, for :meth:`ClusterCache.exported`)."""
+
+    runtime_classes: Mapping[str, Resources]
+    stores: tuple[StoreImage, ...]
+    sequence: int = 0
+
+    @property
+    def complete(self) -> bool:
+        return all(store.complete for store in self.stores)
+
+    def store(self, resource: str) -> StoreImage | None:
+        return next((store for store in self.stores if store.resource == resource), None)
+
+    def with_changes(self, changes: CacheImage) -> CacheImage:
+        """This complete image with ``changes`` (a later changes-only export) applied (the
+        objects merged when loaded)."""
+        stores = []
+        for store in self.stores:
+            delta = changes.store(store.resource)
+            if delta is None or delta.complete:
+                stores.append(delta or store)
+            else:
+                stores.append(StoreImage(store.resource, delta.version, delta.listed_at, True, _merged(store, delta)))
+        stores.extend(store for store in changes.stores if self.store(store.resource) is None and store.complete)
+        return CacheImage(changes.runtime_classes, tuple(stores), changes.sequence)
+
+
 @dataclass
 class _Store(Generic[T]):
     """One resource's kept objects by key, and the version they are current at."""
@@ -89,10 +162,18 @@ class _Store(Generic[T]):
     version: str = ""
     #: the container clock's reading when it was last listed in full
     listed_at: float = float("-inf")
+    #: key -> the cache's change counter when it last changed, since the last complete export
+    changed: dict[str, int] = field(default_factory=dict)
+    #: the change counter when it was listed in full (or restored) after the last confirmed
+    #: complete export, None if it was not: a changes-only export cannot say so
+    relisted: int | None = 0
+    #: restored from an image and not read since: even a read "as last read" catches up first
+    restored: bool = False
 
     def clear(self) -> None:
         """Drop the objects and the version: the next read lists again."""
         self.items, self.version, self.listed_at = {}, "", float("-inf")
+        self.changed, self.relisted = {}, 0
 
     def forget(self) -> None:
         """Drop everything kept for this resource."""
@@ -155,13 +236,23 @@ class ClusterCache:
     _pods: _PodStore = field(default_factory=lambda: _PodStore("pods"))
     _nodes: _Store[Node] = field(default_factory=lambda: _Store[Node]("nodes"))
     _node_claims: _Store[JsonDict] = field(default_factory=lambda: _Store[JsonDict]("nodeclaims"))
+    #: gives the latest persisted image (None when there is none usable); asked once, at the
+    #: first read of a container that has read nothing yet
+    image_loader: Callable[[], CacheImage | None] | None = None
     _runtime_classes: dict[str, Resources] | None = None
+    _image_asked: bool = False
+    _image: CacheImage | None = None
+    _image_loaded_at: float = 0.0
+    _restored: list[tuple[str, float]] = field(default_factory=list)
+    _sequence: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def read(self, kube: KubernetesPort, runtime_classes: Mapping[str, Resources], parse_pod: PodParser, parse_node: NodeParser) -> ClusterRead:
         """Bring pods and Nodes up to date and return them. Raises :class:`KubernetesError`
         when the cluster cannot be listed (the model is then listed again next time)."""
         with self._lock:
+            self._restore(self._pods, runtime_classes)
+            self._restore(self._nodes)
             if self._runtime_classes != dict(runtime_classes):
                 self._pods.forget()
                 self._runtime_classes = dict(runtime_classes)
@@ -188,7 +279,8 @@ class ClusterCache:
         is given in this container. Raises :class:`KubernetesError` when the Nodes cannot be
         listed."""
         with self._lock:
-            if refresh or not self._nodes.version:
+            self._restore(self._nodes)
+            if refresh or not self._nodes.version or self._nodes.restored:
                 self._refresh(self._nodes, kube, parse_node, _never_reused)
             return tuple(self._nodes.items[name] for name in sorted(self._nodes.items))
 
@@ -206,7 +298,8 @@ class ClusterCache:
         with the cache: do not modify them. Raises :class:`KubernetesError` when they cannot be
         listed."""
         with self._lock:
-            if not refresh and self._node_claims.version:
+            self._restore(self._node_claims)
+            if not refresh and self._node_claims.version and not self._node_claims.restored:
                 return dict(self._node_claims.items)
             try:
                 self._refresh(self._node_claims, kube, _as_is, _never_reused)
@@ -217,7 +310,104 @@ class ClusterCache:
                 return {}
             return dict(self._node_claims.items)
 
+    def export(self, *, complete: bool) -> CacheImage | None:
+        """The model as it stands (``complete``), or only what changed since the last complete
+        export that :meth:`exported` confirmed; None when nothing was read yet. A changes-only
+        export is complete for a resource listed again since then. The objects are shared
+        with the cache: do not modify them."""
+        with self._lock:
+            stores = []
+            for store in self._stores():
+                if not store.version:
+                    continue
+                whole = complete or store.relisted is not None
+                items: Mapping[str, object] = dict(store.items) if whole else {key: store.items.get(key) for key in store.changed}
+                stores.append(StoreImage.of(store.resource, store.version, store.listed_at, whole, items))
+            if not stores:
+                return None
+            return CacheImage(dict(self._runtime_classes or {}), tuple(stores), self._sequence)
+
+    def exported(self, image: CacheImage) -> None:
+        """``image``, a complete export, is persisted: later changes-only exports hold only what
+        changed after it."""
+        if not image.complete:
+            return
+        with self._lock:
+            exported = {store.resource for store in image.stores}
+            for store in self._stores():
+                if store.resource in exported:
+                    store.changed = {key: seen for key, seen in store.changed.items() if seen > image.sequence}
+                    if store.relisted is not None and store.relisted <= image.sequence:
+                        store.relisted = None
+
+    def changed_since_export(self) -> tuple[int, int]:
+        """(objects changed since the last confirmed complete export, objects kept)."""
+        with self._lock:
+            return sum(len(s.changed) for s in self._stores()), sum(len(s.items) for s in self._stores())
+
+    def restore(self, image: CacheImage, runtime_classes: Mapping[str, Resources] | None = None) -> tuple[str, ...]:
+        """Take the stores of a complete ``image`` this cache has not read yet (their next read
+        catches up from the image's versions); the pods only when they were parsed with
+        ``runtime_classes`` (given) or the cache's. Returns the resources taken."""
+        with self._lock:
+            stores: tuple[_Store[Any], ...] = self._stores()
+            return tuple(store.resource for store in stores if self._take(store, image, runtime_classes))
+
+    def _take(self, store: _Store[T], image: CacheImage | None, runtime_classes: Mapping[str, Resources] | None = None) -> bool:
+        exported = image.store(store.resource) if image is not None and image.complete else None
+        if exported is None or store.version or not exported.version:
+            return False
+        if store is self._pods:
+            wanted = dict(runtime_classes) if runtime_classes is not None else self._runtime_classes
+            if wanted is not None and wanted != dict(image.runtime_classes):  # type: ignore[union-attr]
+                return False
+        began = time.perf_counter()
+        try:
+            items = dict(exported.load())
+        except ValueError as error:
+            logger.warning("cluster state: its image could not be restored, listing instead", extra={"resource": store.resource, "error": str(error)})
+            return False
+        if store is self._pods:
+            self._runtime_classes = dict(image.runtime_classes)  # type: ignore[union-attr]
+        store.items = items  # type: ignore[assignment]
+        store.version, store.listed_at = exported.version, exported.listed_at
+        self._sequence += 1
+        store.changed, store.relisted, store.restored = {}, self._sequence, True
+        seconds = time.perf_counter() - began
+        self._restored.append((store.resource, seconds))
+        logger.info("cluster state: restored from its image", extra={"resource": store.resource, "objects": len(items), "seconds": round(seconds, 3)})
+        return True
+
+    def restored(self) -> tuple[tuple[str, float], ...]:
+        """(resource, seconds its objects took to decode) of each store restored from an image."""
+        with self._lock:
+            return tuple(self._restored)
+
+    def _restore(self, store: _Store[T], runtime_classes: Mapping[str, Resources] | None = None) -> None:
+        """Before ``store`` is first read: restore it from the image, loaded (not decoded) at
+        the first such read of this container and used for :data:`IMAGE_USABLE_FOR` seconds."""
+        if store.version or self.image_loader is None:
+            return
+        if not self._image_asked:
+            self._image_asked = True
+            self._image = self.image_loader()
+            self._image_loaded_at = self.clock()
+        if self._image is None:
+            return
+        if self.clock() - self._image_loaded_at > IMAGE_USABLE_FOR:
+            self._image = None
+            return
+        self._take(store, self._image, runtime_classes)
+
+    def _stores(self) -> tuple[_Store[PodEntry], _Store[Node], _Store[JsonDict]]:
+        return (self._pods, self._nodes, self._node_claims)
+
+    def _note_change(self, store: _Store[T], key: str) -> None:
+        self._sequence += 1
+        store.changed[key] = self._sequence
+
     def _refresh(self, store: _Store[T], kube: KubernetesPort, parse: Callable[[JsonDict], T | None], reusable: Callable[[T, JsonDict], bool]) -> str:
+        store.restored = False
         version = store.version
         fresh = version and self.clock() - store.listed_at < self.resync_after
         if fresh:
@@ -251,6 +441,8 @@ class ClusterCache:
             store.forget()
             raise
         store.items = found
+        self._sequence += 1
+        store.relisted = self._sequence
         if version:
             store.version = version
             store.listed_at = self.clock()
@@ -266,6 +458,7 @@ class ClusterCache:
                     store.items.pop(key, None)  # deleted, or now invalid (its parser reported it)
                 else:
                     store.items[key] = parsed
+                self._note_change(store, key)
             if event.resource_version:
                 store.version = event.resource_version
 

@@ -26,7 +26,8 @@ from joiner.settings import Settings
 
 if TYPE_CHECKING:
     from joiner.domain.catalog import Catalog
-    from joiner.ports import Clock, ClusterInfo, Ec2Port, KubernetesPort, PricingPort, QueuePort, StatePort
+    from joiner.ports import BlobPort, Clock, ClusterInfo, Ec2Port, KubernetesPort, PricingPort, QueuePort, StatePort
+    from joiner.services.cluster_image import ImageWrite, ImageWriter
 
 __all__ = ["Runtime", "TtlCache", "build_runtime", "SPOT_PRICE_TTL", "SPOT_PRICE_RETRY"]
 
@@ -104,6 +105,9 @@ class Runtime:
     state_port: StatePort | None = None
     queue_port: QueuePort | None = None
     pricing_port: PricingPort | None = None
+    #: where the cluster state's image is kept (None: built from the settings' bucket or
+    #: directory; neither set: no image is read or written)
+    blobs_port: BlobPort | None = None
     catalog_value: Catalog | None = None
     clock: Clock = field(default_factory=SystemClock)
     sleep: Callable[[float], None] = time.sleep
@@ -124,10 +128,13 @@ class Runtime:
     _priced_catalog: Catalog | None = field(default=None, repr=False)
     _prices_refresh_at: datetime = field(default=datetime.min.replace(tzinfo=UTC), repr=False)
     _aws: Any = field(default=None, repr=False)
+    _image_writer: ImageWriter | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         # The cluster state's resync follows the runtime's clock (the simulator's runs fast).
         self.cluster_state.clock = lambda: self.clock.now().timestamp()
+        if self.cluster_state.image_loader is None:
+            self.cluster_state.image_loader = self._load_cluster_image
 
     # -- ports
 
@@ -162,6 +169,53 @@ class Runtime:
                 if self.queue_port is None:
                     self.queue_port = _build_queue(self)
         return self.queue_port
+
+    @property
+    def blobs(self) -> BlobPort | None:
+        """The cluster state's image store; None when the settings name neither a bucket nor
+        a directory."""
+        if self.blobs_port is None and (self.settings.state_bucket or self.settings.state_dir):
+            with self._lock:
+                if self.blobs_port is None:
+                    self.blobs_port = _build_blobs(self)
+        return self.blobs_port
+
+    def _load_cluster_image(self) -> Any:
+        blobs = self.blobs
+        if blobs is None:
+            return None
+        from joiner.services.cluster_image import load_image
+
+        loaded = load_image(blobs)
+        if loaded is None:
+            self.count("ClusterImageUnusable")
+            return None
+        image, read = loaded
+        self.count("ClusterImageLoaded")
+        self.count("ClusterImageLoadSeconds", read["load_s"], "Seconds")
+        from joiner.observability import logger
+
+        logger.info("cluster state: image loaded", extra=read)
+        return image
+
+    def save_cluster_image(self) -> ImageWrite | None:
+        """Write the cluster state's image when one is due (the scanner, after its round);
+        None without an image store. Never raises."""
+        blobs = self.blobs
+        if blobs is None:
+            return None
+        from joiner.services.cluster_image import ImageWriter
+
+        with self._lock:
+            if self._image_writer is None:
+                self._image_writer = ImageWriter()
+            writer = self._image_writer
+        written = writer.write(self.cluster_state, blobs, self.clock.now().timestamp())
+        if written.kind:
+            self.count("ClusterImageBytes", written.bytes, "Bytes", kind=written.kind)
+        elif written.error:
+            self.count("ClusterImageWriteFailures")
+        return written
 
     @property
     def pricing(self) -> PricingPort:
@@ -341,6 +395,14 @@ def _build_state(runtime: Runtime) -> StatePort:
     from joiner.adapters.aws import state_adapter
 
     return state_adapter(runtime.settings, runtime.aws, runtime.clock)
+
+
+def _build_blobs(runtime: Runtime) -> BlobPort:
+    from joiner.adapters.blobs import DirectoryBlobs, S3Blobs
+
+    if runtime.settings.state_bucket:
+        return S3Blobs(runtime.aws.client("s3"), runtime.settings.state_bucket)
+    return DirectoryBlobs(runtime.settings.state_dir)
 
 
 def _build_queue(runtime: Runtime) -> QueuePort:

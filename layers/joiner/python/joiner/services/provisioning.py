@@ -300,13 +300,18 @@ RETRY_SECONDS = 5.0
 
 
 def sync_node_claims(runtime: Runtime) -> None:
-    """The NodeClaim mirrors after a round (:mod:`joiner.services.nodeclaims`); never raises."""
+    """The NodeClaim mirrors after a round (:mod:`joiner.services.nodeclaims`), then the
+    cluster state's image when one is due (:mod:`joiner.services.cluster_image`); never raises."""
     from joiner.services.nodeclaims import sync_node_claims as sync
 
     try:
         sync(runtime)
     except Exception:  # noqa: BLE001 - a mirror must never fail a scan
         logger.exception("nodeclaim mirror sync failed")
+    try:
+        runtime.save_cluster_image()  # after the mirrors: the image holds them as synced
+    except Exception:  # noqa: BLE001 - the image only spares cold containers a list
+        logger.exception("cluster state image not written")
 
 
 def run_scanner(
