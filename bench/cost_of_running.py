@@ -221,6 +221,11 @@ def _lines(mode: str, month: str, inv: Inventory, prices: dict[str, Any], idle: 
         "GB (10 MB per table)",
         inv.tables * 0.01 * (prices["dynamodb_storage_gb_month"] + prices["dynamodb_pitr_gb_month"]),
     )
+    # the cluster state's image: the scanner's writes, cold containers' reads, a few MB kept
+    puts, gets = monthly(idle.requests, "s3", ("PutObject",)), monthly(idle.requests, "s3", ("GetObject",))
+    item("s3:puts", puts, "requests (the cluster state's image)", puts / 1000 * prices["s3_put_per_1000"])
+    item("s3:gets", gets, "requests (cold containers)", gets / 1000 * prices["s3_get_per_1000"])
+    item("s3:storage", 0.01, "GB (the image, 10 MB)", 0.01 * prices["s3_standard_gb_month"])
     polls = inv.sqs_consumers * SQS_POLLERS * (MONTH_MINUTES * 60 / SQS_POLL_SECONDS)
     sqs = polls + monthly(idle.requests, "sqs")
     item("sqs:requests", sqs, "requests (event source polling included)", sqs / 1e6 * prices["sqs_requests_per_million"])

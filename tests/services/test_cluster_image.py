@@ -16,31 +16,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from joiner.adapters.blobs import DirectoryBlobs
-from joiner.ports import BlobError
 from joiner.services import cluster_image
 from joiner.services.cluster_image import BASE_KEY, CHANGES_KEY, ImageError, ImageWriter, decode, load_image
 from joiner.services.cluster_state import ClusterCache
 from tests.services.test_cluster_state import LogKube, node, pod, view
-
-
-class MemoryBlobs:
-    """Objects in a dict; ``failing`` makes every call raise as an unreachable store would."""
-
-    def __init__(self) -> None:
-        self.objects: dict[str, bytes] = {}
-        self.failing = False
-        self.gets = 0
-
-    def get(self, key: str) -> bytes | None:
-        self.gets += 1
-        if self.failing:
-            raise BlobError("unreachable")
-        return self.objects.get(key)
-
-    def put(self, key: str, data: bytes) -> None:
-        if self.failing:
-            raise BlobError("unreachable")
-        self.objects[key] = data
+from tests.support.fakes import FakeBlobs as MemoryBlobs
 
 
 def cold_cache(blobs: Any, now: list[float]) -> ClusterCache:

@@ -120,6 +120,7 @@ from tests.events.fixtures import load_event
 from tests.support.fakes import (
     SMALL_CATALOG_TYPES,
     DrainingKubernetes,
+    FakeBlobs,
     FakeClock,
     FakeEc2,
     FakePricing,
@@ -223,6 +224,7 @@ KUBE_METHODS = _methods(ports.KubernetesPort)
 EC2_METHODS = _methods(ports.Ec2Port)
 STATE_METHODS = _methods(ports.StatePort)
 QUEUE_METHODS = _methods(ports.QueuePort)
+BLOB_METHODS = _methods(ports.BlobPort)
 STATE_WRITES = frozenset(
     {
         "put_claim",
@@ -255,7 +257,7 @@ KUBE_WRITES = frozenset(
         "patch_node_overlay_status",
     }
 )
-WRITES = {"state": STATE_WRITES, "ec2": EC2_WRITES, "kube": KUBE_WRITES, "queue": QUEUE_METHODS}
+WRITES = {"state": STATE_WRITES, "ec2": EC2_WRITES, "kube": KUBE_WRITES, "queue": QUEUE_METHODS, "blobs": frozenset({"put"})}
 
 
 def _fault(port: str, method: str, kind: str) -> Exception | None:
@@ -267,6 +269,8 @@ def _fault(port: str, method: str, kind: str) -> Exception | None:
         if kind == "conflict" and method in KUBE_WRITES:
             return KubernetesError(f"{method}: the object has been modified (injected 409)", status=409)
         return KubernetesError(f"{method}: Too Many Requests (injected 429)", status=429)
+    if port == "blobs":
+        return ports.BlobError(f"{method}: SlowDown (injected 503)")
     return None  # the work queue: crashes only
 
 
@@ -430,6 +434,9 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.state = FakeState()
         self.index = LaggingOpenClaims(self.state, self.clock, INDEX_LAG, recent_partition=ADAPTER_HAS_RECENT_PARTITION)
         self.queue = WorkQueue(self.clock)
+        #: the cluster state's image, shared by every container (the scanner's writes, cold
+        #: containers' restores)
+        self.blobs = FakeBlobs()
         self.metrics = RecordingMetrics()
         self.faults = Faults()
         self.containers = {
@@ -487,6 +494,7 @@ class LifecycleMachine(RuleBasedStateMachine):
                 ec2_port=Port(self.ec2, "ec2", EC2_METHODS, faults, self._ec2_call),
                 state_port=Port(self.index.writer(container.writer), "state", STATE_METHODS, faults),
                 queue_port=Port(self.queue, "queue", QUEUE_METHODS, faults),
+                blobs_port=Port(self.blobs, "blobs", BLOB_METHODS, faults),
                 pricing_port=FakePricing(),
                 catalog_value=CATALOG,
                 clock=self.clock,

@@ -1486,3 +1486,28 @@ class LaggingStateWriter:
         if len(shown) != len(found):
             self._index.hidden.extend((self.name, c.claim_id) for c in found if c not in shown)
         return shown
+
+
+class FakeBlobs:
+    """The cluster state's image store in memory (BlobPort); ``failing`` makes every call
+    raise as an unreachable bucket would."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, bytes] = {}
+        self.failing = False
+        self.gets = 0
+
+    def get(self, key: str) -> bytes | None:
+        from joiner.ports import BlobError
+
+        self.gets += 1
+        if self.failing:
+            raise BlobError("unreachable")
+        return self.objects.get(key)
+
+    def put(self, key: str, data: bytes) -> None:
+        from joiner.ports import BlobError
+
+        if self.failing:
+            raise BlobError("unreachable")
+        self.objects[key] = data
