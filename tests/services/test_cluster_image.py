@@ -19,7 +19,7 @@ from joiner.adapters.blobs import DirectoryBlobs
 from joiner.services import cluster_image
 from joiner.services.cluster_image import BASE_KEY, CHANGES_KEY, ImageError, ImageWriter, decode, load_image
 from joiner.services.cluster_state import ClusterCache
-from tests.services.test_cluster_state import LogKube, node, pod, view
+from tests.services.test_cluster_state import LogKube, change, changes, node, pod, view
 from tests.support.fakes import FakeBlobs as MemoryBlobs
 
 
@@ -165,10 +165,7 @@ def test_a_failed_write_makes_the_next_one_complete() -> None:
 
 operations = st.lists(
     st.one_of(
-        st.tuples(st.just("pod"), st.integers(0, 5), st.sampled_from([None, "n0", "n1"]), st.integers(1, 4000)),
-        st.tuples(st.just("delete-pod"), st.integers(0, 5)),
-        st.tuples(st.just("node"), st.integers(0, 2), st.integers(1, 64)),
-        st.tuples(st.just("delete-node"), st.integers(0, 2)),
+        *changes,
         st.tuples(st.just("read"), st.sampled_from([1.0, 0.5]), st.booleans()),
         st.tuples(st.just("save"), st.booleans(), st.sampled_from([0.0, 30.0, 1000.0])),
         st.tuples(st.just("cold")),
@@ -186,15 +183,9 @@ def test_a_restored_model_always_equals_a_fresh_list(ops: list[tuple[Any, ...]])
     kube, now, blobs = LogKube(history=8), [0.0], MemoryBlobs()
     warm, writer = ClusterCache(clock=lambda: now[0]), ImageWriter()
     for op in ops:
-        if op[0] == "pod":
-            kube.write("pods", "Pod", pod(f"p{op[1]}", op[2], op[3]), f"ns/p{op[1]}")
-        elif op[0] == "delete-pod":
-            kube.write("pods", "Pod", None, f"ns/p{op[1]}")
-        elif op[0] == "node":
-            kube.write("nodes", "Node", node(f"n{op[1]}", op[2]), f"n{op[1]}")
-        elif op[0] == "delete-node":
-            kube.write("nodes", "Node", None, f"n{op[1]}")
-        elif op[0] == "read":
+        if change(kube, op):
+            continue
+        if op[0] == "read":
             kube.ready_fraction, kube.break_stream = op[1], op[2]
             view(warm, kube)
             kube.ready_fraction, kube.break_stream = 1.0, False

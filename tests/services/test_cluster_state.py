@@ -91,16 +91,30 @@ def view(cache: ClusterCache, kube: LogKube) -> tuple[Any, Any, Any]:
     )
 
 
-operations = st.lists(
-    st.one_of(
-        st.tuples(st.just("pod"), st.integers(0, 5), st.sampled_from([None, "n0", "n1"]), st.integers(1, 4000)),
-        st.tuples(st.just("delete-pod"), st.integers(0, 5)),
-        st.tuples(st.just("node"), st.integers(0, 2), st.integers(1, 64)),
-        st.tuples(st.just("delete-node"), st.integers(0, 2)),
-        st.tuples(st.just("read"), st.sampled_from([1.0, 0.5, 0.0]), st.booleans()),
-    ),
-    max_size=40,
+#: Changes to the cluster: a pod or Node created or changed, or deleted.
+changes = (
+    st.tuples(st.just("pod"), st.integers(0, 5), st.sampled_from([None, "n0", "n1"]), st.integers(1, 4000)),
+    st.tuples(st.just("delete-pod"), st.integers(0, 5)),
+    st.tuples(st.just("node"), st.integers(0, 2), st.integers(1, 64)),
+    st.tuples(st.just("delete-node"), st.integers(0, 2)),
 )
+
+operations = st.lists(st.one_of(*changes, st.tuples(st.just("read"), st.sampled_from([1.0, 0.5, 0.0]), st.booleans())), max_size=40)
+
+
+def change(kube: LogKube, op: tuple[Any, ...]) -> bool:
+    """Apply ``op`` if it is one of :data:`changes`; whether it was."""
+    if op[0] == "pod":
+        kube.write("pods", "Pod", pod(f"p{op[1]}", op[2], op[3]), f"ns/p{op[1]}")
+    elif op[0] == "delete-pod":
+        kube.write("pods", "Pod", None, f"ns/p{op[1]}")
+    elif op[0] == "node":
+        kube.write("nodes", "Node", node(f"n{op[1]}", op[2]), f"n{op[1]}")
+    elif op[0] == "delete-node":
+        kube.write("nodes", "Node", None, f"n{op[1]}")
+    else:
+        return False
+    return True
 
 
 @settings(max_examples=150, deadline=None)
@@ -109,15 +123,7 @@ def test_the_model_always_equals_a_fresh_list(ops: list[tuple[Any, ...]]) -> Non
     kube, now = LogKube(), [0.0]
     cache = ClusterCache(clock=lambda: now[0])
     for op in [*ops, ("read", 1.0, False)]:
-        if op[0] == "pod":
-            kube.write("pods", "Pod", pod(f"p{op[1]}", op[2], op[3]), f"ns/p{op[1]}")
-        elif op[0] == "delete-pod":
-            kube.write("pods", "Pod", None, f"ns/p{op[1]}")
-        elif op[0] == "node":
-            kube.write("nodes", "Node", node(f"n{op[1]}", op[2]), f"n{op[1]}")
-        elif op[0] == "delete-node":
-            kube.write("nodes", "Node", None, f"n{op[1]}")
-        else:
+        if not change(kube, op):
             kube.ready_fraction, kube.break_stream = op[1], op[2]
             seen = view(cache, kube)
             kube.ready_fraction, kube.break_stream = 1.0, False

@@ -305,10 +305,11 @@ def _section_items(section_bytes: Callable[[dict[str, Any]], memoryview], sectio
     return items
 
 
-def load_image(blobs: BlobPort) -> tuple[CacheImage, dict[str, Any]] | None:
+def load_image(blobs: BlobPort, on_unusable: Callable[[str], None] | None = None) -> tuple[CacheImage, dict[str, Any]] | None:
     """The latest image (the complete one with its changes applied; each resource decoded
     only when restored) and what was read (``base_id``, ``bytes``, ``load_s``, ``changes``);
-    None when there is none usable (logged: the container lists instead)."""
+    None when there is none, or none usable (logged and given to ``on_unusable``: the container
+    lists instead)."""
     started = time.perf_counter()
     try:
         data = blobs.get(BASE_KEY)
@@ -324,6 +325,8 @@ def load_image(blobs: BlobPort) -> tuple[CacheImage, dict[str, Any]] | None:
                 image, applied, read = image.with_changes(delta), True, read + len(changes)
     except (BlobError, ImageError) as error:
         logger.warning("cluster state: its image is not usable, listing instead", extra={"error": str(error)})
+        if on_unusable is not None:
+            on_unusable(str(error))
         return None
     return image, {"base_id": header["id"], "bytes": read, "changes": applied, "load_s": round(time.perf_counter() - started, 3)}
 

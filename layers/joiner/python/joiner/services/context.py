@@ -186,12 +186,10 @@ class Runtime:
             return None
         from joiner.services.cluster_image import load_image
 
-        loaded = load_image(blobs)
+        loaded = load_image(blobs, lambda _reason: self.count("ClusterImageUnusable"))
         if loaded is None:
-            self.count("ClusterImageUnusable")
             return None
         image, read = loaded
-        self.count("ClusterImageLoaded")
         self.count("ClusterImageLoadSeconds", read["load_s"], "Seconds")
         from joiner.observability import logger
 
@@ -212,7 +210,7 @@ class Runtime:
             writer = self._image_writer
         written = writer.write(self.cluster_state, blobs, self.clock.now().timestamp())
         if written.kind:
-            self.count("ClusterImageBytes", written.bytes, "Bytes", kind=written.kind)
+            self.count("ClusterImageBytes", written.bytes, "Bytes")
         elif written.error:
             self.count("ClusterImageWriteFailures")
         return written
