@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from joiner.domain.interning import PodInterner
 from joiner.domain.model import Node, Pod
@@ -123,7 +123,7 @@ def _merged(base: StoreImage, delta: StoreImage) -> Callable[[], Mapping[str, ob
 
 @dataclass(frozen=True)
 class CacheImage:
-    """What :meth:`ClusterCache.export` gives and :meth:`ClusterCache.restore` takes: the
+    """What :meth:`ClusterCache.export` gives and its ``image_loader`` returns: the
     stores that were ever read, the RuntimeClasses the pods were parsed with, and ``sequence``
     (the cache's change counter at export, for :meth:`ClusterCache.exported`)."""
 
@@ -345,15 +345,10 @@ class ClusterCache:
         with self._lock:
             return sum(len(s.changed) for s in self._stores()), sum(len(s.items) for s in self._stores())
 
-    def restore(self, image: CacheImage, runtime_classes: Mapping[str, Resources] | None = None) -> tuple[str, ...]:
-        """Take the stores of a complete ``image`` this cache has not read yet (their next read
-        catches up from the image's versions); the pods only when they were parsed with
-        ``runtime_classes`` (given) or the cache's. Returns the resources taken."""
-        with self._lock:
-            stores: tuple[_Store[Any], ...] = self._stores()
-            return tuple(store.resource for store in stores if self._take(store, image, runtime_classes))
-
     def _take(self, store: _Store[T], image: CacheImage | None, runtime_classes: Mapping[str, Resources] | None = None) -> bool:
+        """Restore ``store`` from a complete ``image`` when it has not been read yet (its next
+        read catches up from the image's version); the pods only when they were parsed with
+        ``runtime_classes`` (given) or the cache's."""
         exported = image.store(store.resource) if image is not None and image.complete else None
         if exported is None or store.version or not exported.version:
             return False
