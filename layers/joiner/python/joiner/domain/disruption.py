@@ -68,6 +68,7 @@ from joiner.domain.model import (
 )
 from joiner.domain.resources import EMPTY, Resources
 from joiner.domain.scheduling import SchedulingProblem, solve
+from joiner.domain.scheduling.bound import BoundIndex
 from joiner.domain.scheduling.shapes import NODES_LIMIT
 from joiner.domain.snapshot import Snapshot
 from joiner.domain.volumes import VolumeTopology, apply_volumes
@@ -635,8 +636,11 @@ class _Pass:
         for pod in snap.pods:
             if pod.node_name is not None:
                 self.pods_by_node.setdefault(pod.node_name, []).append(pod)
-        # Read once, used by every simulation (a pass runs dozens over ~30 pods per node).
+        # Read once, indexed once, used by every simulation (a pass runs dozens over ~30 pods
+        # per node): a simulation's excluded nodes are left out of its problem's nodes, and the
+        # scheduling core counts only pods on the nodes it targets.
         self.bound_pods = snap.bound_pods
+        self.bound_index = BoundIndex(self.bound_pods)
         promised_keys = {key for claim in inp.in_flight for key in claim.pods}
         self.promised_pods = tuple(p for p in snap.pending_pods if p.key in promised_keys)
         self.simulations = 0
@@ -854,13 +858,13 @@ class _Pass:
             and (wk.NODEPOOL not in n.labels or n.labels.get(wk.INITIALIZED) == "true")
             and not (consolidation and self._settling(n))
         )
-        bound = tuple(p for p in self.bound_pods if p.node_name not in exclude)
         requested = {p.key for p in pending}
         promised = tuple(p for p in self.promised_pods if p.key not in requested)
         self.simulations += 1
         # A moved pod keeps its volumes: a zonal volume pins it to its zone, and a node's CSI
         # attach limit bounds what it takes (joiner.domain.volumes).
         if snap.volumes_known:
+            bound = tuple(p for p in self.bound_pods if p.node_name not in exclude)
             topology = apply_volumes(tuple(pending) + promised, bound, nodes, snap.volume_claims, snap.persistent_volumes, snap.storage_classes, snap.csi_nodes)
         else:  # never move a pod whose volume's zone is unknown
             moving = tuple(pending) + promised
@@ -872,7 +876,8 @@ class _Pass:
             blocked=topology.blocked,
             free_attachments=topology.free_attachments,
             nodes=nodes,
-            bound_pods=bound,
+            bound_pods=self.bound_pods,
+            bound_index=self.bound_index,
             daemonsets=snap.daemonsets,
             daemon_pods=snap.daemonset_pods,
             node_pools=tuple(pool for pool in snap.node_pools if not pool.deleting),  # no replacement from a pool being deleted

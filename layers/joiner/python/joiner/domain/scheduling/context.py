@@ -46,7 +46,11 @@ class Context:
         self.dims: tuple[str, ...] = tuple(sorted(names))
         self.dim_index = {name: i for i, name in enumerate(self.dims)}
         usage = self._usage(problem)
-        daemonsets = _as_running(problem.daemonsets, (*problem.bound_pods, *problem.daemon_pods))
+        index = problem.shared_index()
+        if index is not None:
+            daemonsets = index.running(problem.daemonsets, problem.daemon_pods, _as_running)
+        else:
+            daemonsets = _as_running(problem.daemonsets, (*problem.bound_pods, *problem.daemon_pods))
         self.pools = [
             Pool(i, pool, problem.instance_types.get(pool.name, ()), daemonsets, self.dims, problem.unavailable, usage.get(pool.name, EMPTY))
             for i, pool in enumerate(problem.node_pools)

@@ -26,6 +26,7 @@ from joiner.domain import labels as wk
 from joiner.domain.model import DaemonSet, HostPort, Pod, PodAffinityTerm, Taint, TopologySpreadConstraint
 from joiner.domain.requirements import Requirements
 from joiner.domain.resources import EMPTY, Resources
+from joiner.domain.scheduling.bound import BoundIndex
 from joiner.domain.scheduling.context import EPHEMERAL_TAINT_KEYS, Context, node_labels
 from joiner.domain.scheduling.problem import SchedulingProblem
 from joiner.domain.scheduling.shapes import Pool, PoolType, Shape, TypeKey, format_taint, untolerated
@@ -183,7 +184,7 @@ class Engine:
             self.pod_specs.append((pod, spec))
 
     def _daemon_overhead_for_node(
-        self, daemonsets: Iterable[DaemonSet], labels: dict[str, str], taints: tuple[Taint, ...], present: set[tuple[str, str]]
+        self, daemonsets: Iterable[DaemonSet], labels: dict[str, str], taints: tuple[Taint, ...], present: frozenset[tuple[str, str]]
     ) -> Resources:
         total = EMPTY
         for daemon in daemonsets:
@@ -204,12 +205,16 @@ class Engine:
     def _build_fixed_targets(self) -> None:
         problem = self.ctx.problem
         pools_by_name = {pool.name: pool for pool in self.ctx.pools}
-        bound_by_node: dict[str, list[Pod]] = {}
-        for pod in problem.bound_pods:
-            if pod.node_name is None or pod.is_terminal:
-                continue
-            bound_by_node.setdefault(pod.node_name, []).append(pod)
-        self.bound_by_node = bound_by_node
+        index = problem.shared_index()
+        bound_by_node: dict[str, list[Pod]]
+        if index is not None:
+            bound_by_node = index.by_node()
+        else:
+            bound_by_node = {}
+            for pod in problem.bound_pods:
+                if pod.node_name is None or pod.is_terminal:
+                    continue
+                bound_by_node.setdefault(pod.node_name, []).append(pod)
         nodes = []
         for node in problem.nodes:
             labels = node_labels(node)
@@ -234,14 +239,20 @@ class Engine:
             free = problem.free_attachments.get(node.name)
             if free:
                 target.volume_free = dict(free)
-            bound = bound_by_node.get(node.name, [])
-            used = Resources.total(pod.requests for pod in bound)
-            present = set()
-            for pod in bound:
-                if pod.host_ports:
-                    target.ports.extend(pod.host_ports)
-                if pod.is_daemonset_pod and pod.owner_name:
-                    present.add((pod.namespace, pod.owner_name))
+            if index is not None:
+                usage = index.usage(node.name)
+                used, present = usage.used, usage.daemonsets
+                target.ports.extend(usage.ports)
+            else:
+                bound = bound_by_node.get(node.name, [])
+                used = Resources.total(pod.requests for pod in bound)
+                found: set[tuple[str, str]] = set()
+                for pod in bound:
+                    if pod.host_ports:
+                        target.ports.extend(pod.host_ports)
+                    if pod.is_daemonset_pod and pod.owner_name:
+                        found.add((pod.namespace, pod.owner_name))
+                present = frozenset(found)
             overhead = self._daemon_overhead_for_node(problem.daemonsets, labels, taints, present)
             remaining = node.allocatable - used - overhead
             target.remaining = self._vector(remaining)
@@ -261,7 +272,7 @@ class Engine:
             target.taints = pool.taints if pool is not None else ()
             target.pool = pool
             self.node_info[claim.name] = (labels, target.taints)
-            overhead = self._daemon_overhead_for_node(problem.daemonsets, labels, target.taints, set())
+            overhead = self._daemon_overhead_for_node(problem.daemonsets, labels, target.taints, frozenset())
             target.remaining = self._vector(claim.allocatable - overhead)
             self._add_target(target)
         self.n_fixed = len(self.targets)
@@ -280,14 +291,23 @@ class Engine:
                 self._term_group(ANTI, spec, term)
             for term in spec.anti_required:
                 self._inverse_group(spec.namespace, spec.labels, term)
+        index = self.ctx.problem.shared_index()
         bound_inverse: list[tuple[Pod, list[TopologyGroup]]] = []
-        for pod in self.ctx.problem.bound_pods:
-            if pod.deleting or pod.is_terminal or pod.node_name not in self.node_info:
-                continue
-            required = [t for t in pod.pod_anti_affinity if t.weight is None]
-            if required:
-                bound_inverse.append((pod, [self._inverse_group(pod.namespace, pod.labels, t) for t in required]))
+        if index is not None:
+            for pod, required in index.required_anti():
+                if pod.node_name in self.node_info:
+                    bound_inverse.append((pod, [self._inverse_group(pod.namespace, pod.labels, t) for t in required]))
+        else:
+            for pod in self.ctx.problem.bound_pods:
+                if pod.deleting or pod.is_terminal or pod.node_name not in self.node_info:
+                    continue
+                required_terms = [t for t in pod.pod_anti_affinity if t.weight is None]
+                if required_terms:
+                    bound_inverse.append((pod, [self._inverse_group(pod.namespace, pod.labels, t) for t in required_terms]))
         own = list(self.own_groups.values())
+        if own and index is not None:
+            self._count_indexed(index, own)
+            own = []
         by_labels: dict[tuple[str, frozenset[tuple[str, str]]], list[TopologyGroup]] = {}
         #: the same, by the identity of a pod's labels (pods of one workload share the mapping;
         #: every pod, and so its labels, lives as long as this loop)
@@ -322,6 +342,24 @@ class Engine:
                     group.add((domain,), 1)
         for spec in self.specs.values():
             self.prepare(spec.variant(_ROOT))
+
+    def _count_indexed(self, index: BoundIndex, own: list[TopologyGroup]) -> None:
+        """The own groups' counts of bound pods, from the shared index: per group, the label
+        sets it selects, then their pods per targeted node."""
+        node_info = self.node_info
+        for group in own:
+            filters = group.kind == SPREAD and group.filters_nodes
+            for label_group in index.selected(group.namespaces, group.selector):
+                for node_name, count in label_group.per_node:
+                    info = node_info.get(node_name)
+                    if info is None:
+                        continue
+                    labels, taints = info
+                    if filters and not self._filter_matches_labels(group, labels, taints):
+                        continue
+                    domain = labels.get(group.key)
+                    if domain is not None:
+                        group.add((domain,), count)
 
     def _spread_group(self, spec: PodSpec, spread: TopologySpreadConstraint) -> TopologyGroup:
         selector = effective_selector(spread.label_selector, spread.match_label_keys, spec.labels)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from joiner.domain.model import DaemonSet, InFlightClaim, InstanceType, Node, NodePool, OfferingKey, Pod
 from joiner.domain.resources import Resources
+from joiner.domain.scheduling.bound import BoundIndex
 
 __all__ = ["SchedulingProblem"]
 
@@ -46,6 +47,9 @@ class SchedulingProblem:
     #: Pods DaemonSets own, bound or not (``bound_pods`` may hold some of them too): each
     #: DaemonSet's newest pod gives its requests (Karpenter's representative pod).
     daemon_pods: tuple[Pod, ...] = ()
+    #: Indexes over ``bound_pods`` shared by the problems solved over one cluster (used only
+    #: while ``bound_pods`` is the tuple it indexes); never part of the problem's value.
+    bound_index: BoundIndex | None = field(default=None, compare=False, repr=False)
 
     def canonical(self) -> SchedulingProblem:
         """The same problem with every collection in a total order, so any input order
@@ -54,7 +58,7 @@ class SchedulingProblem:
         return SchedulingProblem(
             pending=tuple(sorted(self.pending, key=lambda p: (p.namespace, p.name, p.uid))),
             nodes=tuple(sorted(self.nodes, key=lambda n: n.name)),
-            bound_pods=tuple(sorted(self.bound_pods, key=lambda p: (p.namespace, p.name, p.uid))),
+            bound_pods=self._canonical_bound(),
             daemonsets=tuple(sorted(self.daemonsets, key=lambda d: (d.namespace, d.name))),
             node_pools=tuple(sorted((p for p in self.node_pools if not p.static), key=lambda p: (-p.weight, p.name))),
             instance_types={name: tuple(sorted(types, key=lambda t: t.name)) for name, types in sorted(self.instance_types.items())},
@@ -67,4 +71,16 @@ class SchedulingProblem:
             blocked=dict(sorted(self.blocked.items())),
             free_attachments={name: dict(sorted(free.items())) for name, free in sorted(self.free_attachments.items())},
             daemon_pods=tuple(sorted(self.daemon_pods, key=lambda p: (p.namespace, p.name, p.uid))),
+            bound_index=self.bound_index,
         )
+
+    def shared_index(self) -> BoundIndex | None:
+        """The bound-pod index when it indexes this problem's ``bound_pods``."""
+        index = self.bound_index
+        return index if index is not None and index.serves(self.bound_pods) else None
+
+    def _canonical_bound(self) -> tuple[Pod, ...]:
+        index = self.shared_index()
+        if index is not None:
+            return index.canonical()
+        return tuple(sorted(self.bound_pods, key=lambda p: (p.namespace, p.name, p.uid)))
