@@ -154,7 +154,10 @@ class Engine:
         self.claims_opened = 0
         self.node_info: dict[str, tuple[dict[str, str], tuple[Taint, ...]]] = {}
         self._sources: dict[str, list[_DomainSource]] = {}
+        self._taint_class_cache: dict[str, list[tuple[frozenset[str], tuple[Taint, ...]]]] = {}
         self._selected_cache: dict[int, list[TopologyGroup]] = {}
+        self._own_by_pair: dict[tuple[str, str], list[TopologyGroup]] = {}
+        self._own_unkeyed: list[TopologyGroup] = []
         self._inverse_select_cache: dict[int, list[TopologyGroup]] = {}
         self.fail_kind = FAIL_OTHER
         self.fail_group: TopologyGroup | None = None
@@ -385,7 +388,7 @@ class Engine:
                 tolerations,
                 spread.node_affinity_policy != "Ignore",
             )
-            self.own_groups[key] = group
+            self._register_own(key, group)
         return group
 
     def _term_group(self, kind: int, spec: PodSpec, term: PodAffinityTerm) -> TopologyGroup:
@@ -395,8 +398,20 @@ class Engine:
         group = self.own_groups.get(key)
         if group is None:
             group = TopologyGroup(len(self.own_groups) + len(self.inverse_groups), kind, term.topology_key, namespaces, selector)
-            self.own_groups[key] = group
+            self._register_own(key, group)
         return group
+
+    def _register_own(self, key: tuple[object, ...], group: TopologyGroup) -> None:
+        """Add an own group, indexed by its selector's first ``matchLabels`` pair (a pod
+        without that label cannot be selected) for :meth:`prepare`'s lookup."""
+        self.own_groups[key] = group
+        selector = group.selector
+        if selector is None:
+            return
+        if selector.match_labels:
+            self._own_by_pair.setdefault(selector.match_labels[0], []).append(group)
+        else:
+            self._own_unkeyed.append(group)
 
     def _inverse_group(self, namespace: str, labels: Mapping[str, str], term: PodAffinityTerm) -> TopologyGroup:
         selector = effective_selector(term.label_selector, term.match_label_keys, labels)
@@ -434,7 +449,11 @@ class Engine:
         variant.bulk_groups = [g for g in own if g.kind in (SPREAD, ANTI) and self.selects(g, spec)]
         selected = self._selected_cache.get(spec.index)
         if selected is None:
-            selected = [g for g in self.own_groups.values() if self.selects(g, spec)]
+            candidates = list(self._own_unkeyed)
+            for pair in spec.labels.items():
+                candidates.extend(self._own_by_pair.get(pair, ()))
+            candidates.sort(key=lambda g: g.gid)
+            selected = [g for g in candidates if self.selects(g, spec)]
             self._selected_cache[spec.index] = selected
         variant.selected_by = selected
         variant.inverse_owned = [self._inverse_group(spec.namespace, spec.labels, t) for t in spec.anti_required]
@@ -498,32 +517,53 @@ class Engine:
             self._sources[key] = found
         return found
 
+    def _taint_classes(self, key: str) -> list[tuple[frozenset[str], tuple[Taint, ...]]]:
+        """``key``'s sources reduced to their distinct (domains, hard taints): all a spread
+        without a node filter tells its sources apart by."""
+        found = self._taint_class_cache.get(key)
+        if found is None:
+            seen: dict[tuple[frozenset[str], tuple[Taint, ...]], None] = {}
+            for source in self.sources(key):
+                seen.setdefault((source.domains, hard_taints(source.taints)), None)
+            found = list(seen)
+            self._taint_class_cache[key] = found
+        return found
+
     def eligible(self, group: TopologyGroup, variant: Variant) -> frozenset[str]:
         """The spread's domains for this pod: those of the sources its taints policy lets in
         and, under ``nodeAffinityPolicy: Honor``, only sources its *required* node affinity
         and selector can use, restricted to the values those allow for the key (Karpenter
         builds this filter from required terms only: a preference being tried as required
-        never narrows the domains)."""
+        never narrows the domains). The pod counts only through its tolerations, so the
+        answer is shared by every variant tolerating the same."""
         found = group.eligible_cache.get(variant.sid)
+        if found is not None:
+            return found
+        tolerations = variant.tolerations if group.filter_tolerations is not None else None
+        found = group.eligible_by_tolerations.get(tolerations)
         if found is None:
             domains: set[str] = set()
             terms = group.node_filter if group.honor_affinity else None
-            for source in self.sources(group.key):
-                if group.filter_tolerations is not None and untolerated(variant.tolerations, hard_taints(source.taints)) is not None:
-                    continue
-                if terms is None:
-                    domains.update(source.domains)
-                    continue
-                for term in terms:
-                    if source.shape is not None:
-                        if source.shape.requirements.compatible(term) is not None:
-                            continue
-                    elif source.labels is not None and not term.matches_labels(source.labels):
+            if terms is None:
+                for source_domains, taints in self._taint_classes(group.key):
+                    if tolerations is not None and untolerated(tolerations, taints) is not None:
                         continue
-                    requirement = term.get(group.key)
-                    domains.update(d for d in source.domains if requirement is None or requirement.has(d))
+                    domains.update(source_domains)
+            else:
+                for source in self.sources(group.key):
+                    if tolerations is not None and untolerated(tolerations, hard_taints(source.taints)) is not None:
+                        continue
+                    for term in terms:
+                        if source.shape is not None:
+                            if source.shape.requirements.compatible(term) is not None:
+                                continue
+                        elif source.labels is not None and not term.matches_labels(source.labels):
+                            continue
+                        requirement = term.get(group.key)
+                        domains.update(d for d in source.domains if requirement is None or requirement.has(d))
             found = frozenset(domains)
-            group.eligible_cache[variant.sid] = found
+            group.eligible_by_tolerations[tolerations] = found
+        group.eligible_cache[variant.sid] = found
         return found
 
     def _spread_min(self, group: TopologyGroup, variant: Variant) -> int:

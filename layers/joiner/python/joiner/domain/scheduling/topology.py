@@ -86,6 +86,7 @@ class TopologyGroup:
         "select_cache",
         "filter_cache",
         "eligible_cache",
+        "eligible_by_tolerations",
     )
 
     def __init__(
@@ -121,6 +122,7 @@ class TopologyGroup:
         self.select_cache: dict[int, bool] = {}
         self.filter_cache: dict[object, bool] = {}
         self.eligible_cache: dict[int, frozenset[str]] = {}
+        self.eligible_by_tolerations: dict[tuple[Toleration, ...] | None, frozenset[str]] = {}
 
     @property
     def monotonic(self) -> bool:
