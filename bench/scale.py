@@ -483,6 +483,10 @@ def run_function(function: str, nodes: int, seed: int, url: str, window: float, 
         else:
             result = call()
         outcome: dict[str, Any] = {"result": _summary(result)}
+        if function == "disruption" and isinstance(result, dict):
+            for key, name in (("consolidationCandidates", "consolidation_candidates"), ("candidatesConsidered", "candidates_considered")):
+                if key in result:
+                    outcome[name] = result[key]
     except MemoryError:
         outcome = {"error": "MemoryError"}
     except Exception as error:
@@ -747,7 +751,7 @@ def main(argv: list[str] | None = None) -> int:
                 line.update(
                     lambda_vcpu=round(lambda_vcpu(memory), 3), lambda_wall_s=stretched, targets=targets(line["peak_rss_mb"], stretched, memory, timeout)
                 )
-                for key in ("wake_ups", "result", "error"):
+                for key in ("wake_ups", "consolidation_candidates", "candidates_considered", "result", "error"):
                     if key in answer:
                         line[key] = answer[key]
                 if function == "nodeclaim_sync" and isinstance(answer.get("result"), dict):

@@ -82,6 +82,19 @@ def test_multi_node_consolidation_deletes_onto_a_candidate_rather_than_buying_a_
     assert command.savings_per_hour == pytest.approx(0.34 + 2 * ROOT_VOLUME)
 
 
+def test_a_pass_reports_how_many_consolidation_candidates_it_judged():
+    # Three candidates: multi-node consolidation simulates pairs and the triple, so all three
+    # are judged; a node whose pod arrived within consolidateAfter is no candidate at all.
+    nodes = [managed_node(f"n{i}", "c5.xlarge") for i in range(3)]
+    pods = [running_pod(f"p{i}", f"n{i}") for i in range(3)]
+    decision = run(pool(), *nodes, *pods)
+    assert (decision.consolidation_candidates, decision.candidates_considered) == (3, 3)
+    waiting = run(pool(consolidate_after="10m"), *nodes, *pods[:2], running_pod("p2", "n2", created=T0 - timedelta(minutes=2)))
+    assert waiting.consolidation_candidates == 2 and waiting.candidates_considered == 2
+    nothing = run(pool(policy="WhenEmpty"), managed_node("n1", "c5.2xlarge"), running_pod("p1", "n1"))
+    assert (nothing.consolidation_candidates, nothing.candidates_considered) == (0, 0)
+
+
 def test_never_merge_into_a_node_of_the_same_type():
     # Each pod needs most of a c5.xlarge: the only replacement would be another c5.xlarge.
     objects = [pool(types=["c5.xlarge"]), managed_node("n1"), managed_node("n2"), running_pod("p1", "n1", cpu="2500m"), running_pod("p2", "n2", cpu="2500m")]

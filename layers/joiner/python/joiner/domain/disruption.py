@@ -400,7 +400,9 @@ class Blocked:
 class Decision:
     """One pass's result. ``nominated``: nodes the pending pods' plan uses now (the caller
     remembers them for :data:`NOMINATION_WINDOW`); ``empty``: candidates with no
-    reschedulable pod (the caller tracks since when); ``simulations``: solves run."""
+    reschedulable pod (the caller tracks since when); ``simulations``: solves run;
+    ``consolidation_candidates``: nodes consolidation may act on this pass, of which
+    ``candidates_considered`` were judged (by the cheap pre-filter or a simulation)."""
 
     commands: tuple[Command, ...] = ()
     blocked: tuple[Blocked, ...] = ()
@@ -416,6 +418,8 @@ class Decision:
     standing: tuple[tuple[str, str | None, bool], ...] = ()
     #: nodes due for repair that the 20 % rule holds back, and why (``NodeRepairBlocked`` events).
     repair_blocked: tuple[Blocked, ...] = ()
+    consolidation_candidates: int = 0
+    candidates_considered: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """The ``joiner disrupt`` contract: ``commands`` and ``blocked``."""
@@ -644,6 +648,8 @@ class _Pass:
         promised_keys = {key for claim in inp.in_flight for key in claim.pods}
         self.promised_pods = tuple(p for p in snap.pending_pods if p.key in promised_keys)
         self.simulations = 0
+        self.consolidation_eligible = 0
+        self.considered: set[str] = set()
         self._launchable_cache: list[tuple[str, Resources, float]] | None = None
         self.blocked: dict[str, str] = {}
         self.going: set[str] = set()  # nodes already terminating or deleting
@@ -1308,6 +1314,7 @@ class _Pass:
         best: Command | None = None
         while low <= high:
             middle = (low + high) // 2
+            self.considered.update(c.name for c in pool[:middle])
             command, _ = self.consolidate(pool[:middle])
             if command is not None:
                 best = command
@@ -1387,6 +1394,7 @@ class _Pass:
         for candidate in eligible:
             if budget <= 0:
                 break
+            self.considered.add(candidate.name)
             if not self._may_pay_off(candidate, fits):
                 continue
             budget -= 1
@@ -1400,6 +1408,7 @@ class _Pass:
         commands = self.repair() or self.scale_down() or self.emptiness() or self.expiration() or self.drift()
         if not commands:
             eligible = self.consolidation_candidates()
+            self.consolidation_eligible = len(eligible)
             commands = self.multi_node(eligible) or self.single_node(eligible)
         chosen = {n for c in commands for n in c.nodes}
         blocked = tuple(Blocked(node, reason) for node, reason in sorted(self.blocked.items()) if node not in chosen)
@@ -1424,7 +1433,18 @@ class _Pass:
             )
         )
         repair_blocked = tuple(Blocked(node, why) for node, why in sorted(self.repair_blocked.items()))
-        return Decision(tuple(commands), blocked, tuple(sorted(self.nominated)), empty, self.simulations, declined, standing, repair_blocked)
+        return Decision(
+            tuple(commands),
+            blocked,
+            tuple(sorted(self.nominated)),
+            empty,
+            self.simulations,
+            declined,
+            standing,
+            repair_blocked,
+            self.consolidation_eligible,
+            len(self.considered),
+        )
 
 
 def decide(inp: DisruptionInput) -> Decision:

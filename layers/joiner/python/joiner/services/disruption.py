@@ -120,6 +120,8 @@ class DisruptionSummary:
     simulations: int = 0
     decision_seconds: float = 0.0
     errors: tuple[str, ...] = field(default=())
+    consolidation_candidates: int = 0
+    candidates_considered: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -131,6 +133,8 @@ class DisruptionSummary:
             "simulations": self.simulations,
             "decisionSeconds": round(self.decision_seconds, 3),
             "errors": list(self.errors),
+            "consolidationCandidates": self.consolidation_candidates,
+            "candidatesConsidered": self.candidates_considered,
         }
 
 
@@ -614,6 +618,8 @@ def _pass(runtime: Runtime, now: datetime, dry_run: bool) -> DisruptionSummary:
         decision.simulations,
         seconds,
         tuple(errors),
+        decision.consolidation_candidates,
+        decision.candidates_considered,
     )
 
 
