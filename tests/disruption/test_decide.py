@@ -95,6 +95,30 @@ def test_a_pass_reports_how_many_consolidation_candidates_it_judged():
     assert (nothing.consolidation_candidates, nothing.candidates_considered) == (0, 0)
 
 
+def test_single_node_consolidation_continues_where_the_last_pass_stopped():
+    # Required hostname anti-affinity: every pod fits elsewhere by resources (so each node is
+    # simulated) yet none can move. With one simulation a pass, five passes judge all five
+    # nodes, each once, and the sixth starts over; a cursor naming no candidate starts over.
+    spread = {
+        "affinity": {
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [{"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}]
+            }
+        }
+    }
+    objects = [pool(types=["c5.xlarge"])]
+    for i in range(5):
+        objects += [managed_node(f"n{i}", "c5.xlarge"), running_pod(f"p{i}", f"n{i}", cpu="500m", extra_spec=spread)]
+    judged, after = [], None
+    for _ in range(6):
+        decision = run(*objects, max_simulations=1, single_node_after=after)
+        assert decision.commands == ()
+        judged.append(decision.single_node_last)
+        after = decision.single_node_last
+    assert sorted(judged[:5]) == [f"n{i}" for i in range(5)] and judged[5] == judged[0]
+    assert run(*objects, max_simulations=1, single_node_after="gone").single_node_last == judged[0]
+
+
 def test_never_merge_into_a_node_of_the_same_type():
     # Each pod needs most of a c5.xlarge: the only replacement would be another c5.xlarge.
     objects = [pool(types=["c5.xlarge"]), managed_node("n1"), managed_node("n2"), running_pod("p1", "n1", cpu="2500m"), running_pod("p2", "n2", cpu="2500m")]

@@ -194,3 +194,25 @@ def test_why_nodes_are_not_disrupted_is_told_in_events_rate_limited(world: FakeW
     world.clock.advance(16 * 60)
     run_disruption(runtime)
     assert len(world.kube.events) > seen
+
+
+def test_the_pass_remembers_where_single_node_consolidation_stopped(world: FakeWorld) -> None:
+    from joiner.services.disruption import CURSOR_ID, CURSOR_KIND
+
+    cluster(world, types=["c5.xlarge"])
+    spread = {
+        "affinity": {
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [{"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}]
+            }
+        }
+    }
+    for i in range(3):
+        node(world, f"n{i}")
+        world.kube.add("pods", running_pod(f"p{i}", f"n{i}", cpu="500m", created=world.clock.now(), extra_spec=spread))
+    world.clock.advance(3600)
+    runtime = world.runtime()
+    world.state.put_item(CURSOR_KIND, CURSOR_ID, {"node": 7})  # malformed: the pass starts over
+    summary = run_disruption(runtime)
+    assert summary.status == "computed" and summary.pending == () and summary.candidates_considered == 3
+    assert world.state.get_item(CURSOR_KIND, CURSOR_ID)["node"] in {"n0", "n1", "n2"}

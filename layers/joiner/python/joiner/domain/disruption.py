@@ -302,6 +302,10 @@ class DisruptionInput:
     unavailable: frozenset[OfferingKey] = frozenset()
     pool_usage: Mapping[str, Resources] = field(default_factory=dict)
     max_simulations: int = MAX_SIMULATIONS
+    #: the last candidate the previous pass's single-node consolidation judged: this pass
+    #: starts after it, so a budget smaller than the candidates still reaches every one
+    #: within a few passes
+    single_node_after: str | None = None
 
 
 # ---------------------------------------------------------------------- outputs
@@ -420,6 +424,8 @@ class Decision:
     repair_blocked: tuple[Blocked, ...] = ()
     consolidation_candidates: int = 0
     candidates_considered: int = 0
+    #: the last candidate single-node consolidation judged (the next pass's ``single_node_after``)
+    single_node_last: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The ``joiner disrupt`` contract: ``commands`` and ``blocked``."""
@@ -649,6 +655,7 @@ class _Pass:
         self.promised_pods = tuple(p for p in snap.pending_pods if p.key in promised_keys)
         self.simulations = 0
         self.consolidation_eligible = 0
+        self.single_node_last: str | None = None
         self.considered: set[str] = set()
         self._launchable_cache: list[tuple[str, Resources, float]] | None = None
         self.blocked: dict[str, str] = {}
@@ -1391,10 +1398,13 @@ class _Pass:
     def single_node(self, eligible: list[_Candidate]) -> list[Command]:
         fits = self._fit_checker()
         budget = min(self.inp.max_simulations, max(5, SIMULATION_POD_BUDGET // max(1, len(self.inp.snapshot.pods))))
-        for candidate in eligible:
+        after = self.inp.single_node_after
+        start = next((i + 1 for i, c in enumerate(eligible) if c.name == after), 0) if after is not None else 0
+        for candidate in eligible[start:] + eligible[:start]:
             if budget <= 0:
                 break
             self.considered.add(candidate.name)
+            self.single_node_last = candidate.name
             if not self._may_pay_off(candidate, fits):
                 continue
             budget -= 1
@@ -1444,6 +1454,7 @@ class _Pass:
             repair_blocked,
             self.consolidation_eligible,
             len(self.considered),
+            self.single_node_last,
         )
 
 

@@ -86,6 +86,9 @@ COMMAND_KIND = "DISRUPTION"
 PENDING_ID = "pending"
 EMPTY_KIND = "DISRUPTION_EMPTY"
 NOMINATION_KIND = "NOMINATION"
+#: where single-node consolidation stopped: the next pass starts after that candidate
+CURSOR_KIND = "DISRUPTION_CURSOR"
+CURSOR_ID = "single-node"
 LEASE_NAME = "disruption"
 #: Longer than the function's 120 s timeout.
 LEASE_TTL_SECONDS = 150
@@ -213,7 +216,16 @@ def read_input(runtime: Runtime, now: datetime) -> DisruptionInput:
         in_flight=tuple(work.in_flight(work.claims)),
         unavailable=frozenset(work.unavailable),
         pool_usage=usage,
+        single_node_after=_cursor(runtime),
     )
+
+
+def _cursor(runtime: Runtime) -> str | None:
+    """The candidate the previous pass's single-node consolidation judged last (a malformed
+    item counts as none: the pass starts from the cheapest candidate)."""
+    item = runtime.state.get_item(CURSOR_KIND, CURSOR_ID)
+    node = item.get("node") if item else None
+    return node if isinstance(node, str) and node else None
 
 
 def _drift_nodes(snapshot: Any, pools: Mapping[str, Any], terminating: set[str]) -> list[Node]:
@@ -598,6 +610,8 @@ def _pass(runtime: Runtime, now: datetime, dry_run: bool) -> DisruptionSummary:
     decision = decide(dataclasses.replace(inp, facts=facts))
     if not dry_run:
         _remember(runtime, inp, decision, now)
+        if decision.single_node_last is not None and decision.single_node_last != inp.single_node_after:
+            state.put_item(CURSOR_KIND, CURSOR_ID, {"node": decision.single_node_last, "at": now.isoformat()})
         _explain(runtime, decision, now)
         if decision.commands:
             state.put_item(
