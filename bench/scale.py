@@ -33,7 +33,8 @@ One JSON line per function and size: ``{"bench": "scale", "function", "nodes", "
 handler), "wall_s" (the handler call), "cpu_s" (the measured process's CPU time in that call: the
 wall on an idle machine is about this plus the API server's time), "memory_limit_mb", "timeout_s" (infra/deployment.py),
 "api_requests", "api_read_mb" (response bytes the stand-in sent), "full_pod_lists", ...}``; a
-function that fails (exception, MemoryError, killed, timed out) has an ``"error"``. Beside the
+function that fails (exception, MemoryError, killed, timed out) has an ``"error"``; the
+disruption line adds ``consolidation_candidates`` and ``candidates_considered`` (judged this pass). Beside the
 machine's wall time, ``lambda_wall_s`` is the call as Lambda would run it: its CPU seconds scaled
 to the vCPU share Lambda gives the function's memory (``lambda_vcpu``: 1 vCPU per
 :data:`LAMBDA_MB_PER_VCPU` MB, a single-threaded handler using at most one) plus the time it

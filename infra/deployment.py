@@ -51,7 +51,9 @@ FUNCTION_SPECS: tuple[FunctionSpec, ...] = (
     FunctionSpec("scanner", "Pending-pod scan: plans and launches nodes", 75, 1024, reserved_concurrency=1),
     FunctionSpec("interruption", "Spot interruptions, rebalance, state changes, scheduled maintenance", 30, 512, sqs_max_concurrency=10),
     FunctionSpec("termination", "Cordon, drain and terminate nodes (continued through the work queue)", 60, 512, sqs_max_concurrency=5),
-    FunctionSpec("disruption", "Consolidation, expiry and drift", 120, 1024, reserved_concurrency=1),
+    # CPU-bound (its simulations): 1,769 MB buys Lambda's whole vCPU, so a pass over 5,000
+    # nodes stays within a third of its timeout for about the same GB-seconds.
+    FunctionSpec("disruption", "Consolidation, expiry and drift", 120, 1769, reserved_concurrency=1),
     FunctionSpec("gc", "Garbage collection: leaked instances, orphaned nodes, stale launch templates", 120, 512, reserved_concurrency=1),
     # Responsive mode only: waits on a pod watch (its CPU share at 128 MB is plenty for JSON
     # lines) for 55 s of each minute and wakes the scanner; timeout = window + exit reserve.
